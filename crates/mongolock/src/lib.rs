@@ -1,0 +1,1 @@
+//! Distributed locks stored in MongoDB.
