@@ -55,7 +55,7 @@ pub mod codes {
     pub const DUPLICATE_KEY: i32 = 11000;
     pub const UNKNOWN_BSON_FIELD: i32 = 40415;
     pub const NO_QUERY_EXECUTION_PLANS: i32 = 291;
-    pub const INVALID_ID_FIELD_IN_UPDATE: i32 = 53;
+    pub const INVALID_LENGTH: i32 = 16;
 }
 
 /// The `codeName` mongod reports for a code; unknown codes get `Location<code>` as in mongod.
@@ -138,7 +138,12 @@ pub fn code_name(code: i32) -> String {
 impl CommandError {
     /// An error with `code` and message; the code name follows from the code.
     pub fn new(code: i32, errmsg: impl Into<String>) -> Self {
-        Self { code, errmsg: errmsg.into(), extra: Document::new(), labels: None }
+        Self {
+            code,
+            errmsg: errmsg.into(),
+            extra: Document::new(),
+            labels: None,
+        }
     }
 
     /// Code 2, `BadValue`.

@@ -18,11 +18,15 @@ impl Expr {
     /// Parses an expression (a literal, a `"$path"`, a `"$$var"`, an operator document or an
     /// object of expressions).
     pub fn parse(value: &Bson) -> Result<Expr> {
-        Ok(Expr { _raw: value.clone() })
+        Ok(Expr {
+            _raw: value.clone(),
+        })
     }
 
     /// Evaluates against `root` (`$$ROOT` and `$$CURRENT`). `Ok(None)` means missing.
     pub fn eval(&self, _root: &Document, _ctx: &EvalContext) -> Result<Option<Bson>> {
-        Err(CommandError::internal("aggregation expressions are not implemented yet"))
+        Err(CommandError::internal(
+            "aggregation expressions are not implemented yet",
+        ))
     }
 }

@@ -22,7 +22,9 @@ pub struct MatchDetails {
 impl Matcher {
     /// Parses a filter document; unknown operators fail with mongod's error.
     pub fn parse(filter: &Document) -> Result<Matcher> {
-        Ok(Matcher { _raw: filter.clone() })
+        Ok(Matcher {
+            _raw: filter.clone(),
+        })
     }
 
     /// Whether the filter uses `$expr` anywhere (forbidden in upsert filters).
@@ -36,8 +38,14 @@ impl Matcher {
     }
 
     /// `Some(details)` if `doc` matches, `None` if not.
-    pub fn match_details(&self, _doc: &Document, _ctx: &EvalContext) -> Result<Option<MatchDetails>> {
-        Err(CommandError::internal("query matching is not implemented yet"))
+    pub fn match_details(
+        &self,
+        _doc: &Document,
+        _ctx: &EvalContext,
+    ) -> Result<Option<MatchDetails>> {
+        Err(CommandError::internal(
+            "query matching is not implemented yet",
+        ))
     }
 }
 
@@ -51,11 +59,15 @@ pub struct ValueMatcher {
 impl ValueMatcher {
     /// Parses a condition.
     pub fn parse(condition: &Bson) -> Result<ValueMatcher> {
-        Ok(ValueMatcher { _raw: condition.clone() })
+        Ok(ValueMatcher {
+            _raw: condition.clone(),
+        })
     }
 
     /// Whether `value` satisfies the condition.
     pub fn matches(&self, _value: &Bson, _ctx: &EvalContext) -> Result<bool> {
-        Err(CommandError::internal("value matching is not implemented yet"))
+        Err(CommandError::internal(
+            "value matching is not implemented yet",
+        ))
     }
 }

@@ -46,5 +46,7 @@ impl Update {
 /// pipeline updates), or only `_id` (for replacements).
 pub fn upsert_seed(filter: &Document, replacement: bool) -> Result<Document> {
     let _ = (filter, replacement);
-    Err(CommandError::internal("upsert seeding is not implemented yet"))
+    Err(CommandError::internal(
+        "upsert seeding is not implemented yet",
+    ))
 }

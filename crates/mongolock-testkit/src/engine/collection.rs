@@ -1,0 +1,339 @@
+//! Collections and the catalog of databases that holds them.
+//!
+//! A collection keeps its documents in record order (insertion order, which is what an
+//! unsorted `find` returns), an `_id` map for point lookups, and its indexes. Each collection
+//! sits behind its own mutex: a command holds it for the whole of one document's
+//! read-decide-write, which is what makes every single-document write atomic.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bson::{Bson, Document, Uuid};
+use parking_lot::{Mutex, RwLock};
+
+use super::compare::OrdBson;
+use super::error::{CommandError, Result, codes};
+use super::index::Index;
+
+/// One collection: documents in record order plus indexes.
+#[derive(Debug)]
+pub struct Collection {
+    /// `db.coll`.
+    pub ns: String,
+    /// The collection's UUID, as `listCollections` reports it.
+    pub uuid: Uuid,
+    records: BTreeMap<u64, Document>,
+    ids: BTreeMap<OrdBson, u64>,
+    indexes: Vec<Index>,
+    next_record: u64,
+}
+
+impl Collection {
+    /// An empty collection with its `_id_` index.
+    pub fn new(ns: String) -> Self {
+        Self {
+            ns,
+            uuid: Uuid::new(),
+            records: BTreeMap::new(),
+            ids: BTreeMap::new(),
+            indexes: vec![Index::id_index()],
+            next_record: 1,
+        }
+    }
+
+    /// Number of documents.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the collection holds no documents.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The document stored as `record`.
+    pub fn get(&self, record: u64) -> Option<&Document> {
+        self.records.get(&record)
+    }
+
+    /// Every `(record, document)` in record order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &Document)> {
+        self.records.iter().map(|(r, d)| (*r, d))
+    }
+
+    /// The records a filter can possibly match, in record order: a point lookup when the
+    /// filter pins `_id` to a plain value, every record otherwise.
+    pub fn candidates(&self, filter: &Document) -> Vec<u64> {
+        if let Some(id) = filter.get("_id") {
+            let plain = match id {
+                Bson::Document(d) => !d.keys().any(|k| k.starts_with('$')),
+                Bson::Array(_) | Bson::RegularExpression(_) => false,
+                _ => true,
+            };
+            if plain {
+                return self
+                    .ids
+                    .get(&OrdBson(id.clone()))
+                    .copied()
+                    .into_iter()
+                    .collect();
+            }
+        }
+        self.records.keys().copied().collect()
+    }
+
+    /// Inserts a document that already has an `_id`; enforces unique indexes.
+    pub fn insert(&mut self, doc: Document) -> Result<u64> {
+        let id = doc
+            .get("_id")
+            .cloned()
+            .ok_or_else(|| CommandError::internal("document without _id reached storage"))?;
+        let record = self.next_record;
+        if self.ids.contains_key(&OrdBson(id.clone())) {
+            let index = &self.indexes[0];
+            return Err(index.duplicate_key_error(&self.ns, &[OrdBson(id)]));
+        }
+        for index in &self.indexes[1..] {
+            index.check_unique(&doc, record, &self.ns)?;
+        }
+        for index in &mut self.indexes[1..] {
+            index.add(&doc, record);
+        }
+        self.ids.insert(OrdBson(id), record);
+        self.records.insert(record, doc);
+        self.next_record += 1;
+        Ok(record)
+    }
+
+    /// Replaces the document stored as `record` (its `_id` must not change).
+    pub fn replace(&mut self, record: u64, doc: Document) -> Result<()> {
+        let old = self
+            .records
+            .get(&record)
+            .ok_or_else(|| CommandError::internal("replacing a missing record"))?;
+        for index in &self.indexes[1..] {
+            index.check_unique(&doc, record, &self.ns)?;
+        }
+        let old = old.clone();
+        for index in &mut self.indexes[1..] {
+            index.remove(&old, record);
+            index.add(&doc, record);
+        }
+        self.records.insert(record, doc);
+        Ok(())
+    }
+
+    /// Removes the document stored as `record`.
+    pub fn remove(&mut self, record: u64) -> Option<Document> {
+        let doc = self.records.remove(&record)?;
+        if let Some(id) = doc.get("_id") {
+            self.ids.remove(&OrdBson(id.clone()));
+        }
+        for index in &mut self.indexes[1..] {
+            index.remove(&doc, record);
+        }
+        Some(doc)
+    }
+
+    /// The indexes, `_id_` first.
+    pub fn indexes(&self) -> &[Index] {
+        &self.indexes
+    }
+
+    /// Adds an index, building it over the existing documents. `Ok(false)` when an identical
+    /// index already exists; conflicting specifications are errors as in mongod.
+    pub fn create_index(&mut self, mut index: Index) -> Result<bool> {
+        for existing in &self.indexes {
+            if existing.name == index.name {
+                if existing.same_spec(&index) {
+                    return Ok(false);
+                }
+                if existing.same_key(&index) {
+                    return Err(CommandError::new(
+                        codes::INDEX_OPTIONS_CONFLICT,
+                        format!(
+                            "An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}",
+                            index.describe(),
+                            existing.describe()
+                        ),
+                    ));
+                }
+                return Err(CommandError::new(
+                    codes::INDEX_KEY_SPECS_CONFLICT,
+                    format!(
+                        "An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}",
+                        index.describe(),
+                        existing.describe()
+                    ),
+                ));
+            }
+            if existing.same_key(&index) {
+                if existing.same_spec(&index) {
+                    return Err(CommandError::new(
+                        codes::INDEX_OPTIONS_CONFLICT,
+                        format!(
+                            "Index already exists with a different name: {}",
+                            existing.name
+                        ),
+                    ));
+                }
+                return Err(CommandError::new(
+                    codes::INDEX_OPTIONS_CONFLICT,
+                    format!(
+                        "An equivalent index already exists with the same name but different options. Requested index: {}, existing index: {}",
+                        index.describe(),
+                        existing.describe()
+                    ),
+                ));
+            }
+        }
+        for (record, doc) in &self.records {
+            index.check_unique(doc, *record, &self.ns)?;
+            index.add(doc, *record);
+        }
+        self.indexes.push(index);
+        Ok(true)
+    }
+
+    /// Drops an index by name. `_id_` cannot be dropped.
+    pub fn drop_index(&mut self, name: &str) -> Result<()> {
+        if name == "_id_" {
+            return Err(CommandError::new(
+                codes::INVALID_OPTIONS,
+                "cannot drop _id index",
+            ));
+        }
+        let position = self
+            .indexes
+            .iter()
+            .position(|i| i.name == name)
+            .ok_or_else(|| {
+                CommandError::new(
+                    codes::INDEX_NOT_FOUND,
+                    format!("index not found with name [{name}]"),
+                )
+            })?;
+        self.indexes.remove(position);
+        Ok(())
+    }
+
+    /// Drops every index but `_id_`.
+    pub fn drop_all_indexes(&mut self) {
+        self.indexes.truncate(1);
+    }
+}
+
+/// A shared handle on a collection.
+pub type CollectionRef = Arc<Mutex<Collection>>;
+
+/// Every database and collection of the server.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    databases: RwLock<BTreeMap<String, BTreeMap<String, CollectionRef>>>,
+}
+
+/// Checks a database name as mongod does.
+pub fn validate_db_name(db: &str) -> Result<()> {
+    if db.is_empty() || db.len() >= 64 || db.chars().any(|c| "/\\. \"$\0".contains(c)) {
+        return Err(CommandError::new(
+            codes::INVALID_NAMESPACE,
+            format!("Invalid database name: '{db}'"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a collection name as mongod does.
+pub fn validate_collection_name(db: &str, coll: &str) -> Result<()> {
+    if coll.is_empty() || coll.contains('\0') || coll.starts_with('.') || coll.contains('$') {
+        return Err(CommandError::new(
+            codes::INVALID_NAMESPACE,
+            format!("Invalid namespace specified '{db}.{coll}'"),
+        ));
+    }
+    if coll.starts_with("system.") {
+        return Err(CommandError::new(
+            codes::INVALID_NAMESPACE,
+            format!(
+                "Invalid system namespace: {db}.{coll} (system collections are not supported by this emulator)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Catalog {
+    /// The collection, if it exists.
+    pub fn get(&self, db: &str, coll: &str) -> Option<CollectionRef> {
+        self.databases.read().get(db)?.get(coll).cloned()
+    }
+
+    /// The collection, created if missing; the flag says whether it was created.
+    pub fn get_or_create(&self, db: &str, coll: &str) -> Result<(CollectionRef, bool)> {
+        if let Some(found) = self.get(db, coll) {
+            return Ok((found, false));
+        }
+        validate_db_name(db)?;
+        validate_collection_name(db, coll)?;
+        let mut dbs = self.databases.write();
+        let collections = dbs.entry(db.to_string()).or_default();
+        if let Some(found) = collections.get(coll) {
+            return Ok((found.clone(), false));
+        }
+        let created = Arc::new(Mutex::new(Collection::new(format!("{db}.{coll}"))));
+        collections.insert(coll.to_string(), created.clone());
+        Ok((created, true))
+    }
+
+    /// Creates a collection; an existing one is `NamespaceExists`.
+    pub fn create(&self, db: &str, coll: &str) -> Result<()> {
+        let (_, created) = self.get_or_create(db, coll)?;
+        if created {
+            Ok(())
+        } else {
+            Err(CommandError::new(
+                codes::NAMESPACE_EXISTS,
+                format!("Collection {db}.{coll} already exists."),
+            ))
+        }
+    }
+
+    /// Drops a collection; returns it if it existed.
+    pub fn drop_collection(&self, db: &str, coll: &str) -> Option<CollectionRef> {
+        let mut dbs = self.databases.write();
+        let collections = dbs.get_mut(db)?;
+        let dropped = collections.remove(coll);
+        if collections.is_empty() {
+            dbs.remove(db);
+        }
+        dropped
+    }
+
+    /// Drops a database; returns whether it existed.
+    pub fn drop_database(&self, db: &str) -> bool {
+        self.databases.write().remove(db).is_some()
+    }
+
+    /// Names of databases that hold at least one collection.
+    pub fn database_names(&self) -> Vec<String> {
+        self.databases.read().keys().cloned().collect()
+    }
+
+    /// The collections of a database, by name.
+    pub fn collections(&self, db: &str) -> Vec<(String, CollectionRef)> {
+        self.databases
+            .read()
+            .get(db)
+            .map(|c| c.iter().map(|(n, r)| (n.clone(), r.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every collection of every database.
+    pub fn all_collections(&self) -> Vec<CollectionRef> {
+        self.databases
+            .read()
+            .values()
+            .flat_map(|c| c.values().cloned())
+            .collect()
+    }
+}
