@@ -16,6 +16,7 @@ use crate::commands::session::Sessions;
 use crate::commands::{self, ConnectionInfo, Outcome};
 use crate::engine::collection::Catalog;
 use crate::faults::clock::Clock;
+use crate::faults::fail_point::FailPoints;
 use crate::wire::{self, RequestKind};
 
 /// Name of the replica set the emulator pretends to be.
@@ -93,6 +94,7 @@ impl TestServerBuilder {
             catalog: Catalog::default(),
             cursors: Cursors::default(),
             sessions: Sessions::default(),
+            fail_points: FailPoints::default(),
             next_connection_id: AtomicI64::new(1),
             cluster_counter: AtomicU32::new(1),
             shutdown: shutdown_rx,
@@ -130,6 +132,8 @@ pub struct ServerState {
     pub cursors: Cursors,
     /// Logical sessions and their retryable-write history.
     pub sessions: Sessions,
+    /// `failCommand` and `onPrimaryTransactionalWrite`.
+    pub fail_points: FailPoints,
     next_connection_id: AtomicI64,
     cluster_counter: AtomicU32,
     shutdown: watch::Receiver<bool>,

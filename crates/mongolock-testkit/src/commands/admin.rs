@@ -176,3 +176,26 @@ pub fn drop_database(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     ctx.state.catalog.drop_database(ctx.db);
     Ok(doc! {"dropped": ctx.db})
 }
+
+/// `configureFailPoint` (admin only, as with mongod's test commands).
+pub fn configure_fail_point(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
+    args::check_fields(cmd, "configureFailPoint", &["mode", "data"])?;
+    require_admin(ctx, "configureFailPoint")?;
+    let count = ctx.state.fail_points.configure(cmd)?;
+    Ok(doc! {"count": count})
+}
+
+/// `emulatorClock`: reads the server clock, or moves it forward by `advanceMs`.
+/// Emulator-only; lets processes other than the test (the CLI, other drivers) drive time.
+pub fn emulator_clock(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
+    args::check_fields(cmd, "emulatorClock", &["advanceMs"])?;
+    require_admin(ctx, "emulatorClock")?;
+    let now = match args::opt_non_negative(cmd, "emulatorClock", "advanceMs")? {
+        Some(ms) => ctx
+            .state
+            .clock
+            .advance(std::time::Duration::from_millis(ms as u64)),
+        None => ctx.state.clock.now(),
+    };
+    Ok(doc! {"now": now})
+}

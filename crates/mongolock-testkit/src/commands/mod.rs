@@ -121,8 +121,52 @@ pub async fn dispatch(
         }
     };
     let retryable = cmd.contains_key("txnNumber") && !cmd.contains_key("autocommit");
+    let ns = match cmd.iter().next() {
+        Some((_, Bson::String(coll))) => cmd.get_str("$db").ok().map(|db| format!("{db}.{coll}")),
+        _ => None,
+    };
+    let injection = state
+        .fail_points
+        .fail_command(&name, conn.app_name.as_deref(), ns.as_deref());
+    if let Some(injection) = &injection {
+        if let Some(block) = injection.block {
+            tokio::time::sleep(block).await;
+        }
+        if injection.close_connection {
+            return Outcome::CloseConnection;
+        }
+        if let Some(error) = &injection.error {
+            return Outcome::Reply(finish(state, Err(error.clone()), retryable));
+        }
+    }
     let result = run(state, conn, &name, &cmd, kind).await;
-    Outcome::Reply(finish(state, result, retryable))
+    if retryable
+        && result
+            .as_ref()
+            .is_ok_and(|r| !r.contains_key("retriedStmtIds"))
+        && state.fail_points.close_after_transactional_write()
+    {
+        return Outcome::CloseConnection;
+    }
+    let mut reply = finish(state, result, retryable);
+    if let Some(wce) = injection.and_then(|i| i.write_concern_error.map(|w| (w, i.labels))) {
+        if reply.get_f64("ok") == Ok(1.0) {
+            let (wce, labels) = wce;
+            let code = wce.get_i32("code").unwrap_or(64);
+            let labels = labels.unwrap_or_else(|| {
+                if retryable && RETRYABLE_CODES.contains(&code) {
+                    vec!["RetryableWriteError".to_string()]
+                } else {
+                    Vec::new()
+                }
+            });
+            reply.insert("writeConcernError", wce);
+            if !labels.is_empty() {
+                reply.insert("errorLabels", labels);
+            }
+        }
+    }
+    Outcome::Reply(reply)
 }
 
 async fn run(
@@ -248,6 +292,8 @@ fn execute(ctx: &Ctx<'_>, name: &str, cmd: &Document) -> Result<Document> {
         "createIndexes" => indexes::create_indexes(ctx, cmd),
         "listIndexes" => indexes::list_indexes(ctx, cmd),
         "dropIndexes" => indexes::drop_indexes(ctx, cmd),
+        "configureFailPoint" => admin::configure_fail_point(ctx, cmd),
+        "emulatorClock" => admin::emulator_clock(ctx, cmd),
         "hello" | "isMaster" => handshake::hello(ctx, cmd, name),
         other => Err(CommandError::new(
             codes::COMMAND_NOT_FOUND,

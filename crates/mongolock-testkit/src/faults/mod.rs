@@ -1,3 +1,4 @@
-//! What tests control: the server clock (and, later, fail points).
+//! What tests control: the server clock and fail points.
 
 pub mod clock;
+pub mod fail_point;
