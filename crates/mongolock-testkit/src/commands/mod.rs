@@ -149,21 +149,21 @@ pub async fn dispatch(
         return Outcome::CloseConnection;
     }
     let mut reply = finish(state, result, retryable);
-    if let Some(wce) = injection.and_then(|i| i.write_concern_error.map(|w| (w, i.labels))) {
-        if reply.get_f64("ok") == Ok(1.0) {
-            let (wce, labels) = wce;
-            let code = wce.get_i32("code").unwrap_or(64);
-            let labels = labels.unwrap_or_else(|| {
-                if retryable && RETRYABLE_CODES.contains(&code) {
-                    vec!["RetryableWriteError".to_string()]
-                } else {
-                    Vec::new()
-                }
-            });
-            reply.insert("writeConcernError", wce);
-            if !labels.is_empty() {
-                reply.insert("errorLabels", labels);
+    if let Some(wce) = injection.and_then(|i| i.write_concern_error.map(|w| (w, i.labels)))
+        && reply.get_f64("ok") == Ok(1.0)
+    {
+        let (wce, labels) = wce;
+        let code = wce.get_i32("code").unwrap_or(64);
+        let labels = labels.unwrap_or_else(|| {
+            if retryable && RETRYABLE_CODES.contains(&code) {
+                vec!["RetryableWriteError".to_string()]
+            } else {
+                Vec::new()
             }
+        });
+        reply.insert("writeConcernError", wce);
+        if !labels.is_empty() {
+            reply.insert("errorLabels", labels);
         }
     }
     Outcome::Reply(reply)

@@ -218,15 +218,15 @@ impl FailCommand {
         if !self.fail_all && !self.commands.iter().any(|c| c == command) {
             return false;
         }
-        if let Some(wanted) = &self.app_name {
-            if app_name != Some(wanted.as_str()) {
-                return false;
-            }
+        if let Some(wanted) = &self.app_name
+            && app_name != Some(wanted.as_str())
+        {
+            return false;
         }
-        if let Some(wanted) = &self.namespace {
-            if ns != Some(wanted.as_str()) {
-                return false;
-            }
+        if let Some(wanted) = &self.namespace
+            && ns != Some(wanted.as_str())
+        {
+            return false;
         }
         true
     }
