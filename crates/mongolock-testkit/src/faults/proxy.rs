@@ -1,0 +1,1 @@
+//! A TCP fault proxy in front of any MongoDB address.
