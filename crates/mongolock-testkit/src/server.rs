@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bson::{Document, Timestamp};
@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use crate::commands::cursor::Cursors;
 use crate::commands::session::Sessions;
 use crate::commands::{self, ConnectionInfo, Outcome};
+use crate::engine::changes::ChangeLog;
 use crate::engine::collection::Catalog;
 use crate::faults::clock::Clock;
 use crate::faults::fail_point::FailPoints;
@@ -85,18 +86,18 @@ impl TestServerBuilder {
         let listener = TcpListener::bind(("127.0.0.1", self.port)).await?;
         let addr = listener.local_addr()?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let clock = self.clock.unwrap_or_default();
         let state = Arc::new(ServerState {
             address: format!("127.0.0.1:{}", addr.port()),
             standalone: self.standalone,
             latency: self.latency,
             ttl_monitor_interval: self.ttl_monitor_interval,
-            clock: self.clock.unwrap_or_default(),
-            catalog: Catalog::default(),
+            catalog: Catalog::new(Arc::new(ChangeLog::new(clock.clone()))),
+            clock,
             cursors: Cursors::default(),
             sessions: Sessions::default(),
             fail_points: FailPoints::default(),
             next_connection_id: AtomicI64::new(1),
-            cluster_counter: AtomicU32::new(1),
             shutdown: shutdown_rx,
         });
         let accept = tokio::spawn(accept_loop(listener, state.clone()));
@@ -135,18 +136,13 @@ pub struct ServerState {
     /// `failCommand` and `onPrimaryTransactionalWrite`.
     pub fail_points: FailPoints,
     next_connection_id: AtomicI64,
-    cluster_counter: AtomicU32,
     shutdown: watch::Receiver<bool>,
 }
 
 impl ServerState {
     /// The next cluster time: the server clock's seconds with an increasing counter.
     pub fn cluster_time(&self) -> Timestamp {
-        let secs = (self.clock.now().timestamp_millis() / 1000).max(0) as u32;
-        Timestamp {
-            time: secs,
-            increment: self.cluster_counter.fetch_add(1, Ordering::SeqCst),
-        }
+        self.catalog.changes.cluster_time()
     }
 }
 

@@ -3,7 +3,7 @@
 use bson::{Bson, Document};
 
 use super::write::{check_collation, check_hint, unsupported};
-use super::{Ctx, admin, args};
+use super::{Ctx, admin, args, change_stream};
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::pipeline::Pipeline;
 
@@ -32,21 +32,6 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     }
     check_collation(cmd.get("collation"))?;
     let batch_size = admin::cursor_batch_size(cmd, "aggregate")?;
-    let first_stage = pipeline
-        .first()
-        .and_then(Bson::as_document)
-        .and_then(|s| s.keys().next());
-    if first_stage.is_some_and(|s| s == "$changeStream") {
-        if ctx.state.standalone {
-            return Err(CommandError::new(
-                codes::LOCATION_40573,
-                "The $changeStream stage is only supported on replica sets",
-            ));
-        }
-        return Err(unsupported(
-            "$changeStream (change streams are not implemented yet)",
-        ));
-    }
     for stage in pipeline {
         if let Some(name) = stage.as_document().and_then(|s| s.keys().next())
             && ["$out", "$merge"].contains(&name.as_str())
@@ -64,6 +49,13 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             ));
         }
     };
+    let first_stage = pipeline
+        .first()
+        .and_then(Bson::as_document)
+        .and_then(|s| s.keys().next());
+    if first_stage.is_some_and(|s| s == "$changeStream") {
+        return change_stream::open(ctx, cmd, pipeline, collection.as_deref());
+    }
     let Some(collection) = collection else {
         return Err(CommandError::new(
             codes::INVALID_NAMESPACE,

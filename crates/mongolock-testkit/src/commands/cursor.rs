@@ -2,10 +2,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
 use bson::{Bson, Document, doc};
 use parking_lot::Mutex;
 
+use super::change_stream::{ChangeStream, DEFAULT_AWAIT};
 use super::{Ctx, args, cursor_reply};
 use crate::engine::error::{CommandError, Result, codes};
 
@@ -17,7 +19,15 @@ const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 #[derive(Debug)]
 struct Cursor {
     ns: String,
-    remaining: VecDeque<Document>,
+    kind: CursorKind,
+}
+
+#[derive(Debug)]
+enum CursorKind {
+    /// The rest of a query's results.
+    Results(VecDeque<Document>),
+    /// A change stream: batches come from the change log as writes commit.
+    Stream(Box<ChangeStream>),
 }
 
 /// Open cursors of the server.
@@ -82,7 +92,7 @@ impl Cursors {
                 id,
                 Cursor {
                     ns: ns.to_string(),
-                    remaining,
+                    kind: CursorKind::Results(remaining),
                 },
             );
             id
@@ -90,9 +100,22 @@ impl Cursors {
         cursor_reply(id, ns, batch, true)
     }
 
-    fn next_batch(&self, id: i64, ns: &str, batch_size: Option<usize>) -> Result<Document> {
+    /// Keeps a change stream open under a new cursor id.
+    pub fn open_stream(&self, ns: &str, stream: ChangeStream) -> i64 {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        self.open.lock().insert(
+            id,
+            Cursor {
+                ns: ns.to_string(),
+                kind: CursorKind::Stream(Box::new(stream)),
+            },
+        );
+        id
+    }
+
+    fn take(&self, id: i64, ns: &str) -> Result<Cursor> {
         let mut open = self.open.lock();
-        let cursor = open.get_mut(&id).ok_or_else(|| {
+        let cursor = open.get(&id).ok_or_else(|| {
             CommandError::new(codes::CURSOR_NOT_FOUND, format!("cursor id {id} not found"))
         })?;
         if cursor.ns != ns {
@@ -104,14 +127,11 @@ impl Cursors {
                 ),
             ));
         }
-        let batch = take_batch(&mut cursor.remaining, batch_size);
-        let reply_id = if cursor.remaining.is_empty() {
-            open.remove(&id);
-            0
-        } else {
-            id
-        };
-        Ok(cursor_reply(reply_id, ns, batch, false))
+        Ok(open.remove(&id).expect("present"))
+    }
+
+    fn put_back(&self, id: i64, cursor: Cursor) {
+        self.open.lock().insert(id, cursor);
     }
 
     /// Closes a cursor; returns whether it was open.
@@ -122,8 +142,12 @@ impl Cursors {
 
 /// `getMore`.
 ///
+/// On a change stream with no new events it waits up to `maxTimeMS` (default one second)
+/// for one, as mongod's awaitData cursors do.
+///
 /// # Cancel safety
-/// Cancel safe: the batch is taken from the cursor only once the future completes.
+/// Not cancel safe: the cursor is out of the cursor table while the command runs, so
+/// dropping the future mid-wait closes it (the next getMore answers CursorNotFound).
 pub async fn get_more(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(
         cmd,
@@ -158,8 +182,57 @@ pub async fn get_more(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let batch_size = args::opt_non_negative(cmd, "getMore", "batchSize")?
         .filter(|n| *n > 0)
         .map(|n| n as usize);
+    let max_time = args::opt_non_negative(cmd, "getMore", "maxTimeMS")?
+        .map(|ms| Duration::from_millis(ms as u64));
     let ns = format!("{}.{}", ctx.db, collection);
-    ctx.state.cursors.next_batch(id, &ns, batch_size)
+    let eval = ctx.eval_context(cmd, "getMore")?;
+    let cursors = &ctx.state.cursors;
+    let mut cursor = cursors.take(id, &ns)?;
+    // The cursor is out of the table while this getMore runs; it goes back unless exhausted.
+    let result = match &mut cursor.kind {
+        CursorKind::Results(remaining) => {
+            let batch = take_batch(remaining, batch_size);
+            let exhausted = remaining.is_empty();
+            Ok((batch, exhausted, None))
+        }
+        CursorKind::Stream(stream) => {
+            let deadline = tokio::time::Instant::now() + max_time.unwrap_or(DEFAULT_AWAIT);
+            loop {
+                match stream.next_batch(ctx.state, batch_size, &eval) {
+                    Err(error) => break Err(error),
+                    Ok(batch) if !batch.is_empty() || stream.invalidated => {
+                        break Ok((batch, stream.invalidated, Some(stream.post_batch_token())));
+                    }
+                    Ok(_) => {}
+                }
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    break Ok((Vec::new(), false, Some(stream.post_batch_token())));
+                }
+                ctx.state
+                    .catalog
+                    .changes
+                    .wait_for_append(stream.seen_seq(), deadline - now)
+                    .await;
+            }
+        }
+    };
+    let (batch, exhausted, token) = match result {
+        Ok(done) => done,
+        Err(error) => {
+            cursors.put_back(id, cursor);
+            return Err(error);
+        }
+    };
+    let reply_id = if exhausted { 0 } else { id };
+    if !exhausted {
+        cursors.put_back(id, cursor);
+    }
+    let mut reply = cursor_reply(reply_id, &ns, batch, false);
+    if let (Some(token), Ok(body)) = (token, reply.get_document_mut("cursor")) {
+        body.insert("postBatchResumeToken", token);
+    }
+    Ok(reply)
 }
 
 /// `killCursors`.

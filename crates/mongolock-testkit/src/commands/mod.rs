@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod aggregate;
 pub mod args;
+pub mod change_stream;
 pub mod cursor;
 pub mod find;
 pub mod find_and_modify;

@@ -197,7 +197,7 @@ pub fn run_update(
         outcome.matched += 1;
         if changed {
             check_storable(&after)?;
-            coll.replace(record, after.clone())?;
+            coll.replace(record, after.clone(), statement.update.is_replacement())?;
             outcome.modified += 1;
         }
         if outcome.before.is_none() {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bson::{Bson, Document, Uuid};
 use parking_lot::{Mutex, RwLock};
 
+use super::changes::{ChangeKind, ChangeLog, diff};
 use super::compare::OrdBson;
 use super::error::{CommandError, Result, codes};
 use super::index::Index;
@@ -20,6 +21,9 @@ use super::index::Index;
 pub struct Collection {
     /// `db.coll`.
     pub ns: String,
+    db: String,
+    name: String,
+    changes: Arc<ChangeLog>,
     /// The collection's UUID, as `listCollections` reports it.
     pub uuid: Uuid,
     records: BTreeMap<u64, Document>,
@@ -29,10 +33,13 @@ pub struct Collection {
 }
 
 impl Collection {
-    /// An empty collection with its `_id_` index.
-    pub fn new(ns: String) -> Self {
+    /// An empty collection with its `_id_` index, recording its writes in `changes`.
+    pub fn new(db: &str, name: &str, changes: Arc<ChangeLog>) -> Self {
         Self {
-            ns,
+            ns: format!("{db}.{name}"),
+            db: db.to_string(),
+            name: name.to_string(),
+            changes,
             uuid: Uuid::new(),
             records: BTreeMap::new(),
             ids: BTreeMap::new(),
@@ -100,13 +107,20 @@ impl Collection {
             index.add(&doc, record);
         }
         self.ids.insert(OrdBson(id), record);
+        self.changes.append(
+            &self.db,
+            &self.name,
+            ChangeKind::Insert { doc: doc.clone() },
+        );
         self.records.insert(record, doc);
         self.next_record += 1;
         Ok(record)
     }
 
-    /// Replaces the document stored as `record` (its `_id` must not change).
-    pub fn replace(&mut self, record: u64, doc: Document) -> Result<()> {
+    /// Replaces the document stored as `record` (its `_id` must not change). `replacement`
+    /// says whether a replacement document did it (a `replace` change event) or update
+    /// operators or a pipeline (an `update` event).
+    pub fn replace(&mut self, record: u64, doc: Document, replacement: bool) -> Result<()> {
         let old = self
             .records
             .get(&record)
@@ -119,6 +133,17 @@ impl Collection {
             index.remove(&old, record);
             index.add(&doc, record);
         }
+        let change = if replacement {
+            ChangeKind::Replace { doc: doc.clone() }
+        } else {
+            let (updated, removed) = diff(&old, &doc);
+            ChangeKind::Update {
+                id: doc.get("_id").cloned().unwrap_or(Bson::Null),
+                updated,
+                removed,
+            }
+        };
+        self.changes.append(&self.db, &self.name, change);
         self.records.insert(record, doc);
         Ok(())
     }
@@ -132,6 +157,9 @@ impl Collection {
         for index in &mut self.indexes[1..] {
             index.remove(&doc, record);
         }
+        let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+        self.changes
+            .append(&self.db, &self.name, ChangeKind::Delete { id });
         Some(doc)
     }
 
@@ -227,9 +255,11 @@ impl Collection {
 pub type CollectionRef = Arc<Mutex<Collection>>;
 
 /// Every database and collection of the server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Catalog {
     databases: RwLock<BTreeMap<String, BTreeMap<String, CollectionRef>>>,
+    /// Every committed write, for change streams.
+    pub changes: Arc<ChangeLog>,
 }
 
 /// Checks a database name as mongod does.
@@ -263,6 +293,14 @@ pub fn validate_collection_name(db: &str, coll: &str) -> Result<()> {
 }
 
 impl Catalog {
+    /// An empty catalog whose writes go to `changes`.
+    pub fn new(changes: Arc<ChangeLog>) -> Self {
+        Self {
+            databases: RwLock::new(BTreeMap::new()),
+            changes,
+        }
+    }
+
     /// The collection, if it exists.
     pub fn get(&self, db: &str, coll: &str) -> Option<CollectionRef> {
         self.databases.read().get(db)?.get(coll).cloned()
@@ -280,7 +318,7 @@ impl Catalog {
         if let Some(found) = collections.get(coll) {
             return Ok((found.clone(), false));
         }
-        let created = Arc::new(Mutex::new(Collection::new(format!("{db}.{coll}"))));
+        let created = Arc::new(Mutex::new(Collection::new(db, coll, self.changes.clone())));
         collections.insert(coll.to_string(), created.clone());
         Ok((created, true))
     }
@@ -302,16 +340,24 @@ impl Catalog {
     pub fn drop_collection(&self, db: &str, coll: &str) -> Option<CollectionRef> {
         let mut dbs = self.databases.write();
         let collections = dbs.get_mut(db)?;
-        let dropped = collections.remove(coll);
+        let dropped = collections.remove(coll)?;
         if collections.is_empty() {
             dbs.remove(db);
         }
-        dropped
+        self.changes.append(db, coll, ChangeKind::Drop);
+        Some(dropped)
     }
 
     /// Drops a database; returns whether it existed.
     pub fn drop_database(&self, db: &str) -> bool {
-        self.databases.write().remove(db).is_some()
+        let Some(collections) = self.databases.write().remove(db) else {
+            return false;
+        };
+        for coll in collections.keys() {
+            self.changes.append(db, coll, ChangeKind::Drop);
+        }
+        self.changes.append(db, "", ChangeKind::DropDatabase);
+        true
     }
 
     /// Names of databases that hold at least one collection.

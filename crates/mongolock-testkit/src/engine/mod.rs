@@ -1,6 +1,7 @@
 //! The document engine: comparison, matching, projection, sorting, expressions, updates and
 //! aggregation stages. Pure functions over `bson` values; storage and commands live elsewhere.
 
+pub mod changes;
 pub mod collection;
 pub mod compare;
 pub mod error;

@@ -1,0 +1,363 @@
+//! Change streams: `aggregate` with a leading `$changeStream`, and the awaiting `getMore`
+//! that returns new events as they commit.
+
+use std::time::Duration;
+
+use bson::{Bson, Document, Timestamp, doc};
+
+use super::{Ctx, admin};
+use crate::engine::EvalContext;
+use crate::engine::changes::{ChangeEvent, ChangeKind, resume_token, token_seq};
+use crate::engine::error::{CommandError, Result, codes};
+use crate::engine::pipeline::Pipeline;
+use crate::server::ServerState;
+
+/// How long a `getMore` waits for events when the client gives no `maxTimeMS` (as mongod).
+pub const DEFAULT_AWAIT: Duration = Duration::from_millis(1000);
+
+/// Stages a change stream's pipeline may hold after `$changeStream`.
+const ALLOWED_STAGES: &[&str] = &[
+    "$match",
+    "$project",
+    "$addFields",
+    "$set",
+    "$unset",
+    "$replaceRoot",
+    "$replaceWith",
+];
+
+/// Which writes a stream sees.
+#[derive(Debug, Clone)]
+enum Scope {
+    Collection { db: String, coll: String },
+    Database { db: String },
+    Cluster,
+}
+
+/// An open change stream.
+#[derive(Debug)]
+pub struct ChangeStream {
+    scope: Scope,
+    /// The next log position to read.
+    next_seq: u64,
+    pipeline: Option<Pipeline>,
+    lookup_full_document: bool,
+    /// An invalidate event was returned: the cursor closes.
+    pub invalidated: bool,
+    /// Events produced but not yet returned (a batch size cut them off).
+    pending: Vec<Document>,
+}
+
+fn scope_matches(scope: &Scope, event: &ChangeEvent) -> bool {
+    match scope {
+        Scope::Collection { db, coll } => {
+            &event.db == db
+                && (&event.coll == coll || matches!(event.kind, ChangeKind::DropDatabase))
+        }
+        Scope::Database { db } => &event.db == db,
+        Scope::Cluster => true,
+    }
+}
+
+/// Opens a change stream for `aggregate` and returns the first-batch reply.
+pub fn open(
+    ctx: &Ctx<'_>,
+    cmd: &Document,
+    stages: &[Bson],
+    collection: Option<&str>,
+) -> Result<Document> {
+    if ctx.state.standalone {
+        return Err(CommandError::new(
+            codes::LOCATION_40573,
+            "The $changeStream stage is only supported on replica sets",
+        ));
+    }
+    let options = stages[0]
+        .as_document()
+        .and_then(|s| s.get_document("$changeStream").ok())
+        .ok_or_else(|| {
+            CommandError::failed_to_parse("the $changeStream stage specification must be an object")
+        })?;
+    let mut lookup_full_document = false;
+    let mut cluster_wide = false;
+    let mut start: Option<u64> = None;
+    let mut start_at_time: Option<Timestamp> = None;
+    for (field, value) in options {
+        match (field.as_str(), value) {
+            ("fullDocument", Bson::String(mode)) => match mode.as_str() {
+                "default" => {}
+                "updateLookup" => lookup_full_document = true,
+                other => {
+                    return Err(super::write::unsupported(&format!(
+                        "fullDocument: '{other}' (post-images)"
+                    )));
+                }
+            },
+            ("fullDocumentBeforeChange", Bson::String(mode)) if mode == "off" => {}
+            ("fullDocumentBeforeChange", _) => {
+                return Err(super::write::unsupported(
+                    "fullDocumentBeforeChange (pre-images)",
+                ));
+            }
+            ("resumeAfter" | "startAfter", Bson::Document(token)) => {
+                let seq = token_seq(token).ok_or_else(|| {
+                    CommandError::new(260, format!("Invalid resume token: {token}"))
+                })?;
+                if seq + 1 < ctx.state.catalog.changes.first_seq() {
+                    return Err(CommandError::new(
+                        286,
+                        "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+                    ));
+                }
+                start = Some(seq + 1);
+            }
+            ("startAtOperationTime", Bson::Timestamp(ts)) => start_at_time = Some(*ts),
+            ("allChangesForCluster", Bson::Boolean(b)) => cluster_wide = *b,
+            ("showExpandedEvents", Bson::Boolean(false)) => {}
+            ("showExpandedEvents", Bson::Boolean(true)) => {
+                return Err(super::write::unsupported("showExpandedEvents"));
+            }
+            (other, _) => {
+                return Err(CommandError::new(
+                    codes::UNKNOWN_BSON_FIELD,
+                    format!(
+                        "BSON field '$changeStream.{other}' is an unknown field or has the wrong type."
+                    ),
+                ));
+            }
+        }
+    }
+    if [
+        options.contains_key("resumeAfter"),
+        options.contains_key("startAfter"),
+        start_at_time.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count()
+        > 1
+    {
+        return Err(CommandError::new(
+            40674,
+            "Only one type of resume option is allowed, but multiple were found.",
+        ));
+    }
+    let scope = match (collection, cluster_wide) {
+        (Some(coll), false) => Scope::Collection {
+            db: ctx.db.to_string(),
+            coll: coll.to_string(),
+        },
+        (None, false) => Scope::Database {
+            db: ctx.db.to_string(),
+        },
+        (None, true) if ctx.db == "admin" => Scope::Cluster,
+        _ => {
+            return Err(CommandError::new(
+                codes::INVALID_NAMESPACE,
+                "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name",
+            ));
+        }
+    };
+    let user_stages = &stages[1..];
+    for stage in user_stages {
+        let name = stage
+            .as_document()
+            .and_then(|s| s.keys().next())
+            .map(String::as_str)
+            .unwrap_or("");
+        if !ALLOWED_STAGES.contains(&name) {
+            return Err(CommandError::bad_value(format!(
+                "{name} is not permitted in a $changeStream pipeline"
+            )));
+        }
+    }
+    let pipeline = if user_stages.is_empty() {
+        None
+    } else {
+        Some(Pipeline::parse(user_stages)?)
+    };
+    let log = &ctx.state.catalog.changes;
+    let next_seq = match (start, start_at_time) {
+        (Some(seq), _) => seq,
+        (None, Some(ts)) => log.seq_at_time(ts),
+        (None, None) => log.last_seq() + 1,
+    };
+    let mut stream = ChangeStream {
+        scope,
+        next_seq,
+        pipeline,
+        lookup_full_document,
+        invalidated: false,
+        pending: Vec::new(),
+    };
+    let batch_size = admin::cursor_batch_size(cmd, "aggregate")?;
+    let eval = ctx.eval_context(cmd, "aggregate")?;
+    let batch = stream.next_batch(ctx.state, batch_size, &eval)?;
+    let ns = match &stream.scope {
+        Scope::Collection { db, coll } => format!("{db}.{coll}"),
+        Scope::Database { db } => format!("{db}.$cmd.aggregate"),
+        Scope::Cluster => "admin.$cmd.aggregate".to_string(),
+    };
+    let token = stream.post_batch_token();
+    let id = if stream.invalidated {
+        0
+    } else {
+        ctx.state.cursors.open_stream(&ns, stream)
+    };
+    let mut reply = super::cursor_reply(id, &ns, batch, true);
+    if let Ok(cursor) = reply.get_document_mut("cursor") {
+        cursor.insert("postBatchResumeToken", token);
+    }
+    Ok(reply)
+}
+
+impl ChangeStream {
+    /// The resume token that covers everything this stream has looked at.
+    pub fn post_batch_token(&self) -> Document {
+        resume_token(self.next_seq.saturating_sub(1))
+    }
+
+    /// The newest log position this stream has read past.
+    pub fn seen_seq(&self) -> u64 {
+        self.next_seq.saturating_sub(1)
+    }
+
+    fn event_document(&self, state: &ServerState, event: &ChangeEvent) -> Vec<Document> {
+        let mut out = doc! {
+            "_id": resume_token(event.seq),
+            "operationType": "",
+            "clusterTime": event.cluster_time,
+            "wallTime": event.wall_time,
+        };
+        let ns = doc! {"db": event.db.clone(), "coll": event.coll.clone()};
+        let mut invalidate = false;
+        match &event.kind {
+            ChangeKind::Insert { doc } => {
+                out.insert("operationType", "insert");
+                out.insert("fullDocument", doc.clone());
+                out.insert("ns", ns);
+                out.insert(
+                    "documentKey",
+                    doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)},
+                );
+            }
+            ChangeKind::Replace { doc } => {
+                out.insert("operationType", "replace");
+                out.insert("fullDocument", doc.clone());
+                out.insert("ns", ns);
+                out.insert(
+                    "documentKey",
+                    doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)},
+                );
+            }
+            ChangeKind::Update {
+                id,
+                updated,
+                removed,
+            } => {
+                out.insert("operationType", "update");
+                if self.lookup_full_document {
+                    let current = state
+                        .catalog
+                        .get(&event.db, &event.coll)
+                        .and_then(|c| {
+                            let c = c.lock();
+                            let filter = doc! {"_id": id.clone()};
+                            c.candidates(&filter)
+                                .first()
+                                .and_then(|r| c.get(*r).cloned())
+                        })
+                        .map_or(Bson::Null, Bson::Document);
+                    out.insert("fullDocument", current);
+                }
+                out.insert("ns", ns);
+                out.insert("documentKey", doc! {"_id": id.clone()});
+                out.insert(
+                    "updateDescription",
+                    doc! {"updatedFields": updated.clone(), "removedFields": removed.clone(), "truncatedArrays": []},
+                );
+            }
+            ChangeKind::Delete { id } => {
+                out.insert("operationType", "delete");
+                out.insert("ns", ns);
+                out.insert("documentKey", doc! {"_id": id.clone()});
+            }
+            ChangeKind::Drop => {
+                out.insert("operationType", "drop");
+                out.insert("ns", ns);
+                invalidate = matches!(self.scope, Scope::Collection { .. });
+            }
+            ChangeKind::DropDatabase => {
+                out.insert("operationType", "dropDatabase");
+                out.insert("ns", doc! {"db": event.db.clone()});
+                invalidate = !matches!(self.scope, Scope::Cluster);
+            }
+        }
+        let mut events = vec![out];
+        if invalidate {
+            events.push(doc! {
+                "_id": resume_token(event.seq),
+                "operationType": "invalidate",
+                "clusterTime": event.cluster_time,
+                "wallTime": event.wall_time,
+            });
+        }
+        events
+    }
+
+    /// Reads the events committed since the last call, up to `batch_size`, through the
+    /// stream's pipeline. Never waits.
+    pub fn next_batch(
+        &mut self,
+        state: &ServerState,
+        batch_size: Option<usize>,
+        eval: &EvalContext,
+    ) -> Result<Vec<Document>> {
+        let limit = batch_size.unwrap_or(usize::MAX);
+        let mut batch: Vec<Document> = Vec::new();
+        let take = limit.min(self.pending.len());
+        batch.extend(self.pending.drain(..take));
+        while batch.len() < limit && !self.invalidated {
+            let events = state.catalog.changes.read_from(self.next_seq, 1024);
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                self.next_seq = event.seq + 1;
+                if !scope_matches(&self.scope, &event) {
+                    continue;
+                }
+                for produced in self.event_document(state, &event) {
+                    let invalidates = produced.get_str("operationType") == Ok("invalidate");
+                    let outputs = match &self.pipeline {
+                        Some(pipeline) if !invalidates => {
+                            pipeline.run(vec![produced.clone()], eval)?
+                        }
+                        _ => vec![produced.clone()],
+                    };
+                    for output in outputs {
+                        if output.get("_id") != produced.get("_id") {
+                            return Err(CommandError::new(
+                                280,
+                                "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.",
+                            ));
+                        }
+                        if batch.len() < limit {
+                            batch.push(output);
+                        } else {
+                            self.pending.push(output);
+                        }
+                    }
+                    if invalidates {
+                        self.invalidated = true;
+                        break;
+                    }
+                }
+                if self.invalidated || batch.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(batch)
+    }
+}
