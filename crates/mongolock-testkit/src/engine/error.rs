@@ -110,6 +110,7 @@ pub fn code_name(code: i32) -> String {
         134 => "ReadConcernMajorityNotAvailableYet",
         136 => "CappedPositionLost",
         168 => "InvalidPipelineOperator",
+        241 => "ConversionFailure",
         189 => "PrimarySteppedDown",
         224 => "QueryFeatureNotAllowed",
         225 => "TransactionTooOld",
