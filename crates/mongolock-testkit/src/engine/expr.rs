@@ -3,26 +3,1982 @@
 //! Interface contract: `Expr::parse` validates the whole expression up front (unknown
 //! operators fail with mongod's code and message); `Expr::eval` returns `Ok(None)` for a
 //! missing value (a missing field path or `$$REMOVE`).
+//!
+//! One difference in timing from mongod: a reference to a variable that is neither a
+//! builtin nor bound by an enclosing `$let`/`$map`/`$filter`/`$reduce` is resolved against
+//! the command's `let` variables at evaluation time (code 17276 when undefined), because
+//! those are not known at parse time.
 
-use bson::{Bson, Document};
+mod arith;
+mod convert;
 
+use std::cmp::Ordering;
+
+use bson::{Bson, DateTime, Document};
+
+use super::compare::{compare, type_alias, values_equal};
 use super::{CommandError, EvalContext, Result};
+
+pub(crate) use arith::{Num, Sum};
+pub(crate) use convert::fmt_value;
+
+/// How deeply expressions may nest before parsing refuses them (guards the stack).
+const MAX_DEPTH: usize = 150;
 
 /// A parsed aggregation expression.
 #[derive(Debug, Clone)]
 pub struct Expr {
-    _raw: Bson,
+    node: Node,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Var {
+    Root,
+    Now,
+    ClusterTime,
+    Remove,
+    User(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Eq,
+    Ne,
+    Gt,
+    Gte,
+    Lt,
+    Lte,
+    Cmp,
+    Not,
+    Add,
+    Subtract,
+    Multiply,
+    Divide,
+    Mod,
+    Abs,
+    Floor,
+    Ceil,
+    Max,
+    Min,
+    Sum,
+    Avg,
+    ToLong,
+    ToInt,
+    ToDouble,
+    ToDate,
+    ToString,
+    ToBool,
+    ToObjectId,
+    Type,
+    IsArray,
+    IsNumber,
+    Size,
+    ConcatArrays,
+    In,
+    ArrayElemAt,
+    First,
+    Last,
+    MergeObjects,
+    Concat,
+    ToLower,
+    ToUpper,
+    IndexOfArray,
+    Slice,
+    SetUnion,
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Const(Bson),
+    /// A path from `$$CURRENT` (`"$a.b"`).
+    Path(Vec<String>),
+    Var(Var, Vec<String>),
+    Object(Vec<(String, Node)>),
+    Array(Vec<Node>),
+    Op(Op, Vec<Node>),
+    And(Vec<Node>),
+    Or(Vec<Node>),
+    IfNull(Vec<Node>),
+    Cond(Box<[Node; 3]>),
+    Switch {
+        branches: Vec<(Node, Node)>,
+        default: Option<Box<Node>>,
+    },
+    Let {
+        vars: Vec<(String, Node)>,
+        body: Box<Node>,
+    },
+    Map {
+        input: Box<Node>,
+        var: String,
+        body: Box<Node>,
+    },
+    Filter {
+        input: Box<Node>,
+        var: String,
+        cond: Box<Node>,
+        limit: Option<Box<Node>>,
+    },
+    Reduce {
+        input: Box<Node>,
+        init: Box<Node>,
+        body: Box<Node>,
+    },
+    Convert {
+        input: Box<Node>,
+        to: Box<Node>,
+        on_error: Option<Box<Node>>,
+        on_null: Option<Box<Node>>,
+    },
+    GetField {
+        field: String,
+        input: Box<Node>,
+    },
+    SetField {
+        field: String,
+        input: Box<Node>,
+        value: Box<Node>,
+    },
+    DateToString {
+        date: Box<Node>,
+        format: Option<Box<Node>>,
+        on_null: Option<Box<Node>>,
+    },
+}
+
+/// Parse-time state: the variables bound by enclosing expressions, and the nesting depth.
+struct Scope {
+    bound: Vec<String>,
+    depth: usize,
+}
+
+fn err(code: i32, msg: impl Into<String>) -> CommandError {
+    CommandError::new(code, msg)
+}
+
+/// Whether a value counts as true in aggregation (`false`, null, missing, undefined and
+/// numeric zero are false; everything else, including `[]` and `""`, is true).
+pub fn truthy(value: Option<&Bson>) -> bool {
+    match value {
+        None | Some(Bson::Null | Bson::Undefined) => false,
+        Some(Bson::Boolean(b)) => *b,
+        Some(Bson::Int32(i)) => *i != 0,
+        Some(Bson::Int64(i)) => *i != 0,
+        Some(Bson::Double(d)) => *d != 0.0,
+        Some(Bson::Decimal128(d)) => {
+            let s = d.to_string();
+            !s.trim_start_matches('-')
+                .trim_start_matches(['0', '.'])
+                .trim_start_matches('0')
+                .is_empty()
+                && !s
+                    .chars()
+                    .all(|c| matches!(c, '0' | '.' | '-' | '+' | 'E' | 'e'))
+        }
+        Some(_) => true,
+    }
+}
+
+/// Checks a field name used in an expression object or a stage (code 16410 for a leading `$`,
+/// 15998 for an empty name, 16411 for a NUL byte).
+pub(crate) fn check_field_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(err(
+            15998,
+            "FieldPath field names may not be empty strings.",
+        ));
+    }
+    if name.starts_with('$') {
+        return Err(err(
+            16410,
+            "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
+        ));
+    }
+    if name.contains('\0') {
+        return Err(err(16411, "FieldPath field names may not contain '\0'."));
+    }
+    Ok(())
+}
+
+/// Splits and validates a dotted path (`a.b.c`).
+pub(crate) fn parse_field_path(path: &str) -> Result<Vec<String>> {
+    if path.is_empty() {
+        return Err(err(
+            40352,
+            "FieldPath cannot be constructed with empty string",
+        ));
+    }
+    path.split('.')
+        .map(|p| {
+            check_field_name(p)?;
+            Ok(p.to_string())
+        })
+        .collect()
+}
+
+/// Checks a user variable name (`$let` vars, `as`): starts with a lowercase letter or a
+/// non-ASCII character; then letters, digits, `_` or non-ASCII.
+fn check_var_name(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return Err(err(16869, "empty variable names are not allowed")),
+        Some(c) if !(c.is_ascii_lowercase() || !c.is_ascii()) => {
+            return Err(err(
+                16870,
+                format!("'{name}' starts with an invalid character for a user variable name"),
+            ));
+        }
+        Some(_) => {}
+    }
+    for c in chars {
+        if !(c.is_ascii_alphanumeric() || c == '_' || !c.is_ascii()) {
+            return Err(err(
+                16871,
+                format!("'{name}' contains an invalid character for a variable name: '{c}'"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Looks `path` up in `value`, descending into arrays the way aggregation field paths do:
+/// `"$a.b"` on `a: [{b: 1}, {b: 2}]` is `[1, 2]`.
+pub(crate) fn lookup_path(value: &Bson, path: &[String]) -> Option<Bson> {
+    let Some((first, rest)) = path.split_first() else {
+        return Some(value.clone());
+    };
+    match value {
+        Bson::Document(d) => lookup_path(d.get(first)?, rest),
+        Bson::Array(items) => {
+            let mut out = Vec::new();
+            for item in items {
+                if matches!(item, Bson::Document(_) | Bson::Array(_)) {
+                    if let Some(v) = lookup_path(item, path) {
+                        out.push(v);
+                    }
+                }
+            }
+            Some(Bson::Array(out))
+        }
+        _ => None,
+    }
+}
+
+/// [`lookup_path`] starting from a document.
+pub(crate) fn lookup_doc_path(doc: &Document, path: &[String]) -> Option<Bson> {
+    let (first, rest) = path.split_first()?;
+    lookup_path(doc.get(first)?, rest)
+}
+
+fn op_by_name(name: &str) -> Option<Op> {
+    Some(match name {
+        "$eq" => Op::Eq,
+        "$ne" => Op::Ne,
+        "$gt" => Op::Gt,
+        "$gte" => Op::Gte,
+        "$lt" => Op::Lt,
+        "$lte" => Op::Lte,
+        "$cmp" => Op::Cmp,
+        "$not" => Op::Not,
+        "$add" => Op::Add,
+        "$subtract" => Op::Subtract,
+        "$multiply" => Op::Multiply,
+        "$divide" => Op::Divide,
+        "$mod" => Op::Mod,
+        "$abs" => Op::Abs,
+        "$floor" => Op::Floor,
+        "$ceil" => Op::Ceil,
+        "$max" => Op::Max,
+        "$min" => Op::Min,
+        "$sum" => Op::Sum,
+        "$avg" => Op::Avg,
+        "$toLong" => Op::ToLong,
+        "$toInt" => Op::ToInt,
+        "$toDouble" => Op::ToDouble,
+        "$toDate" => Op::ToDate,
+        "$toString" => Op::ToString,
+        "$toBool" => Op::ToBool,
+        "$toObjectId" => Op::ToObjectId,
+        "$type" => Op::Type,
+        "$isArray" => Op::IsArray,
+        "$isNumber" => Op::IsNumber,
+        "$size" => Op::Size,
+        "$concatArrays" => Op::ConcatArrays,
+        "$in" => Op::In,
+        "$arrayElemAt" => Op::ArrayElemAt,
+        "$first" => Op::First,
+        "$last" => Op::Last,
+        "$mergeObjects" => Op::MergeObjects,
+        "$concat" => Op::Concat,
+        "$toLower" => Op::ToLower,
+        "$toUpper" => Op::ToUpper,
+        "$indexOfArray" => Op::IndexOfArray,
+        "$slice" => Op::Slice,
+        "$setUnion" => Op::SetUnion,
+        _ => return None,
+    })
+}
+
+/// `(min, max)` argument counts; `None` for "any number".
+fn arity(op: Op) -> Option<(usize, usize)> {
+    use Op::*;
+    match op {
+        Eq | Ne | Gt | Gte | Lt | Lte | Cmp | Subtract | Divide | Mod | In | ArrayElemAt => {
+            Some((2, 2))
+        }
+        Not | Abs | Floor | Ceil | ToLong | ToInt | ToDouble | ToDate | ToString | ToBool
+        | ToObjectId | Type | IsArray | IsNumber | Size | First | Last | ToLower | ToUpper => {
+            Some((1, 1))
+        }
+        IndexOfArray => Some((2, 4)),
+        Slice => Some((2, 3)),
+        Add | Multiply | Max | Min | Sum | Avg | ConcatArrays | MergeObjects | Concat
+        | SetUnion => None,
+    }
+}
+
+fn check_arity(name: &str, n: usize, min: usize, max: usize) -> Result<()> {
+    if min == max && n != min {
+        let plural = if min == 1 { "argument" } else { "arguments" };
+        return Err(err(
+            16020,
+            format!("Expression {name} takes exactly {min} {plural}. {n} were passed in."),
+        ));
+    }
+    if n < min || n > max {
+        return Err(err(
+            28667,
+            format!(
+                "Expression {name} takes at least {min} arguments, and at most {max}, but {n} were passed in."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn object_arg<'a>(name: &str, arg: &'a Bson, code: i32) -> Result<&'a Document> {
+    match arg {
+        Bson::Document(d) => Ok(d),
+        _ => Err(err(
+            code,
+            format!("{name} only supports an object as its argument"),
+        )),
+    }
+}
+
+impl Scope {
+    fn parse(&mut self, value: &Bson) -> Result<Node> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(err(15, "expression nesting exceeds the maximum depth"));
+        }
+        let node = self.parse_inner(value);
+        self.depth -= 1;
+        node
+    }
+
+    fn boxed(&mut self, value: &Bson) -> Result<Box<Node>> {
+        self.parse(value).map(Box::new)
+    }
+
+    fn parse_inner(&mut self, value: &Bson) -> Result<Node> {
+        match value {
+            Bson::String(s) if s.starts_with("$$") => self.parse_var(&s[2..]),
+            Bson::String(s) if s.starts_with('$') => {
+                if s.len() == 1 {
+                    return Err(err(16872, "'$' by itself is not a valid FieldPath"));
+                }
+                Ok(Node::Path(parse_field_path(&s[1..])?))
+            }
+            Bson::Array(items) => Ok(Node::Array(
+                items.iter().map(|v| self.parse(v)).collect::<Result<_>>()?,
+            )),
+            Bson::Document(d) => self.parse_object(d),
+            other => Ok(Node::Const(other.clone())),
+        }
+    }
+
+    fn parse_var(&mut self, text: &str) -> Result<Node> {
+        let (name, path) = match text.split_once('.') {
+            Some((n, p)) => (n, parse_field_path(p)?),
+            None => (text, Vec::new()),
+        };
+        if name.is_empty() {
+            return Err(err(16869, "empty variable names are not allowed"));
+        }
+        let var = match name {
+            "ROOT" | "CURRENT" => Var::Root,
+            "NOW" => Var::Now,
+            "CLUSTER_TIME" => Var::ClusterTime,
+            "REMOVE" => Var::Remove,
+            _ if self.bound.iter().any(|b| b == name) => Var::User(name.to_string()),
+            _ if name.starts_with(|c: char| c.is_ascii_uppercase()) => {
+                return Err(err(17276, format!("Use of undefined variable: {name}")));
+            }
+            _ => {
+                check_var_name(name)?;
+                Var::User(name.to_string())
+            }
+        };
+        Ok(match (var, path.is_empty()) {
+            (Var::Root, _) => Node::Path(path),
+            (v, _) => Node::Var(v, path),
+        })
+    }
+
+    fn parse_object(&mut self, d: &Document) -> Result<Node> {
+        let Some((first, _)) = d.iter().next() else {
+            return Ok(Node::Object(Vec::new()));
+        };
+        if first.starts_with('$') {
+            if d.len() != 1 {
+                return Err(err(
+                    15983,
+                    format!(
+                        "an expression specification must contain exactly one field, the name of the expression. Found {} fields in {}",
+                        d.len(),
+                        fmt_value(&Bson::Document(d.clone()))
+                    ),
+                ));
+            }
+            let (name, arg) = d.iter().next().expect("one field");
+            return self.parse_operator(name, arg);
+        }
+        let mut fields: Vec<(String, Node)> = Vec::with_capacity(d.len());
+        for (k, v) in d {
+            check_field_name(k)?;
+            if k.contains('.') {
+                return Err(err(16412, "FieldPath field names may not contain '.'."));
+            }
+            fields.push((k.clone(), self.parse(v)?));
+        }
+        Ok(Node::Object(fields))
+    }
+
+    fn args(&mut self, arg: &Bson) -> Result<Vec<Node>> {
+        match arg {
+            Bson::Array(items) => items.iter().map(|v| self.parse(v)).collect(),
+            other => Ok(vec![self.parse(other)?]),
+        }
+    }
+
+    fn with_bound<T>(
+        &mut self,
+        names: &[String],
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let before = self.bound.len();
+        self.bound.extend(names.iter().cloned());
+        let r = f(self);
+        self.bound.truncate(before);
+        r
+    }
+
+    fn parse_operator(&mut self, name: &str, arg: &Bson) -> Result<Node> {
+        match name {
+            "$literal" => return Ok(Node::Const(arg.clone())),
+            "$and" => return Ok(Node::And(self.args(arg)?)),
+            "$or" => return Ok(Node::Or(self.args(arg)?)),
+            "$ifNull" => {
+                let args = self.args(arg)?;
+                if args.len() < 2 {
+                    return Err(err(
+                        1257300,
+                        format!("$ifNull needs at least two arguments, had: {}", args.len()),
+                    ));
+                }
+                return Ok(Node::IfNull(args));
+            }
+            "$cond" => return self.parse_cond(arg),
+            "$switch" => return self.parse_switch(arg),
+            "$let" => return self.parse_let(arg),
+            "$map" => return self.parse_map(arg),
+            "$filter" => return self.parse_filter(arg),
+            "$reduce" => return self.parse_reduce(arg),
+            "$convert" => return self.parse_convert(arg),
+            "$getField" => return self.parse_get_field(arg),
+            "$setField" => return self.parse_set_field(arg),
+            "$dateToString" => return self.parse_date_to_string(arg),
+            _ => {}
+        }
+        let Some(op) = op_by_name(name) else {
+            return Err(err(168, format!("Unrecognized expression '{name}'")));
+        };
+        let args = self.args(arg)?;
+        if let Some((min, max)) = arity(op) {
+            check_arity(name, args.len(), min, max)?;
+        }
+        Ok(Node::Op(op, args))
+    }
+
+    fn parse_cond(&mut self, arg: &Bson) -> Result<Node> {
+        if let Bson::Document(d) = arg {
+            let (mut i, mut t, mut e) = (None, None, None);
+            for (k, v) in d {
+                match k.as_str() {
+                    "if" => i = Some(self.parse(v)?),
+                    "then" => t = Some(self.parse(v)?),
+                    "else" => e = Some(self.parse(v)?),
+                    _ => return Err(err(17083, format!("Unrecognized parameter to $cond: {k}"))),
+                }
+            }
+            let i = i.ok_or_else(|| err(17080, "Missing 'if' parameter to $cond"))?;
+            let t = t.ok_or_else(|| err(17081, "Missing 'then' parameter to $cond"))?;
+            let e = e.ok_or_else(|| err(17082, "Missing 'else' parameter to $cond"))?;
+            return Ok(Node::Cond(Box::new([i, t, e])));
+        }
+        let args = self.args(arg)?;
+        check_arity("$cond", args.len(), 3, 3)?;
+        let [i, t, e]: [Node; 3] = args
+            .try_into()
+            .map_err(|_| CommandError::internal("$cond arity"))?;
+        Ok(Node::Cond(Box::new([i, t, e])))
+    }
+
+    fn parse_switch(&mut self, arg: &Bson) -> Result<Node> {
+        let Bson::Document(d) = arg else {
+            return Err(err(
+                40060,
+                format!(
+                    "$switch requires an object as an argument, found: {}",
+                    type_alias(arg)
+                ),
+            ));
+        };
+        let mut branches = Vec::new();
+        let mut default = None;
+        for (k, v) in d {
+            match k.as_str() {
+                "branches" => {
+                    let Bson::Array(items) = v else {
+                        return Err(err(
+                            40061,
+                            format!(
+                                "$switch expected an array for 'branches', found: {}",
+                                type_alias(v)
+                            ),
+                        ));
+                    };
+                    for b in items {
+                        let Bson::Document(bd) = b else {
+                            return Err(err(
+                                40062,
+                                format!(
+                                    "$switch expected each branch to be an object, found: {}",
+                                    type_alias(b)
+                                ),
+                            ));
+                        };
+                        let (mut case, mut then) = (None, None);
+                        for (bk, bv) in bd {
+                            match bk.as_str() {
+                                "case" => case = Some(self.parse(bv)?),
+                                "then" => then = Some(self.parse(bv)?),
+                                _ => {
+                                    return Err(err(
+                                        40063,
+                                        format!(
+                                            "$switch found an unknown argument to a branch: {bk}"
+                                        ),
+                                    ));
+                                }
+                            }
+                        }
+                        let case = case.ok_or_else(|| {
+                            err(
+                                40064,
+                                "$switch requires each branch have a 'case' expression",
+                            )
+                        })?;
+                        let then = then.ok_or_else(|| {
+                            err(
+                                40065,
+                                "$switch requires each branch have a 'then' expression.",
+                            )
+                        })?;
+                        branches.push((case, then));
+                    }
+                }
+                "default" => default = Some(self.boxed(v)?),
+                _ => {
+                    return Err(err(
+                        40067,
+                        format!("$switch found an unknown argument: {k}"),
+                    ));
+                }
+            }
+        }
+        if branches.is_empty() {
+            return Err(err(40068, "$switch requires at least one branch."));
+        }
+        Ok(Node::Switch { branches, default })
+    }
+
+    fn parse_let(&mut self, arg: &Bson) -> Result<Node> {
+        let d = object_arg("$let", arg, 16874)?;
+        let (mut vars_doc, mut body) = (None, None);
+        for (k, v) in d {
+            match k.as_str() {
+                "vars" => vars_doc = Some(v),
+                "in" => body = Some(v),
+                _ => return Err(err(16875, format!("Unrecognized parameter to $let: {k}"))),
+            }
+        }
+        let vars_doc = vars_doc.ok_or_else(|| err(16876, "Missing 'vars' parameter to $let"))?;
+        let body = body.ok_or_else(|| err(16877, "Missing 'in' parameter to $let"))?;
+        let Bson::Document(vars_doc) = vars_doc else {
+            return Err(err(10065, "invalid parameter: expected an object (vars)"));
+        };
+        let mut vars = Vec::new();
+        for (name, v) in vars_doc {
+            check_var_name(name)?;
+            // Definitions see the enclosing scope, not each other.
+            vars.push((name.clone(), self.parse(v)?));
+        }
+        let names: Vec<String> = vars.iter().map(|(n, _)| n.clone()).collect();
+        let body = self.with_bound(&names, |s| s.boxed(body))?;
+        Ok(Node::Let { vars, body })
+    }
+
+    fn parse_map(&mut self, arg: &Bson) -> Result<Node> {
+        let d = object_arg("$map", arg, 16878)?;
+        let (mut input, mut var, mut body) = (None, "this".to_string(), None);
+        for (k, v) in d {
+            match k.as_str() {
+                "input" => input = Some(self.boxed(v)?),
+                "as" => var = as_name(v, "$map")?,
+                "in" => body = Some(v),
+                _ => return Err(err(16879, format!("Unrecognized parameter to $map: {k}"))),
+            }
+        }
+        let input = input.ok_or_else(|| err(16880, "Missing 'input' parameter to $map"))?;
+        let body = body.ok_or_else(|| err(16882, "Missing 'in' parameter to $map"))?;
+        let body = self.with_bound(std::slice::from_ref(&var), |s| s.boxed(body))?;
+        Ok(Node::Map { input, var, body })
+    }
+
+    fn parse_filter(&mut self, arg: &Bson) -> Result<Node> {
+        let d = object_arg("$filter", arg, 28646)?;
+        let (mut input, mut var, mut cond, mut limit) = (None, "this".to_string(), None, None);
+        for (k, v) in d {
+            match k.as_str() {
+                "input" => input = Some(self.boxed(v)?),
+                "as" => var = as_name(v, "$filter")?,
+                "cond" => cond = Some(v),
+                "limit" => limit = Some(self.boxed(v)?),
+                _ => {
+                    return Err(err(
+                        28647,
+                        format!("Unrecognized parameter to $filter: {k}"),
+                    ));
+                }
+            }
+        }
+        let input = input.ok_or_else(|| err(28648, "Missing 'input' parameter to $filter"))?;
+        let cond = cond.ok_or_else(|| err(28650, "Missing 'cond' parameter to $filter"))?;
+        let cond = self.with_bound(std::slice::from_ref(&var), |s| s.boxed(cond))?;
+        Ok(Node::Filter {
+            input,
+            var,
+            cond,
+            limit,
+        })
+    }
+
+    fn parse_reduce(&mut self, arg: &Bson) -> Result<Node> {
+        let d = object_arg("$reduce", arg, 40075)?;
+        let (mut input, mut init, mut body) = (None, None, None);
+        for (k, v) in d {
+            match k.as_str() {
+                "input" => input = Some(self.boxed(v)?),
+                "initialValue" => init = Some(self.boxed(v)?),
+                "in" => body = Some(v),
+                _ => {
+                    return Err(err(
+                        40076,
+                        format!("$reduce found an unknown argument: {k}"),
+                    ));
+                }
+            }
+        }
+        let input = input.ok_or_else(|| err(40077, "$reduce requires 'input' to be specified"))?;
+        let init =
+            init.ok_or_else(|| err(40078, "$reduce requires 'initialValue' to be specified"))?;
+        let body = body.ok_or_else(|| err(40079, "$reduce requires 'in' to be specified"))?;
+        let names = ["this".to_string(), "value".to_string()];
+        let body = self.with_bound(&names, |s| s.boxed(body))?;
+        Ok(Node::Reduce { input, init, body })
+    }
+
+    fn parse_convert(&mut self, arg: &Bson) -> Result<Node> {
+        let Bson::Document(d) = arg else {
+            return Err(CommandError::failed_to_parse(format!(
+                "$convert expects an object of named arguments but found: {}",
+                type_alias(arg)
+            )));
+        };
+        let (mut input, mut to, mut on_error, mut on_null) = (None, None, None, None);
+        for (k, v) in d {
+            match k.as_str() {
+                "input" => input = Some(self.boxed(v)?),
+                "to" => to = Some(self.boxed(v)?),
+                "onError" => on_error = Some(self.boxed(v)?),
+                "onNull" => on_null = Some(self.boxed(v)?),
+                _ => {
+                    return Err(CommandError::failed_to_parse(format!(
+                        "$convert found an unknown argument: {k}"
+                    )));
+                }
+            }
+        }
+        let input = input.ok_or_else(|| {
+            CommandError::failed_to_parse("Missing 'input' parameter to $convert")
+        })?;
+        let to =
+            to.ok_or_else(|| CommandError::failed_to_parse("Missing 'to' parameter to $convert"))?;
+        Ok(Node::Convert {
+            input,
+            to,
+            on_error,
+            on_null,
+        })
+    }
+
+    fn parse_get_field(&mut self, arg: &Bson) -> Result<Node> {
+        let (field, input) = match arg {
+            Bson::Document(d) if d.keys().next().is_some_and(|k| !k.starts_with('$')) => {
+                let (mut field, mut input) = (None, None);
+                for (k, v) in d {
+                    match k.as_str() {
+                        "field" => field = Some(v),
+                        "input" => input = Some(self.boxed(v)?),
+                        _ => {
+                            return Err(err(
+                                3041701,
+                                format!("$getField found an unknown argument: {k}"),
+                            ));
+                        }
+                    }
+                }
+                let field = field
+                    .ok_or_else(|| err(3041702, "$getField requires 'field' to be specified"))?;
+                (
+                    field,
+                    input.unwrap_or_else(|| Box::new(Node::Path(Vec::new()))),
+                )
+            }
+            other => (other, Box::new(Node::Path(Vec::new()))),
+        };
+        Ok(Node::GetField {
+            field: constant_field_name(field, "$getField")?,
+            input,
+        })
+    }
+
+    fn parse_set_field(&mut self, arg: &Bson) -> Result<Node> {
+        let Bson::Document(d) = arg else {
+            return Err(err(
+                4161100,
+                format!(
+                    "$setField only supports an object as its argument, found: {}",
+                    type_alias(arg)
+                ),
+            ));
+        };
+        let (mut field, mut input, mut value) = (None, None, None);
+        for (k, v) in d {
+            match k.as_str() {
+                "field" => field = Some(v),
+                "input" => input = Some(self.boxed(v)?),
+                "value" => value = Some(self.boxed(v)?),
+                _ => {
+                    return Err(err(
+                        4161101,
+                        format!("$setField found an unknown argument: {k}"),
+                    ));
+                }
+            }
+        }
+        let field =
+            field.ok_or_else(|| err(4161102, "$setField requires 'field' to be specified"))?;
+        let value =
+            value.ok_or_else(|| err(4161103, "$setField requires 'value' to be specified"))?;
+        let input =
+            input.ok_or_else(|| err(4161109, "$setField requires 'input' to be specified"))?;
+        Ok(Node::SetField {
+            field: constant_field_name(field, "$setField")?,
+            input,
+            value,
+        })
+    }
+
+    fn parse_date_to_string(&mut self, arg: &Bson) -> Result<Node> {
+        let Bson::Document(d) = arg else {
+            return Err(err(
+                18629,
+                "$dateToString only supports an object as its argument",
+            ));
+        };
+        let (mut date, mut format, mut on_null) = (None, None, None);
+        for (k, v) in d {
+            match k.as_str() {
+                "date" => date = Some(self.boxed(v)?),
+                "format" => format = Some(self.boxed(v)?),
+                "onNull" => on_null = Some(self.boxed(v)?),
+                "timezone" => {
+                    // Only UTC is supported; anything else must not be silently ignored.
+                    if !matches!(v, Bson::String(s) if s == "UTC" || s == "Z" || s == "+00:00" || s == "GMT")
+                    {
+                        return Err(CommandError::bad_value(
+                            "$dateToString: only the UTC timezone is supported by the mongolock test server",
+                        ));
+                    }
+                }
+                _ => {
+                    return Err(err(
+                        18534,
+                        format!("Unrecognized argument to $dateToString: {k}"),
+                    ));
+                }
+            }
+        }
+        let date = date.ok_or_else(|| err(18628, "Missing 'date' parameter to $dateToString"))?;
+        Ok(Node::DateToString {
+            date,
+            format,
+            on_null,
+        })
+    }
+}
+
+fn as_name(v: &Bson, op: &str) -> Result<String> {
+    match v {
+        Bson::String(s) => {
+            check_var_name(s)?;
+            Ok(s.clone())
+        }
+        _ => Err(CommandError::failed_to_parse(format!(
+            "'as' in {op} must be a string"
+        ))),
+    }
+}
+
+fn constant_field_name(field: &Bson, op: &str) -> Result<String> {
+    match field {
+        Bson::String(s) if !s.starts_with('$') => Ok(s.clone()),
+        Bson::Document(d) if d.len() == 1 && d.contains_key("$literal") => {
+            match d.get("$literal") {
+                Some(Bson::String(s)) => Ok(s.clone()),
+                _ => Err(err(
+                    5654602,
+                    format!("{op} requires 'field' to evaluate to type String"),
+                )),
+            }
+        }
+        _ => Err(err(
+            5654601,
+            format!(
+                "{op} requires 'field' to evaluate to a constant, but got a non-constant argument"
+            ),
+        )),
+    }
+}
+
+/// Evaluation state: the root document, the operation context and the bound variables.
+struct Env<'a> {
+    root: &'a Document,
+    ctx: &'a EvalContext,
+    locals: Vec<(&'a str, Bson)>,
+}
+
+type Val = Option<Bson>;
+
+fn nullish(v: &Val) -> bool {
+    matches!(v, None | Some(Bson::Null | Bson::Undefined))
+}
+
+fn type_name(v: &Val) -> &'static str {
+    v.as_ref().map(type_alias).unwrap_or("missing")
+}
+
+/// Compares two evaluated values; missing sorts with undefined, below null.
+fn cmp_vals(a: &Val, b: &Val) -> Ordering {
+    let undef = Bson::Undefined;
+    compare(a.as_ref().unwrap_or(&undef), b.as_ref().unwrap_or(&undef))
+}
+
+fn int_arg(v: &Bson) -> Option<i64> {
+    match v {
+        Bson::Int32(i) => Some(i64::from(*i)),
+        Bson::Int64(i) => Some(*i),
+        Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.2e18 => Some(*d as i64),
+        _ => None,
+    }
+}
+
+impl<'a> Env<'a> {
+    fn eval(&mut self, node: &'a Node) -> Result<Val> {
+        match node {
+            Node::Const(v) => Ok(Some(v.clone())),
+            Node::Path(p) => Ok(if p.is_empty() {
+                Some(Bson::Document(self.root.clone()))
+            } else {
+                lookup_doc_path(self.root, p)
+            }),
+            Node::Var(var, path) => self.eval_var(var, path),
+            Node::Object(fields) => {
+                let mut out = Document::new();
+                for (k, v) in fields {
+                    if let Some(val) = self.eval(v)? {
+                        out.insert(k.clone(), val);
+                    }
+                }
+                Ok(Some(Bson::Document(out)))
+            }
+            Node::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for item in items {
+                    out.push(self.eval(item)?.unwrap_or(Bson::Null));
+                }
+                Ok(Some(Bson::Array(out)))
+            }
+            Node::And(args) => {
+                for a in args {
+                    if !truthy(self.eval(a)?.as_ref()) {
+                        return Ok(Some(Bson::Boolean(false)));
+                    }
+                }
+                Ok(Some(Bson::Boolean(true)))
+            }
+            Node::Or(args) => {
+                for a in args {
+                    if truthy(self.eval(a)?.as_ref()) {
+                        return Ok(Some(Bson::Boolean(true)));
+                    }
+                }
+                Ok(Some(Bson::Boolean(false)))
+            }
+            Node::IfNull(args) => {
+                let (last, init) = args
+                    .split_last()
+                    .ok_or_else(|| CommandError::internal("$ifNull"))?;
+                for a in init {
+                    let v = self.eval(a)?;
+                    if !nullish(&v) {
+                        return Ok(v);
+                    }
+                }
+                self.eval(last)
+            }
+            Node::Cond(parts) => {
+                let [i, t, e] = &**parts;
+                if truthy(self.eval(i)?.as_ref()) {
+                    self.eval(t)
+                } else {
+                    self.eval(e)
+                }
+            }
+            Node::Switch { branches, default } => {
+                for (case, then) in branches {
+                    if truthy(self.eval(case)?.as_ref()) {
+                        return self.eval(then);
+                    }
+                }
+                match default {
+                    Some(d) => self.eval(d),
+                    None => Err(err(
+                        40066,
+                        "$switch could not find a matching branch for an input, and no default was specified.",
+                    )),
+                }
+            }
+            Node::Let { vars, body } => {
+                let mut values = Vec::with_capacity(vars.len());
+                for (name, v) in vars {
+                    values.push((name.as_str(), self.eval(v)?.unwrap_or(Bson::Undefined)));
+                }
+                let before = self.locals.len();
+                self.locals.extend(values);
+                let r = self.eval(body);
+                self.locals.truncate(before);
+                r
+            }
+            Node::Map { input, var, body } => {
+                let items = match self.eval(input)? {
+                    None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                    Some(Bson::Array(items)) => items,
+                    v => {
+                        return Err(err(
+                            16883,
+                            format!("input to $map must be an array not {}", type_name(&v)),
+                        ));
+                    }
+                };
+                let mut out = Vec::with_capacity(items.len());
+                for item in items {
+                    self.locals.push((var.as_str(), item));
+                    let r = self.eval(body);
+                    self.locals.pop();
+                    out.push(r?.unwrap_or(Bson::Null));
+                }
+                Ok(Some(Bson::Array(out)))
+            }
+            Node::Filter {
+                input,
+                var,
+                cond,
+                limit,
+            } => self.eval_filter(input, var, cond, limit.as_deref()),
+            Node::Reduce { input, init, body } => {
+                let items = match self.eval(input)? {
+                    None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                    Some(Bson::Array(items)) => items,
+                    v => {
+                        return Err(err(
+                            40080,
+                            format!(
+                                "$reduce requires an array as an input, found: {}",
+                                type_name(&v)
+                            ),
+                        ));
+                    }
+                };
+                let mut acc = self.eval(init)?;
+                for item in items {
+                    self.locals.push(("this", item));
+                    self.locals
+                        .push(("value", acc.take().unwrap_or(Bson::Undefined)));
+                    let r = self.eval(body);
+                    self.locals.truncate(self.locals.len() - 2);
+                    acc = r?;
+                }
+                Ok(acc)
+            }
+            Node::Convert {
+                input,
+                to,
+                on_error,
+                on_null,
+            } => self.eval_convert(input, to, on_error.as_deref(), on_null.as_deref()),
+            Node::GetField { field, input } => match self.eval(input)? {
+                None | Some(Bson::Null | Bson::Undefined) => Ok(Some(Bson::Null)),
+                Some(Bson::Document(d)) => Ok(d.get(field).cloned()),
+                v => Err(err(
+                    3041705,
+                    format!(
+                        "$getField requires 'input' to evaluate to type Object, but got {}",
+                        type_name(&v)
+                    ),
+                )),
+            },
+            Node::SetField {
+                field,
+                input,
+                value,
+            } => match self.eval(input)? {
+                None | Some(Bson::Null | Bson::Undefined) => Ok(Some(Bson::Null)),
+                Some(Bson::Document(mut d)) => {
+                    match self.eval(value)? {
+                        Some(v) => {
+                            d.insert(field.clone(), v);
+                        }
+                        None => {
+                            d.remove(field);
+                        }
+                    }
+                    Ok(Some(Bson::Document(d)))
+                }
+                v => Err(err(
+                    4161105,
+                    format!(
+                        "$setField requires 'input' to evaluate to type Object, but got {}",
+                        type_name(&v)
+                    ),
+                )),
+            },
+            Node::DateToString {
+                date,
+                format,
+                on_null,
+            } => {
+                let d = self.eval(date)?;
+                let date = match d {
+                    None | Some(Bson::Null | Bson::Undefined) => {
+                        return match on_null {
+                            Some(n) => self.eval(n),
+                            None => Ok(Some(Bson::Null)),
+                        };
+                    }
+                    Some(v) => date_of(&v, "$dateToString")?,
+                };
+                let fmt = match format {
+                    None => None,
+                    Some(f) => match self.eval(f)? {
+                        None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                        Some(Bson::String(s)) => Some(s),
+                        v => {
+                            return Err(err(
+                                18533,
+                                format!(
+                                    "$dateToString requires that 'format' be a string, found: {}",
+                                    type_name(&v)
+                                ),
+                            ));
+                        }
+                    },
+                };
+                Ok(Some(Bson::String(match fmt {
+                    None => convert::format_date_iso(date),
+                    Some(f) => format_date(date, &f)?,
+                })))
+            }
+            Node::Op(op, args) => self.eval_op(*op, args),
+        }
+    }
+
+    fn eval_var(&mut self, var: &Var, path: &[String]) -> Result<Val> {
+        let base = match var {
+            Var::Root => unreachable_missing()?,
+            Var::Now => Bson::DateTime(self.ctx.now),
+            Var::ClusterTime => match self.ctx.cluster_time {
+                Some(ts) => Bson::Timestamp(ts),
+                None => {
+                    return Err(err(
+                        10071200,
+                        "Builtin variable '$$CLUSTER_TIME' is not available as the server is not part of a replica set",
+                    ));
+                }
+            },
+            Var::Remove => return Ok(None),
+            Var::User(name) => {
+                if let Some((_, v)) = self.locals.iter().rev().find(|(n, _)| *n == name) {
+                    return Ok(if matches!(v, Bson::Undefined) && path.is_empty() {
+                        None
+                    } else {
+                        lookup_path(v, path)
+                    });
+                }
+                match self.ctx.vars.get(name) {
+                    Some(v) => return Ok(lookup_path(v, path)),
+                    None => return Err(err(17276, format!("Use of undefined variable: {name}"))),
+                }
+            }
+        };
+        Ok(lookup_path(&base, path))
+    }
+
+    fn eval_filter(
+        &mut self,
+        input: &'a Node,
+        var: &'a str,
+        cond: &'a Node,
+        limit: Option<&'a Node>,
+    ) -> Result<Val> {
+        let items = match self.eval(input)? {
+            None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+            Some(Bson::Array(items)) => items,
+            v => {
+                return Err(err(
+                    28651,
+                    format!("input to $filter must be an array not {}", type_name(&v)),
+                ));
+            }
+        };
+        let limit = match limit {
+            None => None,
+            Some(l) => match self.eval(l)? {
+                None | Some(Bson::Null | Bson::Undefined) => None,
+                Some(v) => match int_arg(&v).and_then(|n| i32::try_from(n).ok()) {
+                    Some(n) if n > 0 => Some(n as usize),
+                    Some(_) => {
+                        return Err(err(
+                            327391,
+                            format!("$filter: limit must be greater than 0: {}", fmt_value(&v)),
+                        ));
+                    }
+                    None => {
+                        return Err(err(
+                            327392,
+                            format!(
+                                "$filter: limit must be represented as a 32-bit integral value: {}",
+                                fmt_value(&v)
+                            ),
+                        ));
+                    }
+                },
+            },
+        };
+        let mut out = Vec::new();
+        for item in items {
+            if limit.is_some_and(|l| out.len() >= l) {
+                break;
+            }
+            self.locals.push((var, item));
+            let keep = self.eval(cond).map(|v| truthy(v.as_ref()));
+            let (_, item) = self
+                .locals
+                .pop()
+                .ok_or_else(|| CommandError::internal("$filter scope"))?;
+            if keep? {
+                out.push(item);
+            }
+        }
+        Ok(Some(Bson::Array(out)))
+    }
+
+    fn eval_convert(
+        &mut self,
+        input: &'a Node,
+        to: &'a Node,
+        on_error: Option<&'a Node>,
+        on_null: Option<&'a Node>,
+    ) -> Result<Val> {
+        let value = self.eval(input)?;
+        let to_value = self.eval(to)?;
+        let target = match to_value.as_ref().and_then(convert::Target::from_bson) {
+            Some(Ok(t)) => Some(t),
+            Some(Err(msg)) => return Err(CommandError::bad_value(msg)),
+            None if nullish(&to_value) => None,
+            None => {
+                return Err(err(
+                    CONVERSION_FAILURE,
+                    format!(
+                        "$convert's 'to' argument must be a string or number, but is {}",
+                        type_name(&to_value)
+                    ),
+                ));
+            }
+        };
+        if nullish(&value) {
+            return match on_null {
+                Some(n) => self.eval(n),
+                None => Ok(Some(Bson::Null)),
+            };
+        }
+        let Some(target) = target else {
+            return Ok(Some(Bson::Null));
+        };
+        let value = value.unwrap_or(Bson::Null);
+        match convert::convert(&value, target) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => match on_error {
+                Some(n) => self.eval(n),
+                None => Err(err(CONVERSION_FAILURE, e.message())),
+            },
+        }
+    }
+
+    fn eval_args(&mut self, args: &'a [Node]) -> Result<Vec<Val>> {
+        args.iter().map(|a| self.eval(a)).collect()
+    }
+
+    fn eval_op(&mut self, op: Op, args: &'a [Node]) -> Result<Val> {
+        use Op::*;
+        match op {
+            Eq | Ne | Gt | Gte | Lt | Lte | Cmp => {
+                let a = self.eval(&args[0])?;
+                let b = self.eval(&args[1])?;
+                let ord = cmp_vals(&a, &b);
+                Ok(Some(match op {
+                    Eq => Bson::Boolean(ord == Ordering::Equal),
+                    Ne => Bson::Boolean(ord != Ordering::Equal),
+                    Gt => Bson::Boolean(ord == Ordering::Greater),
+                    Gte => Bson::Boolean(ord != Ordering::Less),
+                    Lt => Bson::Boolean(ord == Ordering::Less),
+                    Lte => Bson::Boolean(ord != Ordering::Greater),
+                    _ => Bson::Int32(ord as i32),
+                }))
+            }
+            Not => Ok(Some(Bson::Boolean(!truthy(self.eval(&args[0])?.as_ref())))),
+            Add => self.eval_add(args),
+            Subtract => {
+                let a = self.eval(&args[0])?;
+                let b = self.eval(&args[1])?;
+                eval_subtract(a, b)
+            }
+            Multiply => {
+                let mut p = arith::Product::default();
+                let mut null = false;
+                for v in self.eval_args(args)? {
+                    if nullish(&v) {
+                        null = true;
+                        continue;
+                    }
+                    let v = v.unwrap_or(Bson::Null);
+                    match Num::of(&v, "$multiply")? {
+                        Some(n) => p.mul(n),
+                        None => {
+                            return Err(err(
+                                16555,
+                                format!(
+                                    "$multiply only supports numeric types, not {}",
+                                    type_alias(&v)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Ok(Some(if null {
+                    Bson::Null
+                } else {
+                    p.result().into_bson()
+                }))
+            }
+            Divide | Mod => {
+                let a = self.eval(&args[0])?;
+                let b = self.eval(&args[1])?;
+                let name = if op == Divide { "$divide" } else { "$mod" };
+                if nullish(&a) || nullish(&b) {
+                    return Ok(Some(Bson::Null));
+                }
+                let (av, bv) = (a.unwrap_or(Bson::Null), b.unwrap_or(Bson::Null));
+                let (Some(x), Some(y)) = (Num::of(&av, name)?, Num::of(&bv, name)?) else {
+                    let code = if op == Divide { 16609 } else { 16611 };
+                    return Err(err(
+                        code,
+                        format!(
+                            "{name} only supports numeric types, not {} and {}",
+                            type_alias(&av),
+                            type_alias(&bv)
+                        ),
+                    ));
+                };
+                if y.is_zero() {
+                    return Err(if op == Divide {
+                        err(16608, "can't $divide by zero")
+                    } else {
+                        err(16610, "can't $mod by 0")
+                    });
+                }
+                Ok(Some(if op == Divide {
+                    Bson::Double(x.to_f64() / y.to_f64())
+                } else {
+                    arith::modulo(x, y).into_bson()
+                }))
+            }
+            Abs | Floor | Ceil => {
+                let v = self.eval(&args[0])?;
+                if nullish(&v) {
+                    return Ok(Some(Bson::Null));
+                }
+                let v = v.unwrap_or(Bson::Null);
+                let name = match op {
+                    Abs => "$abs",
+                    Floor => "$floor",
+                    _ => "$ceil",
+                };
+                let Some(n) = Num::of(&v, name)? else {
+                    return Err(err(
+                        28765,
+                        format!("{name} only supports numeric types, not {}", type_alias(&v)),
+                    ));
+                };
+                Ok(Some(match (op, n) {
+                    (Abs, _) => arith::abs(n)?.into_bson(),
+                    (Floor, Num::Double(d)) => Bson::Double(d.floor()),
+                    (Ceil, Num::Double(d)) => Bson::Double(d.ceil()),
+                    _ => n.into_bson(),
+                }))
+            }
+            Max | Min => {
+                let values = self.eval_args(args)?;
+                let candidates: Vec<Bson> = match values.as_slice() {
+                    [Some(Bson::Array(items))] => items.clone(),
+                    _ => values.into_iter().flatten().collect(),
+                };
+                let mut best: Option<Bson> = None;
+                for v in candidates {
+                    if matches!(v, Bson::Null | Bson::Undefined) {
+                        continue;
+                    }
+                    let better = match &best {
+                        None => true,
+                        Some(b) => {
+                            let ord = compare(&v, b);
+                            if op == Max {
+                                ord == Ordering::Greater
+                            } else {
+                                ord == Ordering::Less
+                            }
+                        }
+                    };
+                    if better {
+                        best = Some(v);
+                    }
+                }
+                Ok(Some(best.unwrap_or(Bson::Null)))
+            }
+            Sum | Avg => {
+                let values = self.eval_args(args)?;
+                let candidates: Vec<Bson> = match values.as_slice() {
+                    [Some(Bson::Array(items))] => items.clone(),
+                    _ => values.into_iter().flatten().collect(),
+                };
+                let name = if op == Sum { "$sum" } else { "$avg" };
+                let mut s = arith::Sum::default();
+                for v in &candidates {
+                    if let Some(n) = Num::of(v, name)? {
+                        s.add(n);
+                    }
+                }
+                Ok(Some(if op == Sum {
+                    s.result().into_bson()
+                } else if s.count == 0 {
+                    Bson::Null
+                } else {
+                    Bson::Double(s.result().to_f64() / s.count as f64)
+                }))
+            }
+            ToLong | ToInt | ToDouble | ToDate | ToString | ToBool | ToObjectId => {
+                let v = self.eval(&args[0])?;
+                if nullish(&v) {
+                    return Ok(Some(Bson::Null));
+                }
+                let target = match op {
+                    ToLong => convert::Target::Long,
+                    ToInt => convert::Target::Int,
+                    ToDouble => convert::Target::Double,
+                    ToDate => convert::Target::Date,
+                    ToString => convert::Target::String,
+                    ToBool => convert::Target::Bool,
+                    _ => convert::Target::ObjectId,
+                };
+                convert::convert(&v.unwrap_or(Bson::Null), target)
+                    .map(Some)
+                    .map_err(|e| err(CONVERSION_FAILURE, e.message()))
+            }
+            Type => Ok(Some(Bson::String(
+                type_name(&self.eval(&args[0])?).to_string(),
+            ))),
+            IsArray => Ok(Some(Bson::Boolean(matches!(
+                self.eval(&args[0])?,
+                Some(Bson::Array(_))
+            )))),
+            IsNumber => Ok(Some(Bson::Boolean(
+                self.eval(&args[0])?
+                    .as_ref()
+                    .is_some_and(super::compare::is_number),
+            ))),
+            Size => match self.eval(&args[0])? {
+                Some(Bson::Array(a)) => Ok(Some(size_bson(a.len()))),
+                v => Err(err(
+                    17124,
+                    format!(
+                        "The argument to $size must be an array. Type of argument: {}",
+                        type_name(&v)
+                    ),
+                )),
+            },
+            ConcatArrays => {
+                let mut out = Vec::new();
+                for v in self.eval_args(args)? {
+                    match v {
+                        None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                        Some(Bson::Array(items)) => out.extend(items),
+                        v => {
+                            return Err(err(
+                                28664,
+                                format!(
+                                    "$concatArrays only supports arrays, not {}",
+                                    type_name(&v)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Ok(Some(Bson::Array(out)))
+            }
+            SetUnion => {
+                let mut out: Vec<Bson> = Vec::new();
+                for v in self.eval_args(args)? {
+                    match v {
+                        None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                        Some(Bson::Array(items)) => out.extend(items),
+                        v => {
+                            return Err(err(
+                                17043,
+                                format!(
+                                    "All operands of $setUnion must be arrays. One argument is of type: {}",
+                                    type_name(&v)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                out.sort_by(compare);
+                out.dedup_by(|a, b| values_equal(a, b));
+                Ok(Some(Bson::Array(out)))
+            }
+            In => {
+                let needle = self.eval(&args[0])?;
+                match self.eval(&args[1])? {
+                    Some(Bson::Array(items)) => {
+                        let undef = Bson::Undefined;
+                        let n = needle.as_ref().unwrap_or(&undef);
+                        Ok(Some(Bson::Boolean(
+                            items.iter().any(|i| values_equal(i, n)),
+                        )))
+                    }
+                    v => Err(err(
+                        40081,
+                        format!(
+                            "$in requires an array as a second argument, found: {}",
+                            type_name(&v)
+                        ),
+                    )),
+                }
+            }
+            ArrayElemAt => {
+                let a = self.eval(&args[0])?;
+                let i = self.eval(&args[1])?;
+                if nullish(&a) || nullish(&i) {
+                    return Ok(Some(Bson::Null));
+                }
+                let Some(Bson::Array(items)) = a else {
+                    return Err(err(
+                        28689,
+                        format!(
+                            "$arrayElemAt's first argument must be an array, but is {}",
+                            type_name(&a)
+                        ),
+                    ));
+                };
+                let i = i.unwrap_or(Bson::Null);
+                if !super::compare::is_number(&i) {
+                    return Err(err(
+                        28690,
+                        format!(
+                            "$arrayElemAt's second argument must be a numeric value, but is {}",
+                            type_alias(&i)
+                        ),
+                    ));
+                }
+                let Some(idx) = int_arg(&i).and_then(|n| i32::try_from(n).ok()) else {
+                    return Err(err(
+                        28691,
+                        format!(
+                            "$arrayElemAt's second argument must be representable as a 32-bit integer: {}",
+                            fmt_value(&i)
+                        ),
+                    ));
+                };
+                Ok(elem_at(items, i64::from(idx)))
+            }
+            First | Last => {
+                let name = if op == First { "$first" } else { "$last" };
+                match self.eval(&args[0])? {
+                    None | Some(Bson::Null | Bson::Undefined) => Ok(Some(Bson::Null)),
+                    Some(Bson::Array(items)) => {
+                        Ok(elem_at(items, if op == First { 0 } else { -1 }))
+                    }
+                    v => Err(err(
+                        28689,
+                        format!(
+                            "{name}'s argument must be an array, but is {}",
+                            type_name(&v)
+                        ),
+                    )),
+                }
+            }
+            MergeObjects => {
+                let mut out = Document::new();
+                for v in self.eval_args(args)? {
+                    match v {
+                        None | Some(Bson::Null | Bson::Undefined) => {}
+                        Some(Bson::Document(d)) => {
+                            for (k, val) in d {
+                                out.insert(k, val);
+                            }
+                        }
+                        Some(v) => {
+                            return Err(err(
+                                40400,
+                                format!(
+                                    "$mergeObjects requires object inputs, but input {} is of type {}",
+                                    fmt_value(&v),
+                                    type_alias(&v)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Ok(Some(Bson::Document(out)))
+            }
+            Concat => {
+                let mut out = String::new();
+                for v in self.eval_args(args)? {
+                    match v {
+                        None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                        Some(Bson::String(s)) => out.push_str(&s),
+                        v => {
+                            return Err(err(
+                                16702,
+                                format!("$concat only supports strings, not {}", type_name(&v)),
+                            ));
+                        }
+                    }
+                }
+                Ok(Some(Bson::String(out)))
+            }
+            ToLower | ToUpper => {
+                let v = self.eval(&args[0])?;
+                let s = match v {
+                    None | Some(Bson::Null | Bson::Undefined) => String::new(),
+                    Some(Bson::String(s)) => s,
+                    Some(
+                        other @ (Bson::Int32(_)
+                        | Bson::Int64(_)
+                        | Bson::Double(_)
+                        | Bson::DateTime(_)),
+                    ) => convert::convert(&other, convert::Target::String)
+                        .map(|b| b.as_str().unwrap_or_default().to_string())
+                        .unwrap_or_default(),
+                    Some(other) => {
+                        return Err(err(
+                            16007,
+                            format!(
+                                "can't convert from BSON type {} to String",
+                                type_alias(&other)
+                            ),
+                        ));
+                    }
+                };
+                Ok(Some(Bson::String(if op == ToLower {
+                    s.to_ascii_lowercase()
+                } else {
+                    s.to_ascii_uppercase()
+                })))
+            }
+            IndexOfArray => self.eval_index_of_array(args),
+            Slice => self.eval_slice(args),
+        }
+    }
+
+    fn eval_add(&mut self, args: &'a [Node]) -> Result<Val> {
+        let mut sum = arith::Sum::default();
+        let mut date: Option<DateTime> = None;
+        let mut null = false;
+        for v in self.eval_args(args)? {
+            match v {
+                None | Some(Bson::Null | Bson::Undefined) => null = true,
+                Some(Bson::DateTime(d)) => {
+                    if date.is_some() {
+                        return Err(err(16612, "only one date allowed in an $add expression"));
+                    }
+                    date = Some(d);
+                }
+                Some(v) => match Num::of(&v, "$add")? {
+                    Some(n) => sum.add(n),
+                    None => {
+                        return Err(err(
+                            16554,
+                            format!(
+                                "$add only supports numeric or date types, not {}",
+                                type_alias(&v)
+                            ),
+                        ));
+                    }
+                },
+            }
+        }
+        if null {
+            return Ok(Some(Bson::Null));
+        }
+        match date {
+            None => Ok(Some(sum.result().into_bson())),
+            Some(d) => {
+                let millis = sum
+                    .as_millis()
+                    .and_then(|m| d.timestamp_millis().checked_add(m))
+                    .ok_or_else(|| err(15, "date overflow in $add"))?;
+                Ok(Some(Bson::DateTime(DateTime::from_millis(millis))))
+            }
+        }
+    }
+
+    fn eval_index_of_array(&mut self, args: &'a [Node]) -> Result<Val> {
+        let values = self.eval_args(args)?;
+        let items = match &values[0] {
+            v if nullish(v) => return Ok(Some(Bson::Null)),
+            Some(Bson::Array(items)) => items,
+            v => {
+                return Err(err(
+                    40090,
+                    format!(
+                        "$indexOfArray requires an array as a first argument, found: {}",
+                        type_name(v)
+                    ),
+                ));
+            }
+        };
+        let index_arg = |v: &Val, which: &str, code_type: i32, code_neg: i32| -> Result<usize> {
+            let b = v.clone().unwrap_or(Bson::Null);
+            let n = int_arg(&b).filter(|n| i32::try_from(*n).is_ok()).ok_or_else(|| {
+                err(
+                    code_type,
+                    format!("$indexOfArray requires an integral {which}, found a value of type: {}, with value: {}", type_alias(&b), fmt_value(&b)),
+                )
+            })?;
+            usize::try_from(n).map_err(|_| {
+                err(
+                    code_neg,
+                    format!("$indexOfArray requires a nonnegative {which}, found: {n}"),
+                )
+            })
+        };
+        let start = match values.get(2) {
+            Some(v) => index_arg(v, "starting index", 40096, 40097)?,
+            None => 0,
+        };
+        let end = match values.get(3) {
+            Some(v) => index_arg(v, "ending index", 40096, 40097)?.min(items.len()),
+            None => items.len(),
+        };
+        let undef = Bson::Undefined;
+        let needle = values[1].as_ref().unwrap_or(&undef);
+        let found = (start..end).find(|&i| values_equal(&items[i], needle));
+        Ok(Some(match found {
+            Some(i) => size_bson(i),
+            None => Bson::Int32(-1),
+        }))
+    }
+
+    fn eval_slice(&mut self, args: &'a [Node]) -> Result<Val> {
+        let values = self.eval_args(args)?;
+        if values.iter().any(nullish) {
+            return Ok(Some(Bson::Null));
+        }
+        let values: Vec<Bson> = values.into_iter().flatten().collect();
+        let Bson::Array(items) = &values[0] else {
+            return Err(err(
+                28724,
+                format!(
+                    "First argument to $slice must be an array, but is of type: {}",
+                    type_alias(&values[0])
+                ),
+            ));
+        };
+        let int = |v: &Bson, which: &str, code_type: i32, code_int: i32| -> Result<i64> {
+            if !super::compare::is_number(v) {
+                return Err(err(
+                    code_type,
+                    format!(
+                        "{which} argument to $slice must be a numeric value, but is of type: {}",
+                        type_alias(v)
+                    ),
+                ));
+            }
+            int_arg(v).filter(|n| i32::try_from(*n).is_ok()).ok_or_else(|| {
+                err(code_int, format!("{which} argument to $slice can't be represented as a 32-bit integer: {}", fmt_value(v)))
+            })
+        };
+        let len = items.len() as i64;
+        let (start, count) = if values.len() == 2 {
+            let n = int(&values[1], "Second", 28725, 28726)?;
+            if n >= 0 {
+                (0, n)
+            } else {
+                ((len + n).max(0), -n)
+            }
+        } else {
+            let pos = int(&values[1], "Second", 28725, 28726)?;
+            let n = int(&values[2], "Third", 28727, 28728)?;
+            if n <= 0 {
+                return Err(err(
+                    28729,
+                    format!(
+                        "Third argument to $slice must be positive: {}",
+                        fmt_value(&values[2])
+                    ),
+                ));
+            }
+            let start = if pos < 0 {
+                (len + pos).max(0)
+            } else {
+                pos.min(len)
+            };
+            (start, n)
+        };
+        let start = start.min(len) as usize;
+        let end = (start as i64 + count).min(len) as usize;
+        Ok(Some(Bson::Array(items[start..end].to_vec())))
+    }
+}
+
+/// mongod's `ConversionFailure` code.
+const CONVERSION_FAILURE: i32 = 241;
+
+fn unreachable_missing<T>() -> Result<T> {
+    Err(CommandError::internal(
+        "expression evaluation reached an impossible state",
+    ))
+}
+
+fn size_bson(n: usize) -> Bson {
+    match i32::try_from(n) {
+        Ok(i) => Bson::Int32(i),
+        Err(_) => Bson::Int64(n as i64),
+    }
+}
+
+fn elem_at(items: Vec<Bson>, idx: i64) -> Val {
+    let len = items.len() as i64;
+    let i = if idx < 0 { len + idx } else { idx };
+    if i < 0 || i >= len {
+        return None;
+    }
+    items.into_iter().nth(i as usize)
+}
+
+fn eval_subtract(a: Val, b: Val) -> Result<Val> {
+    if nullish(&a) || nullish(&b) {
+        return Ok(Some(Bson::Null));
+    }
+    let (a, b) = (a.unwrap_or(Bson::Null), b.unwrap_or(Bson::Null));
+    let mismatch = || {
+        err(
+            16556,
+            format!("can't $subtract {} from {}", type_alias(&b), type_alias(&a)),
+        )
+    };
+    match (&a, &b) {
+        (Bson::DateTime(x), Bson::DateTime(y)) => x
+            .timestamp_millis()
+            .checked_sub(y.timestamp_millis())
+            .map(|m| Some(Bson::Int64(m)))
+            .ok_or_else(|| err(15, "date overflow in $subtract")),
+        (Bson::DateTime(x), _) => {
+            let n = Num::of(&b, "$subtract")?.ok_or_else(mismatch)?;
+            let m = match n {
+                Num::Double(d) => {
+                    let r = d.round();
+                    if !r.is_finite() || r.abs() >= 9.2e18 {
+                        return Err(err(15, "date overflow in $subtract"));
+                    }
+                    r as i64
+                }
+                other => other.to_i64().unwrap_or_default(),
+            };
+            x.timestamp_millis()
+                .checked_sub(m)
+                .map(|v| Some(Bson::DateTime(DateTime::from_millis(v))))
+                .ok_or_else(|| err(15, "date overflow in $subtract"))
+        }
+        _ => {
+            let x = Num::of(&a, "$subtract")?.ok_or_else(mismatch)?;
+            let y = Num::of(&b, "$subtract")?.ok_or_else(mismatch)?;
+            Ok(Some(arith::subtract(x, y).into_bson()))
+        }
+    }
+}
+
+fn date_of(v: &Bson, op: &str) -> Result<DateTime> {
+    match v {
+        Bson::DateTime(d) => Ok(*d),
+        Bson::Timestamp(t) => Ok(DateTime::from_millis(i64::from(t.time) * 1000)),
+        Bson::ObjectId(o) => Ok(o.timestamp()),
+        other => {
+            let _ = op;
+            Err(err(
+                16006,
+                format!("can't convert from BSON type {} to Date", type_alias(other)),
+            ))
+        }
+    }
+}
+
+/// `$dateToString` formatting (UTC), with mongod's format specifiers.
+fn format_date(date: DateTime, fmt: &str) -> Result<String> {
+    let p = convert::date_parts(date);
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&format!("{:04}", p.year)),
+            Some('m') => out.push_str(&format!("{:02}", p.month)),
+            Some('d') => out.push_str(&format!("{:02}", p.day)),
+            Some('H') => out.push_str(&format!("{:02}", p.hour)),
+            Some('M') => out.push_str(&format!("{:02}", p.minute)),
+            Some('S') => out.push_str(&format!("{:02}", p.second)),
+            Some('L') => out.push_str(&format!("{:03}", p.millis)),
+            Some('j') => out.push_str(&format!("{:03}", p.yearday)),
+            Some('w') => out.push_str(&p.weekday.to_string()),
+            Some('z') => out.push_str("+0000"),
+            Some('Z') => out.push('0'),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                return Err(err(
+                    18536,
+                    format!("Invalid format character '%{other}' in format string"),
+                ));
+            }
+            None => return Err(err(18535, "Unmatched '%' at end of format string")),
+        }
+    }
+    Ok(out)
 }
 
 impl Expr {
     /// Parses an expression (a literal, a `"$path"`, a `"$$var"`, an operator document or an
     /// object of expressions).
     pub fn parse(value: &Bson) -> Result<Expr> {
-        Ok(Expr { _raw: value.clone() })
+        Self::parse_with_vars(value, &[])
+    }
+
+    /// Parses an expression in which the variables `bound` are defined by the caller (for
+    /// example by a stage); they must be supplied to [`Expr::eval_with_vars`].
+    pub fn parse_with_vars(value: &Bson, bound: &[&str]) -> Result<Expr> {
+        let mut scope = Scope {
+            bound: bound.iter().map(|s| s.to_string()).collect(),
+            depth: 0,
+        };
+        Ok(Expr {
+            node: scope.parse(value)?,
+        })
     }
 
     /// Evaluates against `root` (`$$ROOT` and `$$CURRENT`). `Ok(None)` means missing.
-    pub fn eval(&self, _root: &Document, _ctx: &EvalContext) -> Result<Option<Bson>> {
-        Err(CommandError::internal("aggregation expressions are not implemented yet"))
+    pub fn eval(&self, root: &Document, ctx: &EvalContext) -> Result<Option<Bson>> {
+        let mut env = Env {
+            root,
+            ctx,
+            locals: Vec::new(),
+        };
+        env.eval(&self.node)
+    }
+
+    /// Evaluates with extra variables bound (see [`Expr::parse_with_vars`]).
+    pub fn eval_with_vars(
+        &self,
+        root: &Document,
+        ctx: &EvalContext,
+        vars: &[(&str, Bson)],
+    ) -> Result<Option<Bson>> {
+        let mut env = Env {
+            root,
+            ctx,
+            locals: vars.to_vec(),
+        };
+        env.eval(&self.node)
+    }
+
+    /// The constant value of this expression, if it is a literal.
+    pub fn as_constant(&self) -> Option<&Bson> {
+        match &self.node {
+            Node::Const(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Whether this expression is a plain field path (`"$a.b"`), returning its components.
+    pub fn as_field_path(&self) -> Option<&[String]> {
+        match &self.node {
+            Node::Path(p) if !p.is_empty() => Some(p),
+            _ => None,
+        }
     }
 }
