@@ -1982,3 +1982,843 @@ impl Expr {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{Timestamp, bson, doc};
+
+    const NOW_MS: i64 = 1_700_000_000_000;
+
+    fn ctx() -> EvalContext {
+        let mut c = EvalContext::at(DateTime::from_millis(NOW_MS));
+        c.vars = doc! {"limit": 3, "who": {"name": "x"}};
+        c
+    }
+
+    fn sample() -> Document {
+        doc! {
+            "_id": 1,
+            "a": 5,
+            "b": 2.5,
+            "l": 7_i64,
+            "s": "str",
+            "n": null,
+            "arr": [1, 2, 3],
+            "objs": [{"b": 1}, {"b": 2}, {"c": 3}, 4, [{"b": 5}]],
+            "sub": {"x": {"y": 9}},
+            "when": DateTime::from_millis(1000),
+            "shared": [
+                {"owner": "a", "expiresAt": DateTime::from_millis(NOW_MS - 1)},
+                {"owner": "b", "expiresAt": DateTime::from_millis(NOW_MS + 1)},
+                {"owner": "c", "expiresAt": null},
+                {"owner": "d"}
+            ],
+        }
+    }
+
+    fn eval(expr: Bson) -> Result<Option<Bson>> {
+        Expr::parse(&expr)?.eval(&sample(), &ctx())
+    }
+
+    fn date(ms: i64) -> Bson {
+        Bson::DateTime(DateTime::from_millis(ms))
+    }
+
+    #[test]
+    fn evaluates_paths_variables_and_literals() {
+        let cases: Vec<(Bson, Option<Bson>)> = vec![
+            (bson!("$a"), Some(bson!(5))),
+            (bson!("$sub.x.y"), Some(bson!(9))),
+            (bson!("$sub.nope"), None),
+            (bson!("$a.b"), None),
+            (bson!("$objs.b"), Some(bson!([1, 2, [5]]))),
+            (bson!("$$ROOT.a"), Some(bson!(5))),
+            (bson!("$$CURRENT.sub.x"), Some(bson!({"y": 9}))),
+            (bson!("$$NOW"), Some(date(NOW_MS))),
+            (bson!("$$REMOVE"), None),
+            (bson!("$$limit"), Some(bson!(3))),
+            (bson!("$$who.name"), Some(bson!("x"))),
+            (bson!(42), Some(bson!(42))),
+            (bson!("plain"), Some(bson!("plain"))),
+            (bson!({"$literal": "$a"}), Some(bson!("$a"))),
+            (
+                bson!({"x": "$a", "y": {"z": "$s"}, "gone": "$missing"}),
+                Some(bson!({"x": 5, "y": {"z": "str"}})),
+            ),
+            (bson!(["$a", "$missing", 1]), Some(bson!([5, null, 1]))),
+            (bson!({}), Some(bson!({}))),
+        ];
+        for (expr, expected) in cases {
+            assert_eq!(eval(expr.clone()).unwrap(), expected, "{expr:?}");
+        }
+        let root = eval(bson!("$$ROOT")).unwrap().unwrap();
+        assert_eq!(root, Bson::Document(sample()));
+    }
+
+    #[test]
+    fn cluster_time_needs_a_replica_set() {
+        let e = eval(bson!("$$CLUSTER_TIME")).unwrap_err();
+        assert_eq!(e.code, 10071200);
+        let mut c = ctx();
+        c.cluster_time = Some(Timestamp {
+            time: 5,
+            increment: 1,
+        });
+        let v = Expr::parse(&bson!("$$CLUSTER_TIME"))
+            .unwrap()
+            .eval(&sample(), &c)
+            .unwrap();
+        assert_eq!(
+            v,
+            Some(Bson::Timestamp(Timestamp {
+                time: 5,
+                increment: 1
+            }))
+        );
+    }
+
+    #[test]
+    fn comparisons_use_bson_order_without_array_traversal() {
+        let cases: Vec<(Bson, Bson)> = vec![
+            (bson!({"$eq": ["$a", 5.0]}), bson!(true)),
+            (bson!({"$eq": ["$arr", 1]}), bson!(false)),
+            (bson!({"$eq": ["$missing", null]}), bson!(false)),
+            (bson!({"$eq": ["$missing", "$alsoMissing"]}), bson!(true)),
+            (bson!({"$eq": ["$n", null]}), bson!(true)),
+            (bson!({"$ne": ["$a", 6]}), bson!(true)),
+            (bson!({"$gt": ["$s", 100]}), bson!(true)),
+            (bson!({"$gt": ["$missing", null]}), bson!(false)),
+            (bson!({"$lt": ["$missing", null]}), bson!(true)),
+            (bson!({"$gte": ["$l", 7]}), bson!(true)),
+            (bson!({"$lte": ["$b", 2]}), bson!(false)),
+            (bson!({"$cmp": ["$a", 7]}), bson!(-1)),
+            (bson!({"$cmp": ["$a", 5]}), bson!(0)),
+            (bson!({"$cmp": ["b", "a"]}), bson!(1)),
+            (bson!({"$gt": ["$when", 99999999999_i64]}), bson!(true)),
+        ];
+        for (expr, expected) in cases {
+            assert_eq!(eval(expr.clone()).unwrap(), Some(expected), "{expr:?}");
+        }
+    }
+
+    #[test]
+    fn logic_uses_truthiness() {
+        let cases: Vec<(Bson, Bson)> = vec![
+            (bson!({"$and": [1, "x", [], {}]}), bson!(true)),
+            (bson!({"$and": [1, 0]}), bson!(false)),
+            (bson!({"$and": []}), bson!(true)),
+            (
+                bson!({"$or": [null, "$missing", false, 0.0, 0_i64]}),
+                bson!(false),
+            ),
+            (bson!({"$or": [null, ""]}), bson!(true)),
+            (bson!({"$or": []}), bson!(false)),
+            (bson!({"$not": ["$missing"]}), bson!(true)),
+            (bson!({"$not": "$a"}), bson!(false)),
+            (
+                bson!({"$cond": [{"$gt": ["$a", 1]}, "big", "small"]}),
+                bson!("big"),
+            ),
+            (
+                bson!({"$cond": {"if": "$n", "then": 1, "else": 2}}),
+                bson!(2),
+            ),
+            (bson!({"$ifNull": ["$missing", "$n", "$a"]}), bson!(5)),
+            (bson!({"$ifNull": ["$missing", null]}), Bson::Null),
+            (
+                bson!({"$switch": {"branches": [{"case": {"$eq": ["$a", 1]}, "then": "one"}, {"case": {"$eq": ["$a", 5]}, "then": "five"}], "default": "other"}}),
+                bson!("five"),
+            ),
+            (
+                bson!({"$switch": {"branches": [{"case": false, "then": 1}], "default": "d"}}),
+                bson!("d"),
+            ),
+        ];
+        for (expr, expected) in cases {
+            assert_eq!(eval(expr.clone()).unwrap(), Some(expected), "{expr:?}");
+        }
+        // Short-circuit: the erroring branch is never evaluated.
+        assert_eq!(
+            eval(bson!({"$and": [false, {"$size": 1}]})).unwrap(),
+            Some(bson!(false))
+        );
+        assert_eq!(
+            eval(bson!({"$cond": [true, 1, {"$size": 1}]})).unwrap(),
+            Some(bson!(1))
+        );
+        assert_eq!(
+            eval(bson!({"$ifNull": ["$missing", "$alsoMissing"]})).unwrap(),
+            None
+        );
+        let e = eval(bson!({"$switch": {"branches": [{"case": false, "then": 1}]}})).unwrap_err();
+        assert_eq!(e.code, 40066);
+    }
+
+    #[test]
+    fn arithmetic_widens_like_mongod() {
+        let cases: Vec<(Bson, Bson)> = vec![
+            (bson!({"$add": [1, 2]}), bson!(3)),
+            (bson!({"$add": [i32::MAX, 1]}), bson!(2_147_483_648_i64)),
+            (bson!({"$add": [1, 2_i64]}), bson!(3_i64)),
+            (bson!({"$add": [i64::MAX, 1]}), bson!(i64::MAX as f64 + 1.0)),
+            (bson!({"$add": ["$a", "$b"]}), bson!(7.5)),
+            (bson!({"$add": []}), bson!(0)),
+            (bson!({"$add": ["$a", null]}), Bson::Null),
+            (bson!({"$add": ["$a", "$missing"]}), Bson::Null),
+            (bson!({"$add": ["$when", 500]}), date(1500)),
+            (bson!({"$add": [1, "$when", 1.6]}), date(1003)),
+            (bson!({"$subtract": ["$a", 7]}), bson!(-2)),
+            (bson!({"$subtract": ["$l", 2.5]}), bson!(4.5)),
+            (
+                bson!({"$subtract": ["$$NOW", "$when"]}),
+                bson!(NOW_MS - 1000),
+            ),
+            (bson!({"$subtract": ["$when", 1000]}), date(0)),
+            (bson!({"$subtract": [null, 1]}), Bson::Null),
+            (bson!({"$multiply": [3, 4]}), bson!(12)),
+            (
+                bson!({"$multiply": [65536, 65536]}),
+                bson!(4_294_967_296_i64),
+            ),
+            (bson!({"$multiply": [2, 1.5]}), bson!(3.0)),
+            (
+                bson!({"$multiply": [{"$toLong": "$$NOW"}, 1000]}),
+                bson!(NOW_MS * 1000),
+            ),
+            (bson!({"$multiply": []}), bson!(1)),
+            (bson!({"$divide": [5, 2]}), bson!(2.5)),
+            (bson!({"$divide": [4, 2]}), bson!(2.0)),
+            (bson!({"$mod": [7, 3]}), bson!(1)),
+            (bson!({"$mod": [-7, 3_i64]}), bson!(-1_i64)),
+            (bson!({"$mod": [7.5, 2]}), bson!(1.5)),
+            (bson!({"$abs": -5}), bson!(5)),
+            (bson!({"$abs": [i32::MIN]}), bson!(2_147_483_648_i64)),
+            (bson!({"$abs": null}), Bson::Null),
+            (bson!({"$floor": 2.7}), bson!(2.0)),
+            (bson!({"$ceil": 2.1}), bson!(3.0)),
+            (bson!({"$floor": 2}), bson!(2)),
+            (bson!({"$max": [1, 5, 3]}), bson!(5)),
+            (bson!({"$max": "$arr"}), bson!(3)),
+            (bson!({"$max": [null, "$missing"]}), Bson::Null),
+            (bson!({"$max": [1, null, "x"]}), bson!("x")),
+            (bson!({"$min": [4, null, 2]}), bson!(2)),
+            (bson!({"$min": [[1, 2], 0]}), bson!(0)),
+            (bson!({"$sum": "$arr"}), bson!(6)),
+            (bson!({"$sum": ["$a", "$b", "x", null]}), bson!(7.5)),
+            (bson!({"$sum": "$s"}), bson!(0)),
+            (bson!({"$avg": [1, 2]}), bson!(1.5)),
+            (bson!({"$avg": "$arr"}), bson!(2.0)),
+            (bson!({"$avg": ["x"]}), Bson::Null),
+        ];
+        for (expr, expected) in cases {
+            assert_eq!(eval(expr.clone()).unwrap(), Some(expected), "{expr:?}");
+        }
+    }
+
+    #[test]
+    fn conversions_and_types() {
+        let cases: Vec<(Bson, Bson)> = vec![
+            (bson!({"$toLong": "$$NOW"}), bson!(NOW_MS)),
+            (bson!({"$toLong": "$b"}), bson!(2_i64)),
+            (bson!({"$toLong": null}), Bson::Null),
+            (bson!({"$toInt": "12"}), bson!(12)),
+            (bson!({"$toDouble": "$a"}), bson!(5.0)),
+            (bson!({"$toDate": 1000_i64}), date(1000)),
+            (bson!({"$toString": "$a"}), bson!("5")),
+            (
+                bson!({"$toString": "$when"}),
+                bson!("1970-01-01T00:00:01.000Z"),
+            ),
+            (bson!({"$toBool": 0}), bson!(false)),
+            (bson!({"$toBool": "false"}), bson!(true)),
+            (
+                bson!({"$convert": {"input": "abc", "to": "int", "onError": -1}}),
+                bson!(-1),
+            ),
+            (
+                bson!({"$convert": {"input": "$missing", "to": "int", "onNull": "none"}}),
+                bson!("none"),
+            ),
+            (
+                bson!({"$convert": {"input": "$missing", "to": "int"}}),
+                Bson::Null,
+            ),
+            (bson!({"$convert": {"input": "7", "to": 18}}), bson!(7_i64)),
+            (bson!({"$convert": {"input": 1, "to": "bool"}}), bson!(true)),
+            (bson!({"$type": "$missing"}), bson!("missing")),
+            (bson!({"$type": "$l"}), bson!("long")),
+            (bson!({"$type": [[1]]}), bson!("array")),
+            (bson!({"$isArray": "$arr"}), bson!(true)),
+            (bson!({"$isArray": ["$s"]}), bson!(false)),
+            (bson!({"$isNumber": "$b"}), bson!(true)),
+            (bson!({"$toUpper": "$s"}), bson!("STR")),
+            (bson!({"$toLower": null}), bson!("")),
+            (
+                bson!({"$dateToString": {"date": "$when", "format": "%Y/%m/%d %H:%M:%S.%L"}}),
+                bson!("1970/01/01 00:00:01.000"),
+            ),
+            (
+                bson!({"$dateToString": {"date": "$when"}}),
+                bson!("1970-01-01T00:00:01.000Z"),
+            ),
+            (
+                bson!({"$dateToString": {"date": "$missing", "onNull": "x"}}),
+                bson!("x"),
+            ),
+        ];
+        for (expr, expected) in cases {
+            assert_eq!(eval(expr.clone()).unwrap(), Some(expected), "{expr:?}");
+        }
+    }
+
+    #[test]
+    fn arrays_and_objects() {
+        let cases: Vec<(Bson, Option<Bson>)> = vec![
+            (bson!({"$size": "$arr"}), Some(bson!(3))),
+            (
+                bson!({"$concatArrays": ["$arr", [4], []]}),
+                Some(bson!([1, 2, 3, 4])),
+            ),
+            (
+                bson!({"$concatArrays": ["$arr", "$missing"]}),
+                Some(Bson::Null),
+            ),
+            (bson!({"$in": [2.0, "$arr"]}), Some(bson!(true))),
+            (bson!({"$in": ["$missing", [null]]}), Some(bson!(false))),
+            (bson!({"$arrayElemAt": ["$arr", 0]}), Some(bson!(1))),
+            (bson!({"$arrayElemAt": ["$arr", -1]}), Some(bson!(3))),
+            (bson!({"$arrayElemAt": ["$arr", 3]}), None),
+            (bson!({"$arrayElemAt": ["$arr", 1.0]}), Some(bson!(2))),
+            (bson!({"$arrayElemAt": ["$missing", 0]}), Some(Bson::Null)),
+            (bson!({"$first": "$arr"}), Some(bson!(1))),
+            (bson!({"$last": "$arr"}), Some(bson!(3))),
+            (bson!({"$first": [[]]}), None),
+            (bson!({"$first": "$missing"}), Some(Bson::Null)),
+            (
+                bson!({"$mergeObjects": [{"a": 1, "b": 1}, null, {"b": 2, "c": 3}]}),
+                Some(bson!({"a": 1, "b": 2, "c": 3})),
+            ),
+            (
+                bson!({"$mergeObjects": "$sub"}),
+                Some(bson!({"x": {"y": 9}})),
+            ),
+            (bson!({"$concat": ["$s", "-", "x"]}), Some(bson!("str-x"))),
+            (bson!({"$concat": ["$s", "$missing"]}), Some(Bson::Null)),
+            (bson!({"$indexOfArray": ["$arr", 2]}), Some(bson!(1))),
+            (bson!({"$indexOfArray": ["$arr", 9]}), Some(bson!(-1))),
+            (bson!({"$indexOfArray": [[1, 2, 1], 1, 1]}), Some(bson!(2))),
+            (
+                bson!({"$indexOfArray": [[1, 2, 1], 1, 1, 2]}),
+                Some(bson!(-1)),
+            ),
+            (bson!({"$slice": ["$arr", 2]}), Some(bson!([1, 2]))),
+            (bson!({"$slice": ["$arr", -2]}), Some(bson!([2, 3]))),
+            (bson!({"$slice": ["$arr", -5]}), Some(bson!([1, 2, 3]))),
+            (bson!({"$slice": ["$arr", 1, 5]}), Some(bson!([2, 3]))),
+            (bson!({"$slice": ["$arr", -2, 1]}), Some(bson!([2]))),
+            (
+                bson!({"$setUnion": [[3, 1], [1, 2.0, 2]]}),
+                Some(bson!([1, 2.0, 3])),
+            ),
+            (bson!({"$getField": "a"}), Some(bson!(5))),
+            (
+                bson!({"$getField": {"field": "y", "input": "$sub.x"}}),
+                Some(bson!(9)),
+            ),
+            (
+                bson!({"$getField": {"field": {"$literal": "$x"}, "input": {"$literal": {"$x": 1}}}}),
+                Some(bson!(1)),
+            ),
+            (bson!({"$getField": "nope"}), None),
+            (
+                bson!({"$getField": {"field": "a", "input": null}}),
+                Some(Bson::Null),
+            ),
+            (
+                bson!({"$setField": {"field": "k", "input": "$sub", "value": 1}}),
+                Some(bson!({"x": {"y": 9}, "k": 1})),
+            ),
+            (
+                bson!({"$setField": {"field": "x", "input": "$sub", "value": "$$REMOVE"}}),
+                Some(bson!({})),
+            ),
+        ];
+        for (expr, expected) in cases {
+            assert_eq!(eval(expr.clone()).unwrap(), expected, "{expr:?}");
+        }
+    }
+
+    #[test]
+    fn scoped_variables() {
+        let cases: Vec<(Bson, Bson)> = vec![
+            (
+                bson!({"$let": {"vars": {"x": 2, "y": "$a"}, "in": {"$multiply": ["$$x", "$$y"]}}}),
+                bson!(10),
+            ),
+            (
+                bson!({"$let": {"vars": {"x": 1}, "in": {"$let": {"vars": {"x": 2, "y": "$$x"}, "in": ["$$x", "$$y"]}}}}),
+                bson!([2, 1]),
+            ),
+            (
+                bson!({"$let": {"vars": {"o": "$sub"}, "in": "$$o.x.y"}}),
+                bson!(9),
+            ),
+            (
+                bson!({"$map": {"input": "$arr", "as": "v", "in": {"$add": ["$$v", "$a"]}}}),
+                bson!([6, 7, 8]),
+            ),
+            (
+                bson!({"$map": {"input": "$arr", "in": {"$multiply": ["$$this", 2]}}}),
+                bson!([2, 4, 6]),
+            ),
+            (bson!({"$map": {"input": "$missing", "in": 1}}), Bson::Null),
+            (
+                bson!({"$map": {"input": [1], "in": "$$REMOVE"}}),
+                bson!([null]),
+            ),
+            (
+                bson!({"$filter": {"input": "$arr", "as": "v", "cond": {"$gte": ["$$v", 2]}}}),
+                bson!([2, 3]),
+            ),
+            (
+                bson!({"$filter": {"input": "$arr", "cond": {"$gte": ["$$this", 2]}, "limit": 1}}),
+                bson!([2]),
+            ),
+            (
+                bson!({"$filter": {"input": "$arr", "cond": true, "limit": null}}),
+                bson!([1, 2, 3]),
+            ),
+            (
+                bson!({"$filter": {"input": null, "cond": true}}),
+                Bson::Null,
+            ),
+            (
+                bson!({"$reduce": {"input": "$arr", "initialValue": 0, "in": {"$add": ["$$value", "$$this"]}}}),
+                bson!(6),
+            ),
+            (
+                bson!({"$reduce": {"input": [[1], [2]], "initialValue": [], "in": {"$concatArrays": ["$$value", "$$this"]}}}),
+                bson!([1, 2]),
+            ),
+            (
+                bson!({"$reduce": {"input": [], "initialValue": "init", "in": 1}}),
+                bson!("init"),
+            ),
+            (
+                bson!({"$map": {"input": [1, 2], "as": "x", "in": {"$map": {"input": [10], "as": "y", "in": {"$add": ["$$x", "$$y"]}}}}}),
+                bson!([[11], [12]]),
+            ),
+        ];
+        for (expr, expected) in cases {
+            assert_eq!(eval(expr.clone()).unwrap(), Some(expected), "{expr:?}");
+        }
+    }
+
+    /// The shape the lock library sends on every acquisition.
+    #[test]
+    fn lock_library_expressions() {
+        let live = bson!({"$filter": {
+            "input": {"$ifNull": ["$shared", []]},
+            "as": "s",
+            "cond": {"$or": [{"$eq": ["$$s.expiresAt", null]}, {"$gt": ["$$s.expiresAt", "$$NOW"]}]},
+        }});
+        let owners = |v: Bson| -> Vec<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    s.as_document()
+                        .unwrap()
+                        .get_str("owner")
+                        .unwrap()
+                        .to_string()
+                })
+                .collect()
+        };
+        assert_eq!(owners(eval(live.clone()).unwrap().unwrap()), ["b", "c"]);
+        let fresh = Expr::parse(&live)
+            .unwrap()
+            .eval(&doc! {"_id": 1}, &ctx())
+            .unwrap();
+        assert_eq!(fresh, Some(bson!([])));
+
+        let fence = |granted: bool| bson!({"$cond": [granted, {"$max": [{"$add": [{"$ifNull": ["$fence", 0]}, 1]}, {"$multiply": [{"$toLong": "$$NOW"}, 1000]}]}, "$fence"]});
+        let e = Expr::parse(&fence(true)).unwrap();
+        assert_eq!(
+            e.eval(&doc! {}, &ctx()).unwrap(),
+            Some(bson!(NOW_MS * 1000))
+        );
+        let big = NOW_MS * 1000 + 5;
+        assert_eq!(
+            e.eval(&doc! {"fence": big}, &ctx()).unwrap(),
+            Some(bson!(big + 1))
+        );
+        let e = Expr::parse(&fence(false)).unwrap();
+        assert_eq!(
+            e.eval(&doc! {"fence": 7_i64}, &ctx()).unwrap(),
+            Some(bson!(7_i64))
+        );
+        assert_eq!(e.eval(&doc! {}, &ctx()).unwrap(), None);
+    }
+
+    #[test]
+    fn parse_errors_have_mongod_shapes() {
+        let cases: Vec<(Bson, i32, &str)> = vec![
+            (bson!({"$foo": 1}), 168, "Unrecognized expression '$foo'"),
+            (
+                bson!({"$add": 1, "b": 1}),
+                15983,
+                "an expression specification must contain exactly one field, the name of the expression. Found 2 fields in {$add: 1, b: 1}",
+            ),
+            (
+                bson!({"a": 1, "$add": 1}),
+                16410,
+                "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
+            ),
+            (
+                bson!({"a.b": 1}),
+                16412,
+                "FieldPath field names may not contain '.'.",
+            ),
+            (
+                bson!({"$eq": [1]}),
+                16020,
+                "Expression $eq takes exactly 2 arguments. 1 were passed in.",
+            ),
+            (
+                bson!({"$size": [1, 2]}),
+                16020,
+                "Expression $size takes exactly 1 argument. 2 were passed in.",
+            ),
+            (
+                bson!({"$cond": [1, 2]}),
+                16020,
+                "Expression $cond takes exactly 3 arguments. 2 were passed in.",
+            ),
+            (
+                bson!({"$slice": [[1]]}),
+                28667,
+                "Expression $slice takes at least 2 arguments, and at most 3, but 1 were passed in.",
+            ),
+            (
+                bson!({"$ifNull": ["$a"]}),
+                1257300,
+                "$ifNull needs at least two arguments, had: 1",
+            ),
+            (bson!("$"), 16872, "'$' by itself is not a valid FieldPath"),
+            (
+                bson!("$a..b"),
+                15998,
+                "FieldPath field names may not be empty strings.",
+            ),
+            (bson!("$$"), 16869, "empty variable names are not allowed"),
+            (bson!("$$FOO"), 17276, "Use of undefined variable: FOO"),
+            (
+                bson!("$$a-b"),
+                16871,
+                "'a-b' contains an invalid character for a variable name: '-'",
+            ),
+            (
+                bson!({"$let": {"vars": {"Bad": 1}, "in": 1}}),
+                16870,
+                "'Bad' starts with an invalid character for a user variable name",
+            ),
+            (
+                bson!({"$let": {"vars": {}}}),
+                16877,
+                "Missing 'in' parameter to $let",
+            ),
+            (
+                bson!({"$let": {"in": 1}}),
+                16876,
+                "Missing 'vars' parameter to $let",
+            ),
+            (
+                bson!({"$cond": {"if": 1, "then": 2}}),
+                17082,
+                "Missing 'else' parameter to $cond",
+            ),
+            (
+                bson!({"$cond": {"if": 1, "then": 2, "else": 3, "x": 4}}),
+                17083,
+                "Unrecognized parameter to $cond: x",
+            ),
+            (
+                bson!({"$filter": {"input": []}}),
+                28650,
+                "Missing 'cond' parameter to $filter",
+            ),
+            (
+                bson!({"$filter": {"input": [], "cond": 1, "x": 1}}),
+                28647,
+                "Unrecognized parameter to $filter: x",
+            ),
+            (
+                bson!({"$map": {"in": 1}}),
+                16880,
+                "Missing 'input' parameter to $map",
+            ),
+            (
+                bson!({"$switch": {"branches": []}}),
+                40068,
+                "$switch requires at least one branch.",
+            ),
+            (
+                bson!({"$switch": {"branches": [{"then": 1}]}}),
+                40064,
+                "$switch requires each branch have a 'case' expression",
+            ),
+            (
+                bson!({"$convert": {"input": 1}}),
+                9,
+                "Missing 'to' parameter to $convert",
+            ),
+            (
+                bson!({"$getField": {"field": "$a"}}),
+                5654601,
+                "$getField requires 'field' to evaluate to a constant, but got a non-constant argument",
+            ),
+        ];
+        for (expr, code, msg) in cases {
+            let e = Expr::parse(&expr).unwrap_err();
+            assert_eq!((e.code, e.errmsg.as_str()), (code, msg), "{expr:?}");
+        }
+    }
+
+    #[test]
+    fn eval_errors_have_mongod_shapes() {
+        let cases: Vec<(Bson, i32, &str)> = vec![
+            (
+                bson!({"$add": ["$a", "$s"]}),
+                16554,
+                "$add only supports numeric or date types, not string",
+            ),
+            (
+                bson!({"$add": ["$when", "$when"]}),
+                16612,
+                "only one date allowed in an $add expression",
+            ),
+            (
+                bson!({"$subtract": ["$a", "$when"]}),
+                16556,
+                "can't $subtract date from int",
+            ),
+            (
+                bson!({"$subtract": ["$s", 1]}),
+                16556,
+                "can't $subtract int from string",
+            ),
+            (
+                bson!({"$multiply": ["$a", "$s"]}),
+                16555,
+                "$multiply only supports numeric types, not string",
+            ),
+            (
+                bson!({"$divide": ["$a", 0]}),
+                16608,
+                "can't $divide by zero",
+            ),
+            (
+                bson!({"$divide": ["$s", 1]}),
+                16609,
+                "$divide only supports numeric types, not string and int",
+            ),
+            (bson!({"$mod": ["$a", 0]}), 16610, "can't $mod by 0"),
+            (
+                bson!({"$abs": "$s"}),
+                28765,
+                "$abs only supports numeric types, not string",
+            ),
+            (
+                bson!({"$abs": i64::MIN}),
+                28680,
+                "can't take $abs of long long min",
+            ),
+            (
+                bson!({"$size": "$s"}),
+                17124,
+                "The argument to $size must be an array. Type of argument: string",
+            ),
+            (
+                bson!({"$size": "$missing"}),
+                17124,
+                "The argument to $size must be an array. Type of argument: missing",
+            ),
+            (
+                bson!({"$arrayElemAt": ["$s", 0]}),
+                28689,
+                "$arrayElemAt's first argument must be an array, but is string",
+            ),
+            (
+                bson!({"$arrayElemAt": ["$arr", "x"]}),
+                28690,
+                "$arrayElemAt's second argument must be a numeric value, but is string",
+            ),
+            (
+                bson!({"$arrayElemAt": ["$arr", 1.5]}),
+                28691,
+                "$arrayElemAt's second argument must be representable as a 32-bit integer: 1.5",
+            ),
+            (
+                bson!({"$concatArrays": ["$arr", "$s"]}),
+                28664,
+                "$concatArrays only supports arrays, not string",
+            ),
+            (
+                bson!({"$in": [1, "$s"]}),
+                40081,
+                "$in requires an array as a second argument, found: string",
+            ),
+            (
+                bson!({"$in": [1, "$missing"]}),
+                40081,
+                "$in requires an array as a second argument, found: missing",
+            ),
+            (
+                bson!({"$filter": {"input": "$s", "cond": true}}),
+                28651,
+                "input to $filter must be an array not string",
+            ),
+            (
+                bson!({"$filter": {"input": [], "cond": true, "limit": 0}}),
+                327391,
+                "$filter: limit must be greater than 0: 0",
+            ),
+            (
+                bson!({"$map": {"input": 1, "in": 1}}),
+                16883,
+                "input to $map must be an array not int",
+            ),
+            (
+                bson!({"$reduce": {"input": 1, "initialValue": 0, "in": 1}}),
+                40080,
+                "$reduce requires an array as an input, found: int",
+            ),
+            (
+                bson!({"$mergeObjects": [{"a": 1}, 1]}),
+                40400,
+                "$mergeObjects requires object inputs, but input 1 is of type int",
+            ),
+            (
+                bson!({"$concat": ["a", 1]}),
+                16702,
+                "$concat only supports strings, not int",
+            ),
+            (
+                bson!({"$toLong": "$sub"}),
+                241,
+                "Unsupported conversion from object to long in $convert with no onError value",
+            ),
+            (
+                bson!({"$toLong": "x1"}),
+                241,
+                "Failed to parse number 'x1' in $convert with no onError value: Did not consume any digits",
+            ),
+            (
+                bson!({"$convert": {"input": "$sub", "to": "int"}}),
+                241,
+                "Unsupported conversion from object to int in $convert with no onError value",
+            ),
+            (
+                bson!({"$convert": {"input": 1, "to": "nope"}}),
+                2,
+                "Unknown type name: nope",
+            ),
+            (
+                bson!("$$undefinedVar"),
+                17276,
+                "Use of undefined variable: undefinedVar",
+            ),
+            (
+                bson!({"$slice": ["$s", 1]}),
+                28724,
+                "First argument to $slice must be an array, but is of type: string",
+            ),
+            (
+                bson!({"$slice": ["$arr", 0, 0]}),
+                28729,
+                "Third argument to $slice must be positive: 0",
+            ),
+            (
+                bson!({"$indexOfArray": ["$s", 1]}),
+                40090,
+                "$indexOfArray requires an array as a first argument, found: string",
+            ),
+            (
+                bson!({"$getField": {"field": "a", "input": 1}}),
+                3041705,
+                "$getField requires 'input' to evaluate to type Object, but got int",
+            ),
+            (
+                bson!({"$setUnion": [[1], 2]}),
+                17043,
+                "All operands of $setUnion must be arrays. One argument is of type: int",
+            ),
+        ];
+        for (expr, code, msg) in cases {
+            let parsed =
+                Expr::parse(&expr).unwrap_or_else(|e| panic!("{expr:?} failed to parse: {e}"));
+            let e = parsed.eval(&sample(), &ctx()).unwrap_err();
+            assert_eq!((e.code, e.errmsg.as_str()), (code, msg), "{expr:?}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_and_extreme_values_do_not_panic() {
+        let mut e = bson!(1);
+        for _ in 0..1000 {
+            e = bson!({"$add": [e]});
+        }
+        assert_eq!(Expr::parse(&e).unwrap_err().code, 15);
+        assert_eq!(
+            eval(bson!({"$add": [i64::MAX, i64::MAX, "$when"]}))
+                .unwrap_err()
+                .code,
+            15
+        );
+        assert_eq!(
+            eval(bson!({"$subtract": ["$when", f64::INFINITY]}))
+                .unwrap_err()
+                .code,
+            15
+        );
+        assert_eq!(
+            eval(bson!({"$mod": [i64::MIN, -1]})).unwrap(),
+            Some(bson!(0_i64))
+        );
+        assert_eq!(
+            eval(bson!({"$multiply": [i64::MIN, -1]})).unwrap(),
+            Some(bson!(-(i64::MIN as f64)))
+        );
+        assert_eq!(
+            eval(bson!({"$toInt": f64::INFINITY})).unwrap_err().code,
+            241
+        );
+        assert_eq!(eval(bson!({"$toLong": 9.3e18})).unwrap_err().code, 241);
+        assert_eq!(
+            eval(bson!({"$slice": ["$arr", i32::MIN]})).unwrap(),
+            Some(bson!([1, 2, 3]))
+        );
+        assert_eq!(
+            eval(bson!({"$arrayElemAt": ["$arr", i32::MIN]})).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn parsed_expressions_are_reusable_across_documents() {
+        let e = Expr::parse(&bson!({"$add": ["$a", 1]})).unwrap();
+        let c = ctx();
+        let results: Vec<_> = [doc! {"a": 1}, doc! {"a": 2.5}, doc! {}]
+            .iter()
+            .map(|d| e.eval(d, &c).unwrap())
+            .collect();
+        assert_eq!(
+            results,
+            vec![Some(bson!(2)), Some(bson!(3.5)), Some(Bson::Null)]
+        );
+        assert!(truthy(Some(&bson!([]))));
+        assert!(!truthy(Some(&bson!(-0.0))));
+    }
+}
