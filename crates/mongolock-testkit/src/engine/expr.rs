@@ -20,7 +20,7 @@ use super::compare::{compare, type_alias, values_equal};
 use super::{CommandError, EvalContext, Result};
 
 pub(crate) use arith::{Num, Sum};
-pub(crate) use convert::fmt_value;
+pub(crate) use convert::{fmt_obj, fmt_value};
 
 /// How deeply expressions may nest before parsing refuses them (guards the stack).
 const MAX_DEPTH: usize = 150;
@@ -216,24 +216,25 @@ pub(crate) fn parse_field_path(path: &str) -> Result<Vec<String>> {
         .collect()
 }
 
-/// Checks a user variable name (`$let` vars, `as`): starts with a lowercase letter or a
-/// non-ASCII character; then letters, digits, `_` or non-ASCII.
-fn check_var_name(name: &str) -> Result<()> {
+/// Checks a variable name. Definitions (`$let` vars, `as`; `write`) must start with a
+/// lowercase letter or a non-ASCII character (codes 16866-16868); references may also start
+/// with an uppercase letter (codes 16869-16871). Later characters: letters, digits, `_` or
+/// non-ASCII.
+fn check_var_name(name: &str, write: bool) -> Result<()> {
+    let (empty, start, contains) = if write { (16866, 16867, 16868) } else { (16869, 16870, 16871) };
     let mut chars = name.chars();
     match chars.next() {
-        None => return Err(err(16869, "empty variable names are not allowed")),
-        Some(c) if !(c.is_ascii_lowercase() || !c.is_ascii()) => {
-            return Err(err(
-                16870,
-                format!("'{name}' starts with an invalid character for a user variable name"),
-            ));
+        None => return Err(err(empty, "empty variable names are not allowed")),
+        Some(c) if !(c.is_ascii_lowercase() || !c.is_ascii() || (!write && c.is_ascii_uppercase())) => {
+            let what = if write { "a user variable name" } else { "a variable name" };
+            return Err(err(start, format!("'{name}' starts with an invalid character for {what}")));
         }
         Some(_) => {}
     }
     for c in chars {
         if !(c.is_ascii_alphanumeric() || c == '_' || !c.is_ascii()) {
             return Err(err(
-                16871,
+                contains,
                 format!("'{name}' contains an invalid character for a variable name: '{c}'"),
             ));
         }
@@ -339,10 +340,9 @@ fn arity(op: Op) -> Option<(usize, usize)> {
 
 fn check_arity(name: &str, n: usize, min: usize, max: usize) -> Result<()> {
     if min == max && n != min {
-        let plural = if min == 1 { "argument" } else { "arguments" };
         return Err(err(
             16020,
-            format!("Expression {name} takes exactly {min} {plural}. {n} were passed in."),
+            format!("Expression {name} takes exactly {min} arguments. {n} were passed in."),
         ));
     }
     if n < min || n > max {
@@ -403,22 +403,19 @@ impl Scope {
             Some((n, p)) => (n, parse_field_path(p)?),
             None => (text, Vec::new()),
         };
-        if name.is_empty() {
-            return Err(err(16869, "empty variable names are not allowed"));
-        }
+        check_var_name(name, false)?;
         let var = match name {
             "ROOT" | "CURRENT" => Var::Root,
             "NOW" => Var::Now,
             "CLUSTER_TIME" => Var::ClusterTime,
             "REMOVE" => Var::Remove,
             _ if self.bound.iter().any(|b| b == name) => Var::User(name.to_string()),
+            // Command `let` variables follow the definition rules, so an uppercase name that
+            // is neither a builtin nor bound here can never be defined.
             _ if name.starts_with(|c: char| c.is_ascii_uppercase()) => {
                 return Err(err(17276, format!("Use of undefined variable: {name}")));
             }
-            _ => {
-                check_var_name(name)?;
-                Var::User(name.to_string())
-            }
+            _ => Var::User(name.to_string()),
         };
         Ok(match (var, path.is_empty()) {
             (Var::Root, _) => Node::Path(path),
@@ -435,9 +432,8 @@ impl Scope {
                 return Err(err(
                     15983,
                     format!(
-                        "an expression specification must contain exactly one field, the name of the expression. Found {} fields in {}",
-                        d.len(),
-                        fmt_value(&Bson::Document(d.clone()))
+                        "An object representing an expression must have exactly one field: {}",
+                        convert::fmt_obj(d)
                     ),
                 ));
             }
@@ -631,7 +627,7 @@ impl Scope {
         };
         let mut vars = Vec::new();
         for (name, v) in vars_doc {
-            check_var_name(name)?;
+            check_var_name(name, true)?;
             // Definitions see the enclosing scope, not each other.
             vars.push((name.clone(), self.parse(v)?));
         }
@@ -854,7 +850,7 @@ impl Scope {
 fn as_name(v: &Bson, op: &str) -> Result<String> {
     match v {
         Bson::String(s) => {
-            check_var_name(s)?;
+            check_var_name(s, true)?;
             Ok(s.clone())
         }
         _ => Err(CommandError::failed_to_parse(format!(
@@ -1143,10 +1139,7 @@ impl<'a> Env<'a> {
             Var::ClusterTime => match self.ctx.cluster_time {
                 Some(ts) => Bson::Timestamp(ts),
                 None => {
-                    return Err(err(
-                        10071200,
-                        "Builtin variable '$$CLUSTER_TIME' is not available as the server is not part of a replica set",
-                    ));
+                    return Err(err(51144, "Builtin variable '$$CLUSTER_TIME' is not available"));
                 }
             },
             Var::Remove => return Ok(None),
@@ -2059,7 +2052,7 @@ mod tests {
     #[test]
     fn cluster_time_needs_a_replica_set() {
         let e = eval(bson!("$$CLUSTER_TIME")).unwrap_err();
-        assert_eq!(e.code, 10071200);
+        assert_eq!((e.code, e.errmsg.as_str()), (51144, "Builtin variable '$$CLUSTER_TIME' is not available"));
         let mut c = ctx();
         c.cluster_time = Some(Timestamp {
             time: 5,
@@ -2469,7 +2462,7 @@ mod tests {
             (
                 bson!({"$add": 1, "b": 1}),
                 15983,
-                "an expression specification must contain exactly one field, the name of the expression. Found 2 fields in {$add: 1, b: 1}",
+                "An object representing an expression must have exactly one field: { $add: 1, b: 1 }",
             ),
             (
                 bson!({"a": 1, "$add": 1}),
@@ -2489,7 +2482,7 @@ mod tests {
             (
                 bson!({"$size": [1, 2]}),
                 16020,
-                "Expression $size takes exactly 1 argument. 2 were passed in.",
+                "Expression $size takes exactly 1 arguments. 2 were passed in.",
             ),
             (
                 bson!({"$cond": [1, 2]}),
@@ -2520,8 +2513,13 @@ mod tests {
                 "'a-b' contains an invalid character for a variable name: '-'",
             ),
             (
-                bson!({"$let": {"vars": {"Bad": 1}, "in": 1}}),
+                bson!("$$1a"),
                 16870,
+                "'1a' starts with an invalid character for a variable name",
+            ),
+            (
+                bson!({"$let": {"vars": {"Bad": 1}, "in": 1}}),
+                16867,
                 "'Bad' starts with an invalid character for a user variable name",
             ),
             (

@@ -371,6 +371,28 @@ pub(crate) fn fmt_value(value: &Bson) -> String {
     }
 }
 
+/// A document in mongod's `BSONObj::toString` style (`{ a: 1, b: "x" }`), used in parse
+/// error messages.
+pub(crate) fn fmt_obj(doc: &bson::Document) -> String {
+    if doc.is_empty() {
+        return "{}".to_string();
+    }
+    let items: Vec<String> = doc.iter().map(|(k, v)| format!("{k}: {}", fmt_obj_value(v))).collect();
+    format!("{{ {} }}", items.join(", "))
+}
+
+fn fmt_obj_value(value: &Bson) -> String {
+    match value {
+        Bson::Document(d) => fmt_obj(d),
+        Bson::Array(a) if a.is_empty() => "[]".to_string(),
+        Bson::Array(a) => {
+            let items: Vec<String> = a.iter().map(fmt_obj_value).collect();
+            format!("[ {} ]", items.join(", "))
+        }
+        other => fmt_value(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
