@@ -1291,31 +1291,22 @@ impl<'a> Env<'a> {
             }
             Multiply => {
                 let mut p = arith::Product::default();
-                let mut null = false;
-                for v in self.eval_args(args)? {
-                    if nullish(&v) {
-                        null = true;
-                        continue;
-                    }
-                    let v = v.unwrap_or(Bson::Null);
+                for a in args {
+                    let v = match self.eval(a)? {
+                        None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                        Some(v) => v,
+                    };
                     match Num::of(&v, "$multiply")? {
                         Some(n) => p.mul(n),
                         None => {
-                            return Err(err(
-                                16555,
-                                format!(
-                                    "$multiply only supports numeric types, not {}",
-                                    type_alias(&v)
-                                ),
-                            ));
+                            return Err(CommandError::type_mismatch(format!(
+                                "$multiply only supports numeric types, not {}",
+                                type_alias(&v)
+                            )));
                         }
                     }
                 }
-                Ok(Some(if null {
-                    Bson::Null
-                } else {
-                    p.result().into_bson()
-                }))
+                Ok(Some(p.result().into_bson()))
             }
             Divide | Mod => {
                 let a = self.eval(&args[0])?;
@@ -1326,7 +1317,7 @@ impl<'a> Env<'a> {
                 }
                 let (av, bv) = (a.unwrap_or(Bson::Null), b.unwrap_or(Bson::Null));
                 let (Some(x), Some(y)) = (Num::of(&av, name)?, Num::of(&bv, name)?) else {
-                    let code = if op == Divide { 16609 } else { 16611 };
+                    let code = if op == Divide { 14 } else { 16611 };
                     return Err(err(
                         code,
                         format!(
@@ -1338,9 +1329,9 @@ impl<'a> Env<'a> {
                 };
                 if y.is_zero() {
                     return Err(if op == Divide {
-                        err(16608, "can't $divide by zero")
+                        CommandError::bad_value("can't $divide by zero")
                     } else {
-                        err(16610, "can't $mod by 0")
+                        err(16610, "can't $mod by zero")
                     });
                 }
                 Ok(Some(if op == Divide {
@@ -1647,46 +1638,50 @@ impl<'a> Env<'a> {
         }
     }
 
+    /// `$add`, as mongod: operands left to right, the first null or missing one makes the
+    /// result null, at most one date (then numbers are added to its milliseconds, doubles
+    /// rounded), overflow of a date is code 15.
     fn eval_add(&mut self, args: &'a [Node]) -> Result<Val> {
         let mut sum = arith::Sum::default();
-        let mut date: Option<DateTime> = None;
-        let mut null = false;
-        for v in self.eval_args(args)? {
-            match v {
-                None | Some(Bson::Null | Bson::Undefined) => null = true,
-                Some(Bson::DateTime(d)) => {
-                    if date.is_some() {
-                        return Err(err(16612, "only one date allowed in an $add expression"));
-                    }
-                    date = Some(d);
+        let mut date: Option<i64> = None;
+        let overflow = || err(15, "date overflow");
+        for a in args {
+            let v = match self.eval(a)? {
+                None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                Some(v) => v,
+            };
+            if let Bson::DateTime(d) = v {
+                if date.is_some() {
+                    return Err(err(16612, "only one date allowed in an $add expression"));
                 }
-                Some(v) => match Num::of(&v, "$add")? {
-                    Some(n) => sum.add(n),
-                    None => {
-                        return Err(err(
-                            16554,
-                            format!(
-                                "$add only supports numeric or date types, not {}",
-                                type_alias(&v)
-                            ),
-                        ));
-                    }
-                },
+                let so_far = sum.as_millis().ok_or_else(overflow)?;
+                date = Some(d.timestamp_millis().checked_add(so_far).ok_or_else(overflow)?);
+                continue;
+            }
+            let Some(n) = Num::of(&v, "$add")? else {
+                return Err(CommandError::type_mismatch(format!(
+                    "$add only supports numeric or date types, not {}",
+                    type_alias(&v)
+                )));
+            };
+            match &mut date {
+                None => sum.add(n),
+                Some(ms) => {
+                    let delta = match n {
+                        Num::Double(d) if !(d >= i64::MIN as f64 && d < i64::MAX as f64) => {
+                            return Err(overflow());
+                        }
+                        Num::Double(d) => d.round() as i64,
+                        other => other.to_i64().unwrap_or_default(),
+                    };
+                    *ms = ms.checked_add(delta).ok_or_else(overflow)?;
+                }
             }
         }
-        if null {
-            return Ok(Some(Bson::Null));
-        }
-        match date {
-            None => Ok(Some(sum.result().into_bson())),
-            Some(d) => {
-                let millis = sum
-                    .as_millis()
-                    .and_then(|m| d.timestamp_millis().checked_add(m))
-                    .ok_or_else(|| err(15, "date overflow in $add"))?;
-                Ok(Some(Bson::DateTime(DateTime::from_millis(millis))))
-            }
-        }
+        Ok(Some(match date {
+            Some(ms) => Bson::DateTime(DateTime::from_millis(ms)),
+            None => sum.result().into_bson(),
+        }))
     }
 
     fn eval_index_of_array(&mut self, args: &'a [Node]) -> Result<Val> {
@@ -1823,46 +1818,49 @@ fn elem_at(items: Vec<Bson>, idx: i64) -> Val {
     items.into_iter().nth(i as usize)
 }
 
+/// `$subtract`, in mongod's order: two numbers, then null, then date minus date/number.
 fn eval_subtract(a: Val, b: Val) -> Result<Val> {
+    let undef = Bson::Undefined;
+    let (av, bv) = (a.as_ref().unwrap_or(&undef), b.as_ref().unwrap_or(&undef));
+    let overflow = || err(15, "date overflow");
+    if let (Some(x), Some(y)) = (Num::of(av, "$subtract")?, Num::of(bv, "$subtract")?) {
+        return Ok(Some(arith::subtract(x, y).into_bson()));
+    }
     if nullish(&a) || nullish(&b) {
         return Ok(Some(Bson::Null));
     }
-    let (a, b) = (a.unwrap_or(Bson::Null), b.unwrap_or(Bson::Null));
-    let mismatch = || {
-        err(
-            16556,
-            format!("can't $subtract {} from {}", type_alias(&b), type_alias(&a)),
-        )
+    let Bson::DateTime(x) = av else {
+        return Err(CommandError::type_mismatch(format!(
+            "can't $subtract {} from {}",
+            type_alias(bv),
+            type_alias(av)
+        )));
     };
-    match (&a, &b) {
-        (Bson::DateTime(x), Bson::DateTime(y)) => x
-            .timestamp_millis()
-            .checked_sub(y.timestamp_millis())
-            .map(|m| Some(Bson::Int64(m)))
-            .ok_or_else(|| err(15, "date overflow in $subtract")),
-        (Bson::DateTime(x), _) => {
-            let n = Num::of(&b, "$subtract")?.ok_or_else(mismatch)?;
-            let m = match n {
-                Num::Double(d) => {
-                    let r = d.round();
-                    if !r.is_finite() || r.abs() >= 9.2e18 {
-                        return Err(err(15, "date overflow in $subtract"));
-                    }
-                    r as i64
-                }
-                other => other.to_i64().unwrap_or_default(),
-            };
-            x.timestamp_millis()
-                .checked_sub(m)
-                .map(|v| Some(Bson::DateTime(DateTime::from_millis(v))))
-                .ok_or_else(|| err(15, "date overflow in $subtract"))
+    let ms = x.timestamp_millis();
+    let result = match bv {
+        Bson::DateTime(y) => {
+            return ms
+                .checked_sub(y.timestamp_millis())
+                .map(|d| Some(Bson::Int64(d)))
+                .ok_or_else(overflow);
         }
-        _ => {
-            let x = Num::of(&a, "$subtract")?.ok_or_else(mismatch)?;
-            let y = Num::of(&b, "$subtract")?.ok_or_else(mismatch)?;
-            Ok(Some(arith::subtract(x, y).into_bson()))
+        Bson::Int32(_) | Bson::Int64(_) => {
+            ms.checked_sub(int_arg(bv).unwrap_or_default()).ok_or_else(overflow)?
         }
-    }
+        Bson::Double(d) => {
+            if !(*d >= i64::MIN as f64 && *d < i64::MAX as f64) {
+                return Err(overflow());
+            }
+            ms.checked_sub(d.round() as i64).ok_or_else(overflow)?
+        }
+        other => {
+            return Err(CommandError::type_mismatch(format!(
+                "can't $subtract {} from Date",
+                type_alias(other)
+            )));
+        }
+    };
+    Ok(Some(Bson::DateTime(DateTime::from_millis(result))))
 }
 
 fn date_of(v: &Bson, op: &str) -> Result<DateTime> {
@@ -2159,6 +2157,11 @@ mod tests {
             (bson!({"$add": []}), bson!(0)),
             (bson!({"$add": ["$a", null]}), Bson::Null),
             (bson!({"$add": ["$a", "$missing"]}), Bson::Null),
+            (bson!({"$add": [null, "x"]}), Bson::Null),
+            (bson!({"$multiply": [null, "x"]}), Bson::Null),
+            (bson!({"$subtract": [null, "x"]}), Bson::Null),
+            (bson!({"$subtract": [5_i64, 2]}), bson!(3_i64)),
+            (bson!({"$subtract": ["$when", "$when"]}), bson!(0_i64)),
             (bson!({"$add": ["$when", 500]}), date(1500)),
             (bson!({"$add": [1, "$when", 1.6]}), date(1003)),
             (bson!({"$subtract": ["$a", 7]}), bson!(-2)),
@@ -2589,7 +2592,7 @@ mod tests {
         let cases: Vec<(Bson, i32, &str)> = vec![
             (
                 bson!({"$add": ["$a", "$s"]}),
-                16554,
+                14,
                 "$add only supports numeric or date types, not string",
             ),
             (
@@ -2599,30 +2602,36 @@ mod tests {
             ),
             (
                 bson!({"$subtract": ["$a", "$when"]}),
-                16556,
+                14,
                 "can't $subtract date from int",
             ),
             (
                 bson!({"$subtract": ["$s", 1]}),
-                16556,
+                14,
                 "can't $subtract int from string",
             ),
             (
+                bson!({"$subtract": ["$when", "$s"]}),
+                14,
+                "can't $subtract string from Date",
+            ),
+            (
                 bson!({"$multiply": ["$a", "$s"]}),
-                16555,
+                14,
                 "$multiply only supports numeric types, not string",
             ),
             (
                 bson!({"$divide": ["$a", 0]}),
-                16608,
+                2,
                 "can't $divide by zero",
             ),
             (
                 bson!({"$divide": ["$s", 1]}),
-                16609,
+                14,
                 "$divide only supports numeric types, not string and int",
             ),
-            (bson!({"$mod": ["$a", 0]}), 16610, "can't $mod by 0"),
+            (bson!({"$mod": ["$a", 0]}), 16610, "can't $mod by zero"),
+            (bson!({"$mod": ["$a", "x"]}), 16611, "$mod only supports numeric types, not int and string"),
             (
                 bson!({"$abs": "$s"}),
                 28765,
