@@ -9,6 +9,9 @@
 //! the command's `let` variables at evaluation time (code 17276 when undefined), because
 //! those are not known at parse time.
 
+// `CommandError` (owned by `engine::error`) is large; every fallible function here returns it.
+#![allow(clippy::result_large_err)]
+
 mod arith;
 mod convert;
 
@@ -221,13 +224,26 @@ pub(crate) fn parse_field_path(path: &str) -> Result<Vec<String>> {
 /// with an uppercase letter (codes 16869-16871). Later characters: letters, digits, `_` or
 /// non-ASCII.
 fn check_var_name(name: &str, write: bool) -> Result<()> {
-    let (empty, start, contains) = if write { (16866, 16867, 16868) } else { (16869, 16870, 16871) };
+    let (empty, start, contains) = if write {
+        (16866, 16867, 16868)
+    } else {
+        (16869, 16870, 16871)
+    };
     let mut chars = name.chars();
     match chars.next() {
         None => return Err(err(empty, "empty variable names are not allowed")),
-        Some(c) if !(c.is_ascii_lowercase() || !c.is_ascii() || (!write && c.is_ascii_uppercase())) => {
-            let what = if write { "a user variable name" } else { "a variable name" };
-            return Err(err(start, format!("'{name}' starts with an invalid character for {what}")));
+        Some(c)
+            if c.is_ascii() && !c.is_ascii_lowercase() && (write || !c.is_ascii_uppercase()) =>
+        {
+            let what = if write {
+                "a user variable name"
+            } else {
+                "a variable name"
+            };
+            return Err(err(
+                start,
+                format!("'{name}' starts with an invalid character for {what}"),
+            ));
         }
         Some(_) => {}
     }
@@ -253,10 +269,10 @@ pub(crate) fn lookup_path(value: &Bson, path: &[String]) -> Option<Bson> {
         Bson::Array(items) => {
             let mut out = Vec::new();
             for item in items {
-                if matches!(item, Bson::Document(_) | Bson::Array(_)) {
-                    if let Some(v) = lookup_path(item, path) {
-                        out.push(v);
-                    }
+                if matches!(item, Bson::Document(_) | Bson::Array(_))
+                    && let Some(v) = lookup_path(item, path)
+                {
+                    out.push(v);
                 }
             }
             Some(Bson::Array(out))
@@ -1139,7 +1155,10 @@ impl<'a> Env<'a> {
             Var::ClusterTime => match self.ctx.cluster_time {
                 Some(ts) => Bson::Timestamp(ts),
                 None => {
-                    return Err(err(51144, "Builtin variable '$$CLUSTER_TIME' is not available"));
+                    return Err(err(
+                        51144,
+                        "Builtin variable '$$CLUSTER_TIME' is not available",
+                    ));
                 }
             },
             Var::Remove => return Ok(None),
@@ -1655,7 +1674,11 @@ impl<'a> Env<'a> {
                     return Err(err(16612, "only one date allowed in an $add expression"));
                 }
                 let so_far = sum.as_millis().ok_or_else(overflow)?;
-                date = Some(d.timestamp_millis().checked_add(so_far).ok_or_else(overflow)?);
+                date = Some(
+                    d.timestamp_millis()
+                        .checked_add(so_far)
+                        .ok_or_else(overflow)?,
+                );
                 continue;
             }
             let Some(n) = Num::of(&v, "$add")? else {
@@ -1844,9 +1867,9 @@ fn eval_subtract(a: Val, b: Val) -> Result<Val> {
                 .map(|d| Some(Bson::Int64(d)))
                 .ok_or_else(overflow);
         }
-        Bson::Int32(_) | Bson::Int64(_) => {
-            ms.checked_sub(int_arg(bv).unwrap_or_default()).ok_or_else(overflow)?
-        }
+        Bson::Int32(_) | Bson::Int64(_) => ms
+            .checked_sub(int_arg(bv).unwrap_or_default())
+            .ok_or_else(overflow)?,
         Bson::Double(d) => {
             if !(*d >= i64::MIN as f64 && *d < i64::MAX as f64) {
                 return Err(overflow());
@@ -2050,7 +2073,10 @@ mod tests {
     #[test]
     fn cluster_time_needs_a_replica_set() {
         let e = eval(bson!("$$CLUSTER_TIME")).unwrap_err();
-        assert_eq!((e.code, e.errmsg.as_str()), (51144, "Builtin variable '$$CLUSTER_TIME' is not available"));
+        assert_eq!(
+            (e.code, e.errmsg.as_str()),
+            (51144, "Builtin variable '$$CLUSTER_TIME' is not available")
+        );
         let mut c = ctx();
         c.cluster_time = Some(Timestamp {
             time: 5,
@@ -2620,18 +2646,18 @@ mod tests {
                 14,
                 "$multiply only supports numeric types, not string",
             ),
-            (
-                bson!({"$divide": ["$a", 0]}),
-                2,
-                "can't $divide by zero",
-            ),
+            (bson!({"$divide": ["$a", 0]}), 2, "can't $divide by zero"),
             (
                 bson!({"$divide": ["$s", 1]}),
                 14,
                 "$divide only supports numeric types, not string and int",
             ),
             (bson!({"$mod": ["$a", 0]}), 16610, "can't $mod by zero"),
-            (bson!({"$mod": ["$a", "x"]}), 16611, "$mod only supports numeric types, not int and string"),
+            (
+                bson!({"$mod": ["$a", "x"]}),
+                16611,
+                "$mod only supports numeric types, not int and string",
+            ),
             (
                 bson!({"$abs": "$s"}),
                 28765,

@@ -2,6 +2,9 @@
 //! rules: int op int stays int unless it overflows (then long), long overflow falls back to
 //! double, and any double makes the result a double.
 
+// `CommandError` (owned by `engine::error`) is large; every fallible function here returns it.
+#![allow(clippy::result_large_err)]
+
 use bson::Bson;
 
 use crate::engine::{CommandError, Result};

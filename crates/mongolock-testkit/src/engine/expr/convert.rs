@@ -377,7 +377,10 @@ pub(crate) fn fmt_obj(doc: &bson::Document) -> String {
     if doc.is_empty() {
         return "{}".to_string();
     }
-    let items: Vec<String> = doc.iter().map(|(k, v)| format!("{k}: {}", fmt_obj_value(v))).collect();
+    let items: Vec<String> = doc
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", fmt_obj_value(v)))
+        .collect();
     format!("{{ {} }}", items.join(", "))
 }
 
