@@ -1049,8 +1049,10 @@ impl<'a> Env<'a> {
                         return Err(err(
                             40080,
                             format!(
-                                "$reduce requires an array as an input, found: {}",
-                                type_name(&v)
+                                "$reduce requires that 'input' be an array, found: {}",
+                                v.as_ref()
+                                    .map(fmt_value)
+                                    .unwrap_or_else(|| "MISSING".into())
                             ),
                         ));
                     }
@@ -1196,6 +1198,9 @@ impl<'a> Env<'a> {
                 ));
             }
         };
+        if items.is_empty() {
+            return Ok(Some(Bson::Array(items)));
+        }
         let limit = match limit {
             None => None,
             Some(l) => match self.eval(l)? {
@@ -1204,13 +1209,13 @@ impl<'a> Env<'a> {
                     Some(n) if n > 0 => Some(n as usize),
                     Some(_) => {
                         return Err(err(
-                            327391,
+                            327392,
                             format!("$filter: limit must be greater than 0: {}", fmt_value(&v)),
                         ));
                     }
                     None => {
                         return Err(err(
-                            327392,
+                            327391,
                             format!(
                                 "$filter: limit must be represented as a 32-bit integral value: {}",
                                 fmt_value(&v)
@@ -1467,7 +1472,7 @@ impl<'a> Env<'a> {
                 v => Err(err(
                     17124,
                     format!(
-                        "The argument to $size must be an array. Type of argument: {}",
+                        "The argument to $size must be an array, but was of type: {}",
                         type_name(&v)
                     ),
                 )),
@@ -1727,7 +1732,7 @@ impl<'a> Env<'a> {
             let n = int_arg(&b).filter(|n| i32::try_from(*n).is_ok()).ok_or_else(|| {
                 err(
                     code_type,
-                    format!("$indexOfArray requires an integral {which}, found a value of type: {}, with value: {}", type_alias(&b), fmt_value(&b)),
+                    format!("$indexOfArrayrequires an integral {which}, found a value of type: {}, with value: {}", type_alias(&b), fmt_value(&b)),
                 )
             })?;
             usize::try_from(n).map_err(|_| {
@@ -1738,11 +1743,11 @@ impl<'a> Env<'a> {
             })
         };
         let start = match values.get(2) {
-            Some(v) => index_arg(v, "starting index", 40096, 40097)?,
+            Some(v) => index_arg(v, "starting index", 9711600, 9711601)?,
             None => 0,
         };
         let end = match values.get(3) {
-            Some(v) => index_arg(v, "ending index", 40096, 40097)?.min(items.len()),
+            Some(v) => index_arg(v, "ending index", 9711600, 9711601)?.min(items.len()),
             None => items.len(),
         };
         let undef = Bson::Undefined;
@@ -2671,12 +2676,12 @@ mod tests {
             (
                 bson!({"$size": "$s"}),
                 17124,
-                "The argument to $size must be an array. Type of argument: string",
+                "The argument to $size must be an array, but was of type: string",
             ),
             (
                 bson!({"$size": "$missing"}),
                 17124,
-                "The argument to $size must be an array. Type of argument: missing",
+                "The argument to $size must be an array, but was of type: missing",
             ),
             (
                 bson!({"$arrayElemAt": ["$s", 0]}),
@@ -2714,9 +2719,19 @@ mod tests {
                 "input to $filter must be an array not string",
             ),
             (
-                bson!({"$filter": {"input": [], "cond": true, "limit": 0}}),
-                327391,
+                bson!({"$filter": {"input": [1], "cond": true, "limit": 0}}),
+                327392,
                 "$filter: limit must be greater than 0: 0",
+            ),
+            (
+                bson!({"$filter": {"input": [1], "cond": true, "limit": 1.5}}),
+                327391,
+                "$filter: limit must be represented as a 32-bit integral value: 1.5",
+            ),
+            (
+                bson!({"$indexOfArray": ["$arr", 1, -1]}),
+                9711601,
+                "$indexOfArray requires a nonnegative starting index, found: -1",
             ),
             (
                 bson!({"$map": {"input": 1, "in": 1}}),
@@ -2726,7 +2741,7 @@ mod tests {
             (
                 bson!({"$reduce": {"input": 1, "initialValue": 0, "in": 1}}),
                 40080,
-                "$reduce requires an array as an input, found: int",
+                "$reduce requires that 'input' be an array, found: 1",
             ),
             (
                 bson!({"$mergeObjects": [{"a": 1}, 1]}),
