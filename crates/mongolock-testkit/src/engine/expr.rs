@@ -658,7 +658,7 @@ impl Scope {
         for (k, v) in d {
             match k.as_str() {
                 "input" => input = Some(self.boxed(v)?),
-                "as" => var = as_name(v, "$map")?,
+                "as" => var = as_name(v)?,
                 "in" => body = Some(v),
                 _ => return Err(err(16879, format!("Unrecognized parameter to $map: {k}"))),
             }
@@ -675,7 +675,7 @@ impl Scope {
         for (k, v) in d {
             match k.as_str() {
                 "input" => input = Some(self.boxed(v)?),
-                "as" => var = as_name(v, "$filter")?,
+                "as" => var = as_name(v)?,
                 "cond" => cond = Some(v),
                 "limit" => limit = Some(self.boxed(v)?),
                 _ => {
@@ -698,7 +698,15 @@ impl Scope {
     }
 
     fn parse_reduce(&mut self, arg: &Bson) -> Result<Node> {
-        let d = object_arg("$reduce", arg, 40075)?;
+        let Bson::Document(d) = arg else {
+            return Err(err(
+                40075,
+                format!(
+                    "$reduce requires an object as an argument, found: {}",
+                    type_alias(arg)
+                ),
+            ));
+        };
         let (mut input, mut init, mut body) = (None, None, None);
         for (k, v) in d {
             match k.as_str() {
@@ -863,16 +871,15 @@ impl Scope {
     }
 }
 
-fn as_name(v: &Bson, op: &str) -> Result<String> {
-    match v {
-        Bson::String(s) => {
-            check_var_name(s, true)?;
-            Ok(s.clone())
-        }
-        _ => Err(CommandError::failed_to_parse(format!(
-            "'as' in {op} must be a string"
-        ))),
-    }
+/// The `as` name of `$map`/`$filter`: a non-string reads as the empty name (as
+/// `BSONElement::str()` does in mongod), which then fails validation.
+fn as_name(v: &Bson) -> Result<String> {
+    let name = match v {
+        Bson::String(s) => s.clone(),
+        _ => String::new(),
+    };
+    check_var_name(&name, true)?;
+    Ok(name)
 }
 
 fn constant_field_name(field: &Bson, op: &str) -> Result<String> {
@@ -2585,6 +2592,16 @@ mod tests {
                 bson!({"$filter": {"input": [], "cond": 1, "x": 1}}),
                 28647,
                 "Unrecognized parameter to $filter: x",
+            ),
+            (
+                bson!({"$filter": {"input": [], "as": 1, "cond": 1}}),
+                16866,
+                "empty variable names are not allowed",
+            ),
+            (
+                bson!({"$reduce": 1}),
+                40075,
+                "$reduce requires an object as an argument, found: int",
             ),
             (
                 bson!({"$map": {"in": 1}}),
