@@ -501,13 +501,34 @@ fn parse_count_name(spec: &Bson) -> Result<String> {
     Ok(name.clone())
 }
 
-fn non_negative_int(v: &Bson) -> Option<i64> {
-    match v {
-        Bson::Int32(i) => Some(i64::from(*i)),
-        Bson::Int64(i) => Some(*i),
-        Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.2e18 => Some(*d as i64),
-        _ => None,
+/// The argument of `$skip`/`$limit`: a non-negative integral number.
+fn parse_skip_limit(stage: &str, code: i32, spec: &Bson) -> Result<u64> {
+    let shown = match spec {
+        Bson::Double(d) if d.fract() == 0.0 && d.is_finite() => format!("{d:.1}"),
+        other => fmt_value(other),
+    };
+    let invalid = |what: &str| {
+        err(
+            code,
+            format!("invalid argument to {stage} stage: {what}: {stage}: {shown}"),
+        )
+    };
+    let n: f64 = match spec {
+        Bson::Int32(i) => f64::from(*i),
+        Bson::Int64(i) => {
+            return u64::try_from(*i).map_err(|_| invalid("Expected a non-negative number in"));
+        }
+        Bson::Double(d) => *d,
+        Bson::Decimal128(d) => d.to_string().parse().unwrap_or(f64::NAN),
+        _ => return Err(invalid("Expected a number in")),
+    };
+    if n.fract() != 0.0 || !n.is_finite() || n.abs() >= 9.2e18 {
+        return Err(invalid("Expected an integer"));
     }
+    if n < 0.0 {
+        return Err(invalid("Expected a non-negative number in"));
+    }
+    Ok(n as u64)
 }
 
 fn parse_stage(stage: &Bson) -> Result<(String, Stage)> {
@@ -577,21 +598,13 @@ fn parse_stage(stage: &Bson) -> Result<(String, Stage)> {
             Bson::Document(s) => Stage::Sort(SortSpec::parse(s)?),
             _ => return Err(err(15973, "the $sort key specification must be an object")),
         },
-        "$skip" => {
-            let n = non_negative_int(spec)
-                .ok_or_else(|| err(15972, "Argument to $skip must be a number"))?;
-            if n < 0 {
-                return Err(err(15956, "Argument to $skip cannot be negative"));
-            }
-            Stage::Skip(n as u64)
-        }
+        "$skip" => Stage::Skip(parse_skip_limit("$skip", 5107200, spec)?),
         "$limit" => {
-            let n = non_negative_int(spec)
-                .ok_or_else(|| err(15957, "the limit must be specified as a number"))?;
-            if n <= 0 {
+            let n = parse_skip_limit("$limit", 5107201, spec)?;
+            if n == 0 {
                 return Err(err(15958, "the limit must be positive"));
             }
-            Stage::Limit(n as u64)
+            Stage::Limit(n)
         }
         "$count" => Stage::Count(parse_count_name(spec)?),
         "$sortByCount" => {
@@ -1677,13 +1690,23 @@ mod tests {
             (bson!([{"$limit": 0}]), 15958, "the limit must be positive"),
             (
                 bson!([{"$limit": "x"}]),
-                15957,
-                "the limit must be specified as a number",
+                5107201,
+                "invalid argument to $limit stage: Expected a number in: $limit: \"x\"",
+            ),
+            (
+                bson!([{"$limit": 2.5}]),
+                5107201,
+                "invalid argument to $limit stage: Expected an integer: $limit: 2.5",
+            ),
+            (
+                bson!([{"$limit": -2.0}]),
+                5107201,
+                "invalid argument to $limit stage: Expected a non-negative number in: $limit: -2.0",
             ),
             (
                 bson!([{"$skip": -1}]),
-                15956,
-                "Argument to $skip cannot be negative",
+                5107200,
+                "invalid argument to $skip stage: Expected a non-negative number in: $skip: -1",
             ),
             (
                 bson!([{"$count": ""}]),
@@ -1753,7 +1776,10 @@ mod tests {
             bson!({"$replaceRoot": {"newRoot": {"a": 1}}}),
             bson!({"$replaceWith": {"a": 1}}),
         ] {
-            assert!(Pipeline::parse_update(std::slice::from_ref(&ok)).is_ok(), "{ok:?}");
+            assert!(
+                Pipeline::parse_update(std::slice::from_ref(&ok)).is_ok(),
+                "{ok:?}"
+            );
         }
     }
 
