@@ -212,48 +212,56 @@ fn parse_project(spec: &Bson) -> Result<Projection> {
         }
         _ => SpecKind::Computed,
     };
-    // The first field other than `_id` decides; a projection of only `_id: 0` excludes.
-    let exclusion = match flat.iter().find(|(p, _)| p != "_id") {
-        Some((_, v)) => matches!(kind_of(v), SpecKind::Exclude),
-        None => flat
-            .iter()
-            .all(|(_, v)| matches!(kind_of(v), SpecKind::Exclude)),
-    };
+    // As mongod: fields are read in order; an inclusion (even of `_id`) or a computed field
+    // makes it an inclusion projection, an exclusion of anything but `_id` an exclusion one,
+    // and a projection with neither (only `_id: 0`) excludes.
+    let mut exclusion: Option<bool> = None;
     let mut tree = Tree::default();
     let mut id_seen = false;
     for (path, v) in &flat {
         let components = parse_field_path(path)?;
         id_seen |= path == "_id" || path.starts_with("_id.");
-        let leaf = match (kind_of(v), exclusion) {
-            (SpecKind::Include, false) => Leaf::Include,
-            (SpecKind::Exclude, true) => Leaf::Exclude,
-            (SpecKind::Exclude, false) if path == "_id" => Leaf::Exclude,
-            (SpecKind::Computed, false) => Leaf::Computed(Expr::parse(v)?),
-            (SpecKind::Include, true) => {
-                return Err(err(
-                    31253,
-                    format!(
-                        "Invalid $project :: caused by :: Cannot do inclusion on field {path} in exclusion projection"
-                    ),
-                ));
+        let leaf = match kind_of(v) {
+            SpecKind::Include => {
+                if exclusion == Some(true) {
+                    return Err(err(
+                        31253,
+                        format!(
+                            "Invalid $project :: caused by :: Cannot do inclusion on field {path} in exclusion projection"
+                        ),
+                    ));
+                }
+                exclusion = Some(false);
+                Leaf::Include
             }
-            (SpecKind::Exclude, false) => {
-                return Err(err(
-                    31254,
-                    format!(
-                        "Invalid $project :: caused by :: Cannot do exclusion on field {path} in inclusion projection"
-                    ),
-                ));
+            SpecKind::Exclude => {
+                if path != "_id" {
+                    if exclusion == Some(false) {
+                        return Err(err(
+                            31254,
+                            format!(
+                                "Invalid $project :: caused by :: Cannot do exclusion on field {path} in inclusion projection"
+                            ),
+                        ));
+                    }
+                    exclusion = Some(true);
+                }
+                Leaf::Exclude
             }
-            (SpecKind::Computed, true) => {
-                return Err(err(
-                    31252,
-                    "Invalid $project :: caused by :: Cannot use expression other than $meta in exclusion projection",
-                ));
+            SpecKind::Computed => {
+                if exclusion == Some(true) {
+                    return Err(err(
+                        31252,
+                        "Invalid $project :: caused by :: Cannot use expression other than $meta in exclusion projection",
+                    ));
+                }
+                exclusion = Some(false);
+                Leaf::Computed(Expr::parse(v)?)
             }
         };
         tree.insert(&components, path, leaf)?;
     }
+    let exclusion = exclusion.unwrap_or(true);
     if exclusion {
         return Ok(Projection::Exclusion(tree));
     }
@@ -1566,6 +1574,11 @@ mod tests {
                 bson!([{"$project": {"a": 0, "b": 1}}]),
                 31253,
                 "Invalid $project :: caused by :: Cannot do inclusion on field b in exclusion projection",
+            ),
+            (
+                bson!([{"$project": {"_id": 1, "b": 0}}]),
+                31254,
+                "Invalid $project :: caused by :: Cannot do exclusion on field b in inclusion projection",
             ),
             (
                 bson!([{"$project": {"a": 0, "b": "$x"}}]),
