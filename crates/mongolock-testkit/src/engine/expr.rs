@@ -168,7 +168,7 @@ pub fn truthy(value: Option<&Bson>) -> bool {
         Some(Bson::Int32(i)) => *i != 0,
         Some(Bson::Int64(i)) => *i != 0,
         Some(Bson::Double(d)) => *d != 0.0,
-        Some(Bson::Decimal128(d)) => d.to_string().parse::<f64>().map_or(true, |v| v != 0.0),
+        Some(Bson::Decimal128(d)) => d.to_string().parse::<f64>() != Ok(0.0),
         Some(_) => true,
     }
 }
