@@ -1477,8 +1477,9 @@ impl<'a> Env<'a> {
             },
             ConcatArrays => {
                 let mut out = Vec::new();
-                for v in self.eval_args(args)? {
-                    match v {
+                // Operands are evaluated lazily: the first null one ends the evaluation.
+                for a in args {
+                    match self.eval(a)? {
                         None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
                         Some(Bson::Array(items)) => out.extend(items),
                         v => {
@@ -1496,8 +1497,9 @@ impl<'a> Env<'a> {
             }
             SetUnion => {
                 let mut out: Vec<Bson> = Vec::new();
-                for v in self.eval_args(args)? {
-                    match v {
+                // Operands are evaluated lazily: the first null one ends the evaluation.
+                for a in args {
+                    match self.eval(a)? {
                         None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
                         Some(Bson::Array(items)) => out.extend(items),
                         v => {
@@ -1612,8 +1614,9 @@ impl<'a> Env<'a> {
             }
             Concat => {
                 let mut out = String::new();
-                for v in self.eval_args(args)? {
-                    match v {
+                // Operands are evaluated lazily: the first null one ends the evaluation.
+                for a in args {
+                    match self.eval(a)? {
                         None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
                         Some(Bson::String(s)) => out.push_str(&s),
                         v => {
@@ -2159,6 +2162,15 @@ mod tests {
             assert_eq!(eval(expr.clone()).unwrap(), Some(expected), "{expr:?}");
         }
         // Short-circuit: the erroring branch is never evaluated.
+        for lazy in [
+            bson!({"$concat": [null, {"$size": 1}]}),
+            bson!({"$concatArrays": ["$missing", {"$size": 1}]}),
+            bson!({"$setUnion": [null, {"$size": 1}]}),
+            bson!({"$add": [null, {"$size": 1}]}),
+            bson!({"$multiply": ["$missing", {"$size": 1}]}),
+        ] {
+            assert_eq!(eval(lazy.clone()).unwrap(), Some(Bson::Null), "{lazy:?}");
+        }
         assert_eq!(
             eval(bson!({"$and": [false, {"$size": 1}]})).unwrap(),
             Some(bson!(false))
