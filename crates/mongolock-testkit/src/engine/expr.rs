@@ -153,6 +153,9 @@ enum Node {
 struct Scope {
     bound: Vec<String>,
     depth: usize,
+    /// Whether every user variable is known at parse time (so unknown ones fail here, with
+    /// code 17276, as in mongod) rather than looked up in the command's `let` at evaluation.
+    strict: bool,
 }
 
 fn err(code: i32, msg: impl Into<String>) -> CommandError {
@@ -420,6 +423,9 @@ impl Scope {
             // Command `let` variables follow the definition rules, so an uppercase name that
             // is neither a builtin nor bound here can never be defined.
             _ if name.starts_with(|c: char| c.is_ascii_uppercase()) => {
+                return Err(err(17276, format!("Use of undefined variable: {name}")));
+            }
+            _ if self.strict => {
                 return Err(err(17276, format!("Use of undefined variable: {name}")));
             }
             _ => Var::User(name.to_string()),
@@ -1955,6 +1961,21 @@ impl Expr {
         let mut scope = Scope {
             bound: bound.iter().map(|s| s.to_string()).collect(),
             depth: 0,
+            strict: false,
+        };
+        Ok(Expr {
+            node: scope.parse(value)?,
+        })
+    }
+
+    /// Parses an expression of a command whose `let` variables are `let_vars` (the same
+    /// document later given as [`EvalContext::vars`]): a reference to any other user variable
+    /// fails here with code 17276, as mongod rejects it at parse time.
+    pub fn parse_with_let(value: &Bson, let_vars: &Document) -> Result<Expr> {
+        let mut scope = Scope {
+            bound: let_vars.keys().cloned().collect(),
+            depth: 0,
+            strict: true,
         };
         Ok(Expr {
             node: scope.parse(value)?,
@@ -2871,6 +2892,28 @@ mod tests {
         assert_eq!(
             eval(bson!({"$arrayElemAt": ["$arr", i32::MIN]})).unwrap(),
             None
+        );
+    }
+
+    #[test]
+    fn let_variables_known_at_parse_time() {
+        let vars = doc! {"limit": 3};
+        let e = Expr::parse_with_let(&bson!({"$add": ["$$limit", 1]}), &vars).unwrap();
+        let mut c = ctx();
+        c.vars = vars.clone();
+        assert_eq!(e.eval(&doc! {}, &c).unwrap(), Some(bson!(4)));
+        let err = Expr::parse_with_let(&bson!({"$add": ["$$limt", 1]}), &vars).unwrap_err();
+        assert_eq!(
+            (err.code, err.errmsg.as_str()),
+            (17276, "Use of undefined variable: limt")
+        );
+        // Scoped variables stay visible, and are only visible inside their scope.
+        let scoped = bson!({"$map": {"input": [1], "as": "x", "in": {"$add": ["$$x", "$$limit"]}}});
+        assert!(Expr::parse_with_let(&scoped, &vars).is_ok());
+        let outside = bson!([{"$let": {"vars": {"y": 1}, "in": "$$y"}}, "$$y"]);
+        assert_eq!(
+            Expr::parse_with_let(&outside, &vars).unwrap_err().code,
+            17276
         );
     }
 

@@ -183,7 +183,17 @@ fn flatten_spec<'a>(
     Ok(())
 }
 
-fn parse_project(spec: &Bson) -> Result<Projection> {
+/// The command's `let` variables when known at parse time (see [`Expr::parse_with_let`]).
+type Vars<'a> = Option<&'a Document>;
+
+fn expr(value: &Bson, vars: Vars<'_>) -> Result<Expr> {
+    match vars {
+        Some(v) => Expr::parse_with_let(value, v),
+        None => Expr::parse(value),
+    }
+}
+
+fn parse_project(spec: &Bson, vars: Vars<'_>) -> Result<Projection> {
     let Bson::Document(spec) = spec else {
         return Err(err(15969, "$project specification must be an object"));
     };
@@ -256,7 +266,7 @@ fn parse_project(spec: &Bson) -> Result<Projection> {
                     ));
                 }
                 exclusion = Some(false);
-                Leaf::Computed(Expr::parse(v)?)
+                Leaf::Computed(expr(v, vars)?)
             }
         };
         tree.insert(&components, path, leaf)?;
@@ -272,7 +282,7 @@ fn parse_project(spec: &Bson) -> Result<Projection> {
     Ok(Projection::Inclusion(tree))
 }
 
-fn parse_add_fields(name: &str, spec: &Bson) -> Result<Tree> {
+fn parse_add_fields(name: &str, spec: &Bson, vars: Vars<'_>) -> Result<Tree> {
     let Bson::Document(spec) = spec else {
         return Err(err(
             40272,
@@ -293,7 +303,7 @@ fn parse_add_fields(name: &str, spec: &Bson) -> Result<Tree> {
     let mut tree = Tree::default();
     for (path, v) in flat {
         let components = parse_field_path(&path)?;
-        tree.insert(&components, &path, Leaf::Computed(Expr::parse(v)?))?;
+        tree.insert(&components, &path, Leaf::Computed(expr(v, vars)?))?;
     }
     Ok(tree)
 }
@@ -418,7 +428,7 @@ fn parse_unwind(spec: &Bson) -> Result<Unwind> {
     })
 }
 
-fn parse_group(spec: &Bson) -> Result<Group> {
+fn parse_group(spec: &Bson, vars: Vars<'_>) -> Result<Group> {
     let Bson::Document(spec) = spec else {
         return Err(err(
             15947,
@@ -429,7 +439,7 @@ fn parse_group(spec: &Bson) -> Result<Group> {
     let mut accumulators = Vec::new();
     for (name, v) in spec {
         if name == "_id" {
-            id = Some(Expr::parse(v)?);
+            id = Some(expr(v, vars)?);
             continue;
         }
         if name.starts_with('$') {
@@ -485,7 +495,7 @@ fn parse_group(spec: &Bson) -> Result<Group> {
                     format!("The {op} accumulator is a unary operator"),
                 ));
             }
-            Expr::parse(arg)?
+            expr(arg, vars)?
         };
         accumulators.push((name.clone(), kind, expr));
     }
@@ -539,7 +549,7 @@ fn parse_skip_limit(stage: &str, code: i32, spec: &Bson) -> Result<u64> {
     Ok(n as u64)
 }
 
-fn parse_stage(stage: &Bson) -> Result<(String, Stage)> {
+fn parse_stage(stage: &Bson, vars: Vars<'_>) -> Result<(String, Stage)> {
     let Bson::Document(d) = stage else {
         return Err(CommandError::type_mismatch(
             "Each element of the 'pipeline' array must be an object",
@@ -565,8 +575,8 @@ fn parse_stage(stage: &Bson) -> Result<(String, Stage)> {
                 ));
             }
         },
-        "$project" => Stage::Project(parse_project(spec)?),
-        "$addFields" | "$set" => Stage::AddFields(parse_add_fields(name, spec)?),
+        "$project" => Stage::Project(parse_project(spec, vars)?),
+        "$addFields" | "$set" => Stage::AddFields(parse_add_fields(name, spec, vars)?),
         "$unset" => Stage::Project(Projection::Exclusion(parse_unset(spec)?)),
         "$replaceRoot" => {
             let Bson::Document(d) = spec else {
@@ -578,7 +588,7 @@ fn parse_stage(stage: &Bson) -> Result<(String, Stage)> {
                     ),
                 ));
             };
-            let mut expr = None;
+            let mut new_root = None;
             for (k, v) in d {
                 if k != "newRoot" {
                     return Err(err(
@@ -586,22 +596,25 @@ fn parse_stage(stage: &Bson) -> Result<(String, Stage)> {
                         format!("BSON field '$replaceRoot.{k}' is an unknown field."),
                     ));
                 }
-                expr = Some(Expr::parse(v)?);
+                new_root = Some(expr(v, vars)?);
             }
-            let expr = expr.ok_or_else(|| {
+            let new_root = new_root.ok_or_else(|| {
                 err(
                     40414,
                     "BSON field '$replaceRoot.newRoot' is missing but a required field",
                 )
             })?;
-            Stage::ReplaceRoot { expr, with: false }
+            Stage::ReplaceRoot {
+                expr: new_root,
+                with: false,
+            }
         }
         "$replaceWith" => Stage::ReplaceRoot {
-            expr: Expr::parse(spec)?,
+            expr: expr(spec, vars)?,
             with: true,
         },
         "$unwind" => Stage::Unwind(parse_unwind(spec)?),
-        "$group" => Stage::Group(parse_group(spec)?),
+        "$group" => Stage::Group(parse_group(spec, vars)?),
         "$sort" => match spec {
             Bson::Document(s) => Stage::Sort(SortSpec::parse(s)?),
             _ => return Err(err(15973, "the $sort key specification must be an object")),
@@ -629,7 +642,7 @@ fn parse_stage(stage: &Bson) -> Result<(String, Stage)> {
                     "the sortByCount field must be defined as a $-prefixed path or an expression",
                 ));
             }
-            Stage::SortByCount(Expr::parse(spec)?)
+            Stage::SortByCount(expr(spec, vars)?)
         }
         other => {
             return Err(err(
@@ -1030,9 +1043,19 @@ impl Pipeline {
     /// Parses an `aggregate` pipeline (stages the command layer handles itself, such as
     /// `$changeStream`, are removed before this is called).
     pub fn parse(stages: &[Bson]) -> Result<Pipeline> {
+        Self::parse_inner(stages, None)
+    }
+
+    /// [`Pipeline::parse`] for a command with `let` variables `let_vars`: references to
+    /// undefined variables fail at parse time (code 17276), as in mongod.
+    pub fn parse_with_let(stages: &[Bson], let_vars: &Document) -> Result<Pipeline> {
+        Self::parse_inner(stages, Some(let_vars))
+    }
+
+    fn parse_inner(stages: &[Bson], vars: Vars<'_>) -> Result<Pipeline> {
         let stages = stages
             .iter()
-            .map(|s| parse_stage(s).map(|(_, st)| st))
+            .map(|s| parse_stage(s, vars).map(|(_, st)| st))
             .collect::<Result<_>>()?;
         Ok(Pipeline { stages })
     }
@@ -1041,9 +1064,19 @@ impl Pipeline {
     /// `$project`/`$unset` and `$replaceRoot`/`$replaceWith` are allowed (others fail with
     /// code 72, "`$match` is not allowed to be used within an update").
     pub fn parse_update(stages: &[Bson]) -> Result<Pipeline> {
+        Self::parse_update_inner(stages, None)
+    }
+
+    /// [`Pipeline::parse_update`] for a command with `let` variables `let_vars`: references
+    /// to undefined variables fail at parse time (code 17276), as in mongod.
+    pub fn parse_update_with_let(stages: &[Bson], let_vars: &Document) -> Result<Pipeline> {
+        Self::parse_update_inner(stages, Some(let_vars))
+    }
+
+    fn parse_update_inner(stages: &[Bson], vars: Vars<'_>) -> Result<Pipeline> {
         let mut parsed = Vec::with_capacity(stages.len());
         for s in stages {
-            let (name, stage) = parse_stage(s)?;
+            let (name, stage) = parse_stage(s, vars)?;
             if !UPDATE_STAGES.contains(&name.as_str()) {
                 return Err(err(
                     72,
@@ -1834,6 +1867,33 @@ mod tests {
             .unwrap()
             .apply_update(&doc! {}, &ctx());
         assert_eq!(seed.unwrap(), doc! {"x": 1});
+    }
+
+    #[test]
+    fn let_variables_are_checked_at_parse_time_when_given() {
+        let vars = doc! {"ttl": 5};
+        let ok = stages(bson!([{"$set": {"a": "$$ttl"}}]));
+        let p = Pipeline::parse_update_with_let(&ok, &vars).unwrap();
+        let mut c = ctx();
+        c.vars = vars.clone();
+        assert_eq!(
+            p.apply_update(&doc! {"_id": 1}, &c).unwrap(),
+            doc! {"_id": 1, "a": 5}
+        );
+        let bad = stages(bson!([{"$set": {"a": "$$tll"}}]));
+        let e = Pipeline::parse_update_with_let(&bad, &vars).unwrap_err();
+        assert_eq!(
+            (e.code, e.errmsg.as_str()),
+            (17276, "Use of undefined variable: tll")
+        );
+        let e = Pipeline::parse_with_let(&stages(bson!([{"$group": {"_id": "$$x"}}])), &vars);
+        assert_eq!(e.unwrap_err().code, 17276);
+        // Without the let variables the check happens at evaluation.
+        let p = Pipeline::parse_update(&bad).unwrap();
+        assert_eq!(
+            p.apply_update(&doc! {"_id": 1}, &c).unwrap_err().code,
+            17276
+        );
     }
 
     #[test]
