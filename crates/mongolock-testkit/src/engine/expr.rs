@@ -2802,7 +2802,7 @@ mod tests {
             (
                 bson!({"$toLong": "x1"}),
                 241,
-                "Failed to parse number 'x1' in $convert with no onError value: Did not consume any digits",
+                "Failed to parse number 'x1' in $convert with no onError value: Did not consume whole string.",
             ),
             (
                 bson!({"$convert": {"input": "$sub", "to": "int"}}),

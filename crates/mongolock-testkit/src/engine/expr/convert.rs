@@ -161,6 +161,7 @@ pub(crate) enum ConvError {
     Infinity,
     Date(String),
     Oid(String, String),
+    Hex(String),
 }
 
 impl ConvError {
@@ -181,6 +182,7 @@ impl ConvError {
                 format!("Error parsing date string '{s}'; 0: Unexpected character '{s}' {CTX}")
             }
             ConvError::Oid(s, why) => format!("Failed to parse objectId '{s}' {CTX}: {why}"),
+            ConvError::Hex(s) => format!("Illegal hexadecimal input {CTX}: {s}"),
         }
     }
 }
@@ -200,38 +202,95 @@ fn double_to_int(d: f64, min: f64, max: f64) -> Result<f64, ConvError> {
     Ok(t)
 }
 
+/// Parses a base-10 integer as mongod's `NumberParser` does (no whitespace, optional sign).
 fn parse_int(s: &str) -> Result<i64, ConvError> {
-    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
-    if digits.is_empty() || !digits.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err(ConvError::Parse(
-            s.to_string(),
-            "Did not consume any digits",
-        ));
+    reject_hex(s)?;
+    let fail = |why| Err(ConvError::Parse(s.to_string(), why));
+    let (negative, magnitude) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if magnitude.is_empty() {
+        return fail("No digits");
     }
-    if !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return Err(ConvError::Parse(
-            s.to_string(),
-            "Did not consume whole string.",
-        ));
+    let mut n: u64 = 0;
+    let mut consumed = 0;
+    for c in magnitude.bytes() {
+        if !c.is_ascii_digit() {
+            break;
+        }
+        n = match n
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(c - b'0')))
+        {
+            Some(v) => v,
+            None => return fail("Overflow"),
+        };
+        consumed += 1;
     }
-    s.parse::<i64>()
-        .map_err(|_| ConvError::Parse(s.to_string(), "Overflow"))
+    if consumed != magnitude.len() {
+        return fail("Did not consume whole string.");
+    }
+    let max = i64::MAX as u64 + u64::from(negative);
+    if n > max {
+        return fail("Overflow");
+    }
+    Ok(if negative {
+        (n as i64).wrapping_neg()
+    } else {
+        n as i64
+    })
 }
 
-fn parse_double(s: &str) -> Result<f64, ConvError> {
-    let t = s.trim_start_matches(['-', '+']);
-    match t.to_ascii_lowercase().as_str() {
-        "inf" | "infinity" | "nan" => {}
-        _ if !t.starts_with(|c: char| c.is_ascii_digit() || c == '.') => {
-            return Err(ConvError::Parse(
-                s.to_string(),
-                "Did not consume any digits",
-            ));
-        }
-        _ => {}
+fn reject_hex(s: &str) -> Result<(), ConvError> {
+    if s.starts_with("0x") || s.starts_with("0X") {
+        return Err(ConvError::Hex(s.to_string()));
     }
-    s.parse::<f64>()
-        .map_err(|_| ConvError::Parse(s.to_string(), "Did not consume whole string."))
+    Ok(())
+}
+
+/// Parses a double as mongod does (`strtod` over the whole string).
+fn parse_double(s: &str) -> Result<f64, ConvError> {
+    reject_hex(s)?;
+    let fail = |why| Err(ConvError::Parse(s.to_string(), why));
+    if s.is_empty() {
+        return fail("Empty string");
+    }
+    if s.starts_with(|c: char| c.is_ascii_whitespace()) {
+        return fail("Leading whitespace");
+    }
+    match s.parse::<f64>() {
+        Ok(d) => {
+            let unsigned = s.trim_start_matches(['-', '+']).to_ascii_lowercase();
+            let special = unsigned.starts_with("inf") || unsigned.starts_with("nan");
+            let nonzero_digits = unsigned
+                .split(['e'])
+                .next()
+                .is_some_and(|m| m.bytes().any(|c| (b'1'..=b'9').contains(&c)));
+            let overflow = d.is_infinite() && !special;
+            let underflow = nonzero_digits && d.abs() < f64::MIN_POSITIVE;
+            if overflow || underflow {
+                fail("Out of range")
+            } else {
+                Ok(d)
+            }
+        }
+        Err(_) => {
+            let unsigned = s.trim_start_matches(['-', '+']);
+            let starts_number = unsigned.starts_with(|c: char| c.is_ascii_digit())
+                || (unsigned.starts_with('.')
+                    && unsigned[1..].starts_with(|c: char| c.is_ascii_digit()))
+                || ["inf", "nan"]
+                    .iter()
+                    .any(|p| unsigned.to_ascii_lowercase().starts_with(p));
+            if starts_number && s.len() - unsigned.len() <= 1 {
+                fail("Did not consume whole string.")
+            } else {
+                fail("Did not consume any digits")
+            }
+        }
+    }
 }
 
 /// Parses the ISO-8601 forms mongod accepts most commonly: RFC 3339 timestamps, the same
@@ -325,7 +384,7 @@ pub(crate) fn fmt_double(d: f64) -> String {
         return if d > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
     }
     let a = d.abs();
-    if a != 0.0 && !(1e-4..1e15).contains(&a) {
+    if a != 0.0 && !(1e-4..1e16).contains(&a) {
         let s = format!("{d:e}");
         // Rust prints `1e20` / `1.5e-7`; mongod prints `1e+20` / `1.5e-07`.
         if let Some((mant, exp)) = s.split_once('e') {
@@ -443,6 +502,9 @@ mod tests {
             (bson!(2.0), Target::String, bson!("2")),
             (bson!(2.5), Target::String, bson!("2.5")),
             (bson!(1e20), Target::String, bson!("1e+20")),
+            (bson!(1e15), Target::String, bson!("1000000000000000")),
+            (bson!(1.5e-7), Target::String, bson!("1.5e-07")),
+            (bson!(-0.0), Target::String, bson!("-0")),
             (
                 Bson::DateTime(DateTime::from_millis(1_700_000_000_123)),
                 Target::String,
@@ -474,7 +536,47 @@ mod tests {
             (
                 bson!("abc"),
                 Target::Long,
+                "Failed to parse number 'abc' in $convert with no onError value: Did not consume whole string.",
+            ),
+            (
+                bson!("-"),
+                Target::Long,
+                "Failed to parse number '-' in $convert with no onError value: No digits",
+            ),
+            (
+                bson!("99999999999999999999"),
+                Target::Long,
+                "Failed to parse number '99999999999999999999' in $convert with no onError value: Overflow",
+            ),
+            (
+                bson!("0x10"),
+                Target::Int,
+                "Illegal hexadecimal input in $convert with no onError value: 0x10",
+            ),
+            (
+                bson!("abc"),
+                Target::Double,
                 "Failed to parse number 'abc' in $convert with no onError value: Did not consume any digits",
+            ),
+            (
+                bson!("1.5x"),
+                Target::Double,
+                "Failed to parse number '1.5x' in $convert with no onError value: Did not consume whole string.",
+            ),
+            (
+                bson!(" 5"),
+                Target::Double,
+                "Failed to parse number ' 5' in $convert with no onError value: Leading whitespace",
+            ),
+            (
+                bson!("1e400"),
+                Target::Double,
+                "Failed to parse number '1e400' in $convert with no onError value: Out of range",
+            ),
+            (
+                bson!(""),
+                Target::Double,
+                "Failed to parse number '' in $convert with no onError value: Empty string",
             ),
             (
                 bson!("12x"),
