@@ -10,4 +10,5 @@ pub mod server;
 pub mod wire;
 
 pub use faults::clock::Clock;
+pub use faults::proxy::FaultProxy;
 pub use server::{TestServer, TestServerBuilder};
