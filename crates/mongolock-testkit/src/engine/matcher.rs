@@ -12,6 +12,9 @@
 //! * `$ne`, `$nin` and `$not` are negations of the positive predicate over all values;
 //! * equality with `null` matches missing fields.
 
+// `CommandError` is large (reply extras, labels); boxing it is the lead's call (error.rs).
+#![allow(clippy::result_large_err)]
+
 mod regex;
 
 use bson::{Bson, Document};
@@ -597,12 +600,12 @@ fn walk<'a>(
     match cur {
         Some(Bson::Document(d)) => walk(d.get(head), rest, idx, expand_leaf, out),
         Some(Bson::Array(items)) => {
-            if let Ok(n) = head.parse::<usize>() {
-                if head.bytes().all(|b| b.is_ascii_digit()) {
-                    // Positional component; also look into documents with that field name.
-                    walk(items.get(n), rest, idx, expand_leaf, out);
-                    return;
-                }
+            if let Ok(n) = head.parse::<usize>()
+                && head.bytes().all(|b| b.is_ascii_digit())
+            {
+                // Positional component; also look into documents with that field name.
+                walk(items.get(n), rest, idx, expand_leaf, out);
+                return;
             }
             for (i, item) in items.iter().enumerate() {
                 if let Bson::Document(d) = item {
@@ -732,10 +735,10 @@ impl Pred {
             Pred::ElemMatchObj(node) => match value {
                 Some(Bson::Array(items)) => {
                     for item in items {
-                        if let Bson::Document(d) = item {
-                            if node.eval(d, ctx)?.is_some() {
-                                return Ok(true);
-                            }
+                        if let Bson::Document(d) = item
+                            && node.eval(d, ctx)?.is_some()
+                        {
+                            return Ok(true);
                         }
                     }
                     false

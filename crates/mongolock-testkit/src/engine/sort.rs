@@ -5,6 +5,9 @@
 //! largest (so an array sorts by its smallest element ascending and its largest descending).
 //! A missing field sorts as `null`, and an empty array sorts below `null`.
 
+// `CommandError` is large (reply extras, labels); boxing it is the lead's call (error.rs).
+#![allow(clippy::result_large_err)]
+
 use std::cmp::Ordering;
 
 use bson::{Bson, Document};
@@ -146,11 +149,11 @@ fn collect(cur: Option<&Bson>, path: &[String], out: &mut Vec<Bson>) {
     match cur {
         Some(Bson::Document(d)) => collect(d.get(head), rest, out),
         Some(Bson::Array(items)) => {
-            if head.bytes().all(|b| b.is_ascii_digit()) {
-                if let Ok(n) = head.parse::<usize>() {
-                    collect(items.get(n), rest, out);
-                    return;
-                }
+            if head.bytes().all(|b| b.is_ascii_digit())
+                && let Ok(n) = head.parse::<usize>()
+            {
+                collect(items.get(n), rest, out);
+                return;
             }
             let before = out.len();
             for item in items {
