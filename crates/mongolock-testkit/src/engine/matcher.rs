@@ -61,8 +61,8 @@ enum Pred {
     Regex(Box<Regex>),
     /// `$in`: equality with any value or a match of any regex.
     In(Vec<Bson>, Vec<Regex>),
-    /// `$exists`.
-    Exists(bool),
+    /// `$exists: true` (`$exists: false` is its negation).
+    Exists,
     /// `$type`.
     Type(Vec<TypeSel>),
     /// `$size`; `None` never matches (a non-integral size).
@@ -283,7 +283,9 @@ fn parse_operator(field: &str, op: &str, arg: &Bson) -> Result<Pred> {
                 Pred::Not(vec![pred])
             }
         }
-        "$exists" => Pred::Exists(truthy(arg)),
+        // mongod parses `$exists: false` as the negation of `$exists: true`.
+        "$exists" if truthy(arg) => Pred::Exists,
+        "$exists" => Pred::Not(vec![Pred::Exists]),
         "$type" => Pred::Type(parse_type(arg)?),
         "$size" => {
             if !is_number(arg) {
@@ -517,8 +519,18 @@ fn parse_elem_match(field: &str, doc: &Document) -> Result<Pred> {
             pred => Ok(Pred::ElemMatchValue(vec![pred])),
         }
     } else {
-        Ok(Pred::ElemMatchObj(Box::new(parse_tree(doc)?)))
+        Ok(Pred::ElemMatchObj(Box::new(parse_nested_query(doc)?)))
     }
+}
+
+/// Parses a query applied to array elements (`$elemMatch`, `$pull`), where `$expr` is not
+/// allowed.
+fn parse_nested_query(doc: &Document) -> Result<Node> {
+    let node = parse_tree(doc)?;
+    if node.has_expr() {
+        return Err(bad("$expr can only be applied to the top-level document"));
+    }
+    Ok(node)
 }
 
 impl Node {
@@ -667,12 +679,6 @@ impl Pred {
                 if let Some((head, rest)) = path.split_first() {
                     walk(root.get(head), rest, None, self.expands_leaf(), &mut cands);
                 }
-                if cands.is_empty() {
-                    cands.push(Cand {
-                        value: None,
-                        idx: None,
-                    });
-                }
                 for cand in &cands {
                     if self.test(cand.value, ctx)? {
                         let mut idx = cand.idx;
@@ -709,7 +715,7 @@ impl Pred {
                 }
                 false
             }
-            Pred::Exists(want) => value.is_some() == *want,
+            Pred::Exists => value.is_some(),
             Pred::Type(types) => value.is_some_and(|v| {
                 types.iter().any(|t| match t {
                     TypeSel::Number => is_number(v),
@@ -888,7 +894,7 @@ impl ValueMatcher {
     pub fn parse(condition: &Bson) -> Result<ValueMatcher> {
         let kind = match condition {
             Bson::Document(d) if is_operator_doc(d) => ValueKind::Ops(parse_operator_doc("", d)?),
-            Bson::Document(d) => ValueKind::Query(Box::new(parse_tree(d)?)),
+            Bson::Document(d) => ValueKind::Query(Box::new(parse_nested_query(d)?)),
             Bson::RegularExpression(re) => {
                 ValueKind::Ops(Pred::Regex(Box::new(Regex::new(&re.pattern, &re.options)?)))
             }
@@ -1056,6 +1062,7 @@ mod tests {
             "docs": [{"b": 1, "c": "x"}, {"b": 2}, 7],
             "deep": {"e": [{"f": [{"g": 4}]}]},
             "empty": [],
+            "scalars": [1, 2],
         };
         let cases: Vec<(Document, bool)> = vec![
             (doc! {"a": 5}, true),
@@ -1108,6 +1115,15 @@ mod tests {
             (doc! {"empty": {"$exists": true}}, true),
             (doc! {"empty": []}, true),
             (doc! {"a": {"$in": [[1, 5]]}}, true),
+            // No value of `x.b` exists under an empty array or an array of scalars.
+            (doc! {"empty.b": Bson::Null}, false),
+            (doc! {"scalars.b": Bson::Null}, false),
+            (doc! {"empty.b": {"$exists": false}}, true),
+            (doc! {"scalars.b": {"$ne": 1}}, true),
+            // A scalar on the path leaves the rest missing.
+            (doc! {"a.0.b": Bson::Null}, true),
+            (doc! {"deep.e.f.g.h": Bson::Null}, true),
+            (doc! {"deep.e.f.g.h": {"$exists": true}}, false),
         ];
         for (filter, want) in cases {
             assert_eq!(matches(filter.clone(), d.clone()), want, "{filter}");
@@ -1118,6 +1134,7 @@ mod tests {
     fn exists_type_mod_regex() {
         let oid = ObjectId::new();
         let d = doc! {
+            "docs": [{"c": 1}, {"d": 2}],
             "i": 7, "l": 7_i64, "f": 7.9, "s": "Hello\nworld", "o": {}, "arr": [1, "x"],
             "id": oid, "t": true, "nil": Bson::Null, "r": re("^h", "i"),
         };
@@ -1125,6 +1142,8 @@ mod tests {
             (doc! {"i": {"$exists": true}}, true),
             (doc! {"i": {"$exists": 0}}, false),
             (doc! {"zz": {"$exists": false}}, true),
+            (doc! {"docs.c": {"$exists": false}}, false),
+            (doc! {"docs.z": {"$exists": false}}, true),
             (doc! {"nil": {"$exists": true}}, true),
             (doc! {"o.x": {"$exists": true}}, false),
             (doc! {"i": {"$type": "int"}}, true),
@@ -1320,6 +1339,11 @@ mod tests {
                 2,
                 "$alwaysTrue must be an integer value of 1",
             ),
+            (
+                doc! {"a": {"$elemMatch": {"$expr": {"$eq": ["$b", 1]}}}},
+                2,
+                "$expr can only be applied to the top-level document",
+            ),
         ];
         for (filter, code, msg) in cases {
             let err = parse_err(filter.clone());
@@ -1349,7 +1373,6 @@ mod tests {
         let with = [
             doc! {"$expr": {"$eq": ["$a", 1]}},
             doc! {"$or": [{"a": 1}, {"$expr": true}]},
-            doc! {"a": {"$elemMatch": {"$expr": true}}},
         ];
         for f in with {
             assert!(Matcher::parse(&f).unwrap().has_expr(), "{f}");
@@ -1428,6 +1451,11 @@ mod tests {
                 .unwrap_err()
                 .errmsg,
             "unknown operator: $bogus"
+        );
+        let err = ValueMatcher::parse(&bson::bson!({"a": 1, "$expr": true})).unwrap_err();
+        assert_eq!(
+            err.errmsg,
+            "$expr can only be applied to the top-level document"
         );
     }
 
