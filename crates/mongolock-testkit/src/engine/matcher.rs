@@ -93,6 +93,27 @@ enum TypeSel {
     Code(i32),
 }
 
+/// Operators that apply to a field's value (mongod's path-accepting keywords).
+const FIELD_OPERATORS: &[&str] = &[
+    "$eq",
+    "$ne",
+    "$gt",
+    "$gte",
+    "$lt",
+    "$lte",
+    "$in",
+    "$nin",
+    "$exists",
+    "$type",
+    "$size",
+    "$all",
+    "$elemMatch",
+    "$not",
+    "$regex",
+    "$options",
+    "$mod",
+];
+
 /// Top-level operators the emulator knows mongod has but does not implement.
 const UNSUPPORTED_TOP_LEVEL: &[&str] = &["$where", "$text", "$jsonSchema", "$sampleRate"];
 
@@ -115,7 +136,10 @@ fn split_path(path: &str) -> Vec<String> {
 fn parse_tree(filter: &Document) -> Result<Node> {
     let mut children = Vec::new();
     for (key, value) in filter {
-        if let Some(op) = key.strip_prefix('$') {
+        if let Some(op) = key
+            .strip_prefix('$')
+            .filter(|op| !matches!(*op, "ref" | "id" | "db"))
+        {
             match op {
                 "and" | "or" | "nor" => {
                     let Bson::Array(items) = value else {
@@ -884,16 +908,23 @@ enum ValueKind {
 impl ValueMatcher {
     /// Parses a `$pull` condition, with mongod's `$pull` semantics:
     ///
-    /// * an operator document (`{$gte: 6}`, `{$in: [..]}`) applies its operators to each
+    /// * a document whose first field is a field operator (`{$gte: 6}`, `{$in: [..]}`)
+    ///   applies its operators to each
     ///   element as if the element were a field (an element that is an array is expanded);
-    /// * a document without operators (`{score: 8, item: "B"}`) is a query run on each element
+    /// * any other document (`{score: 8, item: "B"}`, `{$or: [..]}`) is a query run on each element
     ///   as though it were a top-level document, so extra fields in the element are allowed and
     ///   non-document elements never match;
     /// * a regular expression matches string elements;
     /// * any other value matches elements equal to it.
     pub fn parse(condition: &Bson) -> Result<ValueMatcher> {
         let kind = match condition {
-            Bson::Document(d) if is_operator_doc(d) => ValueKind::Ops(parse_operator_doc("", d)?),
+            Bson::Document(d)
+                if d.keys()
+                    .next()
+                    .is_some_and(|k| FIELD_OPERATORS.contains(&k.as_str())) =>
+            {
+                ValueKind::Ops(parse_operator_doc("", d)?)
+            }
             Bson::Document(d) => ValueKind::Query(Box::new(parse_nested_query(d)?)),
             Bson::RegularExpression(re) => {
                 ValueKind::Ops(Pred::Regex(Box::new(Regex::new(&re.pattern, &re.options)?)))
@@ -1446,11 +1477,25 @@ mod tests {
                 "{cond} on {value}"
             );
         }
-        assert_eq!(
+        assert!(
             ValueMatcher::parse(&bson::bson!({"$bogus": 1}))
                 .unwrap_err()
-                .errmsg,
-            "unknown operator: $bogus"
+                .errmsg
+                .starts_with("unknown top level operator: $bogus.")
+        );
+        let or = vm(bson::bson!({"$or": [{"a": 1}, {"b": 2}]}));
+        assert!(or.matches(&bson::bson!({"b": 2}), &c).unwrap());
+        assert!(!or.matches(&bson::bson!({"b": 3}), &c).unwrap());
+        let dbref = vm(bson::bson!({"$ref": "coll", "$id": 1}));
+        assert!(
+            dbref
+                .matches(&bson::bson!({"$ref": "coll", "$id": 1}), &c)
+                .unwrap()
+        );
+        assert!(
+            !dbref
+                .matches(&bson::bson!({"$ref": "coll", "$id": 2}), &c)
+                .unwrap()
         );
         let err = ValueMatcher::parse(&bson::bson!({"a": 1, "$expr": true})).unwrap_err();
         assert_eq!(
