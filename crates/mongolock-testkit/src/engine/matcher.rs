@@ -65,8 +65,8 @@ enum Pred {
     Exists,
     /// `$type`.
     Type(Vec<TypeSel>),
-    /// `$size`; `None` never matches (a non-integral size).
-    Size(Option<usize>),
+    /// `$size`.
+    Size(usize),
     /// `$mod: [divisor, remainder]`.
     Mod(i64, i64),
     /// `$elemMatch` with a query on document elements.
@@ -114,6 +114,24 @@ const FIELD_OPERATORS: &[&str] = &[
     "$mod",
 ];
 
+/// Operators that apply to a whole document (mongod's pathless parsers).
+const PATHLESS_OPERATORS: &[&str] = &[
+    "$and",
+    "$or",
+    "$nor",
+    "$expr",
+    "$where",
+    "$text",
+    "$comment",
+    "$alwaysTrue",
+    "$alwaysFalse",
+    "$jsonSchema",
+    "$sampleRate",
+    "$ref",
+    "$id",
+    "$db",
+];
+
 /// Top-level operators the emulator knows mongod has but does not implement.
 const UNSUPPORTED_TOP_LEVEL: &[&str] = &["$where", "$text", "$jsonSchema", "$sampleRate"];
 
@@ -121,11 +139,11 @@ fn bad(msg: impl Into<String>) -> CommandError {
     CommandError::bad_value(msg)
 }
 
-/// Whether a document is an operator document: its first field name starts with `$`.
+/// Whether a document is an operator document: its first field name starts with `$` and it
+/// is not a DBRef (`$ref` and `$id` both present), as mongod's `isExpressionDocument`.
 fn is_operator_doc(doc: &Document) -> bool {
-    doc.keys()
-        .next()
-        .is_some_and(|k| k.starts_with('$') && !matches!(k.as_str(), "$ref" | "$id" | "$db"))
+    doc.keys().next().is_some_and(|k| k.starts_with('$'))
+        && !(doc.contains_key("$ref") && doc.contains_key("$id"))
 }
 
 /// Splits a dotted path.
@@ -136,10 +154,7 @@ fn split_path(path: &str) -> Vec<String> {
 fn parse_tree(filter: &Document) -> Result<Node> {
     let mut children = Vec::new();
     for (key, value) in filter {
-        if let Some(op) = key
-            .strip_prefix('$')
-            .filter(|op| !matches!(*op, "ref" | "id" | "db"))
-        {
+        if let Some(op) = key.strip_prefix('$') {
             match op {
                 "and" | "or" | "nor" => {
                     let Bson::Array(items) = value else {
@@ -164,11 +179,23 @@ fn parse_tree(filter: &Document) -> Result<Node> {
                 "expr" => children.push(Node::Expr(Box::new(Expr::parse(value)?))),
                 "comment" => {}
                 "alwaysTrue" | "alwaysFalse" => {
+                    if !is_number(value) {
+                        return Err(CommandError::failed_to_parse(format!(
+                            "Expected a number in: {key}: {value}"
+                        )));
+                    }
                     if as_f64(value) != Some(1.0) {
-                        return Err(bad(format!("{key} must be an integer value of 1")));
+                        return Err(CommandError::failed_to_parse(format!(
+                            "{key} must be an integer value of 1"
+                        )));
                     }
                     children.push(Node::Const(op == "alwaysTrue"));
                 }
+                // DBRef fields are matched by equality, as mongod's pathless `$ref`/`$id`/`$db`.
+                "ref" | "id" | "db" => children.push(Node::Field {
+                    path: vec![key.clone()],
+                    pred: Pred::Eq(value.clone()),
+                }),
                 _ if UNSUPPORTED_TOP_LEVEL.contains(&key.as_str()) => {
                     return Err(bad(format!(
                         "unknown top level operator: {key}. If you have a field name that starts \
@@ -312,18 +339,26 @@ fn parse_operator(field: &str, op: &str, arg: &Bson) -> Result<Pred> {
         "$exists" => Pred::Not(vec![Pred::Exists]),
         "$type" => Pred::Type(parse_type(arg)?),
         "$size" => {
-            if !is_number(arg) {
-                return Err(bad("$size needs a number"));
-            }
-            let n = as_f64(arg).unwrap_or(f64::NAN);
-            if n < 0.0 {
+            let size: i64 = match arg {
+                Bson::Int32(i) => i64::from(*i),
+                Bson::Int64(l) => {
+                    if i32::try_from(*l).is_err() {
+                        return Err(bad("$size must be representable as a 32-bit integer"));
+                    }
+                    *l
+                }
+                Bson::Double(d) => {
+                    if d.fract() != 0.0 || !d.is_finite() || d.abs() > f64::from(i32::MAX) {
+                        return Err(bad("$size must be a whole number"));
+                    }
+                    *d as i64
+                }
+                _ => return Err(bad("$size needs a number")),
+            };
+            let Ok(size) = usize::try_from(size) else {
                 return Err(bad("$size may not be negative"));
-            }
-            if n.fract() != 0.0 || !n.is_finite() || n > f64::from(i32::MAX) {
-                Pred::Size(None)
-            } else {
-                Pred::Size(Some(n as usize))
-            }
+            };
+            Pred::Size(size)
         }
         "$mod" => parse_mod(arg)?,
         "$all" => parse_all(field, arg)?,
@@ -354,6 +389,7 @@ fn parse_operator(field: &str, op: &str, arg: &Bson) -> Result<Pred> {
             _ => return Err(bad("$not needs a regex or a document")),
         },
         "$options" | "$regex" => unreachable_regex()?,
+        "$where" => return Err(bad("$where cannot be applied to a field")),
         _ => return Err(bad(format!("unknown operator: {op}"))),
     })
 }
@@ -434,7 +470,9 @@ fn parse_type(arg: &Bson) -> Result<Vec<TypeSel>> {
     match arg {
         Bson::Array(items) => {
             if items.is_empty() {
-                return Err(bad("$type must match at least one type"));
+                return Err(CommandError::failed_to_parse(
+                    "$type must match at least one type",
+                ));
             }
             items.iter().map(parse_one_type).collect()
         }
@@ -481,28 +519,35 @@ fn parse_all(field: &str, arg: &Bson) -> Result<Pred> {
     let Bson::Array(items) = arg else {
         return Err(bad("$all needs an array"));
     };
-    let elem_match_count = items
-        .iter()
-        .filter(|i| matches!(i, Bson::Document(d) if d.keys().next().is_some_and(|k| k == "$elemMatch")))
-        .count();
-    if elem_match_count > 0 && elem_match_count != items.len() {
-        return Err(bad("$all/$elemMatch has to be consistent"));
-    }
+    let first_key = |item: &Bson| match item {
+        Bson::Document(d) => d.keys().next().cloned(),
+        _ => None,
+    };
     let mut preds = Vec::with_capacity(items.len());
+    if items.first().and_then(first_key).as_deref() == Some("$elemMatch") {
+        // `$all: [{$elemMatch: ..}, ...]`: every element must be an `$elemMatch`.
+        for item in items {
+            match (item, first_key(item).as_deref()) {
+                (Bson::Document(d), Some("$elemMatch")) => {
+                    let Some(Bson::Document(inner)) = d.get("$elemMatch") else {
+                        return Err(bad("$elemMatch needs an Object"));
+                    };
+                    preds.push(parse_elem_match(field, inner)?);
+                }
+                _ => return Err(bad("$all/$elemMatch has to be consistent")),
+            }
+        }
+        return Ok(Pred::All(preds));
+    }
     for item in items {
         match item {
-            Bson::Document(d) if elem_match_count > 0 => {
-                let Some(Bson::Document(inner)) = d.get("$elemMatch") else {
-                    return Err(bad("$elemMatch needs an Object"));
-                };
-                if d.len() != 1 {
-                    return Err(bad("$all/$elemMatch has to be consistent"));
-                }
-                preds.push(parse_elem_match(field, inner)?);
-            }
-            Bson::Document(d) if is_operator_doc(d) => return Err(bad("no $ expressions in $all")),
             Bson::RegularExpression(re) => {
                 preds.push(Pred::Regex(Box::new(Regex::new(&re.pattern, &re.options)?)))
+            }
+            Bson::Document(_)
+                if first_key(item).is_some_and(|k| FIELD_OPERATORS.contains(&k.as_str())) =>
+            {
+                return Err(bad("no $ expressions in $all"));
             }
             other => preds.push(Pred::Eq(other.clone())),
         }
@@ -515,25 +560,15 @@ fn parse_all(field: &str, arg: &Bson) -> Result<Pred> {
 }
 
 /// Whether an `$elemMatch` argument is a value form (`{$gt: 1}`) rather than a query on
-/// document elements: mongod decides by the first field, which must be an operator other
-/// than the top-level logical ones.
+/// document elements: as in mongod, its first field is an operator that is not a pathless
+/// (top-level) one, and it has no DBRef field.
 fn is_elem_match_value(doc: &Document) -> bool {
-    is_operator_doc(doc)
-        && !doc.keys().next().is_some_and(|k| {
-            matches!(
-                k.as_str(),
-                "$and"
-                    | "$or"
-                    | "$nor"
-                    | "$expr"
-                    | "$where"
-                    | "$text"
-                    | "$comment"
-                    | "$alwaysTrue"
-                    | "$alwaysFalse"
-                    | "$jsonSchema"
-            )
-        })
+    let Some(first) = doc.keys().next() else {
+        return false;
+    };
+    first.starts_with('$')
+        && !["$ref", "$id", "$db"].iter().any(|k| doc.contains_key(*k))
+        && !PATHLESS_OPERATORS.contains(&first.as_str())
 }
 
 fn parse_elem_match(field: &str, doc: &Document) -> Result<Pred> {
@@ -746,9 +781,7 @@ impl Pred {
                     TypeSel::Code(c) => compare::type_code(v) == *c,
                 })
             }),
-            Pred::Size(n) => {
-                matches!((value, n), (Some(Bson::Array(items)), Some(n)) if items.len() == *n)
-            }
+            Pred::Size(n) => matches!(value, Some(Bson::Array(items)) if items.len() == *n),
             Pred::Mod(divisor, remainder) => match value {
                 Some(v) if is_number(v) => {
                     let as_long = match v {
@@ -1054,6 +1087,7 @@ mod tests {
             (doc! {"a": 5, "$comment": "ignored"}, true),
             (doc! {"$alwaysTrue": 1}, true),
             (doc! {"$alwaysFalse": 1}, false),
+            (doc! {"o": {"$ref": "c", "$id": 1}}, false),
         ];
         for (filter, want) in cases {
             assert_eq!(matches(filter.clone(), d.clone()), want, "{filter}");
@@ -1129,7 +1163,7 @@ mod tests {
             (doc! {"a": {"$size": 1}}, false),
             (doc! {"n": {"$size": 2}}, true),
             (doc! {"empty": {"$size": 0}}, true),
-            (doc! {"a": {"$size": 1.5}}, false),
+            (doc! {"a": {"$size": 2.0}}, true),
             (doc! {"a": {"$all": [5, 1]}}, true),
             (doc! {"a": {"$all": [5, 2]}}, false),
             (doc! {"a": {"$all": []}}, false),
@@ -1292,7 +1326,7 @@ mod tests {
             ),
             (
                 doc! {"a": {"$type": []}},
-                2,
+                9,
                 "$type must match at least one type",
             ),
             (
@@ -1367,7 +1401,7 @@ mod tests {
             ),
             (
                 doc! {"$alwaysTrue": 0},
-                2,
+                9,
                 "$alwaysTrue must be an integer value of 1",
             ),
             (
@@ -1377,6 +1411,38 @@ mod tests {
             ),
         ];
         for (filter, code, msg) in cases {
+            let err = parse_err(filter.clone());
+            assert_eq!((err.code, err.errmsg.as_str()), (code, msg), "{filter}");
+        }
+        let more: Vec<(Document, i32, &str)> = vec![
+            (
+                doc! {"a": {"$size": 1.5}},
+                2,
+                "$size must be a whole number",
+            ),
+            (
+                doc! {"a": {"$size": 1_i64 << 40}},
+                2,
+                "$size must be representable as a 32-bit integer",
+            ),
+            (doc! {"a": {"$size": -1.0}}, 2, "$size may not be negative"),
+            (
+                doc! {"a": {"$where": "x"}},
+                2,
+                "$where cannot be applied to a field",
+            ),
+            (
+                doc! {"a": {"$all": [1, {"$elemMatch": {"b": 1}}]}},
+                2,
+                "no $ expressions in $all",
+            ),
+            (
+                doc! {"$alwaysFalse": "x"},
+                9,
+                "Expected a number in: $alwaysFalse: \"x\"",
+            ),
+        ];
+        for (filter, code, msg) in more {
             let err = parse_err(filter.clone());
             assert_eq!((err.code, err.errmsg.as_str()), (code, msg), "{filter}");
         }
@@ -1483,9 +1549,6 @@ mod tests {
                 .errmsg
                 .starts_with("unknown top level operator: $bogus.")
         );
-        let or = vm(bson::bson!({"$or": [{"a": 1}, {"b": 2}]}));
-        assert!(or.matches(&bson::bson!({"b": 2}), &c).unwrap());
-        assert!(!or.matches(&bson::bson!({"b": 3}), &c).unwrap());
         let dbref = vm(bson::bson!({"$ref": "coll", "$id": 1}));
         assert!(
             dbref
@@ -1497,6 +1560,9 @@ mod tests {
                 .matches(&bson::bson!({"$ref": "coll", "$id": 2}), &c)
                 .unwrap()
         );
+        let or = vm(bson::bson!({"$or": [{"a": 1}, {"b": 2}]}));
+        assert!(or.matches(&bson::bson!({"b": 2}), &c).unwrap());
+        assert!(!or.matches(&bson::bson!({"b": 3}), &c).unwrap());
         let err = ValueMatcher::parse(&bson::bson!({"a": 1, "$expr": true})).unwrap_err();
         assert_eq!(
             err.errmsg,
