@@ -19,6 +19,7 @@ use super::{CommandError, Result};
 #[derive(Debug, Clone)]
 pub struct SortSpec {
     keys: Vec<(Vec<String>, bool)>,
+    natural: Option<bool>,
 }
 
 impl SortSpec {
@@ -28,6 +29,7 @@ impl SortSpec {
     /// rejected: the emulator has no text search, so there is never text score metadata.
     pub fn parse(spec: &Document) -> Result<SortSpec> {
         let mut keys = Vec::with_capacity(spec.len());
+        let mut natural = None;
         for (field, value) in spec {
             if let Bson::Document(obj) = value {
                 let meta = obj.get("$meta");
@@ -80,6 +82,15 @@ impl SortSpec {
                     "FieldPath cannot be constructed with empty string",
                 ));
             }
+            if field == "$natural" {
+                if spec.len() != 1 {
+                    return Err(CommandError::bad_value(
+                        "$natural sort cannot be combined with other sort keys in the emulator",
+                    ));
+                }
+                natural = Some(ascending);
+                continue;
+            }
             let path: Vec<String> = field.split('.').map(str::to_string).collect();
             if path.iter().any(String::is_empty) {
                 return Err(CommandError::new(
@@ -87,14 +98,30 @@ impl SortSpec {
                     "FieldPath field names may not be empty strings.",
                 ));
             }
+            if path.iter().any(|p| p.starts_with('$')) {
+                return Err(CommandError::new(
+                    16410,
+                    "FieldPath field names may not start with '$'. Consider using $getField or \
+                     $setField.",
+                ));
+            }
             keys.push((path, ascending));
         }
-        Ok(SortSpec { keys })
+        Ok(SortSpec { keys, natural })
     }
 
-    /// Whether the specification has no keys (any order is acceptable).
+    /// Whether the specification has no field keys (the natural order is kept; see
+    /// [`SortSpec::natural`] for `{$natural: -1}`).
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// For `{$natural: 1}` / `{$natural: -1}` (allowed only alone): `Some(true)` for
+    /// insertion order, `Some(false)` for reverse insertion order. [`SortSpec::compare`] cannot
+    /// express it (it sees no insertion order), so the caller must reverse the scan for
+    /// `Some(false)`.
+    pub fn natural(&self) -> Option<bool> {
+        self.natural
     }
 
     /// Orders two documents. Documents equal on every key compare `Equal`; callers use a
@@ -202,6 +229,9 @@ mod tests {
         assert_eq!(order(doc! {"b": 1}, docs.clone()), vec![4, 1, 2, 3]);
         assert_eq!(order(doc! {}, docs.clone()), vec![1, 2, 3, 4]);
         assert!(SortSpec::parse(&doc! {}).unwrap().is_empty());
+        let natural = SortSpec::parse(&doc! {"$natural": -1}).unwrap();
+        assert_eq!((natural.is_empty(), natural.natural()), (true, Some(false)));
+        assert_eq!(SortSpec::parse(&doc! {"a": 1}).unwrap().natural(), None);
     }
 
     #[test]
@@ -288,6 +318,11 @@ mod tests {
                 doc! {"a..b": 1},
                 15998,
                 "FieldPath field names may not be empty strings.",
+            ),
+            (
+                doc! {"a.$b": 1},
+                16410,
+                "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
             ),
         ];
         for (spec, code, msg) in cases {
