@@ -181,11 +181,7 @@ impl Parser<'_> {
             '[' => Node::Class(self.parse_class()?),
             '(' => {
                 if self.peek() == Some('?') {
-                    if self.chars.get(self.pos + 1) == Some(&':') {
-                        self.pos += 2;
-                    } else {
-                        return Err(self.err("group constructs (?...) other than (?:...) are not supported by the emulator"));
-                    }
+                    self.skip_group_prefix()?;
                 }
                 let alts = self.parse_alts(depth + 1)?;
                 if self.peek() != Some(')') {
@@ -199,6 +195,38 @@ impl Parser<'_> {
             '\\' => self.parse_escape()?,
             other => Node::Char(other),
         })
+    }
+
+    /// After `(?`: accepts non-capturing `(?:` and named groups (`(?<n>`, `(?P<n>`, `(?'n'`,
+    /// which match like plain groups since nothing is captured); rejects the rest.
+    fn skip_group_prefix(&mut self) -> Result<()> {
+        let next = self.chars.get(self.pos + 1).copied();
+        let after = self.chars.get(self.pos + 2).copied();
+        let close = match (next, after) {
+            (Some(':'), _) => {
+                self.pos += 2;
+                return Ok(());
+            }
+            (Some('<'), Some(c)) if c != '=' && c != '!' => '>',
+            (Some('P'), Some('<')) => '>',
+            (Some('\''), _) => '\'',
+            _ => {
+                return Err(self.err(
+                    "group constructs (?...) other than (?:...) and named groups are not \
+                     supported by the emulator",
+                ));
+            }
+        };
+        let start = self.pos + if next == Some('P') { 3 } else { 2 };
+        let Some(len) = self.chars[start..].iter().position(|c| *c == close) else {
+            return Err(self.err("syntax error in subpattern name (missing terminator)"));
+        };
+        let name = &self.chars[start..start + len];
+        if name.is_empty() || !name.iter().all(|c| is_word(*c)) || name[0].is_ascii_digit() {
+            return Err(self.err("invalid subpattern name"));
+        }
+        self.pos = start + len + 1;
+        Ok(())
     }
 
     fn parse_escape(&mut self) -> Result<Node> {
@@ -611,9 +639,29 @@ impl Regex {
                 "Regular expression cannot contain an embedded null byte",
             ));
         }
+        // Leading inline options, as in `(?i)abc`.
+        let chars: Vec<char> = pattern.chars().collect();
+        let mut start = 0;
+        if chars.starts_with(&['(', '?']) {
+            let flags = chars[2..]
+                .iter()
+                .take_while(|c| "imsx".contains(**c))
+                .count();
+            if flags > 0 && chars.get(2 + flags) == Some(&')') {
+                for flag in &chars[2..2 + flags] {
+                    match flag {
+                        'i' => icase = true,
+                        'm' => multiline = true,
+                        's' => dotall = true,
+                        _ => extended = true,
+                    }
+                }
+                start = 3 + flags;
+            }
+        }
         let mut parser = Parser {
-            chars: pattern.chars().collect(),
-            pos: 0,
+            chars,
+            pos: start,
             extended,
             pattern,
         };
@@ -717,6 +765,10 @@ mod tests {
             ("\\Aab\\Z", "", "ab\n", true),
             ("(a|ab)(c|bcd)(d*)", "", "abcd", true),
             ("^(a+)+$", "", "aaaa", true),
+            ("(?i)^abc$", "", "ABC", true),
+            ("(?im)^b", "", "a\nB", true),
+            ("^(?<word>\\w+)-(?P<n>\\d)$", "", "ab-1", true),
+            ("^(?'q'x)$", "", "x", true),
         ];
         for (pattern, options, text, want) in cases {
             assert_eq!(
@@ -737,6 +789,9 @@ mod tests {
             ("a**", "", INVALID_REGEX),
             ("(a)\\1", "", INVALID_REGEX),
             ("(?=a)", "", INVALID_REGEX),
+            ("(?<=a)b", "", INVALID_REGEX),
+            ("a(?i)b", "", INVALID_REGEX),
+            ("(?<1a>x)", "", INVALID_REGEX),
             ("a++", "", INVALID_REGEX),
             ("[z-a]", "", INVALID_REGEX),
             ("a{3,1}", "", INVALID_REGEX),
