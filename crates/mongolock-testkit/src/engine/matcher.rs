@@ -671,12 +671,14 @@ fn walk<'a>(
     match cur {
         Some(Bson::Document(d)) => walk(d.get(head), rest, idx, expand_leaf, out),
         Some(Bson::Array(items)) => {
+            // A numeric component is both an index into the array and a field name looked up
+            // in its document elements (mongod's array iteration). An index past the end, or
+            // an array with no documents, yields no value at all (not a missing one).
             if let Ok(n) = head.parse::<usize>()
                 && head.bytes().all(|b| b.is_ascii_digit())
+                && let Some(item) = items.get(n)
             {
-                // Positional component; also look into documents with that field name.
-                walk(items.get(n), rest, idx, expand_leaf, out);
-                return;
+                walk(Some(item), rest, idx, expand_leaf, out);
             }
             for (i, item) in items.iter().enumerate() {
                 if let Bson::Document(d) = item {
@@ -1128,6 +1130,7 @@ mod tests {
             "deep": {"e": [{"f": [{"g": 4}]}]},
             "empty": [],
             "scalars": [1, 2],
+            "zero": [{"0": "x"}],
         };
         let cases: Vec<(Document, bool)> = vec![
             (doc! {"a": 5}, true),
@@ -1142,7 +1145,10 @@ mod tests {
             (doc! {"a": {"$nin": [7, 1]}}, false),
             (doc! {"a.0": 1}, true),
             (doc! {"a.1": 1}, false),
-            (doc! {"a.5": Bson::Null}, true),
+            (doc! {"a.5": Bson::Null}, false),
+            (doc! {"a.5": {"$exists": false}}, true),
+            (doc! {"zero.0": "x"}, true),
+            (doc! {"zero.0.0": "x"}, true),
             (doc! {"n": [1, 2]}, true),
             (doc! {"n": 1}, false),
             (doc! {"n.0": [1, 2]}, true),
