@@ -20,9 +20,11 @@ const INVALID_REGEX: i32 = 51091;
 /// mongod's code for an unknown regex option flag.
 const INVALID_FLAG: i32 = 51108;
 /// Backtracking budget per match attempt; beyond it the match fails with an error.
-const STEP_LIMIT: u64 = 200_000;
-/// Recursion budget (about one level per repetition), to keep the stack bounded.
-const DEPTH_LIMIT: u32 = 4_000;
+const STEP_LIMIT: u64 = 1_000_000;
+/// Recursion budget: nested repetitions of groups (`(?:ab)+`) recurse once per repetition
+/// (single-character repetitions such as `.*` do not); about 4.5 KiB of stack each in debug
+/// builds, so 200 stays well inside a 2 MiB thread stack.
+const DEPTH_LIMIT: u32 = 200;
 
 /// A compiled regular expression with its MongoDB options.
 #[derive(Debug, Clone)]
@@ -100,10 +102,11 @@ impl Class {
     }
 }
 
-fn invalid(pattern: &str, why: &str) -> CommandError {
+/// mongod's shape for a pattern that does not compile: `Regular expression is invalid: <why>`.
+fn invalid(_pattern: &str, why: &str) -> CommandError {
     CommandError::new(
         INVALID_REGEX,
-        format!("Regular expression is invalid: {why} (pattern: {pattern})"),
+        format!("Regular expression is invalid: {why}"),
     )
 }
 
@@ -511,67 +514,119 @@ impl Run<'_> {
         self.text.get(pos).is_some_and(|c| is_word(*c))
     }
 
-    fn seq(&self, nodes: &[Node], pos: usize, k: Cont<'_>) -> bool {
-        if !self.tick() {
-            return false;
-        }
-        let Some((node, rest)) = nodes.split_first() else {
-            return k(pos);
-        };
+    /// Whether a zero- or one-character node matches at `pos`: `Some(next position)`.
+    fn step(&self, node: &Node, pos: usize) -> Option<usize> {
         let text = self.text;
-        let single = |ok: bool| ok;
-        match node {
-            Node::Char(p) => {
-                single(text.get(pos).is_some_and(|c| self.char_eq(*p, *c)))
-                    && self.seq(rest, pos + 1, k)
+        let ok = match node {
+            Node::Char(_) | Node::Any | Node::Class(_) => {
+                return self.single(node, pos).then_some(pos + 1);
             }
-            Node::Any => {
-                single(text.get(pos).is_some_and(|c| self.re.dotall || *c != '\n'))
-                    && self.seq(rest, pos + 1, k)
-            }
-            Node::Class(class) => {
-                single(
-                    text.get(pos)
-                        .is_some_and(|c| class.matches(*c, self.re.icase)),
-                ) && self.seq(rest, pos + 1, k)
-            }
-            Node::LineStart => {
-                (pos == 0 || (self.re.multiline && text.get(pos - 1) == Some(&'\n')))
-                    && self.seq(rest, pos, k)
-            }
+            Node::LineStart => pos == 0 || (self.re.multiline && text.get(pos - 1) == Some(&'\n')),
             Node::LineEnd => {
-                let ok = pos == text.len()
+                pos == text.len()
                     || (text.get(pos) == Some(&'\n')
-                        && (self.re.multiline || pos + 1 == text.len()));
-                ok && self.seq(rest, pos, k)
+                        && (self.re.multiline || pos + 1 == text.len()))
             }
-            Node::StrStart => pos == 0 && self.seq(rest, pos, k),
-            Node::StrEnd => pos == text.len() && self.seq(rest, pos, k),
+            Node::StrStart => pos == 0,
+            Node::StrEnd => pos == text.len(),
             Node::StrEndNewline => {
-                let ok = pos == text.len() || (pos + 1 == text.len() && text[pos] == '\n');
-                ok && self.seq(rest, pos, k)
+                pos == text.len() || (pos + 1 == text.len() && text.get(pos) == Some(&'\n'))
             }
             Node::WordBoundary(want) => {
-                let boundary = (pos > 0 && self.at_word(pos - 1)) != self.at_word(pos);
-                boundary == *want && self.seq(rest, pos, k)
+                ((pos > 0 && self.at_word(pos - 1)) != self.at_word(pos)) == *want
             }
-            Node::Group(alts) => {
-                for alt in alts {
-                    if self.seq(alt, pos, &mut |p| self.seq(rest, p, k)) {
-                        return true;
+            Node::Group(_) | Node::Repeat { .. } => return None,
+        };
+        ok.then_some(pos)
+    }
+
+    /// Matches `nodes` at `pos`, then the continuation. Simple nodes are consumed in a loop;
+    /// only groups and repetitions recurse.
+    fn seq(&self, nodes: &[Node], pos: usize, k: Cont<'_>) -> bool {
+        let mut nodes = nodes;
+        let mut pos = pos;
+        loop {
+            if !self.tick() {
+                return false;
+            }
+            let Some((node, rest)) = nodes.split_first() else {
+                return k(pos);
+            };
+            match node {
+                Node::Group(alts) => {
+                    for alt in alts {
+                        if self.seq(alt, pos, &mut |p| self.seq(rest, p, k)) {
+                            return true;
+                        }
+                        if self.aborted.get() {
+                            return false;
+                        }
                     }
-                    if self.aborted.get() {
-                        return false;
-                    }
+                    return false;
                 }
-                false
+                Node::Repeat {
+                    node,
+                    min,
+                    max,
+                    greedy,
+                } => {
+                    return if matches!(**node, Node::Char(_) | Node::Any | Node::Class(_)) {
+                        self.repeat_single(node, *min, *max, *greedy, pos, rest, k)
+                    } else {
+                        self.repeat(node, *min, *max, *greedy, 0, pos, rest, k)
+                    };
+                }
+                simple => match self.step(simple, pos) {
+                    Some(next) => {
+                        pos = next;
+                        nodes = rest;
+                    }
+                    None => return false,
+                },
             }
-            Node::Repeat {
-                node,
-                min,
-                max,
-                greedy,
-            } => self.repeat(node, *min, *max, *greedy, 0, pos, rest, k),
+        }
+    }
+
+    /// Whether a single-character node matches at `pos`.
+    fn single(&self, node: &Node, pos: usize) -> bool {
+        let Some(c) = self.text.get(pos) else {
+            return false;
+        };
+        match node {
+            Node::Char(p) => self.char_eq(*p, *c),
+            Node::Any => self.re.dotall || *c != '\n',
+            Node::Class(class) => class.matches(*c, self.re.icase),
+            _ => false,
+        }
+    }
+
+    /// A repetition of a single-character node, matched iteratively (no recursion per
+    /// repetition, so `.*` over long strings does not grow the stack).
+    #[allow(clippy::too_many_arguments)]
+    fn repeat_single(
+        &self,
+        node: &Node,
+        min: u32,
+        max: Option<u32>,
+        greedy: bool,
+        pos: usize,
+        rest: &[Node],
+        k: Cont<'_>,
+    ) -> bool {
+        let limit = max.map_or(usize::MAX, |m| m as usize);
+        let mut count = 0;
+        while count < limit && self.single(node, pos + count) {
+            count += 1;
+        }
+        let min = min as usize;
+        if count < min {
+            return false;
+        }
+        let mut attempt = |n: usize| self.tick() && self.seq(rest, pos + n, k);
+        if greedy {
+            (min..=count).rev().any(&mut attempt)
+        } else {
+            (min..=count).any(&mut attempt)
         }
     }
 
@@ -613,6 +668,21 @@ impl Run<'_> {
         self.depth.set(self.depth.get() - 1);
         result
     }
+}
+
+/// At most this many groups and quantified items per pattern (each may add a level of
+/// recursion when matching).
+const MAX_COMPOUND_NODES: usize = 100;
+
+fn count_compound(alts: &[Vec<Node>]) -> usize {
+    fn node(n: &Node) -> usize {
+        match n {
+            Node::Group(alts) => 1 + count_compound(alts),
+            Node::Repeat { node: inner, .. } => 1 + node(inner),
+            _ => 0,
+        }
+    }
+    alts.iter().flatten().map(node).sum()
 }
 
 impl Regex {
@@ -669,6 +739,12 @@ impl Regex {
         if parser.pos < parser.chars.len() {
             return Err(invalid(pattern, "unmatched )"));
         }
+        if count_compound(&alts) > MAX_COMPOUND_NODES {
+            return Err(invalid(
+                pattern,
+                "too many groups and quantifiers for the emulator",
+            ));
+        }
         Ok(Regex {
             pattern: pattern.to_string(),
             options: options.to_string(),
@@ -702,14 +778,26 @@ impl Regex {
             aborted: Cell::new(false),
         };
         let group = [Node::Group(self.alts.clone())];
-        for start in 0..=chars.len() {
+        // A pattern anchored at the start of the subject can only match at position 0.
+        let anchored = self.alts.iter().all(|alt| match alt.first() {
+            Some(Node::StrStart) => true,
+            Some(Node::LineStart) => !self.multiline,
+            _ => false,
+        });
+        let last_start = if anchored { 0 } else { chars.len() };
+        for start in 0..=last_start {
             if run.seq(&group, start, &mut |_| true) {
                 return Ok(true);
             }
             if run.aborted.get() {
+                let shown: String = self.pattern.chars().take(64).collect();
+                let more = if shown.len() < self.pattern.len() {
+                    "..."
+                } else {
+                    ""
+                };
                 return Err(CommandError::bad_value(format!(
-                    "regular expression /{}/ is too expensive for the emulator's matcher",
-                    self.pattern
+                    "regular expression /{shown}{more}/ is too expensive for the emulator's matcher"
                 )));
             }
         }
@@ -805,6 +893,32 @@ mod tests {
             Regex::new("a", "g").unwrap_err().errmsg,
             "invalid flag in regex options: g"
         );
+    }
+
+    #[test]
+    fn long_patterns_do_not_exhaust_the_stack() {
+        let literal = "x".repeat(50_000);
+        let re = Regex::new(&literal, "").unwrap();
+        assert!(re.is_match(&format!("a{literal}b")).unwrap());
+        assert!(!re.is_match(&"y".repeat(50_000)).unwrap());
+        let err = Regex::new(&"a*".repeat(200), "").unwrap_err();
+        assert_eq!(err.code, INVALID_REGEX);
+    }
+
+    #[test]
+    fn long_subjects_do_not_exhaust_the_stack() {
+        let re = Regex::new("^a.*z$", "").unwrap();
+        assert!(re.is_match(&format!("a{}z", "b".repeat(100_000))).unwrap());
+        assert!(!re.is_match(&format!("a{}", "b".repeat(100_000))).unwrap());
+        let lazy = Regex::new("^a.*?z", "").unwrap();
+        assert!(
+            lazy.is_match(&format!("a{}zz", "b".repeat(100_000)))
+                .unwrap()
+        );
+        // Group repetition recurses; within the budget it matches, beyond it it fails cleanly.
+        let group = Regex::new("^(?:ab)+$", "").unwrap();
+        assert!(group.is_match(&"ab".repeat(150)).unwrap());
+        assert!(group.is_match(&"ab".repeat(5_000)).is_err());
     }
 
     #[test]
