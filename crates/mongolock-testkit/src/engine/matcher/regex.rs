@@ -42,6 +42,8 @@ enum Node {
     Char(char),
     Any,
     Class(Class),
+    /// A group of single-character alternatives (`(a|[0-9]|.)`), matched as one character.
+    OneOf(Vec<Node>),
     LineStart,
     LineEnd,
     StrStart,
@@ -69,6 +71,14 @@ enum ClassItem {
     Digit(bool),
     Word(bool),
     Space(bool),
+}
+
+/// Whether a node always consumes exactly one character.
+fn is_single(node: &Node) -> bool {
+    matches!(
+        node,
+        Node::Char(_) | Node::Any | Node::Class(_) | Node::OneOf(_)
+    )
 }
 
 fn is_word(c: char) -> bool {
@@ -471,6 +481,13 @@ impl Parser<'_> {
             }
             _ => {}
         }
+        // `(a|b|[0-9])*` repeats one character at a time: match it without recursion.
+        let atom = match atom {
+            Node::Group(alts) if alts.iter().all(|a| a.len() == 1 && is_single(&a[0])) => {
+                Node::OneOf(alts.into_iter().flatten().collect())
+            }
+            other => other,
+        };
         let node = Node::Repeat {
             node: Box::new(atom),
             min,
@@ -518,7 +535,7 @@ impl Run<'_> {
     fn step(&self, node: &Node, pos: usize) -> Option<usize> {
         let text = self.text;
         let ok = match node {
-            Node::Char(_) | Node::Any | Node::Class(_) => {
+            Node::Char(_) | Node::Any | Node::Class(_) | Node::OneOf(_) => {
                 return self.single(node, pos).then_some(pos + 1);
             }
             Node::LineStart => pos == 0 || (self.re.multiline && text.get(pos - 1) == Some(&'\n')),
@@ -570,7 +587,7 @@ impl Run<'_> {
                     max,
                     greedy,
                 } => {
-                    return if matches!(**node, Node::Char(_) | Node::Any | Node::Class(_)) {
+                    return if is_single(node) {
                         self.repeat_single(node, *min, *max, *greedy, pos, rest, k)
                     } else {
                         self.repeat(node, *min, *max, *greedy, 0, pos, rest, k)
@@ -596,6 +613,7 @@ impl Run<'_> {
             Node::Char(p) => self.char_eq(*p, *c),
             Node::Any => self.re.dotall || *c != '\n',
             Node::Class(class) => class.matches(*c, self.re.icase),
+            Node::OneOf(options) => options.iter().any(|o| self.single(o, pos)),
             _ => false,
         }
     }
@@ -916,6 +934,13 @@ mod tests {
                 .unwrap()
         );
         // Group repetition recurses; within the budget it matches, beyond it it fails cleanly.
+        let alternatives = Regex::new("^(?:[a-z]|-|_)+$", "").unwrap();
+        assert!(alternatives.is_match(&"a-b_".repeat(10_000)).unwrap());
+        assert!(
+            !alternatives
+                .is_match(&format!("{}!", "a-b_".repeat(10_000)))
+                .unwrap()
+        );
         let group = Regex::new("^(?:ab)+$", "").unwrap();
         assert!(group.is_match(&"ab".repeat(150)).unwrap());
         assert!(group.is_match(&"ab".repeat(5_000)).is_err());
@@ -923,7 +948,7 @@ mod tests {
 
     #[test]
     fn catastrophic_backtracking_is_an_error_not_a_hang() {
-        let re = Regex::new("^(a|a)*b$", "").unwrap();
+        let re = Regex::new("^(a+)+b$", "").unwrap();
         let text = "a".repeat(40);
         assert!(re.is_match(&text).is_err());
     }
