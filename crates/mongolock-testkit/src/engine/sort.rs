@@ -189,7 +189,12 @@ fn collect(cur: Option<&Bson>, path: &[String], out: &mut Vec<Bson>) {
                 }
             }
             if out.len() == before {
-                out.push(Bson::Null);
+                // An empty array on the path sorts like an empty leaf array (below null).
+                out.push(if items.is_empty() {
+                    Bson::Undefined
+                } else {
+                    Bson::Null
+                });
             }
         }
         _ => out.push(Bson::Null),
@@ -264,11 +269,20 @@ mod tests {
             doc! {"_id": 2, "a": {"b": 3}},
             doc! {"_id": 3, "a": [{"b": 4}, {"c": 1}]},
             doc! {"_id": 4, "a": [{"b": 2}]},
+            doc! {"_id": 5, "a": []},
+            doc! {"_id": 6, "a": [1, 2]},
         ];
         // Ascending: min of [5, 1] = 1; min of [4, null] = null.
-        assert_eq!(order(doc! {"a.b": 1}, docs.clone()), vec![3, 1, 4, 2]);
-        assert_eq!(order(doc! {"a.b": -1}, docs.clone()), vec![1, 3, 2, 4]);
-        assert_eq!(order(doc! {"a.0.b": 1}, docs.clone()), vec![2, 4, 3, 1]);
+        // `a: []` sorts below null; `a: [1, 2]` has no `b`, so null.
+        assert_eq!(order(doc! {"a.b": 1}, docs.clone()), vec![5, 3, 6, 1, 4, 2]);
+        assert_eq!(
+            order(doc! {"a.b": -1}, docs.clone()),
+            vec![1, 3, 2, 4, 6, 5]
+        );
+        assert_eq!(
+            order(doc! {"a.0.b": 1}, docs.clone()),
+            vec![2, 5, 6, 4, 3, 1]
+        );
     }
 
     #[test]
