@@ -10,7 +10,18 @@
 //!   the array itself);
 //! * comparison operators only match values of the operand's canonical type bracket;
 //! * `$ne`, `$nin` and `$not` are negations of the positive predicate over all values;
-//! * equality with `null` matches missing fields.
+//! * equality with `null` matches missing fields (a path that stops at a scalar is missing),
+//!   but an empty array, or an array without documents, yields no value at all for the rest of
+//!   the path (`{"a.b": null}` does not match `{a: []}`; `{"a.b": {$exists: false}}` does);
+//! * a numeric component (`"a.0"`) is both an array index and a field name in the array's
+//!   documents.
+//!
+//! Not implemented, and rejected with mongod's "unknown operator" errors rather than
+//! ignored: `$where`, `$text`, `$jsonSchema`, `$sampleRate`, geospatial and bitwise
+//! operators. Collation is not supported (binary string comparison).
+//!
+//! Regular expressions use the emulator's own engine ([`Regex`], a PCRE subset) so the
+//! crate's dependencies stay as they are; unsupported constructs fail at parse time.
 
 // `CommandError` is large (reply extras, labels); boxing it is the lead's call (error.rs).
 #![allow(clippy::result_large_err)]
@@ -132,9 +143,6 @@ const PATHLESS_OPERATORS: &[&str] = &[
     "$db",
 ];
 
-/// Top-level operators the emulator knows mongod has but does not implement.
-const UNSUPPORTED_TOP_LEVEL: &[&str] = &["$where", "$text", "$jsonSchema", "$sampleRate"];
-
 fn bad(msg: impl Into<String>) -> CommandError {
     CommandError::bad_value(msg)
 }
@@ -196,12 +204,8 @@ fn parse_tree(filter: &Document) -> Result<Node> {
                     path: vec![key.clone()],
                     pred: Pred::Eq(value.clone()),
                 }),
-                _ if UNSUPPORTED_TOP_LEVEL.contains(&key.as_str()) => {
-                    return Err(bad(format!(
-                        "unknown top level operator: {key}. If you have a field name that starts \
-                         with a '$' symbol, consider using $getField or $setField."
-                    )));
-                }
+                // Includes operators mongod has but the emulator does not implement
+                // (`$where`, `$text`, `$jsonSchema`, `$sampleRate`): rejected, never ignored.
                 _ => {
                     return Err(bad(format!(
                         "unknown top level operator: {key}. If you have a field name that starts \
