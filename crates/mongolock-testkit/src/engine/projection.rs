@@ -1,6 +1,6 @@
 //! Find projections (`{a: 1}`, `{a: 0}`, dotted paths, `$slice`, `$elemMatch`, expressions).
 //!
-//! mongod 4.4+ semantics:
+//! mongod 4.4+ semantics (its projection parser and executor):
 //!
 //! * a projection is either an *inclusion* (only the named fields, plus `_id` unless
 //!   `_id: 0`) or an *exclusion* (everything but the named fields); mixing fails with code
@@ -8,12 +8,16 @@
 //!   exclusion;
 //! * dotted paths (`"a.b": 1`) and the nested form (`{a: {b: 1}}`) reach through documents
 //!   and arrays of documents; `a` and `a.b` together is a path collision (31249/31250);
-//! * `{$slice: n}`, `{$slice: [skip, n]}` trim arrays and keep the projection's mode;
-//! * `{$elemMatch: {...}}` (top-level fields only) keeps the first matching element and
-//!   makes the projection an inclusion;
+//! * `{$slice: n}` and `{$slice: [skip, n]}` trim arrays without fixing the mode; any other
+//!   `$slice` object is the aggregation `$slice` expression;
+//! * `{$elemMatch: {...}}` (top-level fields only) keeps the first matching element, placed
+//!   after the other fields, without fixing the mode;
+//! * when nothing else fixes the mode: `{_id: 1}` is an inclusion, then `$slice` makes it an
+//!   exclusion, then `$elemMatch` an inclusion;
 //! * any other value that is not a number or boolean is an aggregation expression
 //!   (`{x: "$a"}`, `{x: {$add: [..]}}`, `{x: {$literal: 1}}`, `{x: "text"}`), evaluated
-//!   against the whole document, which makes the projection an inclusion.
+//!   against the whole document; it makes the projection an inclusion (31252/31310 in an
+//!   exclusion).
 //!
 //! Not implemented (rejected when parsed, never ignored): the positional projection `a.$`
 //! (it needs the query's match details) and `$meta`.
@@ -91,28 +95,25 @@ impl Node {
                 31249,
                 format!(
                     "Path collision at {full} remaining portion {}",
-                    rest.join(".")
+                    full.split_once('.').map_or("", |(_, tail)| tail)
                 ),
             )),
         }
     }
 }
 
-/// What a projection item says about the projection's mode.
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
-    Inclusion,
-    Exclusion,
-}
-
 struct Parser {
     root: Node,
-    /// The mode fixed by the first item that decides it.
+    /// `Some(true)` once an inclusion (or computed field) fixed the mode, `Some(false)` for an
+    /// exclusion.
     mode: Option<bool>,
-    /// Top-level `_id`: `Some(true)` for `_id: 1`, `Some(false)` for `_id: 0`.
-    id: Option<bool>,
+    /// Top-level `_id: <true>` seen (`{_id: 1}` alone is an inclusion).
+    id_included: bool,
+    has_slice: bool,
+    has_elem_match: bool,
 }
 
+/// `Some(include)` for the value types that mean inclusion or exclusion (booleans, numbers).
 fn is_truthy_number(v: &Bson) -> Option<bool> {
     match v {
         Bson::Boolean(b) => Some(*b),
@@ -147,74 +148,115 @@ fn validate_path(path: &str) -> Result<Vec<&str>> {
     Ok(parts)
 }
 
-fn slice_args(arg: &Bson) -> Option<Result<(Option<i64>, i64)>> {
-    let int = |v: &Bson| match v {
+/// mongod's `numberInt()` of a number (doubles truncate, out-of-range values saturate).
+fn number_int(v: &Bson) -> Option<i64> {
+    match v {
         Bson::Int32(i) => Some(i64::from(*i)),
-        Bson::Int64(i) => Some(*i),
-        Bson::Double(d) if d.is_finite() => Some(d.trunc() as i64),
-        _ => None,
-    };
-    match arg {
-        Bson::Array(items) if items.len() == 2 => {
-            let (skip, limit) = (int(&items[0])?, int(&items[1])?);
-            if limit <= 0 {
-                return Some(Err(CommandError::new(
-                    28724,
-                    "$slice limit must be positive",
-                )));
-            }
-            Some(Ok((Some(skip), limit)))
-        }
-        other => int(other).map(|n| Ok((None, n))),
+        Bson::Int64(i) => Some((*i).clamp(i64::from(i32::MIN), i64::from(i32::MAX))),
+        other => super::compare::as_f64(other)
+            .map(|f| if f.is_nan() { 0 } else { f.trunc() as i64 })
+            .map(|n| n.clamp(i64::from(i32::MIN), i64::from(i32::MAX))),
     }
 }
 
-impl Parser {
-    fn note(&mut self, path: &str, kind: Kind, computed: bool) -> Result<()> {
-        match (kind, self.mode) {
-            (Kind::Inclusion, None) => self.mode = Some(true),
-            (Kind::Exclusion, None) => self.mode = Some(false),
-            (Kind::Inclusion, Some(false)) if computed => {
-                return Err(CommandError::new(
-                    31252,
-                    "Cannot use expression other than $meta in exclusion projection",
-                ));
-            }
-            (Kind::Inclusion, Some(false)) => {
-                return Err(CommandError::new(
-                    31253,
-                    format!("Cannot do inclusion on field {path} in exclusion projection"),
-                ));
-            }
-            (Kind::Exclusion, Some(true)) => {
-                return Err(CommandError::new(
-                    31254,
-                    format!("Cannot do exclusion on field {path} in inclusion projection"),
-                ));
-            }
-            _ => {}
+/// Parses the find() form of `$slice`: `n` or `[skip, limit]`.
+fn find_slice(arg: &Bson) -> Result<(Option<i64>, i64)> {
+    if let Some(n) = number_int(arg) {
+        return Ok((None, n));
+    }
+    let Bson::Array(items) = arg else {
+        return Err(CommandError::new(
+            31273,
+            "$slice only supports numbers and [skip, limit] arrays",
+        ));
+    };
+    if items.len() != 2 {
+        return Err(CommandError::new(
+            31272,
+            "$slice array argument should be of form [skip, limit]",
+        ));
+    }
+    let Some(skip) = number_int(&items[0]) else {
+        return Err(CommandError::new(
+            31257,
+            format!(
+                "$slice expects the skip argument to be a number, got {}",
+                super::compare::type_alias(&items[0])
+            ),
+        ));
+    };
+    let Some(limit) = number_int(&items[1]) else {
+        return Err(CommandError::new(
+            31258,
+            format!(
+                "$slice expects the limit argument to be a number, got {}",
+                super::compare::type_alias(&items[1])
+            ),
+        ));
+    };
+    if limit <= 0 {
+        return Err(CommandError::new(
+            31259,
+            format!("$slice limit must be positive, got {limit}"),
+        ));
+    }
+    Ok((Some(skip), limit))
+}
+
+/// Parses an aggregation expression in a projection; an unknown `$operator` is mongod's
+/// "Unknown expression" (31325).
+fn parse_expression(value: &Bson) -> Result<Expr> {
+    Expr::parse(value).map_err(|e| match value {
+        Bson::Document(d) if e.code == crate::engine::error::codes::INVALID_PIPELINE_OPERATOR => {
+            let name = d.keys().next().cloned().unwrap_or_default();
+            CommandError::new(31325, format!("Unknown expression {name}"))
         }
+        _ => e,
+    })
+}
+
+impl Parser {
+    /// An inclusion (or computed field) at `name` (the field name as written at its level).
+    fn include(&mut self, name: &str) -> Result<()> {
+        if self.mode == Some(false) {
+            return Err(CommandError::new(
+                31253,
+                format!("Cannot do inclusion on field {name} in exclusion projection"),
+            ));
+        }
+        self.mode = Some(true);
         Ok(())
     }
 
-    fn field(&mut self, path: &str, value: &Bson) -> Result<()> {
-        if path.ends_with(".$") || path == "$" {
+    /// An element of the projection: `path` is the full dotted path, `name` the key as written
+    /// (they differ in the nested form `{a: {b: 1}}`), `top` whether it is at the top level.
+    fn field(&mut self, path: &str, name: &str, top: bool, value: &Bson) -> Result<()> {
+        let positional = name.ends_with(".$") || name == "$" || name.contains(".$.");
+        if positional {
             return Err(CommandError::bad_value(format!(
                 "positional projection ({path}) is not supported by the emulator"
             )));
         }
+        if let Bson::Document(spec) = value {
+            return self.sub_object(path, spec);
+        }
         let parts = validate_path(path)?;
-        let top_id = path == "_id";
         if let Some(include) = is_truthy_number(value) {
-            if top_id {
-                self.id = Some(include);
-            } else {
-                let kind = if include {
-                    Kind::Inclusion
+            let top_id = top && name == "_id";
+            if include {
+                if top_id {
+                    self.id_included = true;
                 } else {
-                    Kind::Exclusion
-                };
-                self.note(path, kind, false)?;
+                    self.include(name)?;
+                }
+            } else if !top_id {
+                if self.mode == Some(true) {
+                    return Err(CommandError::new(
+                        31254,
+                        format!("Cannot do exclusion on field {name} in inclusion projection"),
+                    ));
+                }
+                self.mode = Some(false);
             }
             let item = if include {
                 Item::Include
@@ -223,65 +265,119 @@ impl Parser {
             };
             return self.root.insert(&parts, path, item);
         }
-        if let Bson::Document(spec) = value {
-            let first = spec.keys().next().map(String::as_str);
+        // Any other value is a literal expression (`{x: "text"}`, `{x: "$a"}`, `{x: [1]}`).
+        let expr = parse_expression(value)?;
+        self.root
+            .insert(&parts, path, Item::Computed(Box::new(expr)))?;
+        if self.mode == Some(false) {
+            return Err(CommandError::new(
+                31310,
+                format!("Cannot use an expression {name}: {value} in an exclusion projection"),
+            ));
+        }
+        self.mode = Some(true);
+        Ok(())
+    }
+
+    /// A sub-object: `$slice`, `$elemMatch`, an expression, or a nested projection.
+    fn sub_object(&mut self, path: &str, spec: &Document) -> Result<()> {
+        let first = spec.keys().next().map(String::as_str).unwrap_or_default();
+        if spec.len() == 1 && first.starts_with('$') {
+            let parts = validate_path(path)?;
+            let arg = spec.get(first).unwrap_or(&Bson::Null);
             match first {
-                None => {
-                    return Err(CommandError::new(
-                        51270,
-                        format!(
-                            "An empty sub-projection is not a valid value. Found empty object at path {path}"
-                        ),
-                    ));
+                "$slice" => {
+                    let item = match find_slice(arg) {
+                        Ok((skip, limit)) => {
+                            self.has_slice = true;
+                            Item::Slice { skip, limit }
+                        }
+                        // Not the find() syntax: maybe the aggregation `$slice` expression.
+                        Err(find_err) => match Expr::parse(&Bson::Document(spec.clone())) {
+                            Ok(expr) => {
+                                self.expression_mode()?;
+                                Item::Computed(Box::new(expr))
+                            }
+                            Err(expr_err) => {
+                                return Err(CommandError::new(
+                                    expr_err.code,
+                                    format!(
+                                        "Invalid $slice syntax. The given syntax {} did not match \
+                                         the find() syntax because :: Location{}: {} :: The given \
+                                         syntax did not match the expression $slice syntax. :: \
+                                         caused by :: {}",
+                                        Bson::Document(spec.clone()),
+                                        find_err.code,
+                                        find_err.errmsg,
+                                        expr_err.errmsg
+                                    ),
+                                ));
+                            }
+                        },
+                    };
+                    return self.root.insert(&parts, path, item);
                 }
-                Some("$slice") if spec.len() == 1 => {
-                    if let Some(args) = spec.get("$slice").and_then(slice_args) {
-                        let (skip, limit) = args?;
-                        return self.root.insert(&parts, path, Item::Slice { skip, limit });
-                    }
-                }
-                Some("$elemMatch") => {
+                "$elemMatch" => {
+                    let Bson::Document(cond) = arg else {
+                        return Err(CommandError::new(
+                            31274,
+                            format!(
+                                "elemMatch: Invalid argument, object required, but got {}",
+                                super::compare::type_alias(arg)
+                            ),
+                        ));
+                    };
                     if parts.len() > 1 {
                         return Err(CommandError::new(
                             31275,
                             "Cannot use $elemMatch projection on a nested field.",
                         ));
                     }
-                    let Some(Bson::Document(cond)) = spec.get("$elemMatch") else {
-                        return Err(CommandError::bad_value(
-                            "elemMatch: Invalid argument, object required.",
-                        ));
-                    };
-                    if spec.len() != 1 {
-                        return Err(CommandError::bad_value(format!(
-                            "Unrecognized field in $elemMatch projection at path {path}"
-                        )));
-                    }
-                    self.note(path, Kind::Inclusion, false)?;
                     let matcher = ValueMatcher::elem_match(cond)?;
+                    self.has_elem_match = true;
                     return self
                         .root
                         .insert(&parts, path, Item::ElemMatch(Box::new(matcher)));
                 }
-                Some("$meta") => {
+                "$meta" => {
                     return Err(CommandError::bad_value(format!(
                         "$meta projection (field {path}) is not supported by the emulator"
                     )));
                 }
-                Some(k) if !k.starts_with('$') => {
-                    // Nested form: {a: {b: 1}} is {"a.b": 1}.
-                    for (sub, v) in spec {
-                        self.field(&format!("{path}.{sub}"), v)?;
-                    }
-                    return Ok(());
+                _ => {
+                    let expr = parse_expression(&Bson::Document(spec.clone()))?;
+                    self.expression_mode()?;
+                    return self
+                        .root
+                        .insert(&parts, path, Item::Computed(Box::new(expr)));
                 }
-                _ => {}
             }
         }
-        let expr = Expr::parse(value)?;
-        self.note(path, Kind::Inclusion, true)?;
-        self.root
-            .insert(&parts, path, Item::Computed(Box::new(expr)))
+        if spec.is_empty() {
+            return Err(CommandError::new(
+                51270,
+                format!(
+                    "An empty sub-projection is not a valid value. Found empty object at path {path}"
+                ),
+            ));
+        }
+        // Nested form: {a: {b: 1}} is {"a.b": 1}.
+        for (sub, v) in spec {
+            self.field(&format!("{path}.{sub}"), sub, false, v)?;
+        }
+        Ok(())
+    }
+
+    /// An expression object makes the projection an inclusion (31252 in an exclusion).
+    fn expression_mode(&mut self) -> Result<()> {
+        if self.mode == Some(false) {
+            return Err(CommandError::new(
+                31252,
+                "Cannot use expression other than $meta in exclusion projection",
+            ));
+        }
+        self.mode = Some(true);
+        Ok(())
     }
 }
 
@@ -347,23 +443,17 @@ impl Apply<'_> {
                 out.insert(key.clone(), d);
             }
         }
-        // Computed and $elemMatch fields come after the included ones, in projection order.
+        // Computed fields come after the included ones, in projection order; `$elemMatch`
+        // fields (applied after the rest of the projection, as in mongod) come last.
         for (key, item) in &node.children {
-            match item {
-                Item::Computed(expr) => {
-                    if let Some(v) = expr.eval(self.root_doc, self.ctx)? {
-                        out.insert(key.clone(), v);
-                    }
-                }
-                Item::ElemMatch(matcher) => {
-                    if let Some(Bson::Array(items)) = src.get(key)
-                        && let Some(i) = matcher.first_match(items, self.ctx)?
-                    {
-                        out.insert(key.clone(), Bson::Array(vec![items[i].clone()]));
-                    }
-                }
-                _ => {}
+            if let Item::Computed(expr) = item
+                && let Some(v) = expr.eval(self.root_doc, self.ctx)?
+            {
+                out.insert(key.clone(), v);
             }
+        }
+        if top {
+            self.elem_match_fields(node, src, &mut out)?;
         }
         Ok(out)
     }
@@ -386,11 +476,26 @@ impl Apply<'_> {
         })
     }
 
+    /// Appends the top-level `$elemMatch` fields: the first matching element as a one-element
+    /// array, or nothing when no element matches.
+    fn elem_match_fields(&self, node: &Node, src: &Document, out: &mut Document) -> Result<()> {
+        for (key, item) in &node.children {
+            if let Item::ElemMatch(matcher) = item
+                && let Some(Bson::Array(items)) = src.get(key)
+                && let Some(i) = matcher.first_match(items, self.ctx)?
+            {
+                out.insert(key.clone(), Bson::Array(vec![items[i].clone()]));
+            }
+        }
+        Ok(())
+    }
+
     fn exclude_doc(&self, node: &Node, src: &Document) -> Document {
         let mut out = Document::new();
         for (key, value) in src {
             match node.get(key) {
-                Some(Item::Exclude) => {}
+                // `$elemMatch` fields are added back by `elem_match_fields`.
+                Some(Item::Exclude | Item::ElemMatch(_)) => {}
                 Some(Item::Sub(sub)) => {
                     out.insert(key.clone(), self.exclude_value(sub, value));
                 }
@@ -436,13 +541,22 @@ impl Projection {
         let mut parser = Parser {
             root: Node::default(),
             mode: None,
-            id: None,
+            id_included: false,
+            has_slice: false,
+            has_elem_match: false,
         };
         for (key, value) in spec {
-            parser.field(key, value)?;
+            parser.field(key, key, true, value)?;
         }
-        // `{_id: 1}` alone is an inclusion of `_id` only; `{_id: 0}` alone an exclusion.
-        let inclusion = parser.mode.unwrap_or(parser.id == Some(true));
+        // mongod's defaults when nothing fixed the mode: `{_id: 1}` includes, then `$slice`
+        // (exclusion) takes precedence over `$elemMatch` (inclusion).
+        let inclusion = parser.mode.unwrap_or(if parser.id_included {
+            true
+        } else if parser.has_slice {
+            false
+        } else {
+            parser.has_elem_match
+        });
         Ok(Projection {
             root: parser.root,
             inclusion,
@@ -465,7 +579,9 @@ impl Projection {
             let include_id = !matches!(self.root.get("_id"), Some(Item::Exclude));
             run.include_doc(&self.root, doc, true, include_id)
         } else {
-            Ok(run.exclude_doc(&self.root, doc))
+            let mut out = run.exclude_doc(&self.root, doc);
+            run.elem_match_fields(&self.root, doc, &mut out)?;
+            Ok(out)
         }
     }
 }
@@ -605,6 +721,32 @@ mod tests {
             project(doc! {"nums": {"$elemMatch": {"$gte": 4}}, "_id": 0}, &d),
             doc! {"nums": [4]}
         );
+        // In an exclusion projection the other fields stay; the $elemMatch field comes last.
+        let mut extra = students.clone();
+        extra.insert("x", 1);
+        assert_eq!(
+            project(
+                doc! {"zip": 0, "students": {"$elemMatch": {"age": 11}}},
+                &extra
+            ),
+            doc! {"_id": 1, "x": 1, "students": [{"name": "jess", "school": 102, "age": 11}]}
+        );
+        // `_id: 0` does not make it an exclusion: $elemMatch alone is an inclusion.
+        assert_eq!(
+            project(
+                doc! {"_id": 0, "students": {"$elemMatch": {"age": 11}}},
+                &extra
+            ),
+            doc! {"students": [{"name": "jess", "school": 102, "age": 11}]}
+        );
+        // With only $slice and $elemMatch, $slice makes it an exclusion.
+        let both = Projection::parse(&doc! {"a": {"$slice": 1}, "b": {"$elemMatch": {"x": 1}}});
+        assert!(!both.unwrap().is_inclusion());
+        assert!(
+            Projection::parse(&doc! {"b": {"$elemMatch": {"x": 1}}})
+                .unwrap()
+                .is_inclusion()
+        );
     }
 
     #[test]
@@ -623,7 +765,7 @@ mod tests {
             (
                 doc! {"a": 0, "b": {"c": 1}},
                 31253,
-                "Cannot do inclusion on field b.c in exclusion projection",
+                "Cannot do inclusion on field c in exclusion projection",
             ),
             (
                 doc! {"a": 1, "a.b": 1},
@@ -643,9 +785,34 @@ mod tests {
                 "Cannot use $elemMatch projection on a nested field.",
             ),
             (
-                doc! {"a": {"$slice": [1, 0]}},
-                28724,
-                "$slice limit must be positive",
+                doc! {"a.b": 1, "a.b.c": 1},
+                31249,
+                "Path collision at a.b.c remaining portion b.c",
+            ),
+            (
+                doc! {"a": 0, "x": "text"},
+                31310,
+                "Cannot use an expression x: \"text\" in an exclusion projection",
+            ),
+            (
+                doc! {"a": 0, "s": {"$add": [1, 2]}},
+                31252,
+                "Cannot use expression other than $meta in exclusion projection",
+            ),
+            (
+                doc! {"s": {"$add": [1, 2]}, "a": 0},
+                31254,
+                "Cannot do exclusion on field a in inclusion projection",
+            ),
+            (
+                doc! {"a": {"$elemMatch": 1}},
+                31274,
+                "elemMatch: Invalid argument, object required, but got int",
+            ),
+            (
+                doc! {"a": {"$elemMatch": {"b": 1}, "c": 1}},
+                16410,
+                "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
             ),
             (
                 doc! {"a..b": 1},
@@ -680,12 +847,6 @@ mod tests {
                 .code,
             2
         );
-        assert_eq!(
-            Projection::parse(&doc! {"a": {"$elemMatch": 1}})
-                .unwrap_err()
-                .errmsg,
-            "elemMatch: Invalid argument, object required."
-        );
         assert!(Projection::parse(&doc! {"a": 1}).unwrap().is_inclusion());
         assert!(!Projection::parse(&doc! {"a": 0}).unwrap().is_inclusion());
         assert!(
@@ -717,15 +878,58 @@ mod tests {
         for (spec, want) in cases {
             assert_eq!(project(spec.clone(), &d), want, "{spec}");
         }
-        let err = Projection::parse(&doc! {"a": 0, "s": {"$add": [1, 2]}}).unwrap_err();
-        assert_eq!(err.code, 31252);
-        let err = Projection::parse(&doc! {"s": {"$add": [1, 2]}, "a": 0}).unwrap_err();
+        // Not the find() `$slice` syntax, so the aggregation `$slice` expression.
+        assert_eq!(
+            project(doc! {"_id": 0, "s": {"$slice": [[1, 2, 3], 1, 1]}}, &d),
+            doc! {"s": [2]}
+        );
+        let err = Projection::parse(&doc! {"a": {"$slice": "x"}}).unwrap_err();
+        assert!(
+            err.errmsg.starts_with("Invalid $slice syntax."),
+            "{}",
+            err.errmsg
+        );
+        let err = Projection::parse(&doc! {"a": {"$bogus": 1}}).unwrap_err();
         assert_eq!(
             (err.code, err.errmsg.as_str()),
-            (
-                31254,
-                "Cannot do exclusion on field a in inclusion projection"
-            )
+            (31325, "Unknown expression $bogus")
         );
+    }
+
+    #[test]
+    fn find_slice_syntax_errors() {
+        let cases: Vec<(Bson, i32, &str)> = vec![
+            (
+                Bson::String("x".into()),
+                31273,
+                "$slice only supports numbers and [skip, limit] arrays",
+            ),
+            (
+                bson::bson!([1]),
+                31272,
+                "$slice array argument should be of form [skip, limit]",
+            ),
+            (
+                bson::bson!(["a", 1]),
+                31257,
+                "$slice expects the skip argument to be a number, got string",
+            ),
+            (
+                bson::bson!([1, true]),
+                31258,
+                "$slice expects the limit argument to be a number, got bool",
+            ),
+            (
+                bson::bson!([1, 0]),
+                31259,
+                "$slice limit must be positive, got 0",
+            ),
+        ];
+        for (arg, code, msg) in cases {
+            let err = find_slice(&arg).unwrap_err();
+            assert_eq!((err.code, err.errmsg.as_str()), (code, msg), "{arg}");
+        }
+        assert_eq!(find_slice(&Bson::Double(2.7)).unwrap(), (None, 2));
+        assert_eq!(find_slice(&bson::bson!([-1, 2])).unwrap(), (Some(-1), 2));
     }
 }
