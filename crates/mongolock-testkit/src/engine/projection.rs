@@ -356,9 +356,7 @@ impl Parser {
         if spec.is_empty() {
             return Err(CommandError::new(
                 51270,
-                format!(
-                    "An empty sub-projection is not a valid value. Found empty object at path {path}"
-                ),
+                "An empty sub-projection is not a valid value. Found empty object at path",
             ));
         }
         // Nested form: {a: {b: 1}} is {"a.b": 1}.
@@ -777,7 +775,7 @@ mod tests {
             (
                 doc! {"a": {}},
                 51270,
-                "An empty sub-projection is not a valid value. Found empty object at path a",
+                "An empty sub-projection is not a valid value. Found empty object at path",
             ),
             (
                 doc! {"a.b": {"$elemMatch": {"x": 1}}},
