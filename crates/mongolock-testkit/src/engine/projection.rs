@@ -19,8 +19,10 @@
 //!   against the whole document; it makes the projection an inclusion (31252/31310 in an
 //!   exclusion).
 //!
-//! Not implemented (rejected when parsed, never ignored): the positional projection `a.$`
-//! (it needs the query's match details) and `$meta`.
+//! * the positional projection `"a.$": 1` (with [`Projection::parse_for_query`] and
+//!   [`Projection::apply_matched`]) keeps the array element the query matched.
+//!
+//! Not implemented (rejected when parsed, never ignored): `$meta`.
 
 // `CommandError` is large (reply extras, labels); boxing it is the lead's call (error.rs).
 #![allow(clippy::result_large_err)]
@@ -28,7 +30,7 @@
 use bson::{Bson, Document};
 
 use super::expr::Expr;
-use super::matcher::ValueMatcher;
+use super::matcher::{MatchDetails, ValueMatcher};
 use super::{CommandError, EvalContext, Result};
 
 /// A parsed find/findAndModify projection.
@@ -36,6 +38,8 @@ use super::{CommandError, EvalContext, Result};
 pub struct Projection {
     root: Node,
     inclusion: bool,
+    /// The array path of a positional projection (`"a.b.$": 1` → `["a", "b"]`).
+    positional: Option<Vec<String>>,
     /// Whether the projection is empty (the document is returned unchanged).
     identity: bool,
 }
@@ -48,9 +52,14 @@ struct Node {
 #[derive(Debug, Clone)]
 enum Item {
     Include,
+    /// The path before a positional `.$`: included, then cut to the matched element.
+    Positional,
     Exclude,
     Sub(Node),
-    Slice { skip: Option<i64>, limit: i64 },
+    Slice {
+        skip: Option<i64>,
+        limit: i64,
+    },
     ElemMatch(Box<ValueMatcher>),
     Computed(Box<Expr>),
 }
@@ -102,8 +111,11 @@ impl Node {
     }
 }
 
-struct Parser {
+struct Parser<'q> {
     root: Node,
+    /// The query filter, when the projection may use the positional operator.
+    query: Option<&'q Document>,
+    positional: Option<Vec<String>>,
     /// `Some(true)` once an inclusion (or computed field) fixed the mode, `Some(false)` for an
     /// exclusion.
     mode: Option<bool>,
@@ -215,7 +227,114 @@ fn parse_expression(value: &Bson) -> Result<Expr> {
     })
 }
 
-impl Parser {
+/// Where the first positional operator is in a projection key: `(begin, end)` of `.$.`,
+/// of a trailing `.$`, or the whole key when it is `$`.
+fn first_positional(name: &str) -> Option<(usize, usize)> {
+    if let Some(i) = name.find(".$.") {
+        return Some((i, i + 3));
+    }
+    if name.ends_with(".$") {
+        return Some((name.len() - 2, name.len()));
+    }
+    (name == "$").then_some((0, name.len()))
+}
+
+/// Whether the filter has a predicate on a path whose first component is `field` (looking
+/// through `$and`, `$or` and `$nor`), as mongod requires for a positional projection.
+fn query_has_path(filter: &Document, field: &str) -> bool {
+    filter.iter().any(|(key, value)| match key.as_str() {
+        "$and" | "$or" | "$nor" => match value {
+            Bson::Array(items) => items
+                .iter()
+                .any(|i| matches!(i, Bson::Document(d) if query_has_path(d, field))),
+            _ => false,
+        },
+        k if k.starts_with('$') => false,
+        k => k.split('.').next() == Some(field),
+    })
+}
+
+impl Parser<'_> {
+    /// A positional projection `a.b.$: <value>`.
+    fn positional(
+        &mut self,
+        path: &str,
+        name: &str,
+        at: (usize, usize),
+        value: &Bson,
+    ) -> Result<()> {
+        match value {
+            Bson::Document(_) => {
+                return Err(CommandError::new(
+                    31271,
+                    "positional projection cannot be used with an expression or sub object",
+                ));
+            }
+            v if is_truthy_number(v).is_none() => {
+                return Err(CommandError::new(
+                    31308,
+                    "positional projection cannot be used with a literal",
+                ));
+            }
+            // An exclusion of `a.$` fails on the `$` path component, as in mongod.
+            v if is_truthy_number(v) == Some(false) => {
+                validate_path(path)?;
+            }
+            _ => {}
+        }
+        if self.positional.is_some() {
+            return Err(CommandError::new(
+                31276,
+                "Cannot specify more than one positional projection per query.",
+            ));
+        }
+        if self.has_elem_match {
+            return Err(CommandError::new(
+                31256,
+                "Cannot specify positional operator and $elemMatch.",
+            ));
+        }
+        let Some(query) = self.query else {
+            return Err(CommandError::new(
+                51050,
+                "Projections with a positional operator require a matcher",
+            ));
+        };
+        let match_field = path.split('.').next().unwrap_or_default();
+        if !query_has_path(query, match_field) {
+            return Err(CommandError::new(
+                31277,
+                format!("Positional projection '{name}' does not match the query document."),
+            ));
+        }
+        if name.ends_with(".$.") {
+            return Err(CommandError::new(31270, "Path cannot end with '.$.'"));
+        }
+        let rest = &name[at.1..];
+        if first_positional(rest).is_some() || rest == "$" {
+            return Err(CommandError::new(
+                31287,
+                format!("Cannot use positional operator twice: {name}"),
+            ));
+        }
+        if !rest.is_empty() {
+            return Err(CommandError::new(
+                31394,
+                "As of 4.4, it's illegal to specify positional operator in the middle of a path.\
+                 Positional projection may only be used at the end, for example: a.b.$. If the \
+                 query previously used a form like a.b.$.d, remove the parts following the '$' \
+                 and the results will be equivalent.",
+            ));
+        }
+        // The array path: the full path without the trailing `.$`.
+        let array_path = &path[..path.len() - (name.len() - at.0)];
+        let parts = validate_path(array_path)?;
+        self.include(name)?;
+        self.root.insert(&parts, array_path, Item::Positional)?;
+        self.positional = Some(parts.iter().map(|p| p.to_string()).collect());
+        Ok(())
+    }
+
     /// An inclusion (or computed field) at `name` (the field name as written at its level).
     fn include(&mut self, name: &str) -> Result<()> {
         if self.mode == Some(false) {
@@ -231,11 +350,8 @@ impl Parser {
     /// An element of the projection: `path` is the full dotted path, `name` the key as written
     /// (they differ in the nested form `{a: {b: 1}}`), `top` whether it is at the top level.
     fn field(&mut self, path: &str, name: &str, top: bool, value: &Bson) -> Result<()> {
-        let positional = name.ends_with(".$") || name == "$" || name.contains(".$.");
-        if positional {
-            return Err(CommandError::bad_value(format!(
-                "positional projection ({path}) is not supported by the emulator"
-            )));
+        if let Some(at) = first_positional(name) {
+            return self.positional(path, name, at, value);
         }
         if let Bson::Document(spec) = value {
             return self.sub_object(path, spec);
@@ -327,6 +443,12 @@ impl Parser {
                             ),
                         ));
                     };
+                    if self.positional.is_some() {
+                        return Err(CommandError::new(
+                            31255,
+                            "Cannot specify positional operator and $elemMatch.",
+                        ));
+                    }
                     if parts.len() > 1 {
                         return Err(CommandError::new(
                             31275,
@@ -379,6 +501,34 @@ impl Parser {
     }
 }
 
+/// Cuts the first array on `path` in the projected document to its element at `index`.
+fn apply_positional(out: &mut Document, path: &[String], index: Option<usize>) -> Result<()> {
+    let mut cur = out;
+    for part in path {
+        match cur.get_mut(part) {
+            Some(Bson::Array(items)) => {
+                let Some(index) = index else {
+                    return Err(CommandError::new(
+                        51246,
+                        "positional operator '.$' couldn't find a matching element in the array",
+                    ));
+                };
+                let Some(elem) = items.get(index).cloned() else {
+                    return Err(CommandError::new(
+                        51247,
+                        "positional operator '.$' element mismatch",
+                    ));
+                };
+                *items = vec![elem];
+                return Ok(());
+            }
+            Some(Bson::Document(d)) => cur = d,
+            _ => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
 fn slice(items: &[Bson], skip: Option<i64>, limit: i64) -> Vec<Bson> {
     let len = items.len() as i64;
     let (start, count) = match skip {
@@ -414,7 +564,7 @@ impl Apply<'_> {
         }
         for (key, value) in src {
             match node.get(key) {
-                Some(Item::Include) => {
+                Some(Item::Include | Item::Positional) => {
                     out.insert(key.clone(), value.clone());
                 }
                 Some(Item::Sub(sub)) => {
@@ -534,9 +684,24 @@ impl Node {
 }
 
 impl Projection {
-    /// Parses a projection document.
+    /// Parses a projection document. A positional projection (`"a.$": 1`) fails here with
+    /// mongod's "require a matcher" error; use [`Projection::parse_for_query`] for find and
+    /// findAndModify, which have a query.
     pub fn parse(spec: &Document) -> Result<Projection> {
+        Self::parse_with(spec, None)
+    }
+
+    /// Parses the projection of a find or findAndModify whose query filter is `filter`,
+    /// allowing the positional projection (`"grades.$": 1`), which must name a field the
+    /// filter has a predicate on (31277). Apply it with [`Projection::apply_matched`].
+    pub fn parse_for_query(spec: &Document, filter: &Document) -> Result<Projection> {
+        Self::parse_with(spec, Some(filter))
+    }
+
+    fn parse_with(spec: &Document, query: Option<&Document>) -> Result<Projection> {
         let mut parser = Parser {
+            query,
+            positional: None,
             root: Node::default(),
             mode: None,
             id_included: false,
@@ -558,6 +723,7 @@ impl Projection {
         Ok(Projection {
             root: parser.root,
             inclusion,
+            positional: parser.positional,
             identity: spec.is_empty(),
         })
     }
@@ -567,15 +733,42 @@ impl Projection {
         self.inclusion
     }
 
-    /// Applies the projection to one document.
+    /// Whether the projection uses the positional operator (`"a.$": 1`); such a projection
+    /// needs the query's [`MatchDetails`] ([`Projection::apply_matched`]).
+    pub fn has_positional(&self) -> bool {
+        self.positional.is_some()
+    }
+
+    /// Applies the projection to one document. A positional projection fails as if the query
+    /// matched no array element (51246); use [`Projection::apply_matched`].
     pub fn apply(&self, doc: &Document, ctx: &EvalContext) -> Result<Document> {
+        self.apply_matched(doc, ctx, None)
+    }
+
+    /// Applies the projection to a document the query matched with `matched` (from
+    /// [`Matcher::match_details`](super::matcher::Matcher::match_details)). The positional
+    /// projection keeps, of the first array on its path, the element at
+    /// `matched.elem_match_index`: code 51246 if there is no index, 51247 if the array is too
+    /// short; the path is left as is if there is no array on it. The find command adds its
+    /// "Executor error during find command :: caused by :: " prefix to these messages.
+    pub fn apply_matched(
+        &self,
+        doc: &Document,
+        ctx: &EvalContext,
+        matched: Option<&MatchDetails>,
+    ) -> Result<Document> {
         if self.identity {
             return Ok(doc.clone());
         }
         let run = Apply { root_doc: doc, ctx };
         if self.inclusion {
             let include_id = !matches!(self.root.get("_id"), Some(Item::Exclude));
-            run.include_doc(&self.root, doc, true, include_id)
+            let mut out = run.include_doc(&self.root, doc, true, include_id)?;
+            if let Some(path) = &self.positional {
+                let index = matched.and_then(|m| m.elem_match_index);
+                apply_positional(&mut out, path, index)?;
+            }
+            Ok(out)
         } else {
             let mut out = run.exclude_doc(&self.root, doc);
             run.elem_match_fields(&self.root, doc, &mut out)?;
@@ -833,11 +1026,12 @@ mod tests {
             assert_eq!((err.code, err.errmsg.as_str()), (code, msg), "{spec}");
         }
         let positional = Projection::parse(&doc! {"a.$": 1}).unwrap_err();
-        assert_eq!(positional.code, 2);
-        assert!(
-            positional.errmsg.contains("positional projection"),
-            "{}",
-            positional.errmsg
+        assert_eq!(
+            (positional.code, positional.errmsg.as_str()),
+            (
+                51050,
+                "Projections with a positional operator require a matcher"
+            )
         );
         assert_eq!(
             Projection::parse(&doc! {"s": {"$meta": "textScore"}})
@@ -891,6 +1085,143 @@ mod tests {
         assert_eq!(
             (err.code, err.errmsg.as_str()),
             (31325, "Unknown expression $bogus")
+        );
+    }
+
+    #[test]
+    fn positional_projection() {
+        use crate::engine::matcher::Matcher;
+        let c = ctx();
+        let run = |filter: Document, spec: Document, d: &Document| -> Result<Document> {
+            let details = Matcher::parse(&filter)?
+                .match_details(d, &c)?
+                .expect("the test document matches");
+            Projection::parse_for_query(&spec, &filter)?.apply_matched(d, &c, Some(&details))
+        };
+        let d = doc! {"_id": 1, "grades": [80, 85, 90], "x": 1};
+        assert_eq!(
+            run(doc! {"grades": {"$gte": 85}}, doc! {"grades.$": 1}, &d).unwrap(),
+            doc! {"_id": 1, "grades": [85]}
+        );
+        assert_eq!(
+            run(
+                doc! {"x": 1, "grades": 90},
+                doc! {"grades.$": 1, "x": 1, "_id": 0},
+                &d
+            )
+            .unwrap(),
+            doc! {"grades": [90], "x": 1}
+        );
+        let students =
+            doc! {"_id": 2, "students": [{"school": 100, "n": 1}, {"school": 102, "n": 2}]};
+        assert_eq!(
+            run(
+                doc! {"students.school": 102},
+                doc! {"students.$": 1},
+                &students
+            )
+            .unwrap(),
+            doc! {"_id": 2, "students": [{"school": 102, "n": 2}]}
+        );
+        // The first array on the path is cut, below a sub-document; nested form too.
+        let nested = doc! {"_id": 3, "a": {"b": [1, 5, 9], "c": 1}};
+        assert_eq!(
+            run(doc! {"a.b": 5}, doc! {"a": {"b.$": 1}}, &nested).unwrap(),
+            doc! {"_id": 3, "a": {"b": [5]}}
+        );
+        // A query that matched no array element: 51246; no array on the path: unchanged.
+        let err = run(doc! {"grades": [80, 85, 90]}, doc! {"grades.$": 1}, &d).unwrap_err();
+        assert_eq!(
+            (err.code, err.errmsg.as_str()),
+            (
+                51246,
+                "positional operator '.$' couldn't find a matching element in the array"
+            )
+        );
+        let scalar = doc! {"_id": 4, "grades": 7};
+        assert_eq!(
+            run(doc! {"grades": 7}, doc! {"grades.$": 1}, &scalar).unwrap(),
+            doc! {"_id": 4, "grades": 7}
+        );
+        let spec = Projection::parse_for_query(&doc! {"grades.$": 1}, &doc! {"grades": 1}).unwrap();
+        assert!(spec.has_positional());
+        let far = MatchDetails {
+            elem_match_index: Some(7),
+        };
+        let err = spec.apply_matched(&d, &c, Some(&far)).unwrap_err();
+        assert_eq!(
+            (err.code, err.errmsg.as_str()),
+            (51247, "positional operator '.$' element mismatch")
+        );
+        assert_eq!(spec.apply(&d, &c).unwrap_err().code, 51246);
+    }
+
+    #[test]
+    fn positional_projection_errors() {
+        let filter = doc! {"a.b": 1, "c": 2};
+        let cases: Vec<(Document, i32, &str)> = vec![
+            (
+                doc! {"a.$": 1, "c.$": 1},
+                31276,
+                "Cannot specify more than one positional projection per query.",
+            ),
+            (
+                doc! {"z.$": 1},
+                31277,
+                "Positional projection 'z.$' does not match the query document.",
+            ),
+            (
+                doc! {"c": {"$elemMatch": {"x": 1}}, "a.$": 1},
+                31256,
+                "Cannot specify positional operator and $elemMatch.",
+            ),
+            (
+                doc! {"a.$": 1, "c": {"$elemMatch": {"x": 1}}},
+                31255,
+                "Cannot specify positional operator and $elemMatch.",
+            ),
+            (
+                doc! {"a.$": {"$slice": 1}},
+                31271,
+                "positional projection cannot be used with an expression or sub object",
+            ),
+            (
+                doc! {"a.$": "x"},
+                31308,
+                "positional projection cannot be used with a literal",
+            ),
+            (doc! {"a.$.": 1}, 31270, "Path cannot end with '.$.'"),
+            (
+                doc! {"a.$.$": 1},
+                31287,
+                "Cannot use positional operator twice: a.$.$",
+            ),
+            (
+                doc! {"a.$": 1, "x": 0},
+                31254,
+                "Cannot do exclusion on field x in inclusion projection",
+            ),
+            (
+                doc! {"a.$": 0},
+                16410,
+                "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
+            ),
+        ];
+        for (spec, code, msg) in cases {
+            let err = Projection::parse_for_query(&spec, &filter).unwrap_err();
+            assert_eq!((err.code, err.errmsg.as_str()), (code, msg), "{spec}");
+        }
+        let middle = Projection::parse_for_query(&doc! {"a.$.b": 1}, &filter).unwrap_err();
+        assert_eq!(middle.code, 31394);
+        // Predicates under $or/$and/$nor count; $expr does not.
+        let or = doc! {"$or": [{"x": 1}, {"a.q": 2}]};
+        assert!(Projection::parse_for_query(&doc! {"a.$": 1}, &or).is_ok());
+        let expr = doc! {"$expr": {"$eq": ["$a", 1]}};
+        assert_eq!(
+            Projection::parse_for_query(&doc! {"a.$": 1}, &expr)
+                .unwrap_err()
+                .code,
+            31277
         );
     }
 
