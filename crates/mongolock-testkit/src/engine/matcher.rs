@@ -192,6 +192,18 @@ fn parse_tree(filter: &Document) -> Result<Node> {
                             "Expected a number in: {key}: {value}"
                         )));
                     }
+                    if let Bson::Double(d) = value
+                        && (d.is_nan() || d.fract() != 0.0)
+                    {
+                        let why = if d.is_nan() {
+                            "Expected an integer, but found NaN in"
+                        } else {
+                            "Expected an integer"
+                        };
+                        return Err(CommandError::failed_to_parse(format!(
+                            "{why}: {key}: {value}"
+                        )));
+                    }
                     if as_f64(value) != Some(1.0) {
                         return Err(CommandError::failed_to_parse(format!(
                             "{key} must be an integer value of 1"
@@ -1451,7 +1463,13 @@ mod tests {
                 9,
                 "Expected a number in: $alwaysFalse: \"x\"",
             ),
+            (
+                doc! {"$alwaysTrue": 1.5},
+                9,
+                "Expected an integer: $alwaysTrue: 1.5",
+            ),
         ];
+        assert!(Matcher::parse(&doc! {"$alwaysTrue": 1.0}).is_ok());
         for (filter, code, msg) in more {
             let err = parse_err(filter.clone());
             assert_eq!((err.code, err.errmsg.as_str()), (code, msg), "{filter}");
