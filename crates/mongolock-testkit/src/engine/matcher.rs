@@ -872,8 +872,8 @@ fn all_test(preds: &[Pred], value: Option<&Bson>, ctx: &EvalContext) -> Result<b
 
 fn eq_match(value: Option<&Bson>, target: &Bson) -> bool {
     match (value, target) {
+        // Since MongoDB 8.0, equality to null no longer matches `undefined` values.
         (None, Bson::Null) => true,
-        (Some(Bson::Undefined), Bson::Null) => true,
         (None, _) => false,
         (Some(v), t) => canonical_rank(v) == canonical_rank(t) && compare::values_equal(v, t),
     }
@@ -1062,7 +1062,8 @@ mod tests {
 
     #[test]
     fn equality_and_comparison() {
-        let d = doc! {"a": 5, "s": "abc", "n": Bson::Null, "o": {"x": 1, "y": 2}};
+        let d =
+            doc! {"a": 5, "s": "abc", "n": Bson::Null, "o": {"x": 1, "y": 2}, "u": Bson::Undefined};
         let cases: Vec<(Document, bool)> = vec![
             (doc! {}, true),
             (doc! {"a": 5}, true),
@@ -1088,6 +1089,9 @@ mod tests {
             (doc! {"o.z": Bson::Null}, true),
             (doc! {"missing": Bson::Null}, true),
             (doc! {"n": Bson::Null}, true),
+            (doc! {"u": Bson::Null}, false),
+            (doc! {"u": {"$ne": Bson::Null}}, true),
+            (doc! {"u": {"$type": "undefined"}}, true),
             (doc! {"a": Bson::Null}, false),
             (doc! {"missing": {"$ne": Bson::Null}}, false),
             (doc! {"a": {"$ne": Bson::Null}}, true),
@@ -1215,6 +1219,39 @@ mod tests {
         for (filter, want) in cases {
             assert_eq!(matches(filter.clone(), d.clone()), want, "{filter}");
         }
+    }
+
+    #[test]
+    fn null_through_arrays_follows_mongod() {
+        // mongod's jstests/core/null2.js: {"a.b": null} and {"a.b": {$in: [null]}}.
+        let docs = [
+            (doc! {"a": [{"b": 5}]}, false),
+            (doc! {"a": [{}]}, true),
+            (doc! {"a": []}, false),
+            (doc! {"a": [{}, {"b": 5}]}, true),
+            (doc! {"a": [5, {"b": 5}]}, false),
+            (doc! {"a": [{"b": []}, {"b": {"c": 1}}]}, false),
+        ];
+        for (d, want) in docs {
+            assert_eq!(matches(doc! {"a.b": Bson::Null}, d.clone()), want, "{d}");
+            assert_eq!(
+                matches(doc! {"a.b": {"$in": [Bson::Null]}}, d.clone()),
+                want,
+                "{d}"
+            );
+        }
+        assert!(!matches(
+            doc! {"a.b.c": Bson::Null},
+            doc! {"a": [{"b": []}, {"b": {"c": 1}}]}
+        ));
+        assert!(matches(
+            doc! {"a": {"$elemMatch": {"b": Bson::Null}}},
+            doc! {"a": [{}]}
+        ));
+        assert!(!matches(
+            doc! {"a": {"$elemMatch": {"b": Bson::Null}}},
+            doc! {"a": [1]}
+        ));
     }
 
     #[test]
