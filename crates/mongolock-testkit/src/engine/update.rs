@@ -765,16 +765,23 @@ fn parse_push_sort(v: &Bson) -> Result<PushSort> {
     match v {
         Bson::Document(d) => {
             if d.is_empty() {
-                return Err(invalid());
+                return Err(CommandError::bad_value(
+                    "The $sort pattern is empty when it should be a set of fields.",
+                ));
             }
             let mut fields = Vec::new();
             for (k, dir) in d {
-                if k.is_empty() || k.starts_with('$') || k.split('.').any(str::is_empty) {
-                    return Err(CommandError::bad_value(
-                        "The $sort field is a dotted field but has an empty part: ".to_string() + k,
-                    ));
+                if k.is_empty() || k.split('.').any(str::is_empty) {
+                    return Err(CommandError::bad_value(format!(
+                        "The $sort field is a dotted field but has an empty part: {k}"
+                    )));
                 }
-                fields.push((k.clone(), direction(dir).ok_or_else(invalid)?));
+                let Some(ascending) = direction(dir) else {
+                    return Err(CommandError::bad_value(
+                        "The $sort element value must be either 1 or -1",
+                    ));
+                };
+                fields.push((k.clone(), ascending));
             }
             Ok(PushSort::Fields(fields))
         }
@@ -1608,13 +1615,30 @@ fn collect_equalities(filter: &Document, out: &mut Vec<(String, Bson)>) -> Resul
             _ => match value {
                 Bson::RegularExpression(_) => {}
                 Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => {
-                    if let Some(eq) = d.get("$eq") {
-                        add_equality(out, key, eq)?;
-                    } else if let Some(Bson::Array(values)) = d.get("$in")
-                        && let [single] = values.as_slice()
-                        && !matches!(single, Bson::RegularExpression(_))
-                    {
-                        add_equality(out, key, single)?;
+                    // The optimizer turns `$eq`, a one-value `$in` and every value of
+                    // `$all` into equality predicates.
+                    let literal = |v: &Bson| match v {
+                        Bson::RegularExpression(_) => false,
+                        Bson::Document(e) => !e.keys().next().is_some_and(|k| k.starts_with('$')),
+                        _ => true,
+                    };
+                    for (op, operand) in d {
+                        match (op.as_str(), operand) {
+                            ("$eq", v) => add_equality(out, key, v)?,
+                            ("$in", Bson::Array(values)) => {
+                                if let [single] = values.as_slice()
+                                    && literal(single)
+                                {
+                                    add_equality(out, key, single)?;
+                                }
+                            }
+                            ("$all", Bson::Array(values)) => {
+                                for v in values.iter().filter(|v| literal(v)) {
+                                    add_equality(out, key, v)?;
+                                }
+                            }
+                            _ => {}
+                        }
                     }
                 }
                 _ => add_equality(out, key, value)?,

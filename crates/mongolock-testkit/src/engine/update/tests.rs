@@ -523,6 +523,19 @@ fn push_errors() {
         "The value for $slice must be an integer value but was given type: string",
     );
     assert_err(
+        run(&d, bson!({"$push": {"a": {"$each": [1], "$sort": {}}}})),
+        2,
+        "The $sort pattern is empty when it should be a set of fields.",
+    );
+    assert_err(
+        run(
+            &d,
+            bson!({"$push": {"a": {"$each": [1], "$sort": {"x": 2}}}}),
+        ),
+        2,
+        "The $sort element value must be either 1 or -1",
+    );
+    assert_err(
         run(&d, bson!({"$push": {"a": {"$each": [1], "$sort": 2}}})),
         2,
         "The $sort is invalid: use 1/-1 to sort the whole element, or {field:1/-1} to sort embedded fields",
@@ -1264,6 +1277,11 @@ fn upsert_seed_cases() {
         upsert_seed(&doc! {"a": 1, "$and": [{"a": 1}]}, false),
         54,
         "cannot infer query fields to set, path 'a' is matched twice",
+    );
+    assert_err(
+        upsert_seed(&doc! {"t": {"$all": [1, 2]}}, false),
+        54,
+        "cannot infer query fields to set, path 't' is matched twice",
     );
     assert_err(
         upsert_seed(&doc! {"a": 1, "a.b": 1}, false),
