@@ -23,6 +23,16 @@ use super::{CommandError, EvalContext, Result};
 /// mongod refuses to pad an array with more than this many nulls (`kMaxPaddingAllowed`).
 pub const MAX_ARRAY_PADDING: usize = 1_500_000;
 
+/// mongod's nesting limit for stored documents (`BSONDepth::getMaxDepthForUserStorage()`).
+pub const MAX_NESTING_DEPTH: usize = 180;
+
+fn too_deep() -> CommandError {
+    err(
+        15,
+        format!("Document exceeds maximum nesting depth of {MAX_NESTING_DEPTH}"),
+    )
+}
+
 /// A parsed update (`u` of an update statement, `update` of findAndModify).
 #[derive(Debug, Clone)]
 pub enum Update {
@@ -1137,6 +1147,9 @@ fn create_value(op: &Op, path: &[Comp], rest: usize, env: &Env<'_>) -> Result<Op
     if !op.kind.creates() {
         return Ok(None);
     }
+    if path.len() > MAX_NESTING_DEPTH {
+        return Err(too_deep());
+    }
     let field = path.last().map(Comp::text).unwrap_or_default();
     let Action::Set(mut value) = compute(op, None, &field, env)? else {
         return Ok(None);
@@ -1538,6 +1551,9 @@ pub fn upsert_seed(filter: &Document, replacement: bool) -> Result<Document> {
     let mut seed = Document::new();
     for (path, value) in equalities {
         let parts: Vec<&str> = path.split('.').collect();
+        if parts.len() > MAX_NESTING_DEPTH {
+            return Err(too_deep());
+        }
         insert_nested(&mut seed, &parts, value);
     }
     if let Some(id) = seed.remove("_id") {

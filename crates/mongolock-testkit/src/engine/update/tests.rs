@@ -890,7 +890,25 @@ fn path_not_viable_and_padding_limit() {
         28,
         "Cannot create field '99999999999999999999999' in element {e: []}",
     );
-    // Exactly at the limit is fine.
+    // Paths deeper than the storage nesting limit are refused, not recursed into.
+    let deep = vec!["a"; 200_000].join(".");
+    let mut set = Document::new();
+    set.insert(deep.clone(), 1);
+    assert_err(
+        run(&doc! {"_id": 1}, bson!({"$set": set})),
+        15,
+        "Document exceeds maximum nesting depth of 180",
+    );
+    let mut filter = Document::new();
+    filter.insert(deep, 1);
+    assert_err(
+        upsert_seed(&filter, false),
+        15,
+        "Document exceeds maximum nesting depth of 180",
+    );
+    let at_limit = vec!["a"; 180].join(".");
+    assert!(run(&doc! {"_id": 1}, bson!({"$set": {at_limit: 1}})).is_ok());
+    // Exactly at the padding limit is fine.
     let (out, _) = run(&doc! {"_id": 1, "e": []}, bson!({"$set": {"e.1500000": 1}})).unwrap();
     assert_eq!(out.get_array("e").unwrap().len(), 1_500_001);
 }
