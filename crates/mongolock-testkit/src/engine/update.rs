@@ -379,6 +379,24 @@ fn number_as_i64(v: &Bson) -> Option<i64> {
     }
 }
 
+/// The top-level field names (identifiers) a filter uses, looking inside `$and`, `$or` and
+/// `$nor`; other `$` operators (such as `$expr`) name no identifier.
+fn filter_identifiers(filter: &Document, out: &mut Vec<String>) {
+    for (key, value) in filter {
+        match (key.as_str(), value) {
+            ("$and" | "$or" | "$nor", Bson::Array(clauses)) => {
+                for clause in clauses {
+                    if let Bson::Document(c) = clause {
+                        filter_identifiers(c, out);
+                    }
+                }
+            }
+            (k, _) if k.starts_with('$') => {}
+            (k, _) => out.push(k.split('.').next().unwrap_or_default().to_string()),
+        }
+    }
+}
+
 fn parse_array_filters(filters: &[Bson]) -> Result<Vec<(String, Matcher)>> {
     let mut out: Vec<(String, Matcher)> = Vec::new();
     for filter in filters {
@@ -388,22 +406,18 @@ fn parse_array_filters(filters: &[Bson]) -> Result<Vec<(String, Matcher)>> {
                 type_alias(filter)
             )));
         };
+        let mut ids = Vec::new();
+        filter_identifiers(f, &mut ids);
         let mut id: Option<String> = None;
-        for key in f.keys() {
-            let top = key.split('.').next().unwrap_or_default();
-            if top.is_empty() || top.starts_with('$') {
-                return Err(CommandError::failed_to_parse(
-                    "Cannot use an expression without a top-level field name in arrayFilters",
-                ));
-            }
+        for top in ids {
             match &id {
-                Some(existing) if existing != top => {
+                Some(existing) if *existing != top => {
                     return Err(CommandError::failed_to_parse(format!(
                         "Error parsing array filter :: caused by :: Expected a single top-level field name, found '{existing}' and '{top}'"
                     )));
                 }
                 Some(_) => {}
-                None => id = Some(top.to_string()),
+                None => id = Some(top),
             }
         }
         let Some(id) = id else {

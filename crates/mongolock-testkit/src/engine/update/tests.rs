@@ -1180,6 +1180,28 @@ fn array_filter_parsing() {
         2,
         "Error parsing array filter :: caused by :: The top-level field name must be an alphanumeric string beginning with a lowercase letter, found 'I'",
     );
+    assert_err(
+        run_with(
+            &d,
+            bson!({"$set": {"a.$[i]": 1}}),
+            &with(vec![bson!({"$or": [{"i": 0}, {"j": 1}]})]),
+        ),
+        9,
+        "Error parsing array filter :: caused by :: Expected a single top-level field name, found 'i' and 'j'",
+    );
+    assert_err(
+        run_with(&d, bson!({"$set": {"a.$[i]": 1}}), &with(vec![bson!({})])),
+        9,
+        "Cannot use an expression without a top-level field name in arrayFilters",
+    );
+    // Identifiers inside logical operators count.
+    assert!(
+        Update::parse(
+            &bson!({"$set": {"a.$[i]": 1}}),
+            Some(&[bson!({"$or": [{"i": 0}, {"i.x": {"$gt": 1}}]})])
+        )
+        .is_ok()
+    );
     // A filter used only in one operator of several is "used".
     assert!(
         Update::parse(
