@@ -8,6 +8,7 @@
 // `CommandError` (the engine-wide error type) is large by design; boxing it is the lead's call.
 #![allow(clippy::result_large_err)]
 
+mod decimal;
 mod format;
 
 use std::cmp::Ordering;
@@ -1278,9 +1279,9 @@ fn arithmetic(multiply: bool, a: &Bson, b: &Bson) -> Result<Option<Bson>> {
         _ => None,
     };
     if matches!(a, Bson::Decimal128(_)) || matches!(b, Bson::Decimal128(_)) {
-        return Err(CommandError::bad_value(
-            "Decimal128 arithmetic in $inc/$mul is not supported by mongolock-testkit",
-        ));
+        return decimal::arithmetic(multiply, a, b)
+            .map(Some)
+            .ok_or_else(|| CommandError::internal("decimal arithmetic on non-numbers"));
     }
     if let (Some(x), Some(y)) = (int(a), int(b)) {
         let result = if multiply {
@@ -1313,12 +1314,11 @@ fn compute(op: &Op, current: Option<&Bson>, field: &str, env: &Env<'_>) -> Resul
         OpKind::Inc(arg) | OpKind::Mul(arg) => {
             let multiply = matches!(op.kind, OpKind::Mul(_));
             match current {
-                None if multiply => Action::Set(match arg {
-                    Bson::Int32(_) => Bson::Int32(0),
-                    Bson::Int64(_) => Bson::Int64(0),
-                    Bson::Double(_) => Bson::Double(0.0),
-                    other => arithmetic(true, other, other)?.unwrap_or(Bson::Null),
-                }),
+                // A missing field counts as 0: the result is `arg * 0`, of the argument's type.
+                None if multiply => match arithmetic(true, arg, &Bson::Int32(0))? {
+                    Some(zero) => Action::Set(zero),
+                    None => return Err(CommandError::internal("multiplying by zero overflowed")),
+                },
                 None => Action::Set(arg.clone()),
                 Some(c) if !is_number(c) => return Err(non_numeric_error(op, field, c, env)),
                 Some(c) => match arithmetic(multiply, c, arg)? {

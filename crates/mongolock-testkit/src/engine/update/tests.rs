@@ -1,6 +1,10 @@
 use super::*;
 use bson::{DateTime, bson, doc};
 
+fn dec(s: &str) -> Bson {
+    Bson::Decimal128(s.parse().unwrap())
+}
+
 const NOW_MS: i64 = 1_700_000_000_123;
 
 fn eval() -> EvalContext {
@@ -279,6 +283,24 @@ fn arithmetic_cases() {
             doc! {"_id": 1},
             bson!({"$mul": {"a": 7_i64, "b": 2.5}}),
             doc! {"_id": 1, "a": 0_i64, "b": 0.0},
+            true,
+        ),
+        (
+            doc! {"_id": 1, "d": dec("1.5")},
+            bson!({"$inc": {"d": 1, "n": dec("2.50")}, "$mul": {"m": dec("-1.5")}}),
+            doc! {"_id": 1, "d": dec("2.5"), "m": dec("-0.0"), "n": dec("2.50")},
+            true,
+        ),
+        (
+            doc! {"_id": 1, "d": dec("1.5")},
+            bson!({"$inc": {"d": dec("0")}}),
+            doc! {"_id": 1, "d": dec("1.5")},
+            false,
+        ),
+        (
+            doc! {"_id": 1, "d": dec("1.5")},
+            bson!({"$inc": {"d": dec("0.00")}}),
+            doc! {"_id": 1, "d": dec("1.50")},
             true,
         ),
     ]);
