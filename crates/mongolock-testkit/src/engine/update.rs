@@ -921,36 +921,29 @@ impl OperatorUpdate {
                 continue;
             }
             let path = resolve_positional(&op.path, ctx)?;
-            let touched_id = match &op.kind {
-                OpKind::Rename { from, from_dotted } => {
-                    let touched = first_is_id(from) || first_is_id(&path);
-                    changed |= apply_rename(&mut root, op, &path, from, from_dotted, &env)?;
-                    touched
-                }
-                _ => {
-                    changed |= walk(&mut root, "", op, &path, 0, &env)?;
-                    first_is_id(&path)
-                }
+            let (touched_id, op_changed) = match &op.kind {
+                OpKind::Rename { from, from_dotted } => (
+                    first_is_id(from) || first_is_id(&path),
+                    apply_rename(&mut root, op, &path, from, from_dotted, &env)?,
+                ),
+                _ => (first_is_id(&path), walk(&mut root, "", op, &path, 0, &env)?),
             };
-            if touched_id && let Some(old) = &original_id {
-                let now = match &root {
-                    Bson::Document(d) => d.get("_id"),
-                    _ => None,
-                };
-                if !now.is_some_and(|n| values_equal(n, old)) {
-                    return Err(err(
-                        codes::IMMUTABLE_FIELD,
-                        format!(
-                            "Performing an update on the path '{}' would modify the immutable field '_id'",
-                            match &op.kind {
-                                OpKind::Rename { from_dotted, .. }
-                                    if first_is_id_str(from_dotted) =>
-                                    from_dotted,
-                                _ => &op.dotted,
+            changed |= op_changed;
+            // Any real modification under `_id` is refused (a no-op `$set` of the same value
+            // is fine); an upsert's seed without `_id` may still receive one.
+            if touched_id && op_changed && original_id.is_some() {
+                return Err(err(
+                    codes::IMMUTABLE_FIELD,
+                    format!(
+                        "Performing an update on the path '{}' would modify the immutable field '_id'",
+                        match &op.kind {
+                            OpKind::Rename { from_dotted, .. } if first_is_id_str(from_dotted) => {
+                                from_dotted
                             }
-                        ),
-                    ));
-                }
+                            _ => &op.dotted,
+                        }
+                    ),
+                ));
             }
         }
         let Bson::Document(result) = root else {

@@ -958,6 +958,20 @@ fn id_is_immutable() {
         66,
         "Performing an update on the path '_id' would modify the immutable field '_id'",
     );
+    // Same value of another type is still a modification of _id.
+    assert_err(
+        run(&d, bson!({"$set": {"_id": 1.0}})),
+        66,
+        "Performing an update on the path '_id' would modify the immutable field '_id'",
+    );
+    assert_err(
+        run(&d, bson!({"$inc": {"_id": 1}})),
+        66,
+        "Performing an update on the path '_id' would modify the immutable field '_id'",
+    );
+    let (out, changed) = run(&d, bson!({"$inc": {"_id": 0}, "$max": {"a": 0}})).unwrap();
+    assert_same(&out, &d, "no-op on _id");
+    assert!(!changed);
     let (out, changed) = run(&d, bson!({"$set": {"_id": 1}})).unwrap();
     assert_same(&out, &d, "same _id");
     assert!(!changed);
