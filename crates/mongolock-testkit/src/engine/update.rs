@@ -160,7 +160,11 @@ enum BitOp {
 /// What an operation does to the value at its path.
 enum Action {
     Keep,
+    /// Store the value; a no-op when it is identical to the current one.
     Set(Bson),
+    /// Store the value and count the document as modified even if nothing changed, as
+    /// mongod does for `$currentDate` and for `$push` with `$sort`.
+    Write(Bson),
     Remove,
 }
 
@@ -1078,6 +1082,10 @@ fn apply_in_doc(
                 *current = v;
                 return Ok(true);
             }
+            Action::Write(v) => {
+                *current = v;
+                return Ok(true);
+            }
             Action::Remove => true,
         },
         None => false,
@@ -1112,7 +1120,7 @@ fn apply_in_array(
         return Ok(match compute(op, Some(current), name, env)? {
             Action::Keep => false,
             Action::Set(v) if identical(current, &v) => false,
-            Action::Set(v) => {
+            Action::Set(v) | Action::Write(v) => {
                 *current = v;
                 true
             }
@@ -1159,7 +1167,8 @@ fn create_value(op: &Op, path: &[Comp], rest: usize, env: &Env<'_>) -> Result<Op
         return Err(too_deep());
     }
     let field = path.last().map(Comp::text).unwrap_or_default();
-    let Action::Set(mut value) = compute(op, None, &field, env)? else {
+    let (Action::Set(mut value) | Action::Write(mut value)) = compute(op, None, &field, env)?
+    else {
         return Ok(None);
     };
     for comp in path[rest..].iter().rev() {
@@ -1345,9 +1354,9 @@ fn compute(op: &Op, current: Option<&Bson>, field: &str, env: &Env<'_>) -> Resul
                         .unwrap_or(0),
                     increment: 1,
                 });
-                Action::Set(Bson::Timestamp(ts))
+                Action::Write(Bson::Timestamp(ts))
             } else {
-                Action::Set(Bson::DateTime(env.eval.now))
+                Action::Write(Bson::DateTime(env.eval.now))
             }
         }
         OpKind::Push(spec) => {
@@ -1391,7 +1400,11 @@ fn compute(op: &Op, current: Option<&Bson>, field: &str, env: &Env<'_>) -> Resul
                     array.drain(..array.len() - keep);
                 }
             }
-            Action::Set(Bson::Array(array))
+            if spec.sort.is_some() {
+                Action::Write(Bson::Array(array))
+            } else {
+                Action::Set(Bson::Array(array))
+            }
         }
         OpKind::AddToSet(values) => match current {
             None => Action::Set(Bson::Array(values.clone())),

@@ -522,6 +522,21 @@ fn push_cases() {
 }
 
 #[test]
+fn modification_counting_follows_mongod() {
+    // $push with $sort and $currentDate always count as modifications.
+    let sorted = doc! {"_id": 1, "a": [1, 2]};
+    let (out, changed) = run(&sorted, bson!({"$push": {"a": {"$each": [], "$sort": 1}}})).unwrap();
+    assert_same(&out, &sorted, "already sorted");
+    assert!(changed);
+    let (_, changed) = run(&sorted, bson!({"$push": {"a": {"$each": [], "$slice": 5}}})).unwrap();
+    assert!(!changed);
+    let now = doc! {"_id": 1, "d": DateTime::from_millis(NOW_MS)};
+    let (out, changed) = run(&now, bson!({"$currentDate": {"d": true}})).unwrap();
+    assert_same(&out, &now, "same date");
+    assert!(changed);
+}
+
+#[test]
 fn push_errors() {
     let d = doc! {"_id": 1, "s": "x"};
     assert_err(
