@@ -1525,6 +1525,10 @@ fn sort_key(value: &Bson, path: &str) -> Bson {
                 Some(v) => v,
                 None => return Bson::Null,
             },
+            Bson::Array(a) => match parse_index(part).and_then(|i| a.get(i)) {
+                Some(v) => v,
+                None => return Bson::Null,
+            },
             _ => return Bson::Null,
         };
     }

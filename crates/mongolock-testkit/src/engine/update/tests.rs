@@ -512,6 +512,13 @@ fn push_cases() {
             doc! {"_id": 1, "a": [{"s": 3, "n": "c"}, {"s": 2, "n": "b"}, {"s": 1, "n": "a"}]},
             true,
         ),
+        // Sorting by an embedded field: non-documents and missing fields sort as null.
+        (
+            doc! {"_id": 1, "a": [{"p": {"q": [0, 5]}}, 7, {"p": {"q": [0, 1]}}]},
+            bson!({"$push": {"a": {"$each": [], "$sort": {"p.q.1": 1}}}}),
+            doc! {"_id": 1, "a": [7, {"p": {"q": [0, 1]}}, {"p": {"q": [0, 5]}}]},
+            true,
+        ),
         (
             doc! {"_id": 1, "a": [1, 2, 3]},
             bson!({"$push": {"a": {"$each": [], "$slice": 0}}}),
