@@ -642,24 +642,29 @@ fn parse_kind(operator: &str, field: &str, path: &[Comp], arg: &Bson) -> Result<
         "$push" => OpKind::Push(parse_push(arg)?),
         "$addToSet" => OpKind::AddToSet(parse_add_to_set(arg)?),
         "$pop" => {
-            let n = match arg {
-                Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
-                    super::compare::as_f64(arg).unwrap_or(0.0)
-                }
-                _ => {
-                    return Err(CommandError::failed_to_parse(format!(
-                        "Expected a number in: {}",
-                        format::element(field, arg)
-                    )));
-                }
-            };
-            if n != 1.0 && n != -1.0 {
+            // mongod reads the argument with `parseIntegerElementToLong`.
+            if !is_number(arg) {
                 return Err(CommandError::failed_to_parse(format!(
-                    "$pop expects 1 or -1, found: {}",
-                    format::value(arg)
+                    "Expected a number in: {}",
+                    format::element(field, arg)
                 )));
             }
-            OpKind::Pop { first: n < 0.0 }
+            let Some(n) = number_as_i64(arg).or_else(|| {
+                super::compare::as_f64(arg)
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
+                    .map(|f| f as i64)
+            }) else {
+                return Err(CommandError::failed_to_parse(format!(
+                    "Expected an integer: {}",
+                    format::element(field, arg)
+                )));
+            };
+            if n != 1 && n != -1 {
+                return Err(CommandError::failed_to_parse(format!(
+                    "$pop expects 1 or -1, found: {n}"
+                )));
+            }
+            OpKind::Pop { first: n < 0 }
         }
         "$pull" => {
             let needs_matcher = matches!(arg, Bson::Document(_) | Bson::RegularExpression(_));

@@ -703,6 +703,21 @@ fn pop_pull_pull_all_cases() {
         "$pop expects 1 or -1, found: 2",
     );
     assert_err(
+        run(&d, bson!({"$pop": {"a": 2.0}})),
+        9,
+        "$pop expects 1 or -1, found: 2",
+    );
+    assert_err(
+        run(&d, bson!({"$pop": {"a": 1.5}})),
+        9,
+        "Expected an integer: a: 1.5",
+    );
+    assert_err(
+        run(&d, bson!({"$pop": {"a": "x"}})),
+        9,
+        "Expected a number in: a: \"x\"",
+    );
+    assert_err(
         run(&d, bson!({"$pop": {"a": 1}})),
         14,
         "Path 'a' contains an element of non-array type 'string'",
