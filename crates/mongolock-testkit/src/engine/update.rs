@@ -256,8 +256,8 @@ fn replace_keeping_id(doc: &mut Document, replacement: &Document) -> Result<bool
 }
 
 /// Checks a document about to be stored by an update (replacement or pipeline result):
-/// no `$`-prefixed top-level field (code 52) and an `_id` that is not an array, regex or
-/// undefined (code 53).
+/// no `$`-prefixed top-level field (code 52), an `_id` that is not an array, regex or
+/// undefined (code 53) and holds no `$`-prefixed field names (code 52).
 pub fn validate_document_for_storage(doc: &Document) -> Result<()> {
     for (k, v) in doc {
         if k.starts_with('$') {
@@ -285,12 +285,34 @@ fn check_id_type(v: &Bson) -> Result<()> {
             format!("The '_id' value cannot be of type {}", type_alias(v)),
         ));
     }
+    check_id_subfields(v)
+}
+
+/// `_id` sub-documents may not hold `$`-prefixed field names (code 52), at any depth.
+fn check_id_subfields(v: &Bson) -> Result<()> {
+    let mut pending = vec![v];
+    while let Some(value) = pending.pop() {
+        if let Bson::Document(d) = value {
+            for (k, child) in d {
+                if k.starts_with('$') {
+                    return Err(err(
+                        codes::DOLLAR_PREFIXED_FIELD_NAME,
+                        format!(
+                            "_id fields may not contain '$'-prefixed fields: {k} is not valid for storage."
+                        ),
+                    ));
+                }
+                pending.push(child);
+            }
+        }
+    }
     Ok(())
 }
 
-/// Checks a document about to be inserted, with the insert path's wording (all code 2):
+/// Checks a document about to be inserted, with the insert path's wording (code 2):
 /// "Document can't have $ prefixed field names: $x", "can't use an array for _id",
-/// "can't use a regex for _id", "can't use a undefined for _id".
+/// "can't use a regex for _id", "can't use a undefined for _id"; and `$`-prefixed names
+/// inside an `_id` document (code 52).
 pub fn validate_document_for_insert(doc: &Document) -> Result<()> {
     for (k, v) in doc {
         if k.starts_with('$') {
@@ -303,7 +325,10 @@ pub fn validate_document_for_insert(doc: &Document) -> Result<()> {
                 Bson::Array(_) => "an array",
                 Bson::RegularExpression(_) => "a regex",
                 Bson::Undefined => "a undefined",
-                _ => continue,
+                _ => {
+                    check_id_subfields(v)?;
+                    continue;
+                }
             };
             return Err(CommandError::bad_value(format!("can't use {what} for _id")));
         }
@@ -350,23 +375,23 @@ fn parse_path(dotted: &str) -> Result<Vec<Comp>> {
         };
         out.push(comp);
     }
-    match out.first() {
-        Some(Comp::Positional) => {
-            return Err(CommandError::bad_value(format!(
-                "Cannot have positional (i.e. '$') element in the first component in path '{dotted}'"
-            )));
-        }
-        Some(Comp::All | Comp::Filter(_)) => {
-            return Err(CommandError::bad_value(format!(
-                "Cannot have array filter identifier (i.e. '$[<id>]') element in the first component in path '{dotted}'"
-            )));
-        }
-        _ => {}
-    }
     if out.iter().filter(|c| **c == Comp::Positional).count() > 1 {
         return Err(CommandError::bad_value(format!(
             "Too many positional (i.e. '$') elements found in path '{dotted}'"
         )));
+    }
+    match out.first() {
+        Some(Comp::Positional) => {
+            return Err(CommandError::bad_value(format!(
+                "Cannot have positional (i.e. '$') element in the first position in path '{dotted}'"
+            )));
+        }
+        Some(Comp::All | Comp::Filter(_)) => {
+            return Err(CommandError::bad_value(format!(
+                "Cannot have array filter identifier (i.e. '$[<id>]') element in the first position in path '{dotted}'"
+            )));
+        }
+        _ => {}
     }
     Ok(out)
 }

@@ -910,6 +910,21 @@ fn parse_errors() {
             "Too many positional (i.e. '$') elements found in path 'a.$.b.$'",
         ),
         (
+            bson!({"$set": {"$.a.$": 1}}),
+            2,
+            "Too many positional (i.e. '$') elements found in path '$.a.$'",
+        ),
+        (
+            bson!({"$set": {"$.a": 1}}),
+            2,
+            "Cannot have positional (i.e. '$') element in the first position in path '$.a'",
+        ),
+        (
+            bson!({"$set": {"$z": 1}}),
+            52,
+            "The dollar ($) prefixed field '$z' in '$z' is not valid for storage.",
+        ),
+        (
             Bson::Int32(3),
             9,
             "Update argument must be either an object or an array",
@@ -1429,6 +1444,13 @@ fn storage_validation() {
         "can't use an array for _id",
     );
     assert!(validate_document_for_insert(&doc! {"_id": {"a": 1}, "b": {"$c": 1}}).is_ok());
+    for check in [validate_document_for_insert, validate_document_for_storage] {
+        assert_err(
+            check(&doc! {"_id": {"a": {"$oid": "x"}}}),
+            52,
+            "_id fields may not contain '$'-prefixed fields: $oid is not valid for storage.",
+        );
+    }
 }
 
 #[test]
