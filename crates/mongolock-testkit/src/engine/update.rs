@@ -1223,64 +1223,84 @@ fn apply_rename(
     } else {
         env.id_elem.clone()
     };
-    // The source must exist, and no part of its path may be an array.
+    // The source: a missing field is a no-op, a path through a scalar (or through an array
+    // by name) is not viable, and no ancestor of the source may be an array.
     let from_names = names(from);
+    let mut chain: Vec<(&str, bool)> = Vec::new();
     let mut current: &Bson = root;
-    for (i, name) in from_names.iter().enumerate() {
-        current = match current {
-            Bson::Document(d) => match d.get(name) {
-                Some(v) => v,
-                None => return Ok(false),
-            },
-            Bson::Array(_) => {
-                return Err(CommandError::bad_value(format!(
-                    "The source field cannot be an array element, '{from_dotted}' in doc with {in_doc_with} has an array field called '{}'",
-                    from_names[i - 1]
-                )));
+    for name in &from_names {
+        let next = match current {
+            Bson::Document(d) => d.get(name),
+            Bson::Array(a) if parse_index(name).is_some() => {
+                parse_index(name).and_then(|i| a.get(i))
             }
-            _ => return Ok(false),
+            _ => {
+                let holder = chain.last().map(|(n, _)| *n).unwrap_or_default();
+                return Err(err(
+                    codes::PATH_NOT_VIABLE,
+                    format!(
+                        "cannot use the part ({name} of {from_dotted}) to traverse the element ({{{}}})",
+                        format::element(holder, current)
+                    ),
+                ));
+            }
         };
+        let Some(next) = next else { return Ok(false) };
+        chain.push((name, matches!(next, Bson::Array(_))));
+        current = next;
+    }
+    let ancestors = &chain[..chain.len().saturating_sub(1)];
+    if let Some((array, _)) = ancestors.iter().rev().find(|(_, is_array)| *is_array) {
+        return Err(CommandError::bad_value(format!(
+            "The source field cannot be an array element, '{from_dotted}' in doc with {in_doc_with} has an array field called '{array}'"
+        )));
     }
     let value = current.clone();
+    // The destination: neither its deepest existing ancestor nor any above it may be an
+    // array (an existing destination may itself be one: it is overwritten).
     let to_names = names(to);
+    let mut chain: Vec<(&str, bool)> = Vec::new();
     let mut current: &Bson = root;
-    for (i, name) in to_names.iter().enumerate() {
-        current = match current {
-            Bson::Document(d) => match d.get(name) {
-                Some(v) => v,
-                None => break,
-            },
-            Bson::Array(_) => {
-                return Err(CommandError::bad_value(format!(
-                    "The destination field cannot be an array element, '{}' in doc with {in_doc_with} has an array field called '{}'",
-                    op.dotted,
-                    to_names[i - 1]
-                )));
-            }
-            _ => break,
+    let mut complete = true;
+    for name in &to_names {
+        let next = match current {
+            Bson::Document(d) => d.get(name),
+            Bson::Array(a) => parse_index(name).and_then(|i| a.get(i)),
+            _ => None,
         };
+        let Some(next) = next else {
+            complete = false;
+            break;
+        };
+        chain.push((name, matches!(next, Bson::Array(_))));
+        current = next;
     }
-    let unset_from = Op {
-        operator: op.operator,
-        path: from.to_vec(),
-        dotted: from_dotted.to_string(),
-        kind: OpKind::Unset,
+    let considered = if complete {
+        &chain[..chain.len().saturating_sub(1)]
+    } else {
+        &chain[..]
     };
-    let unset_to = Op {
-        operator: op.operator,
-        path: to.to_vec(),
-        dotted: op.dotted.clone(),
-        kind: OpKind::Unset,
-    };
+    if let Some((array, _)) = considered.iter().rev().find(|(_, is_array)| *is_array) {
+        return Err(CommandError::bad_value(format!(
+            "The destination field cannot be an array element, '{}' in doc with {in_doc_with} has an array field called '{array}'",
+            op.dotted
+        )));
+    }
+    // A $set of the destination (in place when it exists) and an $unset of the source.
     let set_to = Op {
         operator: op.operator,
         path: to.to_vec(),
         dotted: op.dotted.clone(),
         kind: OpKind::Set(value),
     };
-    walk(root, "", &unset_from, from, 0, env)?;
-    walk(root, "", &unset_to, to, 0, env)?;
+    let unset_from = Op {
+        operator: op.operator,
+        path: from.to_vec(),
+        dotted: from_dotted.to_string(),
+        kind: OpKind::Unset,
+    };
     walk(root, "", &set_to, to, 0, env)?;
+    walk(root, "", &unset_from, from, 0, env)?;
     Ok(true)
 }
 

@@ -768,12 +768,31 @@ fn rename_cases() {
             doc! {"_id": 1, "b": 2, "c": 1},
             true,
         ),
-        // The destination is overwritten (and moved to the end).
+        // An existing destination is overwritten in place.
         (
             doc! {"_id": 1, "a": 1, "b": 2, "c": 3},
             bson!({"$rename": {"a": "b"}}),
-            doc! {"_id": 1, "c": 3, "b": 1},
+            doc! {"_id": 1, "b": 1, "c": 3},
             true,
+        ),
+        (
+            doc! {"a": 2, "b": []},
+            bson!({"$rename": {"a": "b"}}),
+            doc! {"b": 2},
+            true,
+        ),
+        (
+            doc! {"a": [], "b": 2},
+            bson!({"$rename": {"a": "b"}}),
+            doc! {"b": []},
+            true,
+        ),
+        // A missing array element is a missing source.
+        (
+            doc! {"_id": 1, "a": [{"x": 1}]},
+            bson!({"$rename": {"a.5.x": "b"}}),
+            doc! {"_id": 1, "a": [{"x": 1}]},
+            false,
         ),
         (
             doc! {"_id": 1, "b": 2},
@@ -793,6 +812,29 @@ fn rename_cases() {
         run(&d, bson!({"$rename": {"a.0.x": "c"}})),
         2,
         "The source field cannot be an array element, 'a.0.x' in doc with _id: 1 has an array field called 'a'",
+    );
+    assert_err(
+        run(
+            &doc! {"a": [{"a": 1}, {"b": 2}]},
+            bson!({"$rename": {"a.a": "b"}}),
+        ),
+        28,
+        "cannot use the part (a of a.a) to traverse the element ({a: [ { a: 1 }, { b: 2 } ]})",
+    );
+    assert_err(
+        run(&d, bson!({"$rename": {"s.t": "z"}})),
+        28,
+        "cannot use the part (t of s.t) to traverse the element ({s: 1})",
+    );
+    assert_err(
+        run(&doc! {"b": [1]}, bson!({"$rename": {"b.0": "c"}})),
+        2,
+        "The source field cannot be an array element, 'b.0' in doc with no id has an array field called 'b'",
+    );
+    assert_err(
+        run(&d, bson!({"$rename": {"s": "b.c"}})),
+        2,
+        "The destination field cannot be an array element, 'b.c' in doc with _id: 1 has an array field called 'b'",
     );
     assert_err(
         run(&d, bson!({"$rename": {"s": "b.0"}})),
