@@ -960,7 +960,10 @@ impl OperatorUpdate {
                     first_is_id(from) || first_is_id(&path),
                     apply_rename(&mut root, op, &path, from, from_dotted, &env)?,
                 ),
-                _ => (first_is_id(&path), walk(&mut root, "", op, &path, 0, &env)?),
+                _ => (
+                    first_is_id(&path),
+                    walk(&mut root, "", "", op, &path, 0, &env)?,
+                ),
             };
             changed |= op_changed;
             // Any real modification under `_id` is refused (a no-op `$set` of the same value
@@ -1033,6 +1036,14 @@ fn parse_index(name: &str) -> Option<usize> {
     name.parse().ok()
 }
 
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
 fn dotted_prefix(path: &[Comp]) -> String {
     path.iter().map(Comp::text).collect::<Vec<_>>().join(".")
 }
@@ -1041,6 +1052,7 @@ fn dotted_prefix(path: &[Comp]) -> String {
 fn walk(
     node: &mut Bson,
     node_name: &str,
+    taken: &str,
     op: &Op,
     path: &[Comp],
     depth: usize,
@@ -1052,12 +1064,12 @@ fn walk(
     match comp {
         Comp::Field(name) => {
             if let Bson::Document(d) = node {
-                return apply_in_doc(d, name, op, path, depth, env);
+                return apply_in_doc(d, name, &join(taken, name), op, path, depth, env);
             }
             if let Bson::Array(a) = node
                 && let Some(index) = parse_index(name)
             {
-                return apply_in_array(a, index, name, op, path, depth, env);
+                return apply_in_array(a, index, name, &join(taken, name), op, path, depth, env);
             }
             if op.kind.creates() {
                 return Err(err(
@@ -1084,7 +1096,8 @@ fn walk(
                 {
                     continue;
                 }
-                changed |= apply_in_array(a, i, &i.to_string(), op, path, depth, env)?;
+                let name = i.to_string();
+                changed |= apply_in_array(a, i, &name, &join(taken, &name), op, path, depth, env)?;
             }
             Ok(changed)
         }
@@ -1095,6 +1108,7 @@ fn walk(
 fn apply_in_doc(
     d: &mut Document,
     name: &str,
+    taken: &str,
     op: &Op,
     path: &[Comp],
     depth: usize,
@@ -1102,8 +1116,8 @@ fn apply_in_doc(
 ) -> Result<bool> {
     let last = depth + 1 == path.len();
     let remove = match d.get_mut(name) {
-        Some(child) if !last => return walk(child, name, op, path, depth + 1, env),
-        Some(current) => match compute(op, Some(current), name, env)? {
+        Some(child) if !last => return walk(child, name, taken, op, path, depth + 1, env),
+        Some(current) => match compute(op, Some(current), name, taken, env)? {
             Action::Keep => return Ok(false),
             Action::Set(v) => {
                 if identical(current, &v) {
@@ -1133,10 +1147,12 @@ fn apply_in_doc(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn apply_in_array(
     a: &mut Vec<Bson>,
     index: usize,
     name: &str,
+    taken: &str,
     op: &Op,
     path: &[Comp],
     depth: usize,
@@ -1145,9 +1161,9 @@ fn apply_in_array(
     let last = depth + 1 == path.len();
     if let Some(current) = a.get_mut(index) {
         if !last {
-            return walk(current, name, op, path, depth + 1, env);
+            return walk(current, name, taken, op, path, depth + 1, env);
         }
-        return Ok(match compute(op, Some(current), name, env)? {
+        return Ok(match compute(op, Some(current), name, taken, env)? {
             Action::Keep => false,
             Action::Set(v) if identical(current, &v) => false,
             Action::Set(v) | Action::Write(v) => {
@@ -1197,7 +1213,7 @@ fn create_value(op: &Op, path: &[Comp], rest: usize, env: &Env<'_>) -> Result<Op
         return Err(too_deep());
     }
     let field = path.last().map(Comp::text).unwrap_or_default();
-    let (Action::Set(mut value) | Action::Write(mut value)) = compute(op, None, &field, env)?
+    let (Action::Set(mut value) | Action::Write(mut value)) = compute(op, None, &field, "", env)?
     else {
         return Ok(None);
     };
@@ -1299,8 +1315,8 @@ fn apply_rename(
         dotted: from_dotted.to_string(),
         kind: OpKind::Unset,
     };
-    walk(root, "", &set_to, to, 0, env)?;
-    walk(root, "", &unset_from, from, 0, env)?;
+    walk(root, "", "", &set_to, to, 0, env)?;
+    walk(root, "", "", &unset_from, from, 0, env)?;
     Ok(true)
 }
 
@@ -1353,7 +1369,14 @@ fn arithmetic(multiply: bool, a: &Bson, b: &Bson) -> Result<Option<Bson>> {
     Ok(Some(Bson::Double(if multiply { x * y } else { x + y })))
 }
 
-fn compute(op: &Op, current: Option<&Bson>, field: &str, env: &Env<'_>) -> Result<Action> {
+/// `field` is the field's own name, `taken` its full dotted path (for messages).
+fn compute(
+    op: &Op,
+    current: Option<&Bson>,
+    field: &str,
+    taken: &str,
+    env: &Env<'_>,
+) -> Result<Action> {
     Ok(match &op.kind {
         OpKind::Set(v) | OpKind::SetOnInsert(v) => Action::Set(v.clone()),
         OpKind::Unset => {
@@ -1415,9 +1438,13 @@ fn compute(op: &Op, current: Option<&Bson>, field: &str, env: &Env<'_>) -> Resul
                 Some(Bson::Array(a)) => a.clone(),
                 Some(other) => {
                     return Err(CommandError::bad_value(format!(
-                        "The field '{field}' must be an array but is of type {} in document {{{}}}",
+                        "The field '{taken}' must be an array but is of type {} in document {{{}}}",
                         type_alias(other),
-                        env.id_elem
+                        if env.id_elem.is_empty() {
+                            "no id"
+                        } else {
+                            &env.id_elem
+                        }
                     )));
                 }
             };
@@ -1488,8 +1515,7 @@ fn compute(op: &Op, current: Option<&Bson>, field: &str, env: &Env<'_>) -> Resul
             }
             Some(other) => {
                 return Err(CommandError::type_mismatch(format!(
-                    "Path '{}' contains an element of non-array type '{}'",
-                    op.dotted,
+                    "Path '{taken}' contains an element of non-array type '{}'",
                     type_alias(other)
                 )));
             }

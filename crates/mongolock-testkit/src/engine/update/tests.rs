@@ -544,6 +544,33 @@ fn modification_counting_follows_mongod() {
 }
 
 #[test]
+fn messages_name_the_path_taken() {
+    let d = doc! {"_id": 1, "a": [{"s": "x"}, {"s": "y"}]};
+    let matched = MatchDetails {
+        elem_match_index: Some(1),
+    };
+    let opts = Run {
+        matched: Some(&matched),
+        ..PLAIN
+    };
+    assert_err(
+        run_with(&d, bson!({"$push": {"a.$.s": 1}}), &opts),
+        2,
+        "The field 'a.1.s' must be an array but is of type string in document {_id: 1}",
+    );
+    assert_err(
+        run(&d, bson!({"$pop": {"a.$[].s": 1}})),
+        14,
+        "Path 'a.0.s' contains an element of non-array type 'string'",
+    );
+    assert_err(
+        run(&doc! {"a": 1}, bson!({"$push": {"a": 1}})),
+        2,
+        "The field 'a' must be an array but is of type int in document {no id}",
+    );
+}
+
+#[test]
 fn push_errors() {
     let d = doc! {"_id": 1, "s": "x"};
     assert_err(
