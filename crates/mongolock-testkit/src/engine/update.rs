@@ -1642,12 +1642,43 @@ fn docs_identical(a: &Document, b: &Document) -> bool {
 /// reduces to its clause). Dotted paths become nested documents, fields come in path order
 /// with `_id` first. Two equalities on one path, or on a path and its prefix, are code 54.
 pub fn upsert_seed(filter: &Document, replacement: bool) -> Result<Document> {
+    let mut found: Vec<(String, Bson)> = Vec::new();
+    collect_equalities(filter, &mut found)?;
+    // The canonical query orders equality predicates by path; conflicts are reported in
+    // that order, each new path against the accepted paths that are equal to or above it.
+    found.sort_by(|(a, _), (b, _)| a.as_bytes().cmp(b.as_bytes()));
     let mut equalities: Vec<(String, Bson)> = Vec::new();
-    collect_equalities(filter, &mut equalities)?;
-    if replacement {
-        equalities.retain(|(path, _)| first_is_id_str(path));
+    for (path, value) in found {
+        if replacement {
+            if !first_is_id_str(&path) {
+                continue;
+            }
+            if path != "_id" {
+                return Err(err(
+                    111,
+                    format!(
+                        "field at '_id' must be exactly specified, field at sub-path '{path}'found"
+                    ),
+                ));
+            }
+        }
+        let parent = equalities.iter().find(|(accepted, _)| {
+            path == *accepted
+                || (path.starts_with(accepted.as_str())
+                    && path.as_bytes().get(accepted.len()) == Some(&b'.'))
+        });
+        if let Some((accepted, _)) = parent {
+            let msg = if *accepted == path {
+                format!("cannot infer query fields to set, path '{path}' is matched twice")
+            } else {
+                format!(
+                    "cannot infer query fields to set, both paths '{path}' and '{accepted}' are matched"
+                )
+            };
+            return Err(err(codes::NOT_SINGLE_VALUE_FIELD, msg));
+        }
+        equalities.push((path, value));
     }
-    equalities.sort_by(|(a, _), (b, _)| a.as_bytes().cmp(b.as_bytes()));
     let mut seed = Document::new();
     for (path, value) in equalities {
         let parts: Vec<&str> = path.split('.').collect();
@@ -1682,27 +1713,6 @@ fn insert_nested(doc: &mut Document, parts: &[&str], value: Bson) {
 }
 
 fn add_equality(out: &mut Vec<(String, Bson)>, path: &str, value: &Bson) -> Result<()> {
-    for (existing, _) in out.iter() {
-        if existing == path {
-            return Err(err(
-                codes::NOT_SINGLE_VALUE_FIELD,
-                format!("cannot infer query fields to set, path '{path}' is matched twice"),
-            ));
-        }
-        let prefix_of = |short: &str, long: &str| {
-            long.len() > short.len()
-                && long.starts_with(short)
-                && long.as_bytes()[short.len()] == b'.'
-        };
-        if prefix_of(existing, path) || prefix_of(path, existing) {
-            return Err(err(
-                codes::NOT_SINGLE_VALUE_FIELD,
-                format!(
-                    "cannot infer query fields to set, both paths '{path}' and '{existing}' are matched"
-                ),
-            ));
-        }
-    }
     out.push((path.to_string(), value.clone()));
     Ok(())
 }

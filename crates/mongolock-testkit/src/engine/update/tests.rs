@@ -1480,6 +1480,17 @@ fn upsert_seed_cases() {
         54,
         "cannot infer query fields to set, path 't' is matched twice",
     );
+    // Reported in path order whatever the filter's order.
+    assert_err(
+        upsert_seed(&doc! {"a.b": 1, "a": 1}, false),
+        54,
+        "cannot infer query fields to set, both paths 'a.b' and 'a' are matched",
+    );
+    assert_err(
+        upsert_seed(&doc! {"_id.x": 1}, true),
+        111,
+        "field at '_id' must be exactly specified, field at sub-path '_id.x'found",
+    );
     assert_err(
         upsert_seed(&doc! {"a": 1, "a.b": 1}, false),
         54,
