@@ -216,7 +216,11 @@ impl Update {
             }
             Update::Pipeline(pipeline) => {
                 let result = pipeline.apply_update(doc, ctx.eval)?;
-                validate_document_for_storage(&result)?;
+                // Pipeline results may hold top-level `$` fields (made with `$setField`);
+                // only `_id` is checked.
+                if let Some(id) = result.get("_id") {
+                    check_id_type(id)?;
+                }
                 replace_keeping_id(doc, &result)
             }
         }
