@@ -816,9 +816,7 @@ impl Pred {
             Pred::ElemMatchObj(node) => match value {
                 Some(Bson::Array(items)) => {
                     for item in items {
-                        if let Bson::Document(d) = item
-                            && node.eval(d, ctx)?.is_some()
-                        {
+                        if elem_matches_query(node, item, ctx)? {
                             return Ok(true);
                         }
                     }
@@ -846,10 +844,7 @@ impl Pred {
     fn first_matching_element(&self, items: &[Bson], ctx: &EvalContext) -> Result<Option<usize>> {
         for (i, item) in items.iter().enumerate() {
             let ok = match self {
-                Pred::ElemMatchObj(node) => match item {
-                    Bson::Document(d) => node.eval(d, ctx)?.is_some(),
-                    _ => false,
-                },
+                Pred::ElemMatchObj(node) => elem_matches_query(node, item, ctx)?,
                 Pred::ElemMatchValue(preds) => all_test(preds, Some(item), ctx)?,
                 other => other.test(Some(item), ctx)?,
             };
@@ -858,6 +853,24 @@ impl Pred {
             }
         }
         Ok(None)
+    }
+}
+
+/// An `$elemMatch` query on one array element: documents are queried as they are, arrays as
+/// documents keyed by their indexes (`{$elemMatch: {"0": "x"}}` matches `[["x"]]`), other
+/// values never match.
+fn elem_matches_query(node: &Node, item: &Bson, ctx: &EvalContext) -> Result<bool> {
+    match item {
+        Bson::Document(d) => Ok(node.eval(d, ctx)?.is_some()),
+        Bson::Array(items) => {
+            let d: Document = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i.to_string(), v.clone()))
+                .collect();
+            Ok(node.eval(&d, ctx)?.is_some())
+        }
+        _ => Ok(false),
     }
 }
 
@@ -1218,6 +1231,89 @@ mod tests {
         ];
         for (filter, want) in cases {
             assert_eq!(matches(filter.clone(), d.clone()), want, "{filter}");
+        }
+    }
+
+    #[test]
+    fn array_cases_from_mongod_jstests() {
+        let cases: Vec<(Document, Document, bool)> = vec![
+            // array_match2.js: a numeric component is an index and a field name.
+            (doc! {"a": [{"1": 4}, 5]}, doc! {"a.1": 4}, true),
+            (doc! {"a": [{"1": 4}, 5]}, doc! {"a.1": 5}, true),
+            (
+                doc! {"a": [{"1": {"foo": 4}}, {"foo": 5}]},
+                doc! {"a.1.foo": 4},
+                true,
+            ),
+            (
+                doc! {"a": [{"1": {"foo": 4}}, {"foo": 5}]},
+                doc! {"a.1.foo": 5},
+                true,
+            ),
+            (
+                doc! {"a": [{"1": {"foo": 4}}, {}]},
+                doc! {"a.1": {"$exists": true}},
+                true,
+            ),
+            (
+                doc! {"a": [{"1": {"foo": 4}}, {}]},
+                doc! {"a.1.foo": {"$exists": true}},
+                true,
+            ),
+            // multi.js: leaf arrays expand one level only.
+            (doc! {"a": [[[1]]]}, doc! {"a": 1}, false),
+            (doc! {"a": [[[1]]]}, doc! {"a": [1]}, false),
+            (doc! {"a": [[[1]]]}, doc! {"a": [[1]]}, true),
+            (doc! {"a": [[[1]]]}, doc! {"a": [[[1]]]}, true),
+            (doc! {"a": [1, 2]}, doc! {"a": {"$ne": 1}}, false),
+            (
+                doc! {"a": [{"b": 1}, {"b": 2}]},
+                doc! {"a.b": {"$ne": 1}},
+                false,
+            ),
+            // arrayfind9.js: $elemMatch forms.
+            (
+                doc! {"a": [1]},
+                doc! {"a": {"$elemMatch": {"$not": {"$ne": 1}}}},
+                true,
+            ),
+            (
+                doc! {"a": [{}]},
+                doc! {"a": {"$elemMatch": {"$gte": {}}}},
+                true,
+            ),
+            (
+                doc! {"a": [[]]},
+                doc! {"a": {"$elemMatch": {"$in": [[]]}}},
+                true,
+            ),
+            (
+                doc! {"a": [["x"]]},
+                doc! {"a": {"$elemMatch": {"0": "x"}}},
+                true,
+            ),
+            // arrayfinda.js: $elemMatch only matches inside arrays.
+            (
+                doc! {"a": {"b": 1}},
+                doc! {"a": {"$elemMatch": {"b": 1}}},
+                false,
+            ),
+            (
+                doc! {"a": [{"b": 1}]},
+                doc! {"a": {"$elemMatch": {"b": {"$gte": 1}}}},
+                true,
+            ),
+            // array4.js: "a.0" on a document with a field "0"; undefined never matches arrays.
+            (doc! {"a": {"0": "1"}}, doc! {"a.0": re("1", "")}, true),
+            (doc! {"a": ["2", "1"]}, doc! {"a.0": re("1", "")}, false),
+            (
+                doc! {"a": [5, "foo"]},
+                doc! {"a": {"$in": [Bson::Undefined]}},
+                false,
+            ),
+        ];
+        for (d, filter, want) in cases {
+            assert_eq!(matches(filter.clone(), d.clone()), want, "{filter} on {d}");
         }
     }
 
