@@ -1753,3 +1753,72 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod robustness {
+    use super::*;
+    use bson::{Binary, DateTime, Decimal128, doc, spec::BinarySubtype};
+
+    /// Odd values: every one is used as a filter operand, a document value and a regex
+    /// subject; nothing may panic, whatever the outcome.
+    fn odd_values() -> Vec<Bson> {
+        vec![
+            Bson::Double(f64::NAN),
+            Bson::Double(f64::INFINITY),
+            Bson::Double(-0.0),
+            Bson::Double(1e300),
+            Bson::Int64(i64::MIN),
+            Bson::Int64(i64::MAX),
+            Bson::Int32(i32::MIN),
+            Bson::Decimal128(Decimal128::from_bytes([0; 16])),
+            Bson::String(String::new()),
+            Bson::String("\u{1F600}é\n".into()),
+            Bson::Array(vec![]),
+            bson::bson!([[[]], {}, null]),
+            Bson::Document(doc! {}),
+            Bson::Document(doc! {"$ref": "c", "$id": 1}),
+            Bson::Null,
+            Bson::Undefined,
+            Bson::MinKey,
+            Bson::MaxKey,
+            Bson::Binary(Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2] }),
+            Bson::DateTime(DateTime::from_millis(i64::MIN)),
+            Bson::RegularExpression(bson::Regex { pattern: "(".into(), options: "z".into() }),
+        ]
+    }
+
+    #[test]
+    fn odd_input_never_panics() {
+        let ctx = EvalContext::at(DateTime::from_millis(0));
+        let ops = [
+            "$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$type", "$size",
+            "$all", "$elemMatch", "$not", "$regex", "$options", "$mod", "$foo",
+        ];
+        let values = odd_values();
+        let docs: Vec<Document> = values
+            .iter()
+            .map(|v| doc! {"a": v.clone(), "b": [v.clone(), {"c": v.clone()}]})
+            .collect();
+        let mut parsed = 0;
+        for op in ops {
+            for arg in &values {
+                for path in ["a", "b.c", "b.0", "a.5.x", ""] {
+                    let filter = doc! {path: {op: arg.clone()}};
+                    if let Ok(m) = Matcher::parse(&filter) {
+                        parsed += 1;
+                        for d in &docs {
+                            let _ = m.match_details(d, &ctx);
+                        }
+                    }
+                    let _ = ValueMatcher::parse(&Bson::Document(doc! {op: arg.clone()}));
+                }
+            }
+        }
+        assert!(parsed > 100, "only {parsed} filters parsed");
+        for v in &values {
+            for top in ["$and", "$or", "$nor", "$alwaysTrue", "$comment"] {
+                let _ = Matcher::parse(&doc! {top: v.clone()});
+            }
+        }
+    }
+}

@@ -1350,6 +1350,50 @@ mod tests {
     }
 
     #[test]
+    fn odd_input_never_panics() {
+        let c = ctx();
+        let values = vec![
+            Bson::Double(f64::NAN),
+            Bson::Double(-1e300),
+            Bson::Int64(i64::MIN),
+            Bson::Int32(i32::MIN),
+            Bson::String("$".into()),
+            Bson::Null,
+            bson::bson!([]),
+            bson::bson!([i64::MIN, i64::MAX]),
+            bson::bson!([-1, i32::MAX]),
+            bson::bson!({}),
+        ];
+        let docs = [
+            doc! {"_id": 1, "a": [1, [2, {"b": 3}], {"b": [4]}], "c": {"d": []}},
+            doc! {"a": 5, "c": [[], {}]},
+        ];
+        for v in &values {
+            for key in ["a", "a.b", "c.d", "_id", "a.$", "$", "a..b"] {
+                for spec in [
+                    doc! {key: v.clone()},
+                    doc! {key: {"$slice": v.clone()}},
+                    doc! {key: {"$elemMatch": {"$gt": v.clone()}}},
+                    doc! {"x": 1, key: v.clone()},
+                ] {
+                    if let Ok(p) = Projection::parse_for_query(&spec, &doc! {"a": 1}) {
+                        for d in &docs {
+                            let _ = p.apply_matched(
+                                d,
+                                &c,
+                                Some(&MatchDetails {
+                                    elem_match_index: Some(9),
+                                }),
+                            );
+                            let _ = p.apply(d, &c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn find_slice_syntax_errors() {
         let cases: Vec<(Bson, i32, &str)> = vec![
             (
