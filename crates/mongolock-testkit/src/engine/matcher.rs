@@ -17,8 +17,8 @@
 //!   documents.
 //!
 //! Not implemented, and rejected with mongod's "unknown operator" errors rather than
-//! ignored: `$where`, `$text`, `$jsonSchema`, `$sampleRate`, geospatial and bitwise
-//! operators. Collation is not supported (binary string comparison).
+//! ignored: `$where`, `$text`, `$jsonSchema`, `$sampleRate` and the geospatial operators.
+//! Collation is not supported (strings compare by bytes).
 //!
 //! Regular expressions use the emulator's own engine ([`Regex`], a PCRE subset) so the
 //! crate's dependencies stay as they are; unsupported constructs fail at parse time.
@@ -80,6 +80,8 @@ enum Pred {
     Size(usize),
     /// `$mod: [divisor, remainder]`.
     Mod(i64, i64),
+    /// `$bitsAllSet`, `$bitsAnySet`, `$bitsAllClear`, `$bitsAnyClear` over bit positions.
+    Bits(BitOp, Vec<u32>),
     /// `$elemMatch` with a query on document elements.
     ElemMatchObj(Box<Node>),
     /// `$elemMatch` with operators on the elements themselves.
@@ -96,6 +98,14 @@ enum CmpOp {
     Gte,
     Lt,
     Lte,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BitOp {
+    AllSet,
+    AnySet,
+    AllClear,
+    AnyClear,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -123,6 +133,10 @@ const FIELD_OPERATORS: &[&str] = &[
     "$regex",
     "$options",
     "$mod",
+    "$bitsAllSet",
+    "$bitsAnySet",
+    "$bitsAllClear",
+    "$bitsAnyClear",
 ];
 
 /// Operators that apply to a whole document (mongod's pathless parsers).
@@ -377,6 +391,10 @@ fn parse_operator(field: &str, op: &str, arg: &Bson) -> Result<Pred> {
             Pred::Size(size)
         }
         "$mod" => parse_mod(arg)?,
+        "$bitsAllSet" => Pred::Bits(BitOp::AllSet, parse_bit_positions(op, arg)?),
+        "$bitsAnySet" => Pred::Bits(BitOp::AnySet, parse_bit_positions(op, arg)?),
+        "$bitsAllClear" => Pred::Bits(BitOp::AllClear, parse_bit_positions(op, arg)?),
+        "$bitsAnyClear" => Pred::Bits(BitOp::AnyClear, parse_bit_positions(op, arg)?),
         "$all" => parse_all(field, arg)?,
         "$elemMatch" => {
             let Bson::Document(d) = arg else {
@@ -529,6 +547,125 @@ fn parse_mod(arg: &Bson) -> Result<Pred> {
         return Err(bad("divisor cannot be 0"));
     }
     Ok(Pred::Mod(divisor, remainder))
+}
+
+/// The bit positions of a bitwise operator's argument: an array of positions, a non-negative
+/// integral bitmask, or a BinData bitmask (mongod's messages).
+fn parse_bit_positions(op: &str, arg: &Bson) -> Result<Vec<u32>> {
+    match arg {
+        Bson::Array(items) => {
+            let mut positions = Vec::with_capacity(items.len());
+            for e in items {
+                let shown = format!("{e}");
+                let n: i64 = match e {
+                    Bson::Int32(i) => i64::from(*i),
+                    Bson::Int64(l) => *l,
+                    Bson::Double(d) => {
+                        if d.is_nan() {
+                            return Err(bad(format!("bit positions cannot take a NaN: {shown}")));
+                        }
+                        if *d > f64::from(i32::MAX) || *d < f64::from(i32::MIN) {
+                            return Err(bad(format!(
+                                "bit positions cannot be represented as a 32-bit signed integer: {shown}"
+                            )));
+                        }
+                        if d.fract() != 0.0 {
+                            return Err(bad(format!(
+                                "bit positions must be an integer but got: {shown}"
+                            )));
+                        }
+                        *d as i64
+                    }
+                    Bson::Decimal128(_) => as_f64(e).map_or(-1, |f| f.trunc() as i64),
+                    _ => {
+                        return Err(bad(format!(
+                            "bit positions must be an integer but got: {shown}"
+                        )));
+                    }
+                };
+                if i32::try_from(n).is_err() {
+                    return Err(bad(format!(
+                        "bit positions cannot be represented as a 32-bit signed integer: {shown}"
+                    )));
+                }
+                let Ok(position) = u32::try_from(n) else {
+                    return Err(bad(format!("bit positions must be >= 0 but got: {shown}")));
+                };
+                positions.push(position);
+            }
+            Ok(positions)
+        }
+        Bson::Binary(bin) => Ok(bin
+            .bytes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, byte)| {
+                (0..8u32)
+                    .filter(move |b| byte & (1 << b) != 0)
+                    .map(move |b| i as u32 * 8 + b)
+            })
+            .collect()),
+        n if is_number(n) => {
+            let mask: i64 = match n {
+                Bson::Int32(i) => i64::from(*i),
+                Bson::Int64(l) => *l,
+                other => {
+                    let f = as_f64(other).unwrap_or(f64::NAN);
+                    if f.is_nan() {
+                        return Err(CommandError::failed_to_parse(format!(
+                            "Expected an integer, but found NaN in: {op}: {n}"
+                        )));
+                    }
+                    if f >= 9.223_372_036_854_775_807e18 || f < -9.223_372_036_854_775_808e18 {
+                        return Err(CommandError::failed_to_parse(format!(
+                            "Cannot represent as a 64-bit integer: {op}: {n}"
+                        )));
+                    }
+                    if f.fract() != 0.0 {
+                        return Err(CommandError::failed_to_parse(format!(
+                            "Expected an integer: {op}: {n}"
+                        )));
+                    }
+                    f as i64
+                }
+            };
+            if mask < 0 {
+                return Err(CommandError::failed_to_parse(format!(
+                    "Expected a positive number in: {op}: {n}"
+                )));
+            }
+            Ok((0..63u32).filter(|b| mask & (1 << b) != 0).collect())
+        }
+        other => Err(bad(format!(
+            "{op} takes an Array, a number, or a BinData but received: {op}: {other}"
+        ))),
+    }
+}
+
+/// Bit `position` of a value for the bitwise operators: integral numbers (two's complement,
+/// sign-extended) and BinData (little-endian bytes); `None` for values never matched.
+fn bit_of(value: &Bson, position: u32) -> Option<bool> {
+    let int = match value {
+        Bson::Int32(i) => i64::from(*i),
+        Bson::Int64(l) => *l,
+        Bson::Binary(bin) => {
+            let byte = bin.bytes.get((position / 8) as usize).copied().unwrap_or(0);
+            return Some(byte & (1 << (position % 8)) != 0);
+        }
+        other if is_number(other) => {
+            let f = as_f64(other)?;
+            if f.fract() != 0.0 || !f.is_finite() || f.abs() >= 9.223_372_036_854_775_807e18 {
+                return None;
+            }
+            f as i64
+        }
+        _ => return None,
+    };
+    Some(if position >= 64 {
+        int < 0
+    } else {
+        (int >> position) & 1 == 1
+    })
 }
 
 fn parse_all(field: &str, arg: &Bson) -> Result<Pred> {
@@ -800,6 +937,21 @@ impl Pred {
                 })
             }),
             Pred::Size(n) => matches!(value, Some(Bson::Array(items)) if items.len() == *n),
+            Pred::Bits(op, positions) => {
+                let Some(v) = value else {
+                    return Ok(false);
+                };
+                if bit_of(v, 0).is_none() {
+                    return Ok(false);
+                }
+                let mut bits = positions.iter().map(|p| bit_of(v, *p).unwrap_or(false));
+                match op {
+                    BitOp::AllSet => bits.all(|b| b),
+                    BitOp::AnySet => bits.any(|b| b),
+                    BitOp::AllClear => bits.all(|b| !b),
+                    BitOp::AnyClear => bits.any(|b| !b),
+                }
+            }
             Pred::Mod(divisor, remainder) => match value {
                 Some(v) if is_number(v) => {
                     let as_long = match v {
@@ -1406,6 +1558,78 @@ mod tests {
     }
 
     #[test]
+    fn bitwise_operators() {
+        use bson::{Binary, spec::BinarySubtype};
+        let bin = |bytes: Vec<u8>| {
+            Bson::Binary(Binary {
+                subtype: BinarySubtype::Generic,
+                bytes,
+            })
+        };
+        // 54 = 0b110110; -1 has every bit set.
+        let d = doc! {"n": 54, "neg": -1_i64, "f": 54.0, "frac": 54.5, "s": "54", "b": bin(vec![0b0011_0110])};
+        let cases: Vec<(Document, bool)> = vec![
+            (doc! {"n": {"$bitsAllSet": [1, 5]}}, true),
+            (doc! {"n": {"$bitsAllSet": [0, 1]}}, false),
+            (doc! {"n": {"$bitsAllSet": 50}}, true), // 0b110010
+            (doc! {"n": {"$bitsAnySet": [0, 1]}}, true),
+            (doc! {"n": {"$bitsAnySet": [0, 3]}}, false),
+            (doc! {"n": {"$bitsAllClear": [0, 3]}}, true),
+            (doc! {"n": {"$bitsAllClear": [0, 1]}}, false),
+            (doc! {"n": {"$bitsAnyClear": [1, 3]}}, true),
+            (doc! {"n": {"$bitsAnyClear": [1, 2]}}, false),
+            (doc! {"n": {"$bitsAllSet": bin(vec![0b0011_0000])}}, true),
+            (doc! {"neg": {"$bitsAllSet": [0, 63, 200]}}, true),
+            (doc! {"f": {"$bitsAllSet": [1, 2]}}, true),
+            (doc! {"frac": {"$bitsAllSet": [1]}}, false),
+            (doc! {"frac": {"$bitsAllClear": [0]}}, false),
+            (doc! {"s": {"$bitsAllClear": [0]}}, false),
+            (doc! {"b": {"$bitsAllSet": [1, 2, 4, 5]}}, true),
+            (doc! {"b": {"$bitsAnySet": [8, 100]}}, false),
+            (doc! {"missing": {"$bitsAllClear": [0]}}, false),
+        ];
+        for (filter, want) in cases {
+            assert_eq!(matches(filter.clone(), d.clone()), want, "{filter}");
+        }
+        let errors: Vec<(Document, i32, &str)> = vec![
+            (
+                doc! {"a": {"$bitsAllSet": [-1]}},
+                2,
+                "bit positions must be >= 0 but got: -1",
+            ),
+            (
+                doc! {"a": {"$bitsAllSet": ["x"]}},
+                2,
+                "bit positions must be an integer but got: \"x\"",
+            ),
+            (
+                doc! {"a": {"$bitsAllSet": [1.5]}},
+                2,
+                "bit positions must be an integer but got: 1.5",
+            ),
+            (
+                doc! {"a": {"$bitsAnySet": -1}},
+                9,
+                "Expected a positive number in: $bitsAnySet: -1",
+            ),
+            (
+                doc! {"a": {"$bitsAnySet": 1.5}},
+                9,
+                "Expected an integer: $bitsAnySet: 1.5",
+            ),
+            (
+                doc! {"a": {"$bitsAllClear": "x"}},
+                2,
+                "$bitsAllClear takes an Array, a number, or a BinData but received: $bitsAllClear: \"x\"",
+            ),
+        ];
+        for (filter, code, msg) in errors {
+            let err = parse_err(filter.clone());
+            assert_eq!((err.code, err.errmsg.as_str()), (code, msg), "{filter}");
+        }
+    }
+
+    #[test]
     fn elem_match_index_is_reported() {
         let d = doc! {"a": [1, 5, 9], "docs": [{"b": 1}, {"b": 2}, {"b": 2}], "x": 1};
         let cases: Vec<(Document, Option<usize>)> = vec![
@@ -1781,9 +2005,15 @@ mod robustness {
             Bson::Undefined,
             Bson::MinKey,
             Bson::MaxKey,
-            Bson::Binary(Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2] }),
+            Bson::Binary(Binary {
+                subtype: BinarySubtype::Generic,
+                bytes: vec![1, 2],
+            }),
             Bson::DateTime(DateTime::from_millis(i64::MIN)),
-            Bson::RegularExpression(bson::Regex { pattern: "(".into(), options: "z".into() }),
+            Bson::RegularExpression(bson::Regex {
+                pattern: "(".into(),
+                options: "z".into(),
+            }),
         ]
     }
 
@@ -1791,8 +2021,24 @@ mod robustness {
     fn odd_input_never_panics() {
         let ctx = EvalContext::at(DateTime::from_millis(0));
         let ops = [
-            "$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$type", "$size",
-            "$all", "$elemMatch", "$not", "$regex", "$options", "$mod", "$foo",
+            "$eq",
+            "$ne",
+            "$gt",
+            "$gte",
+            "$lt",
+            "$lte",
+            "$in",
+            "$nin",
+            "$exists",
+            "$type",
+            "$size",
+            "$all",
+            "$elemMatch",
+            "$not",
+            "$regex",
+            "$options",
+            "$mod",
+            "$foo",
         ];
         let values = odd_values();
         let docs: Vec<Document> = values
