@@ -549,6 +549,9 @@ fn parse_mod(arg: &Bson) -> Result<Pred> {
     Ok(Pred::Mod(divisor, remainder))
 }
 
+/// 2^63: doubles in `[-2^63, 2^63)` convert to `i64` exactly.
+const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+
 /// The bit positions of a bitwise operator's argument: an array of positions, a non-negative
 /// integral bitmask, or a BinData bitmask (mongod's messages).
 fn parse_bit_positions(op: &str, arg: &Bson) -> Result<Vec<u32>> {
@@ -616,7 +619,7 @@ fn parse_bit_positions(op: &str, arg: &Bson) -> Result<Vec<u32>> {
                             "Expected an integer, but found NaN in: {op}: {n}"
                         )));
                     }
-                    if f >= 9.223_372_036_854_775_807e18 || f < -9.223_372_036_854_775_808e18 {
+                    if !(-TWO_POW_63..TWO_POW_63).contains(&f) {
                         return Err(CommandError::failed_to_parse(format!(
                             "Cannot represent as a 64-bit integer: {op}: {n}"
                         )));
@@ -654,7 +657,7 @@ fn bit_of(value: &Bson, position: u32) -> Option<bool> {
         }
         other if is_number(other) => {
             let f = as_f64(other)?;
-            if f.fract() != 0.0 || !f.is_finite() || f.abs() >= 9.223_372_036_854_775_807e18 {
+            if f.fract() != 0.0 || !(-TWO_POW_63..TWO_POW_63).contains(&f) {
                 return None;
             }
             f as i64
