@@ -17,8 +17,8 @@
 //!   documents.
 //!
 //! Not implemented, and rejected with mongod's "unknown operator" errors rather than
-//! ignored: `$where`, `$text`, `$jsonSchema`, `$sampleRate`, geospatial and bitwise
-//! operators. Collation is not supported (binary string comparison).
+//! ignored: `$where`, `$text`, `$jsonSchema`, `$sampleRate` and the geospatial operators.
+//! Collation is not supported (strings compare by bytes).
 //!
 //! Regular expressions use the emulator's own engine ([`Regex`], a PCRE subset) so the
 //! crate's dependencies stay as they are; unsupported constructs fail at parse time.
@@ -80,6 +80,8 @@ enum Pred {
     Size(usize),
     /// `$mod: [divisor, remainder]`.
     Mod(i64, i64),
+    /// `$bitsAllSet`, `$bitsAnySet`, `$bitsAllClear`, `$bitsAnyClear` over bit positions.
+    Bits(BitOp, Vec<u32>),
     /// `$elemMatch` with a query on document elements.
     ElemMatchObj(Box<Node>),
     /// `$elemMatch` with operators on the elements themselves.
@@ -96,6 +98,14 @@ enum CmpOp {
     Gte,
     Lt,
     Lte,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BitOp {
+    AllSet,
+    AnySet,
+    AllClear,
+    AnyClear,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -123,6 +133,10 @@ const FIELD_OPERATORS: &[&str] = &[
     "$regex",
     "$options",
     "$mod",
+    "$bitsAllSet",
+    "$bitsAnySet",
+    "$bitsAllClear",
+    "$bitsAnyClear",
 ];
 
 /// Operators that apply to a whole document (mongod's pathless parsers).
@@ -377,6 +391,10 @@ fn parse_operator(field: &str, op: &str, arg: &Bson) -> Result<Pred> {
             Pred::Size(size)
         }
         "$mod" => parse_mod(arg)?,
+        "$bitsAllSet" => Pred::Bits(BitOp::AllSet, parse_bit_positions(op, arg)?),
+        "$bitsAnySet" => Pred::Bits(BitOp::AnySet, parse_bit_positions(op, arg)?),
+        "$bitsAllClear" => Pred::Bits(BitOp::AllClear, parse_bit_positions(op, arg)?),
+        "$bitsAnyClear" => Pred::Bits(BitOp::AnyClear, parse_bit_positions(op, arg)?),
         "$all" => parse_all(field, arg)?,
         "$elemMatch" => {
             let Bson::Document(d) = arg else {
@@ -529,6 +547,128 @@ fn parse_mod(arg: &Bson) -> Result<Pred> {
         return Err(bad("divisor cannot be 0"));
     }
     Ok(Pred::Mod(divisor, remainder))
+}
+
+/// 2^63: doubles in `[-2^63, 2^63)` convert to `i64` exactly.
+const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+
+/// The bit positions of a bitwise operator's argument: an array of positions, a non-negative
+/// integral bitmask, or a BinData bitmask (mongod's messages).
+fn parse_bit_positions(op: &str, arg: &Bson) -> Result<Vec<u32>> {
+    match arg {
+        Bson::Array(items) => {
+            let mut positions = Vec::with_capacity(items.len());
+            for e in items {
+                let shown = format!("{e}");
+                let n: i64 = match e {
+                    Bson::Int32(i) => i64::from(*i),
+                    Bson::Int64(l) => *l,
+                    Bson::Double(d) => {
+                        if d.is_nan() {
+                            return Err(bad(format!("bit positions cannot take a NaN: {shown}")));
+                        }
+                        if *d > f64::from(i32::MAX) || *d < f64::from(i32::MIN) {
+                            return Err(bad(format!(
+                                "bit positions cannot be represented as a 32-bit signed integer: {shown}"
+                            )));
+                        }
+                        if d.fract() != 0.0 {
+                            return Err(bad(format!(
+                                "bit positions must be an integer but got: {shown}"
+                            )));
+                        }
+                        *d as i64
+                    }
+                    Bson::Decimal128(_) => as_f64(e).map_or(-1, |f| f.trunc() as i64),
+                    _ => {
+                        return Err(bad(format!(
+                            "bit positions must be an integer but got: {shown}"
+                        )));
+                    }
+                };
+                if i32::try_from(n).is_err() {
+                    return Err(bad(format!(
+                        "bit positions cannot be represented as a 32-bit signed integer: {shown}"
+                    )));
+                }
+                let Ok(position) = u32::try_from(n) else {
+                    return Err(bad(format!("bit positions must be >= 0 but got: {shown}")));
+                };
+                positions.push(position);
+            }
+            Ok(positions)
+        }
+        Bson::Binary(bin) => Ok(bin
+            .bytes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, byte)| {
+                (0..8u32)
+                    .filter(move |b| byte & (1 << b) != 0)
+                    .map(move |b| i as u32 * 8 + b)
+            })
+            .collect()),
+        n if is_number(n) => {
+            let mask: i64 = match n {
+                Bson::Int32(i) => i64::from(*i),
+                Bson::Int64(l) => *l,
+                other => {
+                    let f = as_f64(other).unwrap_or(f64::NAN);
+                    if f.is_nan() {
+                        return Err(CommandError::failed_to_parse(format!(
+                            "Expected an integer, but found NaN in: {op}: {n}"
+                        )));
+                    }
+                    if !(-TWO_POW_63..TWO_POW_63).contains(&f) {
+                        return Err(CommandError::failed_to_parse(format!(
+                            "Cannot represent as a 64-bit integer: {op}: {n}"
+                        )));
+                    }
+                    if f.fract() != 0.0 {
+                        return Err(CommandError::failed_to_parse(format!(
+                            "Expected an integer: {op}: {n}"
+                        )));
+                    }
+                    f as i64
+                }
+            };
+            if mask < 0 {
+                return Err(CommandError::failed_to_parse(format!(
+                    "Expected a positive number in: {op}: {n}"
+                )));
+            }
+            Ok((0..63u32).filter(|b| mask & (1 << b) != 0).collect())
+        }
+        other => Err(bad(format!(
+            "{op} takes an Array, a number, or a BinData but received: {op}: {other}"
+        ))),
+    }
+}
+
+/// Bit `position` of a value for the bitwise operators: integral numbers (two's complement,
+/// sign-extended) and BinData (little-endian bytes); `None` for values never matched.
+fn bit_of(value: &Bson, position: u32) -> Option<bool> {
+    let int = match value {
+        Bson::Int32(i) => i64::from(*i),
+        Bson::Int64(l) => *l,
+        Bson::Binary(bin) => {
+            let byte = bin.bytes.get((position / 8) as usize).copied().unwrap_or(0);
+            return Some(byte & (1 << (position % 8)) != 0);
+        }
+        other if is_number(other) => {
+            let f = as_f64(other)?;
+            if f.fract() != 0.0 || !(-TWO_POW_63..TWO_POW_63).contains(&f) {
+                return None;
+            }
+            f as i64
+        }
+        _ => return None,
+    };
+    Some(if position >= 64 {
+        int < 0
+    } else {
+        (int >> position) & 1 == 1
+    })
 }
 
 fn parse_all(field: &str, arg: &Bson) -> Result<Pred> {
@@ -800,6 +940,21 @@ impl Pred {
                 })
             }),
             Pred::Size(n) => matches!(value, Some(Bson::Array(items)) if items.len() == *n),
+            Pred::Bits(op, positions) => {
+                let Some(v) = value else {
+                    return Ok(false);
+                };
+                if bit_of(v, 0).is_none() {
+                    return Ok(false);
+                }
+                let mut bits = positions.iter().map(|p| bit_of(v, *p).unwrap_or(false));
+                match op {
+                    BitOp::AllSet => bits.all(|b| b),
+                    BitOp::AnySet => bits.any(|b| b),
+                    BitOp::AllClear => bits.all(|b| !b),
+                    BitOp::AnyClear => bits.any(|b| !b),
+                }
+            }
             Pred::Mod(divisor, remainder) => match value {
                 Some(v) if is_number(v) => {
                     let as_long = match v {
@@ -816,9 +971,7 @@ impl Pred {
             Pred::ElemMatchObj(node) => match value {
                 Some(Bson::Array(items)) => {
                     for item in items {
-                        if let Bson::Document(d) = item
-                            && node.eval(d, ctx)?.is_some()
-                        {
+                        if elem_matches_query(node, item, ctx)? {
                             return Ok(true);
                         }
                     }
@@ -846,10 +999,7 @@ impl Pred {
     fn first_matching_element(&self, items: &[Bson], ctx: &EvalContext) -> Result<Option<usize>> {
         for (i, item) in items.iter().enumerate() {
             let ok = match self {
-                Pred::ElemMatchObj(node) => match item {
-                    Bson::Document(d) => node.eval(d, ctx)?.is_some(),
-                    _ => false,
-                },
+                Pred::ElemMatchObj(node) => elem_matches_query(node, item, ctx)?,
                 Pred::ElemMatchValue(preds) => all_test(preds, Some(item), ctx)?,
                 other => other.test(Some(item), ctx)?,
             };
@@ -858,6 +1008,24 @@ impl Pred {
             }
         }
         Ok(None)
+    }
+}
+
+/// An `$elemMatch` query on one array element: documents are queried as they are, arrays as
+/// documents keyed by their indexes (`{$elemMatch: {"0": "x"}}` matches `[["x"]]`), other
+/// values never match.
+fn elem_matches_query(node: &Node, item: &Bson, ctx: &EvalContext) -> Result<bool> {
+    match item {
+        Bson::Document(d) => Ok(node.eval(d, ctx)?.is_some()),
+        Bson::Array(items) => {
+            let d: Document = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i.to_string(), v.clone()))
+                .collect();
+            Ok(node.eval(&d, ctx)?.is_some())
+        }
+        _ => Ok(false),
     }
 }
 
@@ -1222,6 +1390,89 @@ mod tests {
     }
 
     #[test]
+    fn array_cases_from_mongod_jstests() {
+        let cases: Vec<(Document, Document, bool)> = vec![
+            // array_match2.js: a numeric component is an index and a field name.
+            (doc! {"a": [{"1": 4}, 5]}, doc! {"a.1": 4}, true),
+            (doc! {"a": [{"1": 4}, 5]}, doc! {"a.1": 5}, true),
+            (
+                doc! {"a": [{"1": {"foo": 4}}, {"foo": 5}]},
+                doc! {"a.1.foo": 4},
+                true,
+            ),
+            (
+                doc! {"a": [{"1": {"foo": 4}}, {"foo": 5}]},
+                doc! {"a.1.foo": 5},
+                true,
+            ),
+            (
+                doc! {"a": [{"1": {"foo": 4}}, {}]},
+                doc! {"a.1": {"$exists": true}},
+                true,
+            ),
+            (
+                doc! {"a": [{"1": {"foo": 4}}, {}]},
+                doc! {"a.1.foo": {"$exists": true}},
+                true,
+            ),
+            // multi.js: leaf arrays expand one level only.
+            (doc! {"a": [[[1]]]}, doc! {"a": 1}, false),
+            (doc! {"a": [[[1]]]}, doc! {"a": [1]}, false),
+            (doc! {"a": [[[1]]]}, doc! {"a": [[1]]}, true),
+            (doc! {"a": [[[1]]]}, doc! {"a": [[[1]]]}, true),
+            (doc! {"a": [1, 2]}, doc! {"a": {"$ne": 1}}, false),
+            (
+                doc! {"a": [{"b": 1}, {"b": 2}]},
+                doc! {"a.b": {"$ne": 1}},
+                false,
+            ),
+            // arrayfind9.js: $elemMatch forms.
+            (
+                doc! {"a": [1]},
+                doc! {"a": {"$elemMatch": {"$not": {"$ne": 1}}}},
+                true,
+            ),
+            (
+                doc! {"a": [{}]},
+                doc! {"a": {"$elemMatch": {"$gte": {}}}},
+                true,
+            ),
+            (
+                doc! {"a": [[]]},
+                doc! {"a": {"$elemMatch": {"$in": [[]]}}},
+                true,
+            ),
+            (
+                doc! {"a": [["x"]]},
+                doc! {"a": {"$elemMatch": {"0": "x"}}},
+                true,
+            ),
+            // arrayfinda.js: $elemMatch only matches inside arrays.
+            (
+                doc! {"a": {"b": 1}},
+                doc! {"a": {"$elemMatch": {"b": 1}}},
+                false,
+            ),
+            (
+                doc! {"a": [{"b": 1}]},
+                doc! {"a": {"$elemMatch": {"b": {"$gte": 1}}}},
+                true,
+            ),
+            // array4.js: "a.0" on a document with a field "0"; undefined never matches arrays.
+            (doc! {"a": {"0": "1"}}, doc! {"a.0": re("1", "")}, true),
+            (doc! {"a": ["2", "1"]}, doc! {"a.0": re("1", "")}, false),
+            (
+                doc! {"a": [5, "foo"]},
+                doc! {"a": {"$in": [Bson::Undefined]}},
+                false,
+            ),
+        ];
+        for (d, filter, want) in cases {
+            assert_eq!(matches(filter.clone(), d.clone()), want, "{filter} on {d}");
+        }
+    }
+
+    #[test]
     fn null_through_arrays_follows_mongod() {
         // mongod's jstests/core/null2.js: {"a.b": null} and {"a.b": {$in: [null]}}.
         let docs = [
@@ -1306,6 +1557,78 @@ mod tests {
         ];
         for (filter, want) in cases {
             assert_eq!(matches(filter.clone(), d.clone()), want, "{filter}");
+        }
+    }
+
+    #[test]
+    fn bitwise_operators() {
+        use bson::{Binary, spec::BinarySubtype};
+        let bin = |bytes: Vec<u8>| {
+            Bson::Binary(Binary {
+                subtype: BinarySubtype::Generic,
+                bytes,
+            })
+        };
+        // 54 = 0b110110; -1 has every bit set.
+        let d = doc! {"n": 54, "neg": -1_i64, "f": 54.0, "frac": 54.5, "s": "54", "b": bin(vec![0b0011_0110])};
+        let cases: Vec<(Document, bool)> = vec![
+            (doc! {"n": {"$bitsAllSet": [1, 5]}}, true),
+            (doc! {"n": {"$bitsAllSet": [0, 1]}}, false),
+            (doc! {"n": {"$bitsAllSet": 50}}, true), // 0b110010
+            (doc! {"n": {"$bitsAnySet": [0, 1]}}, true),
+            (doc! {"n": {"$bitsAnySet": [0, 3]}}, false),
+            (doc! {"n": {"$bitsAllClear": [0, 3]}}, true),
+            (doc! {"n": {"$bitsAllClear": [0, 1]}}, false),
+            (doc! {"n": {"$bitsAnyClear": [1, 3]}}, true),
+            (doc! {"n": {"$bitsAnyClear": [1, 2]}}, false),
+            (doc! {"n": {"$bitsAllSet": bin(vec![0b0011_0000])}}, true),
+            (doc! {"neg": {"$bitsAllSet": [0, 63, 200]}}, true),
+            (doc! {"f": {"$bitsAllSet": [1, 2]}}, true),
+            (doc! {"frac": {"$bitsAllSet": [1]}}, false),
+            (doc! {"frac": {"$bitsAllClear": [0]}}, false),
+            (doc! {"s": {"$bitsAllClear": [0]}}, false),
+            (doc! {"b": {"$bitsAllSet": [1, 2, 4, 5]}}, true),
+            (doc! {"b": {"$bitsAnySet": [8, 100]}}, false),
+            (doc! {"missing": {"$bitsAllClear": [0]}}, false),
+        ];
+        for (filter, want) in cases {
+            assert_eq!(matches(filter.clone(), d.clone()), want, "{filter}");
+        }
+        let errors: Vec<(Document, i32, &str)> = vec![
+            (
+                doc! {"a": {"$bitsAllSet": [-1]}},
+                2,
+                "bit positions must be >= 0 but got: -1",
+            ),
+            (
+                doc! {"a": {"$bitsAllSet": ["x"]}},
+                2,
+                "bit positions must be an integer but got: \"x\"",
+            ),
+            (
+                doc! {"a": {"$bitsAllSet": [1.5]}},
+                2,
+                "bit positions must be an integer but got: 1.5",
+            ),
+            (
+                doc! {"a": {"$bitsAnySet": -1}},
+                9,
+                "Expected a positive number in: $bitsAnySet: -1",
+            ),
+            (
+                doc! {"a": {"$bitsAnySet": 1.5}},
+                9,
+                "Expected an integer: $bitsAnySet: 1.5",
+            ),
+            (
+                doc! {"a": {"$bitsAllClear": "x"}},
+                2,
+                "$bitsAllClear takes an Array, a number, or a BinData but received: $bitsAllClear: \"x\"",
+            ),
+        ];
+        for (filter, code, msg) in errors {
+            let err = parse_err(filter.clone());
+            assert_eq!((err.code, err.errmsg.as_str()), (code, msg), "{filter}");
         }
     }
 
@@ -1655,5 +1978,96 @@ mod tests {
             (err.code, err.errmsg.as_str()),
             (2, "unknown operator: $foo")
         );
+    }
+}
+
+#[cfg(test)]
+mod robustness {
+    use super::*;
+    use bson::{Binary, DateTime, Decimal128, doc, spec::BinarySubtype};
+
+    /// Odd values: every one is used as a filter operand, a document value and a regex
+    /// subject; nothing may panic, whatever the outcome.
+    fn odd_values() -> Vec<Bson> {
+        vec![
+            Bson::Double(f64::NAN),
+            Bson::Double(f64::INFINITY),
+            Bson::Double(-0.0),
+            Bson::Double(1e300),
+            Bson::Int64(i64::MIN),
+            Bson::Int64(i64::MAX),
+            Bson::Int32(i32::MIN),
+            Bson::Decimal128(Decimal128::from_bytes([0; 16])),
+            Bson::String(String::new()),
+            Bson::String("\u{1F600}é\n".into()),
+            Bson::Array(vec![]),
+            bson::bson!([[[]], {}, null]),
+            Bson::Document(doc! {}),
+            Bson::Document(doc! {"$ref": "c", "$id": 1}),
+            Bson::Null,
+            Bson::Undefined,
+            Bson::MinKey,
+            Bson::MaxKey,
+            Bson::Binary(Binary {
+                subtype: BinarySubtype::Generic,
+                bytes: vec![1, 2],
+            }),
+            Bson::DateTime(DateTime::from_millis(i64::MIN)),
+            Bson::RegularExpression(bson::Regex {
+                pattern: "(".into(),
+                options: "z".into(),
+            }),
+        ]
+    }
+
+    #[test]
+    fn odd_input_never_panics() {
+        let ctx = EvalContext::at(DateTime::from_millis(0));
+        let ops = [
+            "$eq",
+            "$ne",
+            "$gt",
+            "$gte",
+            "$lt",
+            "$lte",
+            "$in",
+            "$nin",
+            "$exists",
+            "$type",
+            "$size",
+            "$all",
+            "$elemMatch",
+            "$not",
+            "$regex",
+            "$options",
+            "$mod",
+            "$foo",
+        ];
+        let values = odd_values();
+        let docs: Vec<Document> = values
+            .iter()
+            .map(|v| doc! {"a": v.clone(), "b": [v.clone(), {"c": v.clone()}]})
+            .collect();
+        let mut parsed = 0;
+        for op in ops {
+            for arg in &values {
+                for path in ["a", "b.c", "b.0", "a.5.x", ""] {
+                    let filter = doc! {path: {op: arg.clone()}};
+                    if let Ok(m) = Matcher::parse(&filter) {
+                        parsed += 1;
+                        for d in &docs {
+                            let _ = m.match_details(d, &ctx);
+                        }
+                    }
+                    let _ = ValueMatcher::parse(&Bson::Document(doc! {op: arg.clone()}));
+                }
+            }
+        }
+        assert!(parsed > 100, "only {parsed} filters parsed");
+        for v in &values {
+            for top in ["$and", "$or", "$nor", "$alwaysTrue", "$comment"] {
+                let _ = Matcher::parse(&doc! {top: v.clone()});
+            }
+        }
     }
 }

@@ -607,7 +607,8 @@ impl Apply<'_> {
     }
 
     /// An inclusion sub-projection applied to a value: documents are projected, arrays are
-    /// projected element-wise (dropping scalars), other values disappear.
+    /// projected element-wise (keeping nested arrays), other values disappear unless the
+    /// sub-projection computes fields, which then replace them with a document.
     fn include_value(&self, node: &Node, value: &Bson) -> Result<Option<Bson>> {
         Ok(match value {
             Bson::Document(d) => Some(Bson::Document(self.include_doc(node, d, false, false)?)),
@@ -620,6 +621,13 @@ impl Apply<'_> {
                 }
                 Some(Bson::Array(out))
             }
+            // A scalar is dropped, unless computed fields below replace it with a document.
+            _ if node.has_computed() => Some(Bson::Document(self.include_doc(
+                node,
+                &Document::new(),
+                false,
+                false,
+            )?)),
             _ => None,
         })
     }
@@ -852,6 +860,91 @@ mod tests {
     }
 
     #[test]
+    fn dotted_semantics_from_mongod_jstests() {
+        // mongod's jstests/core/projection_semantics.js (inclusion and exclusion parts).
+        let cases: Vec<(Document, Document, Document)> = vec![
+            (
+                doc! {"a.b": 1, "_id": 0},
+                doc! {"a": [{"b": 1, "c": 1}, {"c": 2}]},
+                doc! {"a": [{"b": 1}, {}]},
+            ),
+            (doc! {"a.b": 1, "_id": 0}, doc! {"a": "scalar"}, doc! {}),
+            (doc! {"a.b": 1, "_id": 0}, doc! {"a": {}}, doc! {"a": {}}),
+            (
+                doc! {"a.b": 1, "_id": 0},
+                doc! {"a": ["scalar", "scalar"]},
+                doc! {"a": []},
+            ),
+            (
+                doc! {"a.b": 1, "_id": 0},
+                doc! {"a": [Bson::Null]},
+                doc! {"a": []},
+            ),
+            (
+                doc! {"a.b": 1, "_id": 0},
+                doc! {"a": ["s", {}, "s", {"c": 1}]},
+                doc! {"a": [{}, {}]},
+            ),
+            (
+                doc! {"a.b": 1, "_id": 0},
+                doc! {"a": [[1, 2, 3]]},
+                doc! {"a": [[]]},
+            ),
+            (
+                doc! {"a.b": 1, "_id": 0},
+                doc! {"a": [[], [[], [], [1], [{"c": 1}]], {"b": 1}]},
+                doc! {"a": [[], [[], [], [], [{}]], {"b": 1}]},
+            ),
+            (
+                doc! {"a.b": 1},
+                doc! {"_id": 7, "a": {"b": "demo", "_id": "x"}},
+                doc! {"_id": 7, "a": {"b": "demo"}},
+            ),
+            (
+                doc! {"a.b.c": 1, "_id": 0},
+                doc! {"a": {"b": {"x": 1, "y": 1}}},
+                doc! {"a": {"b": {}}},
+            ),
+            (doc! {"a.b.c": 1, "_id": 0}, doc! {"a": Bson::Null}, doc! {}),
+            (
+                doc! {"a.b.c": 1, "_id": 0},
+                doc! {"a": [1, {"b": [[1, 2], [{}], 2]}, 2]},
+                doc! {"a": [{"b": [[], [{}]]}]},
+            ),
+            (
+                doc! {"a.b.c": 1, "_id": 0},
+                doc! {"a": {"x": 1, "b": [[1, 2], [{"c": [[1, 2], [{}], 2]}], 2]}},
+                doc! {"a": {"b": [[], [{"c": [[1, 2], [{}], 2]}]]}},
+            ),
+            (
+                doc! {"measurements": {"temperature": 1, "pressure": 1}, "_id": 0},
+                doc! {"measurements": {"temperature": 20, "pressure": 0.7, "humidity": 0.4}},
+                doc! {"measurements": {"temperature": 20, "pressure": 0.7}},
+            ),
+            // Exclusion keeps scalars of parent arrays.
+            (
+                doc! {"a.b": 0},
+                doc! {"_id": 1, "a": ["scalar", {"b": 1, "c": 1, "d": 1}, {"b": 2, "c": 2}, {"b": 3}]},
+                doc! {"_id": 1, "a": ["scalar", {"c": 1, "d": 1}, {"c": 2}, {}]},
+            ),
+            (
+                doc! {"a.b.c": 0},
+                doc! {"_id": 1, "a": [[], [{"b": [[1, 2], {"c": 1, "d": 1}]}]]},
+                doc! {"_id": 1, "a": [[], [{"b": [[1, 2], {"d": 1}]}]]},
+            ),
+            (
+                doc! {"measurements": {"humidity": 0, "time": 0}, "_id": 0},
+                doc! {"measurements": {"temperature": 20, "humidity": 0.4, "time": 1}},
+                doc! {"measurements": {"temperature": 20}},
+            ),
+            (doc! {"_id": 0}, doc! {"_id": 1}, doc! {}),
+        ];
+        for (spec, input, want) in cases {
+            assert_eq!(project(spec.clone(), &input), want, "{spec} on {input}");
+        }
+    }
+
+    #[test]
     fn slice_and_elem_match() {
         let d = sample();
         let nums = |spec: Document| project(spec, &d).get("nums").cloned();
@@ -1070,6 +1163,37 @@ mod tests {
         for (spec, want) in cases {
             assert_eq!(project(spec.clone(), &d), want, "{spec}");
         }
+        // projection_semantics.js: computed fields replace scalars and traverse nested arrays.
+        let computed: Vec<(Document, Document, Document)> = vec![
+            (
+                doc! {"a.b": "new value"},
+                doc! {"_id": 1, "a": ["scalar", {"b": 1, "c": 1}, {"b": 3}]},
+                doc! {"_id": 1, "a": [{"b": "new value"}, {"b": "new value"}, {"b": "new value"}]},
+            ),
+            (
+                doc! {"a.b": "new value"},
+                doc! {"_id": 1, "a": []},
+                doc! {"_id": 1, "a": []},
+            ),
+            (
+                doc! {"a.b": "new value"},
+                doc! {"_id": 1, "a": 5},
+                doc! {"_id": 1, "a": {"b": "new value"}},
+            ),
+            (
+                doc! {"a.b.c": "new value"},
+                doc! {"_id": 1, "a": [[], [{"b": [[1, 2], {"c": 1, "d": 1}]}]]},
+                doc! {"_id": 1, "a": [[], [{"b": [[{"c": "new value"}, {"c": "new value"}], {"c": "new value"}]}]]},
+            ),
+            (
+                doc! {"a": {"$literal": 0}, "b": "string"},
+                doc! {"_id": 1, "a": 1, "b": 1, "c": 1},
+                doc! {"_id": 1, "a": 0, "b": "string"},
+            ),
+        ];
+        for (spec, input, want) in computed {
+            assert_eq!(project(spec.clone(), &input), want, "{spec} on {input}");
+        }
         // Not the find() `$slice` syntax, so the aggregation `$slice` expression.
         assert_eq!(
             project(doc! {"_id": 0, "s": {"$slice": [[1, 2, 3], 1, 1]}}, &d),
@@ -1223,6 +1347,50 @@ mod tests {
                 .code,
             31277
         );
+    }
+
+    #[test]
+    fn odd_input_never_panics() {
+        let c = ctx();
+        let values = vec![
+            Bson::Double(f64::NAN),
+            Bson::Double(-1e300),
+            Bson::Int64(i64::MIN),
+            Bson::Int32(i32::MIN),
+            Bson::String("$".into()),
+            Bson::Null,
+            bson::bson!([]),
+            bson::bson!([i64::MIN, i64::MAX]),
+            bson::bson!([-1, i32::MAX]),
+            bson::bson!({}),
+        ];
+        let docs = [
+            doc! {"_id": 1, "a": [1, [2, {"b": 3}], {"b": [4]}], "c": {"d": []}},
+            doc! {"a": 5, "c": [[], {}]},
+        ];
+        for v in &values {
+            for key in ["a", "a.b", "c.d", "_id", "a.$", "$", "a..b"] {
+                for spec in [
+                    doc! {key: v.clone()},
+                    doc! {key: {"$slice": v.clone()}},
+                    doc! {key: {"$elemMatch": {"$gt": v.clone()}}},
+                    doc! {"x": 1, key: v.clone()},
+                ] {
+                    if let Ok(p) = Projection::parse_for_query(&spec, &doc! {"a": 1}) {
+                        for d in &docs {
+                            let _ = p.apply_matched(
+                                d,
+                                &c,
+                                Some(&MatchDetails {
+                                    elem_match_index: Some(9),
+                                }),
+                            );
+                            let _ = p.apply(d, &c);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -263,6 +263,37 @@ mod tests {
     }
 
     #[test]
+    fn cases_from_mongod_jstests() {
+        // sorta.js: MinKey < [] < null == missing < numbers < arrays by element < MaxKey.
+        let docs = vec![
+            doc! {"_id": 8, "a": Bson::MaxKey},
+            doc! {"_id": 5, "a": Bson::Null},
+            doc! {"_id": 7, "a": [2]},
+            doc! {"_id": 1, "a": []},
+            doc! {"_id": 4},
+            doc! {"_id": 0, "a": Bson::MinKey},
+            doc! {"_id": 6, "a": 1},
+            doc! {"_id": 3, "a": Bson::Null},
+            doc! {"_id": 2, "a": []},
+        ];
+        assert_eq!(
+            order(doc! {"a": 1, "_id": 1}, docs),
+            (0..9).collect::<Vec<_>>()
+        );
+        // sort8.js: an array sorts by its members, in both directions.
+        let docs = vec![doc! {"_id": 1, "a": 5}, doc! {"_id": 2, "a": [1, 10]}];
+        assert_eq!(order(doc! {"a": 1}, docs.clone()), vec![2, 1]);
+        assert_eq!(order(doc! {"a": -1}, docs), vec![2, 1]);
+        // Ties on the minimum fall through to the next key.
+        let docs = vec![
+            doc! {"_id": 2, "a": [2, 3]},
+            doc! {"_id": 3, "a": [2, 4]},
+            doc! {"_id": 4, "a": [2, 1]},
+        ];
+        assert_eq!(order(doc! {"a": 1, "_id": 1}, docs), vec![4, 2, 3]);
+    }
+
+    #[test]
     fn dotted_paths_through_arrays() {
         let docs = vec![
             doc! {"_id": 1, "a": [{"b": 5}, {"b": 1}]},
