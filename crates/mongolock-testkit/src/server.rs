@@ -294,22 +294,21 @@ async fn serve_connection(stream: TcpStream, id: i64, state: Arc<ServerState>) {
                 return;
             }
         };
-        let outcome = commands::dispatch(&state, &mut info, request.command, request.kind).await;
+        let (request_id, kind) = (request.request_id, request.kind);
+        let outcome = commands::dispatch(&state, &mut info, request).await;
         let body = match outcome {
             Outcome::Reply(body) => body,
             Outcome::CloseConnection => return,
         };
-        if request.kind.no_reply_wanted() {
+        if kind.no_reply_wanted() {
             continue;
         }
         if !state.latency.is_zero() {
             tokio::time::sleep(state.latency).await;
         }
-        let bytes = match request.kind {
-            RequestKind::Msg { .. } => {
-                wire::encode_op_msg(next_reply_id, request.request_id, &body)
-            }
-            RequestKind::Query => wire::encode_op_reply(next_reply_id, request.request_id, &body),
+        let bytes = match kind {
+            RequestKind::Msg { .. } => wire::encode_op_msg(next_reply_id, request_id, &body),
+            RequestKind::Query => wire::encode_op_reply(next_reply_id, request_id, &body),
         };
         next_reply_id = next_reply_id.wrapping_add(1);
         if wire::write_message(&mut write, &bytes).await.is_err() {

@@ -287,7 +287,7 @@ async fn pipeline_updates_see_now_and_fields() {
         doc! {"_id": 1},
         vec![
             doc! {"$set": {"fence": {"$add": ["$fence", 1]}, "at": "$$NOW"}},
-            doc! {"$set": {"later": {"$gt": ["$at", {"$toDate": 0}]}}},
+            doc! {"$set": {"later": {"$gt": ["$at", {"$toDate": 0_i64}]}}},
             doc! {"$unset": "nothing"},
         ],
     )

@@ -8,29 +8,53 @@ use crate::engine::EvalContext;
 use crate::engine::collection::Collection;
 use crate::engine::compare::values_equal;
 use crate::engine::error::{CommandError, Result};
-use crate::engine::matcher::Matcher;
+use crate::engine::matcher::{MatchDetails, Matcher};
 use crate::engine::projection::Projection;
 use crate::engine::sort::SortSpec;
 
-/// The documents of `coll` that match, in record order or sorted.
+/// The documents of `coll` that match, in record order (reversed for `{$natural: -1}`) or
+/// sorted (stably, as mongod's sort is), each with what the filter matched.
 pub fn select(
     coll: &Collection,
     filter: &Document,
     sort: Option<&SortSpec>,
     eval: &EvalContext,
-) -> Result<Vec<Document>> {
+) -> Result<Vec<(Document, MatchDetails)>> {
     let matcher = Matcher::parse(filter)?;
     let mut out = Vec::new();
     for record in coll.candidates(filter) {
         let doc = coll.get(record).expect("candidate records exist");
-        if matcher.matches(doc, eval)? {
-            out.push(doc.clone());
+        if let Some(details) = matcher.match_details(doc, eval)? {
+            out.push((doc.clone(), details));
         }
     }
-    if let Some(sort) = sort {
-        out.sort_by(|a, b| sort.compare(a, b));
+    match sort.map(|s| (s, s.natural())) {
+        Some((_, Some(false))) => out.reverse(),
+        Some((sort, None)) => out.sort_by(|a, b| sort.compare(&a.0, &b.0)),
+        None | Some((_, Some(true))) => {}
     }
     Ok(out)
+}
+
+/// Applies a find or findAndModify projection, adding mongod's prefix to positional errors.
+pub fn project(
+    projection: &Projection,
+    doc: &Document,
+    details: &MatchDetails,
+    eval: &EvalContext,
+    command: &str,
+) -> Result<Document> {
+    projection
+        .apply_matched(doc, eval, Some(details))
+        .map_err(|mut error| {
+            if matches!(error.code, 51246 | 51247) {
+                error.errmsg = format!(
+                    "Executor error during {command} command :: caused by :: {}",
+                    error.errmsg
+                );
+            }
+            error
+        })
 }
 
 const FIND_FIELDS: &[&str] = &[
@@ -81,7 +105,7 @@ pub fn find(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         .transpose()?;
     let projection = args::opt_document(cmd, "find", "projection")?
         .filter(|p| !p.is_empty())
-        .map(Projection::parse)
+        .map(|p| Projection::parse_for_query(p, &filter))
         .transpose()?;
     let skip = args::opt_non_negative(cmd, "find", "skip")?.unwrap_or(0) as usize;
     let limit = args::opt_non_negative(cmd, "find", "limit")?.filter(|l| *l > 0);
@@ -100,16 +124,17 @@ pub fn find(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             select(&coll, &filter, sort.as_ref(), &eval)?
         }
     };
-    let mut results: Vec<Document> = results.into_iter().skip(skip).collect();
+    let mut results: Vec<(Document, MatchDetails)> = results.into_iter().skip(skip).collect();
     if let Some(limit) = limit {
         results.truncate(limit as usize);
     }
-    if let Some(projection) = &projection {
-        results = results
+    let results: Vec<Document> = match &projection {
+        Some(projection) => results
             .iter()
-            .map(|d| projection.apply(d, &eval))
-            .collect::<Result<_>>()?;
-    }
+            .map(|(doc, details)| project(projection, doc, details, &eval, "find"))
+            .collect::<Result<_>>()?,
+        None => results.into_iter().map(|(doc, _)| doc).collect(),
+    };
     Ok(ctx
         .state
         .cursors
@@ -150,7 +175,7 @@ pub fn count(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     if let Some(limit) = limit {
         n = n.min(limit);
     }
-    Ok(doc! {"n": n as i64})
+    Ok(doc! {"n": i32::try_from(n).map_or(Bson::Int64(n as i64), Bson::Int32)})
 }
 
 /// Values at a dotted path, with arrays flattened one level per step (as `distinct` sees them).
@@ -202,7 +227,7 @@ pub fn distinct(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     };
     let path: Vec<&str> = key.split('.').collect();
     let mut values: Vec<Bson> = Vec::new();
-    for doc in &docs {
+    for (doc, _) in &docs {
         let mut found = Vec::new();
         distinct_values(&Bson::Document(doc.clone()), &path, &mut found);
         for value in found {

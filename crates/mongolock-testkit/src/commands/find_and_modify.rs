@@ -43,7 +43,7 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let update = cmd.get("update");
     let fields = args::opt_document(cmd, "findAndModify", "fields")?
         .filter(|f| !f.is_empty())
-        .map(Projection::parse)
+        .map(|f| Projection::parse_for_query(f, filter))
         .transpose()?;
     match (remove, update) {
         (true, Some(_)) => {
@@ -79,7 +79,16 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         match (doc, &fields) {
             (None, _) => Ok(Bson::Null),
             (Some(doc), None) => Ok(Bson::Document(doc)),
-            (Some(doc), Some(p)) => Ok(Bson::Document(p.apply(&doc, &eval)?)),
+            (Some(doc), Some(projection)) => {
+                let details = matcher.match_details(&doc, &eval)?.unwrap_or_default();
+                Ok(Bson::Document(super::find::project(
+                    projection,
+                    &doc,
+                    &details,
+                    &eval,
+                    "findAndModify",
+                )?))
+            }
         }
     };
     if remove {
@@ -98,7 +107,7 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let array_filters = args::opt_array(cmd, "findAndModify", "arrayFilters")?;
     let statement = UpdateStatement {
         filter,
-        matcher,
+        matcher: matcher.clone(),
         update: Update::parse(update, array_filters.map(Vec::as_slice))?,
         upsert,
         multi: false,

@@ -23,7 +23,7 @@ use crate::engine::EvalContext;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::expr::Expr;
 use crate::server::{ServerState, cluster_fields};
-use crate::wire::RequestKind;
+use crate::wire::{Request, RequestKind};
 
 /// What one connection remembers between commands.
 #[derive(Debug, Clone)]
@@ -105,22 +105,27 @@ const RETRYABLE_CODES: &[i32] = &[
 ];
 
 /// Runs one command and builds its reply.
-pub async fn dispatch(
-    state: &ServerState,
-    conn: &mut ConnectionInfo,
-    cmd: Document,
-    kind: RequestKind,
-) -> Outcome {
+pub async fn dispatch(state: &ServerState, conn: &mut ConnectionInfo, request: Request) -> Outcome {
+    let Request {
+        command: cmd,
+        kind,
+        duplicate_field,
+        ..
+    } = request;
     let name = match cmd.keys().next() {
         Some(name) => canonical_name(name).to_string(),
         None => {
-            return Outcome::Reply(finish(
-                state,
-                Err(CommandError::failed_to_parse("empty command")),
-                false,
-            ));
+            let error = CommandError::failed_to_parse("empty command");
+            return Outcome::Reply(finish(state, Err(error), false));
         }
     };
+    if let Some(field) = duplicate_field {
+        let error = CommandError::new(
+            40413,
+            format!("BSON field '{name}.{field}' is a duplicate field"),
+        );
+        return Outcome::Reply(finish(state, Err(error), false));
+    }
     let retryable = cmd.contains_key("txnNumber") && !cmd.contains_key("autocommit");
     let ns = match cmd.iter().next() {
         Some((_, Bson::String(coll))) => cmd.get_str("$db").ok().map(|db| format!("{db}.{coll}")),

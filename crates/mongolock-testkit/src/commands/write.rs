@@ -9,7 +9,9 @@ use crate::engine::collection::Collection;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::matcher::Matcher;
 use crate::engine::sort::SortSpec;
-use crate::engine::update::{Update, UpdateContext, upsert_seed};
+use crate::engine::update::{
+    Update, UpdateContext, upsert_seed, validate_document_for_insert, validate_document_for_storage,
+};
 
 /// Rejects options this emulator does not implement, in mongod's error shape.
 pub fn unsupported(option: &str) -> CommandError {
@@ -66,42 +68,8 @@ pub fn prepare_for_insert(mut doc: Document) -> Result<Document> {
         with_id.extend(doc);
         doc = with_id;
     }
-    check_storable(&doc)?;
+    validate_document_for_insert(&doc)?;
     Ok(doc)
-}
-
-/// mongod's rules for a document about to be stored.
-pub fn check_storable(doc: &Document) -> Result<()> {
-    match doc.get("_id") {
-        Some(Bson::Array(_)) => {
-            return Err(CommandError::new(
-                codes::INVALID_ID_FIELD,
-                "The '_id' value cannot be of type array",
-            ));
-        }
-        Some(Bson::RegularExpression(_)) => {
-            return Err(CommandError::new(
-                codes::INVALID_ID_FIELD,
-                "can't use a regex for _id",
-            ));
-        }
-        Some(Bson::Undefined) => {
-            return Err(CommandError::new(
-                codes::INVALID_ID_FIELD,
-                "can't use a undefined for _id",
-            ));
-        }
-        _ => {}
-    }
-    for key in doc.keys() {
-        if key.starts_with('$') {
-            return Err(CommandError::new(
-                codes::DOLLAR_PREFIXED_FIELD_NAME,
-                format!("Document can't have $ prefixed field names: {key}"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// What one update statement did.
@@ -196,7 +164,7 @@ pub fn run_update(
         )?;
         outcome.matched += 1;
         if changed {
-            check_storable(&after)?;
+            validate_document_for_storage(&after)?;
             coll.replace(record, after.clone(), statement.update.is_replacement())?;
             outcome.modified += 1;
         }
@@ -406,7 +374,7 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             }
         }
     }
-    let mut reply = doc! {"n": n as i64, "nModified": modified as i64};
+    let mut reply = doc! {"n": n as i32, "nModified": modified as i32};
     if !upserted.is_empty() {
         reply.insert("upserted", upserted);
     }
@@ -443,7 +411,7 @@ pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let eval = ctx.eval_context(cmd, "delete")?;
     let coll = ctx.state.catalog.get(ctx.db, &name);
     let mut guard = coll.as_ref().map(|c| c.lock());
-    let mut n = 0i64;
+    let mut n = 0i32;
     let mut errors = Vec::new();
     for (index, raw) in statements.iter().enumerate() {
         let result = (|| -> Result<usize> {
@@ -479,7 +447,7 @@ pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             Ok(run_delete(coll, filter, &matcher, None, limit == 1, &eval)?.len())
         })();
         match result {
-            Ok(deleted) => n += deleted as i64,
+            Ok(deleted) => n += deleted as i32,
             Err(error) => {
                 errors.push(write_error(index, &error));
                 if ordered {

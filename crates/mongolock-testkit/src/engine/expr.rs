@@ -10,7 +10,6 @@
 //! those are not known at parse time.
 
 // `CommandError` (owned by `engine::error`) is large; every fallible function here returns it.
-#![allow(clippy::result_large_err)]
 
 mod arith;
 mod convert;

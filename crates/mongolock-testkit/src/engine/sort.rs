@@ -6,7 +6,6 @@
 //! A missing field sorts as `null`, and an empty array sorts below `null`.
 
 // `CommandError` is large (reply extras, labels); boxing it is the lead's call (error.rs).
-#![allow(clippy::result_large_err)]
 
 use std::cmp::Ordering;
 

@@ -6,7 +6,6 @@
 //! numeric components numerically), so new fields are appended in that order.
 
 // `CommandError` (the engine-wide error type) is large by design; boxing it is the lead's call.
-#![allow(clippy::result_large_err)]
 
 mod decimal;
 mod format;

@@ -48,6 +48,8 @@ pub struct Request {
     pub kind: RequestKind,
     /// The command document, with kind-1 sequences merged in as arrays.
     pub command: Document,
+    /// A top-level field the command document holds twice (the parsed document keeps one).
+    pub duplicate_field: Option<String>,
 }
 
 /// The opcode a request used.
@@ -88,9 +90,9 @@ pub async fn read_request<R: AsyncRead + Unpin>(
         .ok_or_else(|| WireError::Malformed(format!("message length {length} out of range")))?;
     let mut body = vec![0u8; length - 16];
     reader.read_exact(&mut body).await?;
-    let (kind, command) = match op_code {
+    let (kind, command, duplicate_field) = match op_code {
         OP_MSG => {
-            let (flags, command) = parse_op_msg(&body)?;
+            let (flags, command, duplicate) = parse_op_msg(&body)?;
             if flags & FLAG_CHECKSUM_PRESENT != 0 {
                 let mut whole = header.to_vec();
                 whole.extend_from_slice(&body);
@@ -98,9 +100,9 @@ pub async fn read_request<R: AsyncRead + Unpin>(
                     return Err(WireError::Malformed("OP_MSG checksum mismatch".into()));
                 }
             }
-            (RequestKind::Msg { flags }, command)
+            (RequestKind::Msg { flags }, command, duplicate)
         }
-        OP_QUERY => (RequestKind::Query, parse_op_query(&body)?),
+        OP_QUERY => (RequestKind::Query, parse_op_query(&body)?, None),
         OP_COMPRESSED => {
             return Err(WireError::Malformed(
                 "OP_COMPRESSED was not negotiated".into(),
@@ -112,6 +114,7 @@ pub async fn read_request<R: AsyncRead + Unpin>(
         request_id,
         kind,
         command,
+        duplicate_field,
     }))
 }
 
@@ -135,8 +138,28 @@ fn read_cstring(bytes: &[u8], at: usize) -> Result<(&str, usize), WireError> {
     Ok((text, at + end + 1))
 }
 
+/// The first top-level key that appears twice in a raw document.
+fn first_duplicate_key(raw: &bson::RawDocument) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    for element in raw {
+        let (key, _) = element.ok()?;
+        if !seen.insert(key) {
+            return Some(key.to_string());
+        }
+    }
+    None
+}
+
 /// Reads one BSON document at `at`, returning it and the offset after it.
 fn read_document(bytes: &[u8], at: usize) -> Result<(Document, usize), WireError> {
+    let (raw, next) = read_raw_document(bytes, at)?;
+    let doc = raw
+        .to_document()
+        .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
+    Ok((doc, next))
+}
+
+fn read_raw_document(bytes: &[u8], at: usize) -> Result<(RawDocumentBuf, usize), WireError> {
     let size = usize::try_from(read_i32(bytes, at)?)
         .map_err(|_| WireError::Malformed("negative document size".into()))?;
     let slice = bytes
@@ -144,13 +167,11 @@ fn read_document(bytes: &[u8], at: usize) -> Result<(Document, usize), WireError
         .ok_or_else(|| WireError::Malformed("document overruns its section".into()))?;
     let raw = RawDocumentBuf::from_bytes(slice.to_vec())
         .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
-    let doc = raw
-        .to_document()
-        .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
-    Ok((doc, at + size))
+    Ok((raw, at + size))
 }
 
-fn parse_op_msg(body: &[u8]) -> Result<(u32, Document), WireError> {
+/// Flags, the command with sequences merged in, and a duplicated top-level field if any.
+fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireError> {
     let flags = read_i32(body, 0)? as u32;
     // Bits 0-15 are required: an unknown one set is an error. Bits 16-31 are optional.
     let known = FLAG_CHECKSUM_PRESENT | FLAG_MORE_TO_COME;
@@ -168,6 +189,7 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document), WireError> {
     let sections = &body[..end];
     let mut at = 4;
     let mut command: Option<Document> = None;
+    let mut duplicate_field = None;
     let mut sequences: Vec<(String, Vec<Document>)> = Vec::new();
     while at < sections.len() {
         let kind = sections[at];
@@ -177,7 +199,11 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document), WireError> {
                 if command.is_some() {
                     return Err(WireError::Malformed("more than one kind-0 section".into()));
                 }
-                let (doc, next) = read_document(sections, at)?;
+                let (raw, next) = read_raw_document(sections, at)?;
+                duplicate_field = first_duplicate_key(&raw);
+                let doc = raw
+                    .to_document()
+                    .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
                 command = Some(doc);
                 at = next;
             }
@@ -225,7 +251,7 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document), WireError> {
             Bson::Array(docs.into_iter().map(Bson::Document).collect()),
         );
     }
-    Ok((flags, command))
+    Ok((flags, command, duplicate_field))
 }
 
 /// Verifies the CRC-32C of a whole OP_MSG (header included) whose checksum flag is set.

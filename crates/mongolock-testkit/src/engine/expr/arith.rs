@@ -3,7 +3,6 @@
 //! double, and any double makes the result a double.
 
 // `CommandError` (owned by `engine::error`) is large; every fallible function here returns it.
-#![allow(clippy::result_large_err)]
 
 use bson::Bson;
 

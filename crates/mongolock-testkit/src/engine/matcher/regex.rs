@@ -9,7 +9,6 @@
 //! crate has no regex dependency, and this keeps the emulator's dependency set unchanged.
 
 // `CommandError` is large (reply extras, labels); boxing it is the lead's call (error.rs).
-#![allow(clippy::result_large_err)]
 
 use std::cell::Cell;
 

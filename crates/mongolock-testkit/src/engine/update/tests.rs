@@ -767,7 +767,6 @@ fn pop_pull_pull_all_cases() {
 }
 
 #[test]
-#[ignore = "needs engine::matcher"]
 fn pull_with_conditions() {
     check_table(vec![
         (
@@ -1370,7 +1369,6 @@ fn array_filter_parsing() {
 }
 
 #[test]
-#[ignore = "needs engine::matcher"]
 fn array_filters_select_elements() {
     let d = doc! {"_id": 1, "g": [{"grade": 80}, {"grade": 90}], "s": [70, 95]};
     let opts = Run {
@@ -1404,7 +1402,6 @@ fn pipeline_rejects_array_filters() {
 }
 
 #[test]
-#[ignore = "needs engine::pipeline"]
 fn pipeline_updates() {
     let d = doc! {"_id": 1, "a": 1};
     let (out, changed) = run(&d, bson!([{"$set": {"b": {"$add": ["$a", 1]}}}])).unwrap();
