@@ -4,7 +4,9 @@
 //! connections), so the figures to read are ratios, not absolute times:
 //! - `find_and_modify/distinct` vs `find_and_modify/hot`: contention on one document;
 //! - `ping` vs `find_and_modify/*`: what the engine adds to a round trip;
-//! - `insert/streams_0` vs `insert/streams_32`: what open change streams cost writers.
+//! - `insert/streams_0` vs `insert/streams_32_idle` (32 open streams on another collection)
+//!   vs `insert/streams_32_consuming` (32 streams receiving every insert): what change
+//!   streams cost writers, with and without their events to deliver.
 
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
@@ -101,13 +103,17 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
-    for streams in [0usize, 32] {
+    for (label, streams, watched) in [
+        ("streams_0", 0usize, "events"),
+        ("streams_32_idle", 32, "other"),
+        ("streams_32_consuming", 32, "events"),
+    ] {
         let watchers: Vec<_> = runtime.block_on(async {
             let mut open = Vec::new();
             for _ in 0..streams {
                 let mut stream = client
                     .database("bench")
-                    .collection::<Document>("events")
+                    .collection::<Document>(watched)
                     .watch()
                     .max_await_time(Duration::from_millis(200))
                     .await
@@ -119,7 +125,7 @@ fn bench(c: &mut Criterion) {
             open
         });
         let events: Collection<Document> = client.database("bench").collection("events");
-        group.bench_function(format!("insert/streams_{streams}"), |b| {
+        group.bench_function(format!("insert/{label}"), |b| {
             b.to_async(&runtime).iter_custom(|iters| {
                 let events = events.clone();
                 spread(iters, move |_, _| {
