@@ -26,6 +26,30 @@ const ALLOWED_STAGES: &[&str] = &[
     "$replaceWith",
 ];
 
+/// Codes mongod labels `ResumableChangeStreamError` on a change stream's `aggregate` or
+/// `getMore`: the RetriableError, NetworkError and NeedRetargettingError categories, plus
+/// RetryChangeStream (234) and FailedToSatisfyReadPreference (133).
+const RESUMABLE_CODES: &[i32] = &[
+    // RetriableError (and NetworkError: 6, 7, 89, 9001, 50915).
+    6, 7, 89, 91, 134, 189, 262, 358, 402, 406, 407, 412, 453, 462, 9001, 10107, 11600, 11602,
+    13435, 13436, 50915, 91331, // NeedRetargettingError.
+    63, 150, 13388, 249, // Change-stream specific.
+    234, 133,
+];
+
+/// Codes mongod labels `NonResumableChangeStreamError` (ChangeStreamFatalError,
+/// ChangeStreamHistoryLost).
+pub const NON_RESUMABLE_CODES: &[i32] = &[280, 286];
+
+/// Adds mongod's `ResumableChangeStreamError` label to an error raised by a change stream's
+/// `aggregate` or by `getMore` on its cursor, unless the labels are already dictated.
+pub fn label_error(mut error: CommandError) -> CommandError {
+    if error.labels.is_none() && RESUMABLE_CODES.contains(&error.code) {
+        error.labels = Some(vec!["ResumableChangeStreamError".to_string()]);
+    }
+    error
+}
+
 /// Which writes a stream sees.
 #[derive(Debug, Clone)]
 enum Scope {
