@@ -8,6 +8,7 @@ pub mod admin;
 pub mod aggregate;
 pub mod args;
 pub mod change_stream;
+pub mod collection_admin;
 pub mod cursor;
 pub mod find;
 pub mod find_and_modify;
@@ -303,6 +304,8 @@ fn execute(ctx: &Ctx<'_>, name: &str, cmd: &Document) -> Result<Document> {
         "create" => admin::create(ctx, cmd),
         "drop" => admin::drop(ctx, cmd),
         "dropDatabase" => admin::drop_database(ctx, cmd),
+        "collMod" => collection_admin::coll_mod(ctx, cmd),
+        "renameCollection" => collection_admin::rename_collection(ctx, cmd),
         "insert" => write::insert(ctx, cmd),
         "update" => write::update(ctx, cmd),
         "delete" => write::delete(ctx, cmd),
