@@ -335,6 +335,11 @@ impl ChangeLog {
 /// update (`doc_diff`): sub-documents and arrays are compared element by element, so
 /// `updatedFields` names the innermost changed paths (`a.b`, `arr.3`), an array that shrank
 /// is reported in `truncatedArrays`, and a changed value of another type is set whole.
+///
+/// Operator updates are described the same way. That matches mongod for dotted `$set`,
+/// `$inc`, `$unset` and appending `$push`; where an operator replaces a whole sub-document
+/// or array (`$set: {a: {...}}`, `$pull`, `$pop`), mongod names the field itself while this
+/// names the inner paths that differ (the collection does not see the operators).
 pub fn diff(before: &Document, after: &Document) -> UpdateDescription {
     let mut out = UpdateDescription::default();
     diff_docs(before, after, &mut Vec::new(), &mut out);
