@@ -167,3 +167,99 @@ async fn bad_fail_point_configuration_is_an_error() {
         .unwrap_err();
     assert_eq!(common::command_error(&err).0, 20, "mode is required");
 }
+
+#[tokio::test]
+async fn fail_before_commit_applies_nothing_and_the_retry_applies_once() {
+    let t = common::target("fp_fbc").await;
+    let coll = t.coll("c");
+    let admin = t.client.database("admin");
+    coll.insert_one(doc! {"_id": 1, "n": 0}).await.unwrap();
+    admin
+        .run_command(
+            doc! {"configureFailPoint": "onPrimaryTransactionalWrite", "mode": {"times": 1},
+            "data": {"failBeforeCommitExceptionCode": 1}},
+        )
+        .await
+        .unwrap();
+    // The first attempt is dropped before commit and the connection closes; the retry runs.
+    coll.update_one(doc! {"_id": 1}, doc! {"$inc": {"n": 1}})
+        .await
+        .unwrap();
+    assert_eq!(
+        coll.find_one(doc! {}).await.unwrap().unwrap().get_i32("n"),
+        Ok(1)
+    );
+}
+
+#[tokio::test]
+async fn fail_before_commit_without_closing_replies_with_the_code() {
+    let t = common::target("fp_fbc_code").await;
+    let coll = t.coll("c");
+    let admin = t.client.database("admin");
+    coll.insert_one(doc! {"_id": 0}).await.unwrap();
+    admin
+        .run_command(
+            doc! {"configureFailPoint": "onPrimaryTransactionalWrite", "mode": {"times": 1},
+            "data": {"closeConnection": false, "failBeforeCommitExceptionCode": 1}},
+        )
+        .await
+        .unwrap();
+    // Code 1 (InternalError) is not retryable: the client sees it and nothing was written.
+    let err = coll.insert_one(doc! {"_id": 1}).await.unwrap_err();
+    assert_eq!(common::command_error(&err).0, 1);
+    assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 1);
+}
+
+/// Opens a change stream with a raw `aggregate`; returns its cursor id.
+async fn raw_stream(t: &common::Target, coll: &str) -> i64 {
+    let reply = t
+        .db
+        .run_command(doc! {"aggregate": coll, "pipeline": [{"$changeStream": {}}], "cursor": {}})
+        .await
+        .unwrap();
+    reply.get_document("cursor").unwrap().get_i64("id").unwrap()
+}
+
+#[tokio::test]
+async fn get_more_failing_after_checkout_is_labelled_resumable() {
+    let t = common::target("fp_gmac").await;
+    t.coll("c").insert_one(doc! {"_id": 0}).await.unwrap();
+    let id = raw_stream(&t, "c").await;
+    let admin = t.client.database("admin");
+    admin
+        .run_command(
+            doc! {"configureFailPoint": "failGetMoreAfterCursorCheckout", "mode": {"times": 1},
+            "data": {"errorCode": 6}},
+        )
+        .await
+        .unwrap();
+    let err =
+        t.db.run_command(doc! {"getMore": id, "collection": "c", "maxTimeMS": 10})
+            .await
+            .unwrap_err();
+    assert_eq!(common::command_error(&err).0, 6);
+    assert!(err.contains_label("ResumableChangeStreamError"), "{err:?}");
+}
+
+#[tokio::test]
+async fn fail_command_on_get_more_is_not_labelled_resumable() {
+    let t = common::target("fp_gm_fc").await;
+    t.coll("c").insert_one(doc! {"_id": 0}).await.unwrap();
+    let id = raw_stream(&t, "c").await;
+    let admin = t.client.database("admin");
+    admin
+        .run_command(
+            doc! {"configureFailPoint": "failCommand", "mode": {"times": 1},
+            "data": {"failCommands": ["getMore"], "errorCode": 6}},
+        )
+        .await
+        .unwrap();
+    // failCommand fails the command before the cursor is checked out: no change-stream label.
+    let err =
+        t.db.run_command(doc! {"getMore": id, "collection": "c", "maxTimeMS": 10})
+            .await
+            .unwrap_err();
+    assert_eq!(common::command_error(&err).0, 6);
+    assert!(!err.contains_label("ResumableChangeStreamError"), "{err:?}");
+    admin.run_command(common::fail_command_off()).await.unwrap();
+}

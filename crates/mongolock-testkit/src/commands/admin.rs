@@ -110,11 +110,14 @@ pub fn list_collections(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         let entry = if name_only {
             doc! {"name": name, "type": "collection"}
         } else {
-            let uuid = coll.lock().uuid;
+            let (uuid, options) = {
+                let coll = coll.lock();
+                (coll.uuid, coll.options())
+            };
             doc! {
                 "name": name,
                 "type": "collection",
-                "options": {},
+                "options": options,
                 "info": {"readOnly": false, "uuid": uuid},
                 "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
             }
@@ -146,10 +149,17 @@ pub fn cursor_batch_size(cmd: &Document, command: &str) -> Result<Option<usize>>
 
 /// `create`.
 pub fn create(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
-    args::check_fields(cmd, "create", &[])?;
+    args::check_fields(cmd, "create", &["changeStreamPreAndPostImages"])?;
     let name = args::collection_name(cmd, "create")?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
-    ctx.state.catalog.create(ctx.db, &name)?;
+    let images = cmd
+        .get("changeStreamPreAndPostImages")
+        .map(|v| super::collection_admin::pre_and_post_images_option("create", v))
+        .transpose()?;
+    let coll = ctx.state.catalog.create(ctx.db, &name)?;
+    if let Some(enabled) = images {
+        coll.lock().pre_and_post_images = enabled;
+    }
     Ok(Document::new())
 }
 

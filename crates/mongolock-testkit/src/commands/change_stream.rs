@@ -26,12 +26,57 @@ const ALLOWED_STAGES: &[&str] = &[
     "$replaceWith",
 ];
 
+/// Codes mongod labels `ResumableChangeStreamError` on a change stream's `aggregate` or
+/// `getMore`: the RetriableError, NetworkError and NeedRetargettingError categories, plus
+/// RetryChangeStream (234) and FailedToSatisfyReadPreference (133).
+const RESUMABLE_CODES: &[i32] = &[
+    // RetriableError (and NetworkError: 6, 7, 89, 9001, 50915).
+    6, 7, 89, 91, 134, 189, 262, 358, 402, 406, 407, 412, 453, 462, 9001, 10107, 11600, 11602,
+    13435, 13436, 50915, 91331, // NeedRetargettingError.
+    63, 150, 13388, 249, // Change-stream specific.
+    234, 133,
+];
+
+/// Codes mongod labels `NonResumableChangeStreamError` (ChangeStreamFatalError,
+/// ChangeStreamHistoryLost).
+pub const NON_RESUMABLE_CODES: &[i32] = &[280, 286];
+
+/// Adds mongod's `ResumableChangeStreamError` label to an error raised by a change stream's
+/// `aggregate` or by `getMore` on its cursor, unless the labels are already dictated.
+pub fn label_error(mut error: CommandError) -> CommandError {
+    if error.labels.is_none() && RESUMABLE_CODES.contains(&error.code) {
+        error.labels = Some(vec!["ResumableChangeStreamError".to_string()]);
+    }
+    error
+}
+
 /// Which writes a stream sees.
 #[derive(Debug, Clone)]
 enum Scope {
     Collection { db: String, coll: String },
     Database { db: String },
     Cluster,
+}
+
+/// The `fullDocument` option: what update events carry as `fullDocument`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FullDocument {
+    /// Nothing.
+    Default,
+    /// The document as it is when the event is read.
+    UpdateLookup,
+    /// The post-image, or null when the collection does not record images.
+    WhenAvailable,
+    /// The post-image; its absence fails the stream.
+    Required,
+}
+
+/// The `fullDocumentBeforeChange` option: the pre-image of updates, replaces and deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BeforeChange {
+    Off,
+    WhenAvailable,
+    Required,
 }
 
 /// An open change stream.
@@ -41,23 +86,81 @@ pub struct ChangeStream {
     /// The next log position to read.
     next_seq: u64,
     pipeline: Option<Pipeline>,
-    lookup_full_document: bool,
+    full_document: FullDocument,
+    before_change: BeforeChange,
+    /// `showExpandedEvents`: DDL events, `collectionUUID`, `disambiguatedPaths`.
+    expanded: bool,
     /// An invalidate event was returned: the cursor closes.
     pub invalidated: bool,
     /// Events produced but not yet returned (a batch size cut them off).
     pending: Vec<Document>,
 }
 
+/// Whether a stream with `scope` sees `event`. A rename is seen from both its source and
+/// its target namespace.
 fn scope_matches(scope: &Scope, event: &ChangeEvent) -> bool {
+    let renamed_to = match &event.kind {
+        ChangeKind::Rename { to_db, to_coll, .. } => Some((to_db.as_str(), to_coll.as_str())),
+        _ => None,
+    };
     match scope {
         Scope::Collection { db, coll } => {
-            &event.db == db
-                && (&event.coll == coll || matches!(event.kind, ChangeKind::DropDatabase))
+            (&event.db == db
+                && (&event.coll == coll || matches!(event.kind, ChangeKind::DropDatabase)))
+                || renamed_to == Some((db.as_str(), coll.as_str()))
         }
-        Scope::Database { db } => &event.db == db,
+        Scope::Database { db } => &event.db == db || renamed_to.is_some_and(|(d, _)| d == db),
         Scope::Cluster => true,
     }
 }
+
+/// Stages mongod knows; one of these that a change stream does not allow is refused as not
+/// permitted, any other name is an unrecognized stage.
+const KNOWN_STAGES: &[&str] = &[
+    "$addFields",
+    "$bucket",
+    "$bucketAuto",
+    "$changeStream",
+    "$changeStreamSplitLargeEvent",
+    "$collStats",
+    "$count",
+    "$currentOp",
+    "$densify",
+    "$documents",
+    "$facet",
+    "$fill",
+    "$geoNear",
+    "$graphLookup",
+    "$group",
+    "$indexStats",
+    "$limit",
+    "$listLocalSessions",
+    "$listSampledQueries",
+    "$listSearchIndexes",
+    "$listSessions",
+    "$lookup",
+    "$match",
+    "$merge",
+    "$out",
+    "$planCacheStats",
+    "$project",
+    "$redact",
+    "$replaceRoot",
+    "$replaceWith",
+    "$sample",
+    "$search",
+    "$searchMeta",
+    "$set",
+    "$setWindowFields",
+    "$shardedDataDistribution",
+    "$skip",
+    "$sort",
+    "$sortByCount",
+    "$unionWith",
+    "$unset",
+    "$unwind",
+    "$vectorSearch",
+];
 
 /// Opens a change stream for `aggregate` and returns the first-batch reply.
 pub fn open(
@@ -78,26 +181,30 @@ pub fn open(
         .ok_or_else(|| {
             CommandError::failed_to_parse("the $changeStream stage specification must be an object")
         })?;
-    let mut lookup_full_document = false;
+    let mut full_document = FullDocument::Default;
+    let mut before_change = BeforeChange::Off;
+    let mut expanded = false;
     let mut cluster_wide = false;
     let mut start: Option<u64> = None;
     let mut start_at_time: Option<Timestamp> = None;
     for (field, value) in options {
         match (field.as_str(), value) {
-            ("fullDocument", Bson::String(mode)) => match mode.as_str() {
-                "default" => {}
-                "updateLookup" => lookup_full_document = true,
-                other => {
-                    return Err(super::write::unsupported(&format!(
-                        "fullDocument: '{other}' (post-images)"
-                    )));
+            ("fullDocument", Bson::String(mode)) => {
+                full_document = match mode.as_str() {
+                    "default" => FullDocument::Default,
+                    "updateLookup" => FullDocument::UpdateLookup,
+                    "whenAvailable" => FullDocument::WhenAvailable,
+                    "required" => FullDocument::Required,
+                    other => return Err(bad_enum("fullDocument", other)),
                 }
-            },
-            ("fullDocumentBeforeChange", Bson::String(mode)) if mode == "off" => {}
-            ("fullDocumentBeforeChange", _) => {
-                return Err(super::write::unsupported(
-                    "fullDocumentBeforeChange (pre-images)",
-                ));
+            }
+            ("fullDocumentBeforeChange", Bson::String(mode)) => {
+                before_change = match mode.as_str() {
+                    "off" => BeforeChange::Off,
+                    "whenAvailable" => BeforeChange::WhenAvailable,
+                    "required" => BeforeChange::Required,
+                    other => return Err(bad_enum("fullDocumentBeforeChange", other)),
+                }
             }
             ("resumeAfter" | "startAfter", Bson::Document(token)) => {
                 let seq = token_seq(token).ok_or_else(|| {
@@ -113,10 +220,7 @@ pub fn open(
             }
             ("startAtOperationTime", Bson::Timestamp(ts)) => start_at_time = Some(*ts),
             ("allChangesForCluster", Bson::Boolean(b)) => cluster_wide = *b,
-            ("showExpandedEvents", Bson::Boolean(false)) => {}
-            ("showExpandedEvents", Bson::Boolean(true)) => {
-                return Err(super::write::unsupported("showExpandedEvents"));
-            }
+            ("showExpandedEvents", Bson::Boolean(b)) => expanded = *b,
             (other, _) => {
                 return Err(CommandError::new(
                     codes::UNKNOWN_BSON_FIELD,
@@ -165,10 +269,17 @@ pub fn open(
             .and_then(|s| s.keys().next())
             .map(String::as_str)
             .unwrap_or("");
+        if !KNOWN_STAGES.contains(&name) {
+            return Err(CommandError::new(
+                40324,
+                format!("Unrecognized pipeline stage name: '{name}'"),
+            ));
+        }
         if !ALLOWED_STAGES.contains(&name) {
-            return Err(CommandError::bad_value(format!(
-                "{name} is not permitted in a $changeStream pipeline"
-            )));
+            return Err(CommandError::new(
+                codes::ILLEGAL_OPERATION,
+                format!("{name} is not permitted in a $changeStream pipeline"),
+            ));
         }
     }
     let pipeline = if user_stages.is_empty() {
@@ -186,7 +297,9 @@ pub fn open(
         scope,
         next_seq,
         pipeline,
-        lookup_full_document,
+        full_document,
+        before_change,
+        expanded,
         invalidated: false,
         pending: Vec::new(),
     };
@@ -211,6 +324,26 @@ pub fn open(
     Ok(reply)
 }
 
+/// mongod's error for an unknown enum value of a `$changeStream` option.
+fn bad_enum(field: &str, value: &str) -> CommandError {
+    CommandError::bad_value(format!(
+        "Enumeration value '{value}' for field '$changeStream.{field}' is not a valid value."
+    ))
+}
+
+/// The error for an event whose required pre- or post-image is missing (NoMatchingDocument).
+fn image_missing(which: &str, event: &ChangeEvent) -> CommandError {
+    CommandError::new(
+        47,
+        format!(
+            "Change stream was configured to require a {which}-image for all update, delete and replace events, but the {which}-image was not found for event: {{ns: \"{}.{}\", resumeToken: {}}}",
+            event.db,
+            event.coll,
+            resume_token(event.seq)
+        ),
+    )
+}
+
 impl ChangeStream {
     /// The resume token that covers everything this stream has looked at.
     pub fn post_batch_token(&self) -> Document {
@@ -222,13 +355,43 @@ impl ChangeStream {
         self.next_seq.saturating_sub(1)
     }
 
-    fn event_document(&self, state: &ServerState, event: &ChangeEvent) -> Vec<Document> {
+    /// `fullDocumentBeforeChange` for an update, replace or delete, when asked for.
+    fn add_pre_image(
+        &self,
+        out: &mut Document,
+        pre_image: &Option<Document>,
+        event: &ChangeEvent,
+    ) -> Result<()> {
+        match (self.before_change, pre_image) {
+            (BeforeChange::Off, _) => {}
+            (_, Some(doc)) => {
+                out.insert("fullDocumentBeforeChange", doc.clone());
+            }
+            (BeforeChange::WhenAvailable, None) => {
+                out.insert("fullDocumentBeforeChange", Bson::Null);
+            }
+            (BeforeChange::Required, None) => return Err(image_missing("pre", event)),
+        }
+        Ok(())
+    }
+
+    /// The event documents one log entry produces for this stream (none, one, or the event
+    /// and an `invalidate`).
+    fn event_document(&self, state: &ServerState, event: &ChangeEvent) -> Result<Vec<Document>> {
+        if event.kind.is_expanded() && !self.expanded {
+            return Ok(Vec::new());
+        }
         let mut out = doc! {
             "_id": resume_token(event.seq),
             "operationType": "",
             "clusterTime": event.cluster_time,
             "wallTime": event.wall_time,
         };
+        if self.expanded
+            && let Some(uuid) = event.collection_uuid
+        {
+            out.insert("collectionUUID", uuid);
+        }
         let ns = doc! {"db": event.db.clone(), "coll": event.coll.clone()};
         let mut invalidate = false;
         match &event.kind {
@@ -241,7 +404,7 @@ impl ChangeStream {
                     doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)},
                 );
             }
-            ChangeKind::Replace { doc } => {
+            ChangeKind::Replace { doc, pre_image } => {
                 out.insert("operationType", "replace");
                 out.insert("fullDocument", doc.clone());
                 out.insert("ns", ns);
@@ -249,38 +412,51 @@ impl ChangeStream {
                     "documentKey",
                     doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)},
                 );
+                self.add_pre_image(&mut out, pre_image, event)?;
             }
             ChangeKind::Update {
                 id,
-                updated,
-                removed,
+                description,
+                pre_image,
+                post_image,
             } => {
                 out.insert("operationType", "update");
-                if self.lookup_full_document {
-                    let current = state
-                        .catalog
-                        .get(&event.db, &event.coll)
-                        .and_then(|c| {
-                            let c = c.lock();
-                            let filter = doc! {"_id": id.clone()};
-                            c.candidates(&filter)
-                                .first()
-                                .and_then(|r| c.get(*r).cloned())
-                        })
-                        .map_or(Bson::Null, Bson::Document);
-                    out.insert("fullDocument", current);
+                match (self.full_document, post_image) {
+                    (FullDocument::Default, _) => {}
+                    (FullDocument::UpdateLookup, _) => {
+                        let current = state
+                            .catalog
+                            .get(&event.db, &event.coll)
+                            .and_then(|c| {
+                                let c = c.lock();
+                                let filter = doc! {"_id": id.clone()};
+                                c.candidates(&filter)
+                                    .first()
+                                    .and_then(|r| c.get(*r).cloned())
+                            })
+                            .map_or(Bson::Null, Bson::Document);
+                        out.insert("fullDocument", current);
+                    }
+                    (_, Some(doc)) => {
+                        out.insert("fullDocument", doc.clone());
+                    }
+                    (FullDocument::WhenAvailable, None) => {
+                        out.insert("fullDocument", Bson::Null);
+                    }
+                    (FullDocument::Required, None) => {
+                        return Err(image_missing("post", event));
+                    }
                 }
                 out.insert("ns", ns);
                 out.insert("documentKey", doc! {"_id": id.clone()});
-                out.insert(
-                    "updateDescription",
-                    doc! {"updatedFields": updated.clone(), "removedFields": removed.clone(), "truncatedArrays": []},
-                );
+                out.insert("updateDescription", description.to_document(self.expanded));
+                self.add_pre_image(&mut out, pre_image, event)?;
             }
-            ChangeKind::Delete { id } => {
+            ChangeKind::Delete { id, pre_image } => {
                 out.insert("operationType", "delete");
                 out.insert("ns", ns);
                 out.insert("documentKey", doc! {"_id": id.clone()});
+                self.add_pre_image(&mut out, pre_image, event)?;
             }
             ChangeKind::Drop => {
                 out.insert("operationType", "drop");
@@ -292,6 +468,44 @@ impl ChangeStream {
                 out.insert("ns", doc! {"db": event.db.clone()});
                 invalidate = !matches!(self.scope, Scope::Cluster);
             }
+            ChangeKind::Rename {
+                to_db,
+                to_coll,
+                drop_target,
+            } => {
+                let to = doc! {"db": to_db.clone(), "coll": to_coll.clone()};
+                out.insert("operationType", "rename");
+                out.insert("ns", ns);
+                out.insert("to", to.clone());
+                if self.expanded {
+                    let mut description = doc! {"to": to};
+                    if let Some(uuid) = drop_target {
+                        description.insert("dropTarget", *uuid);
+                    }
+                    out.insert("operationDescription", description);
+                }
+                invalidate = matches!(self.scope, Scope::Collection { .. });
+            }
+            ChangeKind::Create { description } => {
+                out.insert("operationType", "create");
+                out.insert("ns", ns);
+                out.insert("operationDescription", description.clone());
+            }
+            ChangeKind::CreateIndexes { indexes } | ChangeKind::DropIndexes { indexes } => {
+                let kind = if matches!(event.kind, ChangeKind::CreateIndexes { .. }) {
+                    "createIndexes"
+                } else {
+                    "dropIndexes"
+                };
+                out.insert("operationType", kind);
+                out.insert("ns", ns);
+                out.insert("operationDescription", doc! {"indexes": indexes.clone()});
+            }
+            ChangeKind::Modify { description } => {
+                out.insert("operationType", "modify");
+                out.insert("ns", ns);
+                out.insert("operationDescription", description.clone());
+            }
         }
         let mut events = vec![out];
         if invalidate {
@@ -302,7 +516,7 @@ impl ChangeStream {
                 "wallTime": event.wall_time,
             });
         }
-        events
+        Ok(events)
     }
 
     /// Reads the events committed since the last call, up to `batch_size`, through the
@@ -327,7 +541,7 @@ impl ChangeStream {
                 if !scope_matches(&self.scope, &event) {
                     continue;
                 }
-                for produced in self.event_document(state, &event) {
+                for produced in self.event_document(state, &event)? {
                     let invalidates = produced.get_str("operationType") == Ok("invalidate");
                     let outputs = match &self.pipeline {
                         Some(pipeline) if !invalidates => {

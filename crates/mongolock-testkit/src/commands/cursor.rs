@@ -188,7 +188,12 @@ pub async fn get_more(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let eval = ctx.eval_context(cmd, "getMore")?;
     let cursors = &ctx.state.cursors;
     let mut cursor = cursors.take(id, &ns)?;
-    // The cursor is out of the table while this getMore runs; it goes back unless exhausted.
+    // The cursor is out of the table while this getMore runs; it goes back unless exhausted
+    // or the getMore fails (mongod deletes a cursor whose getMore failed).
+    let is_stream = matches!(cursor.kind, CursorKind::Stream(_));
+    if let Some(error) = ctx.state.fail_points.fail_get_more_after_cursor_checkout() {
+        return Err(label_stream_error(error, is_stream));
+    }
     let result = match &mut cursor.kind {
         CursorKind::Results(remaining) => {
             let batch = take_batch(remaining, batch_size);
@@ -219,10 +224,7 @@ pub async fn get_more(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     };
     let (batch, exhausted, token) = match result {
         Ok(done) => done,
-        Err(error) => {
-            cursors.put_back(id, cursor);
-            return Err(error);
-        }
+        Err(error) => return Err(label_stream_error(error, is_stream)),
     };
     let reply_id = if exhausted { 0 } else { id };
     if !exhausted {
@@ -233,6 +235,15 @@ pub async fn get_more(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         body.insert("postBatchResumeToken", token);
     }
     Ok(reply)
+}
+
+/// A change stream's getMore error carries mongod's resumability label.
+fn label_stream_error(error: CommandError, is_stream: bool) -> CommandError {
+    if is_stream {
+        super::change_stream::label_error(error)
+    } else {
+        error
+    }
 }
 
 /// `killCursors`.

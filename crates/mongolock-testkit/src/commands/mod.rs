@@ -8,6 +8,7 @@ pub mod admin;
 pub mod aggregate;
 pub mod args;
 pub mod change_stream;
+pub mod collection_admin;
 pub mod cursor;
 pub mod find;
 pub mod find_and_modify;
@@ -24,6 +25,7 @@ use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::expr::Expr;
 use crate::server::{ServerState, cluster_fields};
 use crate::wire::{Request, RequestKind};
+use session::Completion;
 
 /// What one connection remembers between commands.
 #[derive(Debug, Clone)]
@@ -145,15 +147,10 @@ pub async fn dispatch(state: &ServerState, conn: &mut ConnectionInfo, request: R
             return Outcome::Reply(finish(state, Err(error.clone()), retryable));
         }
     }
-    let result = run(state, conn, &name, &cmd, kind).await;
-    if retryable
-        && result
-            .as_ref()
-            .is_ok_and(|r| !r.contains_key("retriedStmtIds"))
-        && state.fail_points.close_after_transactional_write()
-    {
-        return Outcome::CloseConnection;
-    }
+    let result = match run(state, conn, &name, &cmd, kind).await {
+        Completion::Done(result) => result,
+        Completion::CloseConnection => return Outcome::CloseConnection,
+    };
     let mut reply = finish(state, result, retryable);
     if let Some(wce) = injection.and_then(|i| i.write_concern_error.map(|w| (w, i.labels)))
         && reply.get_f64("ok") == Ok(1.0)
@@ -181,7 +178,38 @@ async fn run(
     name: &str,
     cmd: &Document,
     kind: RequestKind,
-) -> Result<Document> {
+) -> Completion {
+    match prepare(state, conn, name, cmd, kind) {
+        Ok((db, retryable)) => {
+            let ctx = Ctx {
+                state,
+                db: &db,
+                conn,
+                now: state.clock.now(),
+            };
+            match retryable {
+                Some((lsid, txn)) => {
+                    session::run_retryable(state, lsid, txn, || execute(&ctx, name, cmd)).await
+                }
+                None if name == "getMore" => Completion::Done(cursor::get_more(&ctx, cmd).await),
+                None => Completion::Done(execute(&ctx, name, cmd)),
+            }
+        }
+        Err(error) => Completion::Done(Err(error)),
+    }
+}
+
+/// What every command shares before it runs: its `$db`, transactions refused, `txnNumber`
+/// checked, the handshake's `appName` remembered. Returns the database and, for a retryable
+/// write, its session and transaction number.
+#[allow(clippy::type_complexity)]
+fn prepare(
+    state: &ServerState,
+    conn: &mut ConnectionInfo,
+    name: &str,
+    cmd: &Document,
+    kind: RequestKind,
+) -> Result<(String, Option<(Vec<u8>, i64)>)> {
     let db = match cmd.get("$db") {
         Some(Bson::String(db)) => db.clone(),
         Some(other) => {
@@ -229,13 +257,6 @@ async fn run(
     {
         conn.app_name = Some(app);
     }
-    let conn = &*conn;
-    let ctx = Ctx {
-        state,
-        db: &db,
-        conn,
-        now: state.clock.now(),
-    };
     if let (Some(lsid), Some(txn)) = (session::lsid_key(cmd)?, cmd.get("txnNumber")) {
         let txn = match txn {
             Bson::Int64(n) => *n,
@@ -247,12 +268,9 @@ async fn run(
                 )));
             }
         };
-        return session::run_retryable(state, lsid, txn, || execute(&ctx, name, cmd)).await;
+        return Ok((db, Some((lsid, txn))));
     }
-    match name {
-        "getMore" => cursor::get_more(&ctx, cmd).await,
-        _ => execute(&ctx, name, cmd),
-    }
+    Ok((db, None))
 }
 
 fn conn_app_name(cmd: &Document) -> Option<String> {
@@ -286,6 +304,8 @@ fn execute(ctx: &Ctx<'_>, name: &str, cmd: &Document) -> Result<Document> {
         "create" => admin::create(ctx, cmd),
         "drop" => admin::drop(ctx, cmd),
         "dropDatabase" => admin::drop_database(ctx, cmd),
+        "collMod" => collection_admin::coll_mod(ctx, cmd),
+        "renameCollection" => collection_admin::rename_collection(ctx, cmd),
         "insert" => write::insert(ctx, cmd),
         "update" => write::update(ctx, cmd),
         "delete" => write::delete(ctx, cmd),
@@ -323,6 +343,9 @@ fn finish(state: &ServerState, result: Result<Document>, retryable_write: bool) 
                 Some(labels) => labels.clone(),
                 None if retryable_write && RETRYABLE_CODES.contains(&error.code) => {
                     vec!["RetryableWriteError".to_string()]
+                }
+                None if change_stream::NON_RESUMABLE_CODES.contains(&error.code) => {
+                    vec!["NonResumableChangeStreamError".to_string()]
                 }
                 None => Vec::new(),
             };

@@ -4,6 +4,9 @@
 //! write it executed under it. A retry with the same `lsid` and `txnNumber` gets the stored
 //! reply instead of running again, and a retry that arrives while the first attempt still
 //! runs waits for it (the per-session lock below).
+//!
+//! The `onPrimaryTransactionalWrite` fail point is consulted here, after the replay check:
+//! like mongod's, it acts only on a write that really executes, never on a replayed retry.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,31 +66,51 @@ pub fn lsid_bytes(lsid: &Document) -> Result<Vec<u8>> {
     }
 }
 
+/// How a retryable write ended.
+#[derive(Debug)]
+pub enum Completion {
+    /// Reply with this result.
+    Done(Result<Document>),
+    /// Close the connection without replying (`onPrimaryTransactionalWrite`).
+    CloseConnection,
+}
+
 /// Runs a retryable write at most once per `(lsid, txnNumber)`.
 pub async fn run_retryable(
     state: &ServerState,
     lsid: Vec<u8>,
     txn_number: i64,
     execute: impl FnOnce() -> Result<Document>,
-) -> Result<Document> {
+) -> Completion {
     let slot = state.sessions.slot(lsid);
     let mut txn = slot.lock().await;
     if let Some(current) = txn.txn_number {
         if txn_number < current {
-            return Err(CommandError::new(
+            return Completion::Done(Err(CommandError::new(
                 codes::TRANSACTION_TOO_OLD,
                 format!(
                     "Cannot start transaction {txn_number} on session because a newer transaction {current} has already started"
                 ),
-            ));
+            )));
         }
         if txn_number == current
             && let Some(reply) = &txn.reply
         {
             let mut replayed = reply.clone();
             replayed.insert("retriedStmtIds", vec![Bson::Int32(0)]);
-            return Ok(replayed);
+            return Completion::Done(Ok(replayed));
         }
+    }
+    let fault = state.fail_points.on_primary_transactional_write();
+    if let Some(code) = fault.and_then(|f| f.fail_before_commit) {
+        // The write fails before it commits: nothing is applied or recorded.
+        if fault.is_some_and(|f| f.close_connection) {
+            return Completion::CloseConnection;
+        }
+        return Completion::Done(Err(CommandError::new(
+            code,
+            "Failing write before commit due to the onPrimaryTransactionalWrite failpoint. The write must not be reflected.",
+        )));
     }
     let result = execute();
     if let Ok(reply) = &result {
@@ -95,6 +118,10 @@ pub async fn run_retryable(
         let failed = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty());
         txn.txn_number = Some(txn_number);
         txn.reply = if failed { None } else { Some(reply.clone()) };
+        if fault.is_some_and(|f| f.close_connection) {
+            // Committed (and recorded for the retry), but the client never hears of it.
+            return Completion::CloseConnection;
+        }
     }
-    result
+    Completion::Done(result)
 }

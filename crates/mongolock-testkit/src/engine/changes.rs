@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use bson::{Bson, DateTime, Document, Timestamp, doc};
+use bson::{Bson, DateTime, Document, Timestamp, Uuid, doc};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -16,6 +16,94 @@ use crate::faults::clock::Clock;
 
 /// Events kept for resuming streams.
 const WINDOW: usize = 100_000;
+
+/// One step of a field path in an update description.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PathPart {
+    /// A field name.
+    Field(String),
+    /// An array index.
+    Index(usize),
+}
+
+/// A path as a list of steps; `updatedFields` shows it dotted.
+pub type FieldPath = Vec<PathPart>;
+
+/// `a.0.b` for a path.
+pub fn dotted(path: &[PathPart]) -> String {
+    path.iter()
+        .map(|p| match p {
+            PathPart::Field(f) => f.clone(),
+            PathPart::Index(i) => i.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Whether the dotted form of a path is ambiguous: it crosses an array index, or a field
+/// name that looks like a number or holds a dot (mongod's `disambiguatedPaths` rule).
+fn is_ambiguous(path: &[PathPart]) -> bool {
+    path.iter().any(|p| match p {
+        PathPart::Index(_) => true,
+        PathPart::Field(f) => {
+            f.contains('.') || (!f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()))
+        }
+    })
+}
+
+/// What an update changed, as the change stream's `updateDescription` tells it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateDescription {
+    /// Fields set (added or changed), with their new values.
+    pub updated: Vec<(FieldPath, Bson)>,
+    /// Fields removed.
+    pub removed: Vec<FieldPath>,
+    /// Arrays that shrank, with their new size.
+    pub truncated: Vec<(FieldPath, usize)>,
+}
+
+impl UpdateDescription {
+    /// The `updateDescription` document; `expanded` adds `disambiguatedPaths` (mongod does
+    /// so only for streams with `showExpandedEvents`).
+    pub fn to_document(&self, expanded: bool) -> Document {
+        let mut updated = Document::new();
+        for (path, value) in &self.updated {
+            updated.insert(dotted(path), value.clone());
+        }
+        let removed: Vec<Bson> = self.removed.iter().map(|p| dotted(p).into()).collect();
+        let truncated: Vec<Bson> = self
+            .truncated
+            .iter()
+            .map(|(p, size)| Bson::Document(doc! {"field": dotted(p), "newSize": *size as i32}))
+            .collect();
+        let mut out = doc! {
+            "updatedFields": updated,
+            "removedFields": removed,
+            "truncatedArrays": truncated,
+        };
+        if expanded {
+            let mut paths = Document::new();
+            let all = self
+                .updated
+                .iter()
+                .map(|(p, _)| p)
+                .chain(&self.removed)
+                .chain(self.truncated.iter().map(|(p, _)| p));
+            for path in all.filter(|p| is_ambiguous(p)) {
+                let parts: Vec<Bson> = path
+                    .iter()
+                    .map(|p| match p {
+                        PathPart::Field(f) => Bson::String(f.clone()),
+                        PathPart::Index(i) => Bson::Int32(*i as i32),
+                    })
+                    .collect();
+                paths.insert(dotted(path), parts);
+            }
+            out.insert("disambiguatedPaths", paths);
+        }
+        out
+    }
+}
 
 /// What a write did.
 #[derive(Debug, Clone)]
@@ -29,25 +117,73 @@ pub enum ChangeKind {
     Update {
         /// The document's `_id`.
         id: Bson,
-        /// Fields set, by top-level name.
-        updated: Document,
-        /// Fields removed.
-        removed: Vec<String>,
+        /// What changed.
+        description: UpdateDescription,
+        /// The document before, when the collection records pre- and post-images.
+        pre_image: Option<Document>,
+        /// The document after, when the collection records pre- and post-images.
+        post_image: Option<Document>,
     },
     /// A document was replaced by a replacement update.
     Replace {
         /// The new document.
         doc: Document,
+        /// The document before, when the collection records pre-images.
+        pre_image: Option<Document>,
     },
     /// A document was deleted (also by the TTL monitor).
     Delete {
         /// The document's `_id`.
         id: Bson,
+        /// The document before, when the collection records pre-images.
+        pre_image: Option<Document>,
     },
     /// The collection was dropped.
     Drop,
     /// The database was dropped.
     DropDatabase,
+    /// The collection was renamed.
+    Rename {
+        /// The new database.
+        to_db: String,
+        /// The new collection name.
+        to_coll: String,
+        /// The UUID of the collection `dropTarget` replaced, if one existed.
+        drop_target: Option<Uuid>,
+    },
+    /// A collection was created, explicitly or by a first write (expanded event).
+    Create {
+        /// `operationDescription`.
+        description: Document,
+    },
+    /// Indexes were built (expanded event).
+    CreateIndexes {
+        /// The index specifications.
+        indexes: Vec<Document>,
+    },
+    /// Indexes were dropped (expanded event).
+    DropIndexes {
+        /// The index specifications.
+        indexes: Vec<Document>,
+    },
+    /// `collMod` changed the collection's options (expanded event).
+    Modify {
+        /// `operationDescription`: the options given.
+        description: Document,
+    },
+}
+
+impl ChangeKind {
+    /// Whether only streams with `showExpandedEvents` see this event.
+    pub fn is_expanded(&self) -> bool {
+        matches!(
+            self,
+            ChangeKind::Create { .. }
+                | ChangeKind::CreateIndexes { .. }
+                | ChangeKind::DropIndexes { .. }
+                | ChangeKind::Modify { .. }
+        )
+    }
 }
 
 /// One committed change.
@@ -63,6 +199,8 @@ pub struct ChangeEvent {
     pub db: String,
     /// Collection name (empty for `DropDatabase`).
     pub coll: String,
+    /// The collection's UUID (`collectionUUID` in expanded events), when there is one.
+    pub collection_uuid: Option<Uuid>,
     /// What happened.
     pub kind: ChangeKind,
 }
@@ -118,7 +256,7 @@ impl ChangeLog {
     }
 
     /// Appends an event and wakes waiting streams.
-    pub fn append(&self, db: &str, coll: &str, kind: ChangeKind) {
+    pub fn append(&self, db: &str, coll: &str, collection_uuid: Option<Uuid>, kind: ChangeKind) {
         let cluster_time = self.cluster_time();
         let wall_time = self.clock.now();
         {
@@ -131,6 +269,7 @@ impl ChangeLog {
                 wall_time,
                 db: db.to_string(),
                 coll: coll.to_string(),
+                collection_uuid,
                 kind,
             }));
             if inner.events.len() > WINDOW {
@@ -192,18 +331,60 @@ impl ChangeLog {
     }
 }
 
-/// The top-level difference between two versions of a document, as `updateDescription`.
-pub fn diff(before: &Document, after: &Document) -> (Document, Vec<String>) {
-    let mut updated = Document::new();
-    for (key, value) in after {
-        if before.get(key) != Some(value) {
-            updated.insert(key.clone(), value.clone());
+/// What changed between two versions of a document, as mongod describes a pipeline-style
+/// update (`doc_diff`): sub-documents and arrays are compared element by element, so
+/// `updatedFields` names the innermost changed paths (`a.b`, `arr.3`), an array that shrank
+/// is reported in `truncatedArrays`, and a changed value of another type is set whole.
+///
+/// Operator updates are described the same way. That matches mongod for dotted `$set`,
+/// `$inc`, `$unset` and appending `$push`; where an operator replaces a whole sub-document
+/// or array (`$set: {a: {...}}`, `$pull`, `$pop`), mongod names the field itself while this
+/// names the inner paths that differ (the collection does not see the operators).
+pub fn diff(before: &Document, after: &Document) -> UpdateDescription {
+    let mut out = UpdateDescription::default();
+    diff_docs(before, after, &mut Vec::new(), &mut out);
+    out
+}
+
+fn diff_docs(
+    before: &Document,
+    after: &Document,
+    path: &mut FieldPath,
+    out: &mut UpdateDescription,
+) {
+    for key in before.keys() {
+        if !after.contains_key(key) {
+            path.push(PathPart::Field(key.clone()));
+            out.removed.push(path.clone());
+            path.pop();
         }
     }
-    let removed = before
-        .keys()
-        .filter(|k| !after.contains_key(*k))
-        .cloned()
-        .collect();
-    (updated, removed)
+    for (key, value) in after {
+        path.push(PathPart::Field(key.clone()));
+        diff_values(before.get(key), value, path, out);
+        path.pop();
+    }
+}
+
+fn diff_values(
+    before: Option<&Bson>,
+    after: &Bson,
+    path: &mut FieldPath,
+    out: &mut UpdateDescription,
+) {
+    match (before, after) {
+        (Some(old), new) if old == new => {}
+        (Some(Bson::Document(old)), Bson::Document(new)) => diff_docs(old, new, path, out),
+        (Some(Bson::Array(old)), Bson::Array(new)) => {
+            for (i, value) in new.iter().enumerate() {
+                path.push(PathPart::Index(i));
+                diff_values(old.get(i), value, path, out);
+                path.pop();
+            }
+            if new.len() < old.len() {
+                out.truncated.push((path.clone(), new.len()));
+            }
+        }
+        (_, new) => out.updated.push((path.clone(), new.clone())),
+    }
 }

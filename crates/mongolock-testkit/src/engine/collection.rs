@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bson::{Bson, Document, Uuid};
+use bson::{Bson, Document, Uuid, doc};
 use parking_lot::{Mutex, RwLock};
 
 use super::changes::{ChangeKind, ChangeLog, diff};
@@ -30,6 +30,9 @@ pub struct Collection {
     ids: BTreeMap<OrdBson, u64>,
     indexes: Vec<Index>,
     next_record: u64,
+    /// `changeStreamPreAndPostImages.enabled`: change events keep the document before and
+    /// after each update, replace and delete.
+    pub pre_and_post_images: bool,
 }
 
 impl Collection {
@@ -45,7 +48,34 @@ impl Collection {
             ids: BTreeMap::new(),
             indexes: vec![Index::id_index()],
             next_record: 1,
+            pre_and_post_images: false,
         }
+    }
+
+    /// The database and collection name.
+    pub fn name(&self) -> (&str, &str) {
+        (&self.db, &self.name)
+    }
+
+    /// The collection's options as `create` and `listCollections` show them.
+    pub fn options(&self) -> Document {
+        let mut options = Document::new();
+        if self.pre_and_post_images {
+            options.insert("changeStreamPreAndPostImages", doc! {"enabled": true});
+        }
+        options
+    }
+
+    /// Records a change of this collection in the change log.
+    pub fn record(&self, kind: ChangeKind) {
+        self.changes
+            .append(&self.db, &self.name, Some(self.uuid), kind);
+    }
+
+    fn set_namespace(&mut self, db: &str, name: &str) {
+        self.db = db.to_string();
+        self.name = name.to_string();
+        self.ns = format!("{db}.{name}");
     }
 
     /// Number of documents.
@@ -107,11 +137,7 @@ impl Collection {
             index.add(&doc, record);
         }
         self.ids.insert(OrdBson(id), record);
-        self.changes.append(
-            &self.db,
-            &self.name,
-            ChangeKind::Insert { doc: doc.clone() },
-        );
+        self.record(ChangeKind::Insert { doc: doc.clone() });
         self.records.insert(record, doc);
         self.next_record += 1;
         Ok(record)
@@ -133,17 +159,21 @@ impl Collection {
             index.remove(&old, record);
             index.add(&doc, record);
         }
+        let images = self.pre_and_post_images;
         let change = if replacement {
-            ChangeKind::Replace { doc: doc.clone() }
+            ChangeKind::Replace {
+                doc: doc.clone(),
+                pre_image: images.then(|| old.clone()),
+            }
         } else {
-            let (updated, removed) = diff(&old, &doc);
             ChangeKind::Update {
                 id: doc.get("_id").cloned().unwrap_or(Bson::Null),
-                updated,
-                removed,
+                description: diff(&old, &doc),
+                pre_image: images.then(|| old.clone()),
+                post_image: images.then(|| doc.clone()),
             }
         };
-        self.changes.append(&self.db, &self.name, change);
+        self.record(change);
         self.records.insert(record, doc);
         Ok(())
     }
@@ -158,8 +188,8 @@ impl Collection {
             index.remove(&doc, record);
         }
         let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-        self.changes
-            .append(&self.db, &self.name, ChangeKind::Delete { id });
+        let pre_image = self.pre_and_post_images.then(|| doc.clone());
+        self.record(ChangeKind::Delete { id, pre_image });
         Some(doc)
     }
 
@@ -219,6 +249,9 @@ impl Collection {
             index.check_unique(doc, *record, &self.ns)?;
             index.add(doc, *record);
         }
+        self.record(ChangeKind::CreateIndexes {
+            indexes: vec![index.describe()],
+        });
         self.indexes.push(index);
         Ok(true)
     }
@@ -241,13 +274,19 @@ impl Collection {
                     format!("index not found with name [{name}]"),
                 )
             })?;
-        self.indexes.remove(position);
+        let dropped = self.indexes.remove(position);
+        self.record(ChangeKind::DropIndexes {
+            indexes: vec![dropped.describe()],
+        });
         Ok(())
     }
 
     /// Drops every index but `_id_`.
     pub fn drop_all_indexes(&mut self) {
-        self.indexes.truncate(1);
+        let dropped: Vec<Document> = self.indexes.drain(1..).map(|i| i.describe()).collect();
+        if !dropped.is_empty() {
+            self.record(ChangeKind::DropIndexes { indexes: dropped });
+        }
     }
 }
 
@@ -318,16 +357,21 @@ impl Catalog {
         if let Some(found) = collections.get(coll) {
             return Ok((found.clone(), false));
         }
-        let created = Arc::new(Mutex::new(Collection::new(db, coll, self.changes.clone())));
+        let collection = Collection::new(db, coll, self.changes.clone());
+        // mongod 7.0 logs every creation, explicit or implicit; expanded streams see it.
+        collection.record(ChangeKind::Create {
+            description: doc! {"idIndex": Index::id_index().describe()},
+        });
+        let created = Arc::new(Mutex::new(collection));
         collections.insert(coll.to_string(), created.clone());
         Ok((created, true))
     }
 
     /// Creates a collection; an existing one is `NamespaceExists`.
-    pub fn create(&self, db: &str, coll: &str) -> Result<()> {
-        let (_, created) = self.get_or_create(db, coll)?;
+    pub fn create(&self, db: &str, coll: &str) -> Result<CollectionRef> {
+        let (found, created) = self.get_or_create(db, coll)?;
         if created {
-            Ok(())
+            Ok(found)
         } else {
             Err(CommandError::new(
                 codes::NAMESPACE_EXISTS,
@@ -344,8 +388,68 @@ impl Catalog {
         if collections.is_empty() {
             dbs.remove(db);
         }
-        self.changes.append(db, coll, ChangeKind::Drop);
+        let uuid = dropped.lock().uuid;
+        self.changes.append(db, coll, Some(uuid), ChangeKind::Drop);
         Some(dropped)
+    }
+
+    /// Renames a collection (`renameCollection`), possibly into another database. An existing
+    /// target is `NamespaceExists` unless `drop_target`, which replaces it.
+    pub fn rename(
+        &self,
+        (from_db, from): (&str, &str),
+        (to_db, to): (&str, &str),
+        drop_target: bool,
+    ) -> Result<()> {
+        validate_db_name(to_db)?;
+        validate_collection_name(to_db, to)?;
+        let mut dbs = self.databases.write();
+        let source = dbs
+            .get(from_db)
+            .and_then(|c| c.get(from))
+            .cloned()
+            .ok_or_else(|| {
+                CommandError::new(
+                    codes::NAMESPACE_NOT_FOUND,
+                    format!("Source collection {from_db}.{from} does not exist"),
+                )
+            })?;
+        if (from_db, from) == (to_db, to) {
+            return Err(CommandError::new(
+                codes::ILLEGAL_OPERATION,
+                "Can't rename a collection to itself",
+            ));
+        }
+        let target = dbs.get(to_db).and_then(|c| c.get(to)).cloned();
+        if target.is_some() && !drop_target {
+            return Err(CommandError::new(
+                codes::NAMESPACE_EXISTS,
+                "target namespace exists",
+            ));
+        }
+        let drop_target = target.map(|t| t.lock().uuid);
+        let collections = dbs.get_mut(from_db).expect("source exists");
+        collections.remove(from);
+        if collections.is_empty() {
+            dbs.remove(from_db);
+        }
+        let mut coll = source.lock();
+        coll.set_namespace(to_db, to);
+        self.changes.append(
+            from_db,
+            from,
+            Some(coll.uuid),
+            ChangeKind::Rename {
+                to_db: to_db.to_string(),
+                to_coll: to.to_string(),
+                drop_target,
+            },
+        );
+        drop(coll);
+        dbs.entry(to_db.to_string())
+            .or_default()
+            .insert(to.to_string(), source);
+        Ok(())
     }
 
     /// Drops a database; returns whether it existed.
@@ -353,10 +457,11 @@ impl Catalog {
         let Some(collections) = self.databases.write().remove(db) else {
             return false;
         };
-        for coll in collections.keys() {
-            self.changes.append(db, coll, ChangeKind::Drop);
+        for (name, coll) in &collections {
+            let uuid = coll.lock().uuid;
+            self.changes.append(db, name, Some(uuid), ChangeKind::Drop);
         }
-        self.changes.append(db, "", ChangeKind::DropDatabase);
+        self.changes.append(db, "", None, ChangeKind::DropDatabase);
         true
     }
 

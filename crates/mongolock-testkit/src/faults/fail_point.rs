@@ -3,8 +3,12 @@
 //! `configureFailPoint` sets a fail point's mode (`alwaysOn`, `off`, `{times: n}`,
 //! `{skip: n}`, `{activationProbability: p}`) and data. `failCommand` acts before a command
 //! runs (block, close the connection, or fail with a code) or after it (a
-//! `writeConcernError`); `onPrimaryTransactionalWrite` closes the connection after a
-//! retryable write was applied, so the client cannot know the outcome.
+//! `writeConcernError`). `onPrimaryTransactionalWrite` acts on a retryable write that
+//! executes (never on a replayed retry): it either fails it before commit with
+//! `failBeforeCommitExceptionCode`, or lets it commit; with `closeConnection` (the default)
+//! the connection is then closed instead of replying, so the client cannot know the outcome.
+//! `failGetMoreAfterCursorCheckout` fails a `getMore` with `errorCode` once the cursor is
+//! checked out, which is where mongod labels change-stream errors as resumable.
 
 use std::time::Duration;
 
@@ -247,6 +251,15 @@ pub struct Injection {
     pub labels: Option<Vec<String>>,
 }
 
+/// What `onPrimaryTransactionalWrite` does to one retryable write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionalWriteFault {
+    /// Close the connection instead of replying.
+    pub close_connection: bool,
+    /// Fail the write with this code before it commits (nothing is applied).
+    pub fail_before_commit: Option<i32>,
+}
+
 #[derive(Debug)]
 struct Armed<T> {
     mode: Mode,
@@ -258,7 +271,57 @@ struct Armed<T> {
 #[derive(Debug, Default)]
 pub struct FailPoints {
     fail_command: Mutex<Option<Armed<FailCommand>>>,
-    on_primary_transactional_write: Mutex<Option<Armed<bool>>>,
+    on_primary_transactional_write: Mutex<Option<Armed<TransactionalWriteFault>>>,
+    fail_get_more_after_cursor_checkout: Mutex<Option<Armed<i32>>>,
+}
+
+/// The code in a fail point's `data`, as mongod reads it (any number type).
+fn data_code(data: &Document, field: &str) -> Result<Option<i32>> {
+    match data.get(field) {
+        None => Ok(None),
+        Some(value) => as_f64(value)
+            .filter(|n| n.fract() == 0.0 && *n >= f64::from(i32::MIN) && *n <= f64::from(i32::MAX))
+            .map(|n| Some(n as i32))
+            .ok_or_else(|| CommandError::type_mismatch(format!("'{field}' must be an integer"))),
+    }
+}
+
+fn check_data_fields(fail_point: &str, data: &Document, known: &[&str]) -> Result<()> {
+    for field in data.keys() {
+        if !known.contains(&field.as_str()) {
+            return Err(CommandError::new(
+                codes::INVALID_OPTIONS,
+                format!("{fail_point} data field '{field}' is not supported by this emulator"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn arm<T>(slot: &Mutex<Option<Armed<T>>>, mode: Mode, data: T) -> i64 {
+    let mut slot = slot.lock();
+    let count = slot.as_ref().map_or(0, |a| a.times_entered);
+    *slot = if mode == Mode::Off {
+        None
+    } else {
+        Some(Armed {
+            mode,
+            data,
+            times_entered: 0,
+        })
+    };
+    count
+}
+
+/// Fires an armed fail point; returns its data when it fires.
+fn fire<T: Clone>(slot: &Mutex<Option<Armed<T>>>) -> Option<T> {
+    let mut slot = slot.lock();
+    let armed = slot.as_mut()?;
+    if !armed.mode.fire() {
+        return None;
+    }
+    armed.times_entered += 1;
+    Some(armed.data.clone())
 }
 
 impl FailPoints {
@@ -293,29 +356,41 @@ impl FailPoints {
                 Ok(count)
             }
             "onPrimaryTransactionalWrite" => {
-                for field in data.keys() {
-                    if field != "closeConnection" {
-                        return Err(CommandError::new(
-                            codes::INVALID_OPTIONS,
-                            format!(
-                                "onPrimaryTransactionalWrite data field '{field}' is not supported by this emulator"
-                            ),
+                check_data_fields(
+                    name,
+                    &data,
+                    &["closeConnection", "failBeforeCommitExceptionCode"],
+                )?;
+                let close_connection = match data.get("closeConnection") {
+                    None => true,
+                    Some(Bson::Boolean(b)) => *b,
+                    Some(_) => {
+                        return Err(CommandError::type_mismatch(
+                            "'closeConnection' must be a boolean",
                         ));
                     }
-                }
-                let mut slot = self.on_primary_transactional_write.lock();
-                let count = slot.as_ref().map_or(0, |a| a.times_entered);
-                let close = data.get_bool("closeConnection").unwrap_or(true);
-                *slot = if mode == Mode::Off {
-                    None
-                } else {
-                    Some(Armed {
-                        mode,
-                        data: close,
-                        times_entered: 0,
-                    })
                 };
-                Ok(count)
+                let fault = TransactionalWriteFault {
+                    close_connection,
+                    fail_before_commit: data_code(&data, "failBeforeCommitExceptionCode")?,
+                };
+                Ok(arm(&self.on_primary_transactional_write, mode, fault))
+            }
+            "failGetMoreAfterCursorCheckout" => {
+                // mongod reads only `errorCode`; drivers' tests also pass `closeConnection:
+                // false`, which it ignores.
+                check_data_fields(name, &data, &["errorCode", "closeConnection"])?;
+                let code = if mode == Mode::Off {
+                    0
+                } else {
+                    data_code(&data, "errorCode")?.ok_or_else(|| {
+                        CommandError::new(
+                            codes::INVALID_OPTIONS,
+                            "failGetMoreAfterCursorCheckout requires 'errorCode'",
+                        )
+                    })?
+                };
+                Ok(arm(&self.fail_get_more_after_cursor_checkout, mode, code))
             }
             other => Err(CommandError::new(
                 codes::FAIL_POINT_SET_FAILED,
@@ -359,16 +434,18 @@ impl FailPoints {
         Some(injection)
     }
 
-    /// Whether to close the connection after a retryable write was applied.
-    pub fn close_after_transactional_write(&self) -> bool {
-        let mut slot = self.on_primary_transactional_write.lock();
-        let Some(armed) = slot.as_mut() else {
-            return false;
-        };
-        if !armed.mode.fire() {
-            return false;
-        }
-        armed.times_entered += 1;
-        armed.data
+    /// What `onPrimaryTransactionalWrite` does to a retryable write about to execute.
+    pub fn on_primary_transactional_write(&self) -> Option<TransactionalWriteFault> {
+        fire(&self.on_primary_transactional_write)
+    }
+
+    /// The error a `getMore` fails with once its cursor is checked out, if any.
+    pub fn fail_get_more_after_cursor_checkout(&self) -> Option<CommandError> {
+        fire(&self.fail_get_more_after_cursor_checkout).map(|code| {
+            CommandError::new(
+                code,
+                "Failing getMore via 'failGetMoreAfterCursorCheckout' failpoint",
+            )
+        })
     }
 }
