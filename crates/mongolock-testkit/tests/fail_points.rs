@@ -263,3 +263,115 @@ async fn fail_command_on_get_more_is_not_labelled_resumable() {
     assert!(!err.contains_label("ResumableChangeStreamError"), "{err:?}");
     admin.run_command(common::fail_command_off()).await.unwrap();
 }
+
+#[tokio::test]
+async fn skip_mode_lets_the_first_commands_through() {
+    let t = common::target("fp_skip").await;
+    let admin = t.client.database("admin");
+    admin
+        .run_command(
+            doc! {"configureFailPoint": "failCommand", "mode": {"skip": 2},
+            "data": {"failCommands": ["count"], "errorCode": 2}},
+        )
+        .await
+        .unwrap();
+    let count = doc! {"count": "c"};
+    t.db.run_command(count.clone()).await.unwrap();
+    t.db.run_command(count.clone()).await.unwrap();
+    for _ in 0..2 {
+        let err = t.db.run_command(count.clone()).await.unwrap_err();
+        assert_eq!(
+            common::command_error(&err).0,
+            2,
+            "after the skipped ones it is always on"
+        );
+    }
+    admin.run_command(common::fail_command_off()).await.unwrap();
+    t.db.run_command(count).await.unwrap();
+}
+
+#[tokio::test]
+async fn activation_probability_zero_never_fires_and_one_always_fires() {
+    let t = common::target("fp_probability").await;
+    let admin = t.client.database("admin");
+    let count = doc! {"count": "c"};
+    admin
+        .run_command(
+            doc! {"configureFailPoint": "failCommand", "mode": {"activationProbability": 0.0},
+            "data": {"failCommands": ["count"], "errorCode": 2}},
+        )
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        t.db.run_command(count.clone()).await.unwrap();
+    }
+    admin
+        .run_command(
+            doc! {"configureFailPoint": "failCommand", "mode": {"activationProbability": 1.0},
+            "data": {"failCommands": ["count"], "errorCode": 2}},
+        )
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        assert_eq!(
+            common::command_error(&t.db.run_command(count.clone()).await.unwrap_err()).0,
+            2
+        );
+    }
+    let err = admin
+        .run_command(
+            doc! {"configureFailPoint": "failCommand", "mode": {"activationProbability": 1.5},
+            "data": {"failCommands": ["count"], "errorCode": 2}},
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        common::command_error(&err).0,
+        2,
+        "a probability above 1 is BadValue"
+    );
+    admin.run_command(common::fail_command_off()).await.unwrap();
+}
+
+#[tokio::test]
+async fn block_connection_delays_the_reply_and_then_runs_the_command() {
+    let t = common::target("fp_block").await;
+    let admin = t.client.database("admin");
+    admin
+        .run_command(
+            doc! {"configureFailPoint": "failCommand", "mode": {"times": 1},
+            "data": {"failCommands": ["insert"], "blockConnection": true, "blockTimeMS": 300}},
+        )
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    t.coll("c").insert_one(doc! {"_id": 1}).await.unwrap();
+    // A lower bound only: the command waited at least as long as the fail point blocks.
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    assert_eq!(
+        t.coll("c").count_documents(doc! {}).await.unwrap(),
+        1,
+        "then it ran"
+    );
+}
+
+#[tokio::test]
+async fn error_labels_replace_the_servers_own_and_namespace_filters() {
+    let t = common::target("fp_labels_ns").await;
+    let admin = t.client.database("admin");
+    let ns = format!("{}.target", t.db.name());
+    admin
+        .run_command(doc! {"configureFailPoint": "failCommand", "mode": "alwaysOn",
+            "data": {"failCommands": ["find"], "errorCode": 8, "errorLabels": ["MyLabel"], "namespace": ns}})
+        .await
+        .unwrap();
+    assert_eq!(
+        t.coll("other").find_one(doc! {}).await.unwrap(),
+        None,
+        "other namespaces run"
+    );
+    let err = t.coll("target").find_one(doc! {}).await.unwrap_err();
+    assert_eq!(common::command_error(&err).0, 8);
+    assert!(err.contains_label("MyLabel"), "{err:?}");
+    admin.run_command(common::fail_command_off()).await.unwrap();
+}

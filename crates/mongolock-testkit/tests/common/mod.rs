@@ -1,6 +1,7 @@
 //! Where the conformance tests run: on a fresh emulator, or on the real MongoDB named by
 //! `MONGODB_URI` (a replica set, started with `--setParameter enableTestCommands=1` for the
-//! fail-point tests). Each test gets a database of its own.
+//! fail-point tests, which change server-wide state: run those with `--test-threads=1`
+//! there). Each test gets a database of its own.
 
 #![allow(dead_code)]
 
