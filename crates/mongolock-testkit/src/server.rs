@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::commands::cursor::Cursors;
+use crate::commands::local_sessions::LocalSessions;
 use crate::commands::session::Sessions;
 use crate::commands::{self, ConnectionInfo, Outcome};
 use crate::engine::changes::ChangeLog;
@@ -96,6 +97,7 @@ impl TestServerBuilder {
             clock,
             cursors: Cursors::default(),
             sessions: Sessions::default(),
+            local_sessions: LocalSessions::default(),
             fail_points: FailPoints::default(),
             next_connection_id: AtomicI64::new(1),
             shutdown: shutdown_rx,
@@ -133,6 +135,8 @@ pub struct ServerState {
     pub cursors: Cursors,
     /// Logical sessions and their retryable-write history.
     pub sessions: Sessions,
+    /// The logical sessions commands used, for `$listLocalSessions`.
+    pub local_sessions: LocalSessions,
     /// `failCommand` and `onPrimaryTransactionalWrite`.
     pub fail_points: FailPoints,
     next_connection_id: AtomicI64,

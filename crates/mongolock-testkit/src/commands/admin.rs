@@ -34,6 +34,7 @@ pub fn end_sessions(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             lsids.push(session::lsid_bytes(lsid)?);
         }
     }
+    ctx.state.local_sessions.end(&lsids);
     ctx.state.sessions.end(lsids);
     Ok(Document::new())
 }

@@ -13,6 +13,7 @@ pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
 pub mod indexes;
+pub mod local_sessions;
 pub mod session;
 pub mod ttl;
 pub mod write;
@@ -236,6 +237,7 @@ async fn run(
         conn,
         now: state.clock.now(),
     };
+    state.local_sessions.touch(cmd, ctx.now);
     if let (Some(lsid), Some(txn)) = (session::lsid_key(cmd)?, cmd.get("txnNumber")) {
         let txn = match txn {
             Bson::Int64(n) => *n,
