@@ -60,12 +60,9 @@ async fn out_replaces_the_target_and_keeps_its_indexes() {
     assert!(names.contains(&"x_1".to_string()), "{names:?}");
 
     // A failing $out (duplicate _id) leaves the target as it was.
-    let error = aggregate(
-        &src,
-        vec![doc! {"$set": {"_id": 7}}, doc! {"$out": "dst"}],
-    )
-    .await
-    .unwrap_err();
+    let error = aggregate(&src, vec![doc! {"$set": {"_id": 7}}, doc! {"$out": "dst"}])
+        .await
+        .unwrap_err();
     assert_eq!(common::command_error(&error).0, 11000);
     assert_eq!(all(&dst).await.len(), 2);
 
@@ -239,9 +236,8 @@ async fn merge_on_other_fields_needs_a_unique_index() {
 #[tokio::test]
 async fn collectionless_sources() {
     let t = common::target("collectionless").await;
-    let reply = t
-        .db
-        .run_command(doc! {
+    let reply =
+        t.db.run_command(doc! {
             "aggregate": 1,
             "pipeline": [{"$documents": [{"a": 1}, {"a": 2}]}, {"$match": {"a": 2}}],
             "cursor": {},
@@ -256,14 +252,13 @@ async fn collectionless_sources() {
     assert_eq!(batch, &vec![Bson::Document(doc! {"a": 2})]);
 
     // The driver's implicit session makes this command's own lsid known to the server.
-    let session_docs: Vec<Document> = t
-        .db
-        .aggregate(vec![doc! {"$listLocalSessions": {}}])
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let session_docs: Vec<Document> =
+        t.db.aggregate(vec![doc! {"$listLocalSessions": {}}])
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
     assert!(!session_docs.is_empty());
     let id = session_docs[0].get_document("_id").unwrap();
     assert!(matches!(id.get("id"), Some(Bson::Binary(_))));
@@ -273,9 +268,8 @@ async fn collectionless_sources() {
         Some(Bson::DateTime(_))
     ));
 
-    let error = t
-        .db
-        .run_command(doc! {
+    let error =
+        t.db.run_command(doc! {
             "aggregate": 1,
             "pipeline": [{"$match": {}}, {"$documents": []}],
             "cursor": {},
@@ -311,16 +305,13 @@ async fn dollar_prefixed_fields_since_5_0() {
     coll.update_one(
         doc! {"_id": 1},
         vec![doc! {"$replaceWith": {"$setField": {
-            "field": {"$literal": "$b"}, "value": 2, "input": "$$ROOT"}}}],
+        "field": {"$literal": "$b"}, "value": 2, "input": "$$ROOT"}}}],
     )
     .await
     .unwrap();
     assert_eq!(all(&coll).await, vec![doc! {"_id": 1, "$a": 1, "$b": 2}]);
     // ... but not `_id` sub-documents.
-    let error = coll
-        .insert_one(doc! {"_id": {"$x": 1}})
-        .await
-        .unwrap_err();
+    let error = coll.insert_one(doc! {"_id": {"$x": 1}}).await.unwrap_err();
     assert_eq!(common::command_error(&error).0, 52);
 }
 
@@ -335,5 +326,68 @@ async fn update_sort_is_unknown_on_7_0() {
         })
         .await;
     assert_eq!(code, 40415);
-    assert_eq!(message, "BSON field 'update.updates.sort' is an unknown field.");
+    assert_eq!(
+        message,
+        "BSON field 'update.updates.sort' is an unknown field."
+    );
+}
+
+#[tokio::test]
+async fn read_only_views() {
+    let t = common::target("views").await;
+    let src = t.coll("src");
+    src.insert_many((0..5).map(|i| doc! {"_id": i, "x": i}).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    t.db.run_command(doc! {
+        "create": "v",
+        "viewOn": "src",
+        "pipeline": [{"$match": {"x": {"$gte": 2}}}, {"$project": {"_id": 0, "x": 1}}],
+    })
+    .await
+    .unwrap();
+    let view = t.coll("v");
+    assert_eq!(view.estimated_document_count().await.unwrap(), 3);
+    assert_eq!(view.count_documents(doc! {"x": 3}).await.unwrap(), 1);
+    let found: Vec<Document> = view
+        .find(doc! {"x": {"$ne": 3}})
+        .sort(doc! {"x": -1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(found, vec![doc! {"x": 4}, doc! {"x": 2}]);
+    let counted = aggregate(&view, vec![doc! {"$count": "n"}]).await.unwrap();
+    assert_eq!(counted, vec![doc! {"n": 3}]);
+
+    let error = view.insert_one(doc! {"x": 9}).await.unwrap_err();
+    assert_eq!(common::command_error(&error).0, 166);
+    let error = view
+        .update_many(doc! {}, doc! {"$set": {"y": 1}})
+        .await
+        .unwrap_err();
+    assert_eq!(common::command_error(&error).0, 166);
+    let (code, _) = t.error_code(doc! {"create": "v"}).await;
+    assert_eq!(code, 48);
+
+    let reply =
+        t.db.run_command(doc! {"listCollections": 1, "filter": {"name": "v"}})
+            .await
+            .unwrap();
+    let listed = reply
+        .get_document("cursor")
+        .unwrap()
+        .get_array("firstBatch")
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    let listed = listed[0].as_document().unwrap();
+    assert_eq!(listed.get_str("type").unwrap(), "view");
+    assert_eq!(
+        listed.get_document("options").unwrap().get_str("viewOn"),
+        Ok("src")
+    );
+
+    view.drop().await.unwrap();
+    assert_eq!(view.estimated_document_count().await.unwrap(), 0);
 }

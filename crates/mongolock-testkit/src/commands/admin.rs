@@ -3,7 +3,7 @@
 
 use bson::{Bson, Document, doc};
 
-use super::{Ctx, args, handshake, session};
+use super::{Ctx, args, handshake, session, views};
 use crate::engine::EvalContext;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::matcher::Matcher;
@@ -107,6 +107,14 @@ pub fn list_collections(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let batch_size = cursor_batch_size(cmd, "listCollections")?;
     let eval = EvalContext::at(ctx.now);
     let mut out = Vec::new();
+    for entry in views::list_entries(ctx, name_only) {
+        if let Some(filter) = &filter
+            && !filter.matches(&entry, &eval)?
+        {
+            continue;
+        }
+        out.push(entry);
+    }
     for (name, coll) in ctx.state.catalog.collections(ctx.db) {
         let entry = if name_only {
             doc! {"name": name, "type": "collection"}
@@ -147,9 +155,20 @@ pub fn cursor_batch_size(cmd: &Document, command: &str) -> Result<Option<usize>>
 
 /// `create`.
 pub fn create(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
-    args::check_fields(cmd, "create", &[])?;
+    args::check_fields(cmd, "create", &["viewOn", "pipeline", "collation"])?;
     let name = args::collection_name(cmd, "create")?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
+    super::write::check_collation(cmd.get("collation"))?;
+    if cmd.contains_key("viewOn") || cmd.contains_key("pipeline") {
+        views::create_view(ctx, &name, cmd)?;
+        return Ok(Document::new());
+    }
+    if ctx.state.views.get(ctx.db, &name).is_some() {
+        return Err(CommandError::new(
+            codes::NAMESPACE_EXISTS,
+            format!("Namespace already exists: {}.{name}", ctx.db),
+        ));
+    }
     ctx.state.catalog.create(ctx.db, &name)?;
     Ok(Document::new())
 }
@@ -160,6 +179,9 @@ pub fn drop(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let name = args::collection_name(cmd, "drop")?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ns = format!("{}.{name}", ctx.db);
+    if ctx.state.views.drop_view(ctx.db, &name) {
+        return Ok(Document::new());
+    }
     match ctx.state.catalog.drop_collection(ctx.db, &name) {
         Some(coll) => {
             let indexes = coll.lock().indexes().len() as i32;
@@ -175,6 +197,7 @@ pub fn drop_database(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "dropDatabase", &[])?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     ctx.state.catalog.drop_database(ctx.db);
+    ctx.state.views.drop_database(ctx.db);
     Ok(doc! {"dropped": ctx.db})
 }
 

@@ -139,7 +139,7 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             (format!("{}.$cmd.aggregate", ctx.db), input)
         }
         (Some(collection), None) => {
-            let input = match ctx.state.catalog.get(ctx.db, collection) {
+            let input = match super::views::read_source(ctx, collection)? {
                 None => Vec::new(),
                 Some(coll) => {
                     let coll = coll.lock();

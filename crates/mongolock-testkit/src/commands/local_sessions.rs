@@ -15,9 +15,8 @@ use crate::engine::error::{CommandError, Result, codes};
 
 /// SHA-256 of "": the `uid` of sessions used without authentication.
 const NO_AUTH_UID: [u8; 32] = [
-    0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9,
-    0x24, 0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52,
-    0xb8, 0x55,
+    0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24,
+    0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55,
 ];
 
 /// `localLogicalSessionTimeoutMinutes`, in milliseconds.
@@ -73,19 +72,27 @@ impl LocalSessions {
     /// The documents `$listLocalSessions` returns: `{_id: {id, uid}, lastUse}`.
     pub fn list(&self, now: DateTime) -> Vec<Document> {
         let mut sessions = self.sessions.lock();
-        sessions.retain(|_, e| now.timestamp_millis() - e.last_use.timestamp_millis() < SESSION_TIMEOUT_MS);
+        sessions.retain(|_, e| {
+            now.timestamp_millis() - e.last_use.timestamp_millis() < SESSION_TIMEOUT_MS
+        });
         let mut entries: Vec<&Entry> = sessions.values().collect();
         entries.sort_by_key(|e| std::cmp::Reverse(e.last_use));
         entries
             .into_iter()
-            .map(|e| doc! {"_id": {"id": e.id.clone(), "uid": e.uid.clone()}, "lastUse": e.last_use})
+            .map(
+                |e| doc! {"_id": {"id": e.id.clone(), "uid": e.uid.clone()}, "lastUse": e.last_use},
+            )
             .collect()
     }
 }
 
 /// Runs a `$listLocalSessions` stage: `{}`, `{allUsers: true}` or `{users: [{user, db}]}`.
 /// Without authentication there are no users, so a `users` list matches no session.
-pub fn list_local_sessions(sessions: &LocalSessions, spec: &Bson, now: DateTime) -> Result<Vec<Document>> {
+pub fn list_local_sessions(
+    sessions: &LocalSessions,
+    spec: &Bson,
+    now: DateTime,
+) -> Result<Vec<Document>> {
     let Bson::Document(spec) = spec else {
         return Err(CommandError::type_mismatch(format!(
             "$listLocalSessions options must be a document, not {}",

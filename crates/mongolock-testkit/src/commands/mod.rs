@@ -16,6 +16,7 @@ pub mod indexes;
 pub mod local_sessions;
 pub mod session;
 pub mod ttl;
+pub mod views;
 pub mod write;
 
 use bson::{Bson, DateTime, Document, doc};

@@ -231,6 +231,7 @@ pub fn insert(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         &["documents", "ordered", "bypassDocumentValidation"],
     )?;
     let name = args::collection_name(cmd, "insert")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "insert")?;
     let documents = args::array(cmd, "insert", "documents")?;
@@ -338,6 +339,7 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         &["updates", "ordered", "bypassDocumentValidation", "let"],
     )?;
     let name = args::collection_name(cmd, "update")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "update")?;
     let statements = args::array(cmd, "update", "updates")?;
@@ -407,6 +409,7 @@ pub fn run_delete(
 pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "delete", &["deletes", "ordered", "let"])?;
     let name = args::collection_name(cmd, "delete")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "delete")?;
     let statements = args::array(cmd, "delete", "deletes")?;

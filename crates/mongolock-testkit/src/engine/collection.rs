@@ -48,6 +48,20 @@ impl Collection {
         }
     }
 
+    /// A collection that is not in the catalog, holding `docs` as they are (a view's
+    /// documents, which may lack `_id` or repeat one): for reading only.
+    pub fn scratch(db: &str, name: &str, changes: Arc<ChangeLog>, docs: Vec<Document>) -> Self {
+        let mut coll = Self::new(db, name, changes);
+        for (record, doc) in (1u64..).zip(docs) {
+            if let Some(id) = doc.get("_id") {
+                coll.ids.entry(OrdBson(id.clone())).or_insert(record);
+            }
+            coll.records.insert(record, doc);
+        }
+        coll.next_record = coll.records.len() as u64 + 1;
+        coll
+    }
+
     /// Number of documents.
     pub fn len(&self) -> usize {
         self.records.len()
@@ -77,7 +91,8 @@ impl Collection {
                 Bson::Array(_) | Bson::RegularExpression(_) => false,
                 _ => true,
             };
-            if plain {
+            // A scratch collection may hold documents the `_id` map does not cover.
+            if plain && self.ids.len() == self.records.len() {
                 return self
                     .ids
                     .get(&OrdBson(id.clone()))

@@ -88,7 +88,9 @@ fn check_target(db: &str, coll: &str) -> Result<()> {
     if ["admin", "config", "local"].contains(&db) {
         return Err(CommandError::new(
             codes::INVALID_NAMESPACE,
-            format!("Invalid target namespace: {db}.{coll} (writing to the {db} database is not supported by this emulator)"),
+            format!(
+                "Invalid target namespace: {db}.{coll} (writing to the {db} database is not supported by this emulator)"
+            ),
         ));
     }
     Ok(())
@@ -104,7 +106,11 @@ impl Output {
             .ok_or_else(|| CommandError::internal("output stage"))?;
         match spec {
             (name, spec) if name == "$out" => parse_out(spec, db),
-            (_, spec) => Ok(Output::Merge(Box::new(parse_merge(spec, db, command_vars)?))),
+            (_, spec) => Ok(Output::Merge(Box::new(parse_merge(
+                spec,
+                db,
+                command_vars,
+            )?))),
         }
     }
 
@@ -165,6 +171,7 @@ fn write_out(ctx: &Ctx<'_>, db: &str, coll: &str, results: Vec<Document>) -> Res
         .into_iter()
         .map(prepare_for_insert)
         .collect::<Result<Vec<_>>>()?;
+    crate::commands::views::refuse_view(ctx, db, coll)?;
     let catalog = &ctx.state.catalog;
     if catalog.get(db, coll).is_none() {
         // Build the new contents aside first, so that a failing $out leaves no collection.
@@ -440,6 +447,7 @@ impl Merge {
     }
 
     fn write(&self, ctx: &Ctx<'_>, eval: &EvalContext, results: Vec<Document>) -> Result<()> {
+        crate::commands::views::refuse_view(ctx, &self.db, &self.coll)?;
         let catalog = &ctx.state.catalog;
         let mut target = catalog.get(&self.db, &self.coll);
         match &target {
