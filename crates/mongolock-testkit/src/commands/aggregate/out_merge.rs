@@ -455,7 +455,9 @@ impl Merge {
             None => self.check_unique_index(None)?,
         }
         for doc in results {
-            let doc = if self.on_is_id() {
+            // A missing `_id` is generated when `on` is `_id` (after the `on` checks, so an
+            // array `_id` is the `on` error, as in mongod).
+            let doc = if self.on_is_id() && !doc.contains_key("_id") {
                 prepare_for_insert(doc)?
             } else {
                 doc
