@@ -12,7 +12,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::commands::cursor::Cursors;
+use crate::commands::local_sessions::LocalSessions;
 use crate::commands::session::Sessions;
+use crate::commands::views::Views;
 use crate::commands::{self, ConnectionInfo, Outcome};
 use crate::engine::changes::ChangeLog;
 use crate::engine::collection::Catalog;
@@ -96,6 +98,8 @@ impl TestServerBuilder {
             clock,
             cursors: Cursors::default(),
             sessions: Sessions::default(),
+            local_sessions: LocalSessions::default(),
+            views: Views::default(),
             fail_points: FailPoints::default(),
             next_connection_id: AtomicI64::new(1),
             shutdown: shutdown_rx,
@@ -133,6 +137,10 @@ pub struct ServerState {
     pub cursors: Cursors,
     /// Logical sessions and their retryable-write history.
     pub sessions: Sessions,
+    /// The logical sessions commands used, for `$listLocalSessions`.
+    pub local_sessions: LocalSessions,
+    /// Read-only views, by database and name.
+    pub views: Views,
     /// `failCommand` and `onPrimaryTransactionalWrite`.
     pub fail_points: FailPoints,
     next_connection_id: AtomicI64,

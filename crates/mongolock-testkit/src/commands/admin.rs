@@ -3,7 +3,7 @@
 
 use bson::{Bson, Document, doc};
 
-use super::{Ctx, args, handshake, session};
+use super::{Ctx, args, handshake, session, views};
 use crate::engine::EvalContext;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::matcher::Matcher;
@@ -34,6 +34,7 @@ pub fn end_sessions(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             lsids.push(session::lsid_bytes(lsid)?);
         }
     }
+    ctx.state.local_sessions.end(&lsids);
     ctx.state.sessions.end(lsids);
     Ok(Document::new())
 }
@@ -106,6 +107,14 @@ pub fn list_collections(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let batch_size = cursor_batch_size(cmd, "listCollections")?;
     let eval = EvalContext::at(ctx.now);
     let mut out = Vec::new();
+    for entry in views::list_entries(ctx, name_only) {
+        if let Some(filter) = &filter
+            && !filter.matches(&entry, &eval)?
+        {
+            continue;
+        }
+        out.push(entry);
+    }
     for (name, coll) in ctx.state.catalog.collections(ctx.db) {
         let entry = if name_only {
             doc! {"name": name, "type": "collection"}
@@ -149,13 +158,39 @@ pub fn cursor_batch_size(cmd: &Document, command: &str) -> Result<Option<usize>>
 
 /// `create`.
 pub fn create(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
-    args::check_fields(cmd, "create", &["changeStreamPreAndPostImages"])?;
+    args::check_fields(
+        cmd,
+        "create",
+        &[
+            "viewOn",
+            "pipeline",
+            "collation",
+            "changeStreamPreAndPostImages",
+        ],
+    )?;
     let name = args::collection_name(cmd, "create")?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
+    super::write::check_collation(cmd.get("collation"))?;
     let images = cmd
         .get("changeStreamPreAndPostImages")
         .map(|v| super::collection_admin::pre_and_post_images_option("create", v))
         .transpose()?;
+    if cmd.contains_key("viewOn") || cmd.contains_key("pipeline") {
+        if images.is_some() {
+            return Err(CommandError::new(
+                codes::INVALID_OPTIONS,
+                "option not supported on a view: changeStreamPreAndPostImages",
+            ));
+        }
+        views::create_view(ctx, &name, cmd)?;
+        return Ok(Document::new());
+    }
+    if ctx.state.views.get(ctx.db, &name).is_some() {
+        return Err(CommandError::new(
+            codes::NAMESPACE_EXISTS,
+            format!("Namespace already exists: {}.{name}", ctx.db),
+        ));
+    }
     let coll = ctx.state.catalog.create(ctx.db, &name)?;
     if let Some(enabled) = images {
         coll.lock().pre_and_post_images = enabled;
@@ -169,6 +204,9 @@ pub fn drop(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let name = args::collection_name(cmd, "drop")?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ns = format!("{}.{name}", ctx.db);
+    if ctx.state.views.drop_view(ctx.db, &name) {
+        return Ok(Document::new());
+    }
     match ctx.state.catalog.drop_collection(ctx.db, &name) {
         Some(coll) => {
             let indexes = coll.lock().indexes().len() as i32;
@@ -184,6 +222,7 @@ pub fn drop_database(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "dropDatabase", &[])?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     ctx.state.catalog.drop_database(ctx.db);
+    ctx.state.views.drop_database(ctx.db);
     Ok(doc! {"dropped": ctx.db})
 }
 

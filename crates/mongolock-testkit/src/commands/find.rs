@@ -113,7 +113,7 @@ pub fn find(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let single_batch = args::opt_bool(cmd, "find", "singleBatch")?.unwrap_or(false);
     let eval = ctx.eval_context(cmd, "find")?;
     let ns = format!("{}.{name}", ctx.db);
-    let results = match ctx.state.catalog.get(ctx.db, &name) {
+    let results = match super::views::read_source(ctx, &name)? {
         None => {
             Matcher::parse(&filter)?;
             Vec::new()
@@ -159,7 +159,7 @@ pub fn count(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         .map(i64::unsigned_abs)
         .filter(|l| *l > 0);
     let eval = EvalContext::at(ctx.now);
-    let matched = match ctx.state.catalog.get(ctx.db, &name) {
+    let matched = match super::views::read_source(ctx, &name)? {
         None => 0,
         Some(coll) => {
             let coll = coll.lock();
@@ -217,7 +217,7 @@ pub fn distinct(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         .cloned()
         .unwrap_or_default();
     let eval = EvalContext::at(ctx.now);
-    let docs = match ctx.state.catalog.get(ctx.db, &name) {
+    let docs = match super::views::read_source(ctx, &name)? {
         None => Vec::new(),
         Some(coll) => {
             let coll = coll.lock();

@@ -29,6 +29,7 @@ const FIELDS: &[&str] = &[
 pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "findAndModify", FIELDS)?;
     let name = args::collection_name(cmd, "findAndModify")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     check_collation(cmd.get("collation"))?;
     let empty = Document::new();

@@ -14,6 +14,7 @@ pub fn create_indexes(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         &["indexes", "commitQuorum", "ignoreUnknownIndexOptions"],
     )?;
     let name = args::collection_name(cmd, "createIndexes")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let specs = args::array(cmd, "createIndexes", "indexes")?;
     if specs.is_empty() {
@@ -61,6 +62,7 @@ pub fn list_indexes(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         &["cursor", "includeBuildUUIDs", "includeIndexBuildInfo"],
     )?;
     let name = args::collection_name(cmd, "listIndexes")?;
+    super::views::refuse_write(ctx, &name)?;
     let batch_size = admin::cursor_batch_size(cmd, "listIndexes")?;
     let ns = format!("{}.{name}", ctx.db);
     let coll = ctx.state.catalog.get(ctx.db, &name).ok_or_else(|| {
@@ -80,6 +82,7 @@ pub fn list_indexes(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
 pub fn drop_indexes(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "dropIndexes", &["index"])?;
     let name = args::collection_name(cmd, "dropIndexes")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ns = format!("{}.{name}", ctx.db);
     let coll = ctx.state.catalog.get(ctx.db, &name).ok_or_else(|| {

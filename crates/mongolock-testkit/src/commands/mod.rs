@@ -14,8 +14,10 @@ pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
 pub mod indexes;
+pub mod local_sessions;
 pub mod session;
 pub mod ttl;
+pub mod views;
 pub mod write;
 
 use bson::{Bson, DateTime, Document, doc};
@@ -257,6 +259,7 @@ fn prepare(
     {
         conn.app_name = Some(app);
     }
+    state.local_sessions.touch(cmd, state.clock.now());
     if let (Some(lsid), Some(txn)) = (session::lsid_key(cmd)?, cmd.get("txnNumber")) {
         let txn = match txn {
             Bson::Int64(n) => *n,

@@ -100,7 +100,7 @@ pub struct UpdateStatement<'a> {
     pub upsert: bool,
     /// Update every match, not only the first.
     pub multi: bool,
-    /// Which match is first (findAndModify's `sort`, 8.0's update `sort`).
+    /// Which match is first (findAndModify's `sort`; 7.0 has no update `sort`).
     pub sort: Option<SortSpec>,
 }
 
@@ -231,6 +231,7 @@ pub fn insert(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         &["documents", "ordered", "bypassDocumentValidation"],
     )?;
     let name = args::collection_name(cmd, "insert")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "insert")?;
     let documents = args::array(cmd, "insert", "documents")?;
@@ -274,9 +275,24 @@ const UPDATE_STATEMENT_FIELDS: &[&str] = &[
     "hint",
     "collation",
     "c",
-    "sort",
     "upsertSupplied",
 ];
+
+/// Update statements' fields are parsed with the whole command, as mongod's IDL does: an
+/// unknown one (such as 8.0's `sort`, which 7.0 does not know) fails the command.
+fn check_update_statement_fields(statements: &[Bson], command: &str) -> Result<()> {
+    for raw in statements.iter().filter_map(Bson::as_document) {
+        for field in raw.keys() {
+            if !UPDATE_STATEMENT_FIELDS.contains(&field.as_str()) {
+                return Err(CommandError::new(
+                    codes::UNKNOWN_BSON_FIELD,
+                    format!("BSON field '{command}.updates.{field}' is an unknown field."),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
 
 fn parse_update_statement<'a>(raw: &'a Document, command: &str) -> Result<UpdateStatement<'a>> {
     for field in raw.keys() {
@@ -305,21 +321,13 @@ fn parse_update_statement<'a>(raw: &'a Document, command: &str) -> Result<Update
             "multi update is not supported for replacement-style update",
         ));
     }
-    let sort = args::opt_document(raw, "update.updates", "sort")?
-        .map(SortSpec::parse)
-        .transpose()?;
-    if sort.is_some() && multi {
-        return Err(CommandError::failed_to_parse(
-            "Cannot specify sort with multi=true",
-        ));
-    }
     Ok(UpdateStatement {
         filter,
         matcher: Matcher::parse(filter)?,
         update,
         upsert: args::opt_bool(raw, "update.updates", "upsert")?.unwrap_or(false),
         multi,
-        sort,
+        sort: None,
     })
 }
 
@@ -331,9 +339,11 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         &["updates", "ordered", "bypassDocumentValidation", "let"],
     )?;
     let name = args::collection_name(cmd, "update")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "update")?;
     let statements = args::array(cmd, "update", "updates")?;
+    check_update_statement_fields(statements, "update")?;
     if statements.is_empty() {
         return Err(CommandError::new(
             codes::INVALID_LENGTH,
@@ -399,6 +409,7 @@ pub fn run_delete(
 pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "delete", &["deletes", "ordered", "let"])?;
     let name = args::collection_name(cmd, "delete")?;
+    super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "delete")?;
     let statements = args::array(cmd, "delete", "deletes")?;

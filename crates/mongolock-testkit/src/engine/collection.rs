@@ -78,6 +78,20 @@ impl Collection {
         self.ns = format!("{db}.{name}");
     }
 
+    /// A collection that is not in the catalog, holding `docs` as they are (a view's
+    /// documents, which may lack `_id` or repeat one): for reading only.
+    pub fn scratch(db: &str, name: &str, changes: Arc<ChangeLog>, docs: Vec<Document>) -> Self {
+        let mut coll = Self::new(db, name, changes);
+        for (record, doc) in (1u64..).zip(docs) {
+            if let Some(id) = doc.get("_id") {
+                coll.ids.entry(OrdBson(id.clone())).or_insert(record);
+            }
+            coll.records.insert(record, doc);
+        }
+        coll.next_record = coll.records.len() as u64 + 1;
+        coll
+    }
+
     /// Number of documents.
     pub fn len(&self) -> usize {
         self.records.len()
@@ -107,7 +121,8 @@ impl Collection {
                 Bson::Array(_) | Bson::RegularExpression(_) => false,
                 _ => true,
             };
-            if plain {
+            // A scratch collection may hold documents the `_id` map does not cover.
+            if plain && self.ids.len() == self.records.len() {
                 return self
                     .ids
                     .get(&OrdBson(id.clone()))
@@ -191,6 +206,39 @@ impl Collection {
         let pre_image = self.pre_and_post_images.then(|| doc.clone());
         self.record(ChangeKind::Delete { id, pre_image });
         Some(doc)
+    }
+
+    /// Replaces every document at once, keeping the indexes (`$out` onto an existing
+    /// collection). The new contents are checked against every unique index first: on error
+    /// nothing changes. The collection gets a new UUID, as the temporary collection mongod's
+    /// `$out` renames over the target does. No change events are recorded here.
+    pub fn replace_all(&mut self, docs: Vec<Document>) -> Result<()> {
+        let mut records = BTreeMap::new();
+        let mut ids = BTreeMap::new();
+        let mut indexes: Vec<Index> = self.indexes.iter().map(Index::emptied).collect();
+        for (record, doc) in (1u64..).zip(docs) {
+            let id = doc
+                .get("_id")
+                .cloned()
+                .ok_or_else(|| CommandError::internal("document without _id reached storage"))?;
+            if ids.contains_key(&OrdBson(id.clone())) {
+                return Err(indexes[0].duplicate_key_error(&self.ns, &[OrdBson(id)]));
+            }
+            for index in &indexes[1..] {
+                index.check_unique(&doc, record, &self.ns)?;
+            }
+            for index in &mut indexes[1..] {
+                index.add(&doc, record);
+            }
+            ids.insert(OrdBson(id), record);
+            records.insert(record, doc);
+        }
+        self.next_record = records.len() as u64 + 1;
+        self.records = records;
+        self.ids = ids;
+        self.indexes = indexes;
+        self.uuid = Uuid::new();
+        Ok(())
     }
 
     /// The indexes, `_id_` first.

@@ -87,6 +87,7 @@ enum Op {
     IndexOfArray,
     Slice,
     SetUnion,
+    Rand,
 }
 
 #[derive(Debug, Clone)]
@@ -341,6 +342,7 @@ fn arity(op: Op) -> Option<(usize, usize)> {
             Some((1, 1))
         }
         IndexOfArray => Some((2, 4)),
+        Rand => Some((0, 0)),
         Slice => Some((2, 3)),
         Add | Multiply | Max | Min | Sum | Avg | ConcatArrays | MergeObjects | Concat
         | SetUnion => None,
@@ -507,6 +509,15 @@ impl Scope {
             "$getField" => return self.parse_get_field(arg),
             "$setField" => return self.parse_set_field(arg),
             "$dateToString" => return self.parse_date_to_string(arg),
+            "$rand" => {
+                let Bson::Document(d) = arg else {
+                    return Err(err(10065, "invalid parameter: expected an object ($rand)"));
+                };
+                if !d.is_empty() {
+                    return Err(err(3040501, "$rand does not currently accept arguments"));
+                }
+                return Ok(Node::Op(Op::Rand, Vec::new()));
+            }
             _ => {}
         }
         let Some(op) = op_by_name(name) else {
@@ -1500,6 +1511,7 @@ impl<'a> Env<'a> {
                 }
                 Ok(Some(Bson::Array(out)))
             }
+            Rand => Ok(Some(Bson::Double(rand::random::<f64>()))),
             SetUnion => {
                 let mut out: Vec<Bson> = Vec::new();
                 // Operands are evaluated lazily: the first null one ends the evaluation.
@@ -2520,9 +2532,32 @@ mod tests {
     }
 
     #[test]
+    fn rand_is_a_fresh_double_in_unit_interval() {
+        let e = Expr::parse(&bson!({"$rand": {}})).unwrap();
+        let values: Vec<f64> = (0..20)
+            .map(|_| match e.eval(&doc! {}, &ctx()).unwrap() {
+                Some(Bson::Double(x)) => x,
+                other => panic!("$rand gave {other:?}"),
+            })
+            .collect();
+        assert!(values.iter().all(|x| (0.0..1.0).contains(x)));
+        assert!(values.iter().any(|x| *x != values[0]));
+    }
+
+    #[test]
     fn parse_errors_have_mongod_shapes() {
         let cases: Vec<(Bson, i32, &str)> = vec![
             (bson!({"$foo": 1}), 168, "Unrecognized expression '$foo'"),
+            (
+                bson!({"$rand": 1}),
+                10065,
+                "invalid parameter: expected an object ($rand)",
+            ),
+            (
+                bson!({"$rand": {"a": 1}}),
+                3040501,
+                "$rand does not currently accept arguments",
+            ),
             (
                 bson!({"$add": 1, "b": 1}),
                 15983,

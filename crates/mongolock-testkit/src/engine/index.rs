@@ -167,6 +167,14 @@ impl Index {
         })
     }
 
+    /// The same index with no entries, to build over other documents.
+    pub fn emptied(&self) -> Index {
+        Index {
+            entries: BTreeMap::new(),
+            ..self.clone()
+        }
+    }
+
     /// Whether `other` describes the same index (same key and options).
     pub fn same_spec(&self, other: &Index) -> bool {
         super::compare::compare_documents(&self.key, &other.key).is_eq()

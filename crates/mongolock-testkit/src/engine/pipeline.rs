@@ -2,7 +2,9 @@
 //!
 //! Supported stages: `$match`, `$project`, `$addFields`/`$set`, `$unset`, `$replaceRoot`,
 //! `$replaceWith`, `$unwind`, `$group`, `$sort`, `$skip`, `$limit`, `$count` and
-//! `$sortByCount`. Any other stage name fails with code 40324.
+//! `$sortByCount`. Any other stage name fails with code 40324. `$out` and `$merge` write to
+//! the catalog, so the `aggregate` command runs them itself (`commands/aggregate/out_merge.rs`);
+//! here they are refused.
 
 // `CommandError` (owned by `engine::error`) is large; every fallible function here returns it.
 
@@ -1029,6 +1031,10 @@ fn unwind(u: &Unwind, docs: Vec<Document>, out: &mut Vec<Document>) {
     }
 }
 
+fn is_output_stage_name(name: &str) -> bool {
+    name == "$out" || name == "$merge"
+}
+
 const UPDATE_STAGES: [&str; 6] = [
     "$addFields",
     "$set",
@@ -1075,6 +1081,15 @@ impl Pipeline {
     fn parse_update_inner(stages: &[Bson], vars: Vars<'_>) -> Result<Pipeline> {
         let mut parsed = Vec::with_capacity(stages.len());
         for s in stages {
+            // `$out` and `$merge` are aggregate-only (the command runs them, with the catalog).
+            if let Some(name) = s.as_document().and_then(|d| d.keys().next())
+                && is_output_stage_name(name)
+            {
+                return Err(err(
+                    72,
+                    format!("{name} is not allowed to be used within an update"),
+                ));
+            }
             let (name, stage) = parse_stage(s, vars)?;
             if !UPDATE_STAGES.contains(&name.as_str()) {
                 return Err(err(
@@ -1800,6 +1815,8 @@ mod tests {
             bson!({"$group": {"_id": null}}),
             bson!({"$limit": 1}),
             bson!({"$unwind": "$a"}),
+            bson!({"$out": "x"}),
+            bson!({"$merge": {"into": "x"}}),
         ] {
             let name = stage.as_document().unwrap().keys().next().unwrap().clone();
             let e = Pipeline::parse_update(&[stage]).unwrap_err();

@@ -210,16 +210,13 @@ impl Update {
         match self {
             Update::Operators(ops) => ops.apply(doc, ctx),
             Update::Replacement(replacement) => {
-                validate_document_for_storage(replacement)?;
+                validate_replacement(replacement)?;
                 replace_keeping_id(doc, replacement)
             }
             Update::Pipeline(pipeline) => {
                 let result = pipeline.apply_update(doc, ctx.eval)?;
-                // Pipeline results may hold top-level `$` fields (made with `$setField`);
-                // only `_id` is checked.
-                if let Some(id) = result.get("_id") {
-                    check_id_type(id)?;
-                }
+                // Pipeline results may hold top-level `$` fields (made with `$setField`).
+                validate_document_for_storage(&result)?;
                 replace_keeping_id(doc, &result)
             }
         }
@@ -258,22 +255,28 @@ fn replace_keeping_id(doc: &mut Document, replacement: &Document) -> Result<bool
     Ok(changed)
 }
 
-/// Checks a document about to be stored by an update (replacement or pipeline result):
-/// no `$`-prefixed top-level field (code 52), an `_id` that is not an array, regex or
-/// undefined (code 53) and holds no `$`-prefixed field names (code 52).
+/// Checks a replacement document (an update's `u` without operators): since 5.0 only a
+/// replacement may not hold `$`-prefixed top-level fields (code 52); then the checks every
+/// stored document gets.
+pub fn validate_replacement(doc: &Document) -> Result<()> {
+    if let Some(k) = doc.keys().find(|k| k.starts_with('$')) {
+        return Err(err(
+            codes::DOLLAR_PREFIXED_FIELD_NAME,
+            format!(
+                "The dollar ($) prefixed field '{k}' in '{k}' is not allowed in the context of an update's replacement document. Consider using an aggregation pipeline with $replaceWith."
+            ),
+        ));
+    }
+    validate_document_for_storage(doc)
+}
+
+/// Checks a document about to be stored by an update: an `_id` that is not an array, regex
+/// or undefined (code 53) and holds no `$`-prefixed field names (code 52). Since 5.0,
+/// `$`-prefixed top-level fields are allowed (an update pipeline makes them with
+/// `$setField`); only a replacement document may not hold them ([`validate_replacement`]).
 pub fn validate_document_for_storage(doc: &Document) -> Result<()> {
-    for (k, v) in doc {
-        if k.starts_with('$') {
-            return Err(err(
-                codes::DOLLAR_PREFIXED_FIELD_NAME,
-                format!(
-                    "The dollar ($) prefixed field '{k}' in '{k}' is not allowed in the context of an update's replacement document. Consider using an aggregation pipeline with $replaceWith."
-                ),
-            ));
-        }
-        if k == "_id" {
-            check_id_type(v)?;
-        }
+    if let Some(id) = doc.get("_id") {
+        check_id_type(id)?;
     }
     Ok(())
 }
@@ -313,16 +316,11 @@ fn check_id_subfields(v: &Bson) -> Result<()> {
 }
 
 /// Checks a document about to be inserted, with the insert path's wording (code 2):
-/// "Document can't have $ prefixed field names: $x", "can't use an array for _id",
-/// "can't use a regex for _id", "can't use a undefined for _id"; and `$`-prefixed names
-/// inside an `_id` document (code 52).
+/// "can't use an array for _id", "can't use a regex for _id", "can't use a undefined for
+/// _id"; and `$`-prefixed names inside an `_id` document (code 52). Since 5.0, other
+/// `$`-prefixed field names (top-level or nested) are allowed in inserted documents.
 pub fn validate_document_for_insert(doc: &Document) -> Result<()> {
     for (k, v) in doc {
-        if k.starts_with('$') {
-            return Err(CommandError::bad_value(format!(
-                "Document can't have $ prefixed field names: {k}"
-            )));
-        }
         if k == "_id" {
             let what = match v {
                 Bson::Array(_) => "an array",

@@ -1510,10 +1510,12 @@ fn storage_validation() {
         53,
         "The '_id' value cannot be of type regex",
     );
+    assert!(validate_document_for_insert(&doc! {"a": 1, "$x": 1}).is_ok());
+    assert!(validate_document_for_storage(&doc! {"_id": 1, "$x": 1}).is_ok());
     assert_err(
-        validate_document_for_insert(&doc! {"a": 1, "$x": 1}),
-        2,
-        "Document can't have $ prefixed field names: $x",
+        validate_replacement(&doc! {"a": 1, "$x": 1}),
+        52,
+        "The dollar ($) prefixed field '$x' in '$x' is not allowed in the context of an update's replacement document. Consider using an aggregation pipeline with $replaceWith.",
     );
     assert_err(
         validate_document_for_insert(&doc! {"_id": [1]}),
