@@ -13,6 +13,7 @@ use bson::{Bson, Document, doc};
 use parking_lot::{Mutex, RwLock};
 
 use super::Ctx;
+use crate::engine::changes::ChangeKind;
 use crate::engine::collection::{Collection, CollectionRef};
 use crate::engine::compare::type_alias;
 use crate::engine::error::{CommandError, Result, codes};
@@ -159,6 +160,15 @@ pub fn create_view(ctx: &Ctx<'_>, name: &str, cmd: &Document) -> Result<()> {
             None => break,
         }
     }
+    // mongod records view creation in the oplog too; expanded change streams report it.
+    ctx.state.catalog.changes.append(
+        ctx.db,
+        name,
+        None,
+        ChangeKind::Create {
+            description: doc! {"viewOn": view_on.clone(), "pipeline": pipeline.clone()},
+        },
+    );
     views.insert(key, ViewDef { view_on, pipeline });
     Ok(())
 }
