@@ -87,6 +87,8 @@ enum Op {
     IndexOfArray,
     Slice,
     SetUnion,
+    AllElementsTrue,
+    AnyElementTrue,
     Rand,
 }
 
@@ -326,6 +328,8 @@ fn op_by_name(name: &str) -> Option<Op> {
         "$indexOfArray" => Op::IndexOfArray,
         "$slice" => Op::Slice,
         "$setUnion" => Op::SetUnion,
+        "$allElementsTrue" => Op::AllElementsTrue,
+        "$anyElementTrue" => Op::AnyElementTrue,
         _ => return None,
     })
 }
@@ -338,9 +342,8 @@ fn arity(op: Op) -> Option<(usize, usize)> {
             Some((2, 2))
         }
         Not | Abs | Floor | Ceil | ToLong | ToInt | ToDouble | ToDate | ToString | ToBool
-        | ToObjectId | Type | IsArray | IsNumber | Size | First | Last | ToLower | ToUpper => {
-            Some((1, 1))
-        }
+        | ToObjectId | Type | IsArray | IsNumber | Size | First | Last | ToLower | ToUpper
+        | AllElementsTrue | AnyElementTrue => Some((1, 1)),
         IndexOfArray => Some((2, 4)),
         Rand => Some((0, 0)),
         Slice => Some((2, 3)),
@@ -1512,6 +1515,30 @@ impl<'a> Env<'a> {
                 Ok(Some(Bson::Array(out)))
             }
             Rand => Ok(Some(Bson::Double(rand::random::<f64>()))),
+            AllElementsTrue | AnyElementTrue => {
+                let (name, code) = if op == AllElementsTrue {
+                    ("$allElementsTrue", 17040)
+                } else {
+                    ("$anyElementTrue", 17041)
+                };
+                match self.eval(&args[0])? {
+                    Some(Bson::Array(items)) => {
+                        let mut truths = items.iter().map(|v| truthy(Some(v)));
+                        Ok(Some(Bson::Boolean(if op == AllElementsTrue {
+                            truths.all(|t| t)
+                        } else {
+                            truths.any(|t| t)
+                        })))
+                    }
+                    v => Err(err(
+                        code,
+                        format!(
+                            "{name}'s argument must be an array, but is {}",
+                            type_name(&v)
+                        ),
+                    )),
+                }
+            }
             SetUnion => {
                 let mut out: Vec<Bson> = Vec::new();
                 // Operands are evaluated lazily: the first null one ends the evaluation.
@@ -2318,6 +2345,12 @@ mod tests {
             (bson!({"$type": "$missing"}), bson!("missing")),
             (bson!({"$type": "$l"}), bson!("long")),
             (bson!({"$type": [[1]]}), bson!("array")),
+            (bson!({"$allElementsTrue": [[1, true, "x"]]}), bson!(true)),
+            (bson!({"$allElementsTrue": [[1, 0]]}), bson!(false)),
+            (bson!({"$allElementsTrue": [[]]}), bson!(true)),
+            (bson!({"$anyElementTrue": [[0, null, false]]}), bson!(false)),
+            (bson!({"$anyElementTrue": [[0, [0]]]}), bson!(true)),
+            (bson!({"$anyElementTrue": [[]]}), bson!(false)),
             (bson!({"$isArray": "$arr"}), bson!(true)),
             (bson!({"$isArray": ["$s"]}), bson!(false)),
             (bson!({"$isNumber": "$b"}), bson!(true)),
@@ -2877,6 +2910,16 @@ mod tests {
                 bson!({"$setUnion": [[1], 2]}),
                 17043,
                 "All operands of $setUnion must be arrays. One argument is of type: int",
+            ),
+            (
+                bson!({"$allElementsTrue": [5]}),
+                17040,
+                "$allElementsTrue's argument must be an array, but is int",
+            ),
+            (
+                bson!({"$anyElementTrue": ["$missing"]}),
+                17041,
+                "$anyElementTrue's argument must be an array, but is missing",
             ),
         ];
         for (expr, code, msg) in cases {
