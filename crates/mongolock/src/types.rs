@@ -336,7 +336,6 @@ impl Holder {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-#[must_use = "a grant carries the fencing token to pass to what the lock protects"]
 pub struct Grant {
     pub(crate) holder: Holder,
     pub(crate) new: bool,
