@@ -1,0 +1,79 @@
+//! Dropping a call's future at any point leaves a state that repeating the call (same lock
+//! id) or unlocking resolves: a grant made by a dropped acquire is found again, never lost.
+
+mod common;
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+
+use common::env;
+use mongolock::{Filter, LockDetails};
+
+/// Polls `future` `polls` times (yielding in between, so the I/O can progress), then drops it.
+async fn poll_then_drop<F: Future>(future: F, polls: usize) -> bool {
+    let mut future = pin!(future);
+    for _ in 0..polls {
+        let ready = std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+            Poll::Ready(_) => Poll::Ready(true),
+            Poll::Pending => Poll::Ready(false),
+        })
+        .await;
+        if ready {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    false
+}
+
+// Each round uses its own resource: a command whose future was dropped may still reach the
+// server later, and must not disturb the next round.
+
+#[tokio::test]
+async fn a_dropped_acquire_is_resolved_by_asking_again() {
+    let Some(env) = env("cancel_acquire").await else {
+        return;
+    };
+    let locks = &env.locks;
+    for polls in 0..40 {
+        let (resource, id) = (format!("r{polls}"), format!("attempt-{polls}"));
+        let completed =
+            poll_then_drop(locks.xlock(&resource, &id, LockDetails::default()), polls).await;
+        // Whatever happened, the same lock id gets the lock (the earlier grant, or a new one)...
+        let grant = locks
+            .xlock(&resource, &id, LockDetails::default())
+            .await
+            .unwrap();
+        if completed {
+            assert!(!grant.is_new(), "the completed attempt holds it");
+        }
+        // ...and unlocking releases that one lock.
+        let released = locks.unlock(&id).await.unwrap();
+        assert_eq!(released.len(), 1, "after {polls} polls");
+        assert_eq!(released[0].fencing_token(), grant.fencing_token());
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_unlock_is_completed_by_unlocking_again() {
+    let Some(env) = env("cancel_unlock").await else {
+        return;
+    };
+    let locks = &env.locks;
+    for polls in 0..40 {
+        let id = format!("g{polls}");
+        locks
+            .xlock(&format!("a{polls}"), &id, LockDetails::default())
+            .await
+            .unwrap();
+        locks
+            .slock(&format!("b{polls}"), &id, LockDetails::default(), None)
+            .await
+            .unwrap();
+        poll_then_drop(locks.unlock(&id), polls).await;
+        locks.unlock(&id).await.unwrap();
+        let left = locks.status(&Filter::default().lock_id(&id)).await.unwrap();
+        assert!(left.is_empty(), "after {polls} polls: {left:?}");
+    }
+}
