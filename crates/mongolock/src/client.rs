@@ -11,7 +11,12 @@ use crate::error::{Error, Result};
 use crate::types::{Filter, Grant, LockDetails, LockStatus};
 use crate::{AcquireRequest, Attempt};
 
-/// How long an idle resource document is kept by default before the TTL index deletes it.
+/// How long an idle resource document is kept by default before the TTL index deletes it:
+/// one day.
+///
+/// ```
+/// assert_eq!(mongolock::DEFAULT_RETENTION.as_secs(), 86_400);
+/// ```
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Locks stored in one MongoDB collection: one document per resource.

@@ -13,6 +13,13 @@ use bson::DateTime;
 use crate::types::Holder;
 
 /// A `Result` whose error is this crate's [`Error`].
+///
+/// ```
+/// fn check(details: &mongolock::LockDetails) -> mongolock::Result<()> {
+///     details.validate()
+/// }
+/// assert!(check(&Default::default()).is_ok());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An error from a lock operation.
@@ -46,6 +53,20 @@ struct Inner {
 }
 
 /// What went wrong. New kinds may be added in minor releases.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+/// use mongolock::{ErrorKind, LockDetails};
+///
+/// locks.xlock("report", "job-1", LockDetails::default()).await?;
+/// match locks.xlock("report", "job-2", LockDetails::default()).await {
+///     Err(e) if matches!(e.kind(), ErrorKind::AlreadyLocked { .. }) => {} // try later
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ErrorKind {

@@ -15,13 +15,34 @@ use crate::error::{Error, Result};
 /// The longest resource name or lock id accepted, in bytes of UTF-8.
 ///
 /// Both are indexed (the resource is the document's `_id`), and index keys should stay small.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+/// let too_long = "r".repeat(mongolock::MAX_ID_LEN + 1);
+/// let error = locks.xlock(&too_long, "id", Default::default()).await.unwrap_err();
+/// assert!(matches!(error.kind(), mongolock::ErrorKind::InvalidArgument { argument: "resource", .. }));
+/// # }
+/// ```
 pub const MAX_ID_LEN: usize = 512;
 
 /// The longest owner or host accepted, in bytes of UTF-8.
+///
+/// ```
+/// let details = mongolock::LockDetails::default().owner("o".repeat(mongolock::MAX_LABEL_LEN + 1));
+/// assert!(details.validate().is_err());
+/// ```
 pub const MAX_LABEL_LEN: usize = 1024;
 
 /// The longest TTL accepted: 100 years (of 365 days). It keeps `$$NOW + ttl` far inside the
 /// range of a BSON date and of the server's date arithmetic.
+///
+/// ```
+/// use mongolock::{LockDetails, MAX_TTL};
+/// assert!(LockDetails::default().ttl(MAX_TTL).validate().is_ok());
+/// assert!(LockDetails::default().ttl(MAX_TTL * 2).validate().is_err());
+/// ```
 pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
 /// Which kind of lock an entry is.
@@ -276,43 +297,154 @@ pub struct Holder {
 
 impl Holder {
     /// The locked resource.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert_eq!(holder.resource(), "report");
+    /// # Ok(()) }
+    /// ```
     pub fn resource(&self) -> &str {
         &self.resource
     }
     /// The lock id (the group this lock belongs to).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert_eq!(holder.lock_id(), "job-1");
+    /// # Ok(()) }
+    /// ```
     pub fn lock_id(&self) -> &str {
         &self.lock_id
     }
     /// Exclusive or shared.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert_eq!(holder.kind(), mongolock::LockKind::Exclusive);
+    /// # Ok(()) }
+    /// ```
     pub fn kind(&self) -> LockKind {
         self.kind
     }
     /// The owner given when the lock was taken.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert_eq!(holder.owner(), Some("me"));
+    /// # Ok(()) }
+    /// ```
     pub fn owner(&self) -> Option<&str> {
         self.owner.as_deref()
     }
     /// The host given (or defaulted) when the lock was taken.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert_eq!(holder.host(), Some("h"));
+    /// # Ok(()) }
+    /// ```
     pub fn host(&self) -> Option<&str> {
         self.host.as_deref()
     }
     /// The fencing token of this grant: greater than every token granted before on this
     /// resource.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert!(holder.fencing_token() > 0);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> i64 {
         self.token
     }
     /// When the lock was granted (server time).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert!(holder.created_at() <= holder.renewed_at());
+    /// # Ok(()) }
+    /// ```
     pub fn created_at(&self) -> DateTime {
         self.created_at
     }
     /// When the lock was last granted or renewed (server time).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert_eq!(holder.renewed_at(), holder.created_at()); // not renewed yet
+    /// # Ok(()) }
+    /// ```
     pub fn renewed_at(&self) -> DateTime {
         self.renewed_at
     }
     /// When the lock ends unless renewed (server time); `None` for a lock without TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// let expires = holder.expires_at().unwrap();
+    /// assert_eq!(expires.timestamp_millis() - holder.renewed_at().timestamp_millis(), 30_000);
+    /// # Ok(()) }
+    /// ```
     pub fn expires_at(&self) -> Option<DateTime> {
         self.expires_at
     }
     /// The TTL of the last grant or renewal; `None` for a lock without TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let holder = locks.xlock("report", "job-1", details).await?.holder().clone();
+    /// assert_eq!(holder.ttl(), Some(Duration::from_secs(30)));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(&self) -> Option<Duration> {
         self.ttl
     }
@@ -344,31 +476,109 @@ pub struct Grant {
 impl Grant {
     /// The fencing token: pass it to whatever the lock protects, which should reject a token
     /// lower than the highest it has seen.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// let token = grant.fencing_token(); // send it along with every protected write
+    /// assert!(token > 0);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> i64 {
         self.holder.token
     }
     /// The locked resource.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// assert_eq!(grant.resource(), "report");
+    /// # Ok(()) }
+    /// ```
     pub fn resource(&self) -> &str {
         &self.holder.resource
     }
     /// The lock id.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// assert_eq!(grant.lock_id(), "job-1");
+    /// # Ok(()) }
+    /// ```
     pub fn lock_id(&self) -> &str {
         &self.holder.lock_id
     }
     /// Exclusive or shared.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// assert_eq!(grant.kind(), mongolock::LockKind::Exclusive);
+    /// # Ok(()) }
+    /// ```
     pub fn kind(&self) -> LockKind {
         self.holder.kind
     }
     /// When the lock ends unless renewed (server time); `None` without TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// assert!(grant.expires_at().is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn expires_at(&self) -> Option<DateTime> {
         self.holder.expires_at
     }
     /// Whether this attempt created the lock (`false`: the lock id already held it and the
     /// existing grant was returned unchanged).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// assert!(grant.is_new());
+    /// # Ok(()) }
+    /// ```
     pub fn is_new(&self) -> bool {
         self.new
     }
     /// The stored entry.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// assert_eq!(grant.holder().ttl(), Some(Duration::from_secs(30)));
+    /// # Ok(()) }
+    /// ```
     pub fn holder(&self) -> &Holder {
         &self.holder
     }
@@ -404,49 +614,181 @@ pub struct LockStatus {
 
 impl LockStatus {
     /// The locked resource.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.resource(), "report");
+    /// # Ok(()) }
+    /// ```
     pub fn resource(&self) -> &str {
         &self.holder.resource
     }
     /// The lock id.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.lock_id(), "job-1");
+    /// # Ok(()) }
+    /// ```
     pub fn lock_id(&self) -> &str {
         &self.holder.lock_id
     }
     /// Exclusive or shared.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.kind(), mongolock::LockKind::Exclusive);
+    /// # Ok(()) }
+    /// ```
     pub fn kind(&self) -> LockKind {
         self.holder.kind
     }
     /// The owner.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.owner(), Some("me"));
+    /// # Ok(()) }
+    /// ```
     pub fn owner(&self) -> Option<&str> {
         self.holder.owner.as_deref()
     }
     /// The host.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.host(), Some("h"));
+    /// # Ok(()) }
+    /// ```
     pub fn host(&self) -> Option<&str> {
         self.holder.host.as_deref()
     }
     /// When the lock was granted (server time).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.created_at(), grant.holder().created_at());
+    /// # Ok(()) }
+    /// ```
     pub fn created_at(&self) -> DateTime {
         self.holder.created_at
     }
     /// When the lock was last granted or renewed (server time).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.renewed_at(), grant.holder().renewed_at());
+    /// # Ok(()) }
+    /// ```
     pub fn renewed_at(&self) -> DateTime {
         self.holder.renewed_at
     }
     /// The time left before the server ends the lock, as computed by the server when it
     /// answered; zero once expired; `None` for a lock without TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert!(status.ttl_remaining().unwrap() <= Duration::from_secs(30));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl_remaining(&self) -> Option<Duration> {
         self.remaining
     }
     /// Whether the lock had expired when the server answered. An expired lock blocks nobody;
     /// it stays visible until an acquire on its resource or [`purge`](crate::LockClient::purge)
     /// clears it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert!(!status.is_expired());
+    /// # Ok(()) }
+    /// ```
     pub fn is_expired(&self) -> bool {
         self.expired
     }
     /// The fencing token of the grant.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.fencing_token(), grant.fencing_token());
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> i64 {
         self.holder.token
     }
     /// The stored entry.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use std::time::Duration;
+    /// # let details = mongolock::LockDetails::default().owner("me").host("h").ttl(Duration::from_secs(30));
+    /// # let grant = locks.xlock("report", "job-1", details).await?;
+    /// # let status = locks.status(&mongolock::Filter::default()).await?.remove(0);
+    /// assert_eq!(status.holder(), grant.holder());
+    /// # Ok(()) }
+    /// ```
     pub fn holder(&self) -> &Holder {
         &self.holder
     }

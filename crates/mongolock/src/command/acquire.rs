@@ -113,22 +113,48 @@ impl AcquireRequest {
     }
 
     /// The resource.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// assert_eq!(request.resource(), "report");
+    /// ```
     pub fn resource(&self) -> &str {
         &self.resource
     }
     /// The lock id.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// assert_eq!(request.lock_id(), "job-1");
+    /// ```
     pub fn lock_id(&self) -> &str {
         &self.lock_id
     }
     /// The kind of lock asked for.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// assert_eq!(request.kind(), mongolock::LockKind::Shared);
+    /// ```
     pub fn kind(&self) -> LockKind {
         self.kind
     }
     /// The cap on live shared locks, for a shared request.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// assert_eq!(request.max_shared(), Some(3));
+    /// ```
     pub fn max_shared(&self) -> Option<u32> {
         self.max_shared
     }
     /// This attempt's nonce.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// let resent = request.clone();
+    /// assert_eq!(resent.nonce_value(), request.nonce_value());
+    /// ```
     pub fn nonce_value(&self) -> Nonce {
         self.nonce
     }
@@ -173,6 +199,22 @@ pub enum Attempt {
 }
 
 /// Who stood in the way of an acquire attempt, as the server saw them.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+/// use std::time::Duration;
+/// use mongolock::{AcquireRequest, Attempt, LockDetails};
+///
+/// locks.xlock("report", "job-1", LockDetails::default().ttl(Duration::from_secs(30))).await?;
+/// let request = AcquireRequest::exclusive("report", "job-2", LockDetails::default());
+/// if let Attempt::Contended(contention) = locks.acquire(&request).await? {
+///     // A waiter sleeps until about then (server time), instead of guessing.
+///     assert!(contention.free_at().is_some());
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Contention {
     resource: String,
@@ -182,15 +224,51 @@ pub struct Contention {
 
 impl Contention {
     /// The contended resource.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use mongolock::{AcquireRequest, Attempt, LockDetails};
+    /// # locks.xlock("report", "job-1", LockDetails::default()).await?;
+    /// # let request = AcquireRequest::exclusive("report", "job-2", LockDetails::default());
+    /// # let Attempt::Contended(contention) = locks.acquire(&request).await? else { unreachable!() };
+    /// assert_eq!(contention.resource(), "report");
+    /// # Ok(()) }
+    /// ```
     pub fn resource(&self) -> &str {
         &self.resource
     }
     /// The live holders that stand in the way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use mongolock::{AcquireRequest, Attempt, LockDetails};
+    /// # locks.xlock("report", "job-1", LockDetails::default()).await?;
+    /// # let request = AcquireRequest::exclusive("report", "job-2", LockDetails::default());
+    /// # let Attempt::Contended(contention) = locks.acquire(&request).await? else { unreachable!() };
+    /// assert_eq!(contention.holders()[0].lock_id(), "job-1");
+    /// # Ok(()) }
+    /// ```
     pub fn holders(&self) -> &[Holder] {
         &self.holders
     }
     /// When, in server time, the holders' leases end unless renewed: the earliest moment a
     /// new attempt could succeed. `None` when a blocking holder has no TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # use mongolock::{AcquireRequest, Attempt, LockDetails};
+    /// # locks.xlock("report", "job-1", LockDetails::default()).await?;
+    /// # let request = AcquireRequest::exclusive("report", "job-2", LockDetails::default());
+    /// # let Attempt::Contended(contention) = locks.acquire(&request).await? else { unreachable!() };
+    /// assert_eq!(contention.free_at(), None); // job-1 has no TTL
+    /// # Ok(()) }
+    /// ```
     pub fn free_at(&self) -> Option<bson::DateTime> {
         self.free_at
     }
