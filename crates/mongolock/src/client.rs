@@ -329,6 +329,35 @@ impl LockClient {
         command::release::release(self, grant).await
     }
 
+    /// Releases the lock that `request` created, if this very attempt (its nonce) was granted;
+    /// a grant the lock id held before the attempt is left alone. One round trip. Returns
+    /// whether this call removed a lock.
+    ///
+    /// This resolves an attempt whose outcome is unknown (its future was dropped, its
+    /// connection failed) without knowing the fencing token it may have been given.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, the lock may or may not have been released; calling again
+    /// is harmless.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"));
+    /// use mongolock::{AcquireRequest, LockDetails};
+    ///
+    /// let request = AcquireRequest::exclusive("a", "job", LockDetails::default());
+    /// let attempt = locks.acquire(&request); // suppose this future gets dropped mid-flight
+    /// # let _ = attempt.await?;
+    /// assert!(locks.release_attempt(&request).await?, "it had been granted");
+    /// assert!(!locks.release_attempt(&request).await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_attempt(&self, request: &AcquireRequest) -> Result<bool> {
+        command::release::release_attempt(self, request).await
+    }
+
     /// Renews every live lock of `lock_id`: each expires `ttl` after now, by the server's
     /// clock. Returns the renewed locks, newest first. Two round trips: one `updateMany`
     /// pipeline, one read.

@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::task::Poll;
 
 use common::env;
-use mongolock::{Filter, LockDetails};
+use mongolock::{AcquireRequest, Attempt, Filter, LockDetails};
 
 /// Polls `future` `polls` times (yielding in between, so the I/O can progress), then drops it.
 async fn poll_then_drop<F: Future>(future: F, polls: usize) -> bool {
@@ -76,4 +76,51 @@ async fn a_dropped_unlock_is_completed_by_unlocking_again() {
         let left = locks.status(&Filter::default().lock_id(&id)).await.unwrap();
         assert!(left.is_empty(), "after {polls} polls: {left:?}");
     }
+}
+
+#[tokio::test]
+async fn a_dropped_attempt_can_be_released_by_its_nonce() {
+    let Some(env) = env("cancel_attempt").await else {
+        return;
+    };
+    let locks = &env.locks;
+    for polls in 0..40 {
+        let resource = format!("r{polls}");
+        let request = AcquireRequest::exclusive(&resource, "job", LockDetails::default());
+        poll_then_drop(locks.acquire(&request), polls).await;
+        locks.release_attempt(&request).await.unwrap();
+        // The dropped command may still reach the server after that release. Asking again
+        // with the same nonce finds the attempt's own grant or makes it anew; either way it
+        // is this attempt's, and releasing it by nonce works.
+        let Attempt::Granted(grant) = locks.acquire(&request).await.unwrap() else {
+            panic!("nobody else uses {resource}")
+        };
+        assert!(grant.is_new(), "after {polls} polls");
+        assert!(
+            locks.release_attempt(&request).await.unwrap(),
+            "after {polls} polls"
+        );
+    }
+}
+
+#[tokio::test]
+async fn releasing_an_attempt_leaves_an_earlier_grant_alone() {
+    let Some(env) = env("cancel_attempt_earlier").await else {
+        return;
+    };
+    let locks = &env.locks;
+    let first = AcquireRequest::exclusive("r", "job", LockDetails::default());
+    let Attempt::Granted(grant) = locks.acquire(&first).await.unwrap() else {
+        panic!()
+    };
+    let second = AcquireRequest::exclusive("r", "job", LockDetails::default());
+    let Attempt::Granted(same) = locks.acquire(&second).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(same.fencing_token(), grant.fencing_token());
+    assert!(
+        !locks.release_attempt(&second).await.unwrap(),
+        "the second attempt created nothing"
+    );
+    assert!(locks.release_attempt(&first).await.unwrap());
 }

@@ -14,16 +14,18 @@
 //!                  multi: true }]
 //! ```
 //!
-//! Release of one grant, on the wire (1 round trip):
+//! Release of one grant (or of one acquire attempt, by lock id and nonce), on the wire
+//! (1 round trip):
 //!
 //! ```text
 //! findAndModify: <collection>, query: { _id: <resource> }, new: false,
-//!   update: [ { $replaceWith: <the document without {lockId, token}> } ]
+//!   update: [ { $replaceWith: <the document without {lockId, token} (or {lockId, nonce})> } ]
 //! ```
 
 use bson::{Bson, Document, bson, doc};
 use mongodb::options::ReturnDocument;
 
+use crate::AcquireRequest;
 use crate::client::LockClient;
 use crate::command::status;
 use crate::error::{Error, Result};
@@ -35,25 +37,47 @@ pub(crate) fn entry_key(resource: &str, lock_id: &str, token: i64) -> Bson {
     bson!({ "r": resource, "l": lock_id, "t": token })
 }
 
-/// The pipeline that removes every entry whose key is in `keys` from a document.
-pub(crate) fn remove_pipeline(keys: Vec<Bson>) -> Vec<Document> {
-    let keys = literal(keys);
-    let keep = |entry: &str| {
-        bson!({ "$not": [{ "$in": [
-            { "r": "$_id", "l": format!("{entry}.lockId"), "t": format!("{entry}.token") },
-            keys.clone(),
-        ]}]})
-    };
+/// The pipeline that removes every entry for which `matches(entry)` (an expression over the
+/// entry at a path such as `"$exclusive"` or `"$$e"`) is true.
+fn remove_where(matches: impl Fn(&str) -> Bson) -> Vec<Document> {
     let exclusive = bson!({ "$cond": [
-        { "$and": [{ "$eq": [{ "$type": "$exclusive" }, "object"] }, keep("$exclusive")] },
+        { "$and": [
+            { "$eq": [{ "$type": "$exclusive" }, "object"] },
+            { "$not": [matches("$exclusive")] },
+        ]},
         "$exclusive",
         null,
     ]});
-    let shared = bson!({ "$filter": { "input": schema::shared_or_empty(), "as": "e", "cond": keep("$$e") } });
+    let shared = bson!({ "$filter": {
+        "input": schema::shared_or_empty(), "as": "e", "cond": { "$not": [matches("$$e")] },
+    }});
     let fence = bson!({ "$ifNull": ["$fence", 0_i64] });
     vec![schema::replace_if_lock_document(schema::lock_document(
         fence, exclusive, shared,
     ))]
+}
+
+/// The pipeline that removes every entry whose key is in `keys` from a document.
+pub(crate) fn remove_pipeline(keys: Vec<Bson>) -> Vec<Document> {
+    let keys = literal(keys);
+    remove_where(|entry| {
+        bson!({ "$in": [
+            { "r": "$_id", "l": format!("{entry}.lockId"), "t": format!("{entry}.token") },
+            keys.clone(),
+        ]})
+    })
+}
+
+/// The pipeline that removes the entry an acquire attempt created, by lock id and nonce.
+pub(crate) fn remove_attempt_pipeline(request: &AcquireRequest) -> Vec<Document> {
+    let lock_id = literal(request.lock_id.as_str());
+    let nonce = literal(request.nonce.0);
+    remove_where(|entry| {
+        bson!({ "$and": [
+            { "$eq": [format!("{entry}.lockId"), lock_id.clone()] },
+            { "$eq": [format!("{entry}.nonce"), nonce.clone()] },
+        ]})
+    })
 }
 
 /// Removes the entries of `statuses` (which the caller read first) with one `updateMany`.
@@ -115,6 +139,30 @@ pub(crate) async fn release(client: &LockClient, grant: &Grant) -> Result<bool> 
         removed,
         "released"
     );
+    Ok(removed)
+}
+
+/// Releases the lock an acquire attempt created, if it did; true if this call removed it.
+pub(crate) async fn release_attempt(client: &LockClient, request: &AcquireRequest) -> Result<bool> {
+    request.validate()?;
+    let before = client
+        .collection
+        .find_one_and_update(
+            doc! { "_id": &request.resource },
+            remove_attempt_pipeline(request),
+        )
+        .return_document(ReturnDocument::Before)
+        .write_concern(client.write_concern.clone())
+        .await
+        .map_err(Error::database)?;
+    let Some(before) = before else {
+        return Ok(false);
+    };
+    let document = schema::decode_document(&before)?;
+    let removed = document
+        .entries()
+        .any(|h| h.lock_id == request.lock_id && h.nonce == Some(request.nonce.0));
+    tracing::debug!(resource = %request.resource, lock_id = %request.lock_id, removed, "attempt released");
     Ok(removed)
 }
 
