@@ -239,7 +239,8 @@ impl fmt::Debug for Error {
         let mut d = f.debug_struct("Error");
         d.field("kind", &self.inner.kind);
         if let Some(source) = &self.inner.source {
-            d.field("source", source);
+            // The driver's Display: its Debug dumps the raw server reply.
+            d.field("source", &format_args!("{source}"));
         }
         d.finish()
     }
