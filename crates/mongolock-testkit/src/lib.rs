@@ -1,4 +1,14 @@
-//! A MongoDB wire-protocol emulator for testing mongolock.
 #![doc = include_str!("../README.md")]
+// Command errors carry the reply fields mongod sends (extra info, labels); they are built
+// on the error path only, so their size costs nothing where it matters.
+#![allow(clippy::result_large_err)]
 
+pub mod commands;
 pub mod engine;
+pub mod faults;
+pub mod server;
+pub mod wire;
+
+pub use faults::clock::Clock;
+pub use faults::proxy::FaultProxy;
+pub use server::{TestServer, TestServerBuilder};

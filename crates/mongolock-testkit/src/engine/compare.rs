@@ -83,7 +83,10 @@ pub fn as_f64(value: &Bson) -> Option<f64> {
 
 /// Whether a value is one of the BSON number types.
 pub fn is_number(value: &Bson) -> bool {
-    matches!(value, Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_))
+    matches!(
+        value,
+        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_)
+    )
 }
 
 fn compare_numbers(a: &Bson, b: &Bson) -> Ordering {
@@ -105,15 +108,15 @@ fn compare_numbers(a: &Bson, b: &Bson) -> Ordering {
         (false, true) => Ordering::Greater,
         (false, false) => {
             // An integer against a double: compare exactly when the double is integral and in range.
-            if let (Some(i), false) = (int(a), y.fract() != 0.0) {
-                if y.abs() < 9.2e18 {
-                    return i.cmp(&(y as i64));
-                }
+            if let (Some(i), false) = (int(a), y.fract() != 0.0)
+                && y.abs() < 9.2e18
+            {
+                return i.cmp(&(y as i64));
             }
-            if let (Some(j), false) = (int(b), x.fract() != 0.0) {
-                if x.abs() < 9.2e18 {
-                    return (x as i64).cmp(&j);
-                }
+            if let (Some(j), false) = (int(b), x.fract() != 0.0)
+                && x.abs() < 9.2e18
+            {
+                return (x as i64).cmp(&j);
             }
             x.partial_cmp(&y).unwrap_or(Ordering::Equal)
         }
@@ -142,12 +145,14 @@ pub fn compare(a: &Bson, b: &Bson) -> Ordering {
         (Bson::ObjectId(x), Bson::ObjectId(y)) => x.bytes().cmp(&y.bytes()),
         (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
         (Bson::DateTime(x), Bson::DateTime(y)) => x.timestamp_millis().cmp(&y.timestamp_millis()),
-        (Bson::Timestamp(x), Bson::Timestamp(y)) => {
-            x.time.cmp(&y.time).then_with(|| x.increment.cmp(&y.increment))
-        }
-        (Bson::RegularExpression(x), Bson::RegularExpression(y)) => {
-            x.pattern.cmp(&y.pattern).then_with(|| x.options.cmp(&y.options))
-        }
+        (Bson::Timestamp(x), Bson::Timestamp(y)) => x
+            .time
+            .cmp(&y.time)
+            .then_with(|| x.increment.cmp(&y.increment)),
+        (Bson::RegularExpression(x), Bson::RegularExpression(y)) => x
+            .pattern
+            .cmp(&y.pattern)
+            .then_with(|| x.options.cmp(&y.options)),
         (Bson::JavaScriptCode(x), Bson::JavaScriptCode(y)) => x.cmp(y),
         (Bson::JavaScriptCodeWithScope(x), Bson::JavaScriptCodeWithScope(y)) => x
             .code
@@ -182,7 +187,9 @@ pub fn compare_documents(a: &Document, b: &Document) -> Ordering {
 
 fn compare_arrays(a: &[Bson], b: &[Bson]) -> Ordering {
     for (x, y) in a.iter().zip(b) {
-        let ord = canonical_rank(x).cmp(&canonical_rank(y)).then_with(|| compare(x, y));
+        let ord = canonical_rank(x)
+            .cmp(&canonical_rank(y))
+            .then_with(|| compare(x, y));
         if ord != Ordering::Equal {
             return ord;
         }
@@ -229,9 +236,18 @@ mod tests {
     fn numbers_compare_by_value_across_types() {
         assert!(values_equal(&Bson::Int32(1), &Bson::Double(1.0)));
         assert!(values_equal(&Bson::Int64(7), &Bson::Int32(7)));
-        assert_eq!(compare(&Bson::Int64(i64::MAX), &Bson::Int64(i64::MAX - 1)), Ordering::Greater);
-        assert_eq!(compare(&Bson::Double(f64::NAN), &Bson::Int32(-5)), Ordering::Less);
-        assert_eq!(compare(&Bson::Double(2.5), &Bson::Int32(2)), Ordering::Greater);
+        assert_eq!(
+            compare(&Bson::Int64(i64::MAX), &Bson::Int64(i64::MAX - 1)),
+            Ordering::Greater
+        );
+        assert_eq!(
+            compare(&Bson::Double(f64::NAN), &Bson::Int32(-5)),
+            Ordering::Less
+        );
+        assert_eq!(
+            compare(&Bson::Double(2.5), &Bson::Int32(2)),
+            Ordering::Greater
+        );
     }
 
     #[test]
@@ -249,7 +265,13 @@ mod tests {
             Bson::MaxKey,
         ];
         for pair in ordered.windows(2) {
-            assert_eq!(compare(&pair[0], &pair[1]), Ordering::Less, "{:?} < {:?}", pair[0], pair[1]);
+            assert_eq!(
+                compare(&pair[0], &pair[1]),
+                Ordering::Less,
+                "{:?} < {:?}",
+                pair[0],
+                pair[1]
+            );
         }
     }
 
@@ -257,9 +279,15 @@ mod tests {
     fn documents_and_arrays_compare_element_wise() {
         assert_eq!(compare(&bson!({"a": 1}), &bson!({"a": 2})), Ordering::Less);
         assert_eq!(compare(&bson!({"a": 1}), &bson!({"b": 1})), Ordering::Less);
-        assert_eq!(compare(&bson!({"a": 1}), &bson!({"a": 1, "b": 0})), Ordering::Less);
+        assert_eq!(
+            compare(&bson!({"a": 1}), &bson!({"a": 1, "b": 0})),
+            Ordering::Less
+        );
         assert_eq!(compare(&bson!([1, 2]), &bson!([1, 3])), Ordering::Less);
         assert_eq!(compare(&bson!([1, 2]), &bson!([1])), Ordering::Greater);
-        assert!(!values_equal(&bson!({"a": 1, "b": 2}), &bson!({"b": 2, "a": 1})));
+        assert!(!values_equal(
+            &bson!({"a": 1, "b": 2}),
+            &bson!({"b": 2, "a": 1})
+        ));
     }
 }

@@ -55,7 +55,7 @@ pub mod codes {
     pub const DUPLICATE_KEY: i32 = 11000;
     pub const UNKNOWN_BSON_FIELD: i32 = 40415;
     pub const NO_QUERY_EXECUTION_PLANS: i32 = 291;
-    pub const INVALID_ID_FIELD_IN_UPDATE: i32 = 53;
+    pub const INVALID_LENGTH: i32 = 16;
 }
 
 /// The `codeName` mongod reports for a code; unknown codes get `Location<code>` as in mongod.
@@ -79,6 +79,7 @@ pub fn code_name(code: i32) -> String {
         26 => "NamespaceNotFound",
         27 => "IndexNotFound",
         28 => "PathNotViable",
+        34 => "CannotBackfillArray",
         40 => "ConflictingUpdateOperators",
         43 => "CursorNotFound",
         48 => "NamespaceExists",
@@ -104,12 +105,14 @@ pub fn code_name(code: i32) -> String {
         91 => "ShutdownInProgress",
         96 => "OperationFailed",
         100 => "UnsatisfiableWriteConcern",
+        111 => "NotExactValueField",
         112 => "WriteConflict",
         115 => "CommandNotSupported",
         121 => "DocumentValidationFailure",
         134 => "ReadConcernMajorityNotAvailableYet",
         136 => "CappedPositionLost",
         168 => "InvalidPipelineOperator",
+        241 => "ConversionFailure",
         189 => "PrimarySteppedDown",
         224 => "QueryFeatureNotAllowed",
         225 => "TransactionTooOld",
@@ -138,7 +141,12 @@ pub fn code_name(code: i32) -> String {
 impl CommandError {
     /// An error with `code` and message; the code name follows from the code.
     pub fn new(code: i32, errmsg: impl Into<String>) -> Self {
-        Self { code, errmsg: errmsg.into(), extra: Document::new(), labels: None }
+        Self {
+            code,
+            errmsg: errmsg.into(),
+            extra: Document::new(),
+            labels: None,
+        }
     }
 
     /// Code 2, `BadValue`.

@@ -1,9 +1,12 @@
 //! The document engine: comparison, matching, projection, sorting, expressions, updates and
 //! aggregation stages. Pure functions over `bson` values; storage and commands live elsewhere.
 
+pub mod changes;
+pub mod collection;
 pub mod compare;
 pub mod error;
 pub mod expr;
+pub mod index;
 pub mod matcher;
 pub mod pipeline;
 pub mod projection;
@@ -31,6 +34,10 @@ pub struct EvalContext {
 impl EvalContext {
     /// A context at time `now` with no cluster time and no user variables.
     pub fn at(now: DateTime) -> Self {
-        Self { now, cluster_time: None, vars: Document::new() }
+        Self {
+            now,
+            cluster_time: None,
+            vars: Document::new(),
+        }
     }
 }

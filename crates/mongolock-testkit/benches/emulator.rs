@@ -1,0 +1,148 @@
+//! The emulator under load: must not be the bottleneck of the lock benchmarks.
+//!
+//! Every group has a baseline in the same run (a `ping` round trip over the same
+//! connections), so the figures to read are ratios, not absolute times:
+//! - `find_and_modify/distinct` vs `find_and_modify/hot`: contention on one document;
+//! - `ping` vs `find_and_modify/*`: what the engine adds to a round trip;
+//! - `insert/streams_0` vs `insert/streams_32_idle` (32 open streams on another collection)
+//!   vs `insert/streams_32_consuming` (32 streams receiving every insert): what change
+//!   streams cost writers, with and without their events to deliver.
+
+// criterion_group! generates an undocumented public function.
+#![allow(missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use bson::{Document, doc};
+use criterion::{Criterion, criterion_group, criterion_main};
+use futures_util::StreamExt;
+use mongodb::Collection;
+use mongolock_testkit::TestServer;
+use tokio::runtime::Runtime;
+
+const TASKS: usize = 16;
+
+/// Runs `iters` operations spread over `TASKS` concurrent tasks; returns the wall time.
+async fn spread<F, Fut>(iters: u64, op: F) -> Duration
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let start = Instant::now();
+    let mut handles = Vec::with_capacity(TASKS);
+    for task in 0..TASKS {
+        let op = op.clone();
+        let share = iters / TASKS as u64 + u64::from((task as u64) < iters % TASKS as u64);
+        handles.push(tokio::spawn(async move {
+            for i in 0..share {
+                op(task, i).await;
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.expect("bench task");
+    }
+    start.elapsed()
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = Runtime::new().expect("runtime");
+    let server = runtime.block_on(TestServer::start()).expect("server");
+    let client = runtime.block_on(async {
+        let uri = format!("{}&maxPoolSize={TASKS}", server.uri());
+        mongodb::Client::with_uri_str(uri).await.expect("client")
+    });
+    let coll: Collection<Document> = client.database("bench").collection("locks");
+    runtime.block_on(async {
+        let docs: Vec<Document> = (0..TASKS as i32).map(|i| doc! {"_id": i, "n": 0}).collect();
+        coll.insert_many(docs).await.expect("seed");
+        coll.insert_one(doc! {"_id": "hot", "n": 0})
+            .await
+            .expect("seed");
+    });
+
+    let mut group = c.benchmark_group("emulator");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
+    let db = client.database("bench");
+    group.bench_function("ping", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let db = db.clone();
+            spread(iters, move |_, _| {
+                let db = db.clone();
+                async move {
+                    db.run_command(doc! {"ping": 1}).await.expect("ping");
+                }
+            })
+        })
+    });
+    for (name, hot) in [
+        ("find_and_modify/distinct", false),
+        ("find_and_modify/hot", true),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let coll = coll.clone();
+                spread(iters, move |task, _| {
+                    let coll = coll.clone();
+                    async move {
+                        let id = if hot {
+                            bson::Bson::from("hot")
+                        } else {
+                            bson::Bson::Int32(task as i32)
+                        };
+                        coll.find_one_and_update(
+                            doc! {"_id": id},
+                            vec![doc! {"$set": {"n": {"$add": ["$n", 1]}, "at": "$$NOW"}}],
+                        )
+                        .await
+                        .expect("findAndModify");
+                    }
+                })
+            })
+        });
+    }
+    for (label, streams, watched) in [
+        ("streams_0", 0usize, "events"),
+        ("streams_32_idle", 32, "other"),
+        ("streams_32_consuming", 32, "events"),
+    ] {
+        let watchers: Vec<_> = runtime.block_on(async {
+            let mut open = Vec::new();
+            for _ in 0..streams {
+                let mut stream = client
+                    .database("bench")
+                    .collection::<Document>(watched)
+                    .watch()
+                    .max_await_time(Duration::from_millis(200))
+                    .await
+                    .expect("watch");
+                open.push(tokio::spawn(async move {
+                    while stream.next().await.is_some() {}
+                }));
+            }
+            open
+        });
+        let events: Collection<Document> = client.database("bench").collection("events");
+        group.bench_function(format!("insert/{label}"), |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let events = events.clone();
+                spread(iters, move |_, _| {
+                    let events = events.clone();
+                    async move {
+                        events.insert_one(doc! {"x": 1}).await.expect("insert");
+                    }
+                })
+            })
+        });
+        for watcher in watchers {
+            watcher.abort();
+        }
+    }
+    group.finish();
+    runtime.block_on(server.shutdown());
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,72 @@
+//! `mongolock-testsrv`: the emulator as a process, for other languages' clients and the CLI.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use mongolock_testkit::TestServer;
+
+const USAGE: &str =
+    "usage: mongolock-testsrv [--port N] [--standalone] [--latency-ms N] [--ttl-monitor-secs N]";
+
+fn parse_number(flag: &str, value: Option<String>) -> Result<u64, String> {
+    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
+    value
+        .parse()
+        .map_err(|_| format!("{flag}: '{value}' is not a non-negative integer"))
+}
+
+fn main() -> ExitCode {
+    let mut builder = TestServer::builder();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let parsed = match arg.as_str() {
+            "--port" => parse_number("--port", args.next()).and_then(|p| {
+                u16::try_from(p)
+                    .map(|p| builder = builder.clone().port(p))
+                    .map_err(|_| "--port: out of range".to_string())
+            }),
+            "--standalone" => {
+                builder = builder.standalone(true);
+                Ok(())
+            }
+            "--latency-ms" => parse_number("--latency-ms", args.next())
+                .map(|ms| builder = builder.clone().latency(Duration::from_millis(ms))),
+            "--ttl-monitor-secs" => parse_number("--ttl-monitor-secs", args.next()).map(|s| {
+                builder = builder
+                    .clone()
+                    .ttl_monitor_interval(Duration::from_secs(s.max(1)))
+            }),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => Err(format!("unknown argument '{other}'")),
+        };
+        if let Err(message) = parsed {
+            eprintln!("mongolock-testsrv: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("mongolock-testsrv: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let server = match builder.start().await {
+            Ok(server) => server,
+            Err(error) => {
+                eprintln!("mongolock-testsrv: cannot listen: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("listening on {}", server.addr());
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = tokio::signal::ctrl_c().await;
+        server.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,390 @@
+//! The change log: every committed write, in commit order, for change streams.
+//!
+//! Collections append here while they hold their own lock, so the log's order is the commit
+//! order. It keeps a bounded window (like an oplog); a stream that resumes from before the
+//! window fails with `ChangeStreamHistoryLost`, as mongod does when the oplog rolled over.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use bson::{Bson, DateTime, Document, Timestamp, Uuid, doc};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::faults::clock::Clock;
+
+/// Events kept for resuming streams.
+const WINDOW: usize = 100_000;
+
+/// One step of a field path in an update description.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PathPart {
+    /// A field name.
+    Field(String),
+    /// An array index.
+    Index(usize),
+}
+
+/// A path as a list of steps; `updatedFields` shows it dotted.
+pub type FieldPath = Vec<PathPart>;
+
+/// `a.0.b` for a path.
+pub fn dotted(path: &[PathPart]) -> String {
+    path.iter()
+        .map(|p| match p {
+            PathPart::Field(f) => f.clone(),
+            PathPart::Index(i) => i.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Whether the dotted form of a path is ambiguous: it crosses an array index, or a field
+/// name that looks like a number or holds a dot (mongod's `disambiguatedPaths` rule).
+fn is_ambiguous(path: &[PathPart]) -> bool {
+    path.iter().any(|p| match p {
+        PathPart::Index(_) => true,
+        PathPart::Field(f) => {
+            f.contains('.') || (!f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()))
+        }
+    })
+}
+
+/// What an update changed, as the change stream's `updateDescription` tells it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateDescription {
+    /// Fields set (added or changed), with their new values.
+    pub updated: Vec<(FieldPath, Bson)>,
+    /// Fields removed.
+    pub removed: Vec<FieldPath>,
+    /// Arrays that shrank, with their new size.
+    pub truncated: Vec<(FieldPath, usize)>,
+}
+
+impl UpdateDescription {
+    /// The `updateDescription` document; `expanded` adds `disambiguatedPaths` (mongod does
+    /// so only for streams with `showExpandedEvents`).
+    pub fn to_document(&self, expanded: bool) -> Document {
+        let mut updated = Document::new();
+        for (path, value) in &self.updated {
+            updated.insert(dotted(path), value.clone());
+        }
+        let removed: Vec<Bson> = self.removed.iter().map(|p| dotted(p).into()).collect();
+        let truncated: Vec<Bson> = self
+            .truncated
+            .iter()
+            .map(|(p, size)| Bson::Document(doc! {"field": dotted(p), "newSize": *size as i32}))
+            .collect();
+        let mut out = doc! {
+            "updatedFields": updated,
+            "removedFields": removed,
+            "truncatedArrays": truncated,
+        };
+        if expanded {
+            let mut paths = Document::new();
+            let all = self
+                .updated
+                .iter()
+                .map(|(p, _)| p)
+                .chain(&self.removed)
+                .chain(self.truncated.iter().map(|(p, _)| p));
+            for path in all.filter(|p| is_ambiguous(p)) {
+                let parts: Vec<Bson> = path
+                    .iter()
+                    .map(|p| match p {
+                        PathPart::Field(f) => Bson::String(f.clone()),
+                        PathPart::Index(i) => Bson::Int32(*i as i32),
+                    })
+                    .collect();
+                paths.insert(dotted(path), parts);
+            }
+            out.insert("disambiguatedPaths", paths);
+        }
+        out
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone)]
+pub enum ChangeKind {
+    /// A document was inserted (also by an upsert).
+    Insert {
+        /// The new document.
+        doc: Document,
+    },
+    /// A document was modified by an update with operators or a pipeline.
+    Update {
+        /// The document's `_id`.
+        id: Bson,
+        /// What changed.
+        description: UpdateDescription,
+        /// The document before, when the collection records pre- and post-images.
+        pre_image: Option<Document>,
+        /// The document after, when the collection records pre- and post-images.
+        post_image: Option<Document>,
+    },
+    /// A document was replaced by a replacement update.
+    Replace {
+        /// The new document.
+        doc: Document,
+        /// The document before, when the collection records pre-images.
+        pre_image: Option<Document>,
+    },
+    /// A document was deleted (also by the TTL monitor).
+    Delete {
+        /// The document's `_id`.
+        id: Bson,
+        /// The document before, when the collection records pre-images.
+        pre_image: Option<Document>,
+    },
+    /// The collection was dropped.
+    Drop,
+    /// The database was dropped.
+    DropDatabase,
+    /// The collection was renamed.
+    Rename {
+        /// The new database.
+        to_db: String,
+        /// The new collection name.
+        to_coll: String,
+        /// The UUID of the collection `dropTarget` replaced, if one existed.
+        drop_target: Option<Uuid>,
+    },
+    /// A collection was created, explicitly or by a first write (expanded event).
+    Create {
+        /// `operationDescription`.
+        description: Document,
+    },
+    /// Indexes were built (expanded event).
+    CreateIndexes {
+        /// The index specifications.
+        indexes: Vec<Document>,
+    },
+    /// Indexes were dropped (expanded event).
+    DropIndexes {
+        /// The index specifications.
+        indexes: Vec<Document>,
+    },
+    /// `collMod` changed the collection's options (expanded event).
+    Modify {
+        /// `operationDescription`: the options given.
+        description: Document,
+    },
+}
+
+impl ChangeKind {
+    /// Whether only streams with `showExpandedEvents` see this event.
+    pub fn is_expanded(&self) -> bool {
+        matches!(
+            self,
+            ChangeKind::Create { .. }
+                | ChangeKind::CreateIndexes { .. }
+                | ChangeKind::DropIndexes { .. }
+                | ChangeKind::Modify { .. }
+        )
+    }
+}
+
+/// One committed change.
+#[derive(Debug, Clone)]
+pub struct ChangeEvent {
+    /// Position in the log; the resume token encodes it.
+    pub seq: u64,
+    /// The cluster time of the write.
+    pub cluster_time: Timestamp,
+    /// The server clock at the write.
+    pub wall_time: DateTime,
+    /// Database name.
+    pub db: String,
+    /// Collection name (empty for `DropDatabase`).
+    pub coll: String,
+    /// The collection's UUID (`collectionUUID` in expanded events), when there is one.
+    pub collection_uuid: Option<Uuid>,
+    /// What happened.
+    pub kind: ChangeKind,
+}
+
+/// The resume token of the event at `seq`: an opaque `{_data: hex}` that sorts in log order.
+pub fn resume_token(seq: u64) -> Document {
+    doc! {"_data": format!("{seq:016X}")}
+}
+
+/// The log position a resume token names, if it is one of ours.
+pub fn token_seq(token: &Document) -> Option<u64> {
+    let data = token.get_str("_data").ok()?;
+    u64::from_str_radix(data, 16).ok()
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    events: VecDeque<Arc<ChangeEvent>>,
+    /// Sequence number the next event gets; events start at 1.
+    next_seq: u64,
+}
+
+/// The server-wide change log.
+#[derive(Debug)]
+pub struct ChangeLog {
+    clock: Clock,
+    counter: AtomicU32,
+    inner: Mutex<Inner>,
+    appended: Notify,
+}
+
+impl ChangeLog {
+    /// An empty log reading time from `clock`.
+    pub fn new(clock: Clock) -> Self {
+        Self {
+            clock,
+            counter: AtomicU32::new(1),
+            inner: Mutex::new(Inner {
+                events: VecDeque::new(),
+                next_seq: 1,
+            }),
+            appended: Notify::new(),
+        }
+    }
+
+    /// The next cluster time: the clock's seconds and an increasing counter.
+    pub fn cluster_time(&self) -> Timestamp {
+        let secs = (self.clock.now().timestamp_millis() / 1000).max(0) as u32;
+        Timestamp {
+            time: secs,
+            increment: self.counter.fetch_add(1, Ordering::SeqCst),
+        }
+    }
+
+    /// Appends an event and wakes waiting streams.
+    pub fn append(&self, db: &str, coll: &str, collection_uuid: Option<Uuid>, kind: ChangeKind) {
+        let cluster_time = self.cluster_time();
+        let wall_time = self.clock.now();
+        {
+            let mut inner = self.inner.lock();
+            let seq = inner.next_seq;
+            inner.next_seq += 1;
+            inner.events.push_back(Arc::new(ChangeEvent {
+                seq,
+                cluster_time,
+                wall_time,
+                db: db.to_string(),
+                coll: coll.to_string(),
+                collection_uuid,
+                kind,
+            }));
+            if inner.events.len() > WINDOW {
+                inner.events.pop_front();
+            }
+        }
+        self.appended.notify_waiters();
+    }
+
+    /// The sequence number of the newest event (0 when none).
+    pub fn last_seq(&self) -> u64 {
+        self.inner.lock().next_seq - 1
+    }
+
+    /// The oldest sequence number still in the window.
+    pub fn first_seq(&self) -> u64 {
+        let inner = self.inner.lock();
+        inner.events.front().map_or(inner.next_seq, |e| e.seq)
+    }
+
+    /// The first sequence number whose cluster time is at or after `time`.
+    pub fn seq_at_time(&self, time: Timestamp) -> u64 {
+        let inner = self.inner.lock();
+        inner
+            .events
+            .iter()
+            .find(|e| {
+                (e.cluster_time.time, e.cluster_time.increment) >= (time.time, time.increment)
+            })
+            .map_or(inner.next_seq, |e| e.seq)
+    }
+
+    /// Events with `seq >= from`, at most `limit`.
+    pub fn read_from(&self, from: u64, limit: usize) -> Vec<Arc<ChangeEvent>> {
+        let inner = self.inner.lock();
+        let first = inner.events.front().map_or(inner.next_seq, |e| e.seq);
+        let skip = from.saturating_sub(first) as usize;
+        inner
+            .events
+            .iter()
+            .skip(skip)
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until an event is appended after this call started, or `timeout` passes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: waiting consumes nothing.
+    pub async fn wait_for_append(&self, since_seq: u64, timeout: std::time::Duration) {
+        let notified = self.appended.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.last_seq() > since_seq {
+            return;
+        }
+        let _ = tokio::time::timeout(timeout, notified).await;
+    }
+}
+
+/// What changed between two versions of a document, as mongod describes a pipeline-style
+/// update (`doc_diff`): sub-documents and arrays are compared element by element, so
+/// `updatedFields` names the innermost changed paths (`a.b`, `arr.3`), an array that shrank
+/// is reported in `truncatedArrays`, and a changed value of another type is set whole.
+///
+/// Operator updates are described the same way. That matches mongod for dotted `$set`,
+/// `$inc`, `$unset` and appending `$push`; where an operator replaces a whole sub-document
+/// or array (`$set: {a: {...}}`, `$pull`, `$pop`), mongod names the field itself while this
+/// names the inner paths that differ (the collection does not see the operators).
+pub fn diff(before: &Document, after: &Document) -> UpdateDescription {
+    let mut out = UpdateDescription::default();
+    diff_docs(before, after, &mut Vec::new(), &mut out);
+    out
+}
+
+fn diff_docs(
+    before: &Document,
+    after: &Document,
+    path: &mut FieldPath,
+    out: &mut UpdateDescription,
+) {
+    for key in before.keys() {
+        if !after.contains_key(key) {
+            path.push(PathPart::Field(key.clone()));
+            out.removed.push(path.clone());
+            path.pop();
+        }
+    }
+    for (key, value) in after {
+        path.push(PathPart::Field(key.clone()));
+        diff_values(before.get(key), value, path, out);
+        path.pop();
+    }
+}
+
+fn diff_values(
+    before: Option<&Bson>,
+    after: &Bson,
+    path: &mut FieldPath,
+    out: &mut UpdateDescription,
+) {
+    match (before, after) {
+        (Some(old), new) if old == new => {}
+        (Some(Bson::Document(old)), Bson::Document(new)) => diff_docs(old, new, path, out),
+        (Some(Bson::Array(old)), Bson::Array(new)) => {
+            for (i, value) in new.iter().enumerate() {
+                path.push(PathPart::Index(i));
+                diff_values(old.get(i), value, path, out);
+                path.pop();
+            }
+            if new.len() < old.len() {
+                out.truncated.push((path.clone(), new.len()));
+            }
+        }
+        (_, new) => out.updated.push((path.clone(), new.clone())),
+    }
+}

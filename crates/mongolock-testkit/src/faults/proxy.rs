@@ -1,0 +1,474 @@
+//! A TCP fault proxy in front of any MongoDB address.
+//!
+//! [`FaultProxy`] listens on a free port of 127.0.0.1 and forwards every connection to an
+//! upstream address, byte for byte. Tests put it between a lock holder and the server, then
+//! break the network on demand without stopping either side:
+//!
+//! - [`FaultProxy::add_latency`] delays every chunk of bytes in each direction;
+//! - [`FaultProxy::blackhole`] keeps connections open but lets nothing through, so clients
+//!   hang until their own timeouts fire;
+//! - [`FaultProxy::reset_connections`] aborts every current connection (TCP `RST`);
+//! - [`FaultProxy::refuse_new`] resets every new connection as soon as it is accepted;
+//! - [`FaultProxy::heal`] returns to plain forwarding.
+//!
+//! Faults apply at once to existing and new connections. The proxy speaks no MongoDB: it
+//! forwards whatever the client and server send.
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use mongolock_testkit::TestServer;
+//! use mongolock_testkit::faults::proxy::FaultProxy;
+//!
+//! let server = TestServer::start().await?;
+//! let proxy = FaultProxy::start(server.addr()).await?;
+//! let admin = proxy.client().database("admin");
+//! admin.run_command(bson::doc! {"ping": 1}).await?;
+//!
+//! proxy.blackhole();
+//! assert!(admin.run_command(bson::doc! {"ping": 1}).await.is_err());
+//!
+//! proxy.heal();
+//! admin.run_command(bson::doc! {"ping": 1}).await?;
+//! proxy.shutdown().await;
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+/// How long a client from [`FaultProxy::client`] waits to select the server.
+pub const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// A client's connect timeout, which also bounds its monitor's `hello` checks.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often a client's monitor checks the server (the driver's minimum).
+pub const HEARTBEAT_FREQUENCY: Duration = Duration::from_millis(500);
+
+/// Largest chunk read from one side before it is forwarded to the other.
+const CHUNK_SIZE: usize = 16 * 1024;
+/// Chunks read but not yet forwarded, per direction, before the proxy stops reading.
+const CHUNKS_IN_FLIGHT: usize = 16;
+
+/// The faults in force. Every connection watches it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Faults {
+    /// Delay of every chunk, in each direction.
+    latency: Duration,
+    /// Forward nothing.
+    blackhole: bool,
+    /// Reset new connections when they are accepted.
+    refuse_new: bool,
+    /// Bumped by [`FaultProxy::reset_connections`]: connections accepted under an older
+    /// generation are reset.
+    generation: u64,
+    /// The proxy is stopping.
+    shutdown: bool,
+}
+
+/// What the proxy handle, the accept loop and the connections share.
+#[derive(Debug)]
+struct Shared {
+    upstream: SocketAddr,
+    faults: watch::Sender<Faults>,
+    connections: AtomicUsize,
+}
+
+/// A TCP proxy that injects network faults between MongoDB clients and a server.
+///
+/// Fault controls take `&self`, so one proxy can be shared (for example in an `Arc`) between
+/// the test and the tasks it drives. Dropping the proxy, or [`FaultProxy::shutdown`], stops
+/// it and closes all its connections.
+///
+/// # Driver clients
+///
+/// The emulator (like a real replica-set member) names its own address in `hello`, so a
+/// driver told to discover a replica set would switch to that address and bypass the proxy.
+/// [`FaultProxy::uri`] and [`FaultProxy::client`] therefore use a *direct connection*, with
+/// short timeouts ([`SERVER_SELECTION_TIMEOUT`], [`CONNECT_TIMEOUT`],
+/// [`HEARTBEAT_FREQUENCY`]) so that operations fail within about two seconds when the proxy
+/// blocks them, instead of the driver's default thirty.
+#[derive(Debug)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept_task: Option<JoinHandle<()>>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy on a free port of 127.0.0.1 that forwards connections to `upstream`.
+    ///
+    /// The upstream address is only dialled when a client connects; if it cannot be reached
+    /// then, that client's connection is reset.
+    ///
+    /// # Errors
+    /// Binding the listener failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it completes leaves nothing running: the accept loop is
+    /// only spawned once the listener is bound.
+    pub async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let (faults, _) = watch::channel(Faults::default());
+        let shared = Arc::new(Shared {
+            upstream,
+            faults,
+            connections: AtomicUsize::new(0),
+        });
+        let accept_task = tokio::spawn(accept_loop(listener, shared.clone()));
+        Ok(FaultProxy {
+            addr,
+            shared,
+            accept_task: Some(accept_task),
+        })
+    }
+
+    /// The address the proxy listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address the proxy forwards to.
+    pub fn upstream(&self) -> SocketAddr {
+        self.shared.upstream
+    }
+
+    /// A connection string that reaches the upstream server through the proxy.
+    ///
+    /// It sets `directConnection=true`, so the driver never leaves the proxy's address for
+    /// the hosts the server advertises, and the same short timeouts as
+    /// [`FaultProxy::client_options`].
+    pub fn uri(&self) -> String {
+        format!(
+            "mongodb://{}/?directConnection=true&serverSelectionTimeoutMS={}\
+             &connectTimeoutMS={}&heartbeatFrequencyMS={}",
+            self.addr,
+            SERVER_SELECTION_TIMEOUT.as_millis(),
+            CONNECT_TIMEOUT.as_millis(),
+            HEARTBEAT_FREQUENCY.as_millis(),
+        )
+    }
+
+    /// Driver options for a client that goes through the proxy: a direct connection to
+    /// [`FaultProxy::addr`] with short timeouts ([`SERVER_SELECTION_TIMEOUT`],
+    /// [`CONNECT_TIMEOUT`], [`HEARTBEAT_FREQUENCY`]). Adjust them before building a client.
+    ///
+    /// With these settings an operation that the proxy blocks fails within about two
+    /// seconds: the client's monitor times out after [`CONNECT_TIMEOUT`], which makes the
+    /// driver interrupt operations in flight, and server selection gives up after
+    /// [`SERVER_SELECTION_TIMEOUT`].
+    pub fn client_options(&self) -> mongodb::options::ClientOptions {
+        mongodb::options::ClientOptions::builder()
+            .hosts(vec![mongodb::options::ServerAddress::Tcp {
+                host: self.addr.ip().to_string(),
+                port: Some(self.addr.port()),
+            }])
+            .direct_connection(true)
+            .server_selection_timeout(SERVER_SELECTION_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .heartbeat_freq(HEARTBEAT_FREQUENCY)
+            .build()
+    }
+
+    /// A new driver client, with its own connection pool, built from
+    /// [`FaultProxy::client_options`]. Call it inside a Tokio runtime.
+    ///
+    /// # Panics
+    /// Never in practice: the options are fixed and valid.
+    pub fn client(&self) -> mongodb::Client {
+        mongodb::Client::with_options(self.client_options())
+            .expect("fault proxy client options are valid")
+    }
+
+    /// Delays every chunk of bytes by `latency` in each direction, so a request and its
+    /// reply take at least twice `latency` longer. Replaces any latency set before;
+    /// `Duration::ZERO` removes it.
+    ///
+    /// Chunks are delayed from the moment the proxy reads them, so latency does not add up
+    /// over the chunks of one message. It applies at once to bytes already waiting in the
+    /// proxy and to every connection, old and new.
+    pub fn add_latency(&self, latency: Duration) {
+        self.shared.faults.send_modify(|f| f.latency = latency);
+    }
+
+    /// Stops forwarding in both directions while keeping every connection open, like a
+    /// network partition: clients hang until their own timeouts fire. New connections are
+    /// still accepted (and blackholed).
+    ///
+    /// Bytes that arrive meanwhile are held, not dropped (up to a bounded buffer, after
+    /// which TCP flow control pushes back on the sender), and so is the end of a stream:
+    /// [`FaultProxy::heal`] delivers them in order, as TCP does once a partition heals.
+    /// A client that gave up meanwhile has usually closed its connection, and then the
+    /// late reply is discarded along with it.
+    pub fn blackhole(&self) {
+        self.shared.faults.send_modify(|f| f.blackhole = true);
+    }
+
+    /// Aborts every current connection: both sides get a TCP reset (`RST`), so clients see
+    /// "connection reset" on their next read or write. Connections accepted afterwards are
+    /// not affected. The connections close on the proxy's tasks, so
+    /// [`FaultProxy::connection_count`] drops shortly after this returns.
+    pub fn reset_connections(&self) {
+        self.shared.faults.send_modify(|f| f.generation += 1);
+    }
+
+    /// Resets every new connection as soon as it is accepted, so new clients (and the
+    /// driver's new pooled and monitoring connections) cannot connect. Existing connections
+    /// keep working; combine with [`FaultProxy::reset_connections`] to cut a client off
+    /// completely.
+    pub fn refuse_new(&self) {
+        self.shared.faults.send_modify(|f| f.refuse_new = true);
+    }
+
+    /// Removes every fault: no latency, no blackhole, new connections accepted. Bytes held
+    /// by [`FaultProxy::blackhole`] are delivered. Connections already reset stay closed.
+    pub fn heal(&self) {
+        self.shared.faults.send_modify(|f| {
+            f.latency = Duration::ZERO;
+            f.blackhole = false;
+            f.refuse_new = false;
+        });
+    }
+
+    /// How many client connections the proxy holds open now. Refused connections do not
+    /// count.
+    pub fn connection_count(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Stops accepting, closes every connection and waits until all the proxy's tasks have
+    /// ended.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after it started still stops the proxy: the stop signal is sent
+    /// before the first await, and dropping the proxy aborts whatever is left.
+    pub async fn shutdown(mut self) {
+        self.shared.faults.send_modify(|f| f.shutdown = true);
+        if let Some(task) = self.accept_task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.shared.faults.send_modify(|f| f.shutdown = true);
+        if let Some(task) = self.accept_task.take() {
+            // The connection tasks live in the accept task's `JoinSet`, which aborts them
+            // when it is dropped.
+            task.abort();
+        }
+    }
+}
+
+/// Counts a connection while it is open.
+struct ConnectionGuard(Arc<Shared>);
+
+impl ConnectionGuard {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.connections.fetch_add(1, Ordering::SeqCst);
+        Self(shared.clone())
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut faults = shared.faults.subscribe();
+    let mut connections = JoinSet::new();
+    loop {
+        if faults.borrow_and_update().shutdown {
+            break;
+        }
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((client, _)) => {
+                    let now = *shared.faults.borrow();
+                    if now.shutdown {
+                        break;
+                    }
+                    if now.refuse_new {
+                        abort(client);
+                        continue;
+                    }
+                    let guard = ConnectionGuard::new(&shared);
+                    connections.spawn(serve(
+                        client,
+                        shared.upstream,
+                        now.generation,
+                        shared.faults.subscribe(),
+                        guard,
+                    ));
+                }
+                Err(error) => {
+                    // Usually out of file descriptors: back off instead of spinning.
+                    tracing::debug!(%error, "fault proxy: accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            changed = faults.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    drop(listener);
+    connections.shutdown().await;
+}
+
+/// Closes a connection with a TCP reset rather than an orderly `FIN`.
+fn abort(stream: TcpStream) {
+    // A zero linger makes `close` send RST and return at once; only a non-zero linger
+    // blocks (which is why Tokio deprecates `set_linger`).
+    #[allow(deprecated)]
+    let _ = stream.set_linger(Some(Duration::ZERO));
+    drop(stream);
+}
+
+/// Forwards one client connection until either side closes it or a reset is requested.
+async fn serve(
+    client: TcpStream,
+    upstream: SocketAddr,
+    generation: u64,
+    mut faults: watch::Receiver<Faults>,
+    _guard: ConnectionGuard,
+) {
+    let _ = client.set_nodelay(true);
+    let connected = tokio::select! {
+        connected = TcpStream::connect(upstream) => connected,
+        _ = reset_requested(&mut faults, generation) => {
+            abort(client);
+            return;
+        }
+    };
+    let mut server = match connected {
+        Ok(server) => server,
+        Err(error) => {
+            tracing::debug!(%error, %upstream, "fault proxy: upstream unreachable");
+            abort(client);
+            return;
+        }
+    };
+    let _ = server.set_nodelay(true);
+    let mut client = client;
+    let (upstream_faults, downstream_faults) = (faults.clone(), faults.clone());
+    let clean = {
+        let (client_read, client_write) = client.split();
+        let (server_read, server_write) = server.split();
+        let forward = async {
+            tokio::try_join!(
+                pump(client_read, server_write, upstream_faults),
+                pump(server_read, client_write, downstream_faults),
+            )
+        };
+        tokio::select! {
+            forwarded = forward => forwarded.is_ok(),
+            _ = reset_requested(&mut faults, generation) => false,
+        }
+    };
+    if !clean {
+        // A reset was requested, or one side failed: abort both so each peer sees it.
+        abort(client);
+        abort(server);
+    }
+}
+
+/// Completes when a reset newer than `generation` is requested.
+async fn reset_requested(faults: &mut watch::Receiver<Faults>, generation: u64) {
+    loop {
+        if faults.borrow_and_update().generation != generation {
+            return;
+        }
+        if faults.changed().await.is_err() {
+            // The proxy is gone; its drop aborts this task.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Forwards one direction: a reader fills a bounded queue of time-stamped chunks, a writer
+/// delivers each chunk once the faults allow it. Ends when the end of the stream has been
+/// forwarded; fails on the first I/O error.
+async fn pump(
+    mut from: ReadHalf<'_>,
+    mut to: WriteHalf<'_>,
+    mut faults: watch::Receiver<Faults>,
+) -> io::Result<()> {
+    let (chunks_tx, mut chunks_rx) = mpsc::channel::<(Instant, Vec<u8>)>(CHUNKS_IN_FLIGHT);
+    let read = async move {
+        let mut buffer = vec![0u8; CHUNK_SIZE];
+        loop {
+            let n = from.read(&mut buffer).await?;
+            if n == 0 {
+                // End of stream: dropping the sender lets the writer forward it.
+                return Ok::<(), io::Error>(());
+            }
+            if chunks_tx
+                .send((Instant::now(), buffer[..n].to_vec()))
+                .await
+                .is_err()
+            {
+                return Ok(());
+            }
+        }
+    };
+    let write = async move {
+        while let Some((read_at, chunk)) = chunks_rx.recv().await {
+            wait_until_forwardable(&mut faults, read_at).await;
+            to.write_all(&chunk).await?;
+        }
+        wait_until_forwardable(&mut faults, Instant::now()).await;
+        // The peer may already be gone; the connection ends either way.
+        let _ = to.shutdown().await;
+        Ok::<(), io::Error>(())
+    };
+    tokio::try_join!(read, write).map(|_| ())
+}
+
+/// Waits until a chunk read at `read_at` may be forwarded: no blackhole, and the latency in
+/// force has passed since it was read. Re-evaluates whenever the faults change.
+async fn wait_until_forwardable(faults: &mut watch::Receiver<Faults>, read_at: Instant) {
+    loop {
+        let now = *faults.borrow_and_update();
+        // A latency too large to represent waits like a blackhole.
+        let due = if now.blackhole {
+            None
+        } else {
+            read_at.checked_add(now.latency)
+        };
+        match due {
+            Some(due) if due <= Instant::now() => return,
+            Some(due) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => return,
+                    changed = faults.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            None => {
+                if faults.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}

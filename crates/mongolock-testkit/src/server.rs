@@ -1,0 +1,359 @@
+//! The running server: listener, connections, background tasks, and the handle tests hold.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use bson::{Document, Timestamp};
+use tokio::io::BufReader;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::commands::cursor::Cursors;
+use crate::commands::local_sessions::LocalSessions;
+use crate::commands::session::Sessions;
+use crate::commands::views::Views;
+use crate::commands::{self, ConnectionInfo, Outcome};
+use crate::engine::changes::ChangeLog;
+use crate::engine::collection::Catalog;
+use crate::faults::clock::Clock;
+use crate::faults::fail_point::FailPoints;
+use crate::wire::{self, RequestKind};
+
+/// Name of the replica set the emulator pretends to be.
+pub const REPLICA_SET_NAME: &str = "rs0";
+
+/// How a server is started. Build one with [`TestServer::builder`].
+#[derive(Debug, Clone)]
+pub struct TestServerBuilder {
+    port: u16,
+    standalone: bool,
+    latency: Duration,
+    ttl_monitor_interval: Duration,
+    clock: Option<Clock>,
+}
+
+impl Default for TestServerBuilder {
+    fn default() -> Self {
+        Self {
+            port: 0,
+            standalone: false,
+            latency: Duration::ZERO,
+            ttl_monitor_interval: Duration::from_secs(60),
+            clock: None,
+        }
+    }
+}
+
+impl TestServerBuilder {
+    /// Listen on this port of 127.0.0.1 (0, the default, picks a free one).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Behave as a standalone `mongod` instead of a one-member replica set: no retryable
+    /// writes, no change streams, no cluster time.
+    pub fn standalone(mut self, standalone: bool) -> Self {
+        self.standalone = standalone;
+        self
+    }
+
+    /// Delay every reply by this much, to give benchmarks a realistic round trip.
+    pub fn latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    /// How often the TTL monitor runs (mongod's `ttlMonitorSleepSecs`, default 60 s).
+    pub fn ttl_monitor_interval(mut self, interval: Duration) -> Self {
+        self.ttl_monitor_interval = interval;
+        self
+    }
+
+    /// Share an existing clock instead of creating a new one.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Binds the listener and starts serving.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it completes leaves nothing running: the listener is only
+    /// spawned once it is bound.
+    pub async fn start(self) -> std::io::Result<TestServer> {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).await?;
+        let addr = listener.local_addr()?;
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let clock = self.clock.unwrap_or_default();
+        let state = Arc::new(ServerState {
+            address: format!("127.0.0.1:{}", addr.port()),
+            standalone: self.standalone,
+            latency: self.latency,
+            ttl_monitor_interval: self.ttl_monitor_interval,
+            catalog: Catalog::new(Arc::new(ChangeLog::new(clock.clone()))),
+            clock,
+            cursors: Cursors::default(),
+            sessions: Sessions::default(),
+            local_sessions: LocalSessions::default(),
+            views: Views::default(),
+            fail_points: FailPoints::default(),
+            next_connection_id: AtomicI64::new(1),
+            shutdown: shutdown_rx,
+        });
+        let accept = tokio::spawn(accept_loop(listener, state.clone()));
+        let ttl = tokio::spawn(ttl_monitor(state.clone()));
+        let mut server = TestServer {
+            addr,
+            state,
+            shutdown: shutdown_tx,
+            tasks: vec![accept, ttl],
+            client: None,
+        };
+        server.client = Some(server.new_client());
+        Ok(server)
+    }
+}
+
+/// State shared by every connection.
+#[derive(Debug)]
+pub struct ServerState {
+    /// `127.0.0.1:PORT`, as the replica-set fields report it.
+    pub address: String,
+    /// Standalone (no replica-set features) or a one-member replica set.
+    pub standalone: bool,
+    /// Extra delay before every reply.
+    pub latency: Duration,
+    /// TTL monitor period.
+    pub ttl_monitor_interval: Duration,
+    /// The server clock.
+    pub clock: Clock,
+    /// Databases and collections.
+    pub catalog: Catalog,
+    /// Open cursors.
+    pub cursors: Cursors,
+    /// Logical sessions and their retryable-write history.
+    pub sessions: Sessions,
+    /// The logical sessions commands used, for `$listLocalSessions`.
+    pub local_sessions: LocalSessions,
+    /// Read-only views, by database and name.
+    pub views: Views,
+    /// `failCommand` and `onPrimaryTransactionalWrite`.
+    pub fail_points: FailPoints,
+    next_connection_id: AtomicI64,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl ServerState {
+    /// The next cluster time: the server clock's seconds with an increasing counter.
+    pub fn cluster_time(&self) -> Timestamp {
+        self.catalog.changes.cluster_time()
+    }
+}
+
+/// A running emulator. Dropping it stops the server (connections close as their tasks end).
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use mongolock_testkit::TestServer;
+/// let server = TestServer::start().await?;
+/// let coll = server.client().database("app").collection::<bson::Document>("things");
+/// coll.insert_one(bson::doc! {"_id": 1}).await?;
+/// assert_eq!(coll.count_documents(bson::doc! {}).await?, 1);
+/// server.shutdown().await;
+/// # Ok::<_, Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct TestServer {
+    addr: SocketAddr,
+    state: Arc<ServerState>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    client: Option<mongodb::Client>,
+}
+
+impl TestServer {
+    /// Starts a one-member replica set on a free port with default options.
+    ///
+    /// # Cancel safety
+    /// See [`TestServerBuilder::start`].
+    pub async fn start() -> std::io::Result<TestServer> {
+        Self::builder().start().await
+    }
+
+    /// Options for a server to start.
+    pub fn builder() -> TestServerBuilder {
+        TestServerBuilder::default()
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A connection string for this server.
+    pub fn uri(&self) -> String {
+        if self.state.standalone {
+            format!("mongodb://{}/", self.state.address)
+        } else {
+            format!(
+                "mongodb://{}/?replicaSet={REPLICA_SET_NAME}",
+                self.state.address
+            )
+        }
+    }
+
+    /// A driver client connected to this server, shared by every caller.
+    pub fn client(&self) -> mongodb::Client {
+        match &self.client {
+            Some(client) => client.clone(),
+            None => self.new_client(),
+        }
+    }
+
+    /// A new driver client with its own connection pool.
+    pub fn new_client(&self) -> mongodb::Client {
+        let options = mongodb::options::ClientOptions::builder()
+            .hosts(vec![mongodb::options::ServerAddress::Tcp {
+                host: "127.0.0.1".into(),
+                port: Some(self.addr.port()),
+            }])
+            .repl_set_name(if self.state.standalone {
+                None
+            } else {
+                Some(REPLICA_SET_NAME.to_string())
+            })
+            .server_selection_timeout(Duration::from_secs(10))
+            .build();
+        mongodb::Client::with_options(options).expect("client options are valid")
+    }
+
+    /// The server clock.
+    pub fn clock(&self) -> &Clock {
+        &self.state.clock
+    }
+
+    /// Stops accepting connections and ends background tasks.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after it started still stops the server: the signal is sent
+    /// before the first await.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(client) = self.client.take() {
+            client.shutdown().immediate(true).await;
+        }
+        for task in self.tasks.drain(..) {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let id = state.next_connection_id.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(serve_connection(stream, id, state.clone()));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, id: i64, state: Arc<ServerState>) {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    let mut shutdown = state.shutdown.clone();
+    let mut info = ConnectionInfo::new(id);
+    let mut next_reply_id: i32 = 1;
+    loop {
+        let request = tokio::select! {
+            request = wire::read_request(&mut read) => request,
+            _ = shutdown.changed() => return,
+        };
+        let request = match request {
+            Ok(Some(request)) => request,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, connection = id, "closing connection");
+                return;
+            }
+        };
+        let (request_id, kind) = (request.request_id, request.kind);
+        let outcome = commands::dispatch(&state, &mut info, request).await;
+        let body = match outcome {
+            Outcome::Reply(body) => body,
+            Outcome::CloseConnection => return,
+        };
+        if kind.no_reply_wanted() {
+            continue;
+        }
+        if !state.latency.is_zero() {
+            tokio::time::sleep(state.latency).await;
+        }
+        let bytes = match kind {
+            RequestKind::Msg { .. } => wire::encode_op_msg(next_reply_id, request_id, &body),
+            RequestKind::Query => wire::encode_op_reply(next_reply_id, request_id, &body),
+        };
+        next_reply_id = next_reply_id.wrapping_add(1);
+        if wire::write_message(&mut write, &bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn ttl_monitor(state: Arc<ServerState>) {
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(state.ttl_monitor_interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        let removed = commands::ttl::run_pass(&state);
+        if removed > 0 {
+            tracing::debug!(removed, "TTL monitor removed expired documents");
+        }
+    }
+}
+
+/// Builds the reply fields every replica-set reply carries.
+pub fn cluster_fields(state: &ServerState, reply: &mut Document) {
+    if state.standalone {
+        return;
+    }
+    let time = state.cluster_time();
+    reply.insert(
+        "$clusterTime",
+        bson::doc! {
+            "clusterTime": time,
+            "signature": {
+                "hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] },
+                "keyId": 0i64,
+            },
+        },
+    );
+    reply.insert("operationTime", time);
+}

@@ -1,0 +1,326 @@
+//! The MongoDB wire protocol: message framing, OP_MSG, and the legacy OP_QUERY/OP_REPLY pair
+//! that old handshakes still use.
+//!
+//! Every message starts with a 16-byte little-endian header (length, request id, response
+//! to, opcode). OP_MSG (2013) carries flag bits, exactly one kind-0 section (the command
+//! document) and any number of kind-1 sections (document sequences, merged into the command
+//! as arrays), then an optional CRC-32C checksum.
+
+use bson::{Bson, Document, RawDocumentBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// OP_REPLY, the legacy reply to OP_QUERY.
+pub const OP_REPLY: i32 = 1;
+/// OP_QUERY, used by old drivers (and the Node driver's first handshake).
+pub const OP_QUERY: i32 = 2004;
+/// OP_COMPRESSED; never advertised, so never expected.
+pub const OP_COMPRESSED: i32 = 2012;
+/// OP_MSG, the only opcode modern drivers use.
+pub const OP_MSG: i32 = 2013;
+
+/// OP_MSG flag: a CRC-32C checksum follows the sections.
+pub const FLAG_CHECKSUM_PRESENT: u32 = 1;
+/// OP_MSG flag: the sender expects no reply (request) / more replies follow (reply).
+pub const FLAG_MORE_TO_COME: u32 = 1 << 1;
+/// OP_MSG flag: the client accepts streamed replies.
+pub const FLAG_EXHAUST_ALLOWED: u32 = 1 << 16;
+
+/// Largest message we accept (mongod's `maxMessageSizeBytes`).
+pub const MAX_MESSAGE_SIZE: usize = 48_000_000;
+
+/// Why a message could not be read; the connection is closed after any of these.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The socket failed or closed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The bytes do not form a valid message.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+/// One decoded request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The sender's request id, echoed as `responseTo`.
+    pub request_id: i32,
+    /// How the command arrived, which decides the reply's shape.
+    pub kind: RequestKind,
+    /// The command document, with kind-1 sequences merged in as arrays.
+    pub command: Document,
+    /// A top-level field the command document holds twice (the parsed document keeps one).
+    pub duplicate_field: Option<String>,
+}
+
+/// The opcode a request used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// OP_MSG; `more_to_come` means no reply is wanted.
+    Msg {
+        /// The request's flag bits.
+        flags: u32,
+    },
+    /// Legacy OP_QUERY on `<db>.$cmd`; answered with OP_REPLY.
+    Query,
+}
+
+impl RequestKind {
+    /// Whether the client asked for no reply (OP_MSG moreToCome).
+    pub fn no_reply_wanted(self) -> bool {
+        matches!(self, RequestKind::Msg { flags } if flags & FLAG_MORE_TO_COME != 0)
+    }
+}
+
+/// Reads one message. `Ok(None)` means the peer closed the connection cleanly.
+pub async fn read_request<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Option<Request>, WireError> {
+    let mut header = [0u8; 16];
+    match reader.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let length = i32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+    let request_id = i32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    let op_code = i32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
+    let length = usize::try_from(length)
+        .ok()
+        .filter(|l| (16..=MAX_MESSAGE_SIZE).contains(l))
+        .ok_or_else(|| WireError::Malformed(format!("message length {length} out of range")))?;
+    let mut body = vec![0u8; length - 16];
+    reader.read_exact(&mut body).await?;
+    let (kind, command, duplicate_field) = match op_code {
+        OP_MSG => {
+            let (flags, command, duplicate) = parse_op_msg(&body)?;
+            if flags & FLAG_CHECKSUM_PRESENT != 0 {
+                let mut whole = header.to_vec();
+                whole.extend_from_slice(&body);
+                if !verify_checksum(&whole) {
+                    return Err(WireError::Malformed("OP_MSG checksum mismatch".into()));
+                }
+            }
+            (RequestKind::Msg { flags }, command, duplicate)
+        }
+        OP_QUERY => (RequestKind::Query, parse_op_query(&body)?, None),
+        OP_COMPRESSED => {
+            return Err(WireError::Malformed(
+                "OP_COMPRESSED was not negotiated".into(),
+            ));
+        }
+        other => return Err(WireError::Malformed(format!("unsupported opcode {other}"))),
+    };
+    Ok(Some(Request {
+        request_id,
+        kind,
+        command,
+        duplicate_field,
+    }))
+}
+
+fn read_i32(bytes: &[u8], at: usize) -> Result<i32, WireError> {
+    bytes
+        .get(at..at + 4)
+        .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .ok_or_else(|| WireError::Malformed("truncated message".into()))
+}
+
+fn read_cstring(bytes: &[u8], at: usize) -> Result<(&str, usize), WireError> {
+    let rest = bytes
+        .get(at..)
+        .ok_or_else(|| WireError::Malformed("truncated cstring".into()))?;
+    let end = rest
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| WireError::Malformed("unterminated cstring".into()))?;
+    let text = std::str::from_utf8(&rest[..end])
+        .map_err(|_| WireError::Malformed("cstring is not UTF-8".into()))?;
+    Ok((text, at + end + 1))
+}
+
+/// The first top-level key that appears twice in a raw document.
+fn first_duplicate_key(raw: &bson::RawDocument) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    for element in raw {
+        let (key, _) = element.ok()?;
+        if !seen.insert(key) {
+            return Some(key.to_string());
+        }
+    }
+    None
+}
+
+/// Reads one BSON document at `at`, returning it and the offset after it.
+fn read_document(bytes: &[u8], at: usize) -> Result<(Document, usize), WireError> {
+    let (raw, next) = read_raw_document(bytes, at)?;
+    let doc = raw
+        .to_document()
+        .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
+    Ok((doc, next))
+}
+
+fn read_raw_document(bytes: &[u8], at: usize) -> Result<(RawDocumentBuf, usize), WireError> {
+    let size = usize::try_from(read_i32(bytes, at)?)
+        .map_err(|_| WireError::Malformed("negative document size".into()))?;
+    let slice = bytes
+        .get(at..at + size)
+        .ok_or_else(|| WireError::Malformed("document overruns its section".into()))?;
+    let raw = RawDocumentBuf::from_bytes(slice.to_vec())
+        .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
+    Ok((raw, at + size))
+}
+
+/// Flags, the command with sequences merged in, and a duplicated top-level field if any.
+fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireError> {
+    let flags = read_i32(body, 0)? as u32;
+    // Bits 0-15 are required: an unknown one set is an error. Bits 16-31 are optional.
+    let known = FLAG_CHECKSUM_PRESENT | FLAG_MORE_TO_COME;
+    if flags & 0xFFFF & !known != 0 {
+        return Err(WireError::Malformed(format!(
+            "unknown required flag bits {flags:#x}"
+        )));
+    }
+    let mut end = body.len();
+    if flags & FLAG_CHECKSUM_PRESENT != 0 {
+        end = end
+            .checked_sub(4)
+            .ok_or_else(|| WireError::Malformed("missing checksum".into()))?;
+    }
+    let sections = &body[..end];
+    let mut at = 4;
+    let mut command: Option<Document> = None;
+    let mut duplicate_field = None;
+    let mut sequences: Vec<(String, Vec<Document>)> = Vec::new();
+    while at < sections.len() {
+        let kind = sections[at];
+        at += 1;
+        match kind {
+            0 => {
+                if command.is_some() {
+                    return Err(WireError::Malformed("more than one kind-0 section".into()));
+                }
+                let (raw, next) = read_raw_document(sections, at)?;
+                duplicate_field = first_duplicate_key(&raw);
+                let doc = raw
+                    .to_document()
+                    .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
+                command = Some(doc);
+                at = next;
+            }
+            1 => {
+                let size = usize::try_from(read_i32(sections, at)?)
+                    .map_err(|_| WireError::Malformed("negative section size".into()))?;
+                let section_end = at + size;
+                if size < 5 || section_end > sections.len() {
+                    return Err(WireError::Malformed(
+                        "document sequence overruns the message".into(),
+                    ));
+                }
+                let (identifier, mut cursor) = read_cstring(sections, at + 4)?;
+                let identifier = identifier.to_string();
+                let mut docs = Vec::new();
+                while cursor < section_end {
+                    let (doc, next) = read_document(&sections[..section_end], cursor)?;
+                    docs.push(doc);
+                    cursor = next;
+                }
+                if sequences.iter().any(|(name, _)| *name == identifier) {
+                    return Err(WireError::Malformed(format!(
+                        "duplicate document sequence {identifier}"
+                    )));
+                }
+                sequences.push((identifier, docs));
+                at = section_end;
+            }
+            other => {
+                return Err(WireError::Malformed(format!(
+                    "unknown section kind {other}"
+                )));
+            }
+        }
+    }
+    let mut command = command.ok_or_else(|| WireError::Malformed("no kind-0 section".into()))?;
+    for (identifier, docs) in sequences {
+        if command.contains_key(&identifier) {
+            return Err(WireError::Malformed(format!(
+                "field {identifier} appears both in the command and as a document sequence"
+            )));
+        }
+        command.insert(
+            identifier,
+            Bson::Array(docs.into_iter().map(Bson::Document).collect()),
+        );
+    }
+    Ok((flags, command, duplicate_field))
+}
+
+/// Verifies the CRC-32C of a whole OP_MSG (header included) whose checksum flag is set.
+pub fn verify_checksum(message: &[u8]) -> bool {
+    if message.len() < 20 {
+        return false;
+    }
+    let (covered, stated) = message.split_at(message.len() - 4);
+    crc32c::crc32c(covered) == u32::from_le_bytes(stated.try_into().expect("4 bytes"))
+}
+
+fn parse_op_query(body: &[u8]) -> Result<Document, WireError> {
+    let (collection, at) = read_cstring(body, 4)?;
+    let at = at + 8; // numberToSkip, numberToReturn
+    let (mut query, _) = read_document(body, at)?;
+    let Some(db) = collection.strip_suffix(".$cmd") else {
+        return Err(WireError::Malformed(format!(
+            "OP_QUERY is only supported for commands, not on {collection}"
+        )));
+    };
+    // Old drivers wrap the command as {$query: {...}, $readPreference: ...}.
+    if let Ok(inner) = query.get_document("$query") {
+        query = inner.clone();
+    }
+    query.insert("$db", db);
+    Ok(query)
+}
+
+/// Encodes an OP_MSG reply with a single kind-0 section.
+pub fn encode_op_msg(request_id: i32, response_to: i32, body: &Document) -> Vec<u8> {
+    let mut doc_bytes = Vec::new();
+    body.to_writer(&mut doc_bytes)
+        .expect("writing BSON to a Vec cannot fail");
+    let length = 16 + 4 + 1 + doc_bytes.len();
+    let mut out = Vec::with_capacity(length);
+    out.extend_from_slice(&(length as i32).to_le_bytes());
+    out.extend_from_slice(&request_id.to_le_bytes());
+    out.extend_from_slice(&response_to.to_le_bytes());
+    out.extend_from_slice(&OP_MSG.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.push(0);
+    out.extend_from_slice(&doc_bytes);
+    out
+}
+
+/// Encodes a legacy OP_REPLY carrying one document.
+pub fn encode_op_reply(request_id: i32, response_to: i32, body: &Document) -> Vec<u8> {
+    let mut doc_bytes = Vec::new();
+    body.to_writer(&mut doc_bytes)
+        .expect("writing BSON to a Vec cannot fail");
+    let length = 16 + 4 + 8 + 4 + 4 + doc_bytes.len();
+    let mut out = Vec::with_capacity(length);
+    out.extend_from_slice(&(length as i32).to_le_bytes());
+    out.extend_from_slice(&request_id.to_le_bytes());
+    out.extend_from_slice(&response_to.to_le_bytes());
+    out.extend_from_slice(&OP_REPLY.to_le_bytes());
+    out.extend_from_slice(&8i32.to_le_bytes()); // responseFlags: AwaitCapable
+    out.extend_from_slice(&0i64.to_le_bytes()); // cursorID
+    out.extend_from_slice(&0i32.to_le_bytes()); // startingFrom
+    out.extend_from_slice(&1i32.to_le_bytes()); // numberReturned
+    out.extend_from_slice(&doc_bytes);
+    out
+}
+
+/// Writes an encoded message and flushes it.
+pub async fn write_message<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    writer.write_all(bytes).await?;
+    writer.flush().await
+}
