@@ -7,9 +7,7 @@ use mongolock::{ErrorKind, LockDetails, LockKind};
 
 #[tokio::test]
 async fn an_exclusive_lock_keeps_out_everybody_else() {
-    let Some(env) = env("exclusion_x").await else {
-        return;
-    };
+    let env = env("exclusion_x").await;
     let locks = &env.locks;
     let grant = locks
         .xlock(
@@ -54,9 +52,7 @@ async fn an_exclusive_lock_keeps_out_everybody_else() {
 
 #[tokio::test]
 async fn shared_locks_keep_out_exclusive_ones_but_not_each_other() {
-    let Some(env) = env("exclusion_s").await else {
-        return;
-    };
+    let env = env("exclusion_s").await;
     let locks = &env.locks;
     locks
         .slock("r", "a", LockDetails::default(), None)
@@ -82,9 +78,7 @@ async fn shared_locks_keep_out_exclusive_ones_but_not_each_other() {
 
 #[tokio::test]
 async fn a_released_resource_can_be_taken_again() {
-    let Some(env) = env("exclusion_release").await else {
-        return;
-    };
+    let env = env("exclusion_release").await;
     let locks = &env.locks;
     let first = locks.xlock("r", "a", LockDetails::default()).await.unwrap();
     locks.unlock("a").await.unwrap();
@@ -100,9 +94,7 @@ async fn a_released_resource_can_be_taken_again() {
 
 #[tokio::test]
 async fn resources_are_independent() {
-    let Some(env) = env("exclusion_independent").await else {
-        return;
-    };
+    let env = env("exclusion_independent").await;
     let locks = &env.locks;
     let a = locks
         .xlock("one", "a", LockDetails::default())
@@ -117,9 +109,7 @@ async fn resources_are_independent() {
 
 #[tokio::test]
 async fn two_clients_see_the_same_locks() {
-    let Some(env) = env("exclusion_clients").await else {
-        return;
-    };
+    let env = env("exclusion_clients").await;
     let other = env.other_client().await;
     env.locks
         .xlock("r", "a", LockDetails::default())

@@ -7,9 +7,7 @@ use mongolock::{ErrorKind, LockDetails};
 
 #[tokio::test]
 async fn the_cap_limits_live_shared_locks() {
-    let Some(env) = env("caps_limit").await else {
-        return;
-    };
+    let env = env("caps_limit").await;
     let locks = &env.locks;
     for id in ["a", "b", "c"] {
         locks
@@ -35,9 +33,7 @@ async fn the_cap_limits_live_shared_locks() {
 
 #[tokio::test]
 async fn the_cap_is_the_callers() {
-    let Some(env) = env("caps_per_call").await else {
-        return;
-    };
+    let env = env("caps_per_call").await;
     let locks = &env.locks;
     locks
         .slock("r", "a", LockDetails::default(), Some(1))
@@ -63,9 +59,7 @@ async fn the_cap_is_the_callers() {
 
 #[tokio::test]
 async fn a_holder_asking_again_is_not_counted_twice() {
-    let Some(env) = env("caps_again").await else {
-        return;
-    };
+    let env = env("caps_again").await;
     let locks = &env.locks;
     let first = locks
         .slock("r", "a", LockDetails::default(), Some(1))
@@ -81,9 +75,7 @@ async fn a_holder_asking_again_is_not_counted_twice() {
 
 #[tokio::test]
 async fn a_cap_of_zero_is_refused_and_nothing_is_written() {
-    let Some(env) = env("caps_zero").await else {
-        return;
-    };
+    let env = env("caps_zero").await;
     let error = env
         .locks
         .slock("r", "a", LockDetails::default(), Some(0))

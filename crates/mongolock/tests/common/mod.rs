@@ -17,7 +17,6 @@ pub struct Env {
     pub locks: LockClient,
     /// The test's database.
     pub db: Database,
-    #[cfg(mongolock_emulator)]
     server: Option<mongolock_testkit::TestServer>,
 }
 
@@ -29,25 +28,16 @@ impl Env {
 
     /// Whether the server's clock can be moved (only the emulator's can).
     pub fn has_clock(&self) -> bool {
-        #[cfg(mongolock_emulator)]
-        {
-            self.server.is_some()
-        }
-        #[cfg(not(mongolock_emulator))]
-        {
-            false
-        }
+        self.server.is_some()
     }
 
     /// Moves the server's clock forward. Only for `emulator_only_` tests.
     pub fn advance(&self, by: Duration) {
-        #[cfg(mongolock_emulator)]
-        if let Some(server) = &self.server {
-            server.clock().advance(by);
-            return;
-        }
-        let _ = by;
-        panic!("the server's clock can only be moved on the emulator");
+        self.server
+            .as_ref()
+            .expect("the server's clock can only be moved on the emulator")
+            .clock()
+            .advance(by);
     }
 
     /// Waits (boundedly) until the TTL monitor has deleted the documents matching `filter`;
@@ -73,7 +63,6 @@ impl Env {
 
     /// A second client on the same database, with its own connection pool.
     pub async fn other_client(&self) -> LockClient {
-        #[cfg(mongolock_emulator)]
         if let Some(server) = &self.server {
             let db = server.new_client().database(self.db.name());
             return LockClient::new(db.collection("locks"));
@@ -88,9 +77,8 @@ impl Env {
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-/// The environment for a test named `name`, or `None` (the test skips) when there is
-/// neither an emulator in this checkout nor a `MONGODB_URI`.
-pub async fn env(name: &str) -> Option<Env> {
+/// The environment for a test named `name`: the emulator, or `MONGODB_URI` when set.
+pub async fn env(name: &str) -> Env {
     let db_name = format!(
         "mongolock_{name}_{}_{}",
         std::process::id(),
@@ -104,38 +92,30 @@ pub async fn env(name: &str) -> Option<Env> {
             .expect("MONGODB_URI is valid");
         let db = client.database(&db_name);
         db.drop().await.expect("drop the test database");
-        return Some(Env {
+        return Env {
             locks: LockClient::new(db.collection("locks")),
             db,
-            #[cfg(mongolock_emulator)]
             server: None,
-        });
+        };
     }
-    #[cfg(mongolock_emulator)]
-    {
-        let server = mongolock_testkit::TestServer::builder()
-            .ttl_monitor_interval(Duration::from_millis(20))
-            .start()
-            .await
-            .expect("emulator starts");
-        let db = server.client().database(&db_name);
-        Some(Env {
-            locks: LockClient::new(db.collection("locks")),
-            db,
-            server: Some(server),
-        })
-    }
-    #[cfg(not(mongolock_emulator))]
-    {
-        eprintln!("skipped: no emulator in this checkout and no MONGODB_URI");
-        None
+    // The TTL monitor runs every 20 ms so that tests of cleanup need not wait.
+    let server = mongolock_testkit::TestServer::builder()
+        .ttl_monitor_interval(Duration::from_millis(20))
+        .start()
+        .await
+        .expect("emulator starts");
+    let db = server.client().database(&db_name);
+    Env {
+        locks: LockClient::new(db.collection("locks")),
+        db,
+        server: Some(server),
     }
 }
 
 /// The environment for a test that moves the server's clock: `None` (the test skips) on a
 /// real server.
 pub async fn emulator_env(name: &str) -> Option<Env> {
-    let env = env(name).await?;
+    let env = env(name).await;
     if env.has_clock() {
         Some(env)
     } else {
