@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bson::Document;
 use mongodb::Collection;
-use mongodb::options::{Acknowledgment, WriteConcern};
+use mongodb::options::{Acknowledgment, ReadConcern, WriteConcern};
 
 use crate::command;
 use crate::error::{Error, Result};
@@ -25,7 +25,7 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// Every write waits for a majority of the replica set and the journal
 /// (`{w: "majority", j: true}`) unless you opt out with
 /// [`with_unsafe_write_concern`](LockClient::with_unsafe_write_concern); reads use read
-/// concern `majority`.
+/// concern `majority` (`local` after such an opt-out, so that reads see this client's writes).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -116,6 +116,17 @@ impl LockClient {
     pub fn with_retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
         self
+    }
+
+    /// Reads see what this client's writes made durable: `majority` with majority writes.
+    /// With an unsafe write concern the writes may not be majority-committed yet, and a
+    /// majority read would miss them (renew reads back what it renewed), so reads are `local`.
+    pub(crate) fn read_concern(&self) -> ReadConcern {
+        if self.write_concern.w == Some(Acknowledgment::Majority) {
+            ReadConcern::majority()
+        } else {
+            ReadConcern::local()
+        }
     }
 
     /// The collection holding the locks.
@@ -472,7 +483,9 @@ mod tests {
         let locks = LockClient::new(client.database("d").collection("c"));
         assert_eq!(locks.write_concern.w, Some(Acknowledgment::Majority));
         assert_eq!(locks.write_concern.journal, Some(true));
+        assert_eq!(locks.read_concern(), ReadConcern::majority());
         let unsafe_locks = locks.with_unsafe_write_concern(WriteConcern::nodes(1));
         assert_eq!(unsafe_locks.write_concern.w, Some(Acknowledgment::Nodes(1)));
+        assert_eq!(unsafe_locks.read_concern(), ReadConcern::local());
     }
 }

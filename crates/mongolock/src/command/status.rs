@@ -3,7 +3,7 @@
 //! On the wire:
 //!
 //! ```text
-//! aggregate: <collection>, readConcern: { level: "majority" }
+//! aggregate: <collection>, readConcern: { level: "majority" }   // "local" with unsafe writes
 //! pipeline: [
 //!   { $match: <document-level conditions> },   // only what indexes can serve: _id, lockId, owner
 //!   { $project: { _id: 0, resource: "$_id", entries: [<exclusive + kind>, ...<shared + kind>] } },
@@ -19,7 +19,6 @@
 
 use bson::{Bson, Document, bson, doc};
 use futures_util::TryStreamExt;
-use mongodb::options::ReadConcern;
 
 use crate::client::LockClient;
 use crate::error::{Error, Result};
@@ -158,7 +157,7 @@ pub(crate) async fn run(client: &LockClient, filter: &Filter) -> Result<Vec<Lock
     let rows: Vec<Document> = client
         .collection
         .aggregate(pipeline(filter))
-        .read_concern(ReadConcern::majority())
+        .read_concern(client.read_concern())
         .await
         .map_err(Error::database)?
         .try_collect()
