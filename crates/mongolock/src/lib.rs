@@ -38,6 +38,20 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Which call to use
+//!
+//! | you want to | call | round trips |
+//! |---|---|---|
+//! | take a lock, or fail with who holds it | [`xlock`](LockClient::xlock), [`slock`](LockClient::slock) | 1 |
+//! | take a lock and handle contention yourself (to wait, to choose the nonce) | [`acquire`](LockClient::acquire) | 1 |
+//! | release one grant | [`release`](LockClient::release) | 1 |
+//! | undo an attempt whose outcome you do not know | [`release_attempt`](LockClient::release_attempt) | 1 |
+//! | release every lock of a lock id | [`unlock`](LockClient::unlock) | 2 |
+//! | extend every live lock of a lock id | [`renew`](LockClient::renew) | 2 |
+//! | see who holds what, and for how long | [`status`](LockClient::status) | 1 |
+//! | clear expired locks and their groups | [`purge`](LockClient::purge) | 3 |
+//! | set up the collection (once, idempotent) | [`create_indexes`](LockClient::create_indexes) | 1 |
+//!
 //! # What is promised
 //!
 //! - **Exclusion, by the server's clock.** Every acquire is one `findOneAndUpdate` whose update
