@@ -1,0 +1,228 @@
+//! Status: one `aggregate` that lists entries with their remaining TTL computed by the server.
+//!
+//! On the wire:
+//!
+//! ```text
+//! aggregate: <collection>, readConcern: { level: "majority" }   // "local" with unsafe writes
+//! pipeline: [
+//!   { $match: <document-level conditions> },   // only what indexes can serve: _id, lockId, owner
+//!   { $project: { _id: 0, resource: "$_id", entries: [<exclusive + kind>, ...<shared + kind>] } },
+//!   { $unwind: "$entries" },
+//!   { $replaceWith: { ...entry, resource, kind, remainingMs: expiresAt - $$NOW | null } },
+//!   { $match: <entry-level conditions> },
+//! ]
+//! ```
+//!
+//! Documents that are not lock documents contribute rows the client cannot decode, which
+//! makes the call fail with [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)
+//! rather than skip them silently.
+
+use bson::{Bson, Document, bson, doc};
+use futures_util::TryStreamExt;
+
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+use crate::schema;
+use crate::types::{Filter, LockStatus, check_id};
+
+/// Checks the filter's arguments.
+pub(crate) fn validate(filter: &Filter) -> Result<()> {
+    if let Some(resource) = &filter.resource {
+        check_id("resource", resource)?;
+    }
+    if let Some(lock_id) = &filter.lock_id {
+        check_id("lock_id", lock_id)?;
+    }
+    for duration in [filter.ttl_below, filter.ttl_at_least]
+        .into_iter()
+        .flatten()
+    {
+        if i64::try_from(duration.as_millis()).is_err() {
+            return Err(Error::invalid("filter", "a TTL bound is too large"));
+        }
+    }
+    Ok(())
+}
+
+/// `{ $or: [{ "exclusive.<field>": v }, { "shared.<field>": v }] }`: either side, by index.
+fn on_either_side(field: &str, value: Bson) -> Document {
+    doc! { "$or": [
+        { format!("exclusive.{field}"): value.clone() },
+        { format!("shared.{field}"): value },
+    ]}
+}
+
+/// The aggregation for `filter`.
+pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
+    // Document level: narrows by index before anything is computed.
+    let mut document_level = Vec::<Document>::new();
+    if let Some(resource) = &filter.resource {
+        document_level.push(doc! { "_id": resource });
+    }
+    if let Some(lock_id) = &filter.lock_id {
+        document_level.push(on_either_side("lockId", lock_id.into()));
+    }
+    if let Some(lock_ids) = &filter.lock_ids {
+        document_level.push(on_either_side("lockId", bson!({ "$in": lock_ids.clone() })));
+    }
+    if let Some(owner) = &filter.owner {
+        document_level.push(on_either_side("owner", owner.into()));
+    }
+
+    // Entry level.
+    let mut entry_level = Vec::<Document>::new();
+    if let Some(lock_id) = &filter.lock_id {
+        entry_level.push(doc! { "lockId": lock_id });
+    }
+    if let Some(lock_ids) = &filter.lock_ids {
+        entry_level.push(doc! { "lockId": { "$in": lock_ids.clone() } });
+    }
+    if let Some(owner) = &filter.owner {
+        entry_level.push(doc! { "owner": owner });
+    }
+    if let Some(kind) = filter.kind {
+        entry_level.push(doc! { "kind": kind.as_str() });
+    }
+    if let Some(before) = filter.created_before {
+        entry_level.push(doc! { "createdAt": { "$lt": before } });
+    }
+    if let Some(after) = filter.created_after {
+        entry_level.push(doc! { "createdAt": { "$gt": after } });
+    }
+    // A lock without TTL has remainingMs null: "$lt" never matches null, so it is not "below".
+    if let Some(below) = filter.ttl_below {
+        entry_level.push(doc! { "remainingMs": { "$lt": millis(below) } });
+    }
+    if let Some(at_least) = filter.ttl_at_least {
+        entry_level.push(doc! { "$or": [
+            { "remainingMs": Bson::Null },
+            { "remainingMs": { "$gte": millis(at_least) } },
+        ]});
+    }
+    if filter.expired_only {
+        entry_level.push(doc! { "remainingMs": { "$lte": 0_i64 } });
+    }
+
+    let tagged = |entry: &str, kind: &str| bson!({ "$mergeObjects": [entry, { "kind": kind }] });
+    let mut pipeline = vec![
+        doc! { "$match": and(document_level) },
+        doc! { "$project": {
+            "_id": 0,
+            "resource": "$_id",
+            "entries": { "$concatArrays": [
+                { "$cond": [
+                    { "$eq": [{ "$type": "$exclusive" }, "object"] },
+                    [tagged("$exclusive", "exclusive")],
+                    [],
+                ]},
+                { "$map": {
+                    "input": { "$cond": [{ "$isArray": "$shared" }, "$shared", []] },
+                    "as": "e",
+                    "in": tagged("$$e", "shared"),
+                }},
+            ]},
+        }},
+        doc! { "$unwind": "$entries" },
+        doc! { "$replaceWith": { "$mergeObjects": ["$entries", {
+            "resource": "$resource",
+            "remainingMs": { "$cond": [
+                { "$eq": [{ "$type": "$entries.expiresAt" }, "date"] },
+                { "$subtract": ["$entries.expiresAt", "$$NOW"] },
+                null,
+            ]},
+        }]}},
+    ];
+    if !entry_level.is_empty() {
+        pipeline.push(doc! { "$match": and(entry_level) });
+    }
+    pipeline
+}
+
+fn millis(duration: std::time::Duration) -> i64 {
+    // validate() checked the range.
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn and(mut conditions: Vec<Document>) -> Document {
+    match conditions.len() {
+        0 => Document::new(),
+        1 => conditions.remove(0),
+        _ => doc! { "$and": conditions },
+    }
+}
+
+/// Runs the aggregation and decodes every row, in the server's order.
+pub(crate) async fn run(client: &LockClient, filter: &Filter) -> Result<Vec<LockStatus>> {
+    validate(filter)?;
+    let rows: Vec<Document> = client
+        .collection
+        .aggregate(pipeline(filter))
+        .read_concern(client.read_concern())
+        .await
+        .map_err(Error::database)?
+        .try_collect()
+        .await
+        .map_err(Error::database)?;
+    rows.iter().map(schema::decode_status).collect()
+}
+
+/// [`run`], newest first.
+pub(crate) async fn run_sorted(client: &LockClient, filter: &Filter) -> Result<Vec<LockStatus>> {
+    let mut statuses = run(client, filter).await?;
+    schema::sort_newest_first(&mut statuses);
+    Ok(statuses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LockKind;
+    use std::time::Duration;
+
+    #[test]
+    fn empty_filter_matches_everything() {
+        let pipeline = pipeline(&Filter::default());
+        assert_eq!(pipeline[0], doc! { "$match": {} });
+        assert_eq!(pipeline.len(), 4, "no entry-level $match");
+    }
+
+    #[test]
+    fn conditions_go_to_the_right_level() {
+        let filter = Filter::default()
+            .resource("r")
+            .lock_id("$id")
+            .owner("me")
+            .kind(LockKind::Shared)
+            .ttl_below(Duration::from_secs(5))
+            .ttl_at_least(Duration::from_millis(10))
+            .created_after(bson::DateTime::from_millis(7));
+        let pipeline = pipeline(&filter);
+        assert_eq!(
+            pipeline[0],
+            doc! { "$match": { "$and": [
+                { "_id": "r" },
+                { "$or": [{ "exclusive.lockId": "$id" }, { "shared.lockId": "$id" }] },
+                { "$or": [{ "exclusive.owner": "me" }, { "shared.owner": "me" }] },
+            ]}}
+        );
+        assert_eq!(
+            pipeline.last().unwrap(),
+            &doc! { "$match": { "$and": [
+                { "lockId": "$id" },
+                { "owner": "me" },
+                { "kind": "shared" },
+                { "createdAt": { "$gt": bson::DateTime::from_millis(7) } },
+                { "remainingMs": { "$lt": 5_000_i64 } },
+                { "$or": [{ "remainingMs": null }, { "remainingMs": { "$gte": 10_i64 } }] },
+            ]}}
+        );
+    }
+
+    #[test]
+    fn filter_arguments_are_checked() {
+        assert!(validate(&Filter::default().resource("")).is_err());
+        assert!(validate(&Filter::default().lock_id("x".repeat(600))).is_err());
+        assert!(validate(&Filter::default().ttl_below(Duration::MAX)).is_err());
+        assert!(validate(&Filter::default().owner("")).is_ok());
+    }
+}

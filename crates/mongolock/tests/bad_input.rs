@@ -1,0 +1,168 @@
+//! Bad input is a typed error, never a panic and never a write; documents of another shape are
+//! typed errors and are left as they are.
+
+mod common;
+
+use std::time::Duration;
+
+use bson::{Bson, doc};
+use common::{env, invalid_argument, secs};
+use mongolock::{ErrorKind, Filter, LockDetails, MAX_ID_LEN, MAX_TTL};
+
+#[tokio::test]
+async fn bad_arguments_are_refused_before_anything_is_written() {
+    let env = env("bad_args").await;
+    let locks = &env.locks;
+    let d = LockDetails::default;
+    let long = "x".repeat(MAX_ID_LEN + 1);
+    let cases = [
+        (locks.xlock("", "a", d()).await, "resource"),
+        (locks.xlock("r", "", d()).await, "lock_id"),
+        (locks.xlock(&long, "a", d()).await, "resource"),
+        (locks.slock("r", &long, d(), None).await, "lock_id"),
+        (locks.xlock("r", "a", d().ttl(Duration::ZERO)).await, "ttl"),
+        (
+            locks.xlock("r", "a", d().ttl(MAX_TTL + secs(1))).await,
+            "ttl",
+        ),
+        (locks.xlock("r", "a", d().ttl(Duration::MAX)).await, "ttl"),
+        (locks.slock("r", "a", d(), Some(0)).await, "max"),
+        (
+            locks.xlock("r", "a", d().owner("o".repeat(5000))).await,
+            "owner",
+        ),
+    ];
+    for (result, argument) in cases {
+        assert_eq!(invalid_argument(&result.unwrap_err()), argument);
+    }
+    assert_eq!(
+        invalid_argument(&locks.unlock("").await.unwrap_err()),
+        "lock_id"
+    );
+    assert_eq!(
+        invalid_argument(
+            &locks
+                .status(&Filter::default().resource(""))
+                .await
+                .unwrap_err()
+        ),
+        "resource"
+    );
+    assert_eq!(env.collection().count_documents(doc! {}).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn ids_that_look_like_operators_are_plain_data() {
+    let env = env("bad_dollar").await;
+    let locks = &env.locks;
+    let grant = locks
+        .xlock(
+            "$$NOW",
+            "$exclusive",
+            LockDetails::default().owner("$owner"),
+        )
+        .await
+        .unwrap();
+    assert_eq!((grant.resource(), grant.lock_id()), ("$$NOW", "$exclusive"));
+    assert!(
+        locks
+            .xlock("$$NOW", "b", LockDetails::default())
+            .await
+            .unwrap_err()
+            .is_already_locked()
+    );
+    let status = locks
+        .status(&Filter::default().owner("$owner"))
+        .await
+        .unwrap();
+    assert_eq!(status.len(), 1);
+    assert_eq!(locks.unlock("$exclusive").await.unwrap().len(), 1);
+    let max = "m".repeat(MAX_ID_LEN);
+    locks
+        .xlock(&max, &max, LockDetails::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_foreign_document_is_a_typed_error_and_is_left_alone() {
+    let env = env("bad_foreign").await;
+    let collection = env.collection();
+    // square/mongo-lock's shape, stored under a resource name.
+    let foreign = doc! {
+        "_id": "r", "resource": "r",
+        "exclusive": { "lockId": "a", "acquired": true },
+        "shared": { "count": 0, "locks": [] },
+    };
+    collection.insert_one(foreign.clone()).await.unwrap();
+
+    let error = env
+        .locks
+        .xlock("r", "b", LockDetails::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::UnexpectedDocument { .. }),
+        "{error:?}"
+    );
+    let error = env
+        .locks
+        .slock("r", "b", LockDetails::default(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::UnexpectedDocument { .. }),
+        "{error:?}"
+    );
+    let error = env.locks.status(&Filter::default()).await.unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::UnexpectedDocument { .. }),
+        "{error:?}"
+    );
+    let error = env.locks.unlock("a").await.unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::UnexpectedDocument { .. }),
+        "{error:?}"
+    );
+    env.locks.renew("a", secs(5)).await.unwrap_err();
+
+    let stored = collection
+        .find_one(doc! { "_id": "r" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, foreign, "left exactly as it was");
+}
+
+#[tokio::test]
+async fn odd_but_harmless_documents_do_not_panic() {
+    let env = env("bad_odd").await;
+    let collection = env.collection();
+    collection
+        .insert_many([
+            doc! { "_id": "bad-fence", "fence": "seven" },
+            doc! { "_id": "bad-entry", "fence": 3_i64, "exclusive": Bson::Null, "shared": [{ "lockId": 5 }] },
+            doc! { "_id": "bad-dates", "fence": 3_i64, "exclusive": { "lockId": "a", "token": 3_i64, "createdAt": "now", "renewedAt": "now" }, "shared": [] },
+        ])
+        .await
+        .unwrap();
+    for resource in ["bad-fence", "bad-entry", "bad-dates"] {
+        let error = env
+            .locks
+            .xlock(resource, "z", LockDetails::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error.kind(), ErrorKind::UnexpectedDocument { .. }),
+            "{resource}: {error:?}"
+        );
+    }
+    assert_eq!(
+        collection
+            .count_documents(doc! { "exclusive.lockId": "z" })
+            .await
+            .unwrap(),
+        0,
+        "nothing granted"
+    );
+}

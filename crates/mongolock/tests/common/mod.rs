@@ -1,0 +1,138 @@
+//! Where the integration tests run: on a fresh emulator, or on the real MongoDB named by
+//! `MONGODB_URI` (then each test gets a database of its own, dropped first). Tests that move
+//! the server's clock are named `emulator_only_...` and skip themselves on a real server.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bson::Document;
+use mongodb::{Collection, Database};
+use mongolock::LockClient;
+
+/// One test's lock client and what it runs on.
+pub struct Env {
+    /// Locks in the collection `locks` of the test's database.
+    pub locks: LockClient,
+    /// The test's database.
+    pub db: Database,
+    server: Option<mongolock_testkit::TestServer>,
+}
+
+impl Env {
+    /// The lock collection, for looking at or tampering with documents directly.
+    pub fn collection(&self) -> Collection<Document> {
+        self.db.collection("locks")
+    }
+
+    /// Whether the server's clock can be moved (only the emulator's can).
+    pub fn has_clock(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Moves the server's clock forward. Only for `emulator_only_` tests.
+    pub fn advance(&self, by: Duration) {
+        self.server
+            .as_ref()
+            .expect("the server's clock can only be moved on the emulator")
+            .clock()
+            .advance(by);
+    }
+
+    /// Waits (boundedly) until the TTL monitor has deleted the documents matching `filter`;
+    /// false if they are still there after many passes.
+    pub async fn wait_for_ttl_monitor(
+        &self,
+        collection: &Collection<Document>,
+        filter: Document,
+    ) -> bool {
+        for _ in 0..250 {
+            if collection
+                .count_documents(filter.clone())
+                .await
+                .expect("count")
+                == 0
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// A second client on the same database, with its own connection pool.
+    pub async fn other_client(&self) -> LockClient {
+        if let Some(server) = &self.server {
+            let db = server.new_client().database(self.db.name());
+            return LockClient::new(db.collection("locks"));
+        }
+        let uri = std::env::var("MONGODB_URI").expect("a real server is configured");
+        let client = mongodb::Client::with_uri_str(&uri)
+            .await
+            .expect("MONGODB_URI is valid");
+        LockClient::new(client.database(self.db.name()).collection("locks"))
+    }
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// The environment for a test named `name`: the emulator, or `MONGODB_URI` when set.
+pub async fn env(name: &str) -> Env {
+    let db_name = format!(
+        "mongolock_{name}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    );
+    if let Ok(uri) = std::env::var("MONGODB_URI")
+        && !uri.is_empty()
+    {
+        let client = mongodb::Client::with_uri_str(&uri)
+            .await
+            .expect("MONGODB_URI is valid");
+        let db = client.database(&db_name);
+        db.drop().await.expect("drop the test database");
+        return Env {
+            locks: LockClient::new(db.collection("locks")),
+            db,
+            server: None,
+        };
+    }
+    // The TTL monitor runs every 20 ms so that tests of cleanup need not wait.
+    let server = mongolock_testkit::TestServer::builder()
+        .ttl_monitor_interval(Duration::from_millis(20))
+        .start()
+        .await
+        .expect("emulator starts");
+    let db = server.client().database(&db_name);
+    Env {
+        locks: LockClient::new(db.collection("locks")),
+        db,
+        server: Some(server),
+    }
+}
+
+/// The environment for a test that moves the server's clock: `None` (the test skips) on a
+/// real server.
+pub async fn emulator_env(name: &str) -> Option<Env> {
+    let env = env(name).await;
+    if env.has_clock() {
+        Some(env)
+    } else {
+        eprintln!("skipped: {name} needs the emulator's clock");
+        None
+    }
+}
+
+/// The argument name of an `InvalidArgument` error (panics on any other error).
+pub fn invalid_argument(error: &mongolock::Error) -> &'static str {
+    match error.kind() {
+        mongolock::ErrorKind::InvalidArgument { argument, .. } => argument,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// Seconds as a `Duration`.
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}

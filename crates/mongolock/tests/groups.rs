@@ -1,0 +1,88 @@
+//! One lock id can hold many resources; unlock and renew act on the whole group.
+
+mod common;
+
+use common::{env, secs};
+use mongolock::{Filter, LockDetails, LockKind};
+
+#[tokio::test]
+async fn unlock_releases_the_whole_group_newest_first() {
+    let env = env("groups_unlock").await;
+    let locks = &env.locks;
+    locks.xlock("a", "g", LockDetails::default()).await.unwrap();
+    locks
+        .slock("b", "g", LockDetails::default(), None)
+        .await
+        .unwrap();
+    locks
+        .xlock("c", "g", LockDetails::default().ttl(secs(60)))
+        .await
+        .unwrap();
+    locks
+        .xlock("d", "other", LockDetails::default())
+        .await
+        .unwrap();
+
+    let released = locks.unlock("g").await.unwrap();
+    let mut resources: Vec<&str> = released.iter().map(|s| s.resource()).collect();
+    let created: Vec<_> = released.iter().map(|s| s.created_at()).collect();
+    assert!(
+        created.windows(2).all(|w| w[0] >= w[1]),
+        "newest first: {created:?}"
+    );
+    resources.sort_unstable();
+    assert_eq!(resources, ["a", "b", "c"]);
+    assert_eq!(
+        released
+            .iter()
+            .filter(|s| s.kind() == LockKind::Shared)
+            .count(),
+        1
+    );
+
+    let left = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].lock_id(), "other");
+    for resource in ["a", "b", "c"] {
+        locks
+            .xlock(resource, "next", LockDetails::default())
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn unlocking_an_unknown_group_releases_nothing() {
+    let env = env("groups_unknown").await;
+    env.locks
+        .xlock("a", "g", LockDetails::default())
+        .await
+        .unwrap();
+    assert!(env.locks.unlock("nobody").await.unwrap().is_empty());
+    assert_eq!(env.locks.status(&Filter::default()).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn release_frees_one_lock_of_a_group() {
+    let env = env("groups_release").await;
+    let locks = &env.locks;
+    let a = locks.xlock("a", "g", LockDetails::default()).await.unwrap();
+    locks.xlock("b", "g", LockDetails::default()).await.unwrap();
+    assert!(locks.release(&a).await.unwrap());
+    assert!(!locks.release(&a).await.unwrap(), "already released");
+    let left = locks.status(&Filter::default().lock_id("g")).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].resource(), "b");
+}
+
+#[tokio::test]
+async fn a_stale_grant_does_not_release_a_newer_one() {
+    let env = env("groups_stale").await;
+    let locks = &env.locks;
+    let old = locks.xlock("a", "g", LockDetails::default()).await.unwrap();
+    locks.unlock("g").await.unwrap();
+    let new = locks.xlock("a", "g", LockDetails::default()).await.unwrap();
+    assert!(!locks.release(&old).await.unwrap());
+    let held = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(held[0].fencing_token(), new.fencing_token());
+}

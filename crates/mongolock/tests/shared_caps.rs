@@ -1,0 +1,92 @@
+//! A cap on shared locks turns a shared lock into a semaphore.
+
+mod common;
+
+use common::{env, invalid_argument};
+use mongolock::{ErrorKind, LockDetails};
+
+#[tokio::test]
+async fn the_cap_limits_live_shared_locks() {
+    let env = env("caps_limit").await;
+    let locks = &env.locks;
+    for id in ["a", "b", "c"] {
+        locks
+            .slock("r", id, LockDetails::default(), Some(3))
+            .await
+            .unwrap();
+    }
+    let error = locks
+        .slock("r", "d", LockDetails::default(), Some(3))
+        .await
+        .unwrap_err();
+    let ErrorKind::AlreadyLocked { holders, .. } = error.kind() else {
+        panic!("{error:?}")
+    };
+    assert_eq!(holders.len(), 3);
+
+    locks.unlock("b").await.unwrap();
+    locks
+        .slock("r", "d", LockDetails::default(), Some(3))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_cap_is_the_callers() {
+    let env = env("caps_per_call").await;
+    let locks = &env.locks;
+    locks
+        .slock("r", "a", LockDetails::default(), Some(1))
+        .await
+        .unwrap();
+    assert!(
+        locks
+            .slock("r", "b", LockDetails::default(), Some(1))
+            .await
+            .unwrap_err()
+            .is_already_locked()
+    );
+    locks
+        .slock("r", "b", LockDetails::default(), Some(2))
+        .await
+        .unwrap();
+    locks
+        .slock("r", "c", LockDetails::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(locks.status(&Default::default()).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_holder_asking_again_is_not_counted_twice() {
+    let env = env("caps_again").await;
+    let locks = &env.locks;
+    let first = locks
+        .slock("r", "a", LockDetails::default(), Some(1))
+        .await
+        .unwrap();
+    let again = locks
+        .slock("r", "a", LockDetails::default(), Some(1))
+        .await
+        .unwrap();
+    assert_eq!(again.fencing_token(), first.fencing_token());
+    assert!(!again.is_new());
+}
+
+#[tokio::test]
+async fn a_cap_of_zero_is_refused_and_nothing_is_written() {
+    let env = env("caps_zero").await;
+    let error = env
+        .locks
+        .slock("r", "a", LockDetails::default(), Some(0))
+        .await
+        .unwrap_err();
+    assert_eq!(invalid_argument(&error), "max");
+    assert_eq!(
+        env.collection()
+            .count_documents(bson::doc! {})
+            .await
+            .unwrap(),
+        0
+    );
+}
