@@ -108,10 +108,18 @@ fn bench(c: &mut Criterion) {
         ("streams_32_idle", 32, "other"),
         ("streams_32_consuming", 32, "events"),
     ] {
+        // Watchers are other processes in real life: their own client and connection pool, so
+        // their awaiting getMores never hold the writers' connections.
+        let watcher_client = runtime.block_on(async {
+            let uri = format!("{}&maxPoolSize={}", server.uri(), streams.max(1) + 4);
+            mongodb::Client::with_uri_str(uri)
+                .await
+                .expect("watcher client")
+        });
         let watchers: Vec<_> = runtime.block_on(async {
             let mut open = Vec::new();
             for _ in 0..streams {
-                let mut stream = client
+                let mut stream = watcher_client
                     .database("bench")
                     .collection::<Document>(watched)
                     .watch()
