@@ -109,6 +109,11 @@ const RETRYABLE_CODES: &[i32] = &[
 ];
 
 /// Runs one command and builds its reply.
+///
+/// # Cancel safety
+/// Writes are applied synchronously once the command starts, so dropping the future (the
+/// connection closed) either prevents a write or leaves it complete, never half done. A
+/// change stream's `getMore` dropped while it waits closes that cursor.
 pub async fn dispatch(state: &ServerState, conn: &mut ConnectionInfo, request: Request) -> Outcome {
     let Request {
         command: cmd,

@@ -76,6 +76,10 @@ pub enum Completion {
 }
 
 /// Runs a retryable write at most once per `(lsid, txnNumber)`.
+///
+/// # Cancel safety
+/// Cancel safe: dropped while waiting for the session (a retry racing its first attempt),
+/// nothing ran; once the write runs it completes without awaiting.
 pub async fn run_retryable(
     state: &ServerState,
     lsid: Vec<u8>,

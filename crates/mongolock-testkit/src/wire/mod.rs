@@ -72,6 +72,10 @@ impl RequestKind {
 }
 
 /// Reads one message. `Ok(None)` means the peer closed the connection cleanly.
+///
+/// # Cancel safety
+/// Not cancel safe: a message partly read when the future is dropped is lost, and the
+/// stream is then out of step. The server only drops it when it closes the connection.
 pub async fn read_request<R: AsyncRead + Unpin>(
     reader: &mut R,
 ) -> Result<Option<Request>, WireError> {
@@ -317,6 +321,9 @@ pub fn encode_op_reply(request_id: i32, response_to: i32, body: &Document) -> Ve
 }
 
 /// Writes an encoded message and flushes it.
+///
+/// # Cancel safety
+/// Not cancel safe: dropping the future may leave part of the message written.
 pub async fn write_message<W: AsyncWrite + Unpin>(
     writer: &mut W,
     bytes: &[u8],
