@@ -30,7 +30,7 @@ use crate::client::LockClient;
 use crate::command::status;
 use crate::error::{Error, Result};
 use crate::schema::{self, literal};
-use crate::types::{Filter, Grant, LockStatus, check_id};
+use crate::types::{Filter, Grant, Holder, LockStatus, check_id};
 
 /// The key `{r, l, t}` of an entry, in the field order the pipeline builds it.
 pub(crate) fn entry_key(resource: &str, lock_id: &str, token: i64) -> Bson {
@@ -112,27 +112,15 @@ pub(crate) async fn unlock(client: &LockClient, lock_id: &str) -> Result<Vec<Loc
 
 /// Releases one grant; true if this call removed it.
 pub(crate) async fn release(client: &LockClient, grant: &Grant) -> Result<bool> {
-    let before = client
-        .collection
-        .find_one_and_update(
-            doc! { "_id": grant.resource() },
-            remove_pipeline(vec![entry_key(
-                grant.resource(),
-                grant.lock_id(),
-                grant.fencing_token(),
-            )]),
-        )
-        .return_document(ReturnDocument::Before)
-        .write_concern(client.write_concern.clone())
-        .await
-        .map_err(Error::database)?;
-    let Some(before) = before else {
-        return Ok(false);
-    };
-    let document = schema::decode_document(&before)?;
-    let removed = document
-        .entries()
-        .any(|h| h.lock_id == grant.lock_id() && h.token == grant.fencing_token());
+    let pipeline = remove_pipeline(vec![entry_key(
+        grant.resource(),
+        grant.lock_id(),
+        grant.fencing_token(),
+    )]);
+    let removed = remove_from_resource(client, grant.resource(), pipeline, |h| {
+        h.lock_id == grant.lock_id() && h.token == grant.fencing_token()
+    })
+    .await?;
     tracing::debug!(
         resource = grant.resource(),
         lock_id = grant.lock_id(),
@@ -145,12 +133,28 @@ pub(crate) async fn release(client: &LockClient, grant: &Grant) -> Result<bool> 
 /// Releases the lock an acquire attempt created, if it did; true if this call removed it.
 pub(crate) async fn release_attempt(client: &LockClient, request: &AcquireRequest) -> Result<bool> {
     request.validate()?;
+    let removed = remove_from_resource(
+        client,
+        &request.resource,
+        remove_attempt_pipeline(request),
+        |h| h.lock_id == request.lock_id && h.nonce == Some(request.nonce.0),
+    )
+    .await?;
+    tracing::debug!(resource = %request.resource, lock_id = %request.lock_id, removed, "attempt released");
+    Ok(removed)
+}
+
+/// Runs a removing pipeline on one resource's document (one round trip) and tells, from the
+/// document as it was before, whether an entry the pipeline removes was there.
+async fn remove_from_resource(
+    client: &LockClient,
+    resource: &str,
+    pipeline: Vec<Document>,
+    was_removed: impl Fn(&Holder) -> bool,
+) -> Result<bool> {
     let before = client
         .collection
-        .find_one_and_update(
-            doc! { "_id": &request.resource },
-            remove_attempt_pipeline(request),
-        )
+        .find_one_and_update(doc! { "_id": resource }, pipeline)
         .return_document(ReturnDocument::Before)
         .write_concern(client.write_concern.clone())
         .await
@@ -158,12 +162,7 @@ pub(crate) async fn release_attempt(client: &LockClient, request: &AcquireReques
     let Some(before) = before else {
         return Ok(false);
     };
-    let document = schema::decode_document(&before)?;
-    let removed = document
-        .entries()
-        .any(|h| h.lock_id == request.lock_id && h.nonce == Some(request.nonce.0));
-    tracing::debug!(resource = %request.resource, lock_id = %request.lock_id, removed, "attempt released");
-    Ok(removed)
+    Ok(schema::decode_document(&before)?.entries().any(was_removed))
 }
 
 #[cfg(test)]
