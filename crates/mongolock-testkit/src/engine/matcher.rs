@@ -2021,26 +2021,7 @@ mod robustness {
     #[test]
     fn odd_input_never_panics() {
         let ctx = EvalContext::at(DateTime::from_millis(0));
-        let ops = [
-            "$eq",
-            "$ne",
-            "$gt",
-            "$gte",
-            "$lt",
-            "$lte",
-            "$in",
-            "$nin",
-            "$exists",
-            "$type",
-            "$size",
-            "$all",
-            "$elemMatch",
-            "$not",
-            "$regex",
-            "$options",
-            "$mod",
-            "$foo",
-        ];
+        let ops: Vec<&str> = FIELD_OPERATORS.iter().copied().chain(["$foo"]).collect();
         let values = odd_values();
         let docs: Vec<Document> = values
             .iter()
