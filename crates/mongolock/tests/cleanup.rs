@@ -42,13 +42,7 @@ async fn emulator_only_idle_documents_go_and_held_ones_stay() {
     let mut resources: Vec<&str> = held.iter().map(|s| s.resource()).collect();
     resources.sort_unstable();
     assert_eq!(resources, ["long-lease", "no-ttl"]);
-    assert!(
-        locks
-            .xlock("long-lease", "x", LockDetails::default())
-            .await
-            .unwrap_err()
-            .is_already_locked()
-    );
+    common::assert_xlock_refused(&locks, "long-lease", "x").await;
 
     // Once the lease has ended and the retention has passed, that document goes too.
     env.advance(secs(1800 + 120));

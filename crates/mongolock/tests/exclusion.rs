@@ -115,11 +115,5 @@ async fn two_clients_see_the_same_locks() {
         .xlock("r", "a", LockDetails::default())
         .await
         .unwrap();
-    assert!(
-        other
-            .xlock("r", "b", LockDetails::default())
-            .await
-            .unwrap_err()
-            .is_already_locked()
-    );
+    common::assert_xlock_refused(&other, "r", "b").await;
 }

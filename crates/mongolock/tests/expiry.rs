@@ -16,13 +16,7 @@ async fn emulator_only_an_expired_exclusive_lock_blocks_nobody() {
         .xlock("r", "a", LockDetails::default().ttl(secs(10)))
         .await
         .unwrap();
-    assert!(
-        locks
-            .xlock("r", "b", LockDetails::default())
-            .await
-            .unwrap_err()
-            .is_already_locked()
-    );
+    common::assert_xlock_refused(&locks, "r", "b").await;
     env.advance(secs(11));
     locks
         .slock("r", "reader", LockDetails::default(), None)
@@ -59,13 +53,7 @@ async fn emulator_only_expired_shared_locks_block_nobody_and_free_their_slot() {
         .slock("r", "c", LockDetails::default(), Some(2))
         .await
         .unwrap();
-    assert!(
-        locks
-            .xlock("r", "x", LockDetails::default())
-            .await
-            .unwrap_err()
-            .is_already_locked()
-    );
+    common::assert_xlock_refused(&locks, "r", "x").await;
     locks.unlock("c").await.unwrap();
     env.advance(secs(15));
     locks.xlock("r", "x", LockDetails::default()).await.unwrap();
@@ -82,13 +70,7 @@ async fn emulator_only_a_lock_lives_until_its_ttl_has_passed() {
         .await
         .unwrap();
     env.advance(secs(9));
-    assert!(
-        locks
-            .xlock("r", "b", LockDetails::default())
-            .await
-            .unwrap_err()
-            .is_already_locked()
-    );
+    common::assert_xlock_refused(&locks, "r", "b").await;
     env.advance(secs(2));
     locks.xlock("r", "b", LockDetails::default()).await.unwrap();
 }
@@ -151,13 +133,7 @@ async fn a_lock_without_ttl_does_not_expire() {
     if env.has_clock() {
         env.advance(secs(365 * 24 * 3600));
     }
-    assert!(
-        env.locks
-            .xlock("r", "b", LockDetails::default())
-            .await
-            .unwrap_err()
-            .is_already_locked()
-    );
+    common::assert_xlock_refused(&env.locks, "r", "b").await;
     let status = env.locks.status(&Filter::default()).await.unwrap();
     assert_eq!(status[0].ttl_remaining(), None);
     assert!(!status[0].is_expired());

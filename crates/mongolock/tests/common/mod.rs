@@ -136,3 +136,16 @@ pub fn invalid_argument(error: &mongolock::Error) -> &'static str {
 pub fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
+
+/// Asserts that an exclusive lock on `resource` for `lock_id` is refused because someone
+/// holds it (and not for any other reason).
+pub async fn assert_xlock_refused(locks: &LockClient, resource: &str, lock_id: &str) {
+    let error = locks
+        .xlock(resource, lock_id, mongolock::LockDetails::default())
+        .await
+        .expect_err("the resource is held, so the lock must be refused");
+    assert!(
+        error.is_already_locked(),
+        "refused for another reason: {error:?}"
+    );
+}
