@@ -64,7 +64,7 @@ async fn ids_that_look_like_operators_are_plain_data() {
         .await
         .unwrap();
     assert_eq!((grant.resource(), grant.lock_id()), ("$$NOW", "$exclusive"));
-    common::assert_xlock_refused(&locks, "$$NOW", "b").await;
+    common::assert_xlock_refused(locks, "$$NOW", "b").await;
     let status = locks
         .status(&Filter::default().owner("$owner"))
         .await

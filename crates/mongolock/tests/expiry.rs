@@ -16,7 +16,7 @@ async fn emulator_only_an_expired_exclusive_lock_blocks_nobody() {
         .xlock("r", "a", LockDetails::default().ttl(secs(10)))
         .await
         .unwrap();
-    common::assert_xlock_refused(&locks, "r", "b").await;
+    common::assert_xlock_refused(locks, "r", "b").await;
     env.advance(secs(11));
     locks
         .slock("r", "reader", LockDetails::default(), None)
@@ -53,7 +53,7 @@ async fn emulator_only_expired_shared_locks_block_nobody_and_free_their_slot() {
         .slock("r", "c", LockDetails::default(), Some(2))
         .await
         .unwrap();
-    common::assert_xlock_refused(&locks, "r", "x").await;
+    common::assert_xlock_refused(locks, "r", "x").await;
     locks.unlock("c").await.unwrap();
     env.advance(secs(15));
     locks.xlock("r", "x", LockDetails::default()).await.unwrap();
@@ -70,7 +70,7 @@ async fn emulator_only_a_lock_lives_until_its_ttl_has_passed() {
         .await
         .unwrap();
     env.advance(secs(9));
-    common::assert_xlock_refused(&locks, "r", "b").await;
+    common::assert_xlock_refused(locks, "r", "b").await;
     env.advance(secs(2));
     locks.xlock("r", "b", LockDetails::default()).await.unwrap();
 }

@@ -70,7 +70,7 @@ async fn holding_one_kind_does_not_grant_the_other() {
         .slock("r", "a", LockDetails::default(), None)
         .await
         .unwrap();
-    common::assert_xlock_refused(&locks, "r", "a").await;
+    common::assert_xlock_refused(locks, "r", "a").await;
     locks.xlock("q", "b", LockDetails::default()).await.unwrap();
     assert!(
         locks

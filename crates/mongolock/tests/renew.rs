@@ -61,7 +61,7 @@ async fn emulator_only_renew_moves_the_expiry_from_now() {
     let renewed = locks.renew("g", secs(10)).await.unwrap();
     assert_eq!(renewed.len(), 1);
     env.advance(secs(8));
-    common::assert_xlock_refused(&locks, "r", "x").await;
+    common::assert_xlock_refused(locks, "r", "x").await;
     env.advance(secs(3));
     locks.xlock("r", "x", LockDetails::default()).await.unwrap();
 }
