@@ -217,6 +217,16 @@ fn prepare(
     cmd: &Document,
     kind: RequestKind,
 ) -> Result<(String, Option<(Vec<u8>, i64)>)> {
+    // Since 5.1 mongod takes OP_QUERY only for the handshake of old drivers.
+    if kind == RequestKind::Query && !matches!(name, "hello" | "isMaster") {
+        return Err(CommandError::new(
+            352,
+            format!(
+                "Unsupported OP_QUERY command: {name}. The client driver may require an upgrade. \
+                 For more details see https://dochub.mongodb.org/core/legacy-opcode-removal"
+            ),
+        ));
+    }
     let db = match cmd.get("$db") {
         Some(Bson::String(db)) => db.clone(),
         Some(other) => {

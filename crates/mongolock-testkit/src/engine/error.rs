@@ -123,6 +123,7 @@ pub fn code_name(code: i32) -> String {
         280 => "ChangeStreamFatalError",
         286 => "ChangeStreamHistoryLost",
         291 => "NoQueryExecutionPlans",
+        352 => "UnsupportedOpQueryCommand",
         9001 => "SocketException",
         10107 => "NotWritablePrimary",
         10058 => "LegacyNotPrimary",

@@ -245,10 +245,10 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireErro
     }
     let mut command = command.ok_or_else(|| WireError::Malformed("no kind-0 section".into()))?;
     for (identifier, docs) in sequences {
+        // A field both in the body and as a sequence is a duplicate field, answered as one.
         if command.contains_key(&identifier) {
-            return Err(WireError::Malformed(format!(
-                "field {identifier} appears both in the command and as a document sequence"
-            )));
+            duplicate_field.get_or_insert_with(|| identifier.clone());
+            continue;
         }
         command.insert(
             identifier,
