@@ -232,3 +232,50 @@ async fn legacy_op_query_handshake_is_answered_with_op_reply() {
     let (op, _, reply) = read_reply(&mut stream).await.unwrap();
     assert_eq!((op, reply.get_f64("ok")), (OP_MSG, Ok(1.0)));
 }
+
+#[tokio::test]
+async fn garbage_never_takes_the_server_down() {
+    // A panicking connection task would not stop the server, so count panics as well.
+    static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        default_hook(info);
+    }));
+    let server = TestServer::start().await.unwrap();
+    // A deterministic generator, so a failure can be replayed.
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let ping = doc! {"ping": 1, "$db": "admin"};
+    for round in 0..200 {
+        let mut stream = connect(&server).await;
+        // A valid message, then one with random bytes flipped: header, flags, sections, BSON.
+        let mut bytes = op_msg(
+            round,
+            0,
+            &doc! {"insert": "c", "$db": "fuzz", "documents": [{"a": round}]},
+            &[],
+        );
+        for _ in 0..(1 + next() % 4) {
+            let at = (next() as usize) % bytes.len();
+            bytes[at] = next() as u8;
+        }
+        let _ = stream.write_all(&bytes).await;
+        let _ = stream.shutdown().await;
+        drop(stream);
+    }
+    let mut stream = connect(&server).await;
+    stream.write_all(&op_msg(1, 0, &ping, &[])).await.unwrap();
+    let (_, _, reply) = read_reply(&mut stream).await.unwrap();
+    assert_eq!(reply.get_f64("ok"), Ok(1.0), "the server still answers");
+    assert_eq!(
+        PANICS.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no task panicked"
+    );
+}
