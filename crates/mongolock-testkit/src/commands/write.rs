@@ -7,7 +7,7 @@ use super::{Ctx, args};
 use crate::engine::EvalContext;
 use crate::engine::collection::Collection;
 use crate::engine::error::{CommandError, Result, codes};
-use crate::engine::matcher::Matcher;
+use crate::engine::matcher::{MatchDetails, Matcher};
 use crate::engine::sort::SortSpec;
 use crate::engine::update::{
     Update, UpdateContext, upsert_seed, validate_document_for_insert, validate_document_for_storage,
@@ -104,7 +104,8 @@ pub struct UpdateStatement<'a> {
     pub sort: Option<SortSpec>,
 }
 
-/// The matching records, in the order the statement visits them.
+/// The matching records, in the order the statement visits them, each with what the filter
+/// matched (for the positional operator).
 pub fn matching_records(
     coll: &Collection,
     filter: &Document,
@@ -112,19 +113,19 @@ pub fn matching_records(
     sort: Option<&SortSpec>,
     eval: &EvalContext,
     first_only: bool,
-) -> Result<Vec<u64>> {
+) -> Result<Vec<(u64, MatchDetails)>> {
     let mut found = Vec::new();
     for record in coll.candidates(filter) {
         let doc = coll.get(record).expect("candidate records exist");
-        if matcher.matches(doc, eval)? {
-            found.push(record);
+        if let Some(details) = matcher.match_details(doc, eval)? {
+            found.push((record, details));
             if first_only && sort.is_none() {
                 break;
             }
         }
     }
     if let Some(sort) = sort {
-        found.sort_by(|a, b| {
+        found.sort_by(|(a, _), (b, _)| {
             sort.compare(coll.get(*a).expect("exists"), coll.get(*b).expect("exists"))
         });
         if first_only {
@@ -150,16 +151,15 @@ pub fn run_update(
         eval,
         !statement.multi,
     )?;
-    for record in records {
+    for (record, details) in records {
         let before = coll.get(record).expect("matched records exist").clone();
-        let details = statement.matcher.match_details(&before, eval)?;
         let mut after = before.clone();
         let changed = statement.update.apply(
             &mut after,
             &UpdateContext {
                 eval,
                 is_insert: false,
-                matched: details.as_ref(),
+                matched: Some(&details),
             },
         )?;
         outcome.matched += 1;
@@ -402,7 +402,10 @@ pub fn run_delete(
     eval: &EvalContext,
 ) -> Result<Vec<Document>> {
     let records = matching_records(coll, filter, matcher, sort, eval, first_only)?;
-    Ok(records.into_iter().filter_map(|r| coll.remove(r)).collect())
+    Ok(records
+        .into_iter()
+        .filter_map(|(r, _)| coll.remove(r))
+        .collect())
 }
 
 /// `delete`.
