@@ -498,3 +498,20 @@ async fn concurrent_conditional_updates_have_one_winner() {
         assert_eq!(winners, 1, "round {round}");
     }
 }
+
+#[tokio::test]
+async fn an_empty_write_batch_is_invalid_length() {
+    let t = common::target("empty_batch").await;
+    for cmd in [
+        doc! {"insert": "c", "documents": []},
+        doc! {"update": "c", "updates": []},
+        doc! {"delete": "c", "deletes": []},
+    ] {
+        let (code, message) = t.error_code(cmd).await;
+        assert_eq!(code, 16, "{message}");
+        assert_eq!(
+            message,
+            "Write batch sizes must be between 1 and 100000. Got 0 operations."
+        );
+    }
+}

@@ -202,6 +202,22 @@ pub fn run_update(
     Ok(outcome)
 }
 
+/// The statements of a write command: between 1 and `maxWriteBatchSize` (100,000, as the
+/// handshake advertises), as mongod checks.
+fn write_batch<'a>(cmd: &'a Document, command: &str, field: &str) -> Result<&'a Vec<Bson>> {
+    let batch = args::array(cmd, command, field)?;
+    if batch.is_empty() || batch.len() > 100_000 {
+        return Err(CommandError::new(
+            codes::INVALID_LENGTH,
+            format!(
+                "Write batch sizes must be between 1 and 100000. Got {} operations.",
+                batch.len()
+            ),
+        ));
+    }
+    Ok(batch)
+}
+
 /// A write error entry as mongod reports it inside `writeErrors`.
 fn write_error(index: usize, error: &CommandError) -> Document {
     let mut entry =
@@ -234,13 +250,7 @@ pub fn insert(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "insert")?;
-    let documents = args::array(cmd, "insert", "documents")?;
-    if documents.is_empty() {
-        return Err(CommandError::new(
-            codes::INVALID_LENGTH,
-            "Write batch sizes must be between 1 and 100000. Got 0 operations.",
-        ));
-    }
+    let documents = write_batch(cmd, "insert", "documents")?;
     let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
     let mut coll = coll.lock();
     let mut n = 0;
@@ -342,14 +352,8 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "update")?;
-    let statements = args::array(cmd, "update", "updates")?;
+    let statements = write_batch(cmd, "update", "updates")?;
     check_update_statement_fields(statements, "update")?;
-    if statements.is_empty() {
-        return Err(CommandError::new(
-            codes::INVALID_LENGTH,
-            "Write batch sizes must be between 1 and 100000. Got 0 operations.",
-        ));
-    }
     let eval = ctx.eval_context(cmd, "update")?;
     let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
     let mut coll = coll.lock();
@@ -415,13 +419,7 @@ pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
     let ordered = ordered(cmd, "delete")?;
-    let statements = args::array(cmd, "delete", "deletes")?;
-    if statements.is_empty() {
-        return Err(CommandError::new(
-            codes::INVALID_LENGTH,
-            "Write batch sizes must be between 1 and 100000. Got 0 operations.",
-        ));
-    }
+    let statements = write_batch(cmd, "delete", "deletes")?;
     let eval = ctx.eval_context(cmd, "delete")?;
     let coll = ctx.state.catalog.get(ctx.db, &name);
     let mut guard = coll.as_ref().map(|c| c.lock());
