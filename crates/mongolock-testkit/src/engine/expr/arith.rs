@@ -84,13 +84,53 @@ enum Width {
     Double,
 }
 
+/// A running fold of numbers with mongod's type widening: an int result while every input is
+/// an int and the exact value fits, a long once a long is seen or an int overflows, a double
+/// once a double is seen or the exact value overflows a long.
+#[derive(Debug, Clone)]
+struct Widening {
+    width: Width,
+    /// The exact integer value, `None` once it overflowed a long.
+    exact: Option<i64>,
+    double: f64,
+}
+
+impl Widening {
+    fn starting_at(value: i64) -> Self {
+        Widening {
+            width: Width::Int,
+            exact: Some(value),
+            double: value as f64,
+        }
+    }
+
+    fn fold(&mut self, n: Num, exact: fn(i64, i64) -> Option<i64>, double: fn(f64, f64) -> f64) {
+        self.double = double(self.double, n.to_f64());
+        match n {
+            Num::Int(_) | Num::Long(_) => {
+                if matches!(n, Num::Long(_)) && self.width == Width::Int {
+                    self.width = Width::Long;
+                }
+                let v = n.to_i64().unwrap_or_default();
+                self.exact = self.exact.and_then(|e| exact(e, v));
+            }
+            Num::Double(_) => self.width = Width::Double,
+        }
+    }
+
+    fn result(&self) -> Num {
+        match (self.width, self.exact) {
+            (Width::Double, _) | (_, None) => Num::Double(self.double),
+            (Width::Int, Some(e)) => narrow(e, true),
+            (Width::Long, Some(e)) => Num::Long(e),
+        }
+    }
+}
+
 /// A running sum with mongod's type widening (`$add`, `$sum`, `$avg`).
 #[derive(Debug, Clone)]
 pub(crate) struct Sum {
-    width: Width,
-    /// The exact integer sum, `None` once it overflowed a long.
-    exact: Option<i64>,
-    double: f64,
+    value: Widening,
     /// How many numbers were added.
     pub(crate) count: u64,
 }
@@ -98,9 +138,7 @@ pub(crate) struct Sum {
 impl Default for Sum {
     fn default() -> Self {
         Sum {
-            width: Width::Int,
-            exact: Some(0),
-            double: 0.0,
+            value: Widening::starting_at(0),
             count: 0,
         }
     }
@@ -109,32 +147,18 @@ impl Default for Sum {
 impl Sum {
     pub(crate) fn add(&mut self, n: Num) {
         self.count += 1;
-        self.double += n.to_f64();
-        match n {
-            Num::Int(_) | Num::Long(_) => {
-                if matches!(n, Num::Long(_)) && self.width == Width::Int {
-                    self.width = Width::Long;
-                }
-                let v = n.to_i64().unwrap_or_default();
-                self.exact = self.exact.and_then(|e| e.checked_add(v));
-            }
-            Num::Double(_) => self.width = Width::Double,
-        }
+        self.value.fold(n, i64::checked_add, |a, b| a + b);
     }
 
     pub(crate) fn result(&self) -> Num {
-        match (self.width, self.exact) {
-            (Width::Double, _) | (_, None) => Num::Double(self.double),
-            (Width::Int, Some(e)) => narrow(e, true),
-            (Width::Long, Some(e)) => Num::Long(e),
-        }
+        self.value.result()
     }
 
     /// The sum as an `i64` when it is integral and exact (for date arithmetic).
     pub(crate) fn as_millis(&self) -> Option<i64> {
-        match (self.width, self.exact) {
+        match (self.value.width, self.value.exact) {
             (Width::Double, _) | (_, None) => {
-                let r = self.double.round();
+                let r = self.value.double.round();
                 (r.is_finite() && r.abs() < 9.2e18).then_some(r as i64)
             }
             (_, Some(e)) => Some(e),
@@ -145,42 +169,24 @@ impl Sum {
 /// A running product with mongod's type widening (`$multiply`).
 #[derive(Debug, Clone)]
 pub(crate) struct Product {
-    width: Width,
-    exact: Option<i64>,
-    double: f64,
+    value: Widening,
 }
 
 impl Default for Product {
     fn default() -> Self {
         Product {
-            width: Width::Int,
-            exact: Some(1),
-            double: 1.0,
+            value: Widening::starting_at(1),
         }
     }
 }
 
 impl Product {
     pub(crate) fn mul(&mut self, n: Num) {
-        self.double *= n.to_f64();
-        match n {
-            Num::Int(_) | Num::Long(_) => {
-                if matches!(n, Num::Long(_)) && self.width == Width::Int {
-                    self.width = Width::Long;
-                }
-                let v = n.to_i64().unwrap_or_default();
-                self.exact = self.exact.and_then(|e| e.checked_mul(v));
-            }
-            Num::Double(_) => self.width = Width::Double,
-        }
+        self.value.fold(n, i64::checked_mul, |a, b| a * b);
     }
 
     pub(crate) fn result(&self) -> Num {
-        match (self.width, self.exact) {
-            (Width::Double, _) | (_, None) => Num::Double(self.double),
-            (Width::Int, Some(e)) => narrow(e, true),
-            (Width::Long, Some(e)) => Num::Long(e),
-        }
+        self.value.result()
     }
 }
 
