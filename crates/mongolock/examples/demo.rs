@@ -13,6 +13,12 @@ use mongodb::Collection;
 use mongolock::{AcquireRequest, Attempt, ErrorKind, Filter, LockClient, LockDetails};
 use mongolock_testkit::TestServer;
 
+/// A fresh lock id for one holder: a lock id names one holder and is never shared, so each
+/// run of a worker gets its own (the host name goes in the owner field, for people).
+fn new_lock_id(host: &str) -> String {
+    format!("{host}-{}", bson::oid::ObjectId::new())
+}
+
 /// Writes `value` to the guarded report only if `token` is newer than the last writer's:
 /// what a store protected by fencing tokens does.
 async fn fenced_write(report: &Collection<Document>, token: i64, value: &str) -> bool {
@@ -48,7 +54,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let details = LockDetails::default()
                     .ttl(Duration::from_secs(30))
                     .owner(name);
-                let request = AcquireRequest::exclusive("nightly-report", name, details);
+                let lock_id = new_lock_id(name);
+                let request = AcquireRequest::exclusive("nightly-report", &lock_id, details);
                 match locks.acquire(&request).await? {
                     Attempt::Granted(grant) => {
                         let token = grant.fencing_token();
@@ -62,6 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         runs += 1;
                     }
                     Attempt::Contended(_) => tokio::time::sleep(Duration::from_millis(2)).await,
+                    other => panic!("{name}: a fresh lock id cannot get {other:?}"),
                 }
             }
             Ok::<_, mongolock::Error>(())
@@ -72,8 +80,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     println!("\n2. Readers share a lock capped at 2; a third is refused and told who holds it.");
-    let readers = ["reader-1", "reader-2"];
-    for reader in readers {
+    let readers = [new_lock_id("reader-1"), new_lock_id("reader-2")];
+    for reader in &readers {
         locks
             .slock(
                 "catalog",
@@ -85,7 +93,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("   {reader} reads catalog");
     }
     match locks
-        .slock("catalog", "reader-3", LockDetails::default(), Some(2))
+        .slock("catalog", &new_lock_id("reader-3"), LockDetails::default(), Some(2))
         .await
     {
         Err(error) => match error.kind() {
@@ -97,15 +105,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         Ok(_) => return Err("a third reader was let in past the cap".into()),
     }
-    for reader in readers {
+    for reader in &readers {
         locks.unlock(reader).await?;
     }
 
     println!("\n3. A holder crashes; its 30 s lease ends by the server's clock.");
+    let (host_a, host_b) = (new_lock_id("host-a"), new_lock_id("host-b"));
     let crashed = locks
         .xlock(
             "nightly-report",
-            "host-a",
+            &host_a,
             LockDetails::default().ttl(Duration::from_secs(30)),
         )
         .await?;
@@ -114,7 +123,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         crashed.fencing_token()
     );
     if let Err(error) = locks
-        .xlock("nightly-report", "host-b", LockDetails::default())
+        .xlock("nightly-report", &host_b, LockDetails::default())
         .await
     {
         println!("   host-b refused: {error}");
@@ -124,7 +133,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let next = locks
         .xlock(
             "nightly-report",
-            "host-b",
+            &host_b,
             LockDetails::default().ttl(Duration::from_secs(30)),
         )
         .await?;
@@ -153,7 +162,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     server.clock().advance(Duration::from_secs(31));
     let purged = locks.purge().await?;
-    println!("   purged {} expired lock(s)", purged.len());
+    println!(
+        "   purged the expired locks of {} resource(s); a live lock is never purged",
+        purged.resources()
+    );
     server.shutdown().await;
     println!("\ndone");
     Ok(())

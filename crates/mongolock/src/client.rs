@@ -1,15 +1,21 @@
 //! [`LockClient`]: the handle every lock operation goes through, and its settings.
+//!
+//! Each method checks its arguments, then hands over to the one file in `command/` that
+//! builds the command and reads the reply; [`Context`] sends it with the settings pinned.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bson::Document;
 use mongodb::Collection;
-use mongodb::options::{Acknowledgment, ReadConcern, WriteConcern};
+use mongodb::options::WriteConcern;
 
-use crate::command;
+use crate::attempt::Attempt;
+use crate::command::{self, Context};
 use crate::error::{Error, Result};
-use crate::types::{Filter, Grant, LockDetails, LockStatus};
-use crate::{AcquireRequest, Attempt};
+use crate::lock::Grant;
+use crate::request::{AcquireRequest, LockDetails};
+use crate::status::{Filter, LockStatus, Purged};
 
 /// How long an idle resource document is kept by default before the TTL index deletes it:
 /// one day.
@@ -19,13 +25,29 @@ use crate::{AcquireRequest, Attempt};
 /// ```
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// How long one call may take by default before it fails with
+/// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout): ten seconds, a repeated attempt
+/// included.
+///
+/// ```
+/// assert_eq!(mongolock::DEFAULT_COMMAND_TIMEOUT.as_secs(), 10);
+/// ```
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = command::DEFAULT_COMMAND_TIMEOUT;
+
 /// Locks stored in one MongoDB collection: one document per resource.
 ///
-/// Cheap to clone (it holds a driver `Collection`, itself a shared handle), `Send` and `Sync`.
-/// Every write waits for a majority of the replica set and the journal
-/// (`{w: "majority", j: true}`) unless you opt out with
+/// Cheap to clone (an `Arc`), `Send` and `Sync`, so background tasks can own one. Every
+/// command goes to the primary, with the simple collation and a time limit, whatever the
+/// settings of the driver's client, database or collection. Writes wait for a majority of
+/// the replica set and the journal (`{w: "majority", j: true}`) unless you opt out with
 /// [`with_unsafe_write_concern`](LockClient::with_unsafe_write_concern); reads use read
-/// concern `majority` (`local` after such an opt-out, so that reads see this client's writes).
+/// concern `majority` (`local` after such an opt-out, so that reads see this client's
+/// writes).
+///
+/// **A lock id belongs to one holder.** Use one per task or process that holds locks, and
+/// never share it between processes: the server takes every call with a lock id as coming
+/// from the same holder (acquiring again returns the existing lock, unlocking releases
+/// every lock of the id).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -45,14 +67,13 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockClient {
-    pub(crate) collection: Collection<Document>,
-    pub(crate) write_concern: WriteConcern,
-    pub(crate) retention: Duration,
+    ctx: Arc<Context>,
 }
 
 impl LockClient {
     /// Locks stored in `collection` (for example `db.collection("locks")`), with majority,
-    /// journaled writes and a retention of one day for idle resource documents.
+    /// journaled writes, a command time limit of [`DEFAULT_COMMAND_TIMEOUT`] and a retention
+    /// of [`DEFAULT_RETENTION`] for idle resource documents.
     ///
     /// The collection must hold nothing but this crate's documents. Nothing is sent to the
     /// server until the first operation.
@@ -66,13 +87,13 @@ impl LockClient {
     /// ```
     pub fn new(collection: Collection<Document>) -> Self {
         LockClient {
-            collection,
-            write_concern: WriteConcern::builder()
-                .w(Acknowledgment::Majority)
-                .journal(true)
-                .build(),
-            retention: DEFAULT_RETENTION,
+            ctx: Arc::new(Context::new(collection)),
         }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Context)) -> Self {
+        change(Arc::make_mut(&mut self.ctx));
+        self
     }
 
     /// Uses `write_concern` for every write instead of `{w: "majority", j: true}`.
@@ -92,9 +113,8 @@ impl LockClient {
     /// # let _ = locks;
     /// # }
     /// ```
-    pub fn with_unsafe_write_concern(mut self, write_concern: WriteConcern) -> Self {
-        self.write_concern = write_concern;
-        self
+    pub fn with_unsafe_write_concern(self, write_concern: WriteConcern) -> Self {
+        self.with(|ctx| ctx.write_concern = write_concern)
     }
 
     /// Keeps an idle resource document for `retention` (default [`DEFAULT_RETENTION`]) before
@@ -113,20 +133,31 @@ impl LockClient {
     /// # let _ = locks;
     /// # }
     /// ```
-    pub fn with_retention(mut self, retention: Duration) -> Self {
-        self.retention = retention;
-        self
+    pub fn with_retention(self, retention: Duration) -> Self {
+        self.with(|ctx| ctx.retention = retention)
     }
 
-    /// Reads see what this client's writes made durable: `majority` with majority writes.
-    /// With an unsafe write concern the writes may not be majority-committed yet, and a
-    /// majority read would miss them (renew reads back what it renewed), so reads are `local`.
-    pub(crate) fn read_concern(&self) -> ReadConcern {
-        if self.write_concern.w == Some(Acknowledgment::Majority) {
-            ReadConcern::majority()
-        } else {
-            ReadConcern::local()
-        }
+    /// Bounds every call by `limit` (default [`DEFAULT_COMMAND_TIMEOUT`]): the server is
+    /// told (`maxTimeMS`, and `wtimeout` for the write concern) and the client stops waiting
+    /// when it passes. A call that times out fails with
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout); for a write its outcome is unknown
+    /// ([`Error::is_outcome_unknown`]). Without a limit, a write waiting for a majority that
+    /// is gone would wait forever.
+    ///
+    /// A zero `limit` is refused by the first call, with
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// use std::time::Duration;
+    /// let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"))
+    ///     .with_command_timeout(Duration::from_secs(2));
+    /// # let _ = locks;
+    /// # }
+    /// ```
+    pub fn with_command_timeout(self, limit: Duration) -> Self {
+        self.with(|ctx| ctx.timeout = limit)
     }
 
     /// The collection holding the locks.
@@ -139,7 +170,15 @@ impl LockClient {
     /// # }
     /// ```
     pub fn collection(&self) -> &Collection<Document> {
-        &self.collection
+        &self.ctx.collection
+    }
+
+    /// Checks the settings every call depends on.
+    fn ready(&self) -> Result<&Context> {
+        if self.ctx.timeout.is_zero() {
+            return Err(Error::invalid("command_timeout", "must be positive"));
+        }
+        Ok(&self.ctx)
     }
 
     /// Creates the indexes the lock commands use, and the TTL index that deletes idle resource
@@ -161,38 +200,45 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn create_indexes(&self) -> Result<()> {
-        if self.retention < Duration::from_secs(1)
-            || self.retention > Duration::from_secs(i32::MAX as u64)
+        let ctx = self.ready()?;
+        if ctx.retention < Duration::from_secs(1)
+            || ctx.retention > Duration::from_secs(i32::MAX as u64)
         {
             return Err(Error::invalid(
                 "retention",
-                format!("{:?} is outside 1 s ..= {} s", self.retention, i32::MAX),
+                format!("{:?} is outside 1 s ..= {} s", ctx.retention, i32::MAX),
             ));
         }
-        command::indexes::run(self).await
+        command::indexes::run(ctx).await
     }
 
-    /// Takes an exclusive lock on `resource` for the group `lock_id`, in one round trip.
+    /// Takes an exclusive lock on `resource` for the holder `lock_id`, in one round trip.
     ///
     /// Granted when no live lock of any kind is on the resource; expired locks never stand in
     /// the way. If `lock_id` already holds the resource exclusively, the existing grant is
     /// returned unchanged (same token, same expiry; [`Grant::is_new`] is false), so repeating
-    /// a call whose outcome was unknown is safe. Holding it shared is not upgraded: that is
-    /// [`ErrorKind::AlreadyLocked`](crate::ErrorKind::AlreadyLocked), like any other holder.
+    /// a call whose outcome was unknown is safe.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::AlreadyLocked`](crate::ErrorKind::AlreadyLocked) with the holders and when
-    /// their leases end; [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for
-    /// an empty or over-long resource or lock id, or a TTL of zero or above
-    /// [`MAX_TTL`](crate::MAX_TTL); [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)
-    /// when the resource's document is not a lock document.
+    /// - [`ErrorKind::AlreadyLocked`](crate::ErrorKind::AlreadyLocked) with the holders and
+    ///   how long their leases have left;
+    /// - [`ErrorKind::HeldWithOtherKind`](crate::ErrorKind::HeldWithOtherKind) when `lock_id`
+    ///   holds the resource shared (locks are not upgraded);
+    /// - [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for an empty or
+    ///   over-long resource or lock id, or a TTL of zero or above [`MAX_TTL`](crate::MAX_TTL);
+    /// - [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) when the
+    ///   resource's document is not a lock document;
+    /// - [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    ///   [`ErrorKind::Database`](crate::ErrorKind::Database), where
+    ///   [`Error::is_outcome_unknown`] says whether the lock may have been granted.
     ///
     /// # Cancel safety
     ///
     /// If the future is dropped after the command was sent, the lock may have been granted
     /// with nobody told: it lasts until its TTL passes or `lock_id` is unlocked. Repeating the
-    /// call with the same `lock_id` returns that grant.
+    /// call with the same `lock_id` returns that grant. To withdraw an attempt instead, use
+    /// [`acquire`](LockClient::acquire) and [`release_attempt`](LockClient::release_attempt).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -215,13 +261,10 @@ impl LockClient {
         details: LockDetails,
     ) -> Result<Grant> {
         let request = AcquireRequest::exclusive(resource, lock_id, details);
-        match command::acquire::run(self, &request).await? {
-            Attempt::Granted(grant) => Ok(grant),
-            Attempt::Contended(contention) => Err(contention.into_error()),
-        }
+        self.acquire(&request).await?.into_result()
     }
 
-    /// Takes a shared lock on `resource` for the group `lock_id`, in one round trip.
+    /// Takes a shared lock on `resource` for the holder `lock_id`, in one round trip.
     ///
     /// Granted when no live exclusive lock is on the resource and fewer than `max` live shared
     /// locks are (`None`: no cap). The cap is checked by this call and not stored: every caller
@@ -230,7 +273,8 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// As [`xlock`](LockClient::xlock), and `InvalidArgument` for a cap of zero.
+    /// As [`xlock`](LockClient::xlock) (with `HeldWithOtherKind` when `lock_id` holds the
+    /// resource exclusively), and `InvalidArgument` for a cap of zero.
     ///
     /// # Cancel safety
     ///
@@ -257,21 +301,21 @@ impl LockClient {
         max: Option<u32>,
     ) -> Result<Grant> {
         let request = AcquireRequest::shared(resource, lock_id, details, max);
-        match command::acquire::run(self, &request).await? {
-            Attempt::Granted(grant) => Ok(grant),
-            Attempt::Contended(contention) => Err(contention.into_error()),
-        }
+        self.acquire(&request).await?.into_result()
     }
 
-    /// Sends one acquire attempt and reports contention as a value instead of an error, with
-    /// the server's view of the holders and when their leases end. One round trip. This is
-    /// what [`xlock`](LockClient::xlock) and [`slock`](LockClient::slock) call; waiting and
-    /// leases are built on it.
+    /// Sends one acquire attempt and reports every outcome as a value (see [`Attempt`]):
+    /// granted to this attempt, already held by this lock id, held by it with the other kind,
+    /// contended (with the holders and how long their leases have left, computed by the
+    /// server), or withdrawn. One round trip. This is what [`xlock`](LockClient::xlock) and
+    /// [`slock`](LockClient::slock) call; waiting and leases are built on it.
     ///
     /// # Cancel safety
     ///
-    /// As [`xlock`](LockClient::xlock). Repeating the same request (same nonce) after an
-    /// unknown outcome tells from [`Grant::is_new`] whether the first attempt got through.
+    /// If the future is dropped after the command was sent, the attempt may have been
+    /// granted with nobody told. Resolve it with the same request: sending it again reports
+    /// [`Attempt::Granted`] if the first got through, and
+    /// [`release_attempt`](LockClient::release_attempt) withdraws it for good.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -287,14 +331,15 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
-        command::acquire::run(self, request).await
+        command::acquire::run(self.ready()?, request).await
     }
 
     /// Releases every lock of `lock_id` (on every resource, of both kinds, expired ones
-    /// included) and reports what was released, newest first. Two round trips: one read of
-    /// the group, one `updateMany` that removes exactly the locks read (by resource, lock id
-    /// and token). A lock granted to `lock_id` after the read survives. Releasing nothing is
-    /// not an error: the result is empty.
+    /// included) and returns how many it released. One round trip: an `update` of every
+    /// document where the lock id holds an entry, found by index, that removes its entries;
+    /// the server decides what goes, so a lock the client never saw is released too.
+    /// Releasing nothing is not an error. A document of another shape is left alone and not
+    /// counted ([`status`](LockClient::status) reports it).
     ///
     /// # Cancel safety
     ///
@@ -309,13 +354,12 @@ impl LockClient {
     ///
     /// locks.xlock("a", "batch-9", LockDetails::default()).await?;
     /// locks.slock("b", "batch-9", LockDetails::default(), None).await?;
-    /// let released = locks.unlock("batch-9").await?;
-    /// assert_eq!(released.len(), 2);
-    /// assert!(locks.unlock("batch-9").await?.is_empty());
+    /// assert_eq!(locks.unlock("batch-9").await?, 2);
+    /// assert_eq!(locks.unlock("batch-9").await?, 0);
     /// # Ok(()) }
     /// ```
-    pub async fn unlock(&self, lock_id: &str) -> Result<Vec<LockStatus>> {
-        command::release::unlock(self, lock_id).await
+    pub async fn unlock(&self, lock_id: &str) -> Result<u64> {
+        command::release::unlock(self.ready()?, lock_id).await
     }
 
     /// Releases one grant (its resource, lock id and token), leaving the other locks of its
@@ -337,45 +381,50 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn release(&self, grant: &Grant) -> Result<bool> {
-        command::release::release(self, grant).await
+        command::release::release(self.ready()?, grant).await
     }
 
-    /// Releases the lock that `request` created, if this very attempt (its nonce) was granted;
-    /// a grant the lock id held before the attempt is left alone. One round trip. Returns
-    /// whether this call removed a lock.
+    /// Withdraws an attempt for good: releases the lock `request` created if this very
+    /// attempt (its nonce) was granted, and leaves a tombstone so that the attempt is never
+    /// granted afterwards, even if a copy of it still reaches the server late. A grant the
+    /// lock id held from another attempt is left alone. One round trip. Returns whether this
+    /// call removed a lock.
     ///
     /// This resolves an attempt whose outcome is unknown (its future was dropped, its
-    /// connection failed) without knowing the fencing token it may have been given.
+    /// connection failed) without knowing the fencing token it may have been given. The
+    /// tombstone lasts the request's TTL, and at least five minutes.
     ///
     /// # Cancel safety
     ///
-    /// If the future is dropped, the lock may or may not have been released; calling again
-    /// is harmless.
+    /// If the future is dropped, the attempt may or may not have been withdrawn; calling
+    /// again is harmless.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
     /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
     /// # let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"));
-    /// use mongolock::{AcquireRequest, LockDetails};
+    /// use mongolock::{AcquireRequest, Attempt, LockDetails};
     ///
     /// let request = AcquireRequest::exclusive("a", "job", LockDetails::default());
     /// let attempt = locks.acquire(&request); // suppose this future gets dropped mid-flight
     /// # let _ = attempt.await?;
     /// assert!(locks.release_attempt(&request).await?, "it had been granted");
     /// assert!(!locks.release_attempt(&request).await?);
+    /// // A late copy of the attempt is refused.
+    /// assert_eq!(locks.acquire(&request).await?, Attempt::Withdrawn);
     /// # Ok(()) }
     /// ```
     pub async fn release_attempt(&self, request: &AcquireRequest) -> Result<bool> {
-        command::release::release_attempt(self, request).await
+        command::release::release_attempt(self.ready()?, request).await
     }
 
     /// Renews every live lock of `lock_id`: each expires `ttl` after now, by the server's
-    /// clock. Returns the renewed locks, newest first. Two round trips: one `updateMany`
-    /// pipeline, one read.
+    /// clock. Returns how many it renewed. One round trip: an `update` of every document where
+    /// the lock id holds a live entry, found by index.
     ///
-    /// An expired lock is never revived (it is not in the result; its holder must acquire
-    /// again and gets a new token). A lock without TTL stays without TTL (it is in the
-    /// result). Locks of `lock_id` on other resources are renewed in the same command.
+    /// An expired lock is never revived (it is not counted; its holder must acquire again
+    /// and gets a new token). A lock without TTL stays without TTL (it is counted). Locks of
+    /// `lock_id` on other resources are renewed in the same command.
     ///
     /// # Cancel safety
     ///
@@ -387,16 +436,16 @@ impl LockClient {
     /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
     /// # let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"));
     /// use std::time::Duration;
-    /// use mongolock::LockDetails;
+    /// use mongolock::{Filter, LockDetails};
     ///
     /// locks.xlock("a", "lease-1", LockDetails::default().ttl(Duration::from_secs(10))).await?;
-    /// let renewed = locks.renew("lease-1", Duration::from_secs(60)).await?;
-    /// assert_eq!(renewed.len(), 1);
-    /// assert!(renewed[0].ttl_remaining().unwrap() > Duration::from_secs(10));
+    /// assert_eq!(locks.renew("lease-1", Duration::from_secs(60)).await?, 1);
+    /// let held = locks.status(&Filter::default().lock_id("lease-1")).await?;
+    /// assert!(held[0].ttl_remaining().unwrap() > Duration::from_secs(10));
     /// # Ok(()) }
     /// ```
-    pub async fn renew(&self, lock_id: &str, ttl: Duration) -> Result<Vec<LockStatus>> {
-        command::renew::run(self, lock_id, ttl).await
+    pub async fn renew(&self, lock_id: &str, ttl: Duration) -> Result<u64> {
+        command::renew::run(self.ready()?, lock_id, ttl).await
     }
 
     /// Lists the locks matching `filter`, with their remaining TTL computed by the server,
@@ -421,12 +470,47 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn status(&self, filter: &Filter) -> Result<Vec<LockStatus>> {
-        command::status::run_sorted(self, filter).await
+        command::status::run(self.ready()?, filter).await
     }
 
-    /// Removes every expired lock, and every lock whose lock id also has an expired lock
-    /// (the whole group is considered abandoned, as in square/mongo-lock). Returns what was
-    /// removed, newest first. Three round trips: two reads, one `updateMany`.
+    /// Removes every expired lock, and nothing else: a live lease is never ended by a purge.
+    /// One round trip (an `update` that scans the collection; the server judges expiry by
+    /// its clock inside the write). Expired locks block nobody already; purging keeps the
+    /// collection and its status reports tidy.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, all, some or none of the expired locks may have been
+    /// removed; calling again removes the rest.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"));
+    /// use std::time::Duration;
+    /// use mongolock::{Filter, LockDetails};
+    ///
+    /// locks.xlock("a", "g", LockDetails::default().ttl(Duration::from_secs(1))).await?;
+    /// locks.xlock("b", "g", LockDetails::default()).await?;
+    /// server.clock().advance(Duration::from_secs(2));
+    /// assert_eq!(locks.purge().await?.resources(), 1, "the expired lock only");
+    /// assert_eq!(locks.status(&Filter::default()).await?.len(), 1, "b is still held");
+    /// # Ok(()) }
+    /// ```
+    pub async fn purge(&self) -> Result<Purged> {
+        command::purge::run(self.ready()?).await
+    }
+
+    /// Removes every expired lock and, for each lock id with an expired lock, the locks of
+    /// that lock id that existed when it expired: the group is taken as abandoned, as the Go
+    /// library this API follows does.
+    ///
+    /// **This ends live leases without telling their holders.** A holder still renewing
+    /// another lock of the group loses it, and another holder can take it while the first
+    /// still believes it holds it. Use it only where a group is known to be all-or-nothing;
+    /// [`purge`](LockClient::purge) is the safe call. A lock granted to the lock id after its
+    /// member expired survives: the server compares grant times inside the write. Two round
+    /// trips (one read, one `update`; one more per further 1,000 groups).
     ///
     /// # Cancel safety
     ///
@@ -438,17 +522,18 @@ impl LockClient {
     /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
     /// # let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"));
     /// use std::time::Duration;
-    /// use mongolock::LockDetails;
+    /// use mongolock::{Filter, LockDetails};
     ///
     /// locks.xlock("a", "g", LockDetails::default().ttl(Duration::from_secs(1))).await?;
     /// locks.xlock("b", "g", LockDetails::default()).await?;
     /// server.clock().advance(Duration::from_secs(2));
-    /// let purged = locks.purge().await?;
-    /// assert_eq!(purged.len(), 2, "the expired lock and its group");
+    /// let purged = locks.purge_abandoned_groups().await?;
+    /// assert_eq!(purged.lock_ids(), ["g"]);
+    /// assert!(locks.status(&Filter::default()).await?.is_empty(), "b went with its group");
     /// # Ok(()) }
     /// ```
-    pub async fn purge(&self) -> Result<Vec<LockStatus>> {
-        command::purge::run(self).await
+    pub async fn purge_abandoned_groups(&self) -> Result<Purged> {
+        command::purge::run_groups(self.ready()?).await
     }
 }
 
@@ -465,27 +550,32 @@ mod tests {
     #[tokio::test]
     async fn futures_are_send() {
         fn assert_send<T: Send>(_: &T) {}
-        let client = mongodb::Client::with_options(mongodb::options::ClientOptions::default())
-            .expect("a client without servers");
-        let locks = LockClient::new(client.database("d").collection("c"));
+        let locks = LockClient {
+            ctx: Arc::new(crate::command::test_context()),
+        };
+        let request = AcquireRequest::exclusive("r", "l", LockDetails::default());
         assert_send(&locks.xlock("r", "l", LockDetails::default()));
+        assert_send(&locks.slock("r", "l", LockDetails::default(), None));
+        assert_send(&locks.acquire(&request));
+        assert_send(&locks.release_attempt(&request));
         assert_send(&locks.unlock("l"));
         assert_send(&locks.renew("l", Duration::from_secs(1)));
         assert_send(&locks.status(&Filter::default()));
         assert_send(&locks.purge());
+        assert_send(&locks.purge_abandoned_groups());
         assert_send(&locks.create_indexes());
     }
 
     #[tokio::test]
-    async fn writes_are_majority_and_journaled_by_default() {
-        let client = mongodb::Client::with_options(mongodb::options::ClientOptions::default())
-            .expect("a client without servers");
-        let locks = LockClient::new(client.database("d").collection("c"));
-        assert_eq!(locks.write_concern.w, Some(Acknowledgment::Majority));
-        assert_eq!(locks.write_concern.journal, Some(true));
-        assert_eq!(locks.read_concern(), ReadConcern::majority());
-        let unsafe_locks = locks.with_unsafe_write_concern(WriteConcern::nodes(1));
-        assert_eq!(unsafe_locks.write_concern.w, Some(Acknowledgment::Nodes(1)));
-        assert_eq!(unsafe_locks.read_concern(), ReadConcern::local());
+    async fn a_zero_time_limit_is_refused_before_sending() {
+        let locks = LockClient {
+            ctx: Arc::new(crate::command::test_context()),
+        }
+        .with_command_timeout(Duration::ZERO);
+        let error = locks.unlock("l").await.unwrap_err();
+        assert!(matches!(
+            error.kind(),
+            crate::ErrorKind::InvalidArgument { argument: "command_timeout", .. }
+        ));
     }
 }

@@ -7,10 +7,11 @@
 //! never in this crate's signatures, so a driver upgrade does not change this API.
 
 use std::fmt;
+use std::time::Duration;
 
 use bson::DateTime;
 
-use crate::types::Holder;
+use crate::lock::Holder;
 
 /// A `Result` whose error is this crate's [`Error`].
 ///
@@ -24,6 +25,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An error from a lock operation.
 ///
+/// Besides [`kind`](Error::kind), two predicates say what to do next:
+/// [`is_outcome_unknown`](Error::is_outcome_unknown) (the server may have applied the write:
+/// resolve it, do not guess) and [`is_retryable`](Error::is_retryable) (repeating the same
+/// call may succeed).
+///
 /// # Examples
 ///
 /// ```
@@ -31,11 +37,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// fn describe(error: &mongolock::Error) -> String {
 ///     match error.kind() {
-///         ErrorKind::AlreadyLocked { resource, holders, .. } => {
-///             format!("{resource} is held by {} lock(s)", holders.len())
+///         ErrorKind::AlreadyLocked { resource, holder_count, .. } => {
+///             format!("{resource} is held by {holder_count} lock(s)")
 ///         }
 ///         ErrorKind::InvalidArgument { argument, .. } => format!("bad {argument}"),
-///         _ if error.is_retryable() => "try again".to_owned(),
+///         _ if error.is_outcome_unknown() => "maybe applied: ask again".to_owned(),
 ///         _ => error.to_string(),
 ///     }
 /// }
@@ -70,21 +76,41 @@ struct Inner {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// The resource is held by others, so the lock was not granted. Nothing was written
-    /// for this request (expired entries may have been cleared on the way).
+    /// The resource is held by others, so the lock was not granted. Nothing was written for
+    /// this request (expired entries may have been cleared on the way).
     #[error(
         "resource {resource:?} is already locked by {}",
-        describe_holders(holders)
+        describe_holders(holders, *holder_count)
     )]
     #[non_exhaustive]
     AlreadyLocked {
         /// The contended resource.
         resource: String,
-        /// The live holders that stand in the way, as the server saw them.
+        /// Some of the live holders that stand in the way, as the server saw them (at most
+        /// [`MAX_NAMED_HOLDERS`](crate::MAX_NAMED_HOLDERS)).
         holders: Vec<Holder>,
-        /// The server time at which the holders' leases end if nobody renews them, so the
-        /// earliest time a new attempt could succeed; `None` when a holder has no TTL.
+        /// How many live holders stand in the way in all.
+        holder_count: u64,
+        /// How long, by the server's clock, until the blocking leases end if nobody renews
+        /// them; `None` when a blocker has no TTL. Computed by the server.
+        wait: Option<Duration>,
+        /// The same moment as a server time, for display; never compare it with a local clock.
         free_at: Option<DateTime>,
+    },
+    /// The lock id already holds the resource with the other kind of lock. Locks are not
+    /// upgraded or downgraded: release the one held first. Waiting would not help, since the
+    /// caller itself stands in the way.
+    #[error(
+        "lock id {:?} already holds {resource:?} as a {} lock",
+        held.lock_id(),
+        held.kind()
+    )]
+    #[non_exhaustive]
+    HeldWithOtherKind {
+        /// The resource.
+        resource: String,
+        /// The lock the lock id holds.
+        held: Holder,
     },
     /// An argument was rejected before anything was sent to the server.
     #[error("invalid {argument}: {reason}")]
@@ -105,6 +131,15 @@ pub enum ErrorKind {
         /// What did not fit.
         reason: String,
     },
+    /// The call did not complete within its time limit (see
+    /// [`LockClient::with_command_timeout`](crate::LockClient::with_command_timeout)). For a
+    /// write, the server may still have applied it: the outcome is unknown.
+    #[error("no answer from the server within {limit:?}")]
+    #[non_exhaustive]
+    Timeout {
+        /// The limit that passed.
+        limit: Duration,
+    },
     /// The database or the connection to it failed; see [`std::error::Error::source`].
     #[error("database error{}", code.map(|c| format!(" (code {c})")).unwrap_or_default())]
     #[non_exhaustive]
@@ -114,16 +149,39 @@ pub enum ErrorKind {
     },
 }
 
-fn describe_holders(holders: &[Holder]) -> String {
-    let ids: Vec<String> = holders
+fn describe_holders(holders: &[Holder], count: u64) -> String {
+    let mut ids: Vec<String> = holders
         .iter()
         .map(|h| format!("{:?} ({})", h.lock_id(), h.kind()))
         .collect();
+    let unnamed = count.saturating_sub(holders.len() as u64);
+    if unnamed > 0 {
+        ids.push(format!("{unnamed} more"));
+    }
     if ids.is_empty() {
         "nobody known".to_owned()
     } else {
         ids.join(", ")
     }
+}
+
+/// Server error codes after which the same command may succeed: the node stepped down, is
+/// shutting down or is unreachable, or a time limit passed.
+const TRANSIENT_CODES: &[i32] = &[
+    6, 7, 50, 89, 91, 189, 262, 9001, 10058, 10107, 11600, 11602, 13435, 13436,
+];
+
+/// Codes that mean a time limit passed while the command ran: for a write, it may have been
+/// applied.
+const TIME_LIMIT_CODES: &[i32] = &[50, 262];
+
+/// Whether a failed command could have changed anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// A read: nothing was written, whatever happened.
+    Read,
+    /// A write: a failure after sending leaves its outcome unknown.
+    Write,
 }
 
 impl Error {
@@ -152,39 +210,85 @@ impl Error {
         })
     }
 
+    /// A reply the client cannot read: the command ran, so for a write its effect is unknown.
+    pub(crate) fn bad_reply(effect: Effect, reason: impl Into<String>) -> Self {
+        let mut error = Error::unexpected(&bson::Bson::String("reply".into()), reason);
+        error.inner.outcome_unknown = effect == Effect::Write;
+        error
+    }
+
+    /// No reply within `limit`: retryable, and unknown for a write.
+    pub(crate) fn timeout(limit: Duration, effect: Effect) -> Self {
+        let mut error = Error::new(ErrorKind::Timeout { limit });
+        error.inner.retryable = true;
+        error.inner.outcome_unknown = effect == Effect::Write;
+        error
+    }
+
+    /// A write concern error in a reply: the write was applied on the primary but not
+    /// confirmed as durable, so its fate is unknown (it may yet be rolled back, or not).
+    pub(crate) fn write_concern(code: i32, message: String) -> Self {
+        Error {
+            inner: Box::new(Inner {
+                kind: ErrorKind::Database { code: Some(code) },
+                retryable: true,
+                outcome_unknown: true,
+                source: Some(message.into()),
+            }),
+        }
+    }
+
+    /// A write error in a reply (`writeErrors`): the statement did not apply.
+    pub(crate) fn write_error(code: Option<i32>, message: String) -> Self {
+        let mut error = Error::new(ErrorKind::Database { code });
+        error.inner.source = Some(message.into());
+        error
+    }
+
     /// Wraps a driver error, classifying it once so the predicates need not know the driver.
     /// Deliberately not a `From` impl: that would put the driver's type into this API.
-    pub(crate) fn database(error: mongodb::error::Error) -> Self {
+    ///
+    /// - An error reply from the server (`ok: 0`) means this command did not run: definite,
+    ///   except the time-limit codes, after which a write may have been applied.
+    /// - Failing to select a server means nothing was sent: definite.
+    /// - Anything that can happen after the command was sent (a network error, a reply that
+    ///   cannot be read) leaves a write's outcome unknown.
+    ///
+    /// The library sends its writes with `runCommand`, which the driver never retries, so the
+    /// error always describes the one attempt that was made.
+    pub(crate) fn database(error: mongodb::error::Error, effect: Effect) -> Self {
         use mongodb::error::{ErrorKind as Driver, WriteFailure};
 
-        const TRANSIENT_CODES: &[i32] = &[
-            6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 50,
-        ];
-        let labelled = error.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR)
-            || error.contains_label(mongodb::error::TRANSIENT_TRANSACTION_ERROR);
-        let (code, network, write_concern) = match error.kind.as_ref() {
-            Driver::Command(e) => (Some(e.code), false, false),
+        let (code, retryable, may_have_applied) = match error.kind.as_ref() {
+            Driver::Command(e) => (
+                Some(e.code),
+                TRANSIENT_CODES.contains(&e.code),
+                TIME_LIMIT_CODES.contains(&e.code),
+            ),
             Driver::Write(WriteFailure::WriteError(e)) => (Some(e.code), false, false),
-            Driver::Write(WriteFailure::WriteConcernError(e)) => (Some(e.code), false, true),
-            Driver::Io(_)
-            | Driver::ConnectionPoolCleared { .. }
-            | Driver::ServerSelection { .. } => (None, true, false),
-            _ => (None, false, false),
+            Driver::Write(WriteFailure::WriteConcernError(e)) => (Some(e.code), true, true),
+            Driver::ServerSelection { .. } => (None, true, false),
+            Driver::Io(_) | Driver::ConnectionPoolCleared { .. } => (None, true, true),
+            Driver::InvalidArgument { .. }
+            | Driver::Authentication { .. }
+            | Driver::InvalidTlsConfig { .. }
+            | Driver::DnsResolve { .. } => (None, false, false),
+            _ => (None, false, true),
         };
-        let transient = code.is_some_and(|c| TRANSIENT_CODES.contains(&c));
         Error {
             inner: Box::new(Inner {
                 kind: ErrorKind::Database { code },
-                retryable: labelled || network || write_concern || transient,
-                // A network error or a write-concern error may come after the server applied
-                // the write; 50 (MaxTimeMSExpired) and 262 (ExceededTimeLimit) likewise.
-                outcome_unknown: network
-                    || write_concern
-                    || labelled
-                    || matches!(code, Some(50) | Some(262)),
+                retryable,
+                outcome_unknown: may_have_applied && effect == Effect::Write,
                 source: Some(Box::new(error)),
             }),
         }
+    }
+
+    /// Marks the outcome unknown: an earlier attempt of the same call may have been applied.
+    pub(crate) fn with_unknown_outcome(mut self) -> Self {
+        self.inner.outcome_unknown = true;
+        self
     }
 
     /// What went wrong.
@@ -208,9 +312,10 @@ impl Error {
     }
 
     /// Whether the same call, repeated with the same arguments, may succeed: the connection
-    /// failed, the primary stepped down, a write concern timed out, and the like. Every
-    /// operation of [`LockClient`](crate::LockClient) is safe to repeat with the same lock id.
-    /// A busy lock is not "retryable" in this sense; see [`Error::is_already_locked`].
+    /// failed, the primary stepped down, a time limit passed, and the like. Every operation
+    /// of [`LockClient`](crate::LockClient) is safe to repeat with the same lock id (and
+    /// nonce). A busy lock is not "retryable" in this sense; see
+    /// [`Error::is_already_locked`].
     ///
     /// ```
     /// # let error = mongolock::LockDetails::default().ttl(std::time::Duration::ZERO).validate().unwrap_err();
@@ -220,10 +325,16 @@ impl Error {
         self.inner.retryable
     }
 
-    /// Whether the server may have applied the write although the call failed (a dropped
-    /// connection, a write-concern error, a time limit). Resolve it rather than guess: repeat
-    /// the call with the same lock id (acquiring again returns the existing grant), or read
-    /// [`LockClient::status`](crate::LockClient::status).
+    /// Whether the server may have applied the write although the call failed: the
+    /// connection dropped after the command was sent, no answer came in time, or the write
+    /// was not confirmed by a majority (a write concern error). An error reply from the
+    /// server (a step-down, a shutdown) means the command did not run, and a failure to
+    /// reach any server means nothing was sent: both are definite. Reads are always
+    /// definite.
+    ///
+    /// Resolve an unknown outcome rather than guess: repeat the call with the same lock id
+    /// and nonce (acquiring again returns the grant, if there is one), or give the attempt up
+    /// with [`LockClient::release_attempt`](crate::LockClient::release_attempt).
     ///
     /// ```
     /// # let error = mongolock::LockDetails::default().ttl(std::time::Duration::ZERO).validate().unwrap_err();
@@ -280,13 +391,33 @@ mod tests {
     }
 
     #[test]
-    fn driver_network_errors_are_retryable_and_ambiguous() {
-        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
-        let error = Error::database(mongodb::error::Error::from(io));
+    fn driver_network_errors_leave_a_write_unknown_and_a_read_definite() {
+        let io = || std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let error = Error::database(mongodb::error::Error::from(io()), Effect::Write);
         assert!(error.is_retryable());
         assert!(error.is_outcome_unknown());
         assert_eq!(error.kind(), &ErrorKind::Database { code: None });
         assert!(error.source().is_some());
+        let read = Error::database(mongodb::error::Error::from(io()), Effect::Read);
+        assert!(read.is_retryable());
+        assert!(!read.is_outcome_unknown());
+    }
+
+    #[test]
+    fn timeouts_and_write_concern_errors_are_unknown() {
+        let timeout = Error::timeout(Duration::from_secs(1), Effect::Write);
+        assert!(timeout.is_outcome_unknown() && timeout.is_retryable());
+        assert_eq!(timeout.to_string(), "no answer from the server within 1s");
+        let wce = Error::write_concern(64, "waiting for replication timed out".into());
+        assert!(wce.is_outcome_unknown() && wce.is_retryable());
+        assert!(wce.source().unwrap().to_string().contains("replication"));
+        assert!(Error::invalid("x", "y").with_unknown_outcome().is_outcome_unknown());
+    }
+
+    #[test]
+    fn contention_messages_count_the_unnamed_holders() {
+        assert_eq!(describe_holders(&[], 0), "nobody known");
+        assert_eq!(describe_holders(&[], 3), "3 more");
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Distributed locks stored in MongoDB, decided by the server's clock, with fencing tokens.
 //!
 //! A [`LockClient`] wraps one collection. A *resource* (any string: a job name, a table, a
-//! file) is locked by a *lock id* (a string you choose, unique per holder and attempt of
-//! work). Locks are
+//! file) is locked by a *lock id*: a string you choose that names one holder. **A lock id
+//! belongs to one holder and is never shared between processes or tasks**: the server takes
+//! every call with a lock id as coming from the same holder (asking again returns the lock it
+//! holds, unlocking releases all of its locks). Generate one per holder, for example a random
+//! UUID. Locks are
 //!
 //! - **exclusive** ([`LockClient::xlock`]): one holder and nobody else, or
 //! - **shared** ([`LockClient::slock`]): any number of holders, or at most `max` (a
@@ -32,8 +35,8 @@
 //! let held = locks.status(&Filter::default().owner("me")).await?;
 //! assert_eq!(held.len(), 1);
 //! locks.renew("lock-id", Duration::from_secs(30)).await?;
-//! let released = locks.unlock("lock-id").await?; // both locks, newest first
-//! assert_eq!(released.len(), 2);
+//! let released = locks.unlock("lock-id").await?; // both locks, in one command
+//! assert_eq!(released, 2);
 //! # let _ = token;
 //! # Ok(()) }
 //! ```
@@ -46,11 +49,18 @@
 //! | take a lock and handle contention yourself (to wait, to choose the nonce) | [`acquire`](LockClient::acquire) | 1 |
 //! | release one grant | [`release`](LockClient::release) | 1 |
 //! | undo an attempt whose outcome you do not know | [`release_attempt`](LockClient::release_attempt) | 1 |
-//! | release every lock of a lock id | [`unlock`](LockClient::unlock) | 2 |
-//! | extend every live lock of a lock id | [`renew`](LockClient::renew) | 2 |
+//! | release every lock of a lock id | [`unlock`](LockClient::unlock) | 1 |
+//! | extend every live lock of a lock id | [`renew`](LockClient::renew) | 1 |
 //! | see who holds what, and for how long | [`status`](LockClient::status) | 1 |
-//! | clear expired locks and their groups | [`purge`](LockClient::purge) | 3 |
+//! | clear expired locks (never a live one) | [`purge`](LockClient::purge) | 1 |
+//! | clear expired locks and end their lock ids' other locks (the Go library's rule) | [`purge_abandoned_groups`](LockClient::purge_abandoned_groups) | 2 |
 //! | set up the collection (once, idempotent) | [`create_indexes`](LockClient::create_indexes) | 1 |
+//!
+//! Every call is decided by the server inside its write: nothing is read first and acted on
+//! later, so a lock the client never saw (a grant still in flight, a read served late) is
+//! judged like any other. Group calls send one command whose size does not depend on the
+//! number of locks in the group. `purge_abandoned_groups` needs one more `update` per further
+//! 1,000 abandoned lock ids.
 //!
 //! # What is promised
 //!
@@ -66,11 +76,20 @@
 //! - **Idempotent acquire.** Asking again with a lock id that holds the resource returns the
 //!   existing grant (same token) instead of failing, so after a timeout or dropped
 //!   connection ([`Error::is_outcome_unknown`]) you just repeat the call.
+//!   [`acquire`](LockClient::acquire) tells a repeat of the same attempt (same nonce,
+//!   [`Attempt::Granted`]) from another attempt by a lock id that already holds the resource
+//!   ([`Attempt::AlreadyHeld`]), and from one that holds it with the other kind
+//!   ([`Attempt::HeldWithOtherKind`]; locks are never upgraded or downgraded).
+//! - **Bounded in time.** Every command carries a time limit (`maxTimeMS`, `wtimeout`, and a
+//!   client-side timer; [`LockClient::with_command_timeout`]). An error says whether the
+//!   write may have been applied ([`Error::is_outcome_unknown`]): an error reply from the
+//!   server is definite, a lost connection, a timeout or a write concern error is not.
 //! - **Durable grants.** Writes wait for a majority and the journal unless you opt out with
 //!   [`LockClient::with_unsafe_write_concern`].
 //! - **Nothing stranded.** A lock with a TTL ends by itself; [`LockClient::purge`] clears
-//!   expired locks and their groups; a TTL index deletes resource documents idle for the
-//!   retention period (a day by default).
+//!   expired locks and never ends a live lease; a TTL index deletes resource documents idle
+//!   for the retention period (a day by default). An attempt whose outcome is unknown is
+//!   withdrawn for good by [`LockClient::release_attempt`]: a late copy of it is refused.
 //!
 //! # When not to use it
 //!
@@ -83,8 +102,10 @@
 //! # Errors
 //!
 //! Every call returns [`Error`]; [`Error::kind`] says what happened. A busy resource is
-//! [`ErrorKind::AlreadyLocked`], carrying the holders and the server time at which their
-//! leases end ([`LockClient::acquire`] reports the same as a value, for callers that wait).
+//! [`ErrorKind::AlreadyLocked`], carrying the first holders, their number and how long until
+//! the resource frees, computed by the server ([`LockClient::acquire`] reports the same as a
+//! value, [`Contention`], for callers that wait). A lock id asking for the kind of lock other
+//! than the one it holds gets [`ErrorKind::HeldWithOtherKind`].
 //! Bad input is [`ErrorKind::InvalidArgument`] and nothing is sent. A document of another
 //! shape in the collection is never changed and is reported as
 //! [`ErrorKind::UnexpectedDocument`].
@@ -95,16 +116,18 @@
 //! `command` modules for each command as it goes on the wire. Indexes:
 //! [`LockClient::create_indexes`].
 
+mod attempt;
 mod client;
 mod command;
 mod error;
+mod lock;
+mod request;
 mod schema;
-mod types;
+mod status;
 
-pub use client::{DEFAULT_RETENTION, LockClient};
-pub use command::acquire::{AcquireRequest, Attempt, Contention};
+pub use attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
+pub use client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_RETENTION, LockClient};
 pub use error::{Error, ErrorKind, Result};
-pub use types::{
-    Filter, Grant, Holder, LockDetails, LockKind, LockStatus, MAX_ID_LEN, MAX_LABEL_LEN, MAX_TTL,
-    Nonce,
-};
+pub use lock::{Grant, Holder, LockKind};
+pub use request::{AcquireRequest, LockDetails, MAX_ID_LEN, MAX_LABEL_LEN, MAX_TTL, Nonce};
+pub use status::{Filter, LockStatus, Purged};

@@ -1,12 +1,15 @@
 //! A failed call says whether the server may have applied it, and repeating it with the same
 //! lock id (and nonce) resolves the doubt instead of guessing. Fail points make the server
-//! misbehave on cue; they need the emulator (or a mongod with test commands enabled).
+//! misbehave on cue; they need the emulator (or a mongod with test commands enabled). Each
+//! test shows, from the commands sent or the error seen, that its fail point really fired.
 
 mod common;
 
+use std::time::Duration;
+
 use bson::{Document, doc};
 use common::{Env, emulator_env};
-use mongolock::{AcquireRequest, Attempt, ErrorKind, Filter, LockDetails};
+use mongolock::{AcquireRequest, Attempt, ErrorKind, Filter, LockClient, LockDetails};
 
 async fn fail_point(env: &Env, command: Document) {
     env.db
@@ -17,24 +20,24 @@ async fn fail_point(env: &Env, command: Document) {
         .expect("configureFailPoint");
 }
 
+fn fail_find_and_modify(times: i32, data: Document) -> Document {
+    let mut data = data;
+    data.insert("failCommands", vec!["findAndModify"]);
+    doc! { "configureFailPoint": "failCommand", "mode": { "times": times }, "data": data }
+}
+
 #[tokio::test]
 async fn emulator_only_a_write_concern_error_leaves_a_grant_that_asking_again_finds() {
     let Some(env) = emulator_env("ambiguous_wce").await else {
         return;
     };
-    fail_point(
-        &env,
-        doc! {
-            "configureFailPoint": "failCommand", "mode": { "times": 1 },
-            "data": {
-                "failCommands": ["findAndModify"],
-                "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" },
-            },
-        },
-    )
-    .await;
-    let error = env
-        .locks
+    let (monitor, db) = env.monitored().await;
+    let locks = LockClient::new(db.collection("locks"));
+    // Twice: the library repeats a write once after a write concern error, and that fails
+    // too, so the error reaches the caller.
+    let wce = doc! { "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+    fail_point(&env, fail_find_and_modify(2, wce)).await;
+    let error = locks
         .xlock("r", "job", LockDetails::default())
         .await
         .unwrap_err();
@@ -42,77 +45,123 @@ async fn emulator_only_a_write_concern_error_leaves_a_grant_that_asking_again_fi
         matches!(error.kind(), ErrorKind::Database { code: Some(64), .. }),
         "{error:?}"
     );
-    assert!(error.is_outcome_unknown());
+    assert!(error.is_outcome_unknown(), "the write ran; its durability is unknown");
     assert!(error.is_retryable());
     assert!(
         std::error::Error::source(&error).is_some(),
         "the driver's error is kept"
     );
+    assert_eq!(monitor.take_names(), ["findAndModify", "findAndModify"]);
 
-    let grant = env
-        .locks
+    let grant = locks
         .xlock("r", "job", LockDetails::default())
         .await
         .unwrap();
     assert!(!grant.is_new(), "the failed call had been applied");
-    assert_eq!(env.locks.status(&Filter::default()).await.unwrap().len(), 1);
+    assert_eq!(locks.status(&Filter::default()).await.unwrap().len(), 1);
 }
 
 #[tokio::test]
-async fn emulator_only_a_connection_lost_after_the_write_is_retried_without_a_second_grant() {
-    let Some(env) = emulator_env("ambiguous_close").await else {
+async fn emulator_only_one_write_concern_error_is_repeated_without_a_second_grant() {
+    let Some(env) = emulator_env("ambiguous_wce_once").await else {
         return;
     };
-    fail_point(
-        &env,
-        doc! {
-            "configureFailPoint": "onPrimaryTransactionalWrite", "mode": { "times": 1 },
-            "data": { "closeConnection": true },
-        },
-    )
-    .await;
-    // The write commits, the reply is lost, the driver retries the same command: the server
-    // answers from its record of the first execution.
+    let (monitor, db) = env.monitored().await;
+    let locks = LockClient::new(db.collection("locks"));
+    let wce = doc! { "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+    fail_point(&env, fail_find_and_modify(1, wce)).await;
     let request = AcquireRequest::exclusive("r", "job", LockDetails::default());
-    let Attempt::Granted(grant) = env.locks.acquire(&request).await.unwrap() else {
+    let Attempt::Granted(grant) = locks.acquire(&request).await.unwrap() else {
         panic!("nobody else holds r")
     };
-    assert!(grant.is_new(), "granted by this attempt, once");
-    let held = env.locks.status(&Filter::default()).await.unwrap();
+    assert!(grant.is_new(), "granted to this attempt, by its first send");
+    assert_eq!(monitor.take_names(), ["findAndModify", "findAndModify"]);
+    let held = locks.status(&Filter::default()).await.unwrap();
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].fencing_token(), grant.fencing_token());
 }
 
 #[tokio::test]
-async fn emulator_only_a_transient_failure_is_retryable_and_the_retry_succeeds() {
+async fn emulator_only_a_server_error_reply_is_definite() {
     let Some(env) = emulator_env("ambiguous_transient").await else {
         return;
     };
-    // Twice: the driver's own retry fails too, so the error reaches the caller.
-    fail_point(
-        &env,
-        doc! {
-            "configureFailPoint": "failCommand", "mode": { "times": 2 },
-            "data": { "failCommands": ["findAndModify"], "errorCode": 91 },
-        },
-    )
-    .await;
-    let error = env
-        .locks
-        .xlock("r", "job", LockDetails::default())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(error.kind(), ErrorKind::Database { code: Some(91), .. }),
-        "{error:?}"
-    );
-    assert!(error.is_retryable());
-    assert!(!error.is_already_locked());
-
-    let grant = env
-        .locks
+    let (monitor, db) = env.monitored().await;
+    let locks = LockClient::new(db.collection("locks"));
+    for code in [91, 10107] {
+        // Twice: the library's own repeat fails too, so the error reaches the caller.
+        fail_point(&env, fail_find_and_modify(2, doc! { "errorCode": code })).await;
+        let error = locks
+            .xlock("r", "job", LockDetails::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error.kind(), ErrorKind::Database { code: Some(c), .. } if *c == code),
+            "{error:?}"
+        );
+        assert!(error.is_retryable());
+        assert!(!error.is_outcome_unknown(), "an error reply: the command did not run");
+        assert!(!error.is_already_locked());
+        assert_eq!(monitor.take_names(), ["findAndModify", "findAndModify"]);
+    }
+    let grant = locks
         .xlock("r", "job", LockDetails::default())
         .await
         .unwrap();
     assert!(grant.is_new(), "the failed attempts never ran");
+}
+
+#[tokio::test]
+async fn emulator_only_a_duplicate_key_from_a_racing_upsert_is_not_surfaced() {
+    let Some(env) = emulator_env("ambiguous_duplicate").await else {
+        return;
+    };
+    let (monitor, db) = env.monitored().await;
+    let locks = LockClient::new(db.collection("locks"));
+    // What mongod answers the loser of two upserts creating the same document.
+    fail_point(&env, fail_find_and_modify(1, doc! { "errorCode": 11000 })).await;
+    let grant = locks
+        .xlock("r", "job", LockDetails::default())
+        .await
+        .unwrap();
+    assert!(grant.is_new());
+    assert_eq!(monitor.take_names(), ["findAndModify", "findAndModify"]);
+}
+
+#[tokio::test]
+async fn emulator_only_a_reply_later_than_the_time_limit_is_an_unknown_outcome() {
+    let Some(env) = emulator_env("ambiguous_timeout").await else {
+        return;
+    };
+    let (monitor, db) = env.monitored().await;
+    let locks = LockClient::new(db.collection("locks"))
+        .with_command_timeout(Duration::from_millis(300));
+    // The server holds the command for a second (as a primary waiting for a majority that is
+    // gone would), then runs it: the caller has given up by then, and cannot know.
+    fail_point(
+        &env,
+        fail_find_and_modify(1, doc! { "blockConnection": true, "blockTimeMS": 1_000 }),
+    )
+    .await;
+    let request = AcquireRequest::exclusive("r", "job", LockDetails::default());
+    let error = locks.acquire(&request).await.unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::Timeout { limit, .. } if *limit == Duration::from_millis(300)),
+        "{error:?}"
+    );
+    assert!(error.is_outcome_unknown());
+    assert_eq!(monitor.take_names(), ["findAndModify"], "no time left to repeat it");
+    let sent = monitor.take();
+    assert!(sent.is_empty());
+
+    // Once the server has run it, asking again with the same request finds this attempt's
+    // grant (or makes it): the doubt is resolved by the server, not guessed.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let Attempt::Granted(grant) = locks.acquire(&request).await.unwrap() else {
+        panic!("nobody else holds r")
+    };
+    assert!(grant.is_new());
+    let held = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(held.len(), 1, "one grant");
+    assert_eq!(held[0].fencing_token(), grant.fencing_token());
 }

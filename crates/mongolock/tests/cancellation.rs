@@ -47,9 +47,10 @@ async fn a_dropped_acquire_is_resolved_by_asking_again() {
             assert!(!grant.is_new(), "the completed attempt holds it");
         }
         // ...and unlocking releases that one lock.
-        let released = locks.unlock(&id).await.unwrap();
-        assert_eq!(released.len(), 1, "after {polls} polls");
-        assert_eq!(released[0].fencing_token(), grant.fencing_token());
+        let held = locks.status(&Filter::default().lock_id(&id)).await.unwrap();
+        assert_eq!(held.len(), 1, "after {polls} polls");
+        assert_eq!(held[0].fencing_token(), grant.fencing_token());
+        assert_eq!(locks.unlock(&id).await.unwrap(), 1, "after {polls} polls");
     }
 }
 
@@ -75,7 +76,7 @@ async fn a_dropped_unlock_is_completed_by_unlocking_again() {
 }
 
 #[tokio::test]
-async fn a_dropped_attempt_can_be_released_by_its_nonce() {
+async fn a_dropped_attempt_is_withdrawn_by_its_nonce_for_good() {
     let env = env("cancel_attempt").await;
     let locks = &env.locks;
     for polls in 0..40 {
@@ -83,17 +84,22 @@ async fn a_dropped_attempt_can_be_released_by_its_nonce() {
         let request = AcquireRequest::exclusive(&resource, "job", LockDetails::default());
         poll_then_drop(locks.acquire(&request), polls).await;
         locks.release_attempt(&request).await.unwrap();
-        // The dropped command may still reach the server after that release. Asking again
-        // with the same nonce finds the attempt's own grant or makes it anew; either way it
-        // is this attempt's, and releasing it by nonce works.
-        let Attempt::Granted(grant) = locks.acquire(&request).await.unwrap() else {
+        // The dropped command may still reach the server after the withdrawal: a copy of the
+        // attempt is refused by its tombstone, so no grant is left that nobody holds.
+        assert_eq!(
+            locks.acquire(&request).await.unwrap(),
+            Attempt::Withdrawn,
+            "after {polls} polls"
+        );
+        let held = locks.status(&Filter::default().lock_id("job")).await.unwrap();
+        assert!(held.is_empty(), "after {polls} polls: {held:?}");
+        // A new attempt of the same holder is not affected.
+        let next = AcquireRequest::exclusive(&resource, "job", LockDetails::default());
+        let Attempt::Granted(grant) = locks.acquire(&next).await.unwrap() else {
             panic!("nobody else uses {resource}")
         };
         assert!(grant.is_new(), "after {polls} polls");
-        assert!(
-            locks.release_attempt(&request).await.unwrap(),
-            "after {polls} polls"
-        );
+        assert!(locks.release_attempt(&next).await.unwrap(), "after {polls} polls");
     }
 }
 
@@ -106,10 +112,11 @@ async fn releasing_an_attempt_leaves_an_earlier_grant_alone() {
         panic!()
     };
     let second = AcquireRequest::exclusive("r", "job", LockDetails::default());
-    let Attempt::Granted(same) = locks.acquire(&second).await.unwrap() else {
-        panic!()
+    let Attempt::AlreadyHeld(same) = locks.acquire(&second).await.unwrap() else {
+        panic!("another attempt of the same lock id is told the lock id already holds it")
     };
     assert_eq!(same.fencing_token(), grant.fencing_token());
+    assert!(!same.is_new());
     assert!(
         !locks.release_attempt(&second).await.unwrap(),
         "the second attempt created nothing"

@@ -89,7 +89,7 @@ async fn emulator_only_tokens_grow_across_expiry_and_purge() {
         .unwrap();
     assert!(b.fencing_token() > a.fencing_token());
     env.advance(secs(2));
-    assert_eq!(locks.purge().await.unwrap().len(), 1);
+    assert_eq!(locks.purge().await.unwrap().resources(), 1);
     let c = locks
         .slock("r", "c", LockDetails::default(), None)
         .await

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{env, secs};
-use mongolock::{AcquireRequest, Attempt, Filter, LockDetails};
+use mongolock::{AcquireRequest, Attempt, ErrorKind, Filter, LockDetails, LockKind};
 
 #[tokio::test]
 async fn xlock_again_returns_the_same_grant() {
@@ -63,22 +63,56 @@ async fn the_same_attempt_sent_twice_is_recognised_by_its_nonce() {
 }
 
 #[tokio::test]
-async fn holding_one_kind_does_not_grant_the_other() {
+async fn holding_one_kind_is_its_own_outcome_when_asking_for_the_other() {
     let env = env("retry_kind").await;
     let locks = &env.locks;
-    locks
-        .slock("r", "a", LockDetails::default(), None)
+    let shared = locks
+        .slock("r", "a", LockDetails::default().ttl(secs(30)), None)
         .await
         .unwrap();
-    common::assert_xlock_refused(locks, "r", "a").await;
+    // Not "already locked by a": a waiting layer would wait on itself forever.
+    let error = locks
+        .xlock("r", "a", LockDetails::default())
+        .await
+        .unwrap_err();
+    assert!(!error.is_already_locked(), "{error:?}");
+    let ErrorKind::HeldWithOtherKind { resource, held, .. } = error.kind() else {
+        panic!("{error:?}")
+    };
+    assert_eq!(resource, "r");
+    assert_eq!((held.lock_id(), held.kind()), ("a", LockKind::Shared));
+    assert_eq!(held.fencing_token(), shared.fencing_token());
+
     locks.xlock("q", "b", LockDetails::default()).await.unwrap();
-    assert!(
-        locks
-            .slock("q", "b", LockDetails::default(), None)
-            .await
-            .unwrap_err()
-            .is_already_locked()
-    );
+    let request = AcquireRequest::shared("q", "b", LockDetails::default(), None);
+    let Attempt::HeldWithOtherKind(held) = locks.acquire(&request).await.unwrap() else {
+        panic!("b holds q exclusively")
+    };
+    assert_eq!(held.kind(), LockKind::Exclusive);
+    let q = locks.status(&Filter::default().resource("q")).await.unwrap();
+    assert_eq!(q.len(), 1, "nothing was added");
+}
+
+#[tokio::test]
+async fn another_attempt_by_a_lock_id_that_holds_the_resource_is_told_so() {
+    let env = env("retry_other_attempt").await;
+    let locks = &env.locks;
+    let first = AcquireRequest::exclusive("r", "a", LockDetails::default());
+    let Attempt::Granted(grant) = locks.acquire(&first).await.unwrap() else {
+        panic!("r is free")
+    };
+    // Another nonce: a different attempt, perhaps another task that was wrongly given the
+    // same lock id. It is not told "granted".
+    let second = AcquireRequest::exclusive("r", "a", LockDetails::default());
+    match locks.acquire(&second).await.unwrap() {
+        Attempt::AlreadyHeld(existing) => {
+            assert!(!existing.is_new());
+            assert_eq!(existing.fencing_token(), grant.fencing_token());
+        }
+        other => panic!("expected AlreadyHeld, got {other:?}"),
+    }
+    // The same nonce again is the same attempt: granted, as a blind retry expects.
+    assert!(matches!(locks.acquire(&first).await.unwrap(), Attempt::Granted(_)));
 }
 
 #[tokio::test]

@@ -1,312 +1,80 @@
-//! Acquire: one `findOneAndUpdate` that decides and grants atomically, by the server's clock.
+//! Acquire: one `findAndModify` that decides and grants atomically, by the server's clock.
 //!
-//! On the wire:
+//! On the wire (1 round trip):
 //!
 //! ```text
 //! findAndModify: <collection>
 //!   query:  { _id: <resource> }            // only _id: $expr is refused in an upsert's filter
 //!   update: [ { $replaceWith: ... } ]      // the pipeline below, one stage
-//!   upsert: true, new: true                // returnDocument: After
-//!   writeConcern: { w: "majority", j: true }
+//!   upsert: true, new: true
+//!   fields: { ... }                        // the projection below: a bounded reply
+//!   collation: { locale: "simple" }
+//!   writeConcern: { w: "majority", j: true, wtimeout: <limit> }, maxTimeMS: <limit>
 //! ```
 //!
 //! The stage, in words (each step is one `$let` level of [`pipeline`]):
-//! 1. If the document is not a lock document, leave it as it is ([`replace_if_lock_document`]).
-//! 2. `x`, `s`: the live exclusive entry (or null) and the live shared entries. Expired entries
-//!    are dropped here, so they never block anybody, whatever their kind.
-//! 3. `held`: whether this lock id already holds the resource (exclusive or shared).
-//! 4. `grant`: not `held`, no live exclusive, and for an exclusive lock no live shared entry, for
-//!    a shared lock fewer than `max` live shared entries.
+//! 1. If the document is not a lock document, leave it as it is.
+//! 2. `x`, `s`, `t`: the live exclusive entry (or null), the live shared entries and the
+//!    tombstones still in force. Expired entries are dropped here, so they never block
+//!    anybody, whatever their kind.
+//! 3. `held`: whether this lock id already holds the resource (either kind); `withdrawn`:
+//!    whether this attempt's nonce was given up by `release_attempt`.
+//! 4. `grant`: not `held`, not `withdrawn`, no live exclusive entry, and for an exclusive
+//!    lock no live shared entry, for a shared lock fewer than `max` live shared entries.
 //! 5. `fence`: on a grant `max(fence + 1, toLong($$NOW) * 1000)`, else unchanged.
-//! 6. The new entry, with the token `fence`, `expiresAt = $$NOW + ttl` (or null), added as the
-//!    exclusive entry or to the shared ones when granted.
+//! 6. The new entry, with the token `fence` and `expiresAt = $$NOW + ttl` (or null), added as
+//!    the exclusive entry or to the shared ones when granted.
 //!
-//! The returned document is the server's view after the decision: the client finds its own
-//! entry there (granted now if the entry carries this attempt's nonce, or earlier), or the
-//! live holders and their `expiresAt`, which say when to try again.
+//! A refused attempt whose document had nothing expired to drop leaves it unchanged: no
+//! write, no change event.
+//!
+//! The projection reads the document after the change and returns only what the client
+//! needs, whatever the number of holders: this lock id's own entry (granted now if it carries
+//! this attempt's nonce, or earlier), whether the nonce was withdrawn, and for a refusal the
+//! first [`MAX_NAMED_HOLDERS`] blockers, their number and how long until they are gone
+//! (`expiresAt - $$NOW`, computed by the server, so no client clock is read).
 
-use bson::{Bson, Document, bson, doc};
-use mongodb::options::ReturnDocument;
+use std::time::Duration;
 
-use crate::client::LockClient;
-use crate::error::{Error, Result};
+use bson::{Bson, DateTime, Document, bson, doc};
+
+use crate::attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
+use crate::command::{Context, Upsert};
+use crate::error::{Effect, Error, Result};
+use crate::lock::{Grant, LockKind};
+use crate::request::AcquireRequest;
 use crate::schema::{self, literal};
-use crate::types::{Grant, Holder, LockDetails, LockKind, Nonce, check_id, ttl_millis};
 
-/// One acquire attempt: what [`LockClient::acquire`] sends.
-///
-/// [`LockClient::xlock`] and [`LockClient::slock`] build one for you; build it yourself to
-/// choose the nonce (to recognise a retried attempt) or to handle contention without an error.
-///
-/// ```
-/// use mongolock::{AcquireRequest, LockDetails, LockKind};
-///
-/// let request = AcquireRequest::exclusive("ledger", "tx-7", LockDetails::default());
-/// assert_eq!(request.kind(), LockKind::Exclusive);
-/// let readers = AcquireRequest::shared("ledger", "report-1", LockDetails::default(), Some(4));
-/// assert_eq!(readers.max_shared(), Some(4));
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct AcquireRequest {
-    pub(crate) resource: String,
-    pub(crate) lock_id: String,
-    pub(crate) kind: LockKind,
-    pub(crate) details: LockDetails,
-    pub(crate) max_shared: Option<u32>,
-    pub(crate) nonce: Nonce,
-}
-
-impl AcquireRequest {
-    /// A request for an exclusive lock, with a fresh nonce.
-    ///
-    /// ```
-    /// let request = mongolock::AcquireRequest::exclusive("r", "id", Default::default());
-    /// # let _ = request;
-    /// ```
-    pub fn exclusive(
-        resource: impl Into<String>,
-        lock_id: impl Into<String>,
-        details: LockDetails,
-    ) -> Self {
-        AcquireRequest {
-            resource: resource.into(),
-            lock_id: lock_id.into(),
-            kind: LockKind::Exclusive,
-            details,
-            max_shared: None,
-            nonce: Nonce::new(),
-        }
+/// The command for one attempt; `ttl_ms` is the validated TTL.
+pub(crate) fn command(ctx: &Context, request: &AcquireRequest, ttl_ms: Option<i64>) -> Document {
+    doc! {
+        "findAndModify": ctx.collection_name(),
+        "query": { "_id": &request.resource },
+        "update": pipeline(request, ttl_ms),
+        "upsert": true,
+        "new": true,
+        "fields": projection(request),
+        "collation": Context::collation(),
     }
-
-    /// A request for a shared lock granted while fewer than `max` shared locks are live
-    /// (`None`: no cap), with a fresh nonce. The cap is checked by this request only; callers
-    /// sharing a resource must agree on it.
-    ///
-    /// ```
-    /// let request = mongolock::AcquireRequest::shared("r", "id", Default::default(), None);
-    /// # let _ = request;
-    /// ```
-    pub fn shared(
-        resource: impl Into<String>,
-        lock_id: impl Into<String>,
-        details: LockDetails,
-        max: Option<u32>,
-    ) -> Self {
-        AcquireRequest {
-            kind: LockKind::Shared,
-            max_shared: max,
-            ..AcquireRequest::exclusive(resource, lock_id, details)
-        }
-    }
-
-    /// Uses `nonce` instead of a fresh one, for instance to repeat an attempt whose outcome is
-    /// unknown and learn from [`Grant::is_new`] whether the first one got through.
-    ///
-    /// ```
-    /// let nonce = mongolock::Nonce::new();
-    /// let request = mongolock::AcquireRequest::exclusive("r", "id", Default::default()).nonce(nonce);
-    /// assert_eq!(request.nonce_value(), nonce);
-    /// ```
-    pub fn nonce(mut self, nonce: Nonce) -> Self {
-        self.nonce = nonce;
-        self
-    }
-
-    /// The resource.
-    ///
-    /// ```
-    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
-    /// assert_eq!(request.resource(), "report");
-    /// ```
-    pub fn resource(&self) -> &str {
-        &self.resource
-    }
-    /// The lock id.
-    ///
-    /// ```
-    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
-    /// assert_eq!(request.lock_id(), "job-1");
-    /// ```
-    pub fn lock_id(&self) -> &str {
-        &self.lock_id
-    }
-    /// The kind of lock asked for.
-    ///
-    /// ```
-    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
-    /// assert_eq!(request.kind(), mongolock::LockKind::Shared);
-    /// ```
-    pub fn kind(&self) -> LockKind {
-        self.kind
-    }
-    /// The cap on live shared locks, for a shared request.
-    ///
-    /// ```
-    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
-    /// assert_eq!(request.max_shared(), Some(3));
-    /// ```
-    pub fn max_shared(&self) -> Option<u32> {
-        self.max_shared
-    }
-    /// This attempt's nonce.
-    ///
-    /// ```
-    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
-    /// let resent = request.clone();
-    /// assert_eq!(resent.nonce_value(), request.nonce_value());
-    /// ```
-    pub fn nonce_value(&self) -> Nonce {
-        self.nonce
-    }
-
-    /// Checks every argument; nothing is sent when this fails.
-    pub(crate) fn validate(&self) -> Result<Option<i64>> {
-        check_id("resource", &self.resource)?;
-        check_id("lock_id", &self.lock_id)?;
-        self.details.validate()?;
-        if self.max_shared == Some(0) {
-            return Err(Error::invalid(
-                "max",
-                "a cap of zero would never grant; use None for no cap",
-            ));
-        }
-        self.details.ttl_value().map(ttl_millis).transpose()
-    }
-}
-
-/// The outcome of one acquire attempt that reached the server.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-/// use mongolock::{AcquireRequest, Attempt, LockDetails};
-///
-/// let first = locks.acquire(&AcquireRequest::exclusive("r", "a", LockDetails::default())).await?;
-/// assert!(matches!(first, Attempt::Granted(_)));
-/// match locks.acquire(&AcquireRequest::exclusive("r", "b", LockDetails::default())).await? {
-///     Attempt::Contended(c) => assert_eq!(c.holders()[0].lock_id(), "a"),
-///     Attempt::Granted(_) => unreachable!("a holds it"),
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub enum Attempt {
-    /// The lock id holds the lock (granted now, or earlier: see [`Grant::is_new`]).
-    Granted(Grant),
-    /// Others hold the resource.
-    Contended(Contention),
-}
-
-/// Who stood in the way of an acquire attempt, as the server saw them.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-/// use std::time::Duration;
-/// use mongolock::{AcquireRequest, Attempt, LockDetails};
-///
-/// locks.xlock("report", "job-1", LockDetails::default().ttl(Duration::from_secs(30))).await?;
-/// let request = AcquireRequest::exclusive("report", "job-2", LockDetails::default());
-/// if let Attempt::Contended(contention) = locks.acquire(&request).await? {
-///     // A waiter sleeps until about then (server time), instead of guessing.
-///     assert!(contention.free_at().is_some());
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct Contention {
-    resource: String,
-    holders: Vec<Holder>,
-    free_at: Option<bson::DateTime>,
-}
-
-impl Contention {
-    /// The contended resource.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-    /// # use mongolock::{AcquireRequest, Attempt, LockDetails};
-    /// # locks.xlock("report", "job-1", LockDetails::default()).await?;
-    /// # let request = AcquireRequest::exclusive("report", "job-2", LockDetails::default());
-    /// # let Attempt::Contended(contention) = locks.acquire(&request).await? else { unreachable!() };
-    /// assert_eq!(contention.resource(), "report");
-    /// # Ok(()) }
-    /// ```
-    pub fn resource(&self) -> &str {
-        &self.resource
-    }
-    /// The live holders that stand in the way.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-    /// # use mongolock::{AcquireRequest, Attempt, LockDetails};
-    /// # locks.xlock("report", "job-1", LockDetails::default()).await?;
-    /// # let request = AcquireRequest::exclusive("report", "job-2", LockDetails::default());
-    /// # let Attempt::Contended(contention) = locks.acquire(&request).await? else { unreachable!() };
-    /// assert_eq!(contention.holders()[0].lock_id(), "job-1");
-    /// # Ok(()) }
-    /// ```
-    pub fn holders(&self) -> &[Holder] {
-        &self.holders
-    }
-    /// When, in server time, the holders' leases end unless renewed: the earliest moment a
-    /// new attempt could succeed. `None` when a blocking holder has no TTL.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-    /// # use mongolock::{AcquireRequest, Attempt, LockDetails};
-    /// # locks.xlock("report", "job-1", LockDetails::default()).await?;
-    /// # let request = AcquireRequest::exclusive("report", "job-2", LockDetails::default());
-    /// # let Attempt::Contended(contention) = locks.acquire(&request).await? else { unreachable!() };
-    /// assert_eq!(contention.free_at(), None); // job-1 has no TTL
-    /// # Ok(()) }
-    /// ```
-    pub fn free_at(&self) -> Option<bson::DateTime> {
-        self.free_at
-    }
-
-    pub(crate) fn into_error(self) -> Error {
-        Error::new(crate::ErrorKind::AlreadyLocked {
-            resource: self.resource,
-            holders: self.holders,
-            free_at: self.free_at,
-        })
-    }
-}
-
-/// The query: the resource's `_id` and nothing else, so the upsert's insert seeds only `_id`
-/// and the server itself retries an upsert that lost a race on creating the document.
-pub(crate) fn filter(request: &AcquireRequest) -> Document {
-    doc! { "_id": &request.resource }
 }
 
 /// The update pipeline; see the module docs for the steps.
 pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Document> {
     let lock_id = literal(request.lock_id.as_str());
 
-    // 2. Live entries only.
+    // 2. Live entries and tombstones only.
     let live = bson!({
-        "x": { "$cond": [
-            { "$and": [{ "$eq": [{ "$type": "$exclusive" }, "object"] }, schema::is_live("$exclusive")] },
-            "$exclusive",
-            null,
-        ]},
-        "s": { "$filter": { "input": schema::shared_or_empty(), "as": "e", "cond": schema::is_live("$$e") } },
+        "x": schema::exclusive_where(schema::is_live("$exclusive")),
+        "s": schema::shared_where(schema::is_live("$$e")),
+        "t": schema::live_tombstones(),
     });
-    // 3. Does this lock id hold it already?
+    // 3. Does this lock id hold it already? Was this attempt withdrawn?
     let held = bson!({
-        "held": { "$in": [lock_id.clone(), { "$concatArrays": [
-            { "$cond": [{ "$eq": ["$$x", null] }, [], ["$$x.lockId"]] },
-            { "$map": { "input": "$$s", "as": "e", "in": "$$e.lockId" } },
-        ]}]},
+        "held": { "$or": [
+            { "$and": [{ "$ne": ["$$x", null] }, { "$eq": ["$$x.lockId", lock_id.clone()] }] },
+            { "$in": [lock_id.clone(), { "$map": { "input": "$$s", "as": "e", "in": "$$e.lockId" } }] },
+        ]},
+        "withdrawn": { "$in": [literal(request.nonce.0), { "$map": { "input": "$$t", "as": "t", "in": "$$t.nonce" } }] },
     });
     // 4. Is it free for this kind?
     let free = match (request.kind, request.max_shared) {
@@ -315,7 +83,9 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         (LockKind::Shared, Some(max)) => bson!({ "$lt": [{ "$size": "$$s" }, i64::from(max)] }),
     };
     let grant = bson!({
-        "grant": { "$and": [{ "$not": ["$$held"] }, { "$eq": ["$$x", null] }, free] },
+        "grant": { "$and": [
+            { "$not": ["$$held"] }, { "$not": ["$$withdrawn"] }, { "$eq": ["$$x", null] }, free,
+        ]},
     });
     // 5. The fencing token: above every earlier one, even if the document was deleted.
     let fence = bson!({
@@ -357,7 +127,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             bson!({ "$cond": ["$$grant", { "$concatArrays": ["$$s", ["$$entry"]] }, "$$s"] }),
         ),
     };
-    let result = schema::lock_document(bson!("$$fence"), exclusive, shared);
+    let result = schema::lock_document(bson!("$$fence"), exclusive, shared, bson!("$$t"));
 
     let nested = [live, held, grant, fence, entry].into_iter().rev().fold(
         result,
@@ -366,67 +136,195 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     vec![schema::replace_if_lock_document(nested)]
 }
 
-/// Sends one attempt.
-pub(crate) async fn run(client: &LockClient, request: &AcquireRequest) -> Result<Attempt> {
-    let ttl_ms = request.validate()?;
-    let after = client
-        .collection
-        .find_one_and_update(filter(request), pipeline(request, ttl_ms))
-        .upsert(true)
-        .return_document(ReturnDocument::After)
-        .write_concern(client.write_concern.clone())
-        .await
-        .map_err(Error::database)?;
-    let Some(after) = after else {
-        // An upsert with returnDocument After always returns a document.
-        return Err(Error::unexpected(
-            &Bson::String(request.resource.clone()),
-            "the server returned no document for an upsert",
-        ));
+/// The projection of the document after the change. Every entry in it is live: the pipeline
+/// dropped the expired ones.
+pub(crate) fn projection(request: &AcquireRequest) -> Document {
+    let lock_id = literal(request.lock_id.as_str());
+    let tagged = |entry: &str, kind: LockKind| {
+        bson!({ "$mergeObjects": [entry, { "kind": kind.as_str() }] })
     };
-    let attempt = interpret(request, &after)?;
+    let has_exclusive = bson!({ "$eq": [{ "$type": "$exclusive" }, "object"] });
+    let shared = schema::shared_or_empty();
+    let mine = bson!({ "$cond": [
+        { "$and": [has_exclusive.clone(), { "$eq": ["$exclusive.lockId", lock_id.clone()] }] },
+        tagged("$exclusive", LockKind::Exclusive),
+        { "$arrayElemAt": [
+            { "$map": {
+                "input": schema::shared_where(bson!({ "$eq": ["$$e.lockId", lock_id] })),
+                "as": "e",
+                "in": tagged("$$e", LockKind::Shared),
+            }},
+            0,
+        ]},
+    ]});
+    let exclusive_list = bson!({ "$cond": [has_exclusive.clone(), [tagged("$exclusive", LockKind::Exclusive)], []] });
+    let shared_list = bson!({ "$map": { "input": shared.clone(), "as": "e", "in": tagged("$$e", LockKind::Shared) } });
+    let ms_left = |entry: &str| bson!({ "$subtract": [format!("{entry}.expiresAt"), "$$NOW"] });
+    let has_ttl = |entry: &str| bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
+    let (blockers, count, wait) = match request.kind {
+        // Every holder blocks, and all of them must go.
+        LockKind::Exclusive => (
+            bson!({ "$concatArrays": [exclusive_list, shared_list] }),
+            bson!({ "$add": [{ "$cond": [has_exclusive.clone(), 1, 0] }, { "$size": shared.clone() }] }),
+            bson!({ "$let": {
+                "vars": { "all": schema::all_entries() },
+                "in": { "$cond": [
+                    { "$allElementsTrue": [{ "$map": { "input": "$$all", "as": "e", "in": has_ttl("$$e") } }] },
+                    { "$subtract": [
+                        { "$max": { "$map": { "input": "$$all", "as": "e", "in": "$$e.expiresAt" } } },
+                        "$$NOW",
+                    ]},
+                    null,
+                ]},
+            }}),
+        ),
+        // An exclusive holder blocks alone; otherwise the cap does, and the first shared
+        // lease to end frees a slot.
+        LockKind::Shared => (
+            bson!({ "$cond": [has_exclusive.clone(), exclusive_list, shared_list] }),
+            bson!({ "$cond": [has_exclusive.clone(), 1, { "$size": shared.clone() }] }),
+            bson!({ "$cond": [
+                has_exclusive,
+                { "$cond": [has_ttl("$exclusive"), ms_left("$exclusive"), null] },
+                { "$subtract": [
+                    { "$min": { "$map": {
+                        "input": { "$filter": { "input": shared, "as": "e", "cond": has_ttl("$$e") } },
+                        "as": "e",
+                        "in": "$$e.expiresAt",
+                    }}},
+                    "$$NOW",
+                ]},
+            ]}),
+        ),
+    };
+    let withdrawn = bson!({ "$in": [
+        literal(request.nonce.0),
+        { "$map": { "input": { "$ifNull": ["$released", []] }, "as": "t", "in": "$$t.nonce" } },
+    ]});
+    doc! {
+        "_id": 1,
+        "lockDocument": schema::is_lock_document(),
+        // Only evaluated on a lock document: on another shape the expressions could fail.
+        "reply": { "$cond": [schema::is_lock_document(), {
+            "now": "$$NOW",
+            "mine": mine,
+            "withdrawn": withdrawn,
+            "blockers": { "$slice": [blockers, MAX_NAMED_HOLDERS as i64] },
+            "blockerCount": count,
+            "waitMs": wait,
+        }, null] },
+    }
+}
+
+/// Sends one attempt.
+pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attempt> {
+    let ttl_ms = request.validate()?;
+    let reply = ctx
+        .write(command(ctx, request, ttl_ms), Upsert::Yes)
+        .await?;
+    let attempt = interpret(request, &reply)?;
     match &attempt {
-        Attempt::Granted(grant) => tracing::debug!(
+        Attempt::Granted(grant) | Attempt::AlreadyHeld(grant) => tracing::debug!(
             resource = %request.resource, lock_id = %request.lock_id, kind = %request.kind,
             token = grant.fencing_token(), new = grant.is_new(), "lock granted"
         ),
         Attempt::Contended(c) => tracing::debug!(
             resource = %request.resource, lock_id = %request.lock_id, kind = %request.kind,
-            holders = c.holders.len(), "lock contended"
+            holders = c.holder_count, wait = ?c.wait, "lock contended"
+        ),
+        other => tracing::debug!(
+            resource = %request.resource, lock_id = %request.lock_id, kind = %request.kind,
+            outcome = ?other, "lock refused"
         ),
     }
     Ok(attempt)
 }
 
-/// Reads the document returned after the attempt. Its entries are all live: the pipeline
-/// dropped the expired ones.
-pub(crate) fn interpret(request: &AcquireRequest, after: &Document) -> Result<Attempt> {
-    let document = schema::decode_document(after)?;
-    if let Some(mine) = document.entries().find(|h| h.lock_id == request.lock_id)
-        && mine.kind == request.kind
+/// Reads the findAndModify reply (`{value: <the projection>, ...}`).
+pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<Attempt> {
+    let bad = |reason: &str| Error::bad_reply(Effect::Write, reason);
+    let value = match reply.get("value") {
+        Some(Bson::Document(value)) => value,
+        // An upsert with `new: true` always returns a document.
+        _ => return Err(bad("the server returned no document for an upsert")),
+    };
+    let id = schema::id_of(value);
+    if value.get_bool("lockDocument") != Ok(true) {
+        return Err(Error::unexpected(&id, "not a lock document; it was left unchanged"));
+    }
+    let Ok(fields) = value.get_document("reply") else {
+        return Err(bad("the acquire reply has no fields"));
+    };
+    let resource = request.resource.as_str();
+    let entry_of = |doc: &Document| {
+        let kind = match doc.get_str(schema::KIND) {
+            Ok("exclusive") => LockKind::Exclusive,
+            _ => LockKind::Shared,
+        };
+        schema::decode_entry(&id, resource, kind, doc)
+    };
+    let mine = match fields.get("mine") {
+        Some(Bson::Document(entry)) => Some(entry_of(entry)?),
+        _ => None,
+    };
+    if let Some(mine) = &mine
+        && mine.nonce == Some(request.nonce.0)
     {
         return Ok(Attempt::Granted(Grant {
-            new: mine.nonce == Some(request.nonce.0),
             holder: mine.clone(),
+            new: true,
         }));
     }
-    // Refused. For a shared request blocked only by the cap, one expiry frees a slot;
-    // otherwise every blocker must go.
-    let holders: Vec<Holder> = document.entries().cloned().collect();
-    let by_cap = request.kind == LockKind::Shared
-        && document.exclusive.is_none()
-        && !holders.iter().any(|h| h.lock_id == request.lock_id);
-    let expiries = holders.iter().map(|h| h.expires_at);
-    let free_at = if by_cap {
-        expiries.flatten().min()
-    } else {
-        expiries
-            .collect::<Option<Vec<_>>>()
-            .and_then(|all| all.into_iter().max())
+    if fields.get_bool("withdrawn") == Ok(true) {
+        return Ok(Attempt::Withdrawn);
+    }
+    if let Some(mine) = mine {
+        return Ok(if mine.kind == request.kind {
+            Attempt::AlreadyHeld(Grant {
+                holder: mine,
+                new: false,
+            })
+        } else {
+            Attempt::HeldWithOtherKind(mine)
+        });
+    }
+    let holders = match fields.get("blockers") {
+        Some(Bson::Array(items)) => items
+            .iter()
+            .map(|item| match item {
+                Bson::Document(entry) => entry_of(entry),
+                _ => Err(Error::unexpected(&id, "a holder is not a document")),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        _ => Vec::new(),
+    };
+    let holder_count = match fields.get("blockerCount") {
+        Some(Bson::Int32(n)) => u64::try_from(*n).unwrap_or(0),
+        Some(Bson::Int64(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => holders.len() as u64,
+    };
+    let wait_ms = match fields.get("waitMs") {
+        Some(Bson::Int64(ms)) => Some(*ms),
+        Some(Bson::Int32(ms)) => Some(i64::from(*ms)),
+        Some(Bson::Double(ms)) => Some(*ms as i64),
+        _ => None,
+    };
+    let now = match fields.get("now") {
+        Some(Bson::DateTime(now)) => Some(*now),
+        _ => None,
+    };
+    let wait = wait_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+    let free_at = match (now, wait_ms) {
+        (Some(now), Some(ms)) => Some(DateTime::from_millis(
+            now.timestamp_millis().saturating_add(ms.max(0)),
+        )),
+        _ => None,
     };
     Ok(Attempt::Contended(Contention {
-        resource: document.resource,
+        resource: request.resource.clone(),
         holders,
+        holder_count,
+        wait,
         free_at,
     }))
 }
@@ -434,9 +332,7 @@ pub(crate) fn interpret(request: &AcquireRequest, after: &Document) -> Result<At
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
-    use bson::DateTime;
-    use std::time::Duration;
+    use crate::request::{LockDetails, Nonce};
 
     fn stage(request: &AcquireRequest) -> Document {
         let ttl = request.validate().unwrap();
@@ -452,16 +348,10 @@ mod tests {
     }
 
     #[test]
-    fn filter_is_the_id_only() {
-        let request = AcquireRequest::exclusive("r1", "id", LockDetails::default());
-        assert_eq!(filter(&request), doc! { "_id": "r1" });
-    }
-
-    #[test]
     fn user_values_go_in_as_literals() {
         let details = LockDetails::default().owner("$owner").host("$$host");
         let request = AcquireRequest::exclusive("$r", "$$NOW", details);
-        let text = text(&stage(&request));
+        let text = text(&stage(&request)) + &text(&projection(&request));
         assert!(text.contains(r#"{"$literal":"$$NOW"}"#), "{text}");
         assert!(text.contains(r#"{"$literal":"$owner"}"#), "{text}");
         assert!(text.contains(r#"{"$literal":"$$host"}"#), "{text}");
@@ -499,118 +389,100 @@ mod tests {
         assert!(text.contains(r#"{"$lt":[{"$size":"$$s"},3]}"#), "{text}");
     }
 
-    #[test]
-    fn bad_arguments_are_refused_before_sending() {
-        let cases = [
-            (
-                AcquireRequest::exclusive("", "id", LockDetails::default()),
-                "resource",
-            ),
-            (
-                AcquireRequest::exclusive("r", "", LockDetails::default()),
-                "lock_id",
-            ),
-            (
-                AcquireRequest::exclusive("r", "x".repeat(513), LockDetails::default()),
-                "lock_id",
-            ),
-            (
-                AcquireRequest::exclusive("r", "id", LockDetails::default().ttl(Duration::ZERO)),
-                "ttl",
-            ),
-            (
-                AcquireRequest::shared("r", "id", LockDetails::default(), Some(0)),
-                "max",
-            ),
-        ];
-        for (request, expected) in cases {
-            match request.validate().unwrap_err().kind() {
-                ErrorKind::InvalidArgument { argument, .. } => assert_eq!(*argument, expected),
-                other => panic!("{other:?}"),
-            }
-        }
+    #[tokio::test]
+    async fn the_command_pins_its_meaning_and_its_size_does_not_grow() {
+        let ctx = crate::command::test_context();
+        let request = AcquireRequest::exclusive("r", "id", LockDetails::default());
+        let command = command(&ctx, &request, None);
+        assert_eq!(command.get_document("query").unwrap(), &doc! { "_id": "r" });
+        assert_eq!(
+            command.get_document("collation").unwrap(),
+            &doc! { "locale": "simple" }
+        );
+        assert_eq!(command.get_bool("upsert"), Ok(true));
+        assert_eq!(command.get_bool("new"), Ok(true));
+        let projection = text(command.get_document("fields").unwrap());
+        assert!(projection.contains(r#"{"$slice":["#), "{projection}");
     }
 
-    fn entry(lock_id: &str, token: i64, expires_ms: Option<i64>, nonce: Option<Nonce>) -> Document {
+    fn entry(lock_id: &str, token: i64, kind: &str, nonce: Option<Nonce>) -> Document {
         doc! {
             "lockId": lock_id, "nonce": nonce.map_or(Bson::Null, |n| Bson::ObjectId(n.0)),
             "owner": Bson::Null, "host": "h", "token": token,
             "createdAt": DateTime::from_millis(1), "renewedAt": DateTime::from_millis(1),
-            "expiresAt": expires_ms.map_or(Bson::Null, |ms| Bson::DateTime(DateTime::from_millis(ms))),
-            "ttlMs": Bson::Null,
+            "expiresAt": Bson::Null, "ttlMs": Bson::Null, "kind": kind,
         }
     }
 
+    fn reply(fields: Document) -> Document {
+        doc! { "ok": 1, "value": { "_id": "r", "lockDocument": true, "reply": fields } }
+    }
+
     #[test]
-    fn interprets_a_grant_by_this_attempt_and_by_an_earlier_one() {
+    fn tells_this_attempt_from_an_earlier_one_and_from_the_other_kind() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let now = doc! { "_id": "r", "fence": 9_i64, "exclusive": entry("me", 9, None, Some(request.nonce)), "shared": [] };
+        let now = reply(doc! { "mine": entry("me", 9, "exclusive", Some(request.nonce)) });
         let Attempt::Granted(grant) = interpret(&request, &now).unwrap() else {
             panic!()
         };
         assert!(grant.is_new());
         assert_eq!(grant.fencing_token(), 9);
-        let earlier = doc! { "_id": "r", "fence": 9_i64, "exclusive": entry("me", 9, None, Some(Nonce::new())), "shared": [] };
-        let Attempt::Granted(grant) = interpret(&request, &earlier).unwrap() else {
+
+        let earlier = reply(doc! { "mine": entry("me", 9, "exclusive", Some(Nonce::new())) });
+        let Attempt::AlreadyHeld(grant) = interpret(&request, &earlier).unwrap() else {
             panic!()
         };
         assert!(!grant.is_new());
+
+        let other_kind = reply(doc! { "mine": entry("me", 9, "shared", Some(Nonce::new())) });
+        let Attempt::HeldWithOtherKind(held) = interpret(&request, &other_kind).unwrap() else {
+            panic!()
+        };
+        assert_eq!(held.kind(), LockKind::Shared);
+        let error = Attempt::HeldWithOtherKind(held).into_result().unwrap_err();
+        assert!(!error.is_already_locked());
+        assert!(error.to_string().contains("as a shared lock"), "{error}");
     }
 
     #[test]
-    fn interprets_contention_and_when_it_ends() {
-        let x = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let readers = doc! { "_id": "r", "fence": 9_i64, "exclusive": Bson::Null,
-        "shared": [entry("a", 8, Some(5_000), None), entry("b", 9, Some(7_000), None)] };
-        let Attempt::Contended(c) = interpret(&x, &readers).unwrap() else {
-            panic!()
-        };
-        assert_eq!(c.holders().len(), 2);
-        assert_eq!(
-            c.free_at(),
-            Some(DateTime::from_millis(7_000)),
-            "all readers must go"
-        );
+    fn a_withdrawn_nonce_is_its_own_outcome() {
+        let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
+        let withdrawn = reply(doc! { "withdrawn": true, "blockers": [], "blockerCount": 0 });
+        assert_eq!(interpret(&request, &withdrawn).unwrap(), Attempt::Withdrawn);
+    }
 
-        let s = AcquireRequest::shared("r", "me", LockDetails::default(), Some(2));
-        let Attempt::Contended(c) = interpret(&s, &readers).unwrap() else {
+    #[test]
+    fn contention_carries_the_servers_wait() {
+        let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
+        let contended = reply(doc! {
+            "now": DateTime::from_millis(10_000), "withdrawn": false,
+            "blockers": [entry("a", 8, "shared", None)], "blockerCount": 12, "waitMs": 2_500_i64,
+        });
+        let Attempt::Contended(c) = interpret(&request, &contended).unwrap() else {
             panic!()
         };
-        assert_eq!(
-            c.free_at(),
-            Some(DateTime::from_millis(5_000)),
-            "one slot suffices"
-        );
-
-        let forever = doc! { "_id": "r", "fence": 9_i64, "exclusive": entry("a", 9, None, None), "shared": [] };
-        let Attempt::Contended(c) = interpret(&s, &forever).unwrap() else {
-            panic!()
-        };
-        assert_eq!(c.free_at(), None);
+        assert_eq!(c.holders().len(), 1);
+        assert_eq!(c.holder_count(), 12);
+        assert_eq!(c.wait(), Some(Duration::from_millis(2_500)));
+        assert_eq!(c.free_at(), Some(DateTime::from_millis(12_500)));
         let error = c.into_error();
         assert!(error.is_already_locked());
-        assert!(error.to_string().contains("\"a\" (exclusive)"), "{error}");
-    }
+        assert!(error.to_string().contains("\"a\" (shared), 11 more"), "{error}");
 
-    #[test]
-    fn holding_the_other_kind_is_contention() {
-        let s = AcquireRequest::shared("r", "me", LockDetails::default(), None);
-        let mine = doc! { "_id": "r", "fence": 9_i64, "exclusive": entry("me", 9, Some(3_000), None), "shared": [] };
-        let Attempt::Contended(c) = interpret(&s, &mine).unwrap() else {
+        let forever = reply(doc! { "now": DateTime::from_millis(1), "blockers": [], "blockerCount": 1, "waitMs": Bson::Null });
+        let Attempt::Contended(c) = interpret(&request, &forever).unwrap() else {
             panic!()
         };
-        assert_eq!(c.holders()[0].lock_id(), "me");
-        assert_eq!(c.free_at(), Some(DateTime::from_millis(3_000)));
+        assert_eq!((c.wait(), c.free_at()), (None, None));
     }
 
     #[test]
     fn a_foreign_document_is_an_error() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let foreign =
-            doc! { "_id": "r", "exclusive": { "acquired": false }, "shared": { "count": 0 } };
+        let foreign = doc! { "ok": 1, "value": { "_id": "r", "lockDocument": false, "reply": Bson::Null } };
         assert!(matches!(
             interpret(&request, &foreign).unwrap_err().kind(),
-            ErrorKind::UnexpectedDocument { .. }
+            crate::ErrorKind::UnexpectedDocument { .. }
         ));
     }
 }

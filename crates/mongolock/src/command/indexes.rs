@@ -1,63 +1,60 @@
-//! Indexes: one `createIndexes` with every index the commands use.
+//! Indexes: one `createIndexes` with exactly the indexes the commands use.
 //!
 //! ```text
-//! createIndexes: <collection>, writeConcern: { w: "majority", j: true }, indexes: [
-//!   { key: { "exclusive.lockId": 1 },  name: "exclusive.lockId_1" },    // unlock, renew, status
-//!   { key: { "shared.lockId": 1 },     name: "shared.lockId_1" },
-//!   { key: { "exclusive.expiresAt": 1 }, name: "exclusive.expiresAt_1" }, // purge, status by TTL
-//!   { key: { "shared.expiresAt": 1 },  name: "shared.expiresAt_1" },
+//! createIndexes: <collection>, writeConcern, maxTimeMS, indexes: [
+//!   { key: { "exclusive.lockId": 1 }, name: "exclusive.lockId_1", collation: simple },
+//!   { key: { "shared.lockId": 1 },    name: "shared.lockId_1",    collation: simple },
 //!   { key: { idleSince: 1 }, name: "idleSince_ttl", expireAfterSeconds: <retention> },
 //! ]
 //! ```
 //!
-//! Creating an index that exists with the same options is a no-op, so this is idempotent. The
-//! TTL index deletes a resource document `retention` after it became free (see
+//! The two `lockId` indexes serve every query by lock id: unlock, renew, the group purge and
+//! status by lock id. An acquire or release finds its document by `_id`. Nothing queries by
+//! `expiresAt` with an index (expiry is judged with `$$NOW` inside `$expr`, which a plain
+//! index cannot serve), so there is no index on it. The indexes use the simple collation, as
+//! the queries do, whatever the collection's default.
+//!
+//! Creating an index that exists with the same options is a no-op, so this is idempotent.
+//! The TTL index deletes a resource document `retention` after it became free (see
 //! [`schema`](crate::schema)); it never ends a live lock.
 
 use std::time::Duration;
 
-use bson::doc;
-use mongodb::IndexModel;
-use mongodb::options::IndexOptions;
+use bson::{Document, doc};
 
-use crate::client::LockClient;
-use crate::error::{Error, Result};
+use crate::command::{Context, Upsert};
+use crate::error::Result;
 use crate::schema;
 
 /// The name of the TTL index on `idleSince`.
 pub(crate) const TTL_INDEX: &str = "idleSince_ttl";
 
-pub(crate) fn models(retention: Duration) -> Vec<IndexModel> {
-    let plain = |field: &str| {
-        IndexModel::builder()
-            .keys(doc! { field: 1 })
-            .options(IndexOptions::builder().name(format!("{field}_1")).build())
-            .build()
+/// The index specifications.
+pub(crate) fn specs(retention: Duration) -> Vec<Document> {
+    let by_lock_id = |field: &str| {
+        doc! {
+            "key": { field: 1 },
+            "name": format!("{field}_1"),
+            "collation": Context::collation(),
+        }
     };
     vec![
-        plain("exclusive.lockId"),
-        plain("shared.lockId"),
-        plain("exclusive.expiresAt"),
-        plain("shared.expiresAt"),
-        IndexModel::builder()
-            .keys(doc! { schema::IDLE_SINCE: 1 })
-            .options(
-                IndexOptions::builder()
-                    .name(TTL_INDEX.to_owned())
-                    .expire_after(retention)
-                    .build(),
-            )
-            .build(),
+        by_lock_id("exclusive.lockId"),
+        by_lock_id("shared.lockId"),
+        doc! {
+            "key": { schema::IDLE_SINCE: 1 },
+            "name": TTL_INDEX,
+            "expireAfterSeconds": i32::try_from(retention.as_secs()).unwrap_or(i32::MAX),
+        },
     ]
 }
 
-pub(crate) async fn run(client: &LockClient) -> Result<()> {
-    client
-        .collection
-        .create_indexes(models(client.retention))
-        .write_concern(client.write_concern.clone())
-        .await
-        .map_err(Error::database)?;
+pub(crate) async fn run(ctx: &Context) -> Result<()> {
+    let command = doc! {
+        "createIndexes": ctx.collection_name(),
+        "indexes": specs(ctx.retention),
+    };
+    ctx.write(command, Upsert::No).await?;
     Ok(())
 }
 
@@ -66,13 +63,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ttl_index_uses_the_retention() {
-        let models = models(Duration::from_secs(86_400));
-        assert_eq!(models.len(), 5);
-        let ttl = models.last().unwrap();
-        assert_eq!(ttl.keys, doc! { "idleSince": 1 });
-        let options = ttl.options.as_ref().unwrap();
-        assert_eq!(options.expire_after, Some(Duration::from_secs(86_400)));
-        assert_eq!(options.name.as_deref(), Some(TTL_INDEX));
+    fn ttl_index_uses_the_retention_and_the_others_the_simple_collation() {
+        let specs = specs(Duration::from_secs(86_400));
+        assert_eq!(specs.len(), 3);
+        let ttl = specs.last().unwrap();
+        assert_eq!(ttl.get_document("key").unwrap(), &doc! { "idleSince": 1 });
+        assert_eq!(ttl.get_i32("expireAfterSeconds"), Ok(86_400));
+        assert_eq!(ttl.get_str("name"), Ok(TTL_INDEX));
+        for spec in &specs[..2] {
+            assert_eq!(
+                spec.get_document("collation").unwrap(),
+                &doc! { "locale": "simple" }
+            );
+        }
     }
 }

@@ -1,10 +1,22 @@
-//! The commands sent to the server, one file per operation. Each file opens with the command
-//! as it goes on the wire, builds its filter and pipeline in plain functions (unit-tested
-//! without a server), and runs them in one `run`.
+//! The commands sent to the server, one file per operation, and the [`Context`] every one of
+//! them is sent through.
 //!
-//! Every write is a single-stage aggregation pipeline (`$replaceWith`) that computes the whole
-//! new document from the old one with `$$NOW`, so deciding and writing are one atomic step on
-//! the server and time is always the server's.
+//! The context pins everything that decides what a command means, so that no setting of the
+//! driver, the database or the collection can change it:
+//!
+//! - **read preference `primary`** for every command: a secondary may lag, and a decision
+//!   made on stale data can strand a lock;
+//! - **the simple collation**: a collection created with a case-insensitive default collation
+//!   would otherwise make `"a"` and `"A"` the same resource or lock id;
+//! - **write concern** `{w: "majority", j: true}` (unless the caller opted out) with
+//!   `wtimeout`, and **read concern** `majority` for reads;
+//! - **a time limit** on every command (`maxTimeMS`, `wtimeout` and a client-side timer).
+//!
+//! Writes go through [`Context::write`], which sends them with `runCommand`: the driver never
+//! retries those, so the library knows exactly which attempts were made and whether an
+//! error leaves the outcome unknown (see [`Error`]). Each write is idempotent (keyed by
+//! resource, lock id and nonce), and [`Context::write`] repeats it once after an error that
+//! repeating can fix.
 
 pub(crate) mod acquire;
 pub(crate) mod indexes;
@@ -12,3 +24,250 @@ pub(crate) mod purge;
 pub(crate) mod release;
 pub(crate) mod renew;
 pub(crate) mod status;
+
+use std::time::Duration;
+
+use bson::{Bson, Document, doc};
+use futures_util::TryStreamExt;
+use mongodb::options::{
+    Acknowledgment, Collation, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
+};
+use mongodb::{Collection, Database};
+use tokio::time::Instant;
+
+use crate::error::{Effect, Error, ErrorKind, Result};
+
+/// How long a command may take by default, retries included.
+pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// MongoDB's duplicate key error: two upserts raced to create the same resource document.
+const DUPLICATE_KEY: i32 = 11000;
+
+/// Everything a command needs besides its own arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct Context {
+    pub(crate) collection: Collection<Document>,
+    pub(crate) write_concern: WriteConcern,
+    pub(crate) retention: Duration,
+    pub(crate) timeout: Duration,
+}
+
+/// Whether a write may create the resource document (an upsert), and so may meet a
+/// duplicate key error when it races another upsert of the same resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Upsert {
+    Yes,
+    No,
+}
+
+impl Context {
+    pub(crate) fn new(collection: Collection<Document>) -> Self {
+        Context {
+            collection,
+            write_concern: WriteConcern::builder()
+                .w(Acknowledgment::Majority)
+                .journal(true)
+                .build(),
+            retention: crate::DEFAULT_RETENTION,
+            timeout: DEFAULT_COMMAND_TIMEOUT,
+        }
+    }
+
+    /// The collection's name, as commands name it.
+    pub(crate) fn collection_name(&self) -> &str {
+        self.collection.name()
+    }
+
+    fn database(&self) -> Database {
+        self.collection
+            .client()
+            .database(&self.collection.namespace().db)
+    }
+
+    /// The simple collation: binary comparison of strings, whatever the collection's default.
+    pub(crate) fn collation() -> Document {
+        doc! { "locale": "simple" }
+    }
+
+    /// Reads see what this client's writes made durable: `majority` with majority writes.
+    /// With an unsafe write concern the writes may not be majority-committed yet, and a
+    /// majority read would miss them, so reads are `local`.
+    pub(crate) fn read_concern(&self) -> ReadConcern {
+        if self.write_concern.w == Some(Acknowledgment::Majority) {
+            ReadConcern::majority()
+        } else {
+            ReadConcern::local()
+        }
+    }
+
+    fn write_concern_document(&self, limit: Duration) -> Document {
+        let mut wc = Document::new();
+        match &self.write_concern.w {
+            Some(Acknowledgment::Nodes(n)) => {
+                wc.insert("w", i64::from(*n));
+            }
+            Some(Acknowledgment::Majority) | None => {
+                wc.insert("w", "majority");
+            }
+            Some(Acknowledgment::Custom(tag)) => {
+                wc.insert("w", tag.as_str());
+            }
+            Some(_) => {
+                wc.insert("w", "majority");
+            }
+        }
+        if let Some(journal) = self.write_concern.journal {
+            wc.insert("j", journal);
+        }
+        wc.insert("wtimeout", millis(limit));
+        wc
+    }
+
+    /// Sends the write `command` (a findAndModify, update or createIndexes document without
+    /// its concerns and limits, which this adds) to the primary and returns the reply.
+    ///
+    /// One attempt, and one more if the first failed in a way that repeating can fix (a
+    /// step-down, a dropped connection, a write concern error, and for an upsert a duplicate
+    /// key from a racing upsert), both within the command time limit. If any attempt may
+    /// have been applied, the error says the outcome is unknown.
+    pub(crate) async fn write(&self, command: Document, upsert: Upsert) -> Result<Document> {
+        let deadline = Instant::now() + self.timeout;
+        let mut unknown = false;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let error = match self.write_once(command.clone(), deadline).await {
+                Ok(reply) => return Ok(reply),
+                Err(error) => error,
+            };
+            unknown |= error.is_outcome_unknown();
+            let duplicate_key = upsert == Upsert::Yes
+                && matches!(error.kind(), ErrorKind::Database { code: Some(DUPLICATE_KEY) });
+            if attempt >= 2 || !(error.is_retryable() || duplicate_key) {
+                return Err(if unknown {
+                    error.with_unknown_outcome()
+                } else {
+                    error
+                });
+            }
+            tracing::debug!(%error, "repeating a write");
+        }
+    }
+
+    async fn write_once(&self, mut command: Document, deadline: Instant) -> Result<Document> {
+        let limit = deadline.saturating_duration_since(Instant::now());
+        if limit.is_zero() {
+            return Err(Error::timeout(self.timeout, Effect::Write));
+        }
+        command.insert("writeConcern", self.write_concern_document(limit));
+        command.insert("maxTimeMS", millis(limit));
+        let database = self.database();
+        let send = database
+            .run_command(command)
+            .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary));
+        let reply = match tokio::time::timeout(limit, send).await {
+            Err(_) => return Err(Error::timeout(self.timeout, Effect::Write)),
+            Ok(reply) => reply.map_err(|e| Error::database(e, Effect::Write))?,
+        };
+        if let Ok(wce) = reply.get_document("writeConcernError") {
+            let code = match wce.get("code") {
+                Some(Bson::Int32(c)) => *c,
+                Some(Bson::Int64(c)) => i32::try_from(*c).unwrap_or(i32::MAX),
+                _ => 0,
+            };
+            let message = wce.get_str("errmsg").unwrap_or("write concern error");
+            return Err(Error::write_concern(code, message.to_owned()));
+        }
+        if let Ok(errors) = reply.get_array("writeErrors")
+            && let Some(Bson::Document(first)) = errors.first()
+        {
+            let code = first.get_i32("code").ok();
+            let message = first.get_str("errmsg").unwrap_or("write error").to_owned();
+            return Err(Error::write_error(code, message));
+        }
+        Ok(reply)
+    }
+
+    /// Runs the aggregation `pipeline` on the primary, with majority read concern, the simple
+    /// collation and the time limit, and returns every result.
+    pub(crate) async fn aggregate(&self, pipeline: Vec<Document>) -> Result<Vec<Document>> {
+        let deadline = Instant::now() + self.timeout;
+        let run = async {
+            self.collection
+                .aggregate(pipeline)
+                .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+                .read_concern(self.read_concern())
+                .collation(Collation::builder().locale("simple").build())
+                .max_time(self.timeout)
+                .await?
+                .try_collect::<Vec<Document>>()
+                .await
+        };
+        match tokio::time::timeout_at(deadline, run).await {
+            Err(_) => Err(Error::timeout(self.timeout, Effect::Read)),
+            Ok(rows) => rows.map_err(|e| Error::database(e, Effect::Read)),
+        }
+    }
+}
+
+/// A duration in whole milliseconds, at least 1 (`maxTimeMS: 0` means no limit).
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+/// Reads a count (`n`, `nModified`) from a write reply.
+pub(crate) fn count(reply: &Document, field: &str) -> u64 {
+    match reply.get(field) {
+        Some(Bson::Int32(n)) => u64::try_from(*n).unwrap_or(0),
+        Some(Bson::Int64(n)) => u64::try_from(*n).unwrap_or(0),
+        Some(Bson::Double(n)) if *n >= 0.0 => *n as u64,
+        _ => 0,
+    }
+}
+
+/// A context on a client that never connects, for tests that only build commands. The
+/// driver's client needs a runtime to exist, so call it inside `#[tokio::test]`.
+#[cfg(test)]
+pub(crate) fn test_context() -> Context {
+    let client = mongodb::Client::with_options(mongodb::options::ClientOptions::default())
+        .expect("a client without servers");
+    Context::new(client.database("d").collection("c"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_are_majority_journaled_and_bounded() {
+        let ctx = test_context();
+        assert_eq!(
+            ctx.write_concern_document(Duration::from_millis(2_500)),
+            doc! { "w": "majority", "j": true, "wtimeout": 2_500_i64 }
+        );
+        assert_eq!(ctx.read_concern(), ReadConcern::majority());
+        let mut unsafe_ctx = ctx.clone();
+        unsafe_ctx.write_concern = WriteConcern::nodes(1);
+        assert_eq!(
+            unsafe_ctx.write_concern_document(Duration::from_secs(1)),
+            doc! { "w": 1_i64, "wtimeout": 1_000_i64 }
+        );
+        assert_eq!(unsafe_ctx.read_concern(), ReadConcern::local());
+    }
+
+    #[test]
+    fn limits_are_whole_positive_milliseconds() {
+        assert_eq!(millis(Duration::from_micros(10)), 1);
+        assert_eq!(millis(Duration::from_secs(3)), 3_000);
+        assert_eq!(millis(Duration::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn counts_read_any_integer() {
+        let reply = doc! { "n": 3, "nModified": 2_i64, "x": "y" };
+        assert_eq!(count(&reply, "n"), 3);
+        assert_eq!(count(&reply, "nModified"), 2);
+        assert_eq!(count(&reply, "x"), 0);
+        assert_eq!(count(&reply, "missing"), 0);
+    }
+}

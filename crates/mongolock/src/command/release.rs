@@ -1,126 +1,98 @@
-//! Release: remove entries, by identity. Used by unlock (a whole lock id), by purge, and by
-//! the release of one grant.
+//! Release: give locks back. Every form is one round trip, and the server decides what goes
+//! in the write itself: nothing is read first.
 //!
-//! An entry is identified by `{r: resource, l: lockId, t: token}`: a token is granted once per
-//! resource, so a released entry can never be confused with a later grant to the same lock id.
-//!
-//! Unlock, on the wire (2 round trips):
-//!
-//! ```text
-//! 1. aggregate (see status): the entries of the lock id          -> what is reported
-//! 2. update: <collection>, writeConcern: { w: "majority", j: true }
-//!      updates: [{ q: { _id: { $in: [<resources of 1>] } },
-//!                  u: [ { $replaceWith: <the document without the entries of 1> } ],
-//!                  multi: true }]
-//! ```
-//!
-//! Release of one grant (or of one acquire attempt, by lock id and nonce), on the wire
-//! (1 round trip):
+//! One grant (by resource, lock id and token):
 //!
 //! ```text
 //! findAndModify: <collection>, query: { _id: <resource> }, new: false,
-//!   update: [ { $replaceWith: <the document without {lockId, token} (or {lockId, nonce})> } ]
+//!   update: [ { $replaceWith: <the document without the entry {lockId, token}> } ],
+//!   fields: { removed: <whether the document before had that entry> },
+//!   collation: { locale: "simple" }, writeConcern, maxTimeMS
 //! ```
+//!
+//! One attempt (by resource, lock id and nonce), whatever became of it:
+//!
+//! ```text
+//! findAndModify: <collection>, query: { _id: <resource> }, new: false, upsert: true,
+//!   update: [ { $replaceWith: <the document without the entry {lockId, nonce},
+//!                             with a tombstone for the nonce> } ],
+//!   fields: { removed: <whether the document before had that entry> }, ...
+//! ```
+//!
+//! A whole lock id (unlock):
+//!
+//! ```text
+//! update: <collection>, updates: [{
+//!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }] },   // by index
+//!   u: [ { $replaceWith: <the document without the entries of <id>> } ],
+//!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
+//! ```
+//!
+//! The unlock command is the same size for 1 or 10,000 locks, and each document it touches
+//! costs the same: its size does not depend on the group. `nModified` counts the documents
+//! that lost an entry, which is the number of locks released (a lock id holds at most one
+//! lock per resource).
 
 use bson::{Bson, Document, bson, doc};
-use mongodb::options::ReturnDocument;
 
-use crate::AcquireRequest;
-use crate::client::LockClient;
-use crate::command::status;
-use crate::error::{Error, Result};
+use crate::command::{Context, Upsert, count};
+use crate::error::{Effect, Error, Result};
+use crate::lock::Grant;
+use crate::request::{AcquireRequest, check_id};
 use crate::schema::{self, literal};
-use crate::types::{Filter, Grant, Holder, LockStatus, check_id};
 
-/// The key `{r, l, t}` of an entry, in the field order the pipeline builds it.
-pub(crate) fn entry_key(resource: &str, lock_id: &str, token: i64) -> Bson {
-    bson!({ "r": resource, "l": lock_id, "t": token })
+/// `{ $or: [{ "exclusive.lockId": id }, { "shared.lockId": id }] }`: the documents where a
+/// lock id holds something, found by index.
+pub(crate) fn held_by(lock_id: &str) -> Document {
+    doc! { "$or": [{ "exclusive.lockId": lock_id }, { "shared.lockId": lock_id }] }
 }
 
-/// The pipeline that removes every entry for which `matches(entry)` (an expression over the
-/// entry at a path such as `"$exclusive"` or `"$$e"`) is true.
-fn remove_where(matches: impl Fn(&str) -> Bson) -> Vec<Document> {
-    let exclusive = bson!({ "$cond": [
-        { "$and": [
-            { "$eq": [{ "$type": "$exclusive" }, "object"] },
-            { "$not": [matches("$exclusive")] },
-        ]},
-        "$exclusive",
-        null,
-    ]});
-    let shared = bson!({ "$filter": {
-        "input": schema::shared_or_empty(), "as": "e", "cond": { "$not": [matches("$$e")] },
-    }});
-    let fence = bson!({ "$ifNull": ["$fence", 0_i64] });
-    vec![schema::replace_if_lock_document(schema::lock_document(
-        fence, exclusive, shared,
-    ))]
+/// An expression: is the entry at `entry` this lock id's?
+pub(crate) fn is_of(entry: &str, lock_id: &str) -> Bson {
+    bson!({ "$eq": [format!("{entry}.lockId"), literal(lock_id)] })
 }
 
-/// The pipeline that removes every entry whose key is in `keys` from a document.
-pub(crate) fn remove_pipeline(keys: Vec<Bson>) -> Vec<Document> {
-    let keys = literal(keys);
-    remove_where(|entry| {
-        bson!({ "$in": [
-            { "r": "$_id", "l": format!("{entry}.lockId"), "t": format!("{entry}.token") },
-            keys.clone(),
-        ]})
-    })
+/// The projection `{removed: <whether an entry matching `matches` is in the document>}`,
+/// evaluated on the document before the change.
+fn removed_projection(matches: impl Fn(&str) -> Bson) -> Document {
+    doc! { "_id": 0, "removed": { "$cond": [
+        schema::is_lock_document(),
+        { "$anyElementTrue": [{ "$map": { "input": schema::all_entries(), "as": "e", "in": matches("$$e") } }] },
+        false,
+    ]}}
 }
 
-/// The pipeline that removes the entry an acquire attempt created, by lock id and nonce.
-pub(crate) fn remove_attempt_pipeline(request: &AcquireRequest) -> Vec<Document> {
-    let lock_id = literal(request.lock_id.as_str());
-    let nonce = literal(request.nonce.0);
-    remove_where(|entry| {
-        bson!({ "$and": [
-            { "$eq": [format!("{entry}.lockId"), lock_id.clone()] },
-            { "$eq": [format!("{entry}.nonce"), nonce.clone()] },
-        ]})
-    })
-}
-
-/// Removes the entries of `statuses` (which the caller read first) with one `updateMany`.
-pub(crate) async fn remove(client: &LockClient, statuses: &[LockStatus]) -> Result<()> {
-    if statuses.is_empty() {
-        return Ok(());
+fn removed(reply: &Document) -> Result<bool> {
+    match reply.get("value") {
+        None | Some(Bson::Null) => Ok(false),
+        Some(Bson::Document(before)) => match before.get("removed") {
+            Some(Bson::Boolean(removed)) => Ok(*removed),
+            _ => Err(Error::bad_reply(Effect::Write, "the release reply has no 'removed'")),
+        },
+        Some(_) => Err(Error::bad_reply(Effect::Write, "the release reply is not a document")),
     }
-    let mut resources: Vec<&str> = statuses.iter().map(|s| s.resource()).collect();
-    resources.sort_unstable();
-    resources.dedup();
-    let keys = statuses
-        .iter()
-        .map(|s| entry_key(s.resource(), s.lock_id(), s.fencing_token()))
-        .collect();
-    client
-        .collection
-        .update_many(doc! { "_id": { "$in": resources } }, remove_pipeline(keys))
-        .write_concern(client.write_concern.clone())
-        .await
-        .map_err(Error::database)?;
-    Ok(())
 }
 
-/// Unlocks every lock of `lock_id`: read them, then remove exactly those.
-pub(crate) async fn unlock(client: &LockClient, lock_id: &str) -> Result<Vec<LockStatus>> {
-    check_id("lock_id", lock_id)?;
-    let released = status::run_sorted(client, &Filter::default().lock_id(lock_id)).await?;
-    remove(client, &released).await?;
-    tracing::debug!(lock_id, released = released.len(), "unlocked");
-    Ok(released)
+/// The command that releases one grant.
+pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
+    let (lock_id, token) = (grant.lock_id(), grant.fencing_token());
+    let matches = |entry: &str| {
+        bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.token"), token] }] })
+    };
+    doc! {
+        "findAndModify": ctx.collection_name(),
+        "query": { "_id": grant.resource() },
+        "update": schema::remove_entries(matches),
+        "new": false,
+        "fields": removed_projection(matches),
+        "collation": Context::collation(),
+    }
 }
 
 /// Releases one grant; true if this call removed it.
-pub(crate) async fn release(client: &LockClient, grant: &Grant) -> Result<bool> {
-    let pipeline = remove_pipeline(vec![entry_key(
-        grant.resource(),
-        grant.lock_id(),
-        grant.fencing_token(),
-    )]);
-    let removed = remove_from_resource(client, grant.resource(), pipeline, |h| {
-        h.lock_id == grant.lock_id() && h.token == grant.fencing_token()
-    })
-    .await?;
+pub(crate) async fn release(ctx: &Context, grant: &Grant) -> Result<bool> {
+    let reply = ctx.write(release_command(ctx, grant), Upsert::No).await?;
+    let removed = removed(&reply)?;
     tracing::debug!(
         resource = grant.resource(),
         lock_id = grant.lock_id(),
@@ -130,63 +102,120 @@ pub(crate) async fn release(client: &LockClient, grant: &Grant) -> Result<bool> 
     Ok(removed)
 }
 
-/// Releases the lock an acquire attempt created, if it did; true if this call removed it.
-pub(crate) async fn release_attempt(client: &LockClient, request: &AcquireRequest) -> Result<bool> {
-    request.validate()?;
-    let removed = remove_from_resource(
-        client,
-        &request.resource,
-        remove_attempt_pipeline(request),
-        |h| h.lock_id == request.lock_id && h.nonce == Some(request.nonce.0),
-    )
-    .await?;
-    tracing::debug!(resource = %request.resource, lock_id = %request.lock_id, removed, "attempt released");
+/// The command that withdraws an attempt: removes the entry it created, if any, and leaves a
+/// tombstone so that a late copy of the attempt is never granted.
+pub(crate) fn release_attempt_command(
+    ctx: &Context,
+    request: &AcquireRequest,
+    ttl_ms: Option<i64>,
+) -> Document {
+    let (lock_id, nonce) = (request.lock_id.as_str(), request.nonce.0);
+    let matches = |entry: &str| {
+        bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.nonce"), literal(nonce)] }] })
+    };
+    let life_ms = ttl_ms
+        .unwrap_or(0)
+        .max(schema::TOMBSTONE_MIN_LIFE.as_millis() as i64);
+    let tombstones = bson!({ "$slice": [
+        { "$concatArrays": [
+            { "$filter": {
+                "input": schema::live_tombstones(), "as": "t",
+                "cond": { "$ne": ["$$t.nonce", literal(nonce)] },
+            }},
+            [{ "nonce": literal(nonce), "until": { "$add": ["$$NOW", life_ms] } }],
+        ]},
+        -schema::MAX_TOMBSTONES,
+    ]});
+    let exclusive = schema::exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
+    let shared = schema::shared_where(bson!({ "$not": [matches("$$e")] }));
+    let document = schema::lock_document(
+        bson!({ "$ifNull": ["$fence", 0_i64] }),
+        exclusive,
+        shared,
+        tombstones,
+    );
+    doc! {
+        "findAndModify": ctx.collection_name(),
+        "query": { "_id": &request.resource },
+        "update": [schema::replace_if_lock_document(document)],
+        "upsert": true,
+        "new": false,
+        "fields": removed_projection(matches),
+        "collation": Context::collation(),
+    }
+}
+
+/// Withdraws an attempt; true if this call removed the lock it had created.
+pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> Result<bool> {
+    let ttl_ms = request.validate()?;
+    let command = release_attempt_command(ctx, request, ttl_ms);
+    let reply = ctx.write(command, Upsert::Yes).await?;
+    let removed = removed(&reply)?;
+    tracing::debug!(resource = %request.resource, lock_id = %request.lock_id, removed, "attempt withdrawn");
     Ok(removed)
 }
 
-/// Runs a removing pipeline on one resource's document (one round trip) and tells, from the
-/// document as it was before, whether an entry the pipeline removes was there.
-async fn remove_from_resource(
-    client: &LockClient,
-    resource: &str,
-    pipeline: Vec<Document>,
-    was_removed: impl Fn(&Holder) -> bool,
-) -> Result<bool> {
-    let before = client
-        .collection
-        .find_one_and_update(doc! { "_id": resource }, pipeline)
-        .return_document(ReturnDocument::Before)
-        .write_concern(client.write_concern.clone())
-        .await
-        .map_err(Error::database)?;
-    let Some(before) = before else {
-        return Ok(false);
-    };
-    Ok(schema::decode_document(&before)?.entries().any(was_removed))
+/// The command that releases every lock of `lock_id`.
+pub(crate) fn unlock_command(ctx: &Context, lock_id: &str) -> Document {
+    doc! {
+        "update": ctx.collection_name(),
+        "updates": [{
+            "q": held_by(lock_id),
+            "u": schema::remove_entries(|entry| is_of(entry, lock_id)),
+            "multi": true,
+            "collation": Context::collation(),
+        }],
+    }
+}
+
+/// Releases every lock of `lock_id`; returns how many.
+pub(crate) async fn unlock(ctx: &Context, lock_id: &str) -> Result<u64> {
+    check_id("lock_id", lock_id)?;
+    let reply = ctx.write(unlock_command(ctx, lock_id), Upsert::No).await?;
+    let released = count(&reply, "nModified");
+    tracing::debug!(lock_id, released, "unlocked");
+    Ok(released)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::LockDetails;
 
-    #[test]
-    fn keys_are_literal_and_match_the_built_key() {
-        let pipeline = remove_pipeline(vec![entry_key("$r", "id", 5)]);
-        assert_eq!(pipeline.len(), 1);
-        let text = Bson::Document(pipeline[0].clone())
+    fn size(doc: &Document) -> usize {
+        bson::to_vec(doc).unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn unlock_is_one_statement_of_constant_size() {
+        let ctx = crate::command::test_context();
+        let command = unlock_command(&ctx, "$id");
+        let updates = command.get_array("updates").unwrap();
+        assert_eq!(updates.len(), 1);
+        let text = Bson::Document(command.clone()).into_relaxed_extjson().to_string();
+        assert!(text.contains(r#"{"$literal":"$id"}"#), "{text}");
+        assert!(text.contains(r#""multi":true"#), "{text}");
+        // Nothing but the lock id goes in: its length is all that changes the size.
+        let long = unlock_command(&ctx, "a123456789");
+        let copies = Bson::Document(long.clone())
             .into_relaxed_extjson()
-            .to_string();
-        assert!(
-            text.contains(r#"{"$literal":[{"r":"$r","l":"id","t":5}]}"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"{"r":"$_id","l":"$exclusive.lockId","t":"$exclusive.token"}"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"{"r":"$_id","l":"$$e.lockId","t":"$$e.token"}"#),
-            "{text}"
-        );
+            .to_string()
+            .matches("a123456789")
+            .count();
+        assert_eq!(size(&unlock_command(&ctx, "a")) + 9 * copies, size(&long));
+    }
+
+    #[tokio::test]
+    async fn withdrawing_leaves_a_bounded_tombstone() {
+        let ctx = crate::command::test_context();
+        let request = AcquireRequest::exclusive("r", "id", LockDetails::default());
+        let command = release_attempt_command(&ctx, &request, None);
+        assert_eq!(command.get_bool("upsert"), Ok(true));
+        let text = Bson::Document(command).into_relaxed_extjson().to_string();
+        assert!(text.contains(r#""until":{"$add":["$$NOW",300000]}"#), "{text}");
+        assert!(text.contains(r#"-32]"#), "{text}");
+        let long = release_attempt_command(&ctx, &request, Some(3_600_000));
+        let text = Bson::Document(long).into_relaxed_extjson().to_string();
+        assert!(text.contains(r#""until":{"$add":["$$NOW",3600000]}"#), "{text}");
     }
 }

@@ -1,53 +1,41 @@
-//! Renew: extend every live lock of a lock id, by the server's clock (2 round trips).
-//!
-//! On the wire:
+//! Renew: extend every live lock of a lock id, by the server's clock. One round trip:
 //!
 //! ```text
-//! 1. update: <collection>, writeConcern: { w: "majority", j: true }
-//!      updates: [{ q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }] },
-//!                  u: [ { $replaceWith: <the document, each live entry of <id> renewed> } ],
-//!                  multi: true }]
-//! 2. aggregate (see status): the entries of <id>; those stamped with this call's
-//!    renewOp are the ones it renewed
+//! update: <collection>, updates: [{
+//!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }],   // by index
+//!        $expr: <the document is a lock document with a live entry of <id>> },
+//!   u: [ { $replaceWith: <the document, each live entry of <id> renewed> } ],
+//!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
 //!
-//! A renewed entry gets `renewedAt = $$NOW`, `expiresAt = $$NOW + ttl`, `ttlMs = ttl` and
-//! `renewOp = <a fresh ObjectId for this call>`. An entry without TTL keeps none (it is
-//! stamped and reported, since it is held). An expired entry is never revived: its holder lost
-//! it, and must acquire again and get a new token.
-//!
-//! The write comes first so that what is reported was renewed, not merely seen: the stamp
-//! tells this call's renewals from others. A concurrent renew of the same lock id may
-//! overwrite the stamp, and then this call reports fewer locks than it renewed (never more).
+//! A renewed entry gets `renewedAt = $$NOW`, `expiresAt = $$NOW + ttl` and `ttlMs = ttl`. An
+//! entry without TTL keeps none (it is held, so it counts as renewed). An expired entry is
+//! never revived: its holder lost it, and must acquire again and get a new token. The reply's
+//! `n` (documents matched) is the number of locks renewed, since the query matches exactly
+//! the documents where the lock id has a live entry, and a lock id has at most one entry per
+//! resource. The command's size does not depend on the number of locks.
 
 use std::time::Duration;
 
-use bson::oid::ObjectId;
 use bson::{Document, bson, doc};
 
-use crate::client::LockClient;
-use crate::command::status;
-use crate::error::{Error, Result};
-use crate::schema::{self, literal};
-use crate::types::{Filter, LockStatus, check_id, ttl_millis};
+use crate::command::release::{held_by, is_of};
+use crate::command::{Context, Upsert, count};
+use crate::error::Result;
+use crate::request::{check_id, ttl_millis};
+use crate::schema;
 
-/// The query: documents where the lock id holds something.
-pub(crate) fn filter(lock_id: &str) -> Document {
-    doc! { "$or": [{ "exclusive.lockId": lock_id }, { "shared.lockId": lock_id }] }
-}
-
-/// The update pipeline.
-pub(crate) fn pipeline(lock_id: &str, ttl_ms: i64, op: ObjectId) -> Vec<Document> {
+/// The command that renews every live lock of `lock_id` for `ttl_ms`.
+pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
+    let live_of_id = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), schema::is_live(entry)] });
     let renew = |entry: &str| {
-        let expires_at = format!("{entry}.expiresAt");
-        let has_ttl = bson!({ "$eq": [{ "$type": &expires_at }, "date"] });
+        let has_ttl = bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
         bson!({ "$cond": [
-            { "$and": [{ "$eq": [format!("{entry}.lockId"), literal(lock_id)] }, schema::is_live(entry)] },
+            live_of_id(entry),
             { "$mergeObjects": [entry, {
                 "renewedAt": "$$NOW",
                 "expiresAt": { "$cond": [has_ttl.clone(), { "$add": ["$$NOW", ttl_ms] }, null] },
                 "ttlMs": { "$cond": [has_ttl, ttl_ms, null] },
-                "renewOp": literal(op),
             }]},
             entry,
         ]})
@@ -57,32 +45,33 @@ pub(crate) fn pipeline(lock_id: &str, ttl_ms: i64, op: ObjectId) -> Vec<Document
         renew("$exclusive"),
         null,
     ]});
-    let shared =
-        bson!({ "$map": { "input": schema::shared_or_empty(), "as": "e", "in": renew("$$e") } });
-    let fence = bson!({ "$ifNull": ["$fence", 0_i64] });
-    vec![schema::replace_if_lock_document(schema::lock_document(
-        fence, exclusive, shared,
-    ))]
+    let shared = bson!({ "$map": { "input": schema::shared_or_empty(), "as": "e", "in": renew("$$e") } });
+    let has_live_entry = bson!({ "$and": [
+        schema::is_lock_document(),
+        { "$anyElementTrue": [{ "$map": {
+            "input": schema::all_entries(), "as": "e", "in": live_of_id("$$e"),
+        }}]},
+    ]});
+    let mut query = held_by(lock_id);
+    query.insert("$expr", has_live_entry);
+    doc! {
+        "update": ctx.collection_name(),
+        "updates": [{
+            "q": query,
+            "u": [schema::replace_if_lock_document(schema::with_entries(exclusive, shared))],
+            "multi": true,
+            "collation": Context::collation(),
+        }],
+    }
 }
 
-/// Renews the live locks of `lock_id` and reports them, newest first.
-pub(crate) async fn run(
-    client: &LockClient,
-    lock_id: &str,
-    ttl: Duration,
-) -> Result<Vec<LockStatus>> {
+/// Renews the live locks of `lock_id`; returns how many.
+pub(crate) async fn run(ctx: &Context, lock_id: &str, ttl: Duration) -> Result<u64> {
     check_id("lock_id", lock_id)?;
     let ttl_ms = ttl_millis(ttl)?;
-    let op = ObjectId::new();
-    client
-        .collection
-        .update_many(filter(lock_id), pipeline(lock_id, ttl_ms, op))
-        .write_concern(client.write_concern.clone())
-        .await
-        .map_err(Error::database)?;
-    let mut renewed = status::run_sorted(client, &Filter::default().lock_id(lock_id)).await?;
-    renewed.retain(|s| s.renew_op == Some(op));
-    tracing::debug!(lock_id, renewed = renewed.len(), "renewed");
+    let reply = ctx.write(command(ctx, lock_id, ttl_ms), Upsert::No).await?;
+    let renewed = count(&reply, "n");
+    tracing::debug!(lock_id, renewed, "renewed");
     Ok(renewed)
 }
 
@@ -91,34 +80,28 @@ mod tests {
     use super::*;
     use bson::Bson;
 
-    #[test]
-    fn renews_only_live_entries_of_the_lock_id_and_keeps_no_ttl() {
-        let op = ObjectId::new();
-        let pipeline = pipeline("$id", 2_000, op);
-        assert_eq!(pipeline.len(), 1);
-        let text = Bson::Document(pipeline[0].clone())
+    #[tokio::test]
+    async fn renews_only_live_entries_of_the_lock_id_and_keeps_no_ttl() {
+        let ctx = crate::command::test_context();
+        let command = command(&ctx, "$id", 2_000);
+        let text = Bson::Document(command.clone())
             .into_relaxed_extjson()
             .to_string();
         assert!(
             text.contains(r#"{"$eq":["$$e.lockId",{"$literal":"$id"}]}"#),
             "{text}"
         );
-        assert!(
-            text.contains(r#"{"$gt":["$$e.expiresAt","$$NOW"]}"#),
-            "{text}"
-        );
+        assert!(text.contains(r#"{"$gt":["$$e.expiresAt","$$NOW"]}"#), "{text}");
         assert!(
             text.contains(r#""expiresAt":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$add":["$$NOW",2000]},null]}"#),
             "{text}"
         );
-        assert!(text.contains(&op.to_hex()), "{text}");
-    }
-
-    #[test]
-    fn filter_uses_the_lock_id_indexes() {
+        let update = command.get_array("updates").unwrap()[0].as_document().unwrap();
+        let query = update.get_document("q").unwrap();
         assert_eq!(
-            filter("g"),
-            doc! { "$or": [{ "exclusive.lockId": "g" }, { "shared.lockId": "g" }] }
+            query.get_array("$or").unwrap(),
+            held_by("$id").get_array("$or").unwrap()
         );
+        assert!(query.contains_key("$expr"));
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! aggregate: <collection>, readConcern: { level: "majority" }   // "local" with unsafe writes
+//!   $readPreference: primary, collation: { locale: "simple" }, maxTimeMS: <limit>
 //! pipeline: [
 //!   { $match: <document-level conditions> },   // only what indexes can serve: _id, lockId, owner
 //!   { $project: { _id: 0, resource: "$_id", entries: [<exclusive + kind>, ...<shared + kind>] } },
@@ -18,12 +19,12 @@
 //! rather than skip them silently.
 
 use bson::{Bson, Document, bson, doc};
-use futures_util::TryStreamExt;
 
-use crate::client::LockClient;
+use crate::command::Context;
 use crate::error::{Error, Result};
+use crate::request::check_id;
 use crate::schema;
-use crate::types::{Filter, LockStatus, check_id};
+use crate::status::{Filter, LockStatus};
 
 /// Checks the filter's arguments.
 pub(crate) fn validate(filter: &Filter) -> Result<()> {
@@ -62,9 +63,6 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
     if let Some(lock_id) = &filter.lock_id {
         document_level.push(on_either_side("lockId", lock_id.into()));
     }
-    if let Some(lock_ids) = &filter.lock_ids {
-        document_level.push(on_either_side("lockId", bson!({ "$in": lock_ids.clone() })));
-    }
     if let Some(owner) = &filter.owner {
         document_level.push(on_either_side("owner", owner.into()));
     }
@@ -73,9 +71,6 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
     let mut entry_level = Vec::<Document>::new();
     if let Some(lock_id) = &filter.lock_id {
         entry_level.push(doc! { "lockId": lock_id });
-    }
-    if let Some(lock_ids) = &filter.lock_ids {
-        entry_level.push(doc! { "lockId": { "$in": lock_ids.clone() } });
     }
     if let Some(owner) = &filter.owner {
         entry_level.push(doc! { "owner": owner });
@@ -98,9 +93,6 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
             { "remainingMs": Bson::Null },
             { "remainingMs": { "$gte": millis(at_least) } },
         ]});
-    }
-    if filter.expired_only {
-        entry_level.push(doc! { "remainingMs": { "$lte": 0_i64 } });
     }
 
     let tagged = |entry: &str, kind: &str| bson!({ "$mergeObjects": [entry, { "kind": kind }] });
@@ -151,24 +143,14 @@ fn and(mut conditions: Vec<Document>) -> Document {
     }
 }
 
-/// Runs the aggregation and decodes every row, in the server's order.
-pub(crate) async fn run(client: &LockClient, filter: &Filter) -> Result<Vec<LockStatus>> {
+/// Runs the aggregation and decodes every row, newest first.
+pub(crate) async fn run(ctx: &Context, filter: &Filter) -> Result<Vec<LockStatus>> {
     validate(filter)?;
-    let rows: Vec<Document> = client
-        .collection
-        .aggregate(pipeline(filter))
-        .read_concern(client.read_concern())
-        .await
-        .map_err(Error::database)?
-        .try_collect()
-        .await
-        .map_err(Error::database)?;
-    rows.iter().map(schema::decode_status).collect()
-}
-
-/// [`run`], newest first.
-pub(crate) async fn run_sorted(client: &LockClient, filter: &Filter) -> Result<Vec<LockStatus>> {
-    let mut statuses = run(client, filter).await?;
+    let rows = ctx.aggregate(pipeline(filter)).await?;
+    let mut statuses = rows
+        .iter()
+        .map(schema::decode_status)
+        .collect::<Result<Vec<_>>>()?;
     schema::sort_newest_first(&mut statuses);
     Ok(statuses)
 }

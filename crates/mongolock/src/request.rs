@@ -1,0 +1,434 @@
+//! What goes into an acquire: the [`AcquireRequest`], the holder's [`LockDetails`], the
+//! attempt's [`Nonce`], and the limits every argument is checked against before anything is
+//! sent.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use bson::oid::ObjectId;
+
+use crate::error::{Error, Result};
+use crate::lock::LockKind;
+
+/// The longest resource name or lock id accepted, in bytes of UTF-8.
+///
+/// Both are indexed (the resource is the document's `_id`), and index keys should stay small.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+/// let too_long = "r".repeat(mongolock::MAX_ID_LEN + 1);
+/// let error = locks.xlock(&too_long, "id", Default::default()).await.unwrap_err();
+/// assert!(matches!(error.kind(), mongolock::ErrorKind::InvalidArgument { argument: "resource", .. }));
+/// # }
+/// ```
+pub const MAX_ID_LEN: usize = 512;
+
+/// The longest owner or host accepted, in bytes of UTF-8.
+///
+/// ```
+/// let details = mongolock::LockDetails::default().owner("o".repeat(mongolock::MAX_LABEL_LEN + 1));
+/// assert!(details.validate().is_err());
+/// ```
+pub const MAX_LABEL_LEN: usize = 1024;
+
+/// The longest TTL accepted: 100 years (of 365 days). It keeps `$$NOW + ttl` far inside the
+/// range of a BSON date and of the server's date arithmetic.
+///
+/// ```
+/// use mongolock::{LockDetails, MAX_TTL};
+/// assert!(LockDetails::default().ttl(MAX_TTL).validate().is_ok());
+/// assert!(LockDetails::default().ttl(MAX_TTL * 2).validate().is_err());
+/// ```
+pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// Who asks for a lock and for how long: owner, host and TTL, all optional.
+///
+/// Without a TTL the lock never expires and only an explicit unlock frees it. The host
+/// defaults to this machine's host name.
+///
+/// ```
+/// use std::time::Duration;
+/// use mongolock::LockDetails;
+///
+/// let details = LockDetails::default().ttl(Duration::from_secs(30)).owner("nightly-report");
+/// assert_eq!(details.ttl_value(), Some(Duration::from_secs(30)));
+/// assert_eq!(details.owner_value(), Some("nightly-report"));
+/// assert!(!details.host_value().is_empty());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockDetails {
+    owner: Option<String>,
+    host: Option<String>,
+    ttl: Option<Duration>,
+}
+
+impl LockDetails {
+    /// Sets who holds the lock (free text for people and for [`Filter::owner`](crate::Filter::owner)).
+    ///
+    /// ```
+    /// let details = mongolock::LockDetails::default().owner("billing-worker-3");
+    /// assert_eq!(details.owner_value(), Some("billing-worker-3"));
+    /// ```
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Sets the host recorded with the lock, instead of this machine's host name.
+    ///
+    /// ```
+    /// let details = mongolock::LockDetails::default().host("db-migrator");
+    /// assert_eq!(details.host_value(), "db-migrator");
+    /// ```
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+
+    /// Sets the time to live: the server ends the lock this long after it is granted or
+    /// renewed, by its own clock. It is kept in whole milliseconds, rounded up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let details = mongolock::LockDetails::default().ttl(Duration::from_secs(30));
+    /// assert_eq!(details.ttl_value(), Some(Duration::from_secs(30)));
+    /// ```
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The owner, if set.
+    ///
+    /// ```
+    /// assert_eq!(mongolock::LockDetails::default().owner_value(), None);
+    /// ```
+    pub fn owner_value(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// The host: the one set, or this machine's host name (from
+    /// `/proc/sys/kernel/hostname`, else `$HOSTNAME` or `$COMPUTERNAME`, else `"unknown"`).
+    ///
+    /// ```
+    /// assert!(!mongolock::LockDetails::default().host_value().is_empty());
+    /// ```
+    pub fn host_value(&self) -> &str {
+        self.host.as_deref().unwrap_or_else(|| this_host())
+    }
+
+    /// The TTL, if set.
+    ///
+    /// ```
+    /// assert_eq!(mongolock::LockDetails::default().ttl_value(), None);
+    /// ```
+    pub fn ttl_value(&self) -> Option<Duration> {
+        self.ttl
+    }
+
+    /// Checks the details the way every lock call does, without contacting the server.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mongolock::LockDetails;
+    ///
+    /// assert!(LockDetails::default().ttl(Duration::from_secs(1)).validate().is_ok());
+    /// assert!(LockDetails::default().ttl(Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        if let Some(owner) = &self.owner {
+            check_label("owner", owner)?;
+        }
+        check_label("host", self.host_value())?;
+        if let Some(ttl) = self.ttl {
+            ttl_millis(ttl)?;
+        }
+        Ok(())
+    }
+}
+
+fn this_host() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| std::env::var("COMPUTERNAME").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty() && h.len() <= MAX_LABEL_LEN)
+            .unwrap_or_else(|| "unknown".to_owned())
+    })
+}
+
+pub(crate) fn check_id(argument: &'static str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::invalid(argument, "must not be empty"));
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(Error::invalid(
+            argument,
+            format!("is {} bytes long, the limit is {MAX_ID_LEN}", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn check_label(argument: &'static str, value: &str) -> Result<()> {
+    if value.len() > MAX_LABEL_LEN {
+        return Err(Error::invalid(
+            argument,
+            format!(
+                "is {} bytes long, the limit is {MAX_LABEL_LEN}",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A TTL in whole milliseconds, rounded up, or an error for zero and for anything above
+/// [`MAX_TTL`].
+pub(crate) fn ttl_millis(ttl: Duration) -> Result<i64> {
+    if ttl.is_zero() {
+        return Err(Error::invalid(
+            "ttl",
+            "must be positive (leave it unset for a lock without expiry)",
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is longer than the limit of {MAX_TTL:?}"),
+        ));
+    }
+    let millis = ttl.as_nanos().div_ceil(1_000_000);
+    // MAX_TTL keeps this far below i64::MAX.
+    Ok(millis as i64)
+}
+
+/// A value unique to one acquire attempt, stored with the entry it creates.
+///
+/// Sending the same request again (same nonce) after an unknown outcome is the same attempt:
+/// it reports [`Attempt::Granted`](crate::Attempt::Granted) if the first one got through.
+/// [`LockClient::release_attempt`](crate::LockClient::release_attempt) withdraws an attempt by
+/// its nonce, for good.
+///
+/// ```
+/// let (a, b) = (mongolock::Nonce::new(), mongolock::Nonce::new());
+/// assert_ne!(a, b);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Nonce(pub(crate) ObjectId);
+
+impl Nonce {
+    /// A fresh nonce.
+    ///
+    /// ```
+    /// let nonce = mongolock::Nonce::new();
+    /// # let _ = nonce;
+    /// ```
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Nonce(ObjectId::new())
+    }
+}
+
+/// One acquire attempt: what [`LockClient::acquire`](crate::LockClient::acquire) sends.
+///
+/// [`LockClient::xlock`](crate::LockClient::xlock) and [`LockClient::slock`](crate::LockClient::slock) build one for you; build it yourself to
+/// choose the nonce (to recognise a retried attempt) or to handle contention without an error.
+///
+/// ```
+/// use mongolock::{AcquireRequest, LockDetails, LockKind};
+///
+/// let request = AcquireRequest::exclusive("ledger", "tx-7", LockDetails::default());
+/// assert_eq!(request.kind(), LockKind::Exclusive);
+/// let readers = AcquireRequest::shared("ledger", "report-1", LockDetails::default(), Some(4));
+/// assert_eq!(readers.max_shared(), Some(4));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcquireRequest {
+    pub(crate) resource: String,
+    pub(crate) lock_id: String,
+    pub(crate) kind: LockKind,
+    pub(crate) details: LockDetails,
+    pub(crate) max_shared: Option<u32>,
+    pub(crate) nonce: Nonce,
+}
+
+impl AcquireRequest {
+    /// A request for an exclusive lock, with a fresh nonce.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::exclusive("r", "id", Default::default());
+    /// # let _ = request;
+    /// ```
+    pub fn exclusive(
+        resource: impl Into<String>,
+        lock_id: impl Into<String>,
+        details: LockDetails,
+    ) -> Self {
+        AcquireRequest {
+            resource: resource.into(),
+            lock_id: lock_id.into(),
+            kind: LockKind::Exclusive,
+            details,
+            max_shared: None,
+            nonce: Nonce::new(),
+        }
+    }
+
+    /// A request for a shared lock granted while fewer than `max` shared locks are live
+    /// (`None`: no cap), with a fresh nonce. The cap is checked by this request only; callers
+    /// sharing a resource must agree on it.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("r", "id", Default::default(), None);
+    /// # let _ = request;
+    /// ```
+    pub fn shared(
+        resource: impl Into<String>,
+        lock_id: impl Into<String>,
+        details: LockDetails,
+        max: Option<u32>,
+    ) -> Self {
+        AcquireRequest {
+            kind: LockKind::Shared,
+            max_shared: max,
+            ..AcquireRequest::exclusive(resource, lock_id, details)
+        }
+    }
+
+    /// Uses `nonce` instead of a fresh one, for instance to repeat an attempt whose outcome is
+    /// unknown: the repeat is the same attempt.
+    ///
+    /// ```
+    /// let nonce = mongolock::Nonce::new();
+    /// let request = mongolock::AcquireRequest::exclusive("r", "id", Default::default()).nonce(nonce);
+    /// assert_eq!(request.nonce_value(), nonce);
+    /// ```
+    pub fn nonce(mut self, nonce: Nonce) -> Self {
+        self.nonce = nonce;
+        self
+    }
+
+    /// The resource.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// assert_eq!(request.resource(), "report");
+    /// ```
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+    /// The lock id.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// assert_eq!(request.lock_id(), "job-1");
+    /// ```
+    pub fn lock_id(&self) -> &str {
+        &self.lock_id
+    }
+    /// The kind of lock asked for.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// assert_eq!(request.kind(), mongolock::LockKind::Shared);
+    /// ```
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+    /// The cap on live shared locks, for a shared request.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// assert_eq!(request.max_shared(), Some(3));
+    /// ```
+    pub fn max_shared(&self) -> Option<u32> {
+        self.max_shared
+    }
+    /// This attempt's nonce.
+    ///
+    /// ```
+    /// let request = mongolock::AcquireRequest::shared("report", "job-1", Default::default(), Some(3));
+    /// let resent = request.clone();
+    /// assert_eq!(resent.nonce_value(), request.nonce_value());
+    /// ```
+    pub fn nonce_value(&self) -> Nonce {
+        self.nonce
+    }
+
+    /// Checks every argument; nothing is sent when this fails.
+    pub(crate) fn validate(&self) -> Result<Option<i64>> {
+        check_id("resource", &self.resource)?;
+        check_id("lock_id", &self.lock_id)?;
+        self.details.validate()?;
+        if self.max_shared == Some(0) {
+            return Err(Error::invalid(
+                "max",
+                "a cap of zero would never grant; use None for no cap",
+            ));
+        }
+        self.details.ttl_value().map(ttl_millis).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    fn argument(error: Error) -> &'static str {
+        match error.kind() {
+            ErrorKind::InvalidArgument { argument, .. } => argument,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ids_must_be_non_empty_and_bounded() {
+        assert_eq!(argument(check_id("lock_id", "").unwrap_err()), "lock_id");
+        assert!(check_id("resource", &"r".repeat(MAX_ID_LEN)).is_ok());
+        assert_eq!(
+            argument(check_id("resource", &"r".repeat(MAX_ID_LEN + 1)).unwrap_err()),
+            "resource"
+        );
+        // Strings that look like operators or paths are fine: they are sent as literals.
+        assert!(check_id("resource", "$$NOW").is_ok());
+    }
+
+    #[test]
+    fn ttl_is_positive_bounded_and_rounded_up_to_millis() {
+        assert_eq!(argument(ttl_millis(Duration::ZERO).unwrap_err()), "ttl");
+        assert_eq!(
+            argument(ttl_millis(MAX_TTL + Duration::from_nanos(1)).unwrap_err()),
+            "ttl"
+        );
+        assert_eq!(argument(ttl_millis(Duration::MAX).unwrap_err()), "ttl");
+        assert_eq!(ttl_millis(Duration::from_nanos(1)).unwrap(), 1);
+        assert_eq!(ttl_millis(Duration::from_micros(1500)).unwrap(), 2);
+        assert_eq!(ttl_millis(Duration::from_secs(30)).unwrap(), 30_000);
+        assert_eq!(ttl_millis(MAX_TTL).unwrap(), MAX_TTL.as_millis() as i64);
+    }
+
+    #[test]
+    fn details_validate_labels() {
+        let long = "x".repeat(MAX_LABEL_LEN + 1);
+        let owner = LockDetails::default().owner(long.clone());
+        assert_eq!(argument(owner.validate().unwrap_err()), "owner");
+        assert_eq!(
+            argument(LockDetails::default().host(long).validate().unwrap_err()),
+            "host"
+        );
+        assert!(LockDetails::default().owner("").validate().is_ok());
+    }
+
+    #[test]
+    fn host_defaults_to_something() {
+        assert!(!LockDetails::default().host_value().is_empty());
+        assert_eq!(LockDetails::default().host("h").host_value(), "h");
+    }
+}
