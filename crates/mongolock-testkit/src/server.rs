@@ -332,7 +332,11 @@ async fn ttl_monitor(state: Arc<ServerState>) {
             _ = tokio::time::sleep(state.ttl_monitor_interval) => {}
             _ = shutdown.changed() => return,
         }
-        let removed = commands::ttl::run_pass(&state);
+        // Off the runtime: the pass waits for collection locks a long command may hold.
+        let pass_state = state.clone();
+        let removed = commands::off_runtime(move || commands::ttl::run_pass(&pass_state))
+            .await
+            .unwrap_or(0);
         if removed > 0 {
             tracing::debug!(removed, "TTL monitor removed expired documents");
         }

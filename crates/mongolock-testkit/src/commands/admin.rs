@@ -170,7 +170,7 @@ pub fn create(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     )?;
     let name = args::collection_name(cmd, "create")?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
-    super::write::check_collation(cmd.get("collation"))?;
+    crate::engine::collation::check(cmd.get("collation"), "create.collation")?;
     let images = cmd
         .get("changeStreamPreAndPostImages")
         .map(|v| super::collection_admin::pre_and_post_images_option("create", v))

@@ -4,8 +4,9 @@ use bson::{Bson, Document};
 
 mod out_merge;
 
-use super::write::{check_collation, check_hint, unsupported};
+use super::write::{check_hint, unsupported};
 use super::{Ctx, admin, args, change_stream, cursor_reply, local_sessions};
+use crate::engine::collation;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::expr::Expr;
 use crate::engine::pipeline::Pipeline;
@@ -37,7 +38,7 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             "The 'cursor' option is required, except for aggregate with the explain argument",
         ));
     }
-    check_collation(cmd.get("collation"))?;
+    collation::check(cmd.get("collation"), "aggregate.collation")?;
     let batch_size = admin::cursor_batch_size(cmd, "aggregate")?;
     let collection = match cmd.get("aggregate") {
         Some(Bson::String(name)) if !name.is_empty() => Some(name.clone()),

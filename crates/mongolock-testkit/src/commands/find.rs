@@ -2,9 +2,10 @@
 
 use bson::{Bson, Document, doc};
 
-use super::write::{check_collation, check_hint, unsupported};
+use super::write::{check_hint, unsupported};
 use super::{Ctx, args};
 use crate::engine::EvalContext;
+use crate::engine::collation;
 use crate::engine::collection::Collection;
 use crate::engine::compare::values_equal;
 use crate::engine::error::{CommandError, Result};
@@ -96,7 +97,7 @@ pub fn find(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             "error processing query: tailable cursor requested on non capped collection",
         ));
     }
-    check_collation(cmd.get("collation"))?;
+    collation::check(cmd.get("collation"), "find.collation")?;
     let filter = args::opt_document(cmd, "find", "filter")?
         .cloned()
         .unwrap_or_default();
@@ -149,7 +150,7 @@ pub fn count(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         &["query", "limit", "skip", "hint", "collation", "fields"],
     )?;
     let name = args::collection_name(cmd, "count")?;
-    check_collation(cmd.get("collation"))?;
+    collation::check(cmd.get("collation"), "count.collation")?;
     let filter = args::opt_document(cmd, "count", "query")?
         .cloned()
         .unwrap_or_default();
@@ -203,7 +204,7 @@ fn distinct_values(value: &Bson, path: &[&str], out: &mut Vec<Bson>) {
 pub fn distinct(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "distinct", &["key", "query", "collation", "hint"])?;
     let name = args::collection_name(cmd, "distinct")?;
-    check_collation(cmd.get("collation"))?;
+    collation::check(cmd.get("collation"), "distinct.collation")?;
     let key = match cmd.get("key") {
         Some(Bson::String(key)) => key.clone(),
         Some(_) => {

@@ -2,8 +2,9 @@
 
 use bson::{Bson, Document, doc};
 
-use super::write::{UpdateStatement, check_collation, check_hint, run_delete, run_update};
+use super::write::{UpdateStatement, check_hint, run_delete, run_update};
 use super::{Ctx, args};
+use crate::engine::collation;
 use crate::engine::error::{CommandError, Result};
 use crate::engine::matcher::Matcher;
 use crate::engine::projection::Projection;
@@ -31,7 +32,7 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let name = args::collection_name(cmd, "findAndModify")?;
     super::views::refuse_write(ctx, &name)?;
     args::check_write_concern(cmd, ctx.state.standalone)?;
-    check_collation(cmd.get("collation"))?;
+    collation::check(cmd.get("collation"), "findAndModify.collation")?;
     let empty = Document::new();
     let filter = args::opt_document(cmd, "findAndModify", "query")?.unwrap_or(&empty);
     let sort = args::opt_document(cmd, "findAndModify", "sort")?

@@ -20,6 +20,8 @@ pub mod ttl;
 pub mod views;
 pub mod write;
 
+use std::sync::Arc;
+
 use bson::{Bson, DateTime, Document, doc};
 
 use crate::engine::EvalContext;
@@ -110,17 +112,31 @@ const RETRYABLE_CODES: &[i32] = &[
 
 /// Runs one command and builds its reply.
 ///
+/// Only the handshake and a few other commands that touch no collection run on the async
+/// runtime; every other command runs on tokio's blocking pool (see [`off_runtime`]), so a
+/// heavy command, or one waiting for a collection lock a heavy command holds, never keeps
+/// other connections (the drivers' heartbeats included) from being answered.
+///
 /// # Cancel safety
-/// Writes are applied synchronously once the command starts, so dropping the future (the
-/// connection closed) either prevents a write or leaves it complete, never half done. A
-/// change stream's `getMore` dropped while it waits closes that cursor.
-pub async fn dispatch(state: &ServerState, conn: &mut ConnectionInfo, request: Request) -> Outcome {
+/// Once a command starts it runs to completion on its own thread, so dropping the future
+/// (the connection closed) either prevents a write or leaves it complete, never half done;
+/// a retryable write is recorded in its session together with the write. A change
+/// stream's `getMore` dropped while it waits closes that cursor.
+pub async fn dispatch(
+    state: &Arc<ServerState>,
+    conn: &mut ConnectionInfo,
+    request: Request,
+) -> Outcome {
     let Request {
         command: cmd,
         kind,
         duplicate_field,
+        error,
         ..
     } = request;
+    if let Some(error) = error {
+        return Outcome::Reply(finish(state, Err(error), false));
+    }
     let name = match cmd.keys().next() {
         Some(name) => canonical_name(name).to_string(),
         None => {
@@ -154,7 +170,7 @@ pub async fn dispatch(state: &ServerState, conn: &mut ConnectionInfo, request: R
             return Outcome::Reply(finish(state, Err(error.clone()), retryable));
         }
     }
-    let result = match run(state, conn, &name, &cmd, kind).await {
+    let result = match run(state, conn, &name, cmd, kind).await {
         Completion::Done(result) => result,
         Completion::CloseConnection => return Outcome::CloseConnection,
     };
@@ -179,30 +195,93 @@ pub async fn dispatch(state: &ServerState, conn: &mut ConnectionInfo, request: R
     Outcome::Reply(reply)
 }
 
+/// Commands that run on the async runtime itself: they touch no collection lock and do
+/// little work, so the handshake and heartbeats never wait for the blocking pool.
+const INLINE_COMMANDS: &[&str] = &[
+    "hello",
+    "isMaster",
+    "ping",
+    "buildInfo",
+    "endSessions",
+    "killCursors",
+    "configureFailPoint",
+    "emulatorClock",
+];
+
+/// Runs one command.
+///
+/// # Cancel safety
+/// See [`dispatch`].
 async fn run(
-    state: &ServerState,
+    state: &Arc<ServerState>,
     conn: &mut ConnectionInfo,
     name: &str,
-    cmd: &Document,
+    cmd: Document,
     kind: RequestKind,
 ) -> Completion {
-    match prepare(state, conn, name, cmd, kind) {
-        Ok((db, retryable)) => {
-            let ctx = Ctx {
-                state,
-                db: &db,
-                conn,
-                now: state.clock.now(),
-            };
-            match retryable {
-                Some((lsid, txn)) => {
-                    session::run_retryable(state, lsid, txn, || execute(&ctx, name, cmd)).await
-                }
-                None if name == "getMore" => Completion::Done(cursor::get_more(&ctx, cmd).await),
-                None => Completion::Done(execute(&ctx, name, cmd)),
-            }
+    let (db, retryable) = match prepare(state, conn, name, &cmd, kind) {
+        Ok(prepared) => prepared,
+        Err(error) => return Completion::Done(Err(error)),
+    };
+    let job = Job {
+        state: state.clone(),
+        conn: conn.clone(),
+        db,
+        now: state.clock.now(),
+        name: name.to_string(),
+        cmd,
+    };
+    match retryable {
+        Some((lsid, txn)) => session::run_retryable(state, lsid, txn, move || job.run()).await,
+        None if name == "getMore" => Completion::Done(cursor::get_more(&job.ctx(), &job.cmd).await),
+        None if INLINE_COMMANDS.contains(&name) => Completion::Done(job.run()),
+        None => Completion::Done(off_runtime(move || job.run()).await.and_then(|r| r)),
+    }
+}
+
+/// A synchronous command with everything it needs, owned, so that it can run on another
+/// thread.
+struct Job {
+    state: Arc<ServerState>,
+    conn: ConnectionInfo,
+    db: String,
+    now: DateTime,
+    name: String,
+    cmd: Document,
+}
+
+impl Job {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            state: &self.state,
+            db: &self.db,
+            conn: &self.conn,
+            now: self.now,
         }
-        Err(error) => Completion::Done(Err(error)),
+    }
+
+    fn run(&self) -> Result<Document> {
+        execute(&self.ctx(), &self.name, &self.cmd)
+    }
+}
+
+/// Runs synchronous work (a command, a TTL pass) on tokio's blocking pool and waits for it,
+/// so that it holds no runtime thread: a heavy command, or one blocked on a collection lock,
+/// cannot keep other connections from being served, even on a current-thread runtime.
+/// A panic in `work` is resumed in the caller, as if it had run there; a runtime that shuts
+/// down before `work` started is `InterruptedAtShutdown` (11600).
+///
+/// # Cancel safety
+/// Cancel safe in the sense that matters here: dropping the future does not stop `work`,
+/// which runs to completion on its own thread; only its result is lost.
+pub async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => Ok(value),
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Only a runtime shutting down cancels a blocking task before it starts.
+        Err(_) => Err(CommandError::new(11600, "interrupted at shutdown")),
     }
 }
 

@@ -75,19 +75,22 @@ pub enum Completion {
     CloseConnection,
 }
 
-/// Runs a retryable write at most once per `(lsid, txnNumber)`.
+/// Runs a retryable write at most once per `(lsid, txnNumber)`. The write runs on the
+/// blocking pool (see [`super::off_runtime`]) with the session held, and is recorded in the
+/// session's history on the same thread, right after it is applied.
 ///
 /// # Cancel safety
 /// Cancel safe: dropped while waiting for the session (a retry racing its first attempt),
-/// nothing ran; once the write runs it completes without awaiting.
+/// nothing ran; once the write has started it completes, and is recorded, on its own
+/// thread.
 pub async fn run_retryable(
     state: &ServerState,
     lsid: Vec<u8>,
     txn_number: i64,
-    execute: impl FnOnce() -> Result<Document>,
+    execute: impl FnOnce() -> Result<Document> + Send + 'static,
 ) -> Completion {
     let slot = state.sessions.slot(lsid);
-    let mut txn = slot.lock().await;
+    let mut txn = slot.lock_owned().await;
     if let Some(current) = txn.txn_number {
         if txn_number < current {
             return Completion::Done(Err(CommandError::new(
@@ -116,16 +119,21 @@ pub async fn run_retryable(
             "Failing write before commit due to the onPrimaryTransactionalWrite failpoint. The write must not be reflected.",
         )));
     }
-    let result = execute();
-    if let Ok(reply) = &result {
-        // Only a write that succeeded is recorded; a failed one may be run again.
-        let failed = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty());
-        txn.txn_number = Some(txn_number);
-        txn.reply = if failed { None } else { Some(reply.clone()) };
-        if fault.is_some_and(|f| f.close_connection) {
-            // Committed (and recorded for the retry), but the client never hears of it.
-            return Completion::CloseConnection;
+    let result = super::off_runtime(move || {
+        let result = execute();
+        if let Ok(reply) = &result {
+            // Only a write that succeeded is recorded; a failed one may be run again.
+            let failed = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty());
+            txn.txn_number = Some(txn_number);
+            txn.reply = if failed { None } else { Some(reply.clone()) };
         }
+        result
+    })
+    .await
+    .and_then(|result| result);
+    if result.is_ok() && fault.is_some_and(|f| f.close_connection) {
+        // Committed (and recorded for the retry), but the client never hears of it.
+        return Completion::CloseConnection;
     }
     Completion::Done(result)
 }

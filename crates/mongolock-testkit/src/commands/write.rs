@@ -5,9 +5,11 @@ use bson::{Bson, Document, doc, oid::ObjectId};
 
 use super::{Ctx, args};
 use crate::engine::EvalContext;
+use crate::engine::collation;
 use crate::engine::collection::Collection;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::matcher::{MatchDetails, Matcher};
+use crate::engine::size;
 use crate::engine::sort::SortSpec;
 use crate::engine::update::{
     Update, UpdateContext, upsert_seed, validate_document_for_insert, validate_document_for_storage,
@@ -19,15 +21,6 @@ pub fn unsupported(option: &str) -> CommandError {
         codes::INVALID_OPTIONS,
         format!("'{option}' is not supported by this emulator"),
     )
-}
-
-/// Accepts the simple collation only.
-pub fn check_collation(collation: Option<&Bson>) -> Result<()> {
-    match collation {
-        None => Ok(()),
-        Some(Bson::Document(c)) if c.get_str("locale") == Ok("simple") && c.len() == 1 => Ok(()),
-        Some(_) => Err(unsupported("collation")),
-    }
 }
 
 /// Checks that a `hint` names an existing index. A valid hint does not change which
@@ -165,6 +158,7 @@ pub fn run_update(
         outcome.matched += 1;
         if changed {
             validate_document_for_storage(&after)?;
+            size::check_update_result(&after)?;
             coll.replace(record, after.clone(), statement.update.is_replacement())?;
             outcome.modified += 1;
         }
@@ -190,6 +184,7 @@ pub fn run_update(
             },
         )?;
         let doc = prepare_for_insert(doc)?;
+        size::check_upsert_result(&doc)?;
         let id = doc
             .get("_id")
             .cloned()
@@ -257,7 +252,9 @@ pub fn insert(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let mut errors = Vec::new();
     for (index, doc) in documents.iter().enumerate() {
         let result = match doc {
-            Bson::Document(doc) => prepare_for_insert(doc.clone()).and_then(|d| coll.insert(d)),
+            Bson::Document(doc) => size::check_insert(doc)
+                .and_then(|()| prepare_for_insert(doc.clone()))
+                .and_then(|d| coll.insert(d)),
             other => Err(CommandError::type_mismatch(format!(
                 "BSON field 'insert.documents.{index}' is the wrong type '{}', expected type 'object'",
                 crate::engine::compare::type_alias(other)
@@ -316,7 +313,7 @@ fn parse_update_statement<'a>(raw: &'a Document, command: &str) -> Result<Update
     if raw.contains_key("c") {
         return Err(unsupported("c (constants)"));
     }
-    check_collation(raw.get("collation"))?;
+    collation::check(raw.get("collation"), "update.updates.collation")?;
     let filter = raw
         .get_document("q")
         .map_err(|_| args::missing("update.updates", "q"))?;
@@ -440,7 +437,7 @@ pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
                     ));
                 }
             }
-            check_collation(raw.get("collation"))?;
+            collation::check(raw.get("collation"), "delete.deletes.collation")?;
             let filter = raw
                 .get_document("q")
                 .map_err(|_| args::missing("delete.deletes", "q"))?;

@@ -56,6 +56,8 @@ pub mod codes {
     pub const UNKNOWN_BSON_FIELD: i32 = 40415;
     pub const NO_QUERY_EXECUTION_PLANS: i32 = 291;
     pub const INVALID_LENGTH: i32 = 16;
+    pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
+    pub const MISSING_REQUIRED_FIELD: i32 = 40414;
 }
 
 /// The `codeName` mongod reports for a code; unknown codes get `Location<code>` as in mongod.
@@ -126,6 +128,7 @@ pub fn code_name(code: i32) -> String {
         352 => "UnsupportedOpQueryCommand",
         9001 => "SocketException",
         10107 => "NotWritablePrimary",
+        10334 => "BSONObjectTooLarge",
         10058 => "LegacyNotPrimary",
         11000 => "DuplicateKey",
         11600 => "InterruptedAtShutdown",

@@ -33,6 +33,7 @@ const SPEC_FIELDS: &[&str] = &[
     "expireAfterSeconds",
     "background",
     "v",
+    "collation",
 ];
 
 impl Index {
@@ -59,6 +60,19 @@ impl Index {
                          supported by this emulator). Specification: {spec}"
                     ),
                 ));
+            }
+        }
+        // Only the simple collation is supported, and mongod leaves a simple collation out of
+        // the stored specification (`validateIndexSpecCollation`): such an index is the same
+        // as one without a collation.
+        match spec.get("collation") {
+            None => {}
+            Some(Bson::Document(collation)) => super::collation::check_spec(collation)?,
+            Some(other) => {
+                return Err(CommandError::type_mismatch(format!(
+                    "The field 'collation' must be an object, but got {}",
+                    super::compare::type_alias(other)
+                )));
             }
         }
         let key = spec.get_document("key").map_err(|_| {

@@ -2,6 +2,7 @@
 //! aggregation stages. Pure functions over `bson` values; storage and commands live elsewhere.
 
 pub mod changes;
+pub mod collation;
 pub mod collection;
 pub mod compare;
 pub mod error;
@@ -10,6 +11,7 @@ pub mod index;
 pub mod matcher;
 pub mod pipeline;
 pub mod projection;
+pub mod size;
 pub mod sort;
 pub mod update;
 

@@ -6,8 +6,11 @@
 //! document) and any number of kind-1 sections (document sequences, merged into the command
 //! as arrays), then an optional CRC-32C checksum.
 
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document, RawDocument};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::engine::error::CommandError;
+use crate::engine::size::{MAX_INTERNAL_SIZE, invalid_size};
 
 /// OP_REPLY, the legacy reply to OP_QUERY.
 pub const OP_REPLY: i32 = 1;
@@ -25,7 +28,10 @@ pub const FLAG_MORE_TO_COME: u32 = 1 << 1;
 /// OP_MSG flag: the client accepts streamed replies.
 pub const FLAG_EXHAUST_ALLOWED: u32 = 1 << 16;
 
-/// Largest message we accept (mongod's `maxMessageSizeBytes`).
+/// Largest message we accept (mongod's `maxMessageSizeBytes`, which `hello` advertises). A
+/// header announcing a longer (or shorter than a header) message closes the connection, as
+/// mongod's transport layer does ("recv(): message msgLen N is invalid"); nothing of the
+/// announced body is allocated or read.
 pub const MAX_MESSAGE_SIZE: usize = 48_000_000;
 
 /// Why a message could not be read; the connection is closed after any of these.
@@ -50,6 +56,10 @@ pub struct Request {
     pub command: Document,
     /// A top-level field the command document holds twice (the parsed document keeps one).
     pub duplicate_field: Option<String>,
+    /// A parse error mongod answers with an error reply rather than by closing the
+    /// connection: a body or sequence document over 16 MiB + 16 KiB (10334,
+    /// `BSONObjectTooLarge`). `command` is then empty.
+    pub error: Option<CommandError>,
 }
 
 /// The opcode a request used.
@@ -94,9 +104,9 @@ pub async fn read_request<R: AsyncRead + Unpin>(
         .ok_or_else(|| WireError::Malformed(format!("message length {length} out of range")))?;
     let mut body = vec![0u8; length - 16];
     reader.read_exact(&mut body).await?;
-    let (kind, command, duplicate_field) = match op_code {
+    let (kind, parsed) = match op_code {
         OP_MSG => {
-            let (flags, command, duplicate) = parse_op_msg(&body)?;
+            let (flags, parsed) = parse_op_msg(&body)?;
             if flags & FLAG_CHECKSUM_PRESENT != 0 {
                 let mut whole = header.to_vec();
                 whole.extend_from_slice(&body);
@@ -104,9 +114,15 @@ pub async fn read_request<R: AsyncRead + Unpin>(
                     return Err(WireError::Malformed("OP_MSG checksum mismatch".into()));
                 }
             }
-            (RequestKind::Msg { flags }, command, duplicate)
+            (RequestKind::Msg { flags }, parsed)
         }
-        OP_QUERY => (RequestKind::Query, parse_op_query(&body)?, None),
+        OP_QUERY => (
+            RequestKind::Query,
+            Parsed {
+                command: parse_op_query(&body)?,
+                ..Parsed::default()
+            },
+        ),
         OP_COMPRESSED => {
             return Err(WireError::Malformed(
                 "OP_COMPRESSED was not negotiated".into(),
@@ -117,8 +133,9 @@ pub async fn read_request<R: AsyncRead + Unpin>(
     Ok(Some(Request {
         request_id,
         kind,
-        command,
-        duplicate_field,
+        command: parsed.command,
+        duplicate_field: parsed.duplicate_field,
+        error: parsed.error,
     }))
 }
 
@@ -156,26 +173,53 @@ fn first_duplicate_key(raw: &bson::RawDocument) -> Option<String> {
 
 /// Reads one BSON document at `at`, returning it and the offset after it.
 fn read_document(bytes: &[u8], at: usize) -> Result<(Document, usize), WireError> {
-    let (raw, next) = read_raw_document(bytes, at)?;
-    let doc = raw
-        .to_document()
-        .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
+    let (raw, next) = read_raw_slice(bytes, at)?;
+    let doc =
+        Document::try_from(raw).map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
     Ok((doc, next))
 }
 
-fn read_raw_document(bytes: &[u8], at: usize) -> Result<(RawDocumentBuf, usize), WireError> {
+/// Borrows the BSON document at `at` (checked for well-formedness, not copied).
+fn read_raw_slice(bytes: &[u8], at: usize) -> Result<(&RawDocument, usize), WireError> {
     let size = usize::try_from(read_i32(bytes, at)?)
         .map_err(|_| WireError::Malformed("negative document size".into()))?;
-    let slice = bytes
-        .get(at..at + size)
+    let slice = at
+        .checked_add(size)
+        .and_then(|end| bytes.get(at..end))
         .ok_or_else(|| WireError::Malformed("document overruns its section".into()))?;
-    let raw = RawDocumentBuf::from_bytes(slice.to_vec())
+    let raw = RawDocument::from_bytes(slice)
         .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
     Ok((raw, at + size))
 }
 
-/// Flags, the command with sequences merged in, and a duplicated top-level field if any.
-fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireError> {
+/// mongod's error for a received object over 16 MiB + 16 KiB, if `raw` is one.
+fn oversized(raw: &RawDocument) -> Option<CommandError> {
+    let size = raw.as_bytes().len();
+    if size <= MAX_INTERNAL_SIZE {
+        return None;
+    }
+    let first = raw
+        .iter()
+        .next()
+        .and_then(Result::ok)
+        .and_then(|(key, value)| Some((key, Bson::try_from(value.to_raw_bson()).ok()?)));
+    Some(invalid_size(
+        size,
+        first.as_ref().map(|(key, value)| (*key, value)),
+    ))
+}
+
+/// What an OP_MSG or OP_QUERY request carried.
+#[derive(Debug, Default)]
+struct Parsed {
+    command: Document,
+    duplicate_field: Option<String>,
+    error: Option<CommandError>,
+}
+
+/// Flags and the parsed request: the command with sequences merged in, a duplicated
+/// top-level field if any, or the size error mongod answers instead.
+fn parse_op_msg(body: &[u8]) -> Result<(u32, Parsed), WireError> {
     let flags = read_i32(body, 0)? as u32;
     // Bits 0-15 are required: an unknown one set is an error. Bits 16-31 are optional.
     let known = FLAG_CHECKSUM_PRESENT | FLAG_MORE_TO_COME;
@@ -194,6 +238,7 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireErro
     let mut at = 4;
     let mut command: Option<Document> = None;
     let mut duplicate_field = None;
+    let mut error = None;
     let mut sequences: Vec<(String, Vec<Document>)> = Vec::new();
     while at < sections.len() {
         let kind = sections[at];
@@ -203,18 +248,22 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireErro
                 if command.is_some() {
                     return Err(WireError::Malformed("more than one kind-0 section".into()));
                 }
-                let (raw, next) = read_raw_document(sections, at)?;
-                duplicate_field = first_duplicate_key(&raw);
-                let doc = raw
-                    .to_document()
-                    .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
-                command = Some(doc);
+                let (raw, next) = read_raw_slice(sections, at)?;
+                if let Some(too_large) = oversized(raw) {
+                    error.get_or_insert(too_large);
+                    command = Some(Document::new());
+                } else {
+                    duplicate_field = first_duplicate_key(raw);
+                    let doc = Document::try_from(raw)
+                        .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
+                    command = Some(doc);
+                }
                 at = next;
             }
             1 => {
                 let size = usize::try_from(read_i32(sections, at)?)
                     .map_err(|_| WireError::Malformed("negative section size".into()))?;
-                let section_end = at + size;
+                let section_end = at.saturating_add(size);
                 if size < 5 || section_end > sections.len() {
                     return Err(WireError::Malformed(
                         "document sequence overruns the message".into(),
@@ -224,8 +273,14 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireErro
                 let identifier = identifier.to_string();
                 let mut docs = Vec::new();
                 while cursor < section_end {
-                    let (doc, next) = read_document(&sections[..section_end], cursor)?;
-                    docs.push(doc);
+                    let (raw, next) = read_raw_slice(&sections[..section_end], cursor)?;
+                    if let Some(too_large) = oversized(raw) {
+                        error.get_or_insert(too_large);
+                    } else if error.is_none() {
+                        let doc = Document::try_from(raw)
+                            .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
+                        docs.push(doc);
+                    }
                     cursor = next;
                 }
                 if sequences.iter().any(|(name, _)| *name == identifier) {
@@ -244,6 +299,13 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireErro
         }
     }
     let mut command = command.ok_or_else(|| WireError::Malformed("no kind-0 section".into()))?;
+    if error.is_some() {
+        let parsed = Parsed {
+            error,
+            ..Parsed::default()
+        };
+        return Ok((flags, parsed));
+    }
     for (identifier, docs) in sequences {
         // A field both in the body and as a sequence is a duplicate field, answered as one.
         if command.contains_key(&identifier) {
@@ -255,7 +317,14 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Document, Option<String>), WireErro
             Bson::Array(docs.into_iter().map(Bson::Document).collect()),
         );
     }
-    Ok((flags, command, duplicate_field))
+    Ok((
+        flags,
+        Parsed {
+            command,
+            duplicate_field,
+            error: None,
+        },
+    ))
 }
 
 /// Verifies the CRC-32C of a whole OP_MSG (header included) whose checksum flag is set.
