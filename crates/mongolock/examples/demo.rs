@@ -93,7 +93,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("   {reader} reads catalog");
     }
     match locks
-        .slock("catalog", &new_lock_id("reader-3"), LockDetails::default(), Some(2))
+        .slock(
+            "catalog",
+            &new_lock_id("reader-3"),
+            LockDetails::default(),
+            Some(2),
+        )
         .await
     {
         Err(error) => match error.kind() {

@@ -54,6 +54,17 @@ pub enum Attempt {
     /// [`LockClient::release_attempt`](crate::LockClient::release_attempt): it is never
     /// granted. Build a new request.
     Withdrawn,
+    /// A shared request whose cap differs from the cap stored with the resource's live shared
+    /// locks (the first shared grant stores it). Nothing was granted: two callers with two
+    /// caps would each enforce their own, which is no cap at all.
+    CapMismatch {
+        /// The resource.
+        resource: String,
+        /// The cap this request asked for (`None`: no cap).
+        requested: Option<u32>,
+        /// The cap stored with the live shared locks (`None`: they have no cap).
+        stored: Option<u32>,
+    },
 }
 
 impl Attempt {
@@ -99,6 +110,15 @@ impl Attempt {
                 held,
             })),
             Attempt::Contended(contention) => Err(contention.into_error()),
+            Attempt::CapMismatch {
+                resource,
+                requested,
+                stored,
+            } => Err(Error::new(ErrorKind::CapMismatch {
+                resource,
+                requested,
+                stored,
+            })),
             Attempt::Withdrawn => Err(Error::invalid(
                 "request",
                 "this attempt was withdrawn with release_attempt; build a new request",
@@ -135,6 +155,7 @@ pub struct Contention {
     pub(crate) holder_count: u64,
     pub(crate) wait: Option<Duration>,
     pub(crate) free_at: Option<DateTime>,
+    pub(crate) writer_waiting: bool,
 }
 
 impl Contention {
@@ -162,6 +183,25 @@ impl Contention {
     /// the server's clock: never compare it with a local one.
     pub fn free_at(&self) -> Option<DateTime> {
         self.free_at
+    }
+
+    /// Whether a writer of a reader-writer lock waits for this resource and keeps new shared
+    /// locks out until it has had its turn (or its announcement lapsed).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// use mongolock::{AcquireRequest, Attempt, LockDetails};
+    ///
+    /// locks.xlock("r", "writer", LockDetails::default()).await?;
+    /// let reader = AcquireRequest::shared("r", "reader", LockDetails::default(), None);
+    /// let Attempt::Contended(contention) = locks.acquire(&reader).await? else { unreachable!() };
+    /// assert!(!contention.writer_waiting());
+    /// # Ok(()) }
+    /// ```
+    pub fn writer_waiting(&self) -> bool {
+        self.writer_waiting
     }
 
     pub(crate) fn into_error(self) -> Error {

@@ -3,19 +3,25 @@
 //! Each method checks its arguments, then hands over to the one file in `command/` that
 //! builds the command and reads the reply; [`Context`] sends it with the settings pinned.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bson::Document;
 use mongodb::Collection;
 use mongodb::options::WriteConcern;
+use tokio_util::task::TaskTracker;
 
 use crate::attempt::Attempt;
 use crate::command::{self, Context};
 use crate::error::{Error, Result};
+use crate::handle::{Mutex, RwLock, Semaphore};
+use crate::lease::Keeper;
 use crate::lock::Grant;
 use crate::request::{AcquireRequest, LockDetails};
 use crate::status::{Filter, LockStatus, Purged};
+use crate::wake::Wakeups;
 
 /// How long an idle resource document is kept by default before the TTL index deletes it:
 /// one day.
@@ -68,6 +74,28 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = command::DEFAULT_COMMAND_TIMEOUT;
 #[derive(Debug, Clone)]
 pub struct LockClient {
     ctx: Arc<Context>,
+    shared: Arc<Shared>,
+}
+
+/// What the clones of one client share: the lease keeper, the change stream that wakes
+/// waiters, background tasks, and the turns of local waiters.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) keeper: Arc<Keeper>,
+    pub(crate) wakeups: Wakeups,
+    tasks: TaskTracker,
+    gates: std::sync::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl Shared {
+    fn new(collection: Collection<Document>) -> Self {
+        Shared {
+            keeper: Arc::new(Keeper::new()),
+            wakeups: Wakeups::new(collection),
+            tasks: TaskTracker::new(),
+            gates: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 impl LockClient {
@@ -87,13 +115,137 @@ impl LockClient {
     /// ```
     pub fn new(collection: Collection<Document>) -> Self {
         LockClient {
+            shared: Arc::new(Shared::new(collection.clone())),
             ctx: Arc::new(Context::new(collection)),
         }
     }
 
+    /// A client with changed settings: a client of its own, with its own leases.
     fn with(mut self, change: impl FnOnce(&mut Context)) -> Self {
         change(Arc::make_mut(&mut self.ctx));
+        self.shared = Arc::new(Shared::new(self.ctx.collection.clone()));
         self
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    pub(crate) fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The turn-taking gate of the local waiters on `resource`.
+    pub(crate) fn gate(&self, resource: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.shared.gates.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gate) = gates.get(resource).and_then(Weak::upgrade) {
+            return gate;
+        }
+        gates.retain(|_, gate| gate.strong_count() > 0);
+        let gate = Arc::new(tokio::sync::Mutex::new(()));
+        gates.insert(resource.to_owned(), Arc::downgrade(&gate));
+        gate
+    }
+
+    /// Runs `task` in the background, tracked so that [`shutdown`](LockClient::shutdown)
+    /// waits for it. Without a tokio runtime it does nothing (the TTL ends what it would
+    /// have released).
+    pub(crate) fn spawn_background<F, Fut>(&self, task: F)
+    where
+        F: FnOnce(LockClient) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!("no runtime: a background release is left to the TTL");
+            return;
+        };
+        let future = task(self.clone());
+        self.shared.tasks.spawn_on(future, &runtime);
+    }
+
+    /// A mutex on `resource`: one holder at a time, with a lease kept alive in the
+    /// background. See [`Mutex`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let guard = locks.mutex("nightly-report").acquire().await?;
+    /// // ... work, passing guard.fencing_token() to the store ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn mutex(&self, resource: impl Into<String>) -> Mutex {
+        Mutex::new(self.clone(), resource.into())
+    }
+
+    /// A reader-writer lock on `resource`: many readers or one writer, writers first. See
+    /// [`RwLock`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let reading = locks.rwlock("config").read().await?;
+    /// # drop(reading);
+    /// # Ok(()) }
+    /// ```
+    pub fn rwlock(&self, resource: impl Into<String>) -> RwLock {
+        RwLock::new(self.clone(), resource.into())
+    }
+
+    /// A semaphore on `resource` with `permits` permits. See [`Semaphore`]. Zero permits
+    /// is refused by the first acquire.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let permit = locks.semaphore("gpu", 4).acquire().await?;
+    /// # drop(permit);
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, resource: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), resource.into(), permits)
+    }
+
+    /// Waits for the releases and withdrawals that dropped guards and dropped acquires left
+    /// to background tasks. Call it before the runtime ends, so no lock is left to its TTL.
+    /// The client stays usable.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops waiting; the background tasks go on.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// drop(locks.mutex("job").acquire().await?); // released in the background
+    /// locks.shutdown().await;
+    /// assert!(locks.status(&mongolock::Filter::default()).await?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) {
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
+        self.shared.tasks.reopen();
+    }
+
+    /// The number of leases this client keeps alive.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let guard = locks.mutex("job").acquire().await?;
+    /// assert_eq!(locks.leases(), 1);
+    /// guard.release().await?;
+    /// assert_eq!(locks.leases(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn leases(&self) -> usize {
+        self.shared.keeper.len()
     }
 
     /// Uses `write_concern` for every write instead of `{w: "majority", j: true}`.
@@ -473,6 +625,37 @@ impl LockClient {
         command::status::run(self.ready()?, filter).await
     }
 
+    /// Breaks every lock on `resource`, whoever holds it, and returns how many it removed.
+    /// For operators: a lock left by a dead holder without a TTL, or a holder that must be
+    /// stopped. One round trip. The fencing counter is kept, so the next grant's token is
+    /// still higher than every earlier one.
+    ///
+    /// A holder using a lease ([`LockGuard`](crate::LockGuard)) learns at its next renewal
+    /// that its lease is gone and reports it as lost. A low-level holder learns it from
+    /// [`renew`](LockClient::renew) (which renews nothing) or from its fencing token being
+    /// refused downstream.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, the locks may or may not have been removed; calling again
+    /// is harmless.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"));
+    /// use mongolock::LockDetails;
+    ///
+    /// let dead = locks.xlock("migration", "host-that-died", LockDetails::default()).await?;
+    /// assert_eq!(locks.force_release("migration").await?, 1);
+    /// let next = locks.xlock("migration", "operator", LockDetails::default()).await?;
+    /// assert!(next.fencing_token() > dead.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release(&self, resource: &str) -> Result<u64> {
+        command::release::force_release(self.ready()?, resource).await
+    }
+
     /// Removes every expired lock, and nothing else: a live lease is never ended by a purge.
     /// One round trip (an `update` that scans the collection; the server judges expiry by
     /// its clock inside the write). Expired locks block nobody already; purging keeps the
@@ -550,8 +733,10 @@ mod tests {
     #[tokio::test]
     async fn futures_are_send() {
         fn assert_send<T: Send>(_: &T) {}
+        let ctx = crate::command::test_context();
         let locks = LockClient {
-            ctx: Arc::new(crate::command::test_context()),
+            shared: Arc::new(Shared::new(ctx.collection.clone())),
+            ctx: Arc::new(ctx),
         };
         let request = AcquireRequest::exclusive("r", "l", LockDetails::default());
         assert_send(&locks.xlock("r", "l", LockDetails::default()));
@@ -568,14 +753,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_zero_time_limit_is_refused_before_sending() {
+        let ctx = crate::command::test_context();
         let locks = LockClient {
-            ctx: Arc::new(crate::command::test_context()),
+            shared: Arc::new(Shared::new(ctx.collection.clone())),
+            ctx: Arc::new(ctx),
         }
         .with_command_timeout(Duration::ZERO);
         let error = locks.unlock("l").await.unwrap_err();
         assert!(matches!(
             error.kind(),
-            crate::ErrorKind::InvalidArgument { argument: "command_timeout", .. }
+            crate::ErrorKind::InvalidArgument {
+                argument: "command_timeout",
+                ..
+            }
         ));
     }
 }

@@ -112,6 +112,33 @@ pub enum ErrorKind {
         /// The lock the lock id holds.
         held: Holder,
     },
+    /// A shared lock was asked for with a cap other than the one stored with the resource's
+    /// live shared locks ([`Attempt::CapMismatch`](crate::Attempt::CapMismatch)).
+    #[error(
+        "resource {resource:?} is shared with a cap of {}, not {}",
+        describe_cap(*stored),
+        describe_cap(*requested)
+    )]
+    #[non_exhaustive]
+    CapMismatch {
+        /// The resource.
+        resource: String,
+        /// The cap asked for (`None`: no cap).
+        requested: Option<u32>,
+        /// The cap stored with the live shared locks (`None`: no cap).
+        stored: Option<u32>,
+    },
+    /// A lease was lost while it was used: by
+    /// [`LockGuard::release`](crate::LockGuard::release) when the loss came first, and by
+    /// [`Mutex::run`](crate::Mutex::run) when the work was stopped.
+    #[error("the lease on {resource:?} was lost ({reason:?})")]
+    #[non_exhaustive]
+    LeaseLost {
+        /// The resource.
+        resource: String,
+        /// Why.
+        reason: crate::lease::LossReason,
+    },
     /// An argument was rejected before anything was sent to the server.
     #[error("invalid {argument}: {reason}")]
     #[non_exhaustive]
@@ -147,6 +174,10 @@ pub enum ErrorKind {
         /// The server's error code, when the server answered with one.
         code: Option<i32>,
     },
+}
+
+fn describe_cap(cap: Option<u32>) -> String {
+    cap.map_or_else(|| "none".to_owned(), |n| n.to_string())
 }
 
 fn describe_holders(holders: &[Holder], count: u64) -> String {
@@ -411,7 +442,11 @@ mod tests {
         let wce = Error::write_concern(64, "waiting for replication timed out".into());
         assert!(wce.is_outcome_unknown() && wce.is_retryable());
         assert!(wce.source().unwrap().to_string().contains("replication"));
-        assert!(Error::invalid("x", "y").with_unknown_outcome().is_outcome_unknown());
+        assert!(
+            Error::invalid("x", "y")
+                .with_unknown_outcome()
+                .is_outcome_unknown()
+        );
     }
 
     #[test]

@@ -256,6 +256,11 @@ pub struct AcquireRequest {
     pub(crate) details: LockDetails,
     pub(crate) max_shared: Option<u32>,
     pub(crate) nonce: Nonce,
+    /// The lease keeper that will renew the grant (set by the lease layer).
+    pub(crate) keeper: Option<String>,
+    /// For an exclusive request: when refused, announce this waiter in the resource's queue
+    /// for this long, which keeps new shared grants out (a reader-writer lock's writer).
+    pub(crate) announce: Option<Duration>,
 }
 
 impl AcquireRequest {
@@ -277,6 +282,8 @@ impl AcquireRequest {
             details,
             max_shared: None,
             nonce: Nonce::new(),
+            keeper: None,
+            announce: None,
         }
     }
 
@@ -366,6 +373,9 @@ impl AcquireRequest {
         check_id("resource", &self.resource)?;
         check_id("lock_id", &self.lock_id)?;
         self.details.validate()?;
+        if let Some(announce) = self.announce {
+            ttl_millis(announce)?;
+        }
         if self.max_shared == Some(0) {
             return Err(Error::invalid(
                 "max",

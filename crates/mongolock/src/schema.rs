@@ -9,13 +9,29 @@
 //!   exclusive: null | <entry>,
 //!   shared:    [ <entry>, ... ],
 //!   released:  [ { nonce: ObjectId, until: Date }, ... ],  // withdrawn attempts (tombstones)
+//!   cap:       Int64 | null,          // the cap of the live shared entries (null: none)
+//!   queue:     [ { lockId: String, kind: "exclusive", until: Date }, ... ],  // waiters
 //!   idleSince: Date | null }          // see below
 //!
 //! <entry> = { lockId: String, nonce: ObjectId, owner: String|null, host: String|null,
+//!             keeper: String|null,    // the lease keeper renewing it (see `lease`)
 //!             token: Int64, createdAt: Date, renewedAt: Date,
 //!             expiresAt: Date|null,   // null: no TTL
 //!             ttlMs: Int64|null }
 //! ```
+//!
+//! `cap` is stored with the shared entries: the first shared grant sets it, and a shared
+//! request with another cap is refused while any shared entry is live (a second, silent limit
+//! would be worse). It is cleared when the last shared entry goes.
+//!
+//! `queue` holds waiters that announced themselves, each with a heartbeat (`until`): today a
+//! reader-writer lock's waiting writer, which keeps new shared grants out until it holds the
+//! lock or its announcement lapses (so a crashed writer cannot block readers for longer than
+//! that). An entry whose `until` has passed is ignored and dropped by the next write. The
+//! shape leaves room for a FIFO queue of every waiter.
+//!
+//! `keeper` names the process-local lease keeper that renews the entry: one command renews
+//! every entry of a keeper, whatever their number.
 //!
 //! `released` holds the nonces of attempts withdrawn by `release_attempt`: an acquire that
 //! carries one of them is never granted, so a late copy of a dropped acquire cannot land
@@ -44,8 +60,6 @@ use crate::lock::{Holder, LockKind};
 use crate::status::LockStatus;
 
 pub(crate) const ID: &str = "_id";
-pub(crate) const EXCLUSIVE: &str = "exclusive";
-pub(crate) const SHARED: &str = "shared";
 pub(crate) const IDLE_SINCE: &str = "idleSince";
 
 pub(crate) const LOCK_ID: &str = "lockId";
@@ -57,6 +71,7 @@ pub(crate) const CREATED_AT: &str = "createdAt";
 pub(crate) const RENEWED_AT: &str = "renewedAt";
 pub(crate) const EXPIRES_AT: &str = "expiresAt";
 pub(crate) const TTL_MS: &str = "ttlMs";
+pub(crate) const KEEPER: &str = "keeper";
 
 /// Fields added by the status aggregation to each reported entry.
 pub(crate) const RESOURCE: &str = "resource";
@@ -92,12 +107,27 @@ pub(crate) fn is_lock_document() -> Bson {
             type_in(TTL_MS, &["long", "int", "null", "missing"]),
             type_in(OWNER, &["string", "null", "missing"]),
             type_in(HOST, &["string", "null", "missing"]),
+            type_in(KEEPER, &["string", "null", "missing"]),
         ]})
     };
     bson!({ "$and": [
         { "$eq": [{ "$type": "$_id" }, "string"] },
         { "$in": [{ "$type": "$fence" }, ["long", "int", "missing"]] },
         { "$in": [{ "$type": "$idleSince" }, ["date", "null", "missing"]] },
+        { "$in": [{ "$type": "$cap" }, ["long", "int", "null", "missing"]] },
+        { "$or": [
+            { "$eq": [{ "$type": "$queue" }, "missing"] },
+            { "$and": [
+                { "$isArray": "$queue" },
+                { "$allElementsTrue": [{ "$map": {
+                    "input": "$queue", "as": "q",
+                    "in": { "$and": [
+                        { "$eq": [{ "$type": "$$q.until" }, "date"] },
+                        { "$eq": [{ "$type": "$$q.lockId" }, "string"] },
+                    ]},
+                }}]},
+            ]},
+        ]},
         { "$or": [
             { "$in": [{ "$type": "$exclusive" }, ["null", "missing"]] },
             entry_ok("$exclusive"),
@@ -170,6 +200,15 @@ pub(crate) fn live_tombstones() -> Bson {
     }})
 }
 
+/// The waiters whose announcement is still in force.
+pub(crate) fn live_queue() -> Bson {
+    bson!({ "$filter": {
+        "input": { "$ifNull": ["$queue", []] },
+        "as": "q",
+        "cond": { "$gt": ["$$q.until", "$$NOW"] },
+    }})
+}
+
 /// The new `idleSince` for a document whose entries become `exclusive` (an entry or null),
 /// `shared` (an array) and whose tombstones become `released`, given as expressions; see the
 /// module docs.
@@ -203,19 +242,51 @@ fn idle_since(exclusive: Bson, shared: Bson, released: Bson) -> Bson {
 }
 
 /// The document after a change: `fence`, `exclusive`, `shared` and `released` given as
-/// expressions over the current one, `idleSince` derived from them, every other field kept.
-/// A change that changes nothing is a no-op on the server (no write, no change event).
+/// expressions over the current one, the cap and the waiters kept (see [`Next`]),
+/// `idleSince` derived, every other field kept. A change that changes nothing is a no-op on
+/// the server (no write, no change event).
 pub(crate) fn lock_document(fence: Bson, exclusive: Bson, shared: Bson, released: Bson) -> Bson {
-    bson!({ "$let": {
-        "vars": { "fence": fence, "exclusive": exclusive, "shared": shared, "released": released },
-        "in": { "$mergeObjects": ["$$ROOT", {
-            "fence": "$$fence",
-            "exclusive": "$$exclusive",
-            "shared": "$$shared",
-            "released": "$$released",
-            "idleSince": idle_since(bson!("$$exclusive"), bson!("$$shared"), bson!("$$released")),
-        }]},
-    }})
+    Next {
+        fence,
+        exclusive,
+        shared,
+        released,
+        cap: bson!({ "$ifNull": ["$cap", null] }),
+        queue: live_queue(),
+    }
+    .document()
+}
+
+/// Every stored field of the document after a change, as expressions over the current one.
+pub(crate) struct Next {
+    pub(crate) fence: Bson,
+    pub(crate) exclusive: Bson,
+    pub(crate) shared: Bson,
+    pub(crate) released: Bson,
+    /// The shared entries' cap; cleared whatever it says when no shared entry is left.
+    pub(crate) cap: Bson,
+    pub(crate) queue: Bson,
+}
+
+impl Next {
+    /// The new document.
+    pub(crate) fn document(self) -> Bson {
+        bson!({ "$let": {
+            "vars": {
+                "fence": self.fence, "exclusive": self.exclusive, "shared": self.shared,
+                "released": self.released, "cap": self.cap, "queue": self.queue,
+            },
+            "in": { "$mergeObjects": ["$$ROOT", {
+                "fence": "$$fence",
+                "exclusive": "$$exclusive",
+                "shared": "$$shared",
+                "released": "$$released",
+                "cap": { "$cond": [{ "$eq": [{ "$size": "$$shared" }, 0] }, null, "$$cap"] },
+                "queue": "$$queue",
+                "idleSince": idle_since(bson!("$$exclusive"), bson!("$$shared"), bson!("$$released")),
+            }]},
+        }})
+    }
 }
 
 /// The document with its entries replaced by `exclusive` and `shared` (expressions over the
@@ -248,7 +319,12 @@ pub(crate) fn id_of(doc: &Document) -> Bson {
     doc.get(ID).cloned().unwrap_or(Bson::Null)
 }
 
-pub(crate) fn decode_entry(id: &Bson, resource: &str, kind: LockKind, entry: &Document) -> Result<Holder> {
+pub(crate) fn decode_entry(
+    id: &Bson,
+    resource: &str,
+    kind: LockKind,
+    entry: &Document,
+) -> Result<Holder> {
     let what = |field: &str, expected: &str| {
         Error::unexpected(id, format!("{kind} entry field {field} is not {expected}"))
     };

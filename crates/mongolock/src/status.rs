@@ -224,4 +224,3 @@ impl Filter {
         self
     }
 }
-

@@ -35,7 +35,8 @@ async fn emulator_only_a_write_concern_error_leaves_a_grant_that_asking_again_fi
     let locks = LockClient::new(db.collection("locks"));
     // Twice: the library repeats a write once after a write concern error, and that fails
     // too, so the error reaches the caller.
-    let wce = doc! { "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+    let wce =
+        doc! { "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
     fail_point(&env, fail_find_and_modify(2, wce)).await;
     let error = locks
         .xlock("r", "job", LockDetails::default())
@@ -45,7 +46,10 @@ async fn emulator_only_a_write_concern_error_leaves_a_grant_that_asking_again_fi
         matches!(error.kind(), ErrorKind::Database { code: Some(64), .. }),
         "{error:?}"
     );
-    assert!(error.is_outcome_unknown(), "the write ran; its durability is unknown");
+    assert!(
+        error.is_outcome_unknown(),
+        "the write ran; its durability is unknown"
+    );
     assert!(error.is_retryable());
     assert!(
         std::error::Error::source(&error).is_some(),
@@ -68,7 +72,8 @@ async fn emulator_only_one_write_concern_error_is_repeated_without_a_second_gran
     };
     let (monitor, db) = env.monitored().await;
     let locks = LockClient::new(db.collection("locks"));
-    let wce = doc! { "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+    let wce =
+        doc! { "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
     fail_point(&env, fail_find_and_modify(1, wce)).await;
     let request = AcquireRequest::exclusive("r", "job", LockDetails::default());
     let Attempt::Granted(grant) = locks.acquire(&request).await.unwrap() else {
@@ -100,7 +105,10 @@ async fn emulator_only_a_server_error_reply_is_definite() {
             "{error:?}"
         );
         assert!(error.is_retryable());
-        assert!(!error.is_outcome_unknown(), "an error reply: the command did not run");
+        assert!(
+            !error.is_outcome_unknown(),
+            "an error reply: the command did not run"
+        );
         assert!(!error.is_already_locked());
         assert_eq!(monitor.take_names(), ["findAndModify", "findAndModify"]);
     }
@@ -134,8 +142,8 @@ async fn emulator_only_a_reply_later_than_the_time_limit_is_an_unknown_outcome()
         return;
     };
     let (monitor, db) = env.monitored().await;
-    let locks = LockClient::new(db.collection("locks"))
-        .with_command_timeout(Duration::from_millis(300));
+    let locks =
+        LockClient::new(db.collection("locks")).with_command_timeout(Duration::from_millis(300));
     // The server holds the command for a second (as a primary waiting for a majority that is
     // gone would), then runs it: the caller has given up by then, and cannot know.
     fail_point(
@@ -150,7 +158,11 @@ async fn emulator_only_a_reply_later_than_the_time_limit_is_an_unknown_outcome()
         "{error:?}"
     );
     assert!(error.is_outcome_unknown());
-    assert_eq!(monitor.take_names(), ["findAndModify"], "no time left to repeat it");
+    assert_eq!(
+        monitor.take_names(),
+        ["findAndModify"],
+        "no time left to repeat it"
+    );
     let sent = monitor.take();
     assert!(sent.is_empty());
 

@@ -91,7 +91,10 @@ async fn a_dropped_attempt_is_withdrawn_by_its_nonce_for_good() {
             Attempt::Withdrawn,
             "after {polls} polls"
         );
-        let held = locks.status(&Filter::default().lock_id("job")).await.unwrap();
+        let held = locks
+            .status(&Filter::default().lock_id("job"))
+            .await
+            .unwrap();
         assert!(held.is_empty(), "after {polls} polls: {held:?}");
         // A new attempt of the same holder is not affected.
         let next = AcquireRequest::exclusive(&resource, "job", LockDetails::default());
@@ -99,7 +102,10 @@ async fn a_dropped_attempt_is_withdrawn_by_its_nonce_for_good() {
             panic!("nobody else uses {resource}")
         };
         assert!(grant.is_new(), "after {polls} polls");
-        assert!(locks.release_attempt(&next).await.unwrap(), "after {polls} polls");
+        assert!(
+            locks.release_attempt(&next).await.unwrap(),
+            "after {polls} polls"
+        );
     }
 }
 

@@ -100,5 +100,8 @@ async fn the_reply_is_bounded_however_many_hold_the_resource() {
         .await
         .unwrap_err();
     let more = holders - MAX_NAMED_HOLDERS;
-    assert!(error.to_string().contains(&format!("{more} more")), "{error}");
+    assert!(
+        error.to_string().contains(&format!("{more} more")),
+        "{error}"
+    );
 }

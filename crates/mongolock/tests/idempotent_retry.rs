@@ -89,7 +89,10 @@ async fn holding_one_kind_is_its_own_outcome_when_asking_for_the_other() {
         panic!("b holds q exclusively")
     };
     assert_eq!(held.kind(), LockKind::Exclusive);
-    let q = locks.status(&Filter::default().resource("q")).await.unwrap();
+    let q = locks
+        .status(&Filter::default().resource("q"))
+        .await
+        .unwrap();
     assert_eq!(q.len(), 1, "nothing was added");
 }
 
@@ -112,7 +115,10 @@ async fn another_attempt_by_a_lock_id_that_holds_the_resource_is_told_so() {
         other => panic!("expected AlreadyHeld, got {other:?}"),
     }
     // The same nonce again is the same attempt: granted, as a blind retry expects.
-    assert!(matches!(locks.acquire(&first).await.unwrap(), Attempt::Granted(_)));
+    assert!(matches!(
+        locks.acquire(&first).await.unwrap(),
+        Attempt::Granted(_)
+    ));
 }
 
 #[tokio::test]

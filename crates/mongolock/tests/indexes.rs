@@ -1,5 +1,5 @@
-//! `create_indexes` makes exactly the indexes the commands filter on (lock ids, by the simple
-//! collation the commands use) and the TTL index, idempotently; nothing on `expiresAt`, which
+//! `create_indexes` makes exactly the indexes the commands filter on (lock ids and lease
+//! keepers, by the simple collation the commands use) and the TTL index, idempotently; nothing on `expiresAt`, which
 //! no query can use an index for (expiry is judged with `$$NOW` inside `$expr`).
 
 mod common;
@@ -27,13 +27,23 @@ async fn create_indexes_is_idempotent() {
         names,
         [
             "_id_",
+            "exclusive.keeper_1",
             "exclusive.lockId_1",
             "idleSince_ttl",
+            "shared.keeper_1",
             "shared.lockId_1",
         ]
     );
-    for name in ["exclusive.lockId_1", "shared.lockId_1"] {
-        let index = indexes.iter().find(|i| i.get_str("name") == Ok(name)).unwrap();
+    for name in [
+        "exclusive.lockId_1",
+        "shared.lockId_1",
+        "exclusive.keeper_1",
+        "shared.keeper_1",
+    ] {
+        let index = indexes
+            .iter()
+            .find(|i| i.get_str("name") == Ok(name))
+            .unwrap();
         let field = name.trim_end_matches("_1");
         assert_eq!(index.get_document("key").unwrap(), &bson::doc! { field: 1 });
         // mongod reports the simple collation by leaving it out; anything else would make the

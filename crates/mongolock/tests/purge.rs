@@ -57,7 +57,11 @@ async fn emulator_only_purge_removes_expired_locks_and_never_a_live_one() {
     assert!(purged.lock_ids().is_empty());
     assert_eq!(held(locks).await, ["b/g", "b/live", "c/forever"]);
     assert!(
-        locks.status(&Filter::default().resource("a")).await.unwrap().is_empty(),
+        locks
+            .status(&Filter::default().resource("a"))
+            .await
+            .unwrap()
+            .is_empty(),
         "the expired lock is gone"
     );
     // The live shared lock of g still blocks an exclusive lock on b.

@@ -61,8 +61,12 @@ async fn emulator_only_renew_moves_the_expiry_from_now() {
     assert_eq!(locks.renew("g", secs(10)).await.unwrap(), 1);
     let status = locks.status(&Filter::default().lock_id("g")).await.unwrap();
     // The server's clock moved 8 s: renewedAt records it, and the expiry is counted from it.
-    let moved = status[0].renewed_at().timestamp_millis() - grant.holder().created_at().timestamp_millis();
-    assert!((8_000..9_000).contains(&moved), "renewed {moved} ms after the grant");
+    let moved =
+        status[0].renewed_at().timestamp_millis() - grant.holder().created_at().timestamp_millis();
+    assert!(
+        (8_000..9_000).contains(&moved),
+        "renewed {moved} ms after the grant"
+    );
     assert_eq!(
         status[0].holder().expires_at().unwrap().timestamp_millis(),
         status[0].renewed_at().timestamp_millis() + 10_000

@@ -32,8 +32,8 @@ async fn the_cap_limits_live_shared_locks() {
 }
 
 #[tokio::test]
-async fn the_cap_is_the_callers() {
-    let env = env("caps_per_call").await;
+async fn the_cap_is_stored_and_another_cap_is_refused_not_applied() {
+    let env = env("caps_stored").await;
     let locks = &env.locks;
     locks
         .slock("r", "a", LockDetails::default(), Some(1))
@@ -46,15 +46,44 @@ async fn the_cap_is_the_callers() {
             .unwrap_err()
             .is_already_locked()
     );
+    // A second, larger cap would let b in past the first one: it is refused instead.
+    for other in [Some(2), None] {
+        let error = locks
+            .slock("r", "b", LockDetails::default(), other)
+            .await
+            .unwrap_err();
+        match error.kind() {
+            ErrorKind::CapMismatch {
+                resource,
+                requested,
+                stored,
+                ..
+            } => {
+                assert_eq!(resource, "r");
+                assert_eq!((*requested, *stored), (other, Some(1)));
+            }
+            kind => panic!("expected CapMismatch, got {kind:?}"),
+        }
+    }
+    assert_eq!(locks.status(&Default::default()).await.unwrap().len(), 1);
+    // Once the last shared holder is gone, the next one sets the cap.
+    locks.unlock("a").await.unwrap();
     locks
         .slock("r", "b", LockDetails::default(), Some(2))
         .await
         .unwrap();
     locks
-        .slock("r", "c", LockDetails::default(), None)
+        .slock("r", "c", LockDetails::default(), Some(2))
         .await
         .unwrap();
-    assert_eq!(locks.status(&Default::default()).await.unwrap().len(), 3);
+    let error = locks
+        .slock("r", "d", LockDetails::default(), Some(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::CapMismatch { .. }),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]

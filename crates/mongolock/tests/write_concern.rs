@@ -16,7 +16,12 @@ fn concerns(commands: &[(String, Document)]) -> (Vec<Document>, Vec<Document>) {
     let mut reads = Vec::new();
     for (name, command) in commands {
         if name == "aggregate" {
-            reads.push(command.get_document("readConcern").cloned().unwrap_or_default());
+            reads.push(
+                command
+                    .get_document("readConcern")
+                    .cloned()
+                    .unwrap_or_default(),
+            );
             continue;
         }
         let mut wc = command
@@ -41,7 +46,10 @@ async fn exercise(locks: &LockClient) {
     assert_eq!(locks.renew("g", secs(60)).await.unwrap(), 1);
     let held = locks.status(&Filter::default()).await.unwrap();
     assert_eq!(held[0].fencing_token(), grant.fencing_token());
-    assert!(held[0].ttl_remaining().unwrap() > secs(30), "renew is read back");
+    assert!(
+        held[0].ttl_remaining().unwrap() > secs(30),
+        "renew is read back"
+    );
     assert_eq!(locks.unlock("g").await.unwrap(), 1);
 }
 
@@ -74,5 +82,11 @@ async fn an_unsafe_write_concern_is_sent_as_given_and_still_reads_its_own_writes
     // could miss it, so reads are local.
     assert_eq!(reads, [doc! { "level": "local" }]);
     // The default client sees the same locks.
-    assert!(env.locks.status(&Filter::default()).await.unwrap().is_empty());
+    assert!(
+        env.locks
+            .status(&Filter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -61,20 +61,39 @@ pub(crate) fn command(ctx: &Context, request: &AcquireRequest, ttl_ms: Option<i6
 /// The update pipeline; see the module docs for the steps.
 pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Document> {
     let lock_id = literal(request.lock_id.as_str());
+    let requested_cap = match request.max_shared {
+        Some(max) => Bson::Int64(i64::from(max)),
+        None => Bson::Null,
+    };
 
-    // 2. Live entries and tombstones only.
+    // 2. Live entries, tombstones and waiters only.
     let live = bson!({
         "x": schema::exclusive_where(schema::is_live("$exclusive")),
         "s": schema::shared_where(schema::is_live("$$e")),
         "t": schema::live_tombstones(),
+        "q": schema::live_queue(),
     });
-    // 3. Does this lock id hold it already? Was this attempt withdrawn?
+    // 3. Does this lock id hold it already? Was this attempt withdrawn? For a shared request:
+    //    is the stored cap another one, and is a writer waiting ahead?
     let held = bson!({
         "held": { "$or": [
             { "$and": [{ "$ne": ["$$x", null] }, { "$eq": ["$$x.lockId", lock_id.clone()] }] },
             { "$in": [lock_id.clone(), { "$map": { "input": "$$s", "as": "e", "in": "$$e.lockId" } }] },
         ]},
         "withdrawn": { "$in": [literal(request.nonce.0), { "$map": { "input": "$$t", "as": "t", "in": "$$t.nonce" } }] },
+        "capMismatch": match request.kind {
+            LockKind::Exclusive => bson!(false),
+            LockKind::Shared => bson!({ "$and": [
+                { "$gt": [{ "$size": "$$s" }, 0] },
+                { "$ne": [{ "$ifNull": ["$cap", null] }, requested_cap.clone()] },
+            ]}),
+        },
+        "writerAhead": match request.kind {
+            LockKind::Exclusive => bson!(false),
+            LockKind::Shared => bson!({ "$anyElementTrue": [{ "$map": {
+                "input": "$$q", "as": "w", "in": { "$ne": ["$$w.lockId", lock_id.clone()] },
+            }}]}),
+        },
     });
     // 4. Is it free for this kind?
     let free = match (request.kind, request.max_shared) {
@@ -84,7 +103,8 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     };
     let grant = bson!({
         "grant": { "$and": [
-            { "$not": ["$$held"] }, { "$not": ["$$withdrawn"] }, { "$eq": ["$$x", null] }, free,
+            { "$not": ["$$held"] }, { "$not": ["$$withdrawn"] }, { "$not": ["$$capMismatch"] },
+            { "$not": ["$$writerAhead"] }, { "$eq": ["$$x", null] }, free,
         ]},
     });
     // 5. The fencing token: above every earlier one, even if the document was deleted.
@@ -106,10 +126,11 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     let details = &request.details;
     let entry = bson!({
         "entry": {
-            "lockId": lock_id,
+            "lockId": lock_id.clone(),
             "nonce": literal(request.nonce.0),
             "owner": details.owner_value().map_or(Bson::Null, literal),
             "host": literal(details.host_value()),
+            "keeper": request.keeper.as_deref().map_or(Bson::Null, literal),
             "token": "$$fence",
             "createdAt": "$$NOW",
             "renewedAt": "$$NOW",
@@ -117,17 +138,57 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             "ttlMs": ttl,
         },
     });
-    let (exclusive, shared) = match request.kind {
+    let (exclusive, shared, cap) = match request.kind {
         LockKind::Exclusive => (
             bson!({ "$cond": ["$$grant", "$$entry", "$$x"] }),
             bson!("$$s"),
+            bson!({ "$ifNull": ["$cap", null] }),
         ),
         LockKind::Shared => (
             bson!("$$x"),
             bson!({ "$cond": ["$$grant", { "$concatArrays": ["$$s", ["$$entry"]] }, "$$s"] }),
+            bson!({ "$cond": ["$$grant", requested_cap, { "$ifNull": ["$cap", null] }] }),
         ),
     };
-    let result = schema::lock_document(bson!("$$fence"), exclusive, shared, bson!("$$t"));
+    // A grant ends this lock id's wait; a refused announcing writer renews its place.
+    let others_waiting = bson!({ "$filter": {
+        "input": "$$q", "as": "w", "cond": { "$ne": ["$$w.lockId", lock_id.clone()] },
+    }});
+    let queue = match request.announce {
+        Some(bound) if request.kind == LockKind::Exclusive => {
+            // Refreshed only when less than half of it is left: most refused attempts of a
+            // waiting writer then change nothing, and wake nobody (itself included).
+            let bound_ms = i64::try_from(bound.as_millis()).unwrap_or(i64::MAX);
+            let fresh = bson!({ "$anyElementTrue": [{ "$map": {
+                "input": "$$q", "as": "w",
+                "in": { "$and": [
+                    { "$eq": ["$$w.lockId", lock_id.clone()] },
+                    { "$gt": ["$$w.until", { "$add": ["$$NOW", bound_ms / 2] }] },
+                ]},
+            }}]});
+            bson!({ "$cond": [
+                "$$grant",
+                others_waiting.clone(),
+                { "$cond": [
+                    fresh,
+                    "$$q",
+                    { "$concatArrays": [others_waiting, [{
+                        "lockId": lock_id, "kind": "exclusive", "until": { "$add": ["$$NOW", bound_ms] },
+                    }]] },
+                ]},
+            ]})
+        }
+        _ => bson!({ "$cond": ["$$grant", others_waiting, "$$q"] }),
+    };
+    let result = schema::Next {
+        fence: bson!("$$fence"),
+        exclusive,
+        shared,
+        released: bson!("$$t"),
+        cap,
+        queue,
+    }
+    .document();
 
     let nested = [live, held, grant, fence, entry].into_iter().rev().fold(
         result,
@@ -140,9 +201,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
 /// dropped the expired ones.
 pub(crate) fn projection(request: &AcquireRequest) -> Document {
     let lock_id = literal(request.lock_id.as_str());
-    let tagged = |entry: &str, kind: LockKind| {
-        bson!({ "$mergeObjects": [entry, { "kind": kind.as_str() }] })
-    };
+    let tagged = |entry: &str, kind: LockKind| bson!({ "$mergeObjects": [entry, { "kind": kind.as_str() }] });
     let has_exclusive = bson!({ "$eq": [{ "$type": "$exclusive" }, "object"] });
     let shared = schema::shared_or_empty();
     let mine = bson!({ "$cond": [
@@ -160,7 +219,8 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
     let exclusive_list = bson!({ "$cond": [has_exclusive.clone(), [tagged("$exclusive", LockKind::Exclusive)], []] });
     let shared_list = bson!({ "$map": { "input": shared.clone(), "as": "e", "in": tagged("$$e", LockKind::Shared) } });
     let ms_left = |entry: &str| bson!({ "$subtract": [format!("{entry}.expiresAt"), "$$NOW"] });
-    let has_ttl = |entry: &str| bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
+    let has_ttl =
+        |entry: &str| bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
     let (blockers, count, wait) = match request.kind {
         // Every holder blocks, and all of them must go.
         LockKind::Exclusive => (
@@ -201,6 +261,9 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
         literal(request.nonce.0),
         { "$map": { "input": { "$ifNull": ["$released", []] }, "as": "t", "in": "$$t.nonce" } },
     ]});
+    let writer_waiting = bson!({ "$anyElementTrue": [{ "$map": {
+        "input": schema::live_queue(), "as": "w", "in": { "$ne": ["$$w.lockId", literal(request.lock_id.as_str())] },
+    }}]});
     doc! {
         "_id": 1,
         "lockDocument": schema::is_lock_document(),
@@ -212,6 +275,9 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
             "blockers": { "$slice": [blockers, MAX_NAMED_HOLDERS as i64] },
             "blockerCount": count,
             "waitMs": wait,
+            "cap": { "$ifNull": ["$cap", null] },
+            "sharedCount": { "$size": schema::shared_or_empty() },
+            "writerWaiting": writer_waiting,
         }, null] },
     }
 }
@@ -250,7 +316,10 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     };
     let id = schema::id_of(value);
     if value.get_bool("lockDocument") != Ok(true) {
-        return Err(Error::unexpected(&id, "not a lock document; it was left unchanged"));
+        return Err(Error::unexpected(
+            &id,
+            "not a lock document; it was left unchanged",
+        ));
     }
     let Ok(fields) = value.get_document("reply") else {
         return Err(bad("the acquire reply has no fields"));
@@ -288,6 +357,22 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             Attempt::HeldWithOtherKind(mine)
         });
     }
+    let int = |field: &str| match fields.get(field) {
+        Some(Bson::Int32(n)) => Some(i64::from(*n)),
+        Some(Bson::Int64(n)) => Some(*n),
+        Some(Bson::Double(n)) => Some(*n as i64),
+        _ => None,
+    };
+    if request.kind == LockKind::Shared && int("sharedCount").unwrap_or(0) > 0 {
+        let stored = int("cap").map(|cap| u32::try_from(cap).unwrap_or(u32::MAX));
+        if stored != request.max_shared {
+            return Ok(Attempt::CapMismatch {
+                resource: request.resource.clone(),
+                requested: request.max_shared,
+                stored,
+            });
+        }
+    }
     let holders = match fields.get("blockers") {
         Some(Bson::Array(items)) => items
             .iter()
@@ -298,17 +383,10 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             .collect::<Result<Vec<_>>>()?,
         _ => Vec::new(),
     };
-    let holder_count = match fields.get("blockerCount") {
-        Some(Bson::Int32(n)) => u64::try_from(*n).unwrap_or(0),
-        Some(Bson::Int64(n)) => u64::try_from(*n).unwrap_or(0),
-        _ => holders.len() as u64,
-    };
-    let wait_ms = match fields.get("waitMs") {
-        Some(Bson::Int64(ms)) => Some(*ms),
-        Some(Bson::Int32(ms)) => Some(i64::from(*ms)),
-        Some(Bson::Double(ms)) => Some(*ms as i64),
-        _ => None,
-    };
+    let holder_count = int("blockerCount")
+        .map(|n| u64::try_from(n).unwrap_or(0))
+        .unwrap_or(holders.len() as u64);
+    let wait_ms = int("waitMs");
     let now = match fields.get("now") {
         Some(Bson::DateTime(now)) => Some(*now),
         _ => None,
@@ -326,6 +404,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         holder_count,
         wait,
         free_at,
+        writer_waiting: fields.get_bool("writerWaiting") == Ok(true),
     }))
 }
 
@@ -467,9 +546,14 @@ mod tests {
         assert_eq!(c.free_at(), Some(DateTime::from_millis(12_500)));
         let error = c.into_error();
         assert!(error.is_already_locked());
-        assert!(error.to_string().contains("\"a\" (shared), 11 more"), "{error}");
+        assert!(
+            error.to_string().contains("\"a\" (shared), 11 more"),
+            "{error}"
+        );
 
-        let forever = reply(doc! { "now": DateTime::from_millis(1), "blockers": [], "blockerCount": 1, "waitMs": Bson::Null });
+        let forever = reply(
+            doc! { "now": DateTime::from_millis(1), "blockers": [], "blockerCount": 1, "waitMs": Bson::Null },
+        );
         let Attempt::Contended(c) = interpret(&request, &forever).unwrap() else {
             panic!()
         };
@@ -479,7 +563,8 @@ mod tests {
     #[test]
     fn a_foreign_document_is_an_error() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let foreign = doc! { "ok": 1, "value": { "_id": "r", "lockDocument": false, "reply": Bson::Null } };
+        let foreign =
+            doc! { "ok": 1, "value": { "_id": "r", "lockDocument": false, "reply": Bson::Null } };
         assert!(matches!(
             interpret(&request, &foreign).unwrap_err().kind(),
             crate::ErrorKind::UnexpectedDocument { .. }

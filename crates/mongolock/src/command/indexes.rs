@@ -4,12 +4,15 @@
 //! createIndexes: <collection>, writeConcern, maxTimeMS, indexes: [
 //!   { key: { "exclusive.lockId": 1 }, name: "exclusive.lockId_1", collation: simple },
 //!   { key: { "shared.lockId": 1 },    name: "shared.lockId_1",    collation: simple },
+//!   { key: { "exclusive.keeper": 1 }, name: "exclusive.keeper_1", collation: simple },
+//!   { key: { "shared.keeper": 1 },    name: "shared.keeper_1",    collation: simple },
 //!   { key: { idleSince: 1 }, name: "idleSince_ttl", expireAfterSeconds: <retention> },
 //! ]
 //! ```
 //!
 //! The two `lockId` indexes serve every query by lock id: unlock, renew, the group purge and
-//! status by lock id. An acquire or release finds its document by `_id`. Nothing queries by
+//! status by lock id. The two `keeper` indexes serve the keepalive of leases, which renews
+//! every lease of one client by its keeper id. An acquire or release finds its document by `_id`. Nothing queries by
 //! `expiresAt` with an index (expiry is judged with `$$NOW` inside `$expr`, which a plain
 //! index cannot serve), so there is no index on it. The indexes use the simple collation, as
 //! the queries do, whatever the collection's default.
@@ -31,7 +34,7 @@ pub(crate) const TTL_INDEX: &str = "idleSince_ttl";
 
 /// The index specifications.
 pub(crate) fn specs(retention: Duration) -> Vec<Document> {
-    let by_lock_id = |field: &str| {
+    let by_field = |field: &str| {
         doc! {
             "key": { field: 1 },
             "name": format!("{field}_1"),
@@ -39,8 +42,10 @@ pub(crate) fn specs(retention: Duration) -> Vec<Document> {
         }
     };
     vec![
-        by_lock_id("exclusive.lockId"),
-        by_lock_id("shared.lockId"),
+        by_field("exclusive.lockId"),
+        by_field("shared.lockId"),
+        by_field("exclusive.keeper"),
+        by_field("shared.keeper"),
         doc! {
             "key": { schema::IDLE_SINCE: 1 },
             "name": TTL_INDEX,
@@ -65,12 +70,12 @@ mod tests {
     #[test]
     fn ttl_index_uses_the_retention_and_the_others_the_simple_collation() {
         let specs = specs(Duration::from_secs(86_400));
-        assert_eq!(specs.len(), 3);
+        assert_eq!(specs.len(), 5);
         let ttl = specs.last().unwrap();
         assert_eq!(ttl.get_document("key").unwrap(), &doc! { "idleSince": 1 });
         assert_eq!(ttl.get_i32("expireAfterSeconds"), Ok(86_400));
         assert_eq!(ttl.get_str("name"), Ok(TTL_INDEX));
-        for spec in &specs[..2] {
+        for spec in &specs[..4] {
             assert_eq!(
                 spec.get_document("collation").unwrap(),
                 &doc! { "locale": "simple" }

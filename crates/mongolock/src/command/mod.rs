@@ -20,6 +20,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod indexes;
+pub(crate) mod keepalive;
 pub(crate) mod purge;
 pub(crate) mod release;
 pub(crate) mod renew;
@@ -131,18 +132,35 @@ impl Context {
     /// key from a racing upsert), both within the command time limit. If any attempt may
     /// have been applied, the error says the outcome is unknown.
     pub(crate) async fn write(&self, command: Document, upsert: Upsert) -> Result<Document> {
-        let deadline = Instant::now() + self.timeout;
+        self.write_within(command, upsert, self.timeout).await
+    }
+
+    /// As [`Context::write`], within `limit` instead of the configured time limit (never
+    /// more than it).
+    pub(crate) async fn write_within(
+        &self,
+        command: Document,
+        upsert: Upsert,
+        limit: Duration,
+    ) -> Result<Document> {
+        let limit = limit.min(self.timeout);
+        let deadline = Instant::now() + limit;
         let mut unknown = false;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let error = match self.write_once(command.clone(), deadline).await {
+            let error = match self.write_once(command.clone(), deadline, limit).await {
                 Ok(reply) => return Ok(reply),
                 Err(error) => error,
             };
             unknown |= error.is_outcome_unknown();
             let duplicate_key = upsert == Upsert::Yes
-                && matches!(error.kind(), ErrorKind::Database { code: Some(DUPLICATE_KEY) });
+                && matches!(
+                    error.kind(),
+                    ErrorKind::Database {
+                        code: Some(DUPLICATE_KEY)
+                    }
+                );
             if attempt >= 2 || !(error.is_retryable() || duplicate_key) {
                 return Err(if unknown {
                     error.with_unknown_outcome()
@@ -154,10 +172,15 @@ impl Context {
         }
     }
 
-    async fn write_once(&self, mut command: Document, deadline: Instant) -> Result<Document> {
+    async fn write_once(
+        &self,
+        mut command: Document,
+        deadline: Instant,
+        total: Duration,
+    ) -> Result<Document> {
         let limit = deadline.saturating_duration_since(Instant::now());
         if limit.is_zero() {
-            return Err(Error::timeout(self.timeout, Effect::Write));
+            return Err(Error::timeout(total, Effect::Write));
         }
         command.insert("writeConcern", self.write_concern_document(limit));
         command.insert("maxTimeMS", millis(limit));
@@ -166,7 +189,7 @@ impl Context {
             .run_command(command)
             .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary));
         let reply = match tokio::time::timeout(limit, send).await {
-            Err(_) => return Err(Error::timeout(self.timeout, Effect::Write)),
+            Err(_) => return Err(Error::timeout(total, Effect::Write)),
             Ok(reply) => reply.map_err(|e| Error::database(e, Effect::Write))?,
         };
         if let Ok(wce) = reply.get_document("writeConcernError") {
@@ -191,20 +214,30 @@ impl Context {
     /// Runs the aggregation `pipeline` on the primary, with majority read concern, the simple
     /// collation and the time limit, and returns every result.
     pub(crate) async fn aggregate(&self, pipeline: Vec<Document>) -> Result<Vec<Document>> {
-        let deadline = Instant::now() + self.timeout;
+        self.aggregate_within(pipeline, self.timeout).await
+    }
+
+    /// As [`Context::aggregate`], within `limit` (never more than the configured limit).
+    pub(crate) async fn aggregate_within(
+        &self,
+        pipeline: Vec<Document>,
+        limit: Duration,
+    ) -> Result<Vec<Document>> {
+        let limit = limit.min(self.timeout);
+        let deadline = Instant::now() + limit;
         let run = async {
             self.collection
                 .aggregate(pipeline)
                 .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
                 .read_concern(self.read_concern())
                 .collation(Collation::builder().locale("simple").build())
-                .max_time(self.timeout)
+                .max_time(limit)
                 .await?
                 .try_collect::<Vec<Document>>()
                 .await
         };
         match tokio::time::timeout_at(deadline, run).await {
-            Err(_) => Err(Error::timeout(self.timeout, Effect::Read)),
+            Err(_) => Err(Error::timeout(limit, Effect::Read)),
             Ok(rows) => rows.map_err(|e| Error::database(e, Effect::Read)),
         }
     }
@@ -212,7 +245,9 @@ impl Context {
 
 /// A duration in whole milliseconds, at least 1 (`maxTimeMS: 0` means no limit).
 fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX).max(1)
+    i64::try_from(duration.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1)
 }
 
 /// Reads a count (`n`, `nModified`) from a write reply.

@@ -131,7 +131,11 @@ pub(crate) async fn run_groups(ctx: &Context) -> Result<Purged> {
         resources += count(&reply, "nModified");
     }
     let lock_ids: Vec<String> = groups.into_iter().map(|(id, _)| id).collect();
-    tracing::debug!(resources, groups = lock_ids.len(), "purged abandoned groups");
+    tracing::debug!(
+        resources,
+        groups = lock_ids.len(),
+        "purged abandoned groups"
+    );
     Ok(Purged {
         resources,
         lock_ids,

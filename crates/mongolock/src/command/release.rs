@@ -19,6 +19,14 @@
 //!   fields: { removed: <whether the document before had that entry> }, ...
 //! ```
 //!
+//! Every lock on a resource, whoever holds it (force release, for operators):
+//!
+//! ```text
+//! findAndModify: <collection>, query: { _id: <resource> }, new: false,
+//!   update: [ { $replaceWith: <the document without entries> } ],
+//!   fields: { removed: <the number of entries before> }, ...
+//! ```
+//!
 //! A whole lock id (unlock):
 //!
 //! ```text
@@ -67,18 +75,22 @@ fn removed(reply: &Document) -> Result<bool> {
         None | Some(Bson::Null) => Ok(false),
         Some(Bson::Document(before)) => match before.get("removed") {
             Some(Bson::Boolean(removed)) => Ok(*removed),
-            _ => Err(Error::bad_reply(Effect::Write, "the release reply has no 'removed'")),
+            _ => Err(Error::bad_reply(
+                Effect::Write,
+                "the release reply has no 'removed'",
+            )),
         },
-        Some(_) => Err(Error::bad_reply(Effect::Write, "the release reply is not a document")),
+        Some(_) => Err(Error::bad_reply(
+            Effect::Write,
+            "the release reply is not a document",
+        )),
     }
 }
 
 /// The command that releases one grant.
 pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
     let (lock_id, token) = (grant.lock_id(), grant.fencing_token());
-    let matches = |entry: &str| {
-        bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.token"), token] }] })
-    };
+    let matches = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.token"), token] }] });
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": grant.resource() },
@@ -102,17 +114,16 @@ pub(crate) async fn release(ctx: &Context, grant: &Grant) -> Result<bool> {
     Ok(removed)
 }
 
-/// The command that withdraws an attempt: removes the entry it created, if any, and leaves a
-/// tombstone so that a late copy of the attempt is never granted.
+/// The command that withdraws an attempt: removes the entry it created, if any, and the lock
+/// id's place among the waiters, and leaves a tombstone so that a late copy of the attempt is
+/// never granted.
 pub(crate) fn release_attempt_command(
     ctx: &Context,
     request: &AcquireRequest,
     ttl_ms: Option<i64>,
 ) -> Document {
     let (lock_id, nonce) = (request.lock_id.as_str(), request.nonce.0);
-    let matches = |entry: &str| {
-        bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.nonce"), literal(nonce)] }] })
-    };
+    let matches = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.nonce"), literal(nonce)] }] });
     let life_ms = ttl_ms
         .unwrap_or(0)
         .max(schema::TOMBSTONE_MIN_LIFE.as_millis() as i64);
@@ -128,12 +139,20 @@ pub(crate) fn release_attempt_command(
     ]});
     let exclusive = schema::exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
     let shared = schema::shared_where(bson!({ "$not": [matches("$$e")] }));
-    let document = schema::lock_document(
-        bson!({ "$ifNull": ["$fence", 0_i64] }),
+    // A withdrawn attempt stops waiting too: its announcement (a writer's) goes.
+    let queue = bson!({ "$filter": {
+        "input": schema::live_queue(), "as": "w",
+        "cond": { "$ne": ["$$w.lockId", literal(lock_id)] },
+    }});
+    let document = schema::Next {
+        fence: bson!({ "$ifNull": ["$fence", 0_i64] }),
         exclusive,
         shared,
-        tombstones,
-    );
+        released: tombstones,
+        cap: bson!({ "$ifNull": ["$cap", null] }),
+        queue,
+    }
+    .document();
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": &request.resource },
@@ -152,6 +171,55 @@ pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> 
     let reply = ctx.write(command, Upsert::Yes).await?;
     let removed = removed(&reply)?;
     tracing::debug!(resource = %request.resource, lock_id = %request.lock_id, removed, "attempt withdrawn");
+    Ok(removed)
+}
+
+/// The command that breaks every lock on `resource`, whoever holds it.
+pub(crate) fn force_command(ctx: &Context, resource: &str) -> Document {
+    doc! {
+        "findAndModify": ctx.collection_name(),
+        "query": { "_id": resource },
+        "update": schema::remove_entries(|_| Bson::Boolean(true)),
+        "new": false,
+        "fields": { "_id": 0, "removed": { "$cond": [
+            schema::is_lock_document(),
+            { "$size": schema::all_entries() },
+            -1,
+        ]}},
+        "collation": Context::collation(),
+    }
+}
+
+/// Breaks every lock on `resource`; returns how many it removed.
+pub(crate) async fn force_release(ctx: &Context, resource: &str) -> Result<u64> {
+    check_id("resource", resource)?;
+    let reply = ctx.write(force_command(ctx, resource), Upsert::No).await?;
+    let removed = match reply.get("value") {
+        None | Some(Bson::Null) => 0,
+        Some(Bson::Document(before)) => match before.get("removed") {
+            Some(Bson::Int32(n)) if *n >= 0 => *n as u64,
+            Some(Bson::Int64(n)) if *n >= 0 => *n as u64,
+            Some(Bson::Int32(_) | Bson::Int64(_)) => {
+                return Err(Error::unexpected(
+                    &Bson::String(resource.to_owned()),
+                    "not a lock document; it was left unchanged",
+                ));
+            }
+            _ => {
+                return Err(Error::bad_reply(
+                    Effect::Write,
+                    "the reply has no 'removed'",
+                ));
+            }
+        },
+        Some(_) => {
+            return Err(Error::bad_reply(
+                Effect::Write,
+                "the reply is not a document",
+            ));
+        }
+    };
+    tracing::warn!(resource, removed, "locks force-released");
     Ok(removed)
 }
 
@@ -192,7 +260,9 @@ mod tests {
         let command = unlock_command(&ctx, "$id");
         let updates = command.get_array("updates").unwrap();
         assert_eq!(updates.len(), 1);
-        let text = Bson::Document(command.clone()).into_relaxed_extjson().to_string();
+        let text = Bson::Document(command.clone())
+            .into_relaxed_extjson()
+            .to_string();
         assert!(text.contains(r#"{"$literal":"$id"}"#), "{text}");
         assert!(text.contains(r#""multi":true"#), "{text}");
         // Nothing but the lock id goes in: its length is all that changes the size.
@@ -212,10 +282,16 @@ mod tests {
         let command = release_attempt_command(&ctx, &request, None);
         assert_eq!(command.get_bool("upsert"), Ok(true));
         let text = Bson::Document(command).into_relaxed_extjson().to_string();
-        assert!(text.contains(r#""until":{"$add":["$$NOW",300000]}"#), "{text}");
+        assert!(
+            text.contains(r#""until":{"$add":["$$NOW",300000]}"#),
+            "{text}"
+        );
         assert!(text.contains(r#"-32]"#), "{text}");
         let long = release_attempt_command(&ctx, &request, Some(3_600_000));
         let text = Bson::Document(long).into_relaxed_extjson().to_string();
-        assert!(text.contains(r#""until":{"$add":["$$NOW",3600000]}"#), "{text}");
+        assert!(
+            text.contains(r#""until":{"$add":["$$NOW",3600000]}"#),
+            "{text}"
+        );
     }
 }

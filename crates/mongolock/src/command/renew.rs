@@ -27,7 +27,8 @@ use crate::schema;
 
 /// The command that renews every live lock of `lock_id` for `ttl_ms`.
 pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
-    let live_of_id = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), schema::is_live(entry)] });
+    let live_of_id =
+        |entry: &str| bson!({ "$and": [is_of(entry, lock_id), schema::is_live(entry)] });
     let renew = |entry: &str| {
         let has_ttl = bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
         bson!({ "$cond": [
@@ -45,7 +46,8 @@ pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
         renew("$exclusive"),
         null,
     ]});
-    let shared = bson!({ "$map": { "input": schema::shared_or_empty(), "as": "e", "in": renew("$$e") } });
+    let shared =
+        bson!({ "$map": { "input": schema::shared_or_empty(), "as": "e", "in": renew("$$e") } });
     let has_live_entry = bson!({ "$and": [
         schema::is_lock_document(),
         { "$anyElementTrue": [{ "$map": {
@@ -91,12 +93,17 @@ mod tests {
             text.contains(r#"{"$eq":["$$e.lockId",{"$literal":"$id"}]}"#),
             "{text}"
         );
-        assert!(text.contains(r#"{"$gt":["$$e.expiresAt","$$NOW"]}"#), "{text}");
+        assert!(
+            text.contains(r#"{"$gt":["$$e.expiresAt","$$NOW"]}"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#""expiresAt":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$add":["$$NOW",2000]},null]}"#),
             "{text}"
         );
-        let update = command.get_array("updates").unwrap()[0].as_document().unwrap();
+        let update = command.get_array("updates").unwrap()[0]
+            .as_document()
+            .unwrap();
         let query = update.get_document("q").unwrap();
         assert_eq!(
             query.get_array("$or").unwrap(),

@@ -1,0 +1,178 @@
+//! [`LockGuard`]: a held lease, kept alive in the background until it is released or
+//! dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::client::LockClient;
+use crate::error::{Error, ErrorKind, Result};
+use crate::lease::{Lease, LeaseState, LossReason};
+use crate::lock::{Grant, LockKind};
+
+/// A held lock: a lease that the client renews in the background until the guard is released
+/// or dropped.
+///
+/// Check [`is_lost`](LockGuard::is_lost) before each step of protected work, or race the work
+/// against [`lost`](LockGuard::lost); pass [`fencing_token`](LockGuard::fencing_token) to the
+/// store you protect. The guard reports the loss no later than its local deadline, which
+/// comes before the server can grant the lock to anyone else.
+///
+/// Dropping the guard releases the lock in a background task (never blocking);
+/// [`LockClient::shutdown`] waits for such releases. Without a tokio runtime at drop, the TTL
+/// frees the lock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+/// use mongolock::{LeaseState, LockKind};
+///
+/// let guard = locks.mutex("nightly-report").acquire().await?;
+/// assert_eq!(guard.resource(), "nightly-report");
+/// assert_eq!(guard.kind(), LockKind::Exclusive);
+/// assert_eq!(guard.lock_id().len(), 32, "128 random bits, in hex");
+/// assert_eq!(guard.state(), LeaseState::Held);
+/// assert!(!guard.is_lost());
+/// let token = guard.fencing_token();
+/// guard.release().await?;
+/// # let _ = token;
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a guard releases its lock at once (in the background); hold it while you work"]
+#[derive(Debug)]
+pub struct LockGuard {
+    client: LockClient,
+    lease: Arc<Lease>,
+    key: u64,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: LockClient, lease: Arc<Lease>, key: u64) -> Self {
+        LockGuard {
+            client,
+            lease,
+            key,
+            released: false,
+        }
+    }
+
+    /// The fencing token of this grant: greater than every token granted on the resource
+    /// before. Pass it to what the lock protects, and have that reject lower tokens.
+    pub fn fencing_token(&self) -> i64 {
+        self.lease.grant.fencing_token()
+    }
+
+    /// The locked resource.
+    pub fn resource(&self) -> &str {
+        self.lease.grant.resource()
+    }
+
+    /// The lock id this guard holds the lock with (random, 128 bits, unless the handle was
+    /// given one).
+    pub fn lock_id(&self) -> &str {
+        self.lease.grant.lock_id()
+    }
+
+    /// Exclusive (mutex, writer) or shared (reader, semaphore permit).
+    pub fn kind(&self) -> LockKind {
+        self.lease.grant.kind()
+    }
+
+    /// The grant as the server made it (its times are the server's).
+    pub fn grant(&self) -> &Grant {
+        &self.lease.grant
+    }
+
+    /// Held, suspended (renewals failing, deadline ahead) or lost. Read against the
+    /// monotonic clock at the call, so it is right even if no task ran for a while.
+    pub fn state(&self) -> LeaseState {
+        self.lease.state()
+    }
+
+    /// True once the lease is lost (or released): stop touching what the lock protects.
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// How long the lease is sure to last without another successful renewal: the time to
+    /// the local deadline (zero once lost).
+    pub fn time_left(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.lease
+            .deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Resolves when the lease is lost, with the reason: no later than the local deadline,
+    /// before the server can grant the lock to anyone else.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches. Dropping the future changes nothing.
+    pub async fn lost(&self) -> LossReason {
+        self.lease.lost().await
+    }
+
+    /// Releases the lock now, in one round trip, and stops its keepalive.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LeaseLost`] if the lease had been lost before this call (the entry, if the
+    /// server still had it, is released all the same): whatever was done under the lock may
+    /// have overlapped with another holder. A database error if the release could not be
+    /// sent; the lock then ends with its TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// The keepalive stops as soon as this is called. If the future is dropped before the
+    /// release reaches the server, the lock ends with its TTL.
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        let lost_before = match self.lease.state() {
+            LeaseState::Lost(reason) => Some(reason),
+            _ => None,
+        };
+        self.client.shared().keeper.remove(self.key);
+        self.lease.lose(LossReason::Released);
+        crate::observe::released(true);
+        let span = tracing::debug_span!(
+            "mongolock.release",
+            resource = self.resource(),
+            token = self.fencing_token()
+        );
+        self.client
+            .release(&self.lease.grant)
+            .instrument(span)
+            .await?;
+        match lost_before {
+            Some(reason) => Err(Error::new(ErrorKind::LeaseLost {
+                resource: self.resource().to_owned(),
+                reason,
+            })),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.client.shared().keeper.remove(self.key);
+        self.lease.lose(LossReason::Released);
+        crate::observe::released(false);
+        let grant = self.lease.grant.clone();
+        self.client.spawn_background(move |client| async move {
+            if let Err(error) = client.release(&grant).await {
+                tracing::warn!(%error, resource = grant.resource(), "background release failed; the TTL will free the lock");
+            }
+        });
+    }
+}

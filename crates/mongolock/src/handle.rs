@@ -1,0 +1,325 @@
+//! The handles: [`Mutex`], [`RwLock`] and [`Semaphore`], made by
+//! [`LockClient::mutex`], [`LockClient::rwlock`] and [`LockClient::semaphore`]. Each is a
+//! cheap description of what to lock; every acquire returns a [`LockGuard`] holding a lease
+//! of its own, with its own random lock id.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::LockClient;
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::lock::LockKind;
+use crate::wait::{self, LeaseOptions, Patience, Want};
+
+/// The lease settings every handle has, as builder methods.
+macro_rules! lease_settings {
+    () => {
+        /// The lease's TTL (default thirty seconds): how long the lock outlives its holder if
+        /// the holder dies. The lease is renewed in the background every third of it.
+        pub fn ttl(mut self, ttl: Duration) -> Self {
+            self.options.ttl = ttl;
+            self
+        }
+
+        /// Renews the lease this often instead of every third of the TTL. Must be shorter
+        /// than the TTL less the safety margin.
+        pub fn extend_every(mut self, every: Duration) -> Self {
+            self.options.every = Some(every);
+            self
+        }
+
+        /// How much earlier than the server the guard counts its lease as lost (default a
+        /// tenth of the TTL, at most two seconds). It covers the difference between this
+        /// machine's and the server's clock rates, and leaves the holder time to stop.
+        pub fn safety_margin(mut self, margin: Duration) -> Self {
+            self.options.margin = Some(margin);
+            self
+        }
+
+        /// A label stored with the lock, shown by status queries (for example the job or the
+        /// host).
+        pub fn owner(mut self, owner: impl Into<String>) -> Self {
+            self.options.owner = Some(owner.into());
+            self
+        }
+
+        /// Holds the lock with this lock id instead of a random one. A lock id belongs to one
+        /// holder: never give two guards, or two processes, the same one.
+        pub fn lock_id(mut self, lock_id: impl Into<String>) -> Self {
+            self.options.lock_id = Some(lock_id.into());
+            self
+        }
+    };
+}
+
+/// The three ways to acquire, for one kind of lock.
+macro_rules! acquire_methods {
+    ($acquire:ident, $try_acquire:ident, $acquire_timeout:ident, $want:ident, $what:literal) => {
+        #[doc = concat!("Waits as long as needed for ", $what, ", and returns its guard.")]
+        ///
+        /// # Errors
+        ///
+        /// Bad settings ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)),
+        /// a database error that waiting cannot fix, or a stored cap that differs
+        /// ([`ErrorKind::CapMismatch`](crate::ErrorKind::CapMismatch)). Transient errors
+        /// are retried.
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future at any point leaves no lock held: an attempt in flight is
+        /// withdrawn in the background ([`LockClient::shutdown`] waits for that).
+        pub async fn $acquire(&self) -> Result<LockGuard> {
+            let guard = wait::acquire(&self.client, &self.$want(), Patience::Forever).await?;
+            Ok(guard.expect("waiting forever returns a guard or an error"))
+        }
+
+        #[doc = concat!("One attempt at ", $what, ": `None` if others hold it.")]
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), "), and transient errors, which are not retried.")]
+        ///
+        /// # Cancel safety
+        ///
+        #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), ").")]
+        pub async fn $try_acquire(&self) -> Result<Option<LockGuard>> {
+            wait::acquire(&self.client, &self.$want(), Patience::Once).await
+        }
+
+        #[doc = concat!("Waits up to `timeout` for ", $what, ": `None` if the wait gave up.")]
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), ").")]
+        ///
+        /// # Cancel safety
+        ///
+        #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), ").")]
+        pub async fn $acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+            let patience = Patience::Until(Instant::now() + timeout);
+            wait::acquire(&self.client, &self.$want(), patience).await
+        }
+    };
+}
+
+/// A distributed mutex: one holder at a time. Made by [`LockClient::mutex`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+/// use std::time::Duration;
+///
+/// let report = locks.mutex("nightly-report").ttl(Duration::from_secs(30)).owner("cron@host-a");
+/// let guard = report.acquire().await?;
+/// assert!(report.try_acquire().await?.is_none(), "held");
+/// assert!(report.acquire_timeout(Duration::from_millis(50)).await?.is_none());
+/// guard.release().await?;
+/// let again = report.try_acquire().await?.expect("free again");
+/// # drop(again);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Mutex {
+    client: LockClient,
+    resource: String,
+    options: LeaseOptions,
+}
+
+impl Mutex {
+    pub(crate) fn new(client: LockClient, resource: String) -> Self {
+        Mutex {
+            client,
+            resource,
+            options: LeaseOptions::default(),
+        }
+    }
+
+    fn want(&self) -> Want {
+        Want {
+            resource: self.resource.clone(),
+            kind: LockKind::Exclusive,
+            max: None,
+            announce: None,
+            options: self.options.clone(),
+        }
+    }
+
+    lease_settings!();
+    acquire_methods!(acquire, try_acquire, acquire_timeout, want, "the mutex");
+
+    /// Runs `work` under the mutex: acquires it (waiting as long as needed), passes the
+    /// fencing token, releases it when `work` is done. If the lease is lost first, `work`
+    /// is dropped (stopped at its next `.await`) and the call fails with
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the background.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let rows = locks.mutex("import").run(|token| async move {
+    ///     // ... write to the store, passing `token` ...
+    ///     42
+    /// }).await?;
+    /// assert_eq!(rows, 42);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(i64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        run_under(self.acquire().await?, work).await
+    }
+}
+
+/// Runs `work` while `guard` holds, and releases it after.
+async fn run_under<F, Fut, T>(guard: LockGuard, work: F) -> Result<T>
+where
+    F: FnOnce(i64) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let work = work(guard.fencing_token());
+    tokio::select! {
+        biased;
+        reason = guard.lost() => {
+            let resource = guard.resource().to_owned();
+            drop(guard);
+            Err(wait::lease_lost(&resource, reason))
+        }
+        value = work => {
+            guard.release().await?;
+            Ok(value)
+        }
+    }
+}
+
+/// A distributed reader-writer lock: many readers or one writer. Made by
+/// [`LockClient::rwlock`].
+///
+/// A waiting writer keeps new readers out, so a steady stream of readers cannot starve it.
+/// It announces itself in the resource's document for twice its TTL, refreshed while it
+/// waits; a writer that stops waiting withdraws it, and if the writer dies while waiting,
+/// readers are let in again once it lapses. A single attempt (`try_write`) announces
+/// nothing.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+/// let config = locks.rwlock("config");
+/// let r1 = config.read().await?;
+/// let r2 = config.read().await?;
+/// assert!(config.try_write().await?.is_none(), "readers hold it");
+/// drop((r1, r2));
+/// # locks.shutdown().await;
+/// let w = config.write().await?;
+/// assert!(config.try_read().await?.is_none(), "the writer holds it");
+/// # drop(w);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    client: LockClient,
+    resource: String,
+    options: LeaseOptions,
+}
+
+impl RwLock {
+    pub(crate) fn new(client: LockClient, resource: String) -> Self {
+        RwLock {
+            client,
+            resource,
+            options: LeaseOptions::default(),
+        }
+    }
+
+    fn reader(&self) -> Want {
+        Want {
+            resource: self.resource.clone(),
+            kind: LockKind::Shared,
+            max: None,
+            announce: None,
+            options: self.options.clone(),
+        }
+    }
+
+    fn writer(&self) -> Want {
+        Want {
+            resource: self.resource.clone(),
+            kind: LockKind::Exclusive,
+            max: None,
+            announce: Some(self.options.ttl.saturating_mul(2)),
+            options: self.options.clone(),
+        }
+    }
+
+    lease_settings!();
+    acquire_methods!(read, try_read, read_timeout, reader, "a read lock");
+    acquire_methods!(write, try_write, write_timeout, writer, "the write lock");
+}
+
+/// A distributed semaphore: at most `permits` holders at once. Made by
+/// [`LockClient::semaphore`].
+///
+/// The number of permits is stored with the resource while it has holders: a semaphore on
+/// the same resource with another number fails with
+/// [`ErrorKind::CapMismatch`](crate::ErrorKind::CapMismatch) instead of enforcing a second
+/// limit.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+/// let gpus = locks.semaphore("gpu", 2);
+/// let a = gpus.acquire().await?;
+/// let b = gpus.acquire().await?;
+/// assert!(gpus.try_acquire().await?.is_none(), "both permits are taken");
+/// let wrong = locks.semaphore("gpu", 3).try_acquire().await.unwrap_err();
+/// assert!(matches!(wrong.kind(), mongolock::ErrorKind::CapMismatch { .. }));
+/// # drop((a, b));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    client: LockClient,
+    resource: String,
+    permits: u32,
+    options: LeaseOptions,
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: LockClient, resource: String, permits: u32) -> Self {
+        Semaphore {
+            client,
+            resource,
+            permits,
+            options: LeaseOptions::default(),
+        }
+    }
+
+    fn permit(&self) -> Want {
+        Want {
+            resource: self.resource.clone(),
+            kind: LockKind::Shared,
+            max: Some(self.permits),
+            announce: None,
+            options: self.options.clone(),
+        }
+    }
+
+    /// The number of permits.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    lease_settings!();
+    acquire_methods!(acquire, try_acquire, acquire_timeout, permit, "a permit");
+}

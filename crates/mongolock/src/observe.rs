@@ -1,0 +1,70 @@
+//! Metrics, through the [`metrics`] facade: recorded only if the application installs a
+//! recorder (for example a Prometheus exporter), free otherwise. Every name is here.
+//!
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | `mongolock_acquisitions_total` | counter | `kind` | leases acquired |
+//! | `mongolock_acquire_wait_seconds` | histogram | `kind` | from the call to the grant |
+//! | `mongolock_acquire_timeouts_total` | counter | `kind` | waits that gave up at the caller's deadline |
+//! | `mongolock_lease_losses_total` | counter | `reason` | leases lost (`deadline`, `revoked`) |
+//! | `mongolock_renewals_total` | counter | `outcome` | keepalive ticks (`ok`, `failed`) |
+//! | `mongolock_wakeups_total` | counter | `cause` | waiter wake-ups (`change`, `timer`) |
+//! | `mongolock_releases_total` | counter | `how` | guard releases (`explicit`, `drop`) |
+
+use std::time::Duration;
+
+use crate::lease::LossReason;
+use crate::lock::{Grant, LockKind};
+
+/// Why a waiter woke up to try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wakeup {
+    /// A change stream event on its resource.
+    Change,
+    /// Its timer: the holder's lease may have run out, or the safety-net re-check.
+    Timer,
+}
+
+pub(crate) fn acquired(kind: LockKind, waited: Duration) {
+    metrics::counter!("mongolock_acquisitions_total", "kind" => kind.to_string()).increment(1);
+    metrics::histogram!("mongolock_acquire_wait_seconds", "kind" => kind.to_string())
+        .record(waited.as_secs_f64());
+}
+
+pub(crate) fn timed_out(kind: LockKind) {
+    metrics::counter!("mongolock_acquire_timeouts_total", "kind" => kind.to_string()).increment(1);
+}
+
+pub(crate) fn lease_lost(grant: &Grant, reason: LossReason) {
+    let reason = match reason {
+        LossReason::Deadline => "deadline",
+        LossReason::Revoked => "revoked",
+        LossReason::Released => "released",
+    };
+    tracing::warn!(
+        resource = grant.resource(),
+        lock_id = grant.lock_id(),
+        token = grant.fencing_token(),
+        reason,
+        "lease lost"
+    );
+    metrics::counter!("mongolock_lease_losses_total", "reason" => reason).increment(1);
+}
+
+pub(crate) fn renewal(ok: bool) {
+    let outcome = if ok { "ok" } else { "failed" };
+    metrics::counter!("mongolock_renewals_total", "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn woke(cause: Wakeup) {
+    let cause = match cause {
+        Wakeup::Change => "change",
+        Wakeup::Timer => "timer",
+    };
+    metrics::counter!("mongolock_wakeups_total", "cause" => cause).increment(1);
+}
+
+pub(crate) fn released(explicit: bool) {
+    let how = if explicit { "explicit" } else { "drop" };
+    metrics::counter!("mongolock_releases_total", "how" => how).increment(1);
+}

@@ -1,0 +1,484 @@
+//! Acquiring a lease, waiting if asked to: attempts, backoff and wake-ups.
+//!
+//! One acquisition, from the handle's call to the wire:
+//!
+//! 1. `Mutex::acquire` (or a reader, writer or permit) calls [`acquire`] with what it wants.
+//! 2. Local waiters on one resource take turns (a per-resource gate), so the waiters of one
+//!    process do not all hit the server at once.
+//! 3. The waiter subscribes to changes of its resource (one change stream per client,
+//!    [`crate::wake`]), *then* sends the attempt: [`LockClient::acquire`], one
+//!    `findAndModify` ([`crate::command::acquire`]).
+//! 4. Granted: the lease starts with the send time of that attempt as its base, the keeper
+//!    renews it from then on ([`crate::lease`]), and the guard is returned. A grant whose
+//!    reply came back after its own deadline is not trusted: it is withdrawn and the waiter
+//!    tries again.
+//! 5. Refused: the reply says how long the current lease has left, computed by the server.
+//!    The waiter sleeps until then at most, and wakes earlier when its resource changes. On a
+//!    replica set the sleep is also capped by a safety-net re-check ([`RECHECK`]), since
+//!    notifications can be lost and expiry produces none. Where change streams are not
+//!    available (a standalone server), it backs off exponentially with jitter, up to
+//!    [`MAX_BACKOFF`]. A refused attempt writes nothing.
+//! 6. The same attempt (same nonce) is sent again, so an attempt whose outcome was unknown
+//!    is resolved by the server, never granted twice.
+//!
+//! Dropping the future at any point never leaves a grant that nobody holds: once an attempt
+//! was sent and until its outcome is settled, a drop withdraws it in the background
+//! ([`LockClient::release_attempt`], which also refuses a late copy of it). A writer that
+//! stops waiting without the lock (its deadline passed, its future was dropped) withdraws its
+//! announcement the same way, so it keeps no reader out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::attempt::Attempt;
+use crate::client::LockClient;
+use crate::error::{Error, ErrorKind, Result};
+use crate::guard::LockGuard;
+use crate::lease::{InFlight, Lease, default_margin};
+use crate::lock::LockKind;
+use crate::observe::{self, Wakeup};
+use crate::request::{AcquireRequest, LockDetails, check_id, ttl_millis};
+use crate::wake::Availability;
+
+/// The longest a waiter sleeps without asking the server again while change streams are
+/// on: notifications can be lost, so this bounds how late a missed one is noticed.
+pub const RECHECK: Duration = Duration::from_secs(10);
+
+/// The longest backoff between attempts without change streams.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The first backoff without change streams; it doubles each time, with jitter.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+
+/// The default TTL of a lease: thirty seconds.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// How a lease is held: settings shared by the mutex, reader-writer lock and semaphore
+/// handles.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseOptions {
+    pub(crate) ttl: Duration,
+    pub(crate) every: Option<Duration>,
+    pub(crate) margin: Option<Duration>,
+    pub(crate) owner: Option<String>,
+    pub(crate) lock_id: Option<String>,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions {
+            ttl: DEFAULT_LEASE_TTL,
+            every: None,
+            margin: None,
+            owner: None,
+            lock_id: None,
+        }
+    }
+}
+
+impl LeaseOptions {
+    /// Checks the settings; returns (renewal period, safety margin).
+    fn check(&self) -> Result<(Duration, Duration)> {
+        ttl_millis(self.ttl)?;
+        if self.ttl < Duration::from_millis(10) {
+            return Err(Error::invalid("ttl", "a lease needs at least 10 ms"));
+        }
+        let margin = self.margin.unwrap_or_else(|| default_margin(self.ttl));
+        if margin >= self.ttl {
+            return Err(Error::invalid(
+                "safety_margin",
+                format!("{margin:?} leaves nothing of the TTL {:?}", self.ttl),
+            ));
+        }
+        let every = self.every.unwrap_or(self.ttl / 3);
+        if every.is_zero() || every >= self.ttl - margin {
+            return Err(Error::invalid(
+                "extend_every",
+                format!(
+                    "{every:?} must be positive and shorter than the TTL less the safety margin ({:?})",
+                    self.ttl - margin
+                ),
+            ));
+        }
+        if let Some(lock_id) = &self.lock_id {
+            check_id("lock_id", lock_id)?;
+        }
+        Ok((every, margin))
+    }
+}
+
+/// What a handle asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Want {
+    pub(crate) resource: String,
+    pub(crate) kind: LockKind,
+    /// The semaphore's permits (shared only).
+    pub(crate) max: Option<u32>,
+    /// For a reader-writer lock's writer: how long a refused attempt keeps new readers out.
+    pub(crate) announce: Option<Duration>,
+    pub(crate) options: LeaseOptions,
+}
+
+/// How long to wait.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Patience {
+    /// One attempt.
+    Once,
+    /// Until this instant.
+    Until(Instant),
+    /// As long as it takes.
+    Forever,
+}
+
+impl Patience {
+    fn deadline(self) -> Option<Instant> {
+        match self {
+            Patience::Until(deadline) => Some(deadline),
+            _ => None,
+        }
+    }
+}
+
+/// An attempt sent and not settled: dropping it withdraws the attempt in the background.
+struct Pending {
+    client: LockClient,
+    request: AcquireRequest,
+    in_flight: Option<InFlight>,
+    /// A writer's attempt was sent: it may have announced itself among the waiters, which
+    /// keeps readers out until withdrawn.
+    announced: bool,
+}
+
+impl Pending {
+    fn new(client: &LockClient, request: AcquireRequest) -> Self {
+        Pending {
+            client: client.clone(),
+            request,
+            in_flight: None,
+            announced: false,
+        }
+    }
+
+    /// Called before each send: from now on the attempt may be granted.
+    fn sending(&mut self) {
+        if self.in_flight.is_none() {
+            self.in_flight = Some(self.client.shared().keeper.in_flight());
+        }
+        self.announced |= self.request.announce.is_some();
+    }
+
+    /// The attempt was refused: nothing is held by it (its announcement may be).
+    fn refused(&mut self) {
+        self.in_flight = None;
+    }
+
+    /// The attempt's grant was handed to a guard (a grant also ends the announcement), or
+    /// the attempt was withdrawn.
+    fn settled(&mut self) {
+        self.in_flight = None;
+        self.announced = false;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.in_flight.is_none() && !self.announced {
+            return;
+        }
+        let in_flight = self.in_flight.take();
+        let request = self.request.clone();
+        self.client.spawn_background(move |client| async move {
+            match client.release_attempt(&request).await {
+                Ok(released) => tracing::debug!(
+                    resource = %request.resource(), released, "unsettled attempt withdrawn"
+                ),
+                Err(error) => tracing::warn!(
+                    %error, resource = %request.resource(),
+                    "could not withdraw an unsettled attempt; its TTL will end it"
+                ),
+            }
+            drop(in_flight);
+        });
+    }
+}
+
+/// Acquires a lease for `want`, waiting as `patience` allows. `Ok(None)`: not acquired in
+/// time (or, for one attempt, held by others).
+pub(crate) async fn acquire(
+    client: &LockClient,
+    want: &Want,
+    patience: Patience,
+) -> Result<Option<LockGuard>> {
+    let (every, margin) = want.options.check()?;
+    check_id("resource", &want.resource)?;
+    if want.max == Some(0) {
+        return Err(Error::invalid(
+            "permits",
+            "a semaphore needs at least one permit",
+        ));
+    }
+    let started = Instant::now();
+    let shared = client.shared();
+    let lock_id = want
+        .options
+        .lock_id
+        .clone()
+        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
+    let request = new_request(want, &lock_id, &shared.keeper.id, patience);
+    request.validate()?;
+
+    // Local waiters on one resource take turns.
+    let gate = match patience {
+        Patience::Once => None,
+        _ => Some(client.gate(&want.resource)),
+    };
+    let _turn = match &gate {
+        None => None,
+        Some(gate) => match patience.deadline() {
+            Some(deadline) => match tokio::time::timeout_at(deadline, gate.lock()).await {
+                Ok(turn) => Some(turn),
+                Err(_) => {
+                    observe::timed_out(want.kind);
+                    return Ok(None);
+                }
+            },
+            None => Some(gate.lock().await),
+        },
+    };
+    let mut changes = match patience {
+        Patience::Once => None,
+        _ => Some(shared.wakeups.subscribe(&want.resource)),
+    };
+
+    let mut pending = Pending::new(client, request);
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        pending.sending();
+        let sent_at = Instant::now();
+        let outcome = client.acquire(&pending.request).await;
+        let contention = match outcome {
+            Ok(Attempt::Granted(grant)) => {
+                let lease = Arc::new(Lease::new(grant, want.options.ttl, margin, every, sent_at));
+                if lease.is_lost() {
+                    // The reply came back after the lease's own deadline: not trusted.
+                    // Withdraw it, then try again as a new attempt if there is time.
+                    tracing::debug!(resource = %want.resource, "grant arrived too late to trust");
+                    if let Err(error) = client.release_attempt(&pending.request).await {
+                        tracing::warn!(%error, "could not withdraw a stale grant; its TTL ends it");
+                    }
+                    pending.settled();
+                    let out_of_time = match patience {
+                        Patience::Once => true,
+                        Patience::Until(deadline) => Instant::now() >= deadline,
+                        Patience::Forever => false,
+                    };
+                    if out_of_time {
+                        observe::timed_out(want.kind);
+                        return Ok(None);
+                    }
+                    let request = new_request(want, &lock_id, &shared.keeper.id, patience);
+                    pending = Pending::new(client, request);
+                    continue;
+                }
+                let key = shared.keeper.add(client.context(), lease.clone());
+                pending.settled();
+                observe::acquired(want.kind, started.elapsed());
+                tracing::debug!(
+                    resource = %want.resource, kind = %want.kind, token = lease.grant.fencing_token(),
+                    waited = ?started.elapsed(), "lease acquired"
+                );
+                return Ok(Some(LockGuard::new(client.clone(), lease, key)));
+            }
+            Ok(Attempt::Contended(contention)) => {
+                pending.refused();
+                contention
+            }
+            Ok(Attempt::AlreadyHeld(_)) => {
+                pending.settled();
+                return Err(Error::invalid(
+                    "lock_id",
+                    format!(
+                        "{lock_id:?} already holds {:?}: a lock id belongs to one holder; leave it unset for a fresh one",
+                        want.resource
+                    ),
+                ));
+            }
+            Ok(other) => {
+                pending.settled();
+                return other.into_result().map(|_| None);
+            }
+            Err(error) if error.is_retryable() && !matches!(patience, Patience::Once) => {
+                // The same attempt is sent again: if the first got through, the server says
+                // so; it is never granted twice.
+                tracing::debug!(%error, resource = %want.resource, "attempt failed; trying again");
+                let pause = jitter(backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                if !sleep_within(pause, patience).await {
+                    observe::timed_out(want.kind);
+                    return Err(error);
+                }
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let Some(changes) = changes.as_mut() else {
+            return Ok(None);
+        };
+        // How long until the server could decide otherwise, and how long to sleep at most.
+        let streaming = shared.wakeups.availability() == Availability::Streaming;
+        let until_free = contention
+            .wait()
+            .map(|wait| wait + Duration::from_millis(2));
+        let sleep = if streaming {
+            until_free.unwrap_or(RECHECK).min(RECHECK)
+        } else {
+            let pause = jitter(backoff);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            until_free.map_or(pause, |free| free.min(pause))
+        };
+        let sleep = spread(sleep);
+        let wake_at = Instant::now() + sleep;
+        let wake_at = match patience.deadline() {
+            Some(deadline) if deadline <= wake_at => {
+                // Sleep to the deadline, then give up unless woken by a change.
+                tokio::select! {
+                    _ = changes.changed() => { observe::woke(Wakeup::Change); continue; }
+                    _ = tokio::time::sleep_until(deadline) => {}
+                }
+                observe::timed_out(want.kind);
+                tracing::debug!(resource = %want.resource, waited = ?started.elapsed(), "gave up waiting");
+                return Ok(None);
+            }
+            _ => wake_at,
+        };
+        tokio::select! {
+            _ = changes.changed() => observe::woke(Wakeup::Change),
+            _ = tokio::time::sleep_until(wake_at) => observe::woke(Wakeup::Timer),
+        }
+    }
+}
+
+/// A request for `want` by `lock_id`, renewed by `keeper`, with a fresh nonce. Only a writer
+/// that will wait announces itself: one attempt must not keep readers out.
+fn new_request(want: &Want, lock_id: &str, keeper: &str, patience: Patience) -> AcquireRequest {
+    let mut details = LockDetails::default().ttl(want.options.ttl);
+    if let Some(owner) = &want.options.owner {
+        details = details.owner(owner.clone());
+    }
+    let mut request = match want.kind {
+        LockKind::Exclusive => AcquireRequest::exclusive(&want.resource, lock_id, details),
+        LockKind::Shared => AcquireRequest::shared(&want.resource, lock_id, details, want.max),
+    };
+    request.keeper = Some(keeper.to_owned());
+    if !matches!(patience, Patience::Once) {
+        request.announce = want.announce;
+    }
+    request
+}
+
+/// Sleeps `pause`, or until the deadline; false if the deadline came first.
+async fn sleep_within(pause: Duration, patience: Patience) -> bool {
+    let wake_at = Instant::now() + pause;
+    match patience.deadline() {
+        Some(deadline) if deadline <= wake_at => {
+            tokio::time::sleep_until(deadline).await;
+            false
+        }
+        _ => {
+            tokio::time::sleep_until(wake_at).await;
+            true
+        }
+    }
+}
+
+/// `base` with up to half of it again at random: backoffs of many waiters drift apart.
+fn jitter(base: Duration) -> Duration {
+    base.mul_f64(1.0 + rand::rng().random_range(0.0..0.5))
+}
+
+/// A few milliseconds at random on top of `sleep`, so that waiters of several processes do not
+/// all try at the instant a lease ends.
+fn spread(sleep: Duration) -> Duration {
+    sleep + Duration::from_micros(rand::rng().random_range(0..5_000))
+}
+
+/// The error of work stopped because its lease was lost.
+pub(crate) fn lease_lost(resource: &str, reason: crate::lease::LossReason) -> Error {
+    Error::new(ErrorKind::LeaseLost {
+        resource: resource.to_owned(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_checked() {
+        let ok = LeaseOptions::default();
+        let (every, margin) = ok.check().unwrap();
+        assert_eq!(every, Duration::from_secs(10));
+        assert_eq!(margin, Duration::from_secs(2));
+        let bad = |options: LeaseOptions| match options.check().unwrap_err().kind() {
+            ErrorKind::InvalidArgument { argument, .. } => *argument,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            bad(LeaseOptions {
+                ttl: Duration::ZERO,
+                ..ok.clone()
+            }),
+            "ttl"
+        );
+        assert_eq!(
+            bad(LeaseOptions {
+                ttl: Duration::from_millis(5),
+                ..ok.clone()
+            }),
+            "ttl"
+        );
+        assert_eq!(
+            bad(LeaseOptions {
+                every: Some(Duration::from_secs(29)),
+                ..ok.clone()
+            }),
+            "extend_every"
+        );
+        assert_eq!(
+            bad(LeaseOptions {
+                every: Some(Duration::ZERO),
+                ..ok.clone()
+            }),
+            "extend_every"
+        );
+        assert_eq!(
+            bad(LeaseOptions {
+                margin: Some(Duration::from_secs(30)),
+                ..ok.clone()
+            }),
+            "safety_margin"
+        );
+        assert_eq!(
+            bad(LeaseOptions {
+                lock_id: Some(String::new()),
+                ..ok
+            }),
+            "lock_id"
+        );
+    }
+
+    #[test]
+    fn jitter_stays_within_half_again() {
+        for _ in 0..100 {
+            let j = jitter(Duration::from_millis(100));
+            assert!(
+                j >= Duration::from_millis(100) && j < Duration::from_millis(150),
+                "{j:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,1116 @@
+//! Waking lock waiters when the resource they wait for changes.
+//!
+//! A blocking acquire that finds its resource taken waits before it tries again. Instead of
+//! only polling, it can be woken when the resource's document changes (the holder released
+//! it, its lock expired and was cleared, the document was deleted): [`Wakeups`] keeps **one**
+//! change stream per lock client on the lock collection, whatever the number of waiters, and
+//! fans its events out locally by resource name (the document's `_id`).
+//!
+//! A waiter:
+//!
+//! 1. subscribes ([`Wakeups::subscribe`]),
+//! 2. sends its attempt,
+//! 3. if the resource is taken, races [`Subscription::changed`] against its own timer with
+//!    `tokio::select!`, and goes back to 2 when either fires.
+//!
+//! A change made after step 1 returned is never missed once the stream is open, even if it
+//! happens before the waiter reaches step 3: each resource has a generation counter (a
+//! [`tokio::sync::watch`] channel) that the subscription compares against.
+//!
+//! # What the timer still covers
+//!
+//! Change streams are not always there: a standalone server refuses them
+//! ([`Availability::Unavailable`]), and while the stream is being opened or reopened
+//! ([`Availability::Unknown`]) events cannot be delivered yet. The waiter therefore always keeps
+//! its timer, and uses a short jittered exponential backoff whenever [`Wakeups::availability`]
+//! is not [`Availability::Streaming`]. Two further rules keep a waiter from sleeping through a
+//! change:
+//!
+//! - Whenever the stream is opened *without* continuity (the first open, a reopen after the
+//!   server lost the stream's history, after the collection was dropped), every current
+//!   subscriber is woken once with [`WakeCause::Resync`]: a change may have happened while
+//!   there was no stream, and the waiter must look again. A waiter that subscribed before the
+//!   first open therefore gets one spurious wake-up; that is the price of never missing the
+//!   release that happened while the stream was opening.
+//! - A stream that fails is reopened after the resume token of the last event it delivered
+//!   (or, before any event, at the cluster time it opened), so the events in between are
+//!   delivered after the reopen rather than lost.
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bson::Timestamp;
+use bson::{Bson, Document, doc};
+use mongodb::{ClientSession, Collection, SessionCursor};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Server code for "The $changeStream stage is only supported on replica sets".
+const CHANGE_STREAM_NOT_SUPPORTED: i32 = 40573;
+/// Server code ChangeStreamFatalError: the stream cannot go on (or be resumed).
+const CHANGE_STREAM_FATAL: i32 = 280;
+/// Server code ChangeStreamHistoryLost: the resume point is no longer in the oplog.
+const CHANGE_STREAM_HISTORY_LOST: i32 = 286;
+
+/// Consecutive failures (opens or streams that failed before reading anything) after which
+/// [`Wakeups::availability`] reports [`Availability::Unavailable`].
+const FAILURES_BEFORE_UNAVAILABLE: u32 = 3;
+/// The first pause before reopening a failed stream (before jitter).
+const REOPEN_BACKOFF_BASE: Duration = Duration::from_millis(50);
+/// The longest pause between two reopen attempts (before jitter).
+const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// A stream that stayed open this long before it failed counts as healthy: the next reopen
+/// starts from the shortest backoff again.
+const HEALTHY_STREAM: Duration = Duration::from_secs(10);
+/// How long to wait before asking again a server that refused change streams (code 40573):
+/// it only changes its mind when it is restarted as a replica set member.
+const UNSUPPORTED_RETRY: Duration = Duration::from_secs(60);
+
+/// Whether change streams currently deliver wake-ups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Availability {
+    /// Not started yet, or the stream is being opened or reopened: events may not be delivered
+    /// yet. Wait with a short backoff.
+    Unknown,
+    /// The stream is open: every change made from now on wakes its subscribers.
+    Streaming,
+    /// The server refused change streams (a standalone server), there is no tokio runtime, or
+    /// opening the stream failed several times in a row. Wait with a short backoff; the
+    /// background task keeps trying (except without a runtime).
+    Unavailable,
+}
+
+/// Why a [`Subscription::changed`] call returned.
+#[allow(dead_code)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WakeCause {
+    /// The resource's document was inserted, updated, replaced or deleted.
+    Change,
+    /// The stream was (re)opened without continuity: changes may have been missed, so every
+    /// subscriber was woken to look again.
+    Resync,
+}
+
+/// Counters for metrics: how often the stream woke waiters and how often it had to reopen.
+#[allow(dead_code)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct WakeStats {
+    /// Change events read from the stream (for any resource).
+    pub(crate) events: u64,
+    /// Events that had at least one subscriber to wake.
+    pub(crate) change_wakeups: u64,
+    /// Times every subscriber was woken because the stream opened without continuity.
+    pub(crate) resyncs: u64,
+    /// Streams opened, the first one included.
+    pub(crate) opens: u64,
+    /// Streams reopened with a resume token after an error.
+    pub(crate) resumes: u64,
+    /// Failed opens and stream errors.
+    pub(crate) failures: u64,
+}
+
+/// The value a resource's watch channel holds: bumped on every wake-up.
+#[derive(Debug, Clone, Copy)]
+struct Wake {
+    /// How many times this resource's subscribers were woken since the entry was created.
+    generation: u64,
+    /// Why the last wake-up happened.
+    cause: WakeCause,
+}
+
+/// The per-resource state: the channel that wakes its subscribers, and how many there are.
+#[derive(Debug)]
+struct Entry {
+    /// Bumped (with `send_modify`, which never fails) on every wake-up.
+    sender: watch::Sender<Wake>,
+    /// Live [`Subscription`]s on this resource; the entry goes when it drops to zero.
+    subscribers: usize,
+}
+
+/// Atomic counterparts of [`WakeStats`].
+#[derive(Debug, Default)]
+struct Counters {
+    /// See [`WakeStats::events`].
+    events: AtomicU64,
+    /// See [`WakeStats::change_wakeups`].
+    change_wakeups: AtomicU64,
+    /// See [`WakeStats::resyncs`].
+    resyncs: AtomicU64,
+    /// See [`WakeStats::opens`].
+    opens: AtomicU64,
+    /// See [`WakeStats::resumes`].
+    resumes: AtomicU64,
+    /// See [`WakeStats::failures`].
+    failures: AtomicU64,
+}
+
+/// What the background task, the [`Wakeups`] and every [`Subscription`] share.
+#[derive(Debug)]
+struct Shared {
+    /// Resources with at least one subscriber. Lookups and subscriptions both happen under
+    /// this lock, so an event dispatched after `subscribe` returned always reaches it.
+    resources: Mutex<HashMap<String, Entry>>,
+    /// The current [`Availability`]; a channel so that [`Wakeups::wait_ready`] can wait.
+    availability: watch::Sender<Availability>,
+    /// Counters for [`Wakeups::stats`].
+    counters: Counters,
+}
+
+impl Shared {
+    /// Locks the resource map (a poisoned lock still holds a consistent map: every critical
+    /// section only inserts, removes or bumps one entry).
+    fn resources(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.resources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the availability, waking [`Wakeups::wait_ready`] callers if it changed.
+    fn set_availability(&self, availability: Availability) {
+        self.availability.send_if_modified(|current| {
+            let changed = *current != availability;
+            *current = availability;
+            changed
+        });
+    }
+
+    /// Wakes the subscribers of the resource an event is about, if it has any.
+    fn dispatch(&self, event: &Document) {
+        self.counters.events.fetch_add(1, Ordering::Relaxed);
+        let Some(Bson::String(resource)) = event
+            .get_document("documentKey")
+            .ok()
+            .and_then(|key| key.get("_id"))
+        else {
+            return; // not a lock document (lock documents are keyed by a string)
+        };
+        let resources = self.resources();
+        if let Some(entry) = resources.get(resource) {
+            bump(&entry.sender, WakeCause::Change);
+            self.counters.change_wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Wakes every subscriber once with [`WakeCause::Resync`].
+    fn wake_all(&self) {
+        let resources = self.resources();
+        for entry in resources.values() {
+            bump(&entry.sender, WakeCause::Resync);
+        }
+        self.counters.resyncs.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Bumps a resource's generation, which marks it changed for every receiver.
+fn bump(sender: &watch::Sender<Wake>, cause: WakeCause) {
+    sender.send_modify(|wake| {
+        wake.generation = wake.generation.wrapping_add(1);
+        wake.cause = cause;
+    });
+}
+
+/// Wakes lock waiters when their resource changes, from one change stream per lock client.
+///
+/// Created idle by [`Wakeups::new`]; the first [`subscribe`](Wakeups::subscribe) (or
+/// [`start`](Wakeups::start)) spawns the background task that owns the stream. Dropping the
+/// `Wakeups` stops the task and closes the stream. See the [module docs](self) for the
+/// guarantees.
+#[allow(dead_code)]
+pub(crate) struct Wakeups {
+    /// The lock collection to watch.
+    collection: Collection<Document>,
+    /// State shared with the task and the subscriptions.
+    shared: Arc<Shared>,
+    /// The background task, once started.
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Wakeups {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wakeups")
+            .field("namespace", &self.collection.namespace())
+            .field("availability", &self.availability())
+            .field("resources", &self.tracked_resources())
+            .finish()
+    }
+}
+
+#[allow(dead_code)]
+impl Wakeups {
+    /// Prepares wake-ups for `collection` without starting anything: no task, no stream, no
+    /// command is sent until the first [`subscribe`](Self::subscribe).
+    pub(crate) fn new(collection: Collection<Document>) -> Self {
+        let (availability, _) = watch::channel(Availability::Unknown);
+        Self {
+            collection,
+            shared: Arc::new(Shared {
+                resources: Mutex::new(HashMap::new()),
+                availability,
+                counters: Counters::default(),
+            }),
+            task: Mutex::new(None),
+        }
+    }
+
+    /// Starts the background task that opens the change stream, if it is not running yet.
+    /// Idempotent; [`subscribe`](Self::subscribe) calls it.
+    ///
+    /// Without a tokio runtime nothing is started and the availability becomes
+    /// [`Availability::Unavailable`]; a later call from within a runtime starts the task.
+    pub(crate) fn start(&self) {
+        let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if task.is_some() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                self.shared.set_availability(Availability::Unknown);
+                *task = Some(runtime.spawn(run(self.collection.clone(), self.shared.clone())));
+            }
+            Err(_) => {
+                tracing::warn!(
+                    namespace = %self.collection.namespace(),
+                    "no tokio runtime: lock waiters will poll instead of being woken by a change stream"
+                );
+                self.shared.set_availability(Availability::Unavailable);
+            }
+        }
+    }
+
+    /// Subscribes to changes of `resource`, starting the change stream if needed.
+    ///
+    /// Every change of the resource's document that the stream delivers after this returned
+    /// makes the next [`Subscription::changed`] return, even if it is only called later.
+    pub(crate) fn subscribe(&self, resource: &str) -> Subscription {
+        self.start();
+        let receiver = {
+            let mut resources = self.shared.resources();
+            let entry = resources
+                .entry(resource.to_owned())
+                .or_insert_with(|| Entry {
+                    sender: watch::channel(Wake {
+                        generation: 0,
+                        cause: WakeCause::Change,
+                    })
+                    .0,
+                    subscribers: 0,
+                });
+            entry.subscribers += 1;
+            // A new receiver has seen the current value: only later bumps count.
+            entry.sender.subscribe()
+        };
+        Subscription {
+            shared: self.shared.clone(),
+            resource: resource.to_owned(),
+            receiver,
+        }
+    }
+
+    /// Whether change streams deliver wake-ups right now.
+    pub(crate) fn availability(&self) -> Availability {
+        *self.shared.availability.borrow()
+    }
+
+    /// Starts the stream if needed and waits until it is open or known to be unavailable, at
+    /// most `limit`. Returns the availability at that point ([`Availability::Unknown`] if
+    /// `limit` ran out first).
+    ///
+    /// A change made before the stream is open is not delivered as a [`WakeCause::Change`];
+    /// subscribers that existed then get a [`WakeCause::Resync`] when it opens, and the
+    /// waiter's timer covers the rest.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads state. Dropping the future leaves the stream starting.
+    pub(crate) async fn wait_ready(&self, limit: Duration) -> Availability {
+        self.start();
+        let mut availability = self.shared.availability.subscribe();
+        let _ = tokio::time::timeout(
+            limit,
+            availability.wait_for(|a| *a != Availability::Unknown),
+        )
+        .await;
+        *availability.borrow()
+    }
+
+    /// How many resources have at least one subscriber (the per-resource state kept).
+    pub(crate) fn tracked_resources(&self) -> usize {
+        self.shared.resources().len()
+    }
+
+    /// A snapshot of the counters, for metrics.
+    pub(crate) fn stats(&self) -> WakeStats {
+        let c = &self.shared.counters;
+        WakeStats {
+            events: c.events.load(Ordering::Relaxed),
+            change_wakeups: c.change_wakeups.load(Ordering::Relaxed),
+            resyncs: c.resyncs.load(Ordering::Relaxed),
+            opens: c.opens.load(Ordering::Relaxed),
+            resumes: c.resumes.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Wakeups {
+    /// Stops the background task; dropping its change stream kills the server cursor.
+    fn drop(&mut self) {
+        let task = self.task.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(task) = task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// One waiter's interest in one resource. Dropping it releases the per-resource state when it
+/// was the last one.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    /// State shared with the [`Wakeups`].
+    shared: Arc<Shared>,
+    /// The resource name, to find the entry again on drop.
+    resource: String,
+    /// The resource's generation as last seen by this subscription.
+    receiver: watch::Receiver<Wake>,
+}
+
+#[allow(dead_code)]
+impl Subscription {
+    /// Waits until the resource was woken since the subscription was made or since the last
+    /// `changed()` returned, and returns why (the latest cause when several wake-ups were
+    /// coalesced).
+    ///
+    /// Never returns while change streams are unavailable: race it against a timer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a wake-up that happens while the future is pending, or after it was
+    /// dropped, is kept for the next call.
+    pub(crate) async fn changed(&mut self) -> WakeCause {
+        match self.receiver.changed().await {
+            Ok(()) => self.receiver.borrow_and_update().cause,
+            // The sender lives in the entry as long as this subscription does, so this is not
+            // reached; never resolving is the documented behaviour without wake-ups.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// The resource this subscription is about.
+    pub(crate) fn resource(&self) -> &str {
+        &self.resource
+    }
+}
+
+impl Drop for Subscription {
+    /// Decrements the resource's subscriber count and removes the entry at zero.
+    fn drop(&mut self) {
+        let mut resources = self.shared.resources();
+        if let Some(entry) = resources.get_mut(&self.resource) {
+            entry.subscribers = entry.subscribers.saturating_sub(1);
+            if entry.subscribers == 0 {
+                resources.remove(&self.resource);
+            }
+        }
+    }
+}
+
+/// The stages after `$changeStream`: only what a wake-up needs. `_id` (the resume token)
+/// must stay: the server refuses to deliver events whose `_id` a stage changed.
+fn pipeline() -> Vec<Document> {
+    vec![
+        doc! {"$match": {"operationType": {"$in": ["insert", "update", "replace", "delete"]}}},
+        doc! {"$project": {"_id": 1, "documentKey": 1}},
+    ]
+}
+
+/// The server's error code, when the error is a command error.
+fn server_code(error: &mongodb::error::Error) -> Option<i32> {
+    match error.kind.as_ref() {
+        mongodb::error::ErrorKind::Command(command) => Some(command.code),
+        _ => None,
+    }
+}
+
+/// Whether the resume point is gone: the stream must be reopened from now, and subscribers
+/// must look again.
+fn history_lost(error: &mongodb::error::Error) -> bool {
+    matches!(
+        server_code(error),
+        Some(CHANGE_STREAM_HISTORY_LOST | CHANGE_STREAM_FATAL)
+    )
+}
+
+/// The pause before the next reopen after `failures` consecutive failures: exponential from
+/// [`REOPEN_BACKOFF_BASE`] up to [`REOPEN_BACKOFF_MAX`], with "equal jitter" (between half
+/// and all of it) so that many clients do not reopen in step after a failover.
+fn reopen_backoff(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(16);
+    let full = REOPEN_BACKOFF_BASE
+        .saturating_mul(1u32 << exponent)
+        .min(REOPEN_BACKOFF_MAX);
+    let random = RandomState::new().build_hasher().finish();
+    let fraction = (random % 1024) as f64 / 1024.0;
+    full / 2 + full.mul_f64(fraction / 2.0)
+}
+
+/// Where the next stream starts.
+#[derive(Debug, Clone)]
+enum ResumePoint {
+    /// From now: changes made while there was no stream are not delivered, so every
+    /// subscriber is woken when it opens.
+    Fresh,
+    /// After the event with this resume token (`resumeAfter`).
+    After(Bson),
+    /// At this cluster time, inclusive (`startAtOperationTime`): the stream opened at that
+    /// time and delivered nothing yet.
+    At(Timestamp),
+}
+
+impl ResumePoint {
+    /// The `$changeStream` stage that starts here.
+    fn stage(&self) -> Document {
+        let options = match self {
+            ResumePoint::Fresh => doc! {},
+            ResumePoint::After(token) => doc! {"resumeAfter": token.clone()},
+            ResumePoint::At(time) => doc! {"startAtOperationTime": *time},
+        };
+        doc! {"$changeStream": options}
+    }
+}
+
+/// How a stream that was open came to an end.
+enum StreamEnd {
+    /// The server closed the cursor (an invalidate: the collection was dropped or renamed).
+    Closed,
+    /// Reading failed.
+    Failed(mongodb::error::Error),
+}
+
+/// Opens a change stream starting at `point`, on a session of its own (whose
+/// `operationTime` tells where a fresh stream started).
+///
+/// # Cancel safety
+/// Cancel safe: dropping the future drops the session and any cursor opened.
+async fn open(
+    collection: &Collection<Document>,
+    point: &ResumePoint,
+) -> mongodb::error::Result<(ClientSession, SessionCursor<Document>)> {
+    let mut session = collection
+        .client()
+        .start_session()
+        .causal_consistency(false)
+        .await?;
+    let mut stages = vec![point.stage()];
+    stages.extend(pipeline());
+    let cursor = collection.aggregate(stages).session(&mut session).await?;
+    Ok((session, cursor))
+}
+
+/// The background task: opens the stream, dispatches its events, reopens it when it ends.
+/// Runs until aborted by [`Wakeups`]'s `Drop`.
+///
+/// The stream is a plain `aggregate` cursor with a `$changeStream` stage rather than the
+/// driver's `ChangeStream`: the driver's automatic resume sends its resume token only on the
+/// first attempt of its `aggregate`, and a retried attempt (a retryable read error, such as a
+/// closed connection during a failover) opens a *fresh* stream, silently skipping the events
+/// in between (mongodb 3.9.1, `ChangeStreamAggregate::build` takes the token). Here every
+/// error comes back to this loop, which reopens from the last event's resume token itself.
+///
+/// # Cancel safety
+/// Meant to be aborted: dropping it drops the cursor, whose `Drop` kills the server cursor.
+async fn run(collection: Collection<Document>, shared: Arc<Shared>) {
+    let namespace = collection.namespace();
+    let mut resume = ResumePoint::Fresh;
+    // Failures since the stream last delivered an event or stayed up for a while.
+    let mut failures: u32 = 0;
+    loop {
+        let (mut session, mut cursor) = match open(&collection, &resume).await {
+            Ok(opened) => opened,
+            Err(error) => {
+                shared.counters.failures.fetch_add(1, Ordering::Relaxed);
+                if server_code(&error) == Some(CHANGE_STREAM_NOT_SUPPORTED) {
+                    if *shared.availability.borrow() != Availability::Unavailable {
+                        tracing::warn!(
+                            namespace = %namespace, %error,
+                            "the server does not support change streams: lock waiters will poll"
+                        );
+                    }
+                    shared.set_availability(Availability::Unavailable);
+                    tokio::time::sleep(UNSUPPORTED_RETRY).await;
+                    continue;
+                }
+                if !matches!(resume, ResumePoint::Fresh) && history_lost(&error) {
+                    tracing::warn!(
+                        namespace = %namespace, %error,
+                        "cannot resume the change stream: reopening it and waking every waiter"
+                    );
+                    resume = ResumePoint::Fresh;
+                    continue;
+                }
+                failures = failures.saturating_add(1);
+                if failures >= FAILURES_BEFORE_UNAVAILABLE
+                    && *shared.availability.borrow() != Availability::Unavailable
+                {
+                    tracing::warn!(
+                        namespace = %namespace, %error, failures,
+                        "cannot open the change stream: lock waiters will poll until it opens"
+                    );
+                    shared.set_availability(Availability::Unavailable);
+                } else {
+                    tracing::debug!(namespace = %namespace, %error, failures, "opening the change stream failed");
+                }
+                tokio::time::sleep(reopen_backoff(failures)).await;
+                continue;
+            }
+        };
+        let opened_at = tokio::time::Instant::now();
+        shared.counters.opens.fetch_add(1, Ordering::Relaxed);
+        if let ResumePoint::Fresh = resume {
+            tracing::debug!(namespace = %namespace, "change stream opened");
+            // Where this stream starts: a reopen before any event resumes from here.
+            if let Some(time) = session.operation_time() {
+                resume = ResumePoint::At(time);
+            }
+            // Changes made while there was no stream are not in this one.
+            shared.wake_all();
+        } else {
+            shared.counters.resumes.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(namespace = %namespace, ?resume, "change stream resumed");
+        }
+        shared.set_availability(Availability::Streaming);
+        let end = loop {
+            match cursor.advance(&mut session).await {
+                Ok(true) => {
+                    failures = 0;
+                    match cursor.deserialize_current() {
+                        Ok(event) => {
+                            // Events always carry their resume token: the server refuses a
+                            // pipeline that changes `_id` (code 280).
+                            if let Some(token) = event.get("_id") {
+                                resume = ResumePoint::After(token.clone());
+                            }
+                            shared.dispatch(&event);
+                        }
+                        Err(error) => break StreamEnd::Failed(error),
+                    }
+                }
+                Ok(false) => break StreamEnd::Closed,
+                Err(error) => break StreamEnd::Failed(error),
+            }
+        };
+        drop(cursor);
+        drop(session);
+        shared.set_availability(Availability::Unknown);
+        if opened_at.elapsed() >= HEALTHY_STREAM {
+            failures = 0;
+        }
+        failures = failures.saturating_add(1);
+        match end {
+            StreamEnd::Closed => {
+                tracing::info!(
+                    namespace = %namespace,
+                    "the change stream was closed by the server (collection dropped or renamed): reopening it"
+                );
+                resume = ResumePoint::Fresh;
+            }
+            StreamEnd::Failed(error) => {
+                shared.counters.failures.fetch_add(1, Ordering::Relaxed);
+                if history_lost(&error) {
+                    tracing::warn!(
+                        namespace = %namespace, %error,
+                        "the change stream cannot be resumed: reopening it and waking every waiter"
+                    );
+                    resume = ResumePoint::Fresh;
+                } else {
+                    tracing::warn!(
+                        namespace = %namespace, %error, ?resume,
+                        "the change stream failed: resuming it"
+                    );
+                }
+            }
+        }
+        tokio::time::sleep(reopen_backoff(failures)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use mongodb::event::EventHandler;
+    use mongodb::event::command::CommandEvent;
+    use mongodb::options::ClientOptions;
+    use mongolock_testkit::TestServer;
+
+    /// A guard against hangs only: nothing asserts how fast something happens.
+    const HANG_GUARD: Duration = Duration::from_secs(30);
+    /// How long a "stays pending" check waits.
+    const PENDING: Duration = Duration::from_millis(200);
+
+    /// Command events one client sent: `(started, failed)` with the commands started and the
+    /// names of the commands that failed.
+    #[derive(Clone, Default)]
+    struct Monitor {
+        started: Arc<Mutex<Vec<(String, Document)>>>,
+        failed: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Monitor {
+        /// The `$changeStream` options of every change stream `aggregate` sent, in order.
+        fn change_stream_opens(&self) -> Vec<Document> {
+            let started = self.started.lock().expect("monitor lock");
+            started
+                .iter()
+                .filter(|(name, _)| name == "aggregate")
+                .filter_map(|(_, command)| {
+                    let stages = command.get_array("pipeline").ok()?;
+                    let first = stages.first()?.as_document()?;
+                    first.get_document("$changeStream").ok().cloned()
+                })
+                .collect()
+        }
+
+        /// How many commands named `name` were started.
+        fn started_count(&self, name: &str) -> usize {
+            let started = self.started.lock().expect("monitor lock");
+            started.iter().filter(|(n, _)| n == name).count()
+        }
+
+        /// How many commands named `name` failed.
+        fn failed_count(&self, name: &str) -> usize {
+            let failed = self.failed.lock().expect("monitor lock");
+            failed.iter().filter(|n| *n == name).count()
+        }
+    }
+
+    /// A client of `server` whose commands are recorded.
+    async fn monitored_client(server: &TestServer) -> (mongodb::Client, Monitor) {
+        let monitor = Monitor::default();
+        let sink = monitor.clone();
+        let mut options = ClientOptions::parse(server.uri()).await.expect("valid uri");
+        options.server_selection_timeout = Some(Duration::from_secs(10));
+        options.command_event_handler = Some(EventHandler::callback(move |event| match event {
+            CommandEvent::Started(started) => sink
+                .started
+                .lock()
+                .expect("monitor lock")
+                .push((started.command_name, started.command)),
+            CommandEvent::Failed(failed) => sink
+                .failed
+                .lock()
+                .expect("monitor lock")
+                .push(failed.command_name),
+            CommandEvent::Succeeded(_) => {}
+            _ => {}
+        }));
+        let client = mongodb::Client::with_options(options).expect("valid options");
+        (client, monitor)
+    }
+
+    /// Waits (up to [`HANG_GUARD`]) until `condition` holds.
+    async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + HANG_GUARD;
+        while !condition() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Awaits `changed()` under the hang guard.
+    async fn woken(subscription: &mut Subscription) -> WakeCause {
+        tokio::time::timeout(HANG_GUARD, subscription.changed())
+            .await
+            .expect("the subscriber was not woken")
+    }
+
+    /// Asserts that `changed()` stays pending for [`PENDING`].
+    async fn stays_pending(subscription: &mut Subscription) {
+        let outcome = tokio::time::timeout(PENDING, subscription.changed()).await;
+        assert!(
+            outcome.is_err(),
+            "{} was woken: {outcome:?}",
+            subscription.resource()
+        );
+    }
+
+    /// A `Wakeups` on `db.locks` of a monitored client, with its stream open.
+    async fn streaming(server: &TestServer, db: &str) -> (Wakeups, Collection<Document>, Monitor) {
+        let (client, monitor) = monitored_client(server).await;
+        let wakeups = Wakeups::new(client.database(db).collection("locks"));
+        assert_eq!(wakeups.availability(), Availability::Unknown);
+        assert_eq!(
+            wakeups.wait_ready(HANG_GUARD).await,
+            Availability::Streaming
+        );
+        // Writes come from another client, as another process's would.
+        let other = server.new_client().database(db).collection("locks");
+        (wakeups, other, monitor)
+    }
+
+    /// Sets the `failCommand` fail point.
+    async fn fail_command(server: &TestServer, mode: Bson, data: Document) {
+        server
+            .client()
+            .database("admin")
+            .run_command(doc! {"configureFailPoint": "failCommand", "mode": mode, "data": data})
+            .await
+            .expect("configureFailPoint");
+    }
+
+    #[tokio::test]
+    async fn a_change_wakes_the_subscribers_of_its_resource_only() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, _) = streaming(&server, "wake_own").await;
+        let mut a = wakeups.subscribe("a");
+        let mut b = wakeups.subscribe("b");
+        other
+            .insert_one(doc! {"_id": "a", "n": 0})
+            .await
+            .expect("insert");
+        assert_eq!(woken(&mut a).await, WakeCause::Change);
+        other
+            .update_one(doc! {"_id": "a"}, doc! {"$inc": {"n": 1}})
+            .await
+            .expect("update");
+        assert_eq!(woken(&mut a).await, WakeCause::Change);
+        // Both events were dispatched (a saw them): b is not woken by them.
+        stays_pending(&mut b).await;
+        other
+            .delete_one(doc! {"_id": "b"})
+            .await
+            .expect("delete of a missing document");
+        other.delete_one(doc! {"_id": "a"}).await.expect("delete");
+        assert_eq!(woken(&mut a).await, WakeCause::Change);
+        stays_pending(&mut b).await;
+        stays_pending(&mut a).await;
+        let stats = wakeups.stats();
+        assert_eq!(stats.events, 3, "{stats:?}");
+        assert_eq!(stats.opens, 1, "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn a_change_between_subscribe_and_changed_is_not_missed() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, _) = streaming(&server, "wake_between").await;
+        let mut subscription = wakeups.subscribe("r");
+        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        // Let the event be dispatched before anybody waits.
+        let events = || wakeups.stats().events;
+        eventually("the event is dispatched", || events() == 1).await;
+        assert_eq!(woken(&mut subscription).await, WakeCause::Change);
+        stays_pending(&mut subscription).await;
+    }
+
+    #[tokio::test]
+    async fn subscribers_from_before_the_stream_opened_are_woken_when_it_opens() {
+        let server = TestServer::start().await.expect("server");
+        let (client, _) = monitored_client(&server).await;
+        let wakeups = Wakeups::new(client.database("wake_first").collection("locks"));
+        let mut early = wakeups.subscribe("r");
+        assert_eq!(
+            wakeups.wait_ready(HANG_GUARD).await,
+            Availability::Streaming
+        );
+        assert_eq!(woken(&mut early).await, WakeCause::Resync);
+        let mut late = wakeups.subscribe("r");
+        stays_pending(&mut late).await;
+        stays_pending(&mut early).await;
+    }
+
+    #[tokio::test]
+    async fn many_subscribers_share_one_stream() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, monitor) = streaming(&server, "wake_many").await;
+        let mut subscriptions: Vec<_> = (0..50).map(|_| wakeups.subscribe("hot")).collect();
+        let mut elsewhere: Vec<_> = (0..5)
+            .map(|i| wakeups.subscribe(&format!("cold{i}")))
+            .collect();
+        other.insert_one(doc! {"_id": "hot"}).await.expect("insert");
+        for subscription in &mut subscriptions {
+            assert_eq!(woken(subscription).await, WakeCause::Change);
+        }
+        for subscription in &mut elsewhere {
+            stays_pending(subscription).await;
+        }
+        assert_eq!(wakeups.tracked_resources(), 6);
+        let opens = monitor.change_stream_opens();
+        assert_eq!(opens.len(), 1, "{opens:?}");
+        assert_eq!(opens[0], doc! {}, "a fresh stream, no resume option");
+        // The pipeline sent: only what a wake-up needs.
+        let started = monitor.started.lock().expect("monitor lock").clone();
+        let (_, aggregate) = started
+            .iter()
+            .find(|(name, _)| name == "aggregate")
+            .expect("an aggregate");
+        let stages = aggregate.get_array("pipeline").expect("pipeline");
+        assert_eq!(
+            &stages[1..],
+            &pipeline()
+                .into_iter()
+                .map(Bson::Document)
+                .collect::<Vec<_>>()[..]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_standalone_server_makes_wakeups_unavailable() {
+        let server = TestServer::builder()
+            .standalone(true)
+            .start()
+            .await
+            .expect("server");
+        let (client, monitor) = monitored_client(&server).await;
+        let wakeups = Wakeups::new(client.database("wake_standalone").collection("locks"));
+        let mut subscription = wakeups.subscribe("r");
+        assert_eq!(
+            wakeups.wait_ready(HANG_GUARD).await,
+            Availability::Unavailable
+        );
+        server
+            .new_client()
+            .database("wake_standalone")
+            .collection::<Document>("locks")
+            .insert_one(doc! {"_id": "r"})
+            .await
+            .expect("insert");
+        stays_pending(&mut subscription).await;
+        assert_eq!(wakeups.availability(), Availability::Unavailable);
+        assert_eq!(monitor.change_stream_opens().len(), 1, "no retry loop");
+    }
+
+    #[tokio::test]
+    async fn without_a_runtime_wakeups_are_unavailable() {
+        let server = TestServer::start().await.expect("server");
+        let wakeups = Arc::new(Wakeups::new(
+            server.client().database("wake_no_rt").collection("locks"),
+        ));
+        let shared = wakeups.clone();
+        let availability = std::thread::spawn(move || {
+            let subscription = shared.subscribe("r");
+            drop(subscription);
+            shared.availability()
+        })
+        .join()
+        .expect("no panic");
+        assert_eq!(availability, Availability::Unavailable);
+        assert_eq!(wakeups.tracked_resources(), 0);
+        // From within a runtime it starts after all.
+        assert_eq!(
+            wakeups.wait_ready(HANG_GUARD).await,
+            Availability::Streaming
+        );
+    }
+
+    /// The stream fails with an error the driver does not resume by itself, and reopening it
+    /// fails for a while: a change made in that gap is delivered once the task reopens the
+    /// stream with its resume token.
+    #[tokio::test]
+    async fn a_failed_stream_is_resumed_without_losing_the_changes_in_between() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, monitor) = streaming(&server, "wake_resume").await;
+        let mut subscription = wakeups.subscribe("r");
+        let mut unrelated = wakeups.subscribe("s");
+        // An event first, so that the stream resumes after its token.
+        other.insert_one(doc! {"_id": "z"}).await.expect("insert");
+        eventually("the event is read", || wakeups.stats().events == 1).await;
+        // 91 without labels: a server error the driver does not resume from.
+        fail_command(
+            &server,
+            Bson::String("alwaysOn".into()),
+            doc! {"failCommands": ["getMore", "aggregate"], "errorCode": 91, "errorLabels": []},
+        )
+        .await;
+        eventually("the stream failed and a reopen failed too", || {
+            monitor.failed_count("getMore") >= 1 && monitor.failed_count("aggregate") >= 1
+        })
+        .await;
+        eventually("unavailable after repeated failures", || {
+            wakeups.availability() == Availability::Unavailable
+        })
+        .await;
+        // The change happens while there is no stream.
+        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        fail_command(&server, Bson::String("off".into()), doc! {}).await;
+        assert_eq!(woken(&mut subscription).await, WakeCause::Change);
+        stays_pending(&mut unrelated).await;
+        assert_eq!(wakeups.availability(), Availability::Streaming);
+        let opens = monitor.change_stream_opens();
+        assert!(opens.len() >= 2, "{opens:?}");
+        assert!(
+            opens[1..].iter().all(|o| o.contains_key("resumeAfter")),
+            "every reopen resumes after the last event: {opens:?}"
+        );
+        assert!(wakeups.stats().resumes >= 1);
+        // And the stream goes on.
+        other
+            .update_one(doc! {"_id": "r"}, doc! {"$set": {"x": 1}})
+            .await
+            .expect("update");
+        assert_eq!(woken(&mut subscription).await, WakeCause::Change);
+    }
+
+    /// Closed connections, also on the reopen and on the driver's retry of it: the stream,
+    /// which saw no event yet, resumes from the time it opened, and a change made after the
+    /// failure is delivered.
+    #[tokio::test]
+    async fn a_stream_whose_connection_closes_is_resumed() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, monitor) = streaming(&server, "wake_close").await;
+        let mut subscription = wakeups.subscribe("r");
+        fail_command(
+            &server,
+            doc! {"times": 3}.into(),
+            doc! {"failCommands": ["getMore", "aggregate"], "closeConnection": true},
+        )
+        .await;
+        eventually("the stream failed and was reopened", || {
+            monitor.failed_count("getMore") >= 1
+                && monitor.failed_count("aggregate") >= 2
+                && wakeups.availability() == Availability::Streaming
+        })
+        .await;
+        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        assert_eq!(woken(&mut subscription).await, WakeCause::Change);
+        let opens = monitor.change_stream_opens();
+        assert!(opens.len() >= 3, "{opens:?}");
+        assert!(
+            opens[1..]
+                .iter()
+                .all(|o| o.contains_key("startAtOperationTime")),
+            "every reopen resumes (the driver's retry included): {opens:?}"
+        );
+        assert_eq!(wakeups.stats().resyncs, 1, "no resync after a resume");
+    }
+
+    /// Why [`run`] does not use the driver's `ChangeStream`: when the `aggregate` of its
+    /// automatic resume is retried (a retryable read error), the retry goes out without the
+    /// resume token and opens a fresh stream. If this test fails, the driver was fixed and
+    /// `ChangeStream` could be used again.
+    #[tokio::test]
+    async fn the_drivers_resume_retry_loses_its_resume_token() {
+        let server = TestServer::start().await.expect("server");
+        let (client, monitor) = monitored_client(&server).await;
+        let coll = client
+            .database("wake_driver")
+            .collection::<Document>("locks");
+        let mut stream = coll.watch().await.expect("watch");
+        fail_command(
+            &server,
+            doc! {"times": 2}.into(),
+            doc! {"failCommands": ["getMore", "aggregate"], "closeConnection": true},
+        )
+        .await;
+        // getMore fails, the resume aggregate fails, its retry succeeds; then the stream
+        // waits for events.
+        let deadline = tokio::time::Instant::now() + HANG_GUARD;
+        while monitor.change_stream_opens().len() < 3 && tokio::time::Instant::now() < deadline {
+            stream.next_if_any().await.expect("the driver resumes");
+        }
+        let opens = monitor.change_stream_opens();
+        assert!(opens.len() >= 3, "{opens:?}");
+        assert!(opens[1].contains_key("resumeAfter"), "{opens:?}");
+        assert_eq!(
+            opens[2],
+            doc! {},
+            "the retry opens a fresh stream: {opens:?}"
+        );
+    }
+
+    /// When the server lost the stream's history, the task opens a fresh stream and wakes
+    /// every subscriber once.
+    #[tokio::test]
+    async fn lost_history_reopens_fresh_and_wakes_everybody() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, monitor) = streaming(&server, "wake_lost").await;
+        let mut a = wakeups.subscribe("a");
+        let mut b = wakeups.subscribe("b");
+        fail_command(
+            &server,
+            doc! {"times": 1}.into(),
+            doc! {"failCommands": ["getMore"], "errorCode": CHANGE_STREAM_HISTORY_LOST},
+        )
+        .await;
+        assert_eq!(woken(&mut a).await, WakeCause::Resync);
+        assert_eq!(woken(&mut b).await, WakeCause::Resync);
+        let opens = monitor.change_stream_opens();
+        assert_eq!(opens.len(), 2, "{opens:?}");
+        assert_eq!(opens[1], doc! {}, "a fresh stream: {opens:?}");
+        stays_pending(&mut a).await;
+        other.insert_one(doc! {"_id": "b"}).await.expect("insert");
+        assert_eq!(woken(&mut b).await, WakeCause::Change);
+        stays_pending(&mut a).await;
+    }
+
+    /// A dropped collection invalidates the stream: it is reopened fresh, and everybody
+    /// looks again (the locks are gone).
+    #[tokio::test]
+    async fn a_dropped_collection_reopens_the_stream_and_wakes_everybody() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, monitor) = streaming(&server, "wake_drop").await;
+        other.insert_one(doc! {"_id": "x"}).await.expect("insert");
+        let mut a = wakeups.subscribe("a");
+        other.drop().await.expect("drop");
+        assert_eq!(woken(&mut a).await, WakeCause::Resync);
+        eventually("a second stream", || {
+            monitor.change_stream_opens().len() >= 2
+        })
+        .await;
+        assert_eq!(
+            wakeups.wait_ready(HANG_GUARD).await,
+            Availability::Streaming
+        );
+        other.insert_one(doc! {"_id": "a"}).await.expect("insert");
+        assert_eq!(woken(&mut a).await, WakeCause::Change);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_subscriptions_removes_the_resource_state() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, _) = streaming(&server, "wake_leak").await;
+        let first = wakeups.subscribe("r");
+        let second = wakeups.subscribe("r");
+        let third = wakeups.subscribe("q");
+        assert_eq!(wakeups.tracked_resources(), 2);
+        drop(first);
+        assert_eq!(wakeups.tracked_resources(), 2);
+        drop(second);
+        assert_eq!(wakeups.tracked_resources(), 1);
+        drop(third);
+        assert_eq!(wakeups.tracked_resources(), 0);
+        // Events for resources nobody waits for leave nothing behind either.
+        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        let events = || wakeups.stats().events;
+        eventually("the event is read", || events() == 1).await;
+        assert_eq!(wakeups.tracked_resources(), 0);
+        // A new subscription starts from the current state.
+        let mut again = wakeups.subscribe("r");
+        stays_pending(&mut again).await;
+    }
+
+    #[tokio::test]
+    async fn dropping_wakeups_stops_the_stream() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, _, monitor) = streaming(&server, "wake_stop").await;
+        let subscription = wakeups.subscribe("r");
+        drop(wakeups);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let get_mores = monitor.started_count("getMore");
+        let kills = monitor.started_count("killCursors");
+        // An awaiting getMore lasts a second on the server: wait longer than that.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(monitor.started_count("getMore"), get_mores);
+        assert_eq!(kills, 1, "the cursor is killed");
+        drop(subscription);
+    }
+
+    #[test]
+    fn reopen_backoff_grows_and_stays_bounded() {
+        for failures in 0..100 {
+            let pause = reopen_backoff(failures);
+            assert!(pause >= REOPEN_BACKOFF_BASE / 2, "{failures}: {pause:?}");
+            assert!(pause <= REOPEN_BACKOFF_MAX, "{failures}: {pause:?}");
+        }
+        assert!(reopen_backoff(10) >= REOPEN_BACKOFF_MAX / 2);
+    }
+}

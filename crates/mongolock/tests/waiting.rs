@@ -1,0 +1,771 @@
+//! Waiting for a held lock: a waiter gets the lock the moment it frees, without loading the
+//! server while it waits.
+//!
+//! - **Woken by the change.** On a replica set a waiter watches its resource through the
+//!   client's one change stream. A lock held without TTL gives the server no time to report,
+//!   so the waiter sleeps up to the safety-net re-check ([`mongolock::RECHECK`], ten seconds);
+//!   released, the change wakes it and it takes the lock at once: well within a timeout
+//!   shorter than the re-check.
+//! - **Backoff without change streams.** A standalone server refuses change streams; the
+//!   waiter still gets the lock, by retrying with a growing, jittered backoff: a few attempts,
+//!   not a busy loop.
+//! - **A broken stream resumes.** When the stream's `getMore` fails, the stream is reopened
+//!   from where it stopped: a release made while it was broken still wakes the waiter, before
+//!   the re-check would.
+//! - **Quiet while held.** A waiter on a held lock (a mutex waiter, or a reader-writer
+//!   lock's waiting writer) asks the server once, then again only when the resource changes
+//!   or the re-check comes: a handful of commands in seconds.
+//! - **Refused attempts write nothing**: no change event comes from a waiter.
+//! - **Local waiters take turns.** The waiters of one client on one resource queue behind a
+//!   local gate: only the head of the line asks the server. Released, the lock goes to each of
+//!   them in turn.
+//! - **Giving up is clean.** A wait that outlives its deadline returns `None` and leaves no
+//!   trace of the waiter in the collection.
+//!
+//! No test asserts how fast something happens: time bounds are generous timeouts chosen so
+//! that a wrong mechanism (polling instead of a wake-up, a lost wake-up) cannot meet them.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bson::{Bson, Document, doc};
+use futures_util::StreamExt;
+use mongodb::event::command::CommandEvent;
+use mongodb::{Collection, Database};
+use mongolock::{Filter, LockClient, LockDetails, RECHECK};
+use mongolock_testkit::TestServer;
+use tokio::time::{Instant, sleep, timeout};
+
+/// A guard against hangs only: nothing asserts that something is this fast.
+const HANG_GUARD: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------------------------------
+// Where the tests run, and what they watch.
+// ---------------------------------------------------------------------------------------
+
+/// One test's server (an emulator of its own, or `MONGODB_URI`), database and lock client.
+struct Setup {
+    uri: String,
+    db: Database,
+    locks: LockClient,
+    /// Kept alive for the test; `None` on a real server.
+    server: Option<TestServer>,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn db_name(name: &str) -> String {
+    format!(
+        "mongolock_{name}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+impl Setup {
+    /// A replica-set emulator, or the real server named by `MONGODB_URI`.
+    async fn new(name: &str) -> Setup {
+        if let Ok(uri) = std::env::var("MONGODB_URI")
+            && !uri.is_empty()
+        {
+            let client = mongodb::Client::with_uri_str(&uri)
+                .await
+                .expect("MONGODB_URI is valid");
+            let db = client.database(&db_name(name));
+            db.drop().await.expect("drop the test database");
+            return Setup {
+                uri,
+                locks: LockClient::new(db.collection("locks")),
+                db,
+                server: None,
+            };
+        }
+        Self::emulator(name, false).await
+    }
+
+    /// An emulator of its own, whatever `MONGODB_URI` says: a one-member replica set, or a
+    /// standalone server (no change streams).
+    async fn emulator(name: &str, standalone: bool) -> Setup {
+        let server = TestServer::builder()
+            .standalone(standalone)
+            .ttl_monitor_interval(Duration::from_millis(20))
+            .start()
+            .await
+            .expect("emulator starts");
+        let db = server.client().database(&db_name(name));
+        Setup {
+            uri: server.uri(),
+            locks: LockClient::new(db.collection("locks")),
+            db,
+            server: Some(server),
+        }
+    }
+
+    fn collection(&self) -> Collection<Document> {
+        self.db.collection("locks")
+    }
+
+    /// A lock client on a driver client of its own (its own pool, its own change stream),
+    /// named `app_name` in the handshake, whose commands are recorded.
+    async fn recorded(&self, app_name: &str) -> (Recorder, LockClient) {
+        let mut options = mongodb::options::ClientOptions::parse(&self.uri)
+            .await
+            .expect("a valid URI");
+        options.app_name = Some(app_name.to_owned());
+        let recorder = Recorder::default();
+        let sink = recorder.clone();
+        options.command_event_handler = Some(mongodb::event::EventHandler::callback(
+            move |event: CommandEvent| sink.record(event),
+        ));
+        let client = mongodb::Client::with_options(options).expect("a client");
+        let locks = LockClient::new(client.database(self.db.name()).collection("locks"));
+        (recorder, locks)
+    }
+
+    /// Whether the server delivers change streams (a real standalone server does not).
+    async fn has_change_streams(&self) -> bool {
+        match self.collection().watch().await {
+            Ok(_) => true,
+            Err(error) => {
+                eprintln!("skipped: change streams need a replica set ({error})");
+                false
+            }
+        }
+    }
+}
+
+/// One command a recorded client started, and how it ended.
+#[derive(Debug, Clone)]
+struct Command {
+    at: Instant,
+    request_id: i32,
+    name: String,
+    body: Document,
+    /// `None` while running, then whether it succeeded.
+    succeeded: Option<bool>,
+    /// The reply, for a command that succeeded.
+    reply: Option<Document>,
+}
+
+impl Command {
+    fn opens_change_stream(&self) -> bool {
+        self.name == "aggregate"
+            && self
+                .body
+                .get_array("pipeline")
+                .ok()
+                .and_then(|stages| stages.first())
+                .and_then(Bson::as_document)
+                .is_some_and(|stage| stage.contains_key("$changeStream"))
+    }
+}
+
+/// The commands one driver client sent, in order (handshakes left out).
+#[derive(Clone, Default)]
+struct Recorder {
+    commands: Arc<Mutex<Vec<Command>>>,
+}
+
+impl Recorder {
+    fn record(&self, event: CommandEvent) {
+        let mut commands = self.commands.lock().unwrap();
+        match event {
+            CommandEvent::Started(started) => {
+                if matches!(
+                    started.command_name.as_str(),
+                    "hello" | "isMaster" | "endSessions"
+                ) {
+                    return;
+                }
+                commands.push(Command {
+                    at: Instant::now(),
+                    request_id: started.request_id,
+                    name: started.command_name,
+                    body: started.command,
+                    succeeded: None,
+                    reply: None,
+                });
+            }
+            CommandEvent::Succeeded(done) => {
+                if let Some(c) = commands
+                    .iter_mut()
+                    .find(|c| c.request_id == done.request_id)
+                {
+                    c.succeeded = Some(true);
+                    c.reply = Some(done.reply);
+                }
+            }
+            CommandEvent::Failed(failed) => {
+                if let Some(c) = commands
+                    .iter_mut()
+                    .find(|c| c.request_id == failed.request_id)
+                {
+                    c.succeeded = Some(false);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn all(&self) -> Vec<Command> {
+        self.commands.lock().unwrap().clone()
+    }
+
+    /// Forgets the commands that have ended (one still running, such as the stream's
+    /// waiting `getMore`, is kept, to see its reply).
+    fn clear(&self) {
+        self.commands
+            .lock()
+            .unwrap()
+            .retain(|c| c.succeeded.is_none());
+    }
+
+    /// The acquire attempts sent (each is one `findAndModify`), with their send times.
+    fn attempts(&self) -> Vec<Instant> {
+        self.all()
+            .into_iter()
+            .filter(|c| c.name == "findAndModify")
+            .map(|c| c.at)
+            .collect()
+    }
+
+    fn count(&self, name: &str, succeeded: Option<bool>) -> usize {
+        self.all()
+            .iter()
+            .filter(|c| c.name == name && c.succeeded == succeeded)
+            .count()
+    }
+
+    /// Change streams opened: `(asked, succeeded)`.
+    fn change_streams(&self) -> (usize, usize) {
+        let opens: Vec<Command> = self
+            .all()
+            .into_iter()
+            .filter(Command::opens_change_stream)
+            .collect();
+        let ok = opens.iter().filter(|c| c.succeeded == Some(true)).count();
+        (opens.len(), ok)
+    }
+
+    /// Whether the client's change stream has delivered an event about `resource`.
+    fn stream_saw(&self, resource: &str) -> bool {
+        self.all()
+            .iter()
+            .filter_map(|c| c.reply.as_ref())
+            .any(|reply| {
+                let Ok(cursor) = reply.get_document("cursor") else {
+                    return false;
+                };
+                ["firstBatch", "nextBatch"]
+                    .iter()
+                    .filter_map(|batch| cursor.get_array(batch).ok())
+                    .flatten()
+                    .filter_map(Bson::as_document)
+                    .any(|event| {
+                        event
+                            .get_document("documentKey")
+                            .is_ok_and(|key| key.get_str("_id") == Ok(resource))
+                    })
+            })
+    }
+
+    /// Waits until the client's change stream has delivered the event of a change of
+    /// `resource` made before: a waiter that subscribes from now on is not woken by it.
+    async fn settle(&self, resource: &str) {
+        self.wait_until("the stream delivers the change", |r| r.stream_saw(resource))
+            .await;
+    }
+
+    /// Waits until `done` holds for the recorded commands (a hang guard, not a time bound).
+    async fn wait_until(&self, what: &str, done: impl Fn(&Recorder) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            assert!(started.elapsed() < HANG_GUARD, "never happened: {what}");
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Opens the change stream of `locks` and waits until it is streaming (its first `getMore`
+/// is sent only once the stream is open and reported as such), then forgets what
+/// `recorder` saw. From then on a waiter of `locks` sleeps until a change or the re-check.
+async fn open_stream(locks: &LockClient, recorder: &Recorder) {
+    // Any wait subscribes, which starts the client's stream.
+    let guard = locks
+        .mutex("warm-up")
+        .acquire_timeout(HANG_GUARD)
+        .await
+        .unwrap()
+        .expect("nobody holds warm-up");
+    guard.release().await.unwrap();
+    recorder
+        .wait_until("the change stream opens", |r| {
+            r.change_streams().1 >= 1
+                && r.count("getMore", None) + r.count("getMore", Some(true)) >= 1
+        })
+        .await;
+    recorder.clear();
+}
+
+/// A fail point on the emulator (admin command `configureFailPoint`).
+async fn fail_point(db: &Database, name: &str, mode: Bson, data: Document) {
+    db.client()
+        .database("admin")
+        .run_command(doc! { "configureFailPoint": name, "mode": mode, "data": data })
+        .await
+        .expect("configureFailPoint");
+}
+
+/// The resource's document as relaxed extended JSON, for looking for a lock id in it.
+async fn document_text(collection: &Collection<Document>, resource: &str) -> String {
+    let document = collection
+        .find_one(doc! { "_id": resource })
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    Bson::Document(document).into_relaxed_extjson().to_string()
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests.
+// ---------------------------------------------------------------------------------------
+
+/// The holder's lock has no TTL, so the server reports no time to wait and the waiter
+/// sleeps up to the re-check (10 s) after its attempt: only a change can wake it sooner. It
+/// gets the lock within 5 s of asking, so the release woke it.
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_release() {
+    let setup = Setup::new("wake").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let (recorder, waiter) = setup.recorded("waiter").await;
+    open_stream(&waiter, &recorder).await;
+    let _held = setup
+        .locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+    recorder.settle("job").await;
+
+    let patience = Duration::from_secs(5);
+    assert!(patience < RECHECK);
+    let waiting = tokio::spawn({
+        let mutex = waiter.mutex("job");
+        async move { mutex.acquire_timeout(patience).await }
+    });
+    recorder
+        .wait_until("the waiter's first attempt", |r| r.attempts().len() == 1)
+        .await;
+    // Held for a while: a polling waiter would ask several times by now (its backoff starts
+    // at 10 ms and doubles); a waiter that sleeps until the change asks once.
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        recorder.attempts().len(),
+        1,
+        "the waiter asked once and slept"
+    );
+    assert_eq!(setup.locks.unlock("holder").await.unwrap(), 1);
+
+    let guard = timeout(HANG_GUARD, waiting)
+        .await
+        .expect("acquire_timeout ends by its deadline")
+        .unwrap()
+        .unwrap()
+        .expect("woken by the release, the waiter takes the lock before its 5 s timeout");
+    assert_eq!(
+        recorder.attempts().len(),
+        2,
+        "one more attempt: the winning one"
+    );
+    guard.release().await.unwrap();
+}
+
+/// On a standalone server (no change streams) the waiter still gets the lock, by retrying
+/// with an exponential backoff (10 ms, doubling, with jitter): its attempts thin out instead
+/// of hammering the server.
+#[tokio::test]
+async fn without_change_streams_a_waiter_backs_off() {
+    let setup = Setup::emulator("standalone", true).await;
+    let (recorder, waiter) = setup.recorded("waiter").await;
+    let _held = setup
+        .locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+
+    let waiting = tokio::spawn({
+        let mutex = waiter.mutex("job");
+        async move { mutex.acquire_timeout(Duration::from_secs(15)).await }
+    });
+    recorder
+        .wait_until("the waiter's first attempt", |r| !r.attempts().is_empty())
+        .await;
+    sleep(Duration::from_millis(1500)).await;
+    let while_held = recorder.attempts();
+    assert_eq!(setup.locks.unlock("holder").await.unwrap(), 1);
+
+    let guard = timeout(HANG_GUARD, waiting)
+        .await
+        .expect("acquire_timeout ends by its deadline")
+        .unwrap()
+        .unwrap()
+        .expect("the waiter's backoff brings it back to a free lock within 15 s");
+    guard.release().await.unwrap();
+
+    let (asked, opened) = recorder.change_streams();
+    assert!(asked >= 1, "the waiter tried to open a change stream");
+    assert_eq!(opened, 0, "a standalone server opens no change stream");
+    // 1.5 s of backoff starting at 10 ms and doubling is about 8 attempts; a busy loop on a
+    // local server would make hundreds. The spacing grows: the longest gap is many times the
+    // first.
+    assert!(
+        (3..=20).contains(&while_held.len()),
+        "{} attempts in 1.5 s of holding",
+        while_held.len()
+    );
+    let gaps: Vec<Duration> = while_held.windows(2).map(|w| w[1] - w[0]).collect();
+    let longest = *gaps.iter().max().unwrap();
+    assert!(longest >= gaps[0] * 4, "the backoff grows: gaps {gaps:?}");
+}
+
+/// The stream's `getMore` fails three times (a resumable error); the holder releases while
+/// the stream is broken. The stream is reopened from where it stopped, so the release is
+/// still delivered and wakes the waiter, before the 10 s re-check would.
+#[tokio::test]
+async fn emulator_only_a_waiter_is_woken_through_a_resumed_change_stream() {
+    let setup = Setup::new("resume").await;
+    if setup.server.is_none() {
+        eprintln!("skipped: needs the emulator's fail points");
+        return;
+    }
+    let (recorder, waiter) = setup.recorded("waiter").await;
+    open_stream(&waiter, &recorder).await;
+    let _held = setup
+        .locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+    recorder.settle("job").await;
+
+    let patience = Duration::from_secs(8);
+    assert!(patience < RECHECK);
+    let waiting = tokio::spawn({
+        let mutex = waiter.mutex("job");
+        async move { mutex.acquire_timeout(patience).await }
+    });
+    recorder
+        .wait_until("the waiter's first attempt", |r| r.attempts().len() == 1)
+        .await;
+    // HostUnreachable (6): resumable, and not a state-change error that would make the
+    // driver drop its pool. Only the waiter's client is affected.
+    fail_point(
+        &setup.db,
+        "failCommand",
+        bson::bson!({ "times": 3 }),
+        doc! { "failCommands": ["getMore"], "errorCode": 6, "appName": "waiter" },
+    )
+    .await;
+    recorder
+        .wait_until("the stream's getMore fails", |r| {
+            r.count("getMore", Some(false)) >= 1
+        })
+        .await;
+    // Released while the stream is broken.
+    assert_eq!(setup.locks.unlock("holder").await.unwrap(), 1);
+
+    let guard = timeout(HANG_GUARD, waiting)
+        .await
+        .expect("acquire_timeout ends by its deadline")
+        .unwrap()
+        .unwrap()
+        .expect("the resumed stream delivers the release before the 8 s timeout");
+    let attempts = recorder.attempts().len();
+    // The stream broke (the third failure may still be to come: a reopened stream can
+    // deliver the release in its first batch, without a getMore).
+    assert!(recorder.count("getMore", Some(false)) >= 1);
+    let reopened: Vec<Document> = recorder
+        .all()
+        .into_iter()
+        .filter(Command::opens_change_stream)
+        .filter_map(|c| {
+            let stages = c.body.get_array("pipeline").ok()?.clone();
+            stages
+                .first()?
+                .as_document()?
+                .get_document("$changeStream")
+                .ok()
+                .cloned()
+        })
+        .collect();
+    assert!(
+        !reopened.is_empty()
+            && reopened
+                .iter()
+                .all(|stage| stage.contains_key("resumeAfter")
+                    || stage.contains_key("startAtOperationTime")),
+        "every reopen resumes where the stream stopped: {reopened:?}"
+    );
+    assert_eq!(
+        attempts, 2,
+        "the first attempt and the winning one: nothing was polled"
+    );
+    guard.release().await.unwrap();
+}
+
+/// A live holder (a lease with a 30 s TTL, renewed every 10 s) holds the lock while a waiter
+/// waits 3 s. The server tells the waiter the lease has 30 s left; the waiter sleeps until
+/// then, at most the re-check (10 s), or until the resource changes.
+#[tokio::test]
+async fn a_held_lock_costs_its_waiter_almost_nothing() {
+    let setup = Setup::new("load").await;
+    let (recorder, waiter) = setup.recorded("waiter").await;
+    let streaming = setup.has_change_streams().await;
+    if streaming {
+        open_stream(&waiter, &recorder).await;
+    }
+    let holder = setup
+        .locks
+        .mutex("job")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    if streaming {
+        recorder.settle("job").await;
+    }
+
+    let waiting = tokio::spawn({
+        let mutex = waiter.mutex("job");
+        async move { mutex.acquire_timeout(Duration::from_secs(3)).await }
+    });
+    let gave_up = timeout(HANG_GUARD, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        gave_up.is_none(),
+        "held for 30 s: the waiter gives up at 3 s"
+    );
+    let attempts = recorder.attempts().len();
+    if streaming {
+        // The budget: one attempt when the wait starts; then the waiter sleeps until the
+        // lease could end (30 s, capped by the 10 s re-check) unless the resource changes,
+        // and the only changes are the holder's renewals, every 10 s: none in these 3 s.
+        // So one attempt is expected; two spare ones allow for a stream that had to reopen
+        // (a reopen without continuity wakes every waiter once). A waiter that polled would
+        // make dozens.
+        assert!(attempts <= 3, "{attempts} attempts in 3 s of waiting");
+    } else {
+        // No change streams (a real standalone server): backoff from 10 ms, doubling.
+        assert!(attempts <= 12, "{attempts} attempts in 3 s of waiting");
+    }
+    holder.release().await.unwrap();
+}
+
+/// Like the mutex waiter above, a reader-writer lock's waiting writer stays quiet while the
+/// readers hold: it announces itself (which keeps new readers out), then sleeps until the
+/// readers change something or the re-check comes.
+#[tokio::test]
+async fn a_waiting_writer_costs_almost_nothing() {
+    let setup = Setup::new("writer_load").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let (recorder, writer) = setup.recorded("writer").await;
+    open_stream(&writer, &recorder).await;
+    let reader = setup
+        .locks
+        .rwlock("config")
+        .ttl(Duration::from_secs(30))
+        .read()
+        .await
+        .unwrap();
+    recorder.settle("config").await;
+
+    let waiting = tokio::spawn({
+        let rwlock = writer.rwlock("config");
+        async move { rwlock.write_timeout(Duration::from_secs(2)).await }
+    });
+    let gave_up = timeout(HANG_GUARD, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(gave_up.is_none(), "the reader holds for 30 s");
+    // The same budget as a mutex waiter: the first attempt, plus spares for a reopened
+    // stream. A writer whose own announcement woke it would ask again at once, every round
+    // trip.
+    let attempts = recorder.attempts().len();
+    assert!(
+        attempts <= 3,
+        "{attempts} attempts in 2 s of waiting: is the writer woken by its own announcement?"
+    );
+    reader.release().await.unwrap();
+}
+
+/// A waiter's refused attempts leave the document as it was: a change stream opened by the
+/// test on the collection sees no event while the waiter waits (the holder has no TTL, so
+/// there are no renewals either).
+#[tokio::test]
+async fn a_waiter_writes_nothing() {
+    let setup = Setup::new("quiet").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let collection = setup.collection();
+    let _held = setup
+        .locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+    let mut events = collection.watch().await.unwrap();
+
+    let (recorder, waiter) = setup.recorded("waiter").await;
+    let gave_up = waiter
+        .mutex("job")
+        .lock_id("the-waiter")
+        .acquire_timeout(Duration::from_millis(1500))
+        .await
+        .unwrap();
+    assert!(gave_up.is_none());
+    assert!(
+        !recorder.attempts().is_empty(),
+        "the waiter did ask the server"
+    );
+    waiter.shutdown().await;
+
+    // A marker, to know when every earlier change has been seen.
+    collection
+        .insert_one(doc! { "_id": "marker" })
+        .await
+        .unwrap();
+    let mut before_marker = Vec::new();
+    loop {
+        let event = timeout(HANG_GUARD, events.next())
+            .await
+            .expect("the marker's event comes")
+            .expect("an event")
+            .expect("a change event");
+        let key = event.document_key.clone().expect("a document key");
+        if key == doc! { "_id": "marker" } {
+            break;
+        }
+        before_marker.push(event);
+    }
+    assert!(
+        before_marker.is_empty(),
+        "the waiter changed the collection: {before_marker:?}"
+    );
+    assert!(
+        !document_text(&collection, "job")
+            .await
+            .contains("the-waiter")
+    );
+}
+
+/// Twenty tasks of one client wait for one held resource. They queue behind a local gate,
+/// so only the head of the line asks the server while the lock is held. Released, the lock
+/// goes to each of them in turn (each releases right away), never to two at once.
+#[tokio::test]
+async fn local_waiters_take_turns() {
+    let setup = Setup::new("turns").await;
+    let (recorder, waiters) = setup.recorded("waiters").await;
+    let streaming = setup.has_change_streams().await;
+    if streaming {
+        open_stream(&waiters, &recorder).await;
+    }
+    let _held = setup
+        .locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+    if streaming {
+        recorder.settle("job").await;
+    }
+
+    let inside = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let mutex = waiters.mutex("job");
+            let (inside, served) = (inside.clone(), served.clone());
+            tokio::spawn(async move {
+                let guard = mutex.acquire().await?;
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                served.fetch_add(1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                guard.release().await
+            })
+        })
+        .collect();
+    sleep(Duration::from_secs(2)).await;
+    let while_held = recorder.attempts().len();
+    assert_eq!(served.load(Ordering::SeqCst), 0, "the lock is held");
+    // One waiter at a time asks: the head of the line, once (it then sleeps until a change
+    // or the 10 s re-check), with spares for a reopened stream. Without the gate every one
+    // of the 20 would ask at least once.
+    let budget = if streaming { 3 } else { 12 };
+    assert!(
+        (1..=budget).contains(&while_held),
+        "{while_held} attempts by 20 waiters in 2 s of holding"
+    );
+
+    assert_eq!(setup.locks.unlock("holder").await.unwrap(), 1);
+    for task in tasks {
+        timeout(HANG_GUARD, task)
+            .await
+            .expect("every waiter gets its turn")
+            .unwrap()
+            .expect("acquired and released");
+    }
+    assert_eq!(served.load(Ordering::SeqCst), 20);
+    assert!(
+        setup
+            .locks
+            .status(&Filter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// `acquire_timeout` on a lock that stays held returns `Ok(None)` at its deadline, and the
+/// waiter leaves nothing behind: no lease, no entry, no trace of its lock id.
+#[tokio::test]
+async fn a_wait_that_outlives_its_deadline_gives_up_cleanly() {
+    let setup = Setup::new("give_up").await;
+    let locks = &setup.locks;
+    let _held = locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+    let waiter = locks.mutex("job").lock_id("the-waiter");
+    let gave_up = waiter
+        .acquire_timeout(Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(gave_up.is_none(), "still held at the deadline");
+    locks.shutdown().await;
+
+    assert_eq!(locks.leases(), 0);
+    let held = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].lock_id(), "holder");
+    assert!(
+        !document_text(&setup.collection(), "job")
+            .await
+            .contains("the-waiter")
+    );
+    // And it can wait again later, now that the lock is free.
+    assert_eq!(locks.unlock("holder").await.unwrap(), 1);
+    let guard = waiter
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(guard.lock_id(), "the-waiter");
+    guard.release().await.unwrap();
+}
