@@ -82,7 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("\n2. Readers share a lock capped at 2; a third is refused and told who holds it.");
     let readers = [new_lock_id("reader-1"), new_lock_id("reader-2")];
     for reader in &readers {
-        locks
+        let _ = locks
             .slock(
                 "catalog",
                 reader,

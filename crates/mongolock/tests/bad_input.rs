@@ -72,7 +72,7 @@ async fn ids_that_look_like_operators_are_plain_data() {
     assert_eq!(status.len(), 1);
     assert_eq!(locks.unlock("$exclusive").await.unwrap(), 1);
     let max = "m".repeat(MAX_ID_LEN);
-    locks
+    let _ = locks
         .xlock(&max, &max, LockDetails::default())
         .await
         .unwrap();

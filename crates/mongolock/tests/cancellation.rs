@@ -1,5 +1,7 @@
 //! Dropping a call's future at any point leaves a state that repeating the call (same lock
 //! id) or unlocking resolves: a grant made by a dropped acquire is found again, never lost.
+//! A handle's acquire goes further: dropped at any point, it leaves no lock and no waiter's
+//! announcement behind once `shutdown` has waited for the background withdrawals.
 
 mod common;
 
@@ -60,11 +62,11 @@ async fn a_dropped_unlock_is_completed_by_unlocking_again() {
     let locks = &env.locks;
     for polls in 0..40 {
         let id = format!("g{polls}");
-        locks
+        let _ = locks
             .xlock(&format!("a{polls}"), &id, LockDetails::default())
             .await
             .unwrap();
-        locks
+        let _ = locks
             .slock(&format!("b{polls}"), &id, LockDetails::default(), None)
             .await
             .unwrap();
@@ -128,4 +130,131 @@ async fn releasing_an_attempt_leaves_an_earlier_grant_alone() {
         "the second attempt created nothing"
     );
     assert!(locks.release_attempt(&first).await.unwrap());
+}
+
+/// The entries on `resource` whose lease is live, and the waiters announced on it.
+async fn left_on(env: &common::Env, resource: &str) -> (Vec<String>, usize) {
+    let held = env
+        .locks
+        .status(&Filter::default().resource(resource))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| !s.is_expired())
+        .map(|s| s.lock_id().to_owned())
+        .collect();
+    let document = env
+        .collection()
+        .find_one(bson::doc! { "_id": resource })
+        .await
+        .unwrap();
+    let waiters = document
+        .and_then(|d| d.get_array("queue").ok().map(|q| q.len()))
+        .unwrap_or(0);
+    (held, waiters)
+}
+
+#[tokio::test]
+async fn dropping_a_handles_acquire_at_any_point_leaves_no_lock() {
+    let env = env("cancel_handle_free").await;
+    let locks = env.other_client().await;
+    for polls in 0..40 {
+        let resource = format!("free-{polls}");
+        let completed = poll_then_drop(locks.mutex(&resource).acquire(), polls).await;
+        // Whatever was granted is withdrawn or released in the background.
+        locks.shutdown().await;
+        assert_eq!(locks.leases(), 0, "after {polls} polls");
+        let (held, _) = left_on(&env, &resource).await;
+        assert!(
+            held.is_empty(),
+            "after {polls} polls (completed: {completed}): {held:?}"
+        );
+        // And the resource is free for anyone.
+        let next = env.locks.mutex(&resource).try_acquire().await.unwrap();
+        assert!(next.is_some(), "after {polls} polls");
+    }
+}
+
+#[tokio::test]
+async fn dropping_a_waiting_writer_at_any_point_leaves_no_lock_and_no_announcement() {
+    let env = env("cancel_handle_waiting").await;
+    let locks = env.other_client().await;
+    for polls in 0..40 {
+        let resource = format!("held-{polls}");
+        let _ = env
+            .locks
+            .slock(&resource, "reader", LockDetails::default(), None)
+            .await
+            .unwrap();
+        let completed = poll_then_drop(locks.rwlock(&resource).write(), polls).await;
+        assert!(!completed, "the reader holds it");
+        locks.shutdown().await;
+        let (held, waiters) = left_on(&env, &resource).await;
+        assert_eq!(held, ["reader"], "after {polls} polls");
+        assert_eq!(
+            waiters, 0,
+            "after {polls} polls: the writer's place is withdrawn"
+        );
+        // So readers are not kept out by a writer that is gone.
+        let reader = locks.rwlock(&resource).try_read().await.unwrap();
+        assert!(reader.is_some(), "after {polls} polls");
+        drop(reader);
+        env.locks.unlock("reader").await.unwrap();
+    }
+    locks.shutdown().await;
+}
+
+#[tokio::test]
+async fn emulator_only_dropping_an_acquire_while_its_command_is_on_the_wire_leaves_no_lock() {
+    let Some(_env) = common::emulator_env("cancel_handle_wire").await else {
+        return;
+    };
+    // Replies take 2 x 4 ms: dropping after 0 to 12 ms lands before, during and after the
+    // round trip of the attempt.
+    let server = mongolock_testkit::TestServer::start().await.unwrap();
+    let proxy = mongolock_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let locks = mongolock::LockClient::new(proxy.client().database("c").collection("locks"));
+    let direct = mongolock::LockClient::new(server.new_client().database("c").collection("locks"));
+    locks.mutex("warm-up").try_acquire().await.unwrap();
+    locks.shutdown().await;
+    proxy.add_latency(std::time::Duration::from_millis(4));
+    for micros in (0..12_000).step_by(500) {
+        let resource = format!("r{micros}");
+        let limit = std::time::Duration::from_micros(micros);
+        let outcome = tokio::time::timeout(limit, locks.mutex(&resource).acquire()).await;
+        drop(outcome);
+        locks.shutdown().await;
+        let live: Vec<_> = direct
+            .status(&Filter::default().resource(&resource))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| !s.is_expired())
+            .collect();
+        assert!(live.is_empty(), "dropped after {micros} µs: {live:?}");
+    }
+}
+
+#[test]
+fn a_guard_dropped_without_a_runtime_leaves_the_lock_to_its_ttl() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let env = runtime.block_on(env("cancel_no_runtime"));
+    let guard = runtime
+        .block_on(
+            env.locks
+                .mutex("r")
+                .ttl(std::time::Duration::from_secs(60))
+                .acquire(),
+        )
+        .unwrap();
+    // Outside the runtime: no task can be spawned, and dropping must neither panic nor
+    // block.
+    drop(guard);
+    runtime.block_on(async {
+        let held = env.locks.status(&Filter::default()).await.unwrap();
+        assert_eq!(held.len(), 1, "still held: the TTL frees it");
+        assert!(held[0].ttl_remaining().unwrap() <= std::time::Duration::from_secs(60));
+    });
 }

@@ -14,17 +14,17 @@ async fn emulator_only_idle_documents_go_and_held_ones_stay() {
     let locks = env.locks.clone().with_retention(secs(60));
     locks.create_indexes().await.unwrap();
     // Freed by release: idle from now.
-    locks
+    let _ = locks
         .xlock("released", "a", LockDetails::default())
         .await
         .unwrap();
     locks.unlock("a").await.unwrap();
     // Held with a TTL longer than the retention, and held without TTL.
-    locks
+    let _ = locks
         .xlock("long-lease", "b", LockDetails::default().ttl(secs(3600)))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("no-ttl", "c", LockDetails::default())
         .await
         .unwrap();
@@ -64,7 +64,7 @@ async fn emulator_only_an_early_release_makes_the_document_idle_from_the_release
     };
     let locks = env.locks.clone().with_retention(secs(60));
     locks.create_indexes().await.unwrap();
-    locks
+    let _ = locks
         .xlock("r", "a", LockDetails::default().ttl(secs(24 * 3600)))
         .await
         .unwrap();

@@ -26,7 +26,7 @@ async fn emulator_only_the_wait_is_server_time_left_whatever_the_client_clock_sa
     // The server's clock runs a day ahead of this client's: an absolute server time compared
     // with the client's clock would say "wait a day".
     env.advance(secs(24 * 3600));
-    locks
+    let _ = locks
         .xlock("r", "holder", LockDetails::default().ttl(secs(10)))
         .await
         .unwrap();
@@ -52,7 +52,7 @@ async fn emulator_only_the_wait_names_the_lease_that_frees_the_resource() {
     };
     let locks = &env.locks;
     for (id, ttl) in [("short", 5), ("long", 50)] {
-        locks
+        let _ = locks
             .slock("r", id, LockDetails::default().ttl(secs(ttl)), Some(2))
             .await
             .unwrap();
@@ -66,7 +66,7 @@ async fn emulator_only_the_wait_names_the_lease_that_frees_the_resource() {
     let wait = contended(locks, &reader).await.wait().unwrap();
     assert!(wait <= secs(5), "{wait:?}");
     // A holder without TTL never frees the resource by itself: no wait to report.
-    locks
+    let _ = locks
         .xlock("forever", "holder", LockDetails::default())
         .await
         .unwrap();
@@ -80,7 +80,7 @@ async fn the_reply_is_bounded_however_many_hold_the_resource() {
     let locks = &env.locks;
     let holders = 3 * MAX_NAMED_HOLDERS + 1;
     for i in 0..holders {
-        locks
+        let _ = locks
             .slock("r", &format!("reader-{i}"), LockDetails::default(), None)
             .await
             .unwrap();

@@ -54,11 +54,11 @@ async fn an_exclusive_lock_keeps_out_everybody_else() {
 async fn shared_locks_keep_out_exclusive_ones_but_not_each_other() {
     let env = env("exclusion_s").await;
     let locks = &env.locks;
-    locks
+    let _ = locks
         .slock("r", "a", LockDetails::default(), None)
         .await
         .unwrap();
-    locks
+    let _ = locks
         .slock("r", "b", LockDetails::default(), None)
         .await
         .unwrap();
@@ -111,7 +111,8 @@ async fn resources_are_independent() {
 async fn two_clients_see_the_same_locks() {
     let env = env("exclusion_clients").await;
     let other = env.other_client().await;
-    env.locks
+    let _ = env
+        .locks
         .xlock("r", "a", LockDetails::default())
         .await
         .unwrap();

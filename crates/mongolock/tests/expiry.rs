@@ -18,7 +18,7 @@ async fn emulator_only_an_expired_exclusive_lock_blocks_nobody() {
         .unwrap();
     common::assert_xlock_refused(locks, "r", "b").await;
     env.advance(secs(11));
-    locks
+    let _ = locks
         .slock("r", "reader", LockDetails::default(), None)
         .await
         .unwrap();
@@ -33,11 +33,11 @@ async fn emulator_only_expired_shared_locks_block_nobody_and_free_their_slot() {
         return;
     };
     let locks = &env.locks;
-    locks
+    let _ = locks
         .slock("r", "a", LockDetails::default().ttl(secs(5)), Some(2))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .slock("r", "b", LockDetails::default().ttl(secs(20)), Some(2))
         .await
         .unwrap();
@@ -49,14 +49,14 @@ async fn emulator_only_expired_shared_locks_block_nobody_and_free_their_slot() {
             .is_already_locked()
     );
     env.advance(secs(6));
-    locks
+    let _ = locks
         .slock("r", "c", LockDetails::default(), Some(2))
         .await
         .unwrap();
     common::assert_xlock_refused(locks, "r", "x").await;
     locks.unlock("c").await.unwrap();
     env.advance(secs(15));
-    locks.xlock("r", "x", LockDetails::default()).await.unwrap();
+    let _ = locks.xlock("r", "x", LockDetails::default()).await.unwrap();
 }
 
 #[tokio::test]
@@ -65,14 +65,14 @@ async fn emulator_only_a_lock_lives_until_its_ttl_has_passed() {
         return;
     };
     let locks = &env.locks;
-    locks
+    let _ = locks
         .xlock("r", "a", LockDetails::default().ttl(secs(10)))
         .await
         .unwrap();
     env.advance(secs(9));
     common::assert_xlock_refused(locks, "r", "b").await;
     env.advance(secs(2));
-    locks.xlock("r", "b", LockDetails::default()).await.unwrap();
+    let _ = locks.xlock("r", "b", LockDetails::default()).await.unwrap();
 }
 
 #[tokio::test]
@@ -106,7 +106,7 @@ async fn emulator_only_status_reports_expired_locks_until_cleared() {
         return;
     };
     let locks = &env.locks;
-    locks
+    let _ = locks
         .xlock("r", "a", LockDetails::default().ttl(secs(1)))
         .await
         .unwrap();
@@ -115,7 +115,7 @@ async fn emulator_only_status_reports_expired_locks_until_cleared() {
     assert_eq!(status.len(), 1);
     assert!(status[0].is_expired());
     assert_eq!(status[0].ttl_remaining(), Some(std::time::Duration::ZERO));
-    locks.xlock("r", "b", LockDetails::default()).await.unwrap();
+    let _ = locks.xlock("r", "b", LockDetails::default()).await.unwrap();
     let status = locks.status(&Filter::default()).await.unwrap();
     assert_eq!(status.len(), 1, "the acquire cleared the expired lock");
     assert_eq!(status[0].lock_id(), "b");

@@ -9,16 +9,16 @@ use mongolock::{Filter, LockDetails};
 async fn unlock_releases_the_whole_group() {
     let env = env("groups_unlock").await;
     let locks = &env.locks;
-    locks.xlock("a", "g", LockDetails::default()).await.unwrap();
-    locks
+    let _ = locks.xlock("a", "g", LockDetails::default()).await.unwrap();
+    let _ = locks
         .slock("b", "g", LockDetails::default(), None)
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("c", "g", LockDetails::default().ttl(secs(60)))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("d", "other", LockDetails::default())
         .await
         .unwrap();
@@ -29,7 +29,7 @@ async fn unlock_releases_the_whole_group() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].lock_id(), "other");
     for resource in ["a", "b", "c"] {
-        locks
+        let _ = locks
             .xlock(resource, "next", LockDetails::default())
             .await
             .unwrap();
@@ -39,7 +39,8 @@ async fn unlock_releases_the_whole_group() {
 #[tokio::test]
 async fn unlocking_an_unknown_group_releases_nothing() {
     let env = env("groups_unknown").await;
-    env.locks
+    let _ = env
+        .locks
         .xlock("a", "g", LockDetails::default())
         .await
         .unwrap();
@@ -52,7 +53,7 @@ async fn release_frees_one_lock_of_a_group() {
     let env = env("groups_release").await;
     let locks = &env.locks;
     let a = locks.xlock("a", "g", LockDetails::default()).await.unwrap();
-    locks.xlock("b", "g", LockDetails::default()).await.unwrap();
+    let _ = locks.xlock("b", "g", LockDetails::default()).await.unwrap();
     assert!(locks.release(&a).await.unwrap());
     assert!(!locks.release(&a).await.unwrap(), "already released");
     let left = locks.status(&Filter::default().lock_id("g")).await.unwrap();

@@ -83,7 +83,7 @@ async fn holding_one_kind_is_its_own_outcome_when_asking_for_the_other() {
     assert_eq!((held.lock_id(), held.kind()), ("a", LockKind::Shared));
     assert_eq!(held.fencing_token(), shared.fencing_token());
 
-    locks.xlock("q", "b", LockDetails::default()).await.unwrap();
+    let _ = locks.xlock("q", "b", LockDetails::default()).await.unwrap();
     let request = AcquireRequest::shared("q", "b", LockDetails::default(), None);
     let Attempt::HeldWithOtherKind(held) = locks.acquire(&request).await.unwrap() else {
         panic!("b holds q exclusively")
@@ -124,7 +124,8 @@ async fn another_attempt_by_a_lock_id_that_holds_the_resource_is_told_so() {
 #[tokio::test]
 async fn contention_is_a_value_for_acquire() {
     let env = env("retry_contended").await;
-    env.locks
+    let _ = env
+        .locks
         .xlock("r", "a", LockDetails::default())
         .await
         .unwrap();

@@ -32,20 +32,20 @@ async fn emulator_only_purge_removes_expired_locks_and_never_a_live_one() {
         return;
     };
     let locks = &env.locks;
-    locks
+    let _ = locks
         .xlock("a", "g", LockDetails::default().ttl(secs(5)))
         .await
         .unwrap();
     // A live lock of the same lock id, still renewed by its holder.
-    locks
+    let _ = locks
         .slock("b", "g", LockDetails::default().ttl(secs(60)), None)
         .await
         .unwrap();
-    locks
+    let _ = locks
         .slock("b", "live", LockDetails::default().ttl(secs(60)), None)
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("c", "forever", LockDetails::default())
         .await
         .unwrap();
@@ -72,11 +72,13 @@ async fn emulator_only_purge_removes_expired_locks_and_never_a_live_one() {
 #[tokio::test]
 async fn purge_without_expired_locks_removes_nothing() {
     let env = env("purge_nothing").await;
-    env.locks
+    let _ = env
+        .locks
         .xlock("a", "g", LockDetails::default().ttl(secs(600)))
         .await
         .unwrap();
-    env.locks
+    let _ = env
+        .locks
         .xlock("b", "h", LockDetails::default())
         .await
         .unwrap();
@@ -90,26 +92,26 @@ async fn emulator_only_the_group_rule_is_opt_in_and_spares_later_grants() {
         return;
     };
     let locks = &env.locks;
-    locks
+    let _ = locks
         .xlock("a", "g", LockDetails::default().ttl(secs(5)))
         .await
         .unwrap();
     // Granted before a expired: taken as part of the abandoned group.
-    locks
+    let _ = locks
         .slock("b", "g", LockDetails::default(), None)
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("c", "other", LockDetails::default().ttl(secs(5)))
         .await
         .unwrap();
     env.advance(secs(6));
     // Granted to g after its member expired: a new lease, which the group rule must spare.
-    locks
+    let _ = locks
         .xlock("d", "g", LockDetails::default().ttl(secs(60)))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("e", "bystander", LockDetails::default())
         .await
         .unwrap();

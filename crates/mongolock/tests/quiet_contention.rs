@@ -12,7 +12,7 @@ use mongolock::LockDetails;
 async fn refused_attempts_produce_no_change_events() {
     let env = env("quiet").await;
     let locks = &env.locks;
-    locks
+    let _ = locks
         .xlock("r", "holder", LockDetails::default())
         .await
         .unwrap();

@@ -16,11 +16,11 @@ async fn renew_extends_every_lock_of_the_group() {
         .xlock("a", "g", LockDetails::default().ttl(secs(10)))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .slock("b", "g", LockDetails::default().ttl(secs(10)), None)
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("c", "other", LockDetails::default().ttl(secs(10)))
         .await
         .unwrap();
@@ -74,7 +74,7 @@ async fn emulator_only_renew_moves_the_expiry_from_now() {
     env.advance(secs(8));
     common::assert_xlock_refused(locks, "r", "x").await;
     env.advance(secs(3));
-    locks.xlock("r", "x", LockDetails::default()).await.unwrap();
+    let _ = locks.xlock("r", "x", LockDetails::default()).await.unwrap();
 }
 
 #[tokio::test]
@@ -83,11 +83,11 @@ async fn emulator_only_renew_never_revives_an_expired_lock() {
         return;
     };
     let locks = &env.locks;
-    locks
+    let _ = locks
         .xlock("gone", "g", LockDetails::default().ttl(secs(5)))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("live", "g", LockDetails::default().ttl(secs(60)))
         .await
         .unwrap();
@@ -103,7 +103,7 @@ async fn emulator_only_renew_never_revives_an_expired_lock() {
         .await
         .unwrap();
     assert!(gone[0].is_expired(), "still expired");
-    locks
+    let _ = locks
         .xlock("gone", "x", LockDetails::default())
         .await
         .unwrap();
@@ -112,7 +112,8 @@ async fn emulator_only_renew_never_revives_an_expired_lock() {
 #[tokio::test]
 async fn a_lock_without_ttl_stays_without_ttl() {
     let env = env("renew_no_ttl").await;
-    env.locks
+    let _ = env
+        .locks
         .xlock("r", "g", LockDetails::default())
         .await
         .unwrap();
@@ -125,7 +126,8 @@ async fn a_lock_without_ttl_stays_without_ttl() {
 #[tokio::test]
 async fn renewing_an_unknown_group_renews_nothing() {
     let env = env("renew_unknown").await;
-    env.locks
+    let _ = env
+        .locks
         .xlock("r", "g", LockDetails::default().ttl(secs(10)))
         .await
         .unwrap();

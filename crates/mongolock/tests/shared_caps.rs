@@ -10,7 +10,7 @@ async fn the_cap_limits_live_shared_locks() {
     let env = env("caps_limit").await;
     let locks = &env.locks;
     for id in ["a", "b", "c"] {
-        locks
+        let _ = locks
             .slock("r", id, LockDetails::default(), Some(3))
             .await
             .unwrap();
@@ -25,7 +25,7 @@ async fn the_cap_limits_live_shared_locks() {
     assert_eq!(holders.len(), 3);
 
     locks.unlock("b").await.unwrap();
-    locks
+    let _ = locks
         .slock("r", "d", LockDetails::default(), Some(3))
         .await
         .unwrap();
@@ -35,7 +35,7 @@ async fn the_cap_limits_live_shared_locks() {
 async fn the_cap_is_stored_and_another_cap_is_refused_not_applied() {
     let env = env("caps_stored").await;
     let locks = &env.locks;
-    locks
+    let _ = locks
         .slock("r", "a", LockDetails::default(), Some(1))
         .await
         .unwrap();
@@ -68,11 +68,11 @@ async fn the_cap_is_stored_and_another_cap_is_refused_not_applied() {
     assert_eq!(locks.status(&Default::default()).await.unwrap().len(), 1);
     // Once the last shared holder is gone, the next one sets the cap.
     locks.unlock("a").await.unwrap();
-    locks
+    let _ = locks
         .slock("r", "b", LockDetails::default(), Some(2))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .slock("r", "c", LockDetails::default(), Some(2))
         .await
         .unwrap();

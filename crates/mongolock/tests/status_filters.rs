@@ -19,9 +19,9 @@ async fn filters_by_resource_lock_id_owner_and_kind() {
     let env = env("status_fields").await;
     let locks = &env.locks;
     let me = || LockDetails::default().owner("me").host("h1");
-    locks.xlock("a", "1", me()).await.unwrap();
-    locks.slock("b", "1", me(), None).await.unwrap();
-    locks
+    let _ = locks.xlock("a", "1", me()).await.unwrap();
+    let _ = locks.slock("b", "1", me(), None).await.unwrap();
+    let _ = locks
         .slock("b", "2", LockDetails::default().owner("you"), None)
         .await
         .unwrap();
@@ -81,15 +81,15 @@ async fn filters_by_creation_time() {
 async fn filters_by_remaining_ttl() {
     let env = env("status_ttl").await;
     let locks = &env.locks;
-    locks
+    let _ = locks
         .xlock("short", "1", LockDetails::default().ttl(secs(10)))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("long", "2", LockDetails::default().ttl(secs(3600)))
         .await
         .unwrap();
-    locks
+    let _ = locks
         .xlock("forever", "3", LockDetails::default())
         .await
         .unwrap();
@@ -119,7 +119,8 @@ async fn emulator_only_remaining_ttl_is_the_servers() {
     let Some(env) = emulator_env("status_server_ttl").await else {
         return;
     };
-    env.locks
+    let _ = env
+        .locks
         .xlock("r", "1", LockDetails::default().ttl(secs(100)))
         .await
         .unwrap();
