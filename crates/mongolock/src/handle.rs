@@ -264,6 +264,32 @@ impl RwLock {
     lease_settings!();
     acquire_methods!(read, try_read, read_timeout, reader, "a read lock");
     acquire_methods!(write, try_write, write_timeout, writer, "the write lock");
+
+    /// Runs `work` under a read lock, as [`Mutex::run`] does under the mutex.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the background.
+    pub async fn run_read<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(i64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        run_under(self.read().await?, work).await
+    }
+
+    /// Runs `work` under the write lock, as [`Mutex::run`] does under the mutex.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the background.
+    pub async fn run_write<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(i64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        run_under(self.write().await?, work).await
+    }
 }
 
 /// A distributed semaphore: at most `permits` holders at once. Made by
@@ -322,4 +348,17 @@ impl Semaphore {
 
     lease_settings!();
     acquire_methods!(acquire, try_acquire, acquire_timeout, permit, "a permit");
+
+    /// Runs `work` holding a permit, as [`Mutex::run`] does under the mutex.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the permit in the background.
+    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(i64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        run_under(self.acquire().await?, work).await
+    }
 }

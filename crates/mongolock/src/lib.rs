@@ -1,18 +1,92 @@
-//! Distributed locks stored in MongoDB, decided by the server's clock, with fencing tokens.
+//! Distributed locks stored in MongoDB, decided by the server's clock, with fencing tokens
+//! and leases that tell their holder in time when they are lost.
 //!
-//! A [`LockClient`] wraps one collection. A *resource* (any string: a job name, a table, a
-//! file) is locked by a *lock id*: a string you choose that names one holder. **A lock id
-//! belongs to one holder and is never shared between processes or tasks**: the server takes
-//! every call with a lock id as coming from the same holder (asking again returns the lock it
-//! holds, unlocking releases all of its locks). Generate one per holder, for example a random
-//! UUID. Locks are
+//! A [`LockClient`] wraps one collection; every lock is a document in it, and every decision
+//! is made by the server in one atomic command. Start with a handle:
+//!
+//! | you want | use | a guard is |
+//! |---|---|---|
+//! | one holder at a time (a cron job on one host only, a migration) | [`LockClient::mutex`] | exclusive |
+//! | many readers or one writer, writers not starved (a config, a cache rebuild) | [`LockClient::rwlock`] | shared (read) or exclusive (write) |
+//! | at most N holders at once (GPUs, API quota, connections) | [`LockClient::semaphore`] | shared, counted against N |
+//! | to decide yourself, one command per call (groups of locks, your own waiting) | [`LockClient::xlock`], [`LockClient::slock`], [`LockClient::acquire`] and the table below | a [`Grant`]; nothing is renewed for you |
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+//! # let server = mongolock_testkit::TestServer::start().await.unwrap();
+//! # let client = server.client();
+//! use std::time::Duration;
+//! use mongolock::LockClient;
+//!
+//! let locks = LockClient::new(client.database("app").collection("locks"));
+//! locks.create_indexes().await?; // once, idempotent
+//!
+//! // Waits as long as needed; the lease is renewed in the background every 10 s.
+//! let guard = locks.mutex("nightly-report").ttl(Duration::from_secs(30)).acquire().await?;
+//! let token = guard.fencing_token(); // pass it to what you protect
+//! // ... work; check guard.is_lost() between steps, or race the work against guard.lost() ...
+//! guard.release().await?;
+//!
+//! // Many readers, or one writer.
+//! let config = locks.rwlock("config");
+//! let reading = config.read().await?;
+//! assert!(config.try_write().await?.is_none());
+//! reading.release().await?;
+//!
+//! // At most two at once.
+//! let gpus = locks.semaphore("gpu", 2);
+//! let permit = gpus.acquire_timeout(Duration::from_secs(5)).await?.expect("a free permit");
+//! permit.release().await?;
+//!
+//! // Or run work under the lock, stopped if the lease is lost.
+//! let rows = locks.mutex("import").run(|token| async move { 42 }).await?;
+//! # let _ = (token, rows);
+//! locks.shutdown().await; // waits for releases left to the background by dropped guards
+//! # Ok(()) }
+//! ```
+//!
+//! # Leases
+//!
+//! A guard holds a lease: the lock lasts its TTL (thirty seconds by default) past the last
+//! renewal, so the lock of a holder that dies frees itself. While the guard is held, the
+//! client renews it in the background (every third of the TTL), together with every other
+//! lease of the same client, in one command whatever their number. The guard keeps a
+//! deadline on the monotonic clock: the send time of the last successful renewal, plus the
+//! TTL, minus a safety margin. When it passes, or the server says the lease is gone (an
+//! operator's [`LockClient::force_release`], a purge), the guard is lost:
+//! [`LockGuard::is_lost`] turns true and [`LockGuard::lost`] resolves, before the server can
+//! grant the lock to anyone else. [`LockGuard::state`] also tells when renewals are failing
+//! but the deadline is still ahead ([`LeaseState::Suspended`]).
+//!
+//! A lease can still be lost while work is under way (a pause longer than the TTL): pass the
+//! fencing token to the store you protect and have it reject tokens lower than the highest it
+//! has seen.
+//!
+//! # Waiting
+//!
+//! `acquire` waits as long as needed, `acquire_timeout` up to a deadline, `try_acquire` makes
+//! one attempt. A refused attempt learns from the server how long the current lease has left
+//! and never sleeps past it. On a replica set, one change stream per client wakes waiters as
+//! soon as their resource changes, with a re-check every [`RECHECK`] at most as a safety net;
+//! on a standalone server, waiters back off exponentially with jitter (up to
+//! [`MAX_BACKOFF`]). Waiters of one client on one resource take turns, so they do not all
+//! ask the server at once, and a refused attempt writes nothing. Dropping an acquire at any
+//! point leaves no lock behind.
+//!
+//! # The low-level API
+//!
+//! A *resource* (any string: a job name, a table, a file) is locked by a *lock id*: a string
+//! that names one holder. **A lock id belongs to one holder and is never shared between
+//! processes or tasks**: the server takes every call with a lock id as coming from the same
+//! holder (asking again returns the lock it holds, unlocking releases all of its locks). The
+//! handles give each guard a random one (128 bits). Locks are
 //!
 //! - **exclusive** ([`LockClient::xlock`]): one holder and nobody else, or
 //! - **shared** ([`LockClient::slock`]): any number of holders, or at most `max` (a
-//!   semaphore), and no exclusive holder.
+//!   semaphore; the cap is stored with the resource), and no exclusive holder.
 //!
 //! One lock id can hold many resources: a *group* that [`LockClient::unlock`] and
-//! [`LockClient::renew`] treat as one.
+//! [`LockClient::renew`] treat as one. Nothing is renewed in the background at this level.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -22,7 +96,6 @@
 //! use mongolock::{Filter, LockClient, LockDetails};
 //!
 //! let locks = LockClient::new(client.database("app").collection("locks"));
-//! locks.create_indexes().await?;
 //!
 //! // Writer: one at a time. The TTL frees the lock if this process dies.
 //! let details = LockDetails::default().ttl(Duration::from_secs(30)).owner("me");
@@ -30,7 +103,7 @@
 //! let token = grant.fencing_token(); // hand it to what you protect
 //!
 //! // Readers: up to 5 at once.
-//! locks.slock("resource2", "lock-id", LockDetails::default(), Some(5)).await?;
+//! let _ = locks.slock("resource2", "lock-id", LockDetails::default(), Some(5)).await?;
 //!
 //! let held = locks.status(&Filter::default().owner("me")).await?;
 //! assert_eq!(held.len(), 1);
@@ -41,7 +114,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Which call to use
+//! # Which low-level call to use
 //!
 //! | you want to | call | round trips |
 //! |---|---|---|
@@ -68,6 +141,8 @@
 //!   is an aggregation pipeline: it drops expired entries, decides and writes in one atomic
 //!   step using `$$NOW`. Client clocks decide nothing. An expired lock never blocks anybody,
 //!   whatever its kind.
+//! - **Loss is noticed.** A guard reports its lease lost no later than its local deadline,
+//!   which comes before the server's expiry: before anyone else can be granted the lock.
 //! - **Fencing.** Every grant carries a token greater than every token granted before on its
 //!   resource, also after the resource's document was deleted: the token is
 //!   `max(last + 1, server time in µs)`. A lock can still be lost while you work (a pause
@@ -94,8 +169,8 @@
 //! # When not to use it
 //!
 //! A lock here is a lease on a remote service: taking one costs a majority write (one round
-//! trip, milliseconds), and a holder that stalls past its TTL loses it without noticing unless
-//! it renews in time and checks fencing tokens downstream. For locking inside one process use
+//! trip, milliseconds), and a holder that stalls past its TTL loses it; the guard tells, but
+//! only fencing tokens checked downstream stop a stalled holder's late writes. For locking inside one process use
 //! `tokio::sync::Mutex`; for exactly-once effects, prefer idempotent writes guarded by the
 //! fencing token.
 //!

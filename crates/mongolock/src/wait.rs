@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::attempt::Attempt;
 use crate::client::LockClient;
@@ -206,8 +207,23 @@ impl Drop for Pending {
 }
 
 /// Acquires a lease for `want`, waiting as `patience` allows. `Ok(None)`: not acquired in
-/// time (or, for one attempt, held by others).
+/// time (or, for one attempt, held by others). Runs in a `mongolock.acquire` span; each
+/// sleep between attempts is a `mongolock.wait` span.
 pub(crate) async fn acquire(
+    client: &LockClient,
+    want: &Want,
+    patience: Patience,
+) -> Result<Option<LockGuard>> {
+    let span = tracing::info_span!(
+        "mongolock.acquire",
+        resource = %want.resource,
+        kind = %want.kind,
+        permits = want.max,
+    );
+    acquire_in_span(client, want, patience).instrument(span).await
+}
+
+async fn acquire_in_span(
     client: &LockClient,
     want: &Want,
     patience: Patience,
@@ -340,23 +356,29 @@ pub(crate) async fn acquire(
             until_free.map_or(pause, |free| free.min(pause))
         };
         let sleep = spread(sleep);
-        let wake_at = Instant::now() + sleep;
-        let wake_at = match patience.deadline() {
-            Some(deadline) if deadline <= wake_at => {
-                // Sleep to the deadline, then give up unless woken by a change.
-                tokio::select! {
-                    _ = changes.changed() => { observe::woke(Wakeup::Change); continue; }
-                    _ = tokio::time::sleep_until(deadline) => {}
+        let waited = async {
+            let wake_at = Instant::now() + sleep;
+            let (wake_at, at_deadline) = match patience.deadline() {
+                Some(deadline) if deadline <= wake_at => (deadline, true),
+                _ => (wake_at, false),
+            };
+            tokio::select! {
+                _ = changes.changed() => {
+                    observe::woke(Wakeup::Change);
+                    true
                 }
-                observe::timed_out(want.kind);
-                tracing::debug!(resource = %want.resource, waited = ?started.elapsed(), "gave up waiting");
-                return Ok(None);
+                _ = tokio::time::sleep_until(wake_at) => {
+                    observe::woke(Wakeup::Timer);
+                    !at_deadline
+                }
             }
-            _ => wake_at,
         };
-        tokio::select! {
-            _ = changes.changed() => observe::woke(Wakeup::Change),
-            _ = tokio::time::sleep_until(wake_at) => observe::woke(Wakeup::Timer),
+        let span = tracing::debug_span!("mongolock.wait", ?sleep, holders = contention.holder_count());
+        if !waited.instrument(span).await {
+            // Slept to the deadline without a change: give up.
+            observe::timed_out(want.kind);
+            tracing::debug!(resource = %want.resource, waited = ?started.elapsed(), "gave up waiting");
+            return Ok(None);
         }
     }
 }
