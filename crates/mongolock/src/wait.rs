@@ -220,7 +220,9 @@ pub(crate) async fn acquire(
         kind = %want.kind,
         permits = want.max,
     );
-    acquire_in_span(client, want, patience).instrument(span).await
+    acquire_in_span(client, want, patience)
+        .instrument(span)
+        .await
 }
 
 async fn acquire_in_span(
@@ -373,7 +375,11 @@ async fn acquire_in_span(
                 }
             }
         };
-        let span = tracing::debug_span!("mongolock.wait", ?sleep, holders = contention.holder_count());
+        let span = tracing::debug_span!(
+            "mongolock.wait",
+            ?sleep,
+            holders = contention.holder_count()
+        );
         if !waited.instrument(span).await {
             // Slept to the deadline without a change: give up.
             observe::timed_out(want.kind);

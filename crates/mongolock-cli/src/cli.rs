@@ -1,0 +1,216 @@
+//! The command line: global options, subcommands, exit codes, and the connection every
+//! command that needs a server opens.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Parser, Subcommand};
+use mongolock::LockClient;
+
+/// Exit statuses, documented in `mongolock --help` and the README.
+pub mod exit {
+    /// A command failed (bad input, a database error).
+    pub const ERROR: u8 = 1;
+    /// The lock was not acquired in time (`exec --no-wait`, or `--wait` elapsed).
+    pub const NOT_ACQUIRED: u8 = 75;
+    /// No server was given: no `--uri` and no `MONGODB_URI`.
+    pub const NO_SERVER: u8 = 78;
+    /// The lease was lost while the child ran; the child was stopped.
+    pub const LEASE_LOST: u8 = 79;
+    /// The demo found a broken promise.
+    pub const DEMO_VIOLATION: u8 = 80;
+}
+
+const AFTER_HELP: &str = "\
+Exit status:
+  exec      the child's own status (128+N if it was killed by signal N);
+            127: COMMAND not found, 126: COMMAND could not be run
+  75        the lock was not acquired in time (--no-wait, or --wait elapsed)
+  78        no server given: pass --uri or set MONGODB_URI
+  79        the lease was lost while the child ran; the child was stopped
+  80        demo: a promise was broken
+  1         any other error; 2: bad usage";
+
+/// Distributed locks stored in MongoDB: run a command under a lock, see who holds what,
+/// release what a dead host left.
+#[derive(Debug, Parser)]
+#[command(name = "mongolock", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Options every command takes.
+    #[command(flatten)]
+    pub global: Global,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Connection and output options.
+#[derive(Debug, Clone, Args)]
+pub struct Global {
+    /// The MongoDB connection string (a replica set for change-stream wake-ups).
+    #[arg(long, env = "MONGODB_URI", global = true, hide_env_values = true)]
+    pub uri: Option<String>,
+    /// The database holding the lock collection.
+    #[arg(long, default_value = "mongolock", global = true)]
+    pub db: String,
+    /// The lock collection.
+    #[arg(long, default_value = "locks", global = true)]
+    pub collection: String,
+    /// Machine-readable output (one JSON document) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Log what happens to stderr (repeat for more). Quiet by default.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Acquire a lock, run COMMAND while it is held and kept alive, release it when COMMAND
+    /// exits. The child gets MONGOLOCK_RESOURCE, MONGOLOCK_LOCK_ID and
+    /// MONGOLOCK_FENCING_TOKEN; if the lease is lost, it gets SIGTERM, then SIGKILL.
+    Exec(ExecArgs),
+    /// List live locks with their remaining TTL (computed by the server).
+    Status(StatusArgs),
+    /// Release every lock of a lock id.
+    Unlock(UnlockArgs),
+    /// Break every lock on a resource, whoever holds it (a lock left by a dead host).
+    Release(ReleaseArgs),
+    /// Remove expired locks (never a live one).
+    Purge,
+    /// Create the indexes the lock commands use (idempotent).
+    Indexes,
+    /// Watch workers contend for locks on the embedded emulator (or on --uri), with a crash
+    /// and a network cut, then verify every promise.
+    Demo(DemoArgs),
+}
+
+/// `mongolock exec`.
+#[derive(Debug, Clone, Args)]
+pub struct ExecArgs {
+    /// The resource to lock.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub resource: String,
+    /// Take a shared lock instead of an exclusive one.
+    #[arg(long)]
+    pub shared: bool,
+    /// With --shared: at most this many holders at once (a semaphore).
+    #[arg(long, requires = "shared", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max: Option<u32>,
+    /// The lease's TTL: how long the lock outlives this process if it dies.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub ttl: Duration,
+    /// How long to wait for the lock (default: as long as it takes).
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Fail at once (status 75) if the lock is held.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// A label stored with the lock, shown by `status`.
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// After SIGTERM, how long the child has before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub kill_after: Duration,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+/// `mongolock status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Only this resource.
+    #[arg(long)]
+    pub resource: Option<String>,
+    /// Only this lock id.
+    #[arg(long)]
+    pub lock_id: Option<String>,
+    /// Only this owner.
+    #[arg(long)]
+    pub owner: Option<String>,
+}
+
+/// `mongolock unlock`.
+#[derive(Debug, Clone, Args)]
+pub struct UnlockArgs {
+    /// The lock id whose locks to release.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub lock_id: String,
+}
+
+/// `mongolock release`.
+#[derive(Debug, Clone, Args)]
+pub struct ReleaseArgs {
+    /// The resource whose locks to break.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub resource: String,
+    /// Required: this ends a holder's lock without its consent.
+    #[arg(long, required = true)]
+    pub force: bool,
+    /// Do not ask for confirmation on a terminal.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// `mongolock demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// How many workers contend.
+    #[arg(long, default_value_t = 6)]
+    pub workers: usize,
+    /// How long the demo runs.
+    #[arg(long, default_value_t = 8)]
+    pub seconds: u64,
+}
+
+/// Logs to stderr at the level asked for with `-v`; nothing by default.
+pub fn init_logging(global: &Global) {
+    let level = match global.verbose {
+        0 => return,
+        1 => "mongolock=info",
+        2 => "mongolock=debug",
+        _ => "debug",
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Whether stderr is a terminal (progress lines and prompts only then).
+pub fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// The error for a command that needs a server and has none.
+#[derive(Debug)]
+pub struct NoServer;
+
+impl std::fmt::Display for NoServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "no MongoDB server given: pass --uri mongodb://HOST/?replicaSet=NAME \
+             or set MONGODB_URI (try `mongolock demo` for one without a server)",
+        )
+    }
+}
+
+impl std::error::Error for NoServer {}
+
+/// Connects to the server named by `--uri` or `MONGODB_URI`, and returns the lock client on
+/// `--db` / `--collection`.
+pub async fn connect(global: &Global) -> anyhow::Result<LockClient> {
+    let Some(uri) = global.uri.as_deref().filter(|u| !u.is_empty()) else {
+        bail!(NoServer);
+    };
+    let client = mongodb::Client::with_uri_str(uri)
+        .await
+        .with_context(|| "cannot use the connection string")?;
+    Ok(LockClient::new(
+        client.database(&global.db).collection(&global.collection),
+    ))
+}

@@ -1,0 +1,30 @@
+//! One file per subcommand.
+
+mod demo;
+mod exec;
+mod inspect;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command, NoServer, exit};
+
+/// Runs the command and returns the process's exit status.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let global = cli.global;
+    let outcome = match cli.command {
+        Command::Exec(args) => exec::run(&global, args).await,
+        Command::Status(args) => inspect::status(&global, args).await,
+        Command::Unlock(args) => inspect::unlock(&global, args).await,
+        Command::Release(args) => inspect::release(&global, args).await,
+        Command::Purge => inspect::purge(&global).await,
+        Command::Indexes => inspect::indexes(&global).await,
+        Command::Demo(args) => demo::run(&global, args).await,
+    };
+    match outcome {
+        Err(error) if error.is::<NoServer>() => {
+            eprintln!("mongolock: {error}");
+            Ok(ExitCode::from(exit::NO_SERVER))
+        }
+        other => other,
+    }
+}

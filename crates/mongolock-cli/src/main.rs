@@ -1,0 +1,22 @@
+//! `mongolock`: run a job under a distributed lock stored in MongoDB, inspect, release, purge.
+//! The commands live in `commands/`; this file only parses and dispatches.
+
+mod cli;
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    cli::init_logging(&cli.global);
+    match commands::run(cli).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("mongolock: {error:#}");
+            ExitCode::from(cli::exit::ERROR)
+        }
+    }
+}
