@@ -17,6 +17,8 @@
 //!
 //! Runs on the emulator, or on the MongoDB named by `MONGODB_URI`.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,13 +85,7 @@ struct Monitored {
 impl Monitored {
     async fn start(name: &str) -> Monitored {
         let db_name = format!("mongolock_scale_{name}_{}", std::process::id());
-        let (uri, server) = match std::env::var("MONGODB_URI") {
-            Ok(uri) if !uri.is_empty() => (uri, None),
-            _ => {
-                let server = TestServer::start().await.expect("emulator starts");
-                (server.uri(), Some(server))
-            }
-        };
+        let (uri, server) = common::server_uri().await;
         let mut options = ClientOptions::parse(&uri).await.expect("a valid URI");
         let sizes = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&sizes);

@@ -19,6 +19,8 @@
 //!
 //! Runs on the emulator (a one-member replica set), or on the MongoDB named by `MONGODB_URI`.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,13 +62,7 @@ impl Monitored {
     /// and the database also default to `secondaryPreferred` and read concern `local`.
     async fn start(name: &str, client_level_settings: bool) -> Monitored {
         let db_name = format!("mongolock_wire_{name}_{}", std::process::id());
-        let (uri, server) = match std::env::var("MONGODB_URI") {
-            Ok(uri) if !uri.is_empty() => (uri, None),
-            _ => {
-                let server = TestServer::start().await.expect("emulator starts");
-                (server.uri(), Some(server))
-            }
-        };
+        let (uri, server) = common::server_uri().await;
         let mut options = ClientOptions::parse(&uri).await.expect("a valid URI");
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&events);

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use bson::{Bson, Document, bson, doc};
 
-use crate::command::{Context, Upsert, count};
+use crate::command::{Context, Upsert, count, renew};
 use crate::error::{Error, Result};
 use crate::schema::{self, literal};
 
@@ -44,43 +44,18 @@ fn live_of(entry: &str, keeper: &str) -> Bson {
 
 /// The command that renews every live entry of `keeper` by its own TTL.
 pub(crate) fn command(ctx: &Context, keeper: &str) -> Document {
-    let renew = |entry: &str| {
-        let ttl = format!("{entry}.ttlMs");
-        let has_ttl = bson!({ "$in": [{ "$type": &ttl }, ["long", "int"]] });
-        bson!({ "$cond": [
-            { "$and": [live_of(entry, keeper), has_ttl] },
-            { "$mergeObjects": [entry, {
-                "renewedAt": "$$NOW",
-                "expiresAt": { "$add": ["$$NOW", &ttl] },
-            }]},
-            entry,
-        ]})
+    let has_ttl =
+        |entry: &str| bson!({ "$in": [{ "$type": format!("{entry}.ttlMs") }, ["long", "int"]] });
+    let selects = |entry: &str| bson!({ "$and": [live_of(entry, keeper), has_ttl(entry)] });
+    let renewed = |entry: &str| {
+        bson!({ "$mergeObjects": [entry, {
+            "renewedAt": "$$NOW",
+            "expiresAt": { "$add": ["$$NOW", format!("{entry}.ttlMs")] },
+        }]})
     };
-    let exclusive = bson!({ "$cond": [
-        { "$eq": [{ "$type": "$exclusive" }, "object"] },
-        renew("$exclusive"),
-        null,
-    ]});
-    let shared =
-        bson!({ "$map": { "input": schema::shared_or_empty(), "as": "e", "in": renew("$$e") } });
-    let mut query = kept_by(keeper);
-    query.insert(
-        "$expr",
-        bson!({ "$and": [
-            schema::is_lock_document(),
-            { "$anyElementTrue": [{ "$map": {
-                "input": schema::all_entries(), "as": "e", "in": live_of("$$e", keeper),
-            }}]},
-        ]}),
-    );
     doc! {
         "update": ctx.collection_name(),
-        "updates": [{
-            "q": query,
-            "u": [schema::replace_if_lock_document(schema::with_entries(exclusive, shared))],
-            "multi": true,
-            "collation": Context::collation(),
-        }],
+        "updates": [renew::statement(kept_by(keeper), selects, renewed)],
     }
 }
 

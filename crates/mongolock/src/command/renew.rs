@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use bson::{Document, bson, doc};
+use bson::{Bson, Document, bson, doc};
 
 use crate::command::release::{held_by, is_of};
 use crate::command::{Context, Upsert, count};
@@ -29,18 +29,30 @@ use crate::schema;
 pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
     let live_of_id =
         |entry: &str| bson!({ "$and": [is_of(entry, lock_id), schema::is_live(entry)] });
-    let renew = |entry: &str| {
+    let renewed = |entry: &str| {
         let has_ttl = bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
-        bson!({ "$cond": [
-            live_of_id(entry),
-            { "$mergeObjects": [entry, {
-                "renewedAt": "$$NOW",
-                "expiresAt": { "$cond": [has_ttl.clone(), { "$add": ["$$NOW", ttl_ms] }, null] },
-                "ttlMs": { "$cond": [has_ttl, ttl_ms, null] },
-            }]},
-            entry,
-        ]})
+        bson!({ "$mergeObjects": [entry, {
+            "renewedAt": "$$NOW",
+            "expiresAt": { "$cond": [has_ttl.clone(), { "$add": ["$$NOW", ttl_ms] }, null] },
+            "ttlMs": { "$cond": [has_ttl, ttl_ms, null] },
+        }]})
     };
+    doc! {
+        "update": ctx.collection_name(),
+        "updates": [statement(held_by(lock_id), live_of_id, renewed)],
+    }
+}
+
+/// One `update` statement that rewrites, in every document `query` finds (by index), each
+/// entry for which `selects` is true as `renewed` says; a document with no such entry is not
+/// matched, so the reply's `n` counts the documents renewed. Both closures take an entry's
+/// path (`"$exclusive"` or `"$$e"`). Used by renew (by lock id) and the keepalive (by keeper).
+pub(crate) fn statement(
+    query: Document,
+    selects: impl Fn(&str) -> Bson,
+    renewed: impl Fn(&str) -> Bson,
+) -> Document {
+    let renew = |entry: &str| bson!({ "$cond": [selects(entry), renewed(entry), entry] });
     let exclusive = bson!({ "$cond": [
         { "$eq": [{ "$type": "$exclusive" }, "object"] },
         renew("$exclusive"),
@@ -48,22 +60,21 @@ pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
     ]});
     let shared =
         bson!({ "$map": { "input": schema::shared_or_empty(), "as": "e", "in": renew("$$e") } });
-    let has_live_entry = bson!({ "$and": [
-        schema::is_lock_document(),
-        { "$anyElementTrue": [{ "$map": {
-            "input": schema::all_entries(), "as": "e", "in": live_of_id("$$e"),
-        }}]},
-    ]});
-    let mut query = held_by(lock_id);
-    query.insert("$expr", has_live_entry);
+    let mut query = query;
+    query.insert(
+        "$expr",
+        bson!({ "$and": [
+            schema::is_lock_document(),
+            { "$anyElementTrue": [{ "$map": {
+                "input": schema::all_entries(), "as": "e", "in": selects("$$e"),
+            }}]},
+        ]}),
+    );
     doc! {
-        "update": ctx.collection_name(),
-        "updates": [{
-            "q": query,
-            "u": [schema::replace_if_lock_document(schema::with_entries(exclusive, shared))],
-            "multi": true,
-            "collation": Context::collation(),
-        }],
+        "q": query,
+        "u": [schema::replace_if_lock_document(schema::with_entries(exclusive, shared))],
+        "multi": true,
+        "collation": Context::collation(),
     }
 }
 
@@ -80,7 +91,6 @@ pub(crate) async fn run(ctx: &Context, lock_id: &str, ttl: Duration) -> Result<u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bson::Bson;
 
     #[tokio::test]
     async fn renews_only_live_entries_of_the_lock_id_and_keeps_no_ttl() {

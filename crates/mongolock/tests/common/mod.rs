@@ -125,6 +125,20 @@ impl Monitor {
     }
 }
 
+/// Where a test that builds its own clients connects: the server named by `MONGODB_URI`, or a
+/// fresh emulator (returned too, so that it lives as long as the test holds it).
+pub async fn server_uri() -> (String, Option<mongolock_testkit::TestServer>) {
+    match std::env::var("MONGODB_URI") {
+        Ok(uri) if !uri.is_empty() => (uri, None),
+        _ => {
+            let server = mongolock_testkit::TestServer::start()
+                .await
+                .expect("emulator starts");
+            (server.uri(), Some(server))
+        }
+    }
+}
+
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// The environment for a test named `name`: the emulator, or `MONGODB_URI` when set.
