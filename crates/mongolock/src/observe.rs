@@ -8,7 +8,7 @@
 //! | `mongolock_acquire_timeouts_total` | counter | `kind` | waits that gave up at the caller's deadline |
 //! | `mongolock_lease_losses_total` | counter | `reason` | leases lost (`deadline`, `revoked`) |
 //! | `mongolock_renewals_total` | counter | `outcome` | keepalive ticks (`ok`, `failed`) |
-//! | `mongolock_wakeups_total` | counter | `cause` | waiter wake-ups (`change`, `timer`) |
+//! | `mongolock_wakeups_total` | counter | `cause` | waiter wake-ups (`change`, `resync`, `timer`) |
 //! | `mongolock_releases_total` | counter | `how` | guard releases (`explicit`, `drop`) |
 
 use std::time::Duration;
@@ -21,6 +21,8 @@ use crate::lock::{Grant, LockKind};
 pub(crate) enum Wakeup {
     /// A change stream event on its resource.
     Change,
+    /// The change stream reopened without continuity: every waiter looks again.
+    Resync,
     /// Its timer: the holder's lease may have run out, or the safety-net re-check.
     Timer,
 }
@@ -59,6 +61,7 @@ pub(crate) fn renewal(ok: bool) {
 pub(crate) fn woke(cause: Wakeup) {
     let cause = match cause {
         Wakeup::Change => "change",
+        Wakeup::Resync => "resync",
         Wakeup::Timer => "timer",
     };
     metrics::counter!("mongolock_wakeups_total", "cause" => cause).increment(1);

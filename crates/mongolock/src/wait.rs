@@ -42,7 +42,7 @@ use crate::lease::{InFlight, Lease, default_margin};
 use crate::lock::LockKind;
 use crate::observe::{self, Wakeup};
 use crate::request::{AcquireRequest, LockDetails, check_id, ttl_millis};
-use crate::wake::Availability;
+use crate::wake::{Availability, WakeCause};
 
 /// The longest a waiter sleeps without asking the server again while change streams are
 /// on: notifications can be lost, so this bounds how late a missed one is noticed.
@@ -365,8 +365,11 @@ async fn acquire_in_span(
                 _ => (wake_at, false),
             };
             tokio::select! {
-                _ = changes.changed() => {
-                    observe::woke(Wakeup::Change);
+                cause = changes.changed() => {
+                    observe::woke(match cause {
+                        WakeCause::Change => Wakeup::Change,
+                        WakeCause::Resync => Wakeup::Resync,
+                    });
                     true
                 }
                 _ = tokio::time::sleep_until(wake_at) => {

@@ -86,7 +86,6 @@ pub(crate) enum Availability {
 }
 
 /// Why a [`Subscription::changed`] call returned.
-#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WakeCause {
     /// The resource's document was inserted, updated, replaced or deleted.
