@@ -1,4 +1,4 @@
-//! The demo: mongolock on the embedded emulator, start to finish, in a few seconds.
+//! The low-level API on the embedded emulator, start to finish, in a few seconds (the main demo is `mongolock demo`).
 //!
 //! `cargo run -p mongolock --example demo`
 //!

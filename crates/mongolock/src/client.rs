@@ -50,6 +50,12 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = command::DEFAULT_COMMAND_TIMEOUT;
 /// concern `majority` (`local` after such an opt-out, so that reads see this client's
 /// writes).
 ///
+/// **Share one client per process and collection.** Its clones share one lease keeper (one
+/// renewal command per tick for all of its leases) and one change stream for its waiters.
+/// Each separate client opens its own stream once one of its handles waits, and a change
+/// stream's awaiting read holds a connection of the driver's pool: many separate clients on
+/// one driver client can starve its pool (ten connections by default).
+///
 /// **A lock id belongs to one holder.** Use one per task or process that holds locks, and
 /// never share it between processes: the server takes every call with a lock id as coming
 /// from the same holder (acquiring again returns the existing lock, unlocking releases

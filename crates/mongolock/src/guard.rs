@@ -22,7 +22,8 @@ use crate::lock::{Grant, LockKind};
 ///
 /// Dropping the guard releases the lock in a background task (never blocking);
 /// [`LockClient::shutdown`] waits for such releases. Without a tokio runtime at drop, the TTL
-/// frees the lock.
+/// frees the lock. Leaking the guard (`std::mem::forget`) leaks the lease: the client keeps
+/// renewing it for as long as the client lives.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {

@@ -83,6 +83,9 @@ impl Default for LeaseOptions {
 impl LeaseOptions {
     /// Checks the settings; returns (renewal period, safety margin).
     fn check(&self) -> Result<(Duration, Duration)> {
+        if self.ttl.is_zero() {
+            return Err(Error::invalid("ttl", "a lease needs a positive TTL"));
+        }
         ttl_millis(self.ttl)?;
         if self.ttl < Duration::from_millis(10) {
             return Err(Error::invalid("ttl", "a lease needs at least 10 ms"));
@@ -331,7 +334,10 @@ async fn acquire_in_span(
             Err(error) if error.is_retryable() && !matches!(patience, Patience::Once) => {
                 // The same attempt is sent again: if the first got through, the server says
                 // so; it is never granted twice.
-                tracing::debug!(%error, resource = %want.resource, "attempt failed; trying again");
+                tracing::warn!(
+                    %error, resource = %want.resource, retry_in = ?backoff,
+                    "attempt failed; trying again (the wait goes on while the server is unreachable)"
+                );
                 let pause = jitter(backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 if !sleep_within(pause, patience).await {

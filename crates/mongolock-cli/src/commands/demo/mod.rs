@@ -1,0 +1,345 @@
+//! `mongolock demo`: workers contend for locks, then every promise is verified.
+//!
+//! Without `--uri` (and `MONGODB_URI`), the demo starts the embedded MongoDB emulator and a
+//! fault proxy in front of it; with one, it runs against that deployment and skips the
+//! network cut, which needs the proxy.
+//!
+//! - `log`: the shared event log, printed live;
+//! - `workers`: the ordinary workers, the one that crashes, the one that is cut off;
+//! - `store`: the guarded store that refuses stale fencing tokens;
+//! - `verify`: the checks, from the log, and the summary.
+
+mod log;
+mod store;
+mod verify;
+mod workers;
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use mongolock_testkit::{FaultProxy, TestServer};
+use tokio::sync::watch;
+
+use crate::cli::{DemoArgs, Global, exit};
+
+use self::log::{Lock, Log, Output, What};
+use self::workers::{Shared, TTL};
+
+/// The fewest workers: one ordinary worker, one that is cut off (an ordinary one with
+/// `--uri`, where there is no proxy), one that crashes.
+const MIN_WORKERS: usize = 3;
+/// The most workers.
+const MAX_WORKERS: usize = 64;
+/// How long, past `--seconds`, the demo waits for the crash and the cut to play out (a
+/// takeover needs the lost lease to run out, then someone to ask).
+const SCENARIO_GRACE: Duration = Duration::from_secs(10);
+
+/// Where the demo runs.
+enum Target {
+    /// The embedded emulator, with a fault proxy in front of it.
+    Emulator {
+        /// The emulator.
+        server: TestServer,
+        /// The proxy the cut-off worker goes through.
+        proxy: Arc<FaultProxy>,
+    },
+    /// A deployment given with `--uri`.
+    Remote {
+        /// Its connection string.
+        uri: String,
+    },
+}
+
+/// Runs `demo`.
+pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
+    if !(MIN_WORKERS..=MAX_WORKERS).contains(&args.workers) {
+        bail!(
+            "demo: --workers must be between {MIN_WORKERS} and {MAX_WORKERS} (one crashes, one is cut off, the others work)"
+        );
+    }
+    let out = if global.json {
+        Output::Stderr
+    } else {
+        Output::Stdout
+    };
+    let target = match global.uri.as_deref().filter(|u| !u.is_empty()) {
+        Some(uri) => Target::Remote {
+            uri: uri.to_owned(),
+        },
+        None => {
+            let server = TestServer::start()
+                .await
+                .context("cannot start the embedded MongoDB emulator")?;
+            let proxy = FaultProxy::start(server.addr())
+                .await
+                .context("cannot start the fault proxy")?;
+            Target::Emulator {
+                server,
+                proxy: Arc::new(proxy),
+            }
+        }
+    };
+    let (uri, client, prefix, server_kind) = match &target {
+        Target::Emulator { server, .. } => {
+            (server.uri(), server.client(), String::new(), "emulator")
+        }
+        Target::Remote { uri } => {
+            let client = mongodb::Client::with_uri_str(uri)
+                .await
+                .context("cannot use the connection string")?;
+            let run_id = bson::oid::ObjectId::new().to_hex();
+            (
+                uri.clone(),
+                client,
+                format!("mongolock-demo-{}/", &run_id[16..]),
+                "uri",
+            )
+        }
+    };
+
+    let start = Instant::now();
+    // The emulator's clock is this machine's wall clock: read both clocks at one moment to
+    // place the server's grant times on the monotonic clock the log uses.
+    let server_clock = match &target {
+        Target::Emulator { server, .. } => {
+            Some((Instant::now(), server.clock().now().timestamp_millis()))
+        }
+        Target::Remote { .. } => None,
+    };
+    let log = Arc::new(Log::new(start, out));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let shared = Shared {
+        log: log.clone(),
+        prefix: prefix.clone(),
+        stop: stop_rx,
+        server_clock,
+        db: global.db.clone(),
+        collection: global.collection.clone(),
+    };
+
+    let setup = shared.lock_client(&client);
+    setup
+        .create_indexes()
+        .await
+        .context("cannot create the lock collection's indexes")?;
+    let store = shared.store(&client);
+    store.reset().await?;
+
+    let n = args.workers;
+    let (cut_worker, crash_worker) = (n - 1, n);
+    let mut skipped = Vec::new();
+    introduce(&log, &target, global, n, args.seconds, &prefix);
+    if matches!(target, Target::Remote { .. }) {
+        skipped.push(
+            "the network cut: it needs the embedded emulator's fault proxy (run without --uri to see it)"
+                .to_owned(),
+        );
+    }
+
+    // Start everyone.
+    let mut tasks = tokio::task::JoinSet::new();
+    let ordinary = match &target {
+        Target::Emulator { .. } => 1..cut_worker,
+        Target::Remote { .. } => 1..crash_worker,
+    };
+    for worker in ordinary {
+        // Each worker is its own host: its own driver client and connection pool, not one
+        // pool shared by every worker (each lock client keeps a change stream open, and that
+        // holds one of its pool's connections).
+        let own = match &target {
+            Target::Emulator { server, .. } => server.new_client(),
+            Target::Remote { uri } => mongodb::Client::with_uri_str(uri)
+                .await
+                .context("cannot use the connection string")?,
+        };
+        tasks.spawn(workers::ordinary(shared.clone(), worker, own));
+    }
+    let cut_task = match &target {
+        Target::Emulator { proxy, .. } => Some(tokio::spawn(workers::cut_off(
+            shared.clone(),
+            cut_worker,
+            proxy.clone(),
+        ))),
+        Target::Remote { .. } => None,
+    };
+    let crash_thread = workers::crashing(shared.clone(), crash_worker, uri);
+
+    // Run for the time asked, and on until the crash and the cut have played out.
+    tokio::time::sleep_until((start + Duration::from_secs(args.seconds)).into()).await;
+    let give_up = Instant::now() + SCENARIO_GRACE;
+    let mut said = false;
+    loop {
+        let cut_done = cut_task.as_ref().is_none_or(|t| t.is_finished());
+        let crash_done = crash_thread.is_finished() && crash_taken_over(&log, crash_worker);
+        if (cut_done && crash_done) || Instant::now() >= give_up {
+            break;
+        }
+        if !said {
+            log.say(&format!(
+                "{:>8}        (time is up; waiting for the crash and the cut to play out)",
+                log.time(Instant::now())
+            ));
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop_tx.send(true);
+    log.say(&format!(
+        "{:>8}        (time is up: every worker finishes what it holds, then stops)",
+        log.time(Instant::now())
+    ));
+    while tasks.join_next().await.is_some() {}
+    if let Some(task) = cut_task {
+        task.abort();
+        let _ = task.await;
+    }
+    let _ = tokio::task::spawn_blocking(move || crash_thread.join()).await;
+    let finish = Instant::now();
+
+    let mut accepted = HashMap::new();
+    for lock in store::Store::GUARDED {
+        accepted.insert(lock, store.accepted(lock).await?);
+    }
+    if !log.any(|e| e.worker == crash_worker && matches!(e.what, What::Crashed { .. })) {
+        skipped.push(format!(
+            "the crash: w{crash_worker} did not get the config's write lock in time"
+        ));
+    }
+    let report = verify::verify(&log, finish, &accepted, server_kind, n, skipped);
+    if global.json {
+        let json = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
+        log::emit(&mut std::io::stdout().lock(), &json);
+    } else {
+        report.print();
+    }
+
+    // Clean up.
+    match target {
+        Target::Emulator { server, proxy } => {
+            if let Ok(proxy) = Arc::try_unwrap(proxy) {
+                proxy.shutdown().await;
+            }
+            server.shutdown().await;
+        }
+        Target::Remote { .. } => {
+            let _ = store.remove().await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), setup.shutdown()).await;
+        }
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::DEMO_VIOLATION)
+    })
+}
+
+/// Whether someone took the config over after the crashed worker.
+fn crash_taken_over(log: &Log, crashed: usize) -> bool {
+    let entries = log.entries();
+    let Some(crash) = entries
+        .iter()
+        .find(|e| e.worker == crashed && matches!(e.what, What::Crashed { .. }))
+    else {
+        // No crash (the worker never got the lock): nothing to wait for.
+        return true;
+    };
+    entries.iter().any(|e| {
+        e.lock == Lock::Config
+            && e.worker != crashed
+            && e.at > crash.at
+            && matches!(e.what, What::Acquired { .. })
+    })
+}
+
+/// What the demo is about to show, for someone who never read the code.
+fn introduce(
+    log: &Log,
+    target: &Target,
+    global: &Global,
+    workers: usize,
+    seconds: u64,
+    prefix: &str,
+) {
+    let (cut, crash) = (workers - 1, workers);
+    let ttl = TTL.as_secs();
+    let mut text = format!(
+        "mongolock demo: {workers} workers share 3 locks for {seconds} s, then every promise is checked.\n"
+    );
+    match target {
+        Target::Emulator { server, .. } => {
+            text += &format!(
+                "Server: the embedded MongoDB emulator at {} (in memory, gone when the demo ends).\n",
+                server.addr()
+            )
+        }
+        Target::Remote { .. } => {
+            text += &format!(
+                "Server: the deployment given with --uri. Locks in {db}.{coll} (resources named {prefix}*),\n\
+             guarded records in {db}.{store} (removed at the end).\n",
+                db = global.db,
+                coll = global.collection,
+                store = store::STORE_COLLECTION,
+            )
+        }
+    }
+    text += &format!(
+        "\n\
+         Every lock is a lease: it lasts {ttl} s past its last renewal, and is renewed in the background\n\
+         while its holder lives. Each grant carries a fencing token, larger than every token granted\n\
+         before on that lock. Holders of an exclusive lock write a record (the report, the config)\n\
+         that takes a write only with a token larger than the last one it took.\n\
+         \n\
+         \x20 nightly-report  a mutex: one holder at a time\n\
+         \x20 gpu             a semaphore: at most {permits} holders at once\n\
+         \x20 config          a read-write lock: many readers (r), or one writer (W)\n\
+         \n",
+        permits = log::GPU_PERMITS,
+    );
+    let last_ordinary = match target {
+        Target::Emulator { .. } => workers - 2,
+        Target::Remote { .. } => workers - 1,
+    };
+    let ordinary = if last_ordinary == 1 {
+        "w1".to_owned()
+    } else {
+        format!("w1..w{last_ordinary}")
+    };
+    let pad = ordinary.len().max(3);
+    let indent = " ".repeat(pad + 4);
+    text += &format!(
+        "  {ordinary:<pad$}  take these locks in turn: acquire, work a little, release, again.\n"
+    );
+    if matches!(target, Target::Emulator { .. }) {
+        text += &format!(
+            "  {:<pad$}  takes nightly-report, then its network is cut (a proxy stops forwarding).\n\
+             {indent}It must be told it lost the lock before anyone else is granted it.\n",
+            format!("w{cut}")
+        );
+    }
+    text += &format!(
+        "  {:<pad$}  takes config to write, then crashes: no release, and its renewals stop.\n\
+         {indent}Nobody may get config until its lease has run out, {ttl} s after its last renewal.\n\
+         \n\
+         Times are seconds since the start. Where a grant time is compared with a loss, it is the\n\
+         server's{}.\n\
+         \n",
+        format!("w{crash}"),
+        if matches!(target, Target::Emulator { .. }) {
+            " (the emulator's clock is this machine's)"
+        } else {
+            " reply's arrival (a remote server's clock is not compared with this machine's)"
+        },
+    );
+    text += &format!(
+        "{:>8}  {:<4} {:<width$} | {}",
+        "time",
+        "who",
+        "what happened",
+        "who holds what after it",
+        width = log::WIDTH
+    );
+    log.say(&text);
+}
