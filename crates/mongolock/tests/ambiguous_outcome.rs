@@ -177,3 +177,27 @@ async fn emulator_only_a_reply_later_than_the_time_limit_is_an_unknown_outcome()
     assert_eq!(held.len(), 1, "one grant");
     assert_eq!(held[0].fencing_token(), grant.fencing_token());
 }
+
+#[tokio::test]
+async fn no_server_to_send_to_is_a_definite_outcome() {
+    // Nothing listens on this port: server selection fails before anything is sent, so the
+    // lock cannot have been granted.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let uri = format!(
+        "mongodb://127.0.0.1:{port}/?directConnection=true&serverSelectionTimeoutMS=300&connectTimeoutMS=300"
+    );
+    let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+    let locks = LockClient::new(client.database("d").collection("locks"));
+    let error = locks
+        .xlock("r", "job", LockDetails::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::Database { code: None, .. }),
+        "{error:?}"
+    );
+    assert!(!error.is_outcome_unknown(), "nothing was sent: {error:?}");
+    assert!(error.is_retryable());
+}
