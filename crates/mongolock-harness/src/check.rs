@@ -1,0 +1,482 @@
+//! The checker: reads a finished [`History`] and reports every broken promise.
+//!
+//! A holder *believes* it holds from the moment its grant reached it until the first of its
+//! release call, the loss it learnt of, or its death ([`HolderLog::belief_end`]); a client
+//! paused past its local deadline stops believing at that deadline, because `is_lost()` is
+//! true from then on even though no task ran.
+//!
+//! Two events end a lease without its holder's consent, and the holder learns of them only
+//! at its next renewal: an operator's `force_release` of the resource, and a jump of the
+//! server's clock (which breaks the premise that the server's clock runs at the rate of
+//! ours). A holder whose belief spans such an event is *excused* for grants made after the
+//! event began: its overlap with them is not an exclusion or cap violation, and its late
+//! notice not a loss violation. Its guarded writes are still checked, and so are its tokens.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::history::{History, HolderLog, Mode, OpKind};
+
+/// How late past its last sampled local deadline a holder may learn of a loss by deadline:
+/// the sampling period (10 ms) plus scheduling delays on a loaded machine.
+pub const DEADLINE_TOLERANCE: Duration = Duration::from_millis(200);
+
+/// The promises checked, as numbered in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Check {
+    /// (1) Believed intervals of exclusive holders on one resource never overlap.
+    Exclusion,
+    /// (1) Accepted guarded writes of exclusive holders never interleave, and the record
+    /// rejects no write of a holder whose lease nothing excused.
+    GuardedWrites,
+    /// (2) Tokens are unique and increase in real-time order of acquisition.
+    Fencing,
+    /// (3) No guarded write after the holder's lease was lost (per its own log).
+    WriteAfterLoss,
+    /// (3) No belief past the local deadline; `is_lost()` true after a pause past it.
+    LocalDeadline,
+    /// (3) A lease that ended without release was reported before the next grant.
+    LossBeforeNextGrant,
+    /// (4) Never more concurrent holders than permits.
+    Caps,
+    /// (5) After the faults stop, every lock frees or is held by a live client in time.
+    Liveness,
+}
+
+impl Check {
+    /// Every check, in report order.
+    pub const ALL: [Check; 8] = [
+        Check::Exclusion,
+        Check::GuardedWrites,
+        Check::Fencing,
+        Check::WriteAfterLoss,
+        Check::LocalDeadline,
+        Check::LossBeforeNextGrant,
+        Check::Caps,
+        Check::Liveness,
+    ];
+
+    /// The name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::Exclusion => "(1) exclusion",
+            Check::GuardedWrites => "(1) guarded writes",
+            Check::Fencing => "(2) fencing",
+            Check::WriteAfterLoss => "(3) write after loss",
+            Check::LocalDeadline => "(3) belief past local deadline",
+            Check::LossBeforeNextGrant => "(3) loss noticed before next grant",
+            Check::Caps => "(4) caps",
+            Check::Liveness => "(5) liveness",
+        }
+    }
+}
+
+/// One broken promise, with the evidence.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// Which promise.
+    pub check: Check,
+    /// What happened, with holder ids, tokens and times (ms since the first grant).
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.check.name(), self.detail)
+    }
+}
+
+/// What the checker found, with the figures the report shows.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Every violation.
+    pub violations: Vec<Violation>,
+    /// Grants (holders).
+    pub grants: usize,
+    /// Grants on exclusive resources that followed another holder.
+    pub handoffs: usize,
+    /// Guarded writes made, and how many the record rejected.
+    pub writes: usize,
+    /// See [`Outcome::writes`].
+    pub rejected_writes: usize,
+    /// Holders whose lease a force-release ended (excused from overlap and notice checks).
+    pub excused_force_release: usize,
+    /// Holders whose lease a clock jump may have ended (excused likewise).
+    pub excused_clock_jump: usize,
+    /// Holders that lost their lease before releasing it (killed ones aside).
+    pub losses: usize,
+    /// Margins between a loss notice and the next grant on the resource, in ms.
+    pub notice_margins_ms: Vec<f64>,
+    /// Times from a holder's death to the next grant on its resource, in ms.
+    pub takeovers_ms: Vec<f64>,
+}
+
+impl Outcome {
+    /// Violations by check.
+    pub fn by_check(&self) -> BTreeMap<Check, usize> {
+        let mut counts = BTreeMap::new();
+        for v in &self.violations {
+            *counts.entry(v.check).or_default() += 1;
+        }
+        counts
+    }
+
+    /// True if some violation is of `check`.
+    pub fn has(&self, check: Check) -> bool {
+        self.violations.iter().any(|v| v.check == check)
+    }
+}
+
+/// Checks a history.
+pub fn check(history: &History) -> Outcome {
+    Checker::new(history).run()
+}
+
+struct Checker<'a> {
+    h: &'a History,
+    origin: Instant,
+    /// Holders by resource, sorted by grant time.
+    by_resource: BTreeMap<&'a str, Vec<&'a HolderLog>>,
+    out: Outcome,
+}
+
+impl<'a> Checker<'a> {
+    fn new(h: &'a History) -> Self {
+        let mut by_resource: BTreeMap<&str, Vec<&HolderLog>> = BTreeMap::new();
+        for holder in &h.holders {
+            by_resource
+                .entry(holder.resource.as_str())
+                .or_default()
+                .push(holder);
+        }
+        for list in by_resource.values_mut() {
+            list.sort_by_key(|l| (l.granted_at, l.id));
+        }
+        let origin = h
+            .holders
+            .iter()
+            .map(|l| l.invoked_at)
+            .min()
+            .unwrap_or(h.end);
+        Checker {
+            h,
+            origin,
+            by_resource,
+            out: Outcome::default(),
+        }
+    }
+
+    fn ms(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.origin).as_secs_f64() * 1e3
+    }
+
+    fn violation(&mut self, check: Check, detail: String) {
+        self.out.violations.push(Violation { check, detail });
+    }
+
+    fn end(&self, l: &HolderLog) -> Instant {
+        l.belief_end(self.h.end)
+    }
+
+    /// The start of the earliest event that may have ended `l`'s lease without its consent
+    /// (a force-release of its resource, or a clock jump, during its belief), if any.
+    fn excused_since(&self, l: &HolderLog) -> Option<(Instant, &'static str)> {
+        let end = self.end(l);
+        self.h
+            .ops
+            .iter()
+            .filter(|op| op.start < end && op.end > l.granted_at)
+            .filter_map(|op| match &op.kind {
+                OpKind::ForceRelease(r) if *r == l.resource => Some((op.start, "force_release")),
+                OpKind::ClockJump(_) => Some((op.start, "clock jump")),
+                _ => None,
+            })
+            .min_by_key(|(t, _)| *t)
+    }
+
+    /// True if `l`'s overlap with a grant at `at` is excused.
+    fn excused_at(&self, l: &HolderLog, at: Instant) -> bool {
+        self.excused_since(l).is_some_and(|(t, _)| t <= at)
+    }
+
+    fn run(mut self) -> Outcome {
+        self.out.grants = self.h.holders.len();
+        for l in &self.h.holders {
+            self.out.writes += l.writes.len();
+            self.out.rejected_writes += l.writes.iter().filter(|w| !w.accepted).count();
+            self.out.losses += usize::from(l.ended_by_loss() && l.killed_at.is_none());
+            match self.excused_since(l) {
+                Some((_, "clock jump")) => self.out.excused_clock_jump += 1,
+                Some(_) => self.out.excused_force_release += 1,
+                None => {}
+            }
+        }
+        let resources: Vec<&str> = self.by_resource.keys().copied().collect();
+        for resource in resources {
+            let mode = self
+                .h
+                .modes
+                .get(resource)
+                .copied()
+                .unwrap_or(Mode::Exclusive);
+            self.fencing(resource);
+            match mode {
+                Mode::Exclusive => {
+                    self.out.handoffs += self.by_resource[resource].len().saturating_sub(1);
+                    self.exclusion(resource);
+                    self.guarded_writes(resource);
+                    self.next_grant(resource);
+                }
+                Mode::Shared { permits } => self.caps(resource, permits),
+            }
+        }
+        let holders = &self.h.holders;
+        for l in holders {
+            self.loss(l);
+        }
+        for problem in self.h.liveness.clone() {
+            self.violation(Check::Liveness, problem);
+        }
+        self.out
+    }
+
+    fn exclusion(&mut self, resource: &str) {
+        let list = self.by_resource[resource].clone();
+        for (i, a) in list.iter().enumerate() {
+            let a_end = self.end(a);
+            for b in &list[i + 1..] {
+                if b.granted_at >= a_end {
+                    break;
+                }
+                if self.excused_at(a, b.granted_at) || self.excused_at(b, b.granted_at) {
+                    continue;
+                }
+                let detail = format!(
+                    "{resource}: holder {} (client {}, token {}) believed from {:.0} to {:.0} ms; \
+                     holder {} (client {}, token {}) was granted at {:.0} ms",
+                    a.id,
+                    a.client,
+                    a.token,
+                    self.ms(a.granted_at),
+                    self.ms(a_end),
+                    b.id,
+                    b.client,
+                    b.token,
+                    self.ms(b.granted_at)
+                );
+                self.violation(Check::Exclusion, detail);
+            }
+        }
+    }
+
+    fn guarded_writes(&mut self, resource: &str) {
+        let entries = self.h.record.get(resource).cloned().unwrap_or_default();
+        let holders: HashMap<u64, &HolderLog> = self.h.holders.iter().map(|l| (l.id, l)).collect();
+        let mut finished: HashSet<u64> = HashSet::new();
+        let mut last: Option<(u64, i64)> = None;
+        for e in entries.iter().filter(|e| e.accepted) {
+            if let Some((holder, token)) = last {
+                if e.token < token {
+                    self.violation(
+                        Check::GuardedWrites,
+                        format!("{resource}: token {} accepted after token {token}", e.token),
+                    );
+                }
+                if holder != e.holder {
+                    finished.insert(holder);
+                }
+            }
+            if finished.contains(&e.holder) {
+                self.violation(
+                    Check::GuardedWrites,
+                    format!(
+                        "{resource}: holder {}'s writes (token {}) interleave with another's, at {:.0} ms",
+                        e.holder,
+                        e.token,
+                        self.ms(e.at)
+                    ),
+                );
+            }
+            last = Some((e.holder, e.token));
+        }
+        for e in entries.iter().filter(|e| !e.accepted) {
+            let Some(l) = holders.get(&e.holder) else {
+                continue;
+            };
+            if self.excused_at(l, e.at) {
+                continue;
+            }
+            self.violation(
+                Check::GuardedWrites,
+                format!(
+                    "{resource}: the record rejected holder {}'s write (client {}, token {}) at {:.0} ms: \
+                     a newer token had written while its lease was believed intact",
+                    l.id,
+                    l.client,
+                    e.token,
+                    self.ms(e.at)
+                ),
+            );
+        }
+    }
+
+    fn fencing(&mut self, resource: &str) {
+        let list = self.by_resource[resource].clone();
+        let mut seen: HashMap<i64, u64> = HashMap::new();
+        for l in &list {
+            if let Some(other) = seen.insert(l.token, l.id) {
+                self.violation(
+                    Check::Fencing,
+                    format!(
+                        "{resource}: token {} granted to holders {other} and {}",
+                        l.token, l.id
+                    ),
+                );
+            }
+        }
+        // prefix[i]: the holder with the highest token among the first i+1 grants.
+        let mut prefix: Vec<&HolderLog> = Vec::with_capacity(list.len());
+        for l in &list {
+            let best = match prefix.last() {
+                Some(p) if p.token >= l.token => *p,
+                _ => *l,
+            };
+            prefix.push(best);
+        }
+        for b in &list {
+            // Grants that reached their holder before b's acquire call began.
+            let before = list.partition_point(|a| a.granted_at < b.invoked_at);
+            if before == 0 {
+                continue;
+            }
+            let a = prefix[before - 1];
+            if a.token >= b.token && a.id != b.id {
+                let detail = format!(
+                    "{resource}: holder {} got token {} at {:.0} ms, after holder {} got token {} at {:.0} ms \
+                     (before the later acquire began at {:.0} ms)",
+                    b.id,
+                    b.token,
+                    self.ms(b.granted_at),
+                    a.id,
+                    a.token,
+                    self.ms(a.granted_at),
+                    self.ms(b.invoked_at)
+                );
+                self.violation(Check::Fencing, detail);
+            }
+        }
+    }
+
+    fn next_grant(&mut self, resource: &str) {
+        let list = self.by_resource[resource].clone();
+        for (i, a) in list.iter().enumerate() {
+            let Some(next) = list[i + 1..].iter().find(|b| b.id != a.id) else {
+                continue;
+            };
+            if let Some(killed) = a.killed_at {
+                if a.lost_at().is_none_or(|t| t > killed) && !self.excused_at(a, next.granted_at) {
+                    let ms = next.granted_at.saturating_duration_since(killed);
+                    self.out.takeovers_ms.push(ms.as_secs_f64() * 1e3);
+                }
+                continue;
+            }
+            if !a.ended_by_loss() {
+                continue;
+            }
+            if self.excused_at(a, next.granted_at) {
+                continue;
+            }
+            let lost = a.lost_at().expect("ended by loss");
+            let margin_ms = if next.granted_at >= lost {
+                next.granted_at.duration_since(lost).as_secs_f64() * 1e3
+            } else {
+                -(lost.duration_since(next.granted_at).as_secs_f64() * 1e3)
+            };
+            self.out.notice_margins_ms.push(margin_ms);
+            if margin_ms < 0.0 {
+                let detail = format!(
+                    "{resource}: holder {} (client {}, token {}) learnt of its loss at {:.0} ms, \
+                     {:.0} ms after holder {} (token {}) was granted",
+                    a.id,
+                    a.client,
+                    a.token,
+                    self.ms(lost),
+                    -margin_ms,
+                    next.id,
+                    next.token
+                );
+                self.violation(Check::LossBeforeNextGrant, detail);
+            }
+        }
+    }
+
+    fn caps(&mut self, resource: &str, permits: u32) {
+        let list = self.by_resource[resource].clone();
+        for (j, b) in list.iter().enumerate() {
+            let holding: Vec<&HolderLog> = list[..j]
+                .iter()
+                .filter(|a| self.end(a) > b.granted_at)
+                .filter(|a| !self.excused_at(a, b.granted_at))
+                .copied()
+                .collect();
+            if holding.len() as u32 + 1 > permits && !self.excused_at(b, b.granted_at) {
+                let ids: Vec<String> = holding.iter().map(|a| a.id.to_string()).collect();
+                let detail = format!(
+                    "{resource}: holder {} granted at {:.0} ms while holders {} believed they held \
+                     ({} permits)",
+                    b.id,
+                    self.ms(b.granted_at),
+                    ids.join(", "),
+                    permits
+                );
+                self.violation(Check::Caps, detail);
+            }
+        }
+    }
+
+    fn loss(&mut self, l: &HolderLog) {
+        let lost = [l.lost_at(), l.killed_at].into_iter().flatten().min();
+        if let Some(lost) = lost
+            && let Some(w) = l.writes.iter().find(|w| w.at > lost)
+        {
+            let detail = format!(
+                "{}: holder {} (client {}, token {}) wrote at {:.0} ms, after it lost its lease at {:.0} ms",
+                l.resource,
+                l.id,
+                l.client,
+                l.token,
+                self.ms(w.at),
+                self.ms(lost)
+            );
+            self.violation(Check::WriteAfterLoss, detail);
+        }
+        for p in &l.pauses {
+            if p.end > p.deadline_before + DEADLINE_TOLERANCE && !p.lost_on_resume {
+                let detail = format!(
+                    "{}: holder {} resumed {:.0} ms past its local deadline and is_lost() was false",
+                    l.resource,
+                    l.id,
+                    (p.end - p.deadline_before).as_secs_f64() * 1e3
+                );
+                self.violation(Check::LocalDeadline, detail);
+            }
+        }
+        if let Some(deadline) = l.max_deadline {
+            let end = self.end(l);
+            if end > deadline + DEADLINE_TOLERANCE {
+                let detail = format!(
+                    "{}: holder {} (client {}, token {}) believed it held until {:.0} ms, {:.0} ms past \
+                     its local deadline",
+                    l.resource,
+                    l.id,
+                    l.client,
+                    l.token,
+                    self.ms(end),
+                    (end - deadline).as_secs_f64() * 1e3
+                );
+                self.violation(Check::LocalDeadline, detail);
+            }
+        }
+    }
+}

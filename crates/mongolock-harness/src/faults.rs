@@ -1,0 +1,325 @@
+//! The fault injector: picks faults at random from the seed and applies them while the
+//! workload runs, then heals everything.
+//!
+//! Network faults go through one client's [`FaultProxy`](mongolock_testkit::FaultProxy), so
+//! one client can be cut off alone. Fail points (`failCommand`) are scoped to one client
+//! with `appName`; the emulator has one `failCommand` slot, so a new fail point replaces the
+//! last. Pauses and kills are carried out by the client's worker
+//! ([`ClientCtl`](crate::workload::ClientCtl)). Operators act from the observer, and the
+//! emulator's clock can jump forward.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bson::{Document, doc};
+use mongolock::LockClient;
+use mongolock_testkit::Clock;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::history::{OpKind, Recorder};
+use crate::workload::{Fleet, Workload};
+
+/// The commands the library sends for locks (fail points target them).
+const LOCK_COMMANDS: [&str; 5] = ["findAndModify", "update", "delete", "aggregate", "find"];
+/// Step-down and shutdown codes: ShutdownInProgress, PrimarySteppedDown, NotWritablePrimary,
+/// InterruptedAtShutdown.
+const STEP_DOWN_CODES: [i32; 4] = [91, 189, 10107, 11600];
+
+/// The kinds of fault, as counted in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// Added latency on one client's proxy, for a while.
+    Latency,
+    /// One client's proxy blackholed for longer than the TTL, then healed.
+    Partition,
+    /// One client's connections reset.
+    Reset,
+    /// A fail point: step-down or shutdown error codes for one client.
+    StepDownError,
+    /// A fail point: the connection closed instead of a reply, for one client.
+    CloseConnection,
+    /// A fail point: one client's commands blocked for longer than the TTL.
+    BlockConnection,
+    /// A fail point: a write concern error after the write, for one client.
+    WriteConcernError,
+    /// One client paused (every task stopped) for longer than the TTL.
+    Pause,
+    /// One client killed without releasing (restarted later).
+    Kill,
+    /// An operator's `force_release` of a resource.
+    ForceRelease,
+    /// An operator's `purge`.
+    Purge,
+    /// The emulator's clock jumped forward by more than the TTL.
+    ClockJump,
+}
+
+impl FaultKind {
+    /// Every kind, with its weight in the mix.
+    pub const ALL: [(FaultKind, u32); 12] = [
+        (FaultKind::Latency, 3),
+        (FaultKind::Partition, 3),
+        (FaultKind::Reset, 2),
+        (FaultKind::StepDownError, 3),
+        (FaultKind::CloseConnection, 2),
+        (FaultKind::BlockConnection, 2),
+        (FaultKind::WriteConcernError, 2),
+        (FaultKind::Pause, 3),
+        (FaultKind::Kill, 2),
+        (FaultKind::ForceRelease, 1),
+        (FaultKind::Purge, 1),
+        (FaultKind::ClockJump, 1),
+    ];
+
+    /// The name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Latency => "proxy latency",
+            FaultKind::Partition => "partition > TTL",
+            FaultKind::Reset => "connection reset",
+            FaultKind::StepDownError => "step-down/shutdown error",
+            FaultKind::CloseConnection => "closeConnection",
+            FaultKind::BlockConnection => "blockConnection > TTL",
+            FaultKind::WriteConcernError => "writeConcernError",
+            FaultKind::Pause => "client pause > TTL",
+            FaultKind::Kill => "client killed",
+            FaultKind::ForceRelease => "operator force_release",
+            FaultKind::Purge => "operator purge",
+            FaultKind::ClockJump => "server clock jump",
+        }
+    }
+}
+
+/// Applies random faults to a fleet.
+#[derive(Debug)]
+pub struct Injector {
+    rng: StdRng,
+    observer: LockClient,
+    admin: mongodb::Database,
+    clock: Clock,
+    workload: Workload,
+    recorder: Recorder,
+    /// Until when each client's proxy is busy with a fault (and when to heal it).
+    proxy_until: Vec<Option<Instant>>,
+    /// Faults injected, by kind.
+    pub counts: BTreeMap<FaultKind, u64>,
+    /// The time between faults, in milliseconds (inclusive range).
+    pub gap_ms: (u64, u64),
+}
+
+impl Injector {
+    /// An injector whose choices follow `seed`. `observer` is a lock client connected
+    /// directly to the server; `admin` the admin database on the same connection.
+    pub fn new(
+        seed: u64,
+        observer: LockClient,
+        admin: mongodb::Database,
+        clock: Clock,
+        workload: &Workload,
+        recorder: &Recorder,
+    ) -> Self {
+        Injector {
+            rng: StdRng::seed_from_u64(seed),
+            observer,
+            admin,
+            clock,
+            workload: workload.clone(),
+            recorder: recorder.clone(),
+            proxy_until: vec![None; workload.clients],
+            counts: BTreeMap::new(),
+            gap_ms: (150, 600),
+        }
+    }
+
+    /// Injects faults until `until`, restarting killed clients as it goes; then heals
+    /// everything.
+    pub async fn run(&mut self, fleet: &mut Fleet, until: Instant) {
+        while Instant::now() < until {
+            let gap = self.rng.random_range(self.gap_ms.0..=self.gap_ms.1);
+            let wake = (Instant::now() + Duration::from_millis(gap)).min(until);
+            while Instant::now() < wake {
+                self.heal_expired(fleet);
+                fleet.restart_dead(Duration::from_millis(300));
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            let kind = self.pick();
+            if self.apply(kind, fleet).await {
+                *self.counts.entry(kind).or_default() += 1;
+            }
+        }
+        self.heal_all(fleet).await;
+    }
+
+    fn pick(&mut self) -> FaultKind {
+        let total: u32 = FaultKind::ALL.iter().map(|(_, w)| w).sum();
+        let mut ticket = self.rng.random_range(0..total);
+        for (kind, weight) in FaultKind::ALL {
+            if ticket < weight {
+                return kind;
+            }
+            ticket -= weight;
+        }
+        FaultKind::Latency
+    }
+
+    fn ttl(&self) -> Duration {
+        self.workload.ttl
+    }
+
+    /// `preferred` if its proxy is free, else a client whose proxy is free, if any.
+    fn free_proxy(&mut self, preferred: usize) -> Option<usize> {
+        if self.proxy_until[preferred].is_none() {
+            return Some(preferred);
+        }
+        let free: Vec<usize> = (0..self.proxy_until.len())
+            .filter(|&i| self.proxy_until[i].is_none())
+            .collect();
+        if free.is_empty() {
+            return None;
+        }
+        Some(free[self.rng.random_range(0..free.len())])
+    }
+
+    fn heal_expired(&mut self, fleet: &Fleet) {
+        for (i, until) in self.proxy_until.iter_mut().enumerate() {
+            if until.is_some_and(|t| Instant::now() >= t) {
+                fleet.slots[i].proxy.heal();
+                *until = None;
+            }
+        }
+    }
+
+    /// Applies one fault; false if there was nothing to apply it to.
+    async fn apply(&mut self, kind: FaultKind, fleet: &mut Fleet) -> bool {
+        let ttl = self.ttl();
+        // Faults aimed at one client hit a holder four times out of five, if there is one.
+        let holders: Vec<usize> = (0..fleet.slots.len())
+            .filter(|&i| fleet.slots[i].ctl.holding.load(Ordering::SeqCst))
+            .collect();
+        let client = if !holders.is_empty() && self.rng.random_bool(0.8) {
+            holders[self.rng.random_range(0..holders.len())]
+        } else {
+            self.rng.random_range(0..fleet.slots.len())
+        };
+        let app = fleet.slots[client].app_name.clone();
+        match kind {
+            FaultKind::Latency => {
+                let Some(i) = self.free_proxy(client) else {
+                    return false;
+                };
+                let latency = Duration::from_millis(self.rng.random_range(20..=400));
+                let hold = ttl.mul_f64(self.rng.random_range(0.5..2.0));
+                fleet.slots[i].proxy.add_latency(latency);
+                self.proxy_until[i] = Some(Instant::now() + hold);
+            }
+            FaultKind::Partition => {
+                let Some(i) = self.free_proxy(client) else {
+                    return false;
+                };
+                let hold = ttl.mul_f64(self.rng.random_range(1.2..2.5));
+                fleet.slots[i].proxy.blackhole();
+                self.proxy_until[i] = Some(Instant::now() + hold);
+            }
+            FaultKind::Reset => fleet.slots[client].proxy.reset_connections(),
+            FaultKind::StepDownError => {
+                let code = STEP_DOWN_CODES[self.rng.random_range(0..STEP_DOWN_CODES.len())];
+                let times = self.rng.random_range(1..=4);
+                self.fail_point(times, doc! { "errorCode": code, "appName": app })
+                    .await;
+            }
+            FaultKind::CloseConnection => {
+                let times = self.rng.random_range(1..=3);
+                self.fail_point(times, doc! { "closeConnection": true, "appName": app })
+                    .await;
+            }
+            FaultKind::BlockConnection => {
+                let block = ttl + Duration::from_millis(self.rng.random_range(100..=1_000));
+                let times = self.rng.random_range(1..=2);
+                let data = doc! {
+                    "blockConnection": true,
+                    "blockTimeMS": block.as_millis() as i64,
+                    "appName": app,
+                };
+                self.fail_point(times, data).await;
+            }
+            FaultKind::WriteConcernError => {
+                let times = self.rng.random_range(1..=3);
+                let data = doc! {
+                    "writeConcernError": {
+                        "code": 64,
+                        "codeName": "WriteConcernFailed",
+                        "errmsg": "waiting for replication timed out",
+                        "errInfo": { "wtimeout": true },
+                    },
+                    "appName": app,
+                };
+                self.fail_point(times, data).await;
+            }
+            FaultKind::Pause => {
+                let pause = ttl.mul_f64(self.rng.random_range(1.1..2.0));
+                fleet.pause(client, pause);
+            }
+            FaultKind::Kill => {
+                if fleet.slots.iter().any(|s| s.killed_at.is_some()) {
+                    return false; // one dead client at a time
+                }
+                fleet.kill(client);
+            }
+            FaultKind::ForceRelease => {
+                let pick = self.rng.random_range(0..self.workload.resources.len());
+                let resource = self.workload.resources[pick].0.clone();
+                let start = Instant::now();
+                let done = self.observer.force_release(&resource).await;
+                self.recorder
+                    .op(OpKind::ForceRelease(resource), start, Instant::now());
+                return done.is_ok();
+            }
+            FaultKind::Purge => {
+                let start = Instant::now();
+                let done = self.observer.purge().await;
+                self.recorder.op(OpKind::Purge, start, Instant::now());
+                return done.is_ok();
+            }
+            FaultKind::ClockJump => {
+                let by = ttl.mul_f64(self.rng.random_range(1.5..3.0));
+                let start = Instant::now();
+                self.clock.advance(by);
+                self.recorder
+                    .op(OpKind::ClockJump(by), start, Instant::now());
+            }
+        }
+        true
+    }
+
+    /// Arms `failCommand` on the lock commands for `times` commands, with `data`.
+    async fn fail_point(&self, times: i32, mut data: Document) {
+        data.insert("failCommands", LOCK_COMMANDS.to_vec());
+        let command = doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": times },
+            "data": data,
+        };
+        if let Err(error) = self.admin.run_command(command).await {
+            eprintln!("configureFailPoint failed: {error}");
+        }
+    }
+
+    /// Heals every proxy and turns the fail point off.
+    pub async fn heal_all(&mut self, fleet: &mut Fleet) {
+        for (i, slot) in fleet.slots.iter().enumerate() {
+            slot.proxy.heal();
+            self.proxy_until[i] = None;
+        }
+        let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
+        if let Err(error) = self.admin.run_command(off).await {
+            eprintln!("turning the fail point off failed: {error}");
+        }
+        fleet.calm();
+        fleet.restart_dead(Duration::ZERO);
+    }
+}

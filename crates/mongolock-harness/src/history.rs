@@ -1,0 +1,410 @@
+//! The history of a run: what every holder did and saw, what operators did, and what the
+//! guarded record accepted, all on this process's monotonic clock ([`Instant`]).
+//!
+//! Every client runs in this process, so the instants of all holders are comparable. Each
+//! holder keeps its own [`HolderLog`] and hands it to the [`Recorder`] when it is done
+//! (released, lost, or killed); the checker reads the finished [`History`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mongolock::{LeaseState, LockGuard, LossReason};
+
+/// How a resource is locked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// A mutex: one holder at a time.
+    Exclusive,
+    /// A semaphore with this many permits.
+    Shared {
+        /// The number of permits.
+        permits: u32,
+    },
+}
+
+/// How a holder learnt that its lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossKind {
+    /// The local deadline passed.
+    Deadline,
+    /// The server said the lease is gone.
+    Revoked,
+    /// Anything else the library reports (released, or a reason added later).
+    Other,
+}
+
+impl From<LossReason> for LossKind {
+    fn from(reason: LossReason) -> Self {
+        match reason {
+            LossReason::Deadline => LossKind::Deadline,
+            LossReason::Revoked => LossKind::Revoked,
+            _ => LossKind::Other,
+        }
+    }
+}
+
+/// One write a holder made to the guarded record.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteLog {
+    /// When the record took it.
+    pub at: Instant,
+    /// The fencing token it carried.
+    pub token: i64,
+    /// The value written.
+    pub value: u64,
+    /// Whether the record accepted it.
+    pub accepted: bool,
+}
+
+/// A stretch during which the holder's whole client stopped (a process pause).
+#[derive(Debug, Clone, Copy)]
+pub struct PauseLog {
+    /// When the client stopped.
+    pub start: Instant,
+    /// When it ran again.
+    pub end: Instant,
+    /// The holder's local deadline when the pause began.
+    pub deadline_before: Instant,
+    /// `guard.is_lost()` right after the pause.
+    pub lost_on_resume: bool,
+}
+
+/// Everything one holder (one acquired guard) did and saw.
+#[derive(Debug, Clone)]
+pub struct HolderLog {
+    /// Unique in the run.
+    pub id: u64,
+    /// The client slot it ran in.
+    pub client: usize,
+    /// A fake holder of a negative control (its log may lie on purpose).
+    pub fake: bool,
+    /// The locked resource.
+    pub resource: String,
+    /// Mutex or semaphore.
+    pub mode: Mode,
+    /// When the acquire call that granted it began.
+    pub invoked_at: Instant,
+    /// When the grant reached the holder: its belief starts here.
+    pub granted_at: Instant,
+    /// The fencing token of the grant (as the holder uses it).
+    pub token: i64,
+    /// The latest local deadline seen while the lease was held (`now + time_left()`).
+    pub max_deadline: Option<Instant>,
+    /// Writes to the guarded record.
+    pub writes: Vec<WriteLog>,
+    /// The first time the holder learnt of the loss (`lost()` resolved, or `is_lost()` was
+    /// true at a check), with how.
+    pub notified: Option<(Instant, LossKind)>,
+    /// Pauses of the holder's client while it held.
+    pub pauses: Vec<PauseLog>,
+    /// When the holder called release.
+    pub released_at: Option<Instant>,
+    /// Whether the release returned `Ok` (an error says the lease was lost before).
+    pub release_ok: Option<bool>,
+    /// When the holder's client was killed while holding (no release).
+    pub killed_at: Option<Instant>,
+    /// For fake holders: the end of their belief, as they (wrongly) see it.
+    pub believed_until: Option<Instant>,
+}
+
+impl HolderLog {
+    /// A log, with id `id`, for a guard granted now.
+    pub fn new(id: u64, client: usize, mode: Mode, invoked_at: Instant, guard: &LockGuard) -> Self {
+        let mut log = HolderLog {
+            id,
+            client,
+            fake: false,
+            resource: guard.resource().to_owned(),
+            mode,
+            invoked_at,
+            granted_at: Instant::now(),
+            token: guard.fencing_token(),
+            max_deadline: None,
+            writes: Vec::new(),
+            notified: None,
+            pauses: Vec::new(),
+            released_at: None,
+            release_ok: None,
+            killed_at: None,
+            believed_until: None,
+        };
+        log.sample(guard);
+        log
+    }
+
+    /// Records the guard's local deadline now, if it still holds.
+    pub fn sample(&mut self, guard: &LockGuard) {
+        if guard.is_lost() {
+            return;
+        }
+        let deadline = Instant::now() + guard.time_left();
+        if self.max_deadline.is_none_or(|d| d < deadline) {
+            self.max_deadline = Some(deadline);
+        }
+    }
+
+    /// Records the first notice of the loss (later ones change nothing).
+    pub fn notice(&mut self, at: Instant, kind: LossKind) {
+        if self.notified.is_none() {
+            self.notified = Some((at, kind));
+        }
+    }
+
+    /// Records a notice if the guard says it is lost now; true if it is.
+    pub fn check_lost(&mut self, guard: &LockGuard) -> bool {
+        match guard.state() {
+            LeaseState::Lost(reason) => {
+                self.notice(Instant::now(), reason.into());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// When the lease was lost as far as the holder could know: its notice, or the local
+    /// deadline it passed while its client was paused (its `is_lost()` turned true then,
+    /// even though no task ran).
+    pub fn lost_at(&self) -> Option<Instant> {
+        let paused = self
+            .pauses
+            .iter()
+            .filter(|p| p.end > p.deadline_before)
+            .map(|p| p.deadline_before.max(p.start))
+            .min();
+        match (self.notified.map(|n| n.0), paused) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When the holder stopped believing it held: the first of its release call, its loss,
+    /// its death; for a fake holder, whatever it says.
+    pub fn belief_end(&self, run_end: Instant) -> Instant {
+        if let Some(until) = self.believed_until {
+            return until;
+        }
+        [self.released_at, self.lost_at(), self.killed_at]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(run_end)
+    }
+
+    /// True if the lease ended without the holder's release: it was lost first.
+    pub fn ended_by_loss(&self) -> bool {
+        match (self.lost_at(), self.released_at) {
+            (Some(lost), Some(released)) => lost <= released,
+            (Some(_), None) => true,
+            _ => false,
+        }
+    }
+}
+
+/// What an operator (or the harness playing one) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpKind {
+    /// `force_release(resource)` from the observer.
+    ForceRelease(String),
+    /// `purge()` from the observer.
+    Purge,
+    /// The emulator's clock jumped forward by this much.
+    ClockJump(Duration),
+}
+
+/// An operator action, from its call to its reply.
+#[derive(Debug, Clone)]
+pub struct OpEvent {
+    /// What was done.
+    pub kind: OpKind,
+    /// When the call began.
+    pub start: Instant,
+    /// When it returned.
+    pub end: Instant,
+}
+
+/// One write as the guarded record saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordEntry {
+    /// When the record took it.
+    pub at: Instant,
+    /// The writing holder.
+    pub holder: u64,
+    /// Its token.
+    pub token: i64,
+    /// Whether the record accepted it.
+    pub accepted: bool,
+}
+
+#[derive(Debug, Default)]
+struct RecordState {
+    highest: Option<i64>,
+    entries: Vec<RecordEntry>,
+}
+
+/// The in-process store the locks protect: one record per resource, shared by every
+/// worker. For a mutex it rejects a write whose token is lower than the highest it
+/// accepted (fencing); for a semaphore it accepts every write (concurrent permit holders
+/// are fine; the checker counts them against the cap instead).
+#[derive(Debug, Default)]
+pub struct GuardedRecord {
+    records: Mutex<HashMap<String, RecordState>>,
+}
+
+impl GuardedRecord {
+    /// Writes `value` with `token` to `resource`'s record; returns when it was taken and
+    /// whether it was accepted.
+    pub fn write(
+        &self,
+        resource: &str,
+        mode: Mode,
+        holder: u64,
+        token: i64,
+        _value: u64,
+    ) -> (Instant, bool) {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let record = records.entry(resource.to_owned()).or_default();
+        let at = Instant::now();
+        let accepted = match mode {
+            Mode::Exclusive => record.highest.is_none_or(|h| token >= h),
+            Mode::Shared { .. } => true,
+        };
+        if accepted && mode == Mode::Exclusive {
+            record.highest = Some(record.highest.map_or(token, |h| h.max(token)));
+        }
+        record.entries.push(RecordEntry {
+            at,
+            holder,
+            token,
+            accepted,
+        });
+        (at, accepted)
+    }
+
+    /// Every write so far, by resource, in the order the record took them.
+    pub fn entries(&self) -> HashMap<String, Vec<RecordEntry>> {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        records
+            .iter()
+            .map(|(r, s)| (r.clone(), s.entries.clone()))
+            .collect()
+    }
+}
+
+/// A finished history, ready for the checker.
+#[derive(Debug, Clone)]
+pub struct History {
+    /// Every holder's log.
+    pub holders: Vec<HolderLog>,
+    /// Operator actions.
+    pub ops: Vec<OpEvent>,
+    /// The guarded record's writes, by resource.
+    pub record: HashMap<String, Vec<RecordEntry>>,
+    /// The mode of each resource.
+    pub modes: HashMap<String, Mode>,
+    /// Acquire calls made.
+    pub attempts: u64,
+    /// Acquire calls that gave up waiting.
+    pub timeouts: u64,
+    /// Acquire calls that failed with an error.
+    pub errors: u64,
+    /// Problems found by the liveness probe at the end of the run.
+    pub liveness: Vec<String>,
+    /// When the faults stopped (everything healed).
+    pub healed_at: Option<Instant>,
+    /// When the run ended.
+    pub end: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    holders: Vec<HolderLog>,
+    ops: Vec<OpEvent>,
+    attempts: u64,
+    timeouts: u64,
+    errors: u64,
+    liveness: Vec<String>,
+    healed_at: Option<Instant>,
+}
+
+/// Collects the history while a run goes on; shared by every client thread.
+#[derive(Debug, Default, Clone)]
+pub struct Recorder {
+    inner: Arc<Mutex<Inner>>,
+    next_id: Arc<AtomicU64>,
+    /// The guarded record the workers write to.
+    pub record: Arc<GuardedRecord>,
+}
+
+impl Recorder {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// A fresh holder id.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Adds a finished holder's log.
+    pub fn holder(&self, log: HolderLog) {
+        self.with(|i| i.holders.push(log));
+    }
+
+    /// Adds an operator action.
+    pub fn op(&self, kind: OpKind, start: Instant, end: Instant) {
+        self.with(|i| i.ops.push(OpEvent { kind, start, end }));
+    }
+
+    /// Counts an acquire call and how it ended: granted, timed out, or failed.
+    pub fn attempt(&self, timed_out: bool, failed: bool) {
+        self.with(|i| {
+            i.attempts += 1;
+            i.timeouts += u64::from(timed_out);
+            i.errors += u64::from(failed);
+        });
+    }
+
+    /// Records a liveness problem.
+    pub fn liveness(&self, problem: String) {
+        self.with(|i| i.liveness.push(problem));
+    }
+
+    /// Records when every fault was healed.
+    pub fn healed(&self, at: Instant) {
+        self.with(|i| i.healed_at = Some(at));
+    }
+
+    /// Holders granted after `after` on `resource` so far.
+    pub fn grants_after(&self, resource: &str, after: Instant) -> usize {
+        self.with(|i| {
+            i.holders
+                .iter()
+                .filter(|h| h.resource == resource && h.granted_at > after)
+                .count()
+        })
+    }
+
+    /// The history so far, for the resources in `modes`.
+    pub fn finish(&self, modes: HashMap<String, Mode>) -> History {
+        let record = self.record.entries();
+        self.with(|i| History {
+            holders: i.holders.clone(),
+            ops: i.ops.clone(),
+            record,
+            modes,
+            attempts: i.attempts,
+            timeouts: i.timeouts,
+            errors: i.errors,
+            liveness: i.liveness.clone(),
+            healed_at: i.healed_at,
+            end: Instant::now(),
+        })
+    }
+}

@@ -1,0 +1,233 @@
+//! A fault-injection harness for mongolock: it runs lock workloads on the emulator while
+//! injecting faults, records what every holder did and saw, and checks the history against
+//! the library's promises (exclusion, fencing, loss notification, caps, liveness).
+//!
+//! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
+//! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
+//! connected directly. Faults are drawn from the seed ([`faults`]); the history
+//! ([`history`]) is checked ([`check`]); four negative controls ([`controls`]) prove that
+//! the checker catches the bugs it looks for; [`report`] prints it all.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let report = mongolock_harness::run(&mongolock_harness::Options::quick(42)).await?;
+//! println!("{report}");
+//! assert!(report.passed());
+//! # Ok(()) }
+//! ```
+
+pub mod check;
+pub mod controls;
+pub mod faults;
+pub mod history;
+pub mod report;
+pub mod workload;
+
+use std::time::{Duration, Instant};
+
+use mongolock::{Filter, LockClient};
+use mongolock_testkit::TestServer;
+
+use crate::faults::Injector;
+use crate::history::{Mode, Recorder};
+use crate::report::{Report, RunResult};
+use crate::workload::{COLLECTION, DB, Fleet, Workload};
+
+/// The time a waiter may take to notice a freed lock, on top of the TTL, in the liveness
+/// check.
+pub const WAKE_BOUND: Duration = Duration::from_secs(1);
+
+/// What a session runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The seed: run `i` uses `seed + i`.
+    pub seed: u64,
+    /// How many runs.
+    pub runs: u32,
+    /// How long faults are injected in each run.
+    pub fault_phase: Duration,
+    /// The workload.
+    pub workload: Workload,
+    /// Whether to run the negative controls.
+    pub controls: bool,
+}
+
+impl Options {
+    /// One run with 15 s of faults, and the controls (well under a minute).
+    pub fn quick(seed: u64) -> Self {
+        Options {
+            seed,
+            runs: 1,
+            fault_phase: Duration::from_secs(15),
+            workload: Workload::standard(),
+            controls: true,
+        }
+    }
+
+    /// Five runs with a minute of faults each, and the controls (about six minutes).
+    pub fn long(seed: u64) -> Self {
+        Options {
+            seed,
+            runs: 5,
+            fault_phase: Duration::from_secs(60),
+            workload: Workload::standard(),
+            controls: true,
+        }
+    }
+}
+
+/// Runs a session: every run, then the controls.
+///
+/// # Errors
+/// The emulator, a proxy or a lock call of the setup failed (not a fault: those are
+/// expected and recorded).
+pub async fn run(options: &Options) -> Result<Report, Box<dyn std::error::Error>> {
+    let mut report = Report {
+        seed: options.seed,
+        ttl: options.workload.ttl,
+        ..Report::default()
+    };
+    for i in 0..options.runs {
+        let seed = options.seed.wrapping_add(u64::from(i));
+        report
+            .runs
+            .push(run_once(seed, &options.workload, options.fault_phase).await?);
+    }
+    if options.controls {
+        report.controls = controls::run_all().await?;
+    }
+    Ok(report)
+}
+
+/// One run: the workload under faults for `fault_phase`, then healing, the liveness probe
+/// and the check.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_once(
+    seed: u64,
+    workload: &Workload,
+    fault_phase: Duration,
+) -> Result<RunResult, Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let server = TestServer::start().await?;
+    let direct = server.new_client();
+    let observer = LockClient::new(direct.database(DB).collection(COLLECTION));
+    observer.create_indexes().await?;
+    let recorder = Recorder::new();
+    let mut fleet = Fleet::start(server.addr(), workload, &recorder, seed).await?;
+    let mut injector = Injector::new(
+        seed,
+        observer.clone(),
+        direct.database("admin"),
+        server.clock().clone(),
+        workload,
+        &recorder,
+    );
+    injector.run(&mut fleet, Instant::now() + fault_phase).await;
+    let healed = Instant::now();
+    recorder.healed(healed);
+
+    liveness(&mut fleet, &observer, &recorder, workload, healed).await?;
+
+    let history = recorder.finish(workload.modes());
+    let outcome = check::check(&history);
+    drop(fleet);
+    server.shutdown().await;
+    Ok(RunResult {
+        seed,
+        outcome,
+        faults: injector.counts.clone(),
+        attempts: history.attempts,
+        timeouts: history.timeouts,
+        errors: history.errors,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// After the faults stop: within the longest pause, plus the TTL, plus [`WAKE_BOUND`],
+/// every lock is free or held by a live client and every resource was granted again; once
+/// the clients stop, nothing stays held past the TTL and the observer can take every lock.
+async fn liveness(
+    fleet: &mut Fleet,
+    observer: &LockClient,
+    recorder: &Recorder,
+    workload: &Workload,
+    healed: Instant,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let ttl = workload.ttl;
+    // A pause under way may last up to twice the TTL; then the TTL; then the wake-up.
+    let settle = healed + ttl * 2 + ttl + WAKE_BOUND;
+    while Instant::now() < settle {
+        fleet.restart_dead(Duration::ZERO);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    for status in observer.status(&Filter::default()).await? {
+        if status.is_expired() {
+            continue;
+        }
+        let owner = status.owner().unwrap_or("");
+        if !fleet.is_live_owner(owner) {
+            recorder.liveness(format!(
+                "{}: still held by {owner:?} (not a live client) {:.0} ms after healing, \
+                 {:?} left",
+                status.resource(),
+                healed.elapsed().as_secs_f64() * 1e3,
+                status.ttl_remaining()
+            ));
+        }
+    }
+    for (resource, _) in &workload.resources {
+        if recorder.grants_after(resource, healed) == 0 {
+            recorder.liveness(format!(
+                "{resource}: not granted to anyone in the {:.0} ms after healing",
+                healed.elapsed().as_secs_f64() * 1e3
+            ));
+        }
+    }
+    let late = fleet.stop(workload.acquire_timeout + ttl * 3).await;
+    for index in late {
+        recorder.liveness(format!("client {index} did not stop after healing"));
+    }
+    let stopped = Instant::now();
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    for status in observer.status(&Filter::default()).await? {
+        if !status.is_expired() {
+            recorder.liveness(format!(
+                "{}: stranded, held by {:?} {:.0} ms after every client stopped",
+                status.resource(),
+                status.owner(),
+                stopped.elapsed().as_secs_f64() * 1e3
+            ));
+        }
+    }
+    for (resource, mode) in &workload.resources {
+        let mut guards = Vec::new();
+        let wanted = match mode {
+            Mode::Exclusive => 1,
+            Mode::Shared { permits } => *permits,
+        };
+        for _ in 0..wanted {
+            let guard = match mode {
+                Mode::Exclusive => observer.mutex(resource).ttl(ttl).try_acquire().await,
+                Mode::Shared { permits } => {
+                    observer
+                        .semaphore(resource, *permits)
+                        .ttl(ttl)
+                        .try_acquire()
+                        .await
+                }
+            };
+            match guard {
+                Ok(Some(guard)) => guards.push(guard),
+                other => recorder.liveness(format!(
+                    "{resource}: the observer could not take it once every client stopped: {other:?}"
+                )),
+            }
+        }
+        for guard in guards {
+            let _ = guard.release().await;
+        }
+    }
+    Ok(())
+}

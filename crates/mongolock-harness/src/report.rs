@@ -1,0 +1,220 @@
+//! The summary of a harness session: runs, operations, faults, violations, controls and
+//! timing figures, printed as a table.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::time::Duration;
+
+use crate::check::{Check, Outcome, Violation};
+use crate::controls::ControlResult;
+use crate::faults::FaultKind;
+
+/// One run's results.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// The run's seed.
+    pub seed: u64,
+    /// What the checker found.
+    pub outcome: Outcome,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<FaultKind, u64>,
+    /// Acquire calls, and how many timed out or failed.
+    pub attempts: u64,
+    /// See [`RunResult::attempts`].
+    pub timeouts: u64,
+    /// See [`RunResult::attempts`].
+    pub errors: u64,
+    /// How long the run took.
+    pub elapsed: Duration,
+}
+
+/// Everything a session found.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The session's seed (run `i` uses `seed + i`).
+    pub seed: u64,
+    /// The lease TTL of the workload.
+    pub ttl: Duration,
+    /// Every run.
+    pub runs: Vec<RunResult>,
+    /// The negative controls.
+    pub controls: Vec<ControlResult>,
+}
+
+/// The `q`-quantile (0..=1) of `values` by nearest rank; `None` if empty.
+pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0} ms"))
+}
+
+impl Report {
+    /// Every violation of every run, with its run's seed.
+    pub fn violations(&self) -> Vec<(u64, &Violation)> {
+        self.runs
+            .iter()
+            .flat_map(|r| r.outcome.violations.iter().map(move |v| (r.seed, v)))
+            .collect()
+    }
+
+    /// Controls the checker caught.
+    pub fn controls_caught(&self) -> usize {
+        self.controls.iter().filter(|c| c.caught()).count()
+    }
+
+    /// True if no run broke a promise and every control was caught.
+    pub fn passed(&self) -> bool {
+        self.violations().is_empty() && self.controls_caught() == self.controls.len()
+    }
+
+    fn sum(&self, f: impl Fn(&RunResult) -> usize) -> usize {
+        self.runs.iter().map(f).sum()
+    }
+
+    fn all(&self, f: impl Fn(&Outcome) -> &Vec<f64>) -> Vec<f64> {
+        self.runs
+            .iter()
+            .flat_map(|r| f(&r.outcome).iter().copied())
+            .collect()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut t = String::new();
+        let row = |t: &mut String, k: &str, v: String| {
+            let _ = writeln!(t, "  {k:<42} {v}");
+        };
+        let _ = writeln!(t, "mongolock-harness  seed {}", self.seed);
+        row(&mut t, "runs", self.runs.len().to_string());
+        let elapsed: Duration = self.runs.iter().map(|r| r.elapsed).sum();
+        row(
+            &mut t,
+            "run time",
+            format!("{:.1} s", elapsed.as_secs_f64()),
+        );
+        row(
+            &mut t,
+            "acquire calls (timed out / failed)",
+            format!(
+                "{} ({} / {})",
+                self.sum(|r| r.attempts as usize),
+                self.sum(|r| r.timeouts as usize),
+                self.sum(|r| r.errors as usize)
+            ),
+        );
+        row(&mut t, "grants", self.sum(|r| r.outcome.grants).to_string());
+        row(
+            &mut t,
+            "handoffs (exclusive)",
+            self.sum(|r| r.outcome.handoffs).to_string(),
+        );
+        row(
+            &mut t,
+            "guarded writes (rejected by the fence)",
+            format!(
+                "{} ({})",
+                self.sum(|r| r.outcome.writes),
+                self.sum(|r| r.outcome.rejected_writes)
+            ),
+        );
+        row(
+            &mut t,
+            "leases lost (not released)",
+            self.sum(|r| r.outcome.losses).to_string(),
+        );
+        row(
+            &mut t,
+            "holders excused: force_release / clock jump",
+            format!(
+                "{} / {}",
+                self.sum(|r| r.outcome.excused_force_release),
+                self.sum(|r| r.outcome.excused_clock_jump)
+            ),
+        );
+        let _ = writeln!(t, "faults injected");
+        let mut faults: BTreeMap<FaultKind, u64> = BTreeMap::new();
+        for r in &self.runs {
+            for (k, n) in &r.faults {
+                *faults.entry(*k).or_default() += n;
+            }
+        }
+        for (kind, _) in FaultKind::ALL {
+            row(
+                &mut t,
+                kind.name(),
+                faults.get(&kind).copied().unwrap_or(0).to_string(),
+            );
+        }
+        let _ = writeln!(t, "violations (must be 0)");
+        let mut counts: BTreeMap<Check, usize> = BTreeMap::new();
+        for r in &self.runs {
+            for (c, n) in r.outcome.by_check() {
+                *counts.entry(c).or_default() += n;
+            }
+        }
+        for check in Check::ALL {
+            row(
+                &mut t,
+                check.name(),
+                counts.get(&check).copied().unwrap_or(0).to_string(),
+            );
+        }
+        let _ = writeln!(t, "negative controls (must all be caught)");
+        for c in &self.controls {
+            let found = c.outcome.by_check();
+            let found: Vec<String> = found
+                .iter()
+                .map(|(k, n)| format!("{} x{n}", k.name()))
+                .collect();
+            row(
+                &mut t,
+                c.name,
+                format!(
+                    "{} by {} [{}]",
+                    if c.caught() { "caught" } else { "MISSED" },
+                    c.expected.name(),
+                    found.join("; ")
+                ),
+            );
+        }
+        let _ = writeln!(
+            t,
+            "controls caught: {}/{}",
+            self.controls_caught(),
+            self.controls.len()
+        );
+        let takeovers = self.all(|o| &o.takeovers_ms);
+        let margins = self.all(|o| &o.notice_margins_ms);
+        let _ = writeln!(t, "timing (TTL {} ms)", self.ttl.as_millis());
+        row(
+            &mut t,
+            "takeover after a crash p50 / p99 (n)",
+            format!(
+                "{} / {} ({})",
+                ms(quantile(&takeovers, 0.5)),
+                ms(quantile(&takeovers, 0.99)),
+                takeovers.len()
+            ),
+        );
+        row(
+            &mut t,
+            "loss notice before next grant p50 / p1 (n)",
+            format!(
+                "{} / {} ({})",
+                ms(quantile(&margins, 0.5)),
+                ms(quantile(&margins, 0.01)),
+                margins.len()
+            ),
+        );
+        f.write_str(&t)
+    }
+}

@@ -1,0 +1,38 @@
+//! A short seeded run under faults: no promise may be broken, and every negative control
+//! must be caught.
+
+use std::time::Duration;
+
+use mongolock_harness::{Options, run};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
+    let mut options = Options::quick(20_240_601);
+    options.fault_phase = Duration::from_secs(12);
+    let report = run(&options).await.expect("the harness runs");
+    println!("{report}");
+    let violations = report.violations();
+    assert!(
+        violations.is_empty(),
+        "seed {}: {} violation(s): {:#?}",
+        options.seed,
+        violations.len(),
+        violations
+    );
+    assert_eq!(
+        report.controls_caught(),
+        4,
+        "controls caught: {}/4",
+        report.controls_caught()
+    );
+    assert!(report.passed());
+    let run = &report.runs[0];
+    assert!(
+        run.outcome.grants > 20,
+        "the workload made progress under faults"
+    );
+    assert!(
+        run.faults.values().sum::<u64>() > 10,
+        "faults were injected"
+    );
+}
