@@ -166,8 +166,10 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
                     { "$gt": ["$$w.until", { "$add": ["$$NOW", bound_ms / 2] }] },
                 ]},
             }}]});
+            // A withdrawn attempt (a late copy of a dropped one) never announces: its waiter is
+            // gone.
             bson!({ "$cond": [
-                "$$grant",
+                { "$or": ["$$grant", "$$withdrawn"] },
                 others_waiting.clone(),
                 { "$cond": [
                     fresh,
@@ -558,6 +560,43 @@ mod tests {
             panic!()
         };
         assert_eq!((c.wait(), c.free_at()), (None, None));
+    }
+
+    #[tokio::test]
+    async fn a_late_copy_of_a_withdrawn_writer_attempt_announces_nothing() {
+        let server = mongolock_testkit::TestServer::start().await.unwrap();
+        let collection = server.client().database("d").collection("locks");
+        let locks = crate::LockClient::new(collection.clone());
+        let _ = locks
+            .slock("r", "reader", LockDetails::default(), None)
+            .await
+            .unwrap();
+        let mut writer = AcquireRequest::exclusive("r", "writer", LockDetails::default());
+        writer.announce = Some(Duration::from_secs(60));
+        // What a dropped writer leaves: the withdrawal reaches the server first, the attempt
+        // itself after it.
+        assert!(!locks.release_attempt(&writer).await.unwrap());
+        assert_eq!(locks.acquire(&writer).await.unwrap(), Attempt::Withdrawn);
+        let stored = collection
+            .find_one(doc! { "_id": "r" })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.get_array("queue").unwrap().len(), 0, "{stored}");
+        // A live attempt does announce itself: the check above can see an announcement.
+        let live = AcquireRequest::exclusive("r", "writer-2", LockDetails::default());
+        let mut live = live;
+        live.announce = Some(Duration::from_secs(60));
+        assert!(matches!(
+            locks.acquire(&live).await.unwrap(),
+            Attempt::Contended(_)
+        ));
+        let stored = collection
+            .find_one(doc! { "_id": "r" })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
     }
 
     #[test]
