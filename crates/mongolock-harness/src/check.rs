@@ -180,13 +180,17 @@ impl<'a> Checker<'a> {
     }
 
     /// The start of the earliest event that may have ended `l`'s lease without its consent
-    /// (a force-release of its resource, or a clock jump, during its belief), if any.
+    /// (a force-release of its resource, or a clock jump, during its belief), if any. The
+    /// lease exists on the server from the grant's execution, which lies between the send of
+    /// the granted attempt and the reply: an event in that window (the reply still on its
+    /// way) may end the lease before the holder starts believing, and the holder learns it
+    /// at its next renewal, as for any force-release.
     fn excused_since(&self, l: &HolderLog) -> Option<(Instant, &'static str)> {
         let end = self.end(l);
         self.h
             .ops
             .iter()
-            .filter(|op| op.start < end && op.end > l.granted_at)
+            .filter(|op| op.start < end && op.end > l.attempt_sent_at)
             .filter_map(|op| match &op.kind {
                 OpKind::ForceRelease(r) if *r == l.resource => Some((op.start, "force_release")),
                 OpKind::ClockJump(_) => Some((op.start, "clock jump")),
@@ -478,5 +482,82 @@ impl<'a> Checker<'a> {
                 self.violation(Check::LocalDeadline, detail);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::OpEvent;
+
+    /// A mutex holder whose belief runs from `granted` to `released` (ms after `t0`), whose
+    /// granted attempt was sent at `sent`.
+    fn holder(t0: Instant, id: u64, sent: u64, granted: u64, released: u64) -> HolderLog {
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        HolderLog {
+            id,
+            client: id as usize,
+            fake: false,
+            resource: "m".into(),
+            mode: Mode::Exclusive,
+            invoked_at: ms(0),
+            attempt_sent_at: ms(sent),
+            granted_at: ms(granted),
+            token: id as i64,
+            max_deadline: None,
+            writes: Vec::new(),
+            notified: None,
+            pauses: Vec::new(),
+            released_at: Some(ms(released)),
+            release_ok: Some(true),
+            killed_at: None,
+            believed_until: None,
+        }
+    }
+
+    fn history(t0: Instant, force_release: (u64, u64)) -> History {
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        History {
+            // Holder 1's grant executes between 100 and 400 ms (its reply is slow); holder 2
+            // is granted at 500 ms, while holder 1 still believes.
+            holders: vec![holder(t0, 1, 100, 400, 900), holder(t0, 2, 450, 500, 600)],
+            ops: vec![OpEvent {
+                kind: OpKind::ForceRelease("m".into()),
+                start: ms(force_release.0),
+                end: ms(force_release.1),
+            }],
+            record: HashMap::new(),
+            modes: HashMap::from([("m".to_owned(), Mode::Exclusive)]),
+            attempts: 2,
+            timeouts: 0,
+            errors: 0,
+            liveness: Vec::new(),
+            healed_at: None,
+            end: ms(1_000),
+        }
+    }
+
+    fn exclusion_violations(history: &History) -> usize {
+        check(history)
+            .violations
+            .iter()
+            .filter(|v| v.check == Check::Exclusion)
+            .count()
+    }
+
+    #[test]
+    fn a_force_release_while_the_grant_reply_travels_excuses_the_overlap() {
+        let t0 = Instant::now();
+        // The operator broke the lock after the grant executed, before its reply arrived:
+        // the holder learns at its next renewal, as for any force-release.
+        assert_eq!(exclusion_violations(&history(t0, (200, 250))), 0);
+    }
+
+    #[test]
+    fn a_force_release_before_the_attempt_was_sent_excuses_nothing() {
+        let t0 = Instant::now();
+        // It ended before the granted attempt was even sent: it cannot have ended that
+        // lease, so the overlap is a double grant.
+        assert_eq!(exclusion_violations(&history(t0, (20, 60))), 1);
     }
 }

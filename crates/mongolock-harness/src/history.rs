@@ -86,6 +86,9 @@ pub struct HolderLog {
     pub mode: Mode,
     /// When the acquire call that granted it began.
     pub invoked_at: Instant,
+    /// When the attempt that was granted was sent: the server granted the lock between this
+    /// and `granted_at`.
+    pub attempt_sent_at: Instant,
     /// When the grant reached the holder: its belief starts here.
     pub granted_at: Instant,
     /// The fencing token of the grant (as the holder uses it).
@@ -119,6 +122,7 @@ impl HolderLog {
             resource: guard.resource().to_owned(),
             mode,
             invoked_at,
+            attempt_sent_at: guard.attempt_sent_at(),
             granted_at: Instant::now(),
             token: guard.fencing_token(),
             max_deadline: None,

@@ -83,6 +83,13 @@ impl LockGuard {
         self.lease.grant.kind()
     }
 
+    /// When the attempt that was granted was sent, on this process's monotonic clock. The
+    /// server granted the lock after this instant and before `acquire` returned; the lease's
+    /// first deadline is counted from it.
+    pub fn attempt_sent_at(&self) -> std::time::Instant {
+        self.lease.sent_at.into_std()
+    }
+
     /// The grant as the server made it (its times are the server's).
     pub fn grant(&self) -> &Grant {
         &self.lease.grant

@@ -82,6 +82,8 @@ pub(crate) struct Lease {
     pub(crate) margin: Duration,
     /// How often the keeper renews it.
     pub(crate) every: Duration,
+    /// When the attempt that was granted was sent.
+    pub(crate) sent_at: Instant,
     deadline: Mutex<Instant>,
     state: watch::Sender<LeaseState>,
 }
@@ -101,6 +103,7 @@ impl Lease {
             ttl,
             margin,
             every,
+            sent_at,
             deadline: Mutex::new(deadline),
             state: watch::Sender::new(LeaseState::Held),
         }
