@@ -149,6 +149,13 @@ enum Node {
         format: Option<Box<Node>>,
         on_null: Option<Box<Node>>,
     },
+    /// `$dateAdd` (`subtract: false`) and `$dateSubtract`, in UTC.
+    DateArith {
+        subtract: bool,
+        start: Box<Node>,
+        unit: Box<Node>,
+        amount: Box<Node>,
+    },
 }
 
 /// Parse-time state: the variables bound by enclosing expressions, and the nesting depth.
@@ -512,6 +519,8 @@ impl Scope {
             "$getField" => return self.parse_get_field(arg),
             "$setField" => return self.parse_set_field(arg),
             "$dateToString" => return self.parse_date_to_string(arg),
+            "$dateAdd" => return self.parse_date_arith(arg, false),
+            "$dateSubtract" => return self.parse_date_arith(arg, true),
             "$rand" => {
                 let Bson::Document(d) = arg else {
                     return Err(err(10065, "invalid parameter: expected an object ($rand)"));
@@ -879,6 +888,58 @@ impl Scope {
             on_null,
         })
     }
+
+    /// `$dateAdd` / `$dateSubtract`: `{startDate, unit, amount, timezone?}`, as mongod 5.0+
+    /// parses them. Only UTC is supported as a timezone; anything else is refused.
+    fn parse_date_arith(&mut self, arg: &Bson, subtract: bool) -> Result<Node> {
+        let op = if subtract {
+            "$dateSubtract"
+        } else {
+            "$dateAdd"
+        };
+        let Bson::Document(d) = arg else {
+            return Err(err(
+                5166400,
+                format!("{op} expects an object as its argument"),
+            ));
+        };
+        let (mut start, mut unit, mut amount) = (None, None, None);
+        for (k, v) in d {
+            match k.as_str() {
+                "startDate" => start = Some(self.boxed(v)?),
+                "unit" => unit = Some(self.boxed(v)?),
+                "amount" => amount = Some(self.boxed(v)?),
+                "timezone" => {
+                    if !matches!(v, Bson::String(s) if s == "UTC" || s == "Z" || s == "+00:00" || s == "GMT")
+                    {
+                        return Err(CommandError::bad_value(format!(
+                            "{op}: only the UTC timezone is supported by the mongolock test server"
+                        )));
+                    }
+                }
+                _ => {
+                    return Err(err(
+                        5166401,
+                        format!(
+                            "Unrecognized argument to {op}: {k}. Expected arguments are startDate, unit, amount, and optionally timezone."
+                        ),
+                    ));
+                }
+            }
+        }
+        let (Some(start), Some(unit), Some(amount)) = (start, unit, amount) else {
+            return Err(err(
+                5166402,
+                format!("{op} requires startDate, unit, and amount to be present"),
+            ));
+        };
+        Ok(Node::DateArith {
+            subtract,
+            start,
+            unit,
+            amount,
+        })
+    }
 }
 
 /// The `as` name of `$map`/`$filter`: a non-string reads as the empty name (as
@@ -1162,6 +1223,54 @@ impl<'a> Env<'a> {
                     None => convert::format_date_iso(date),
                     Some(f) => format_date(date, &f)?,
                 })))
+            }
+            Node::DateArith {
+                subtract,
+                start,
+                unit,
+                amount,
+            } => {
+                let op = if *subtract {
+                    "$dateSubtract"
+                } else {
+                    "$dateAdd"
+                };
+                let (start, unit, amount) =
+                    (self.eval(start)?, self.eval(unit)?, self.eval(amount)?);
+                if nullish(&start) || nullish(&unit) || nullish(&amount) {
+                    return Ok(Some(Bson::Null));
+                }
+                let start = match start.as_ref().map(|v| date_of(v, op)) {
+                    Some(Ok(d)) => d,
+                    _ => {
+                        return Err(err(
+                            5166403,
+                            format!("{op} requires startDate to be convertible to a date"),
+                        ));
+                    }
+                };
+                let Some(Bson::String(unit)) = unit else {
+                    return Err(err(
+                        5166404,
+                        format!("{op} expects string defining the time unit"),
+                    ));
+                };
+                let unit = convert::TimeUnit::parse(&unit)?;
+                let Some(amount) = amount.as_ref().and_then(int_arg) else {
+                    return Err(err(
+                        5166405,
+                        format!("{op} expects integer amount of time units"),
+                    ));
+                };
+                let amount = if *subtract {
+                    amount.checked_neg()
+                } else {
+                    Some(amount)
+                };
+                amount
+                    .and_then(|a| convert::date_add(start, unit, a))
+                    .map(|d| Some(Bson::DateTime(d)))
+                    .ok_or_else(|| err(5166406, format!("{op} overflowed")))
             }
             Node::Op(op, args) => self.eval_op(*op, args),
         }

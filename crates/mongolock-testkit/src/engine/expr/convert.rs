@@ -355,6 +355,94 @@ pub(crate) fn date_parts(d: DateTime) -> DateParts {
     }
 }
 
+/// A time unit of `$dateAdd`, `$dateSubtract` (and, in mongod, `$dateDiff`, `$dateTrunc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimeUnit {
+    Year,
+    Quarter,
+    Month,
+    Week,
+    Day,
+    Hour,
+    Minute,
+    Second,
+    Millisecond,
+}
+
+impl TimeUnit {
+    /// The unit named `s`, or mongod's `FailedToParse` for an unknown name.
+    pub(crate) fn parse(s: &str) -> crate::engine::Result<TimeUnit> {
+        Ok(match s {
+            "year" => TimeUnit::Year,
+            "quarter" => TimeUnit::Quarter,
+            "month" => TimeUnit::Month,
+            "week" => TimeUnit::Week,
+            "day" => TimeUnit::Day,
+            "hour" => TimeUnit::Hour,
+            "minute" => TimeUnit::Minute,
+            "second" => TimeUnit::Second,
+            "millisecond" => TimeUnit::Millisecond,
+            _ => {
+                return Err(crate::engine::CommandError::new(
+                    9,
+                    format!("unknown time unit value: {s}"),
+                ));
+            }
+        })
+    }
+}
+
+/// `date + amount × unit` in UTC, as `$dateAdd` computes it: fixed-length units add
+/// milliseconds; months, quarters and years move the calendar month and clamp the day to the
+/// last day of the resulting month (Jan 31 + 1 month = Feb 28 or 29). `None` on overflow.
+pub(crate) fn date_add(date: DateTime, unit: TimeUnit, amount: i64) -> Option<DateTime> {
+    let ms = date.timestamp_millis();
+    let fixed = |per: i64| {
+        amount
+            .checked_mul(per)
+            .and_then(|delta| ms.checked_add(delta))
+    };
+    let months = |per: i64| -> Option<i64> {
+        let delta = amount.checked_mul(per)?;
+        let days = ms.div_euclid(86_400_000);
+        let rem = ms.rem_euclid(86_400_000);
+        let (y, m, d) = civil_from_days(days);
+        let index = y
+            .checked_mul(12)?
+            .checked_add(i64::from(m) - 1)?
+            .checked_add(delta)?;
+        let (ny, nm) = (index.div_euclid(12), index.rem_euclid(12) as u32 + 1);
+        // Keep the arithmetic far from i64 limits before converting back to days.
+        if ny.abs() > 300_000_000 {
+            return None;
+        }
+        let last = days_in_month(ny, nm);
+        let nd = days_from_civil(ny, nm, d.min(last));
+        nd.checked_mul(86_400_000)?.checked_add(rem)
+    };
+    let out = match unit {
+        TimeUnit::Millisecond => fixed(1),
+        TimeUnit::Second => fixed(1000),
+        TimeUnit::Minute => fixed(60_000),
+        TimeUnit::Hour => fixed(3_600_000),
+        TimeUnit::Day => fixed(86_400_000),
+        TimeUnit::Week => fixed(7 * 86_400_000),
+        TimeUnit::Month => months(1),
+        TimeUnit::Quarter => months(3),
+        TimeUnit::Year => months(12),
+    }?;
+    Some(DateTime::from_millis(out))
+}
+
+fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        _ => 28,
+    }
+}
+
 fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);

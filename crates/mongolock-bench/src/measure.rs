@@ -1,0 +1,333 @@
+//! The measurements: commands per operation, uncontended latency, handoff latency.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::monitor::{Counts, Monitor};
+use crate::peers::{Lib, Peer, Result};
+
+/// How much of everything to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// Uncontended acquire + release iterations measured (after a few warm-up ones).
+    pub(crate) iterations: usize,
+    /// Failed attempts counted.
+    pub(crate) failed_attempts: usize,
+    /// Handoffs measured per waiter count.
+    pub(crate) handoffs: usize,
+    /// Waiter counts for the handoff measurement.
+    pub(crate) waiters: Vec<usize>,
+    /// Group sizes for renew.
+    pub(crate) renew_sizes: Vec<usize>,
+    /// How long each holder keeps the lock in the handoff measurement: uniformly at random
+    /// in this range, so that releases fall at random phases of the pollers' cycles.
+    pub(crate) hold: std::ops::Range<Duration>,
+    /// How long the first holder keeps the lock while the waiters start.
+    pub(crate) startup: Duration,
+    /// Limit for one handoff run.
+    pub(crate) handoff_limit: Duration,
+}
+
+/// Warm-up iterations before the uncontended measurement (connections, first documents).
+const WARMUP: usize = 5;
+
+/// Commands per operation: total, and the breakdown by command name.
+#[derive(Debug, Clone)]
+pub(crate) struct PerOp {
+    /// Commands per operation.
+    pub(crate) per_op: f64,
+    /// `1 findAndModify + 1 delete`.
+    pub(crate) breakdown: String,
+}
+
+impl PerOp {
+    fn new(counts: &Counts, ops: u64) -> PerOp {
+        PerOp {
+            per_op: counts.total() as f64 / ops as f64,
+            breakdown: counts.describe(ops),
+        }
+    }
+}
+
+/// p50 and p99 of a set of durations, and how many there were.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Percentiles {
+    pub(crate) p50: Duration,
+    pub(crate) p99: Duration,
+    pub(crate) n: usize,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles.
+    pub(crate) fn of(mut samples: Vec<Duration>) -> Option<Percentiles> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort();
+        let rank = |p: f64| {
+            let r = (p * samples.len() as f64).ceil() as usize;
+            samples[r.clamp(1, samples.len()) - 1]
+        };
+        Some(Percentiles {
+            p50: rank(0.50),
+            p99: rank(0.99),
+            n: samples.len(),
+        })
+    }
+}
+
+/// The uncontended acquire + release: latency and commands.
+#[derive(Debug, Clone)]
+pub(crate) struct Uncontended {
+    pub(crate) latency: Percentiles,
+    pub(crate) commands: PerOp,
+}
+
+/// One handoff run.
+#[derive(Debug, Clone)]
+pub(crate) struct Handoff {
+    pub(crate) latency: Percentiles,
+    /// Commands sent by all participants per handoff, in steady state.
+    pub(crate) commands: PerOp,
+}
+
+/// Everything measured for one library. `Err` holds what went wrong, for the tables.
+pub(crate) struct LibResults {
+    pub(crate) lib: Lib,
+    pub(crate) uncontended: std::result::Result<Uncontended, String>,
+    pub(crate) failed: std::result::Result<PerOp, String>,
+    /// Per group size: `Ok(None)` when the library cannot renew.
+    pub(crate) renew: Vec<(usize, std::result::Result<Option<u64>, String>)>,
+    /// Per waiter count.
+    pub(crate) handoff: Vec<(usize, std::result::Result<Handoff, String>)>,
+}
+
+/// Runs every measurement for `lib` against the server at `uri`.
+pub(crate) async fn run(lib: Lib, uri: &str, s: &Settings) -> LibResults {
+    eprintln!("== {}", lib.label());
+    let uncontended = uncontended(lib, uri, s).await.map_err(|e| e.to_string());
+    eprintln!("   uncontended: {}", brief(&uncontended));
+    let failed = failed_attempt(lib, uri, s).await.map_err(|e| e.to_string());
+    eprintln!("   failed attempt: {}", brief(&failed));
+    let mut renew = Vec::new();
+    for &k in &s.renew_sizes {
+        let r = renew_group(lib, uri, k).await.map_err(|e| e.to_string());
+        renew.push((k, r));
+    }
+    let mut handoff = Vec::new();
+    for &w in &s.waiters {
+        let r = match tokio::time::timeout(s.handoff_limit, handoffs(lib, uri, w, s)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("did not finish within {:?}", s.handoff_limit)),
+        };
+        eprintln!("   handoff, {w} waiter(s): {}", brief(&r));
+        handoff.push((w, r));
+    }
+    LibResults {
+        lib,
+        uncontended,
+        failed,
+        renew,
+        handoff,
+    }
+}
+
+fn brief<T: std::fmt::Debug>(r: &std::result::Result<T, String>) -> String {
+    match r {
+        Ok(v) => format!("{v:?}"),
+        Err(e) => format!("ERROR {e}"),
+    }
+}
+
+async fn uncontended(lib: Lib, uri: &str, s: &Settings) -> Result<Uncontended> {
+    let monitor = Monitor::new(lib.db());
+    let peer = Peer::connect(lib, uri, &monitor).await?;
+    peer.prepare().await?;
+    let resource = "uncontended";
+    let mut samples = Vec::with_capacity(s.iterations);
+    let mut before = monitor.snapshot();
+    for i in 0..WARMUP + s.iterations {
+        if i == WARMUP {
+            before = monitor.snapshot();
+        }
+        let start = Instant::now();
+        let held = peer
+            .try_acquire(resource)
+            .await?
+            .ok_or("refused although nobody holds the lock")?;
+        peer.release(held).await?;
+        if i >= WARMUP {
+            samples.push(start.elapsed());
+        }
+    }
+    let counts = monitor.snapshot().since(&before);
+    peer.close().await;
+    Ok(Uncontended {
+        latency: Percentiles::of(samples).ok_or("no samples")?,
+        commands: PerOp::new(&counts, s.iterations as u64),
+    })
+}
+
+async fn failed_attempt(lib: Lib, uri: &str, s: &Settings) -> Result<PerOp> {
+    let holder = Peer::connect(lib, uri, &Monitor::new(lib.db())).await?;
+    let monitor = Monitor::new(lib.db());
+    let contender = Peer::connect(lib, uri, &monitor).await?;
+    let resource = "held-by-another";
+    let held = holder
+        .try_acquire(resource)
+        .await?
+        .ok_or("refused although nobody holds the lock")?;
+    // One refused attempt first: the contender's connection and any first-use setup.
+    if contender.try_acquire(resource).await?.is_some() {
+        return Err("granted a lock held by another".into());
+    }
+    let before = monitor.snapshot();
+    for _ in 0..s.failed_attempts {
+        if contender.try_acquire(resource).await?.is_some() {
+            return Err("granted a lock held by another".into());
+        }
+    }
+    let counts = monitor.snapshot().since(&before);
+    holder.release(held).await?;
+    contender.close().await;
+    holder.close().await;
+    Ok(PerOp::new(&counts, s.failed_attempts as u64))
+}
+
+async fn renew_group(lib: Lib, uri: &str, k: usize) -> Result<Option<u64>> {
+    if !lib.can_renew() {
+        return Ok(None);
+    }
+    let peer = Peer::connect(lib, uri, &Monitor::new(lib.db())).await?;
+    let sent = peer.renew_group(k, "bench").await?;
+    peer.close().await;
+    Ok(sent)
+}
+
+/// State shared by the participants of one handoff run.
+struct Shared {
+    /// When the current holder called release.
+    released_at: Mutex<Option<Instant>>,
+    samples: Mutex<Vec<Duration>>,
+    /// Commands at the first release and at the last measured handoff.
+    first: Mutex<Option<Counts>>,
+    last: Mutex<Option<Counts>>,
+    stop: AtomicBool,
+    target: usize,
+    monitor: Monitor,
+    /// Counts acquisitions, so that a releaser queues again only once another has the lock.
+    acquisitions: watch::Sender<u64>,
+}
+
+/// `waiters + 1` participants, each with its own client, pass one lock around: each holds it
+/// for `hold`, notes the time, releases, and queues again once another participant holds
+/// the lock (so that it never takes the lock straight back: the handoff is always to a
+/// waiter, and `waiters` are always waiting). A handoff is the time from that note to the
+/// moment the next holder's acquire returns.
+async fn handoffs(lib: Lib, uri: &str, waiters: usize, s: &Settings) -> Result<Handoff> {
+    let monitor = Monitor::new(lib.db());
+    let mut peers = Vec::new();
+    for _ in 0..=waiters {
+        peers.push(Arc::new(Peer::connect(lib, uri, &monitor).await?));
+    }
+    let resource = format!("handoff-{waiters}");
+    let shared = Arc::new(Shared {
+        released_at: Mutex::new(None),
+        samples: Mutex::new(Vec::with_capacity(s.handoffs)),
+        first: Mutex::new(None),
+        last: Mutex::new(None),
+        stop: AtomicBool::new(false),
+        target: s.handoffs,
+        monitor: monitor.clone(),
+        acquisitions: watch::channel(0).0,
+    });
+    let (started_tx, started_rx) = watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, peer) in peers.iter().enumerate() {
+        let (peer, shared, resource) = (peer.clone(), shared.clone(), resource.clone());
+        let (started_tx, mut started_rx) = (started_tx.clone(), started_rx.clone());
+        let (hold, startup) = (s.hold.clone(), s.startup);
+        tasks.spawn(async move {
+            if i == 0 {
+                let held = peer.acquire(&resource).await?;
+                shared.acquisitions.send_modify(|n| *n += 1);
+                let _ = started_tx.send(true);
+                // Let every waiter start waiting (and make its first refused attempt).
+                tokio::time::sleep(startup).await;
+                *lock(&shared.first) = Some(shared.monitor.snapshot());
+                *lock(&shared.released_at) = Some(Instant::now());
+                peer.release(held).await?;
+                let mut acquisitions = shared.acquisitions.subscribe();
+                let _ = acquisitions.wait_for(|n| *n > 1).await;
+            } else {
+                let _ = started_rx.wait_for(|s| *s).await;
+            }
+            participant(&peer, &resource, &shared, hold).await
+        });
+    }
+    drop(started_tx);
+    while let Some(joined) = tasks.join_next().await {
+        joined??;
+    }
+    for peer in peers {
+        if let Ok(peer) = Arc::try_unwrap(peer) {
+            peer.close().await;
+        }
+    }
+    let samples = std::mem::take(&mut *lock(&shared.samples));
+    let n = samples.len() as u64;
+    let (first, last) = (lock(&shared.first).clone(), lock(&shared.last).clone());
+    let counts = match (first, last) {
+        (Some(a), Some(b)) => b.since(&a),
+        _ => return Err("no handoff measured".into()),
+    };
+    Ok(Handoff {
+        latency: Percentiles::of(samples).ok_or("no samples")?,
+        commands: PerOp::new(&counts, n),
+    })
+}
+
+async fn participant(
+    peer: &Peer,
+    resource: &str,
+    shared: &Shared,
+    hold: std::ops::Range<Duration>,
+) -> Result<()> {
+    loop {
+        let held = peer.acquire(resource).await?;
+        let now = Instant::now();
+        let mut generation = 0;
+        shared.acquisitions.send_modify(|n| {
+            *n += 1;
+            generation = *n;
+        });
+        if let Some(released) = lock(&shared.released_at).take()
+            && !shared.stop.load(Ordering::SeqCst)
+        {
+            let mut samples = lock(&shared.samples);
+            samples.push(now - released);
+            if samples.len() >= shared.target {
+                *lock(&shared.last) = Some(shared.monitor.snapshot());
+                shared.stop.store(true, Ordering::SeqCst);
+            }
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            // Pass the lock on so that the other waiters see the stop too.
+            peer.release(held).await?;
+            return Ok(());
+        }
+        let pause = rand::random_range(hold.start.as_micros()..hold.end.as_micros());
+        tokio::time::sleep(Duration::from_micros(pause as u64)).await;
+        *lock(&shared.released_at) = Some(Instant::now());
+        peer.release(held).await?;
+        let mut acquisitions = shared.acquisitions.subscribe();
+        let _ = acquisitions.wait_for(|n| *n > generation).await;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

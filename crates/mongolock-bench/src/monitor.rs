@@ -1,0 +1,127 @@
+//! Command monitoring: counts the commands a library's own driver clients send to its
+//! database, through the driver's `command_event_handler`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use mongodb::event::EventHandler;
+use mongodb::event::command::CommandEvent;
+use tokio::sync::watch;
+
+/// Counts the `CommandStarted` events for one database, by command name, and signals when
+/// a `delete` on that database completes (to wait for releases a library fires and forgets).
+#[derive(Clone)]
+pub(crate) struct Monitor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: String,
+    started: Mutex<BTreeMap<String, u64>>,
+    /// Request ids of commands started on `db` and not finished yet.
+    pending: Mutex<HashSet<i32>>,
+    deletes_done: watch::Sender<u64>,
+}
+
+/// Commands started between two snapshots, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Counts(pub(crate) BTreeMap<String, u64>);
+
+impl Counts {
+    /// The number of commands.
+    pub(crate) fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// `b - a`, per command name.
+    pub(crate) fn since(&self, before: &Counts) -> Counts {
+        let mut out = BTreeMap::new();
+        for (name, n) in &self.0 {
+            let d = n - before.0.get(name).copied().unwrap_or(0);
+            if d > 0 {
+                out.insert(name.clone(), d);
+            }
+        }
+        Counts(out)
+    }
+
+    /// `findAndModify 1, delete 1`, each count divided by `per` (one decimal if not whole).
+    pub(crate) fn describe(&self, per: u64) -> String {
+        self.0
+            .iter()
+            .map(|(name, n)| format!("{} {name}", per_op(*n, per)))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+}
+
+/// `n / per`, whole when exact, else with one decimal (two below 0.1).
+pub(crate) fn per_op(n: u64, per: u64) -> String {
+    if per == 0 {
+        return "-".into();
+    }
+    if n.is_multiple_of(per) {
+        format!("{}", n / per)
+    } else if n * 10 < per {
+        format!("{:.2}", n as f64 / per as f64)
+    } else {
+        format!("{:.1}", n as f64 / per as f64)
+    }
+}
+
+impl Monitor {
+    /// A monitor for commands on `db`.
+    pub(crate) fn new(db: &str) -> Self {
+        let (deletes_done, _) = watch::channel(0);
+        Self {
+            inner: Arc::new(Inner {
+                db: db.to_string(),
+                started: Mutex::new(BTreeMap::new()),
+                pending: Mutex::new(HashSet::new()),
+                deletes_done,
+            }),
+        }
+    }
+
+    /// The handler to install on a client as its `command_event_handler`.
+    pub(crate) fn handler(&self) -> EventHandler<CommandEvent> {
+        let inner = self.inner.clone();
+        EventHandler::callback(move |event: CommandEvent| match event {
+            CommandEvent::Started(e) if e.db == inner.db => {
+                *lock(&inner.started).entry(e.command_name).or_default() += 1;
+                lock(&inner.pending).insert(e.request_id);
+            }
+            CommandEvent::Succeeded(e) => inner.finished(e.request_id, &e.command_name),
+            CommandEvent::Failed(e) => inner.finished(e.request_id, &e.command_name),
+            _ => {}
+        })
+    }
+
+    /// The commands started so far.
+    pub(crate) fn snapshot(&self) -> Counts {
+        Counts(lock(&self.inner.started).clone())
+    }
+
+    /// How many `delete` commands on the database have finished.
+    pub(crate) fn deletes_done(&self) -> u64 {
+        *self.inner.deletes_done.borrow()
+    }
+
+    /// Waits until more than `before` `delete` commands have finished.
+    pub(crate) async fn wait_deletes_done(&self, before: u64) {
+        let mut rx = self.inner.deletes_done.subscribe();
+        let _ = rx.wait_for(|n| *n > before).await;
+    }
+}
+
+impl Inner {
+    fn finished(&self, request_id: i32, name: &str) {
+        if lock(&self.pending).remove(&request_id) && name == "delete" {
+            self.deletes_done.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
