@@ -134,25 +134,62 @@ async fn wait_for_loss(log: &mut HolderLog, guard: &LockGuard) -> Instant {
     }
 }
 
+/// The stage of a control: an emulator, the fake holder A's client behind a fault proxy, and
+/// a direct client for the holder after it.
+struct Stage {
+    server: TestServer,
+    proxy: FaultProxy,
+    recorder: Recorder,
+    a_locks: LockClient,
+    b_locks: LockClient,
+}
+
+impl Stage {
+    async fn start() -> Result<Stage, Box<dyn std::error::Error>> {
+        let server = TestServer::start().await?;
+        let proxy = FaultProxy::start(server.addr()).await?;
+        let a_locks = locks(proxy.client());
+        let b_locks = locks(server.new_client());
+        b_locks.create_indexes().await?;
+        Ok(Stage {
+            server,
+            proxy,
+            recorder: Recorder::new(),
+            a_locks,
+            b_locks,
+        })
+    }
+
+    /// A takes the lock, writes through it, and is cut off from the server.
+    async fn a_holds_then_is_cut_off(
+        &self,
+    ) -> Result<(LockGuard, HolderLog), Box<dyn std::error::Error>> {
+        let invoked = Instant::now();
+        let a = self.a_locks.mutex(RESOURCE).ttl(TTL).acquire().await?;
+        let mut a_log = HolderLog::new(self.recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
+        a_log.fake = true;
+        write(&self.recorder, &mut a_log, a.fencing_token());
+        self.proxy.blackhole();
+        Ok((a, a_log))
+    }
+}
+
 /// A holder that lost its lease releases "by resource" (`force_release`) while another
 /// holds: the other's lease ends without its consent, and a third is granted while the
 /// second still believes it holds.
 async fn release_by_resource() -> Result<ControlResult, Box<dyn std::error::Error>> {
-    let server = TestServer::start().await?;
-    let proxy = FaultProxy::start(server.addr()).await?;
-    let recorder = Recorder::new();
-    let a_locks = locks(proxy.client());
-    let b_locks = locks(server.new_client());
+    let stage = Stage::start().await?;
+    let Stage {
+        server,
+        proxy,
+        recorder,
+        a_locks,
+        b_locks,
+    } = &stage;
     let c_locks = locks(server.new_client());
-    b_locks.create_indexes().await?;
 
     // A holds, is cut off, and learns it lost the lease.
-    let invoked = Instant::now();
-    let a = a_locks.mutex(RESOURCE).ttl(TTL).acquire().await?;
-    let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
-    a_log.fake = true;
-    write(&recorder, &mut a_log, a.fencing_token());
-    proxy.blackhole();
+    let (a, mut a_log) = stage.a_holds_then_is_cut_off().await?;
     wait_for_loss(&mut a_log, &a).await;
     std::mem::forget(a);
 
@@ -184,11 +221,11 @@ async fn release_by_resource() -> Result<ControlResult, Box<dyn std::error::Erro
         .acquire_timeout(Duration::from_secs(3))
         .await?
     {
-        let c_log = hold_honestly(&recorder, 2, c, invoked, Duration::from_millis(300)).await;
+        let c_log = hold_honestly(recorder, 2, c, invoked, Duration::from_millis(300)).await;
         recorder.holder(c_log);
     }
     recorder.holder(b_task.await?);
-    Ok(finish("release by resource", Check::Exclusion, &recorder))
+    Ok(finish("release by resource", Check::Exclusion, recorder))
 }
 
 /// A fencing counter that restarts: the second holder writes with token 0.
@@ -218,19 +255,10 @@ async fn counter_reset() -> Result<ControlResult, Box<dyn std::error::Error>> {
 /// A holder that judges expiry by a skewed clock: it believes (and writes) for `TTL` more
 /// after its lease was really lost.
 async fn skewed_clock() -> Result<ControlResult, Box<dyn std::error::Error>> {
-    let server = TestServer::start().await?;
-    let proxy = FaultProxy::start(server.addr()).await?;
-    let recorder = Recorder::new();
-    let a_locks = locks(proxy.client());
-    let b_locks = locks(server.new_client());
-    b_locks.create_indexes().await?;
-
-    let invoked = Instant::now();
-    let a = a_locks.mutex(RESOURCE).ttl(TTL).acquire().await?;
-    let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
-    a_log.fake = true;
-    write(&recorder, &mut a_log, a.fencing_token());
-    proxy.blackhole();
+    let stage = Stage::start().await?;
+    let recorder = &stage.recorder;
+    let b_locks = stage.b_locks.clone();
+    let (a, mut a_log) = stage.a_holds_then_is_cut_off().await?;
 
     // B waits for the lock meanwhile.
     let b_recorder = recorder.clone();
@@ -252,7 +280,7 @@ async fn skewed_clock() -> Result<ControlResult, Box<dyn std::error::Error>> {
     let lost = wait_for_loss(&mut a_log, &a).await;
     let skewed_until = lost + TTL;
     while Instant::now() < skewed_until {
-        write(&recorder, &mut a_log, a.fencing_token());
+        write(recorder, &mut a_log, a.fencing_token());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     a_log.believed_until = Some(skewed_until);
@@ -264,27 +292,17 @@ async fn skewed_clock() -> Result<ControlResult, Box<dyn std::error::Error>> {
     Ok(finish(
         "skewed client clock",
         Check::LocalDeadline,
-        &recorder,
+        recorder,
     ))
 }
 
 /// A keepalive whose loss signal fires only after the server's expiry: the holder learns
 /// after the next holder was granted.
 async fn late_keepalive() -> Result<ControlResult, Box<dyn std::error::Error>> {
-    let server = TestServer::start().await?;
-    let proxy = FaultProxy::start(server.addr()).await?;
-    let recorder = Recorder::new();
-    let a_locks = locks(proxy.client());
-    let b_locks = locks(server.new_client());
-    b_locks.create_indexes().await?;
-
-    let invoked = Instant::now();
-    let a = a_locks.mutex(RESOURCE).ttl(TTL).acquire().await?;
-    let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
-    a_log.fake = true;
+    let stage = Stage::start().await?;
+    let (recorder, b_locks) = (&stage.recorder, &stage.b_locks);
+    let (a, mut a_log) = stage.a_holds_then_is_cut_off().await?;
     a_log.max_deadline = None; // its idea of the deadline is as late as its signal
-    write(&recorder, &mut a_log, a.fencing_token());
-    proxy.blackhole();
 
     let invoked = Instant::now();
     let b = b_locks
@@ -293,7 +311,7 @@ async fn late_keepalive() -> Result<ControlResult, Box<dyn std::error::Error>> {
         .acquire_timeout(Duration::from_secs(5))
         .await?
         .ok_or("B was not granted the lock")?;
-    let b_log = hold_honestly(&recorder, 1, b, invoked, Duration::from_millis(300)).await;
+    let b_log = hold_honestly(recorder, 1, b, invoked, Duration::from_millis(300)).await;
     // The late signal: A hears of its loss only now, after B's grant.
     let late = Instant::now();
     a_log.notified = Some((late, LossKind::Deadline));
@@ -304,6 +322,6 @@ async fn late_keepalive() -> Result<ControlResult, Box<dyn std::error::Error>> {
     Ok(finish(
         "late keepalive signal",
         Check::LossBeforeNextGrant,
-        &recorder,
+        recorder,
     ))
 }

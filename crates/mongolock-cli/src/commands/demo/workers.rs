@@ -93,8 +93,24 @@ impl Shared {
         let _ = stop.wait_for(|stop| *stop).await;
     }
 
+    /// Waits for `resource`'s lock in `mode` with `locks`, unless the demo stops first; an
+    /// error is said in the log.
+    async fn acquire(&self, locks: &LockClient, worker: usize, lock: Lock, mode: Mode) -> Acquired {
+        match self.acquire_or_stop(locks, worker, lock, mode).await {
+            None => Acquired::Stopped,
+            Some(Ok(guard)) => Acquired::Held(guard),
+            Some(Err(error)) => {
+                self.log.say(&format!(
+                    "          w{worker} could not acquire {}: {error}",
+                    lock.name()
+                ));
+                Acquired::Failed
+            }
+        }
+    }
+
     /// Waits for `resource`'s lock in `mode` with `locks`, unless the demo stops first.
-    async fn acquire(
+    async fn acquire_or_stop(
         &self,
         locks: &LockClient,
         worker: usize,
@@ -190,13 +206,9 @@ pub(crate) async fn ordinary(shared: Shared, worker: usize, client: mongodb::Cli
         let rest = Duration::from_millis(50 + 25 * ((worker + round * 7) % 5) as u64);
         round += 1;
         let guard = match shared.acquire(&locks, worker, lock, mode).await {
-            None => break,
-            Some(Ok(guard)) => guard,
-            Some(Err(error)) => {
-                shared.log.say(&format!(
-                    "          w{worker} could not acquire {}: {error}",
-                    lock.name()
-                ));
+            Acquired::Stopped => break,
+            Acquired::Held(guard) => guard,
+            Acquired::Failed => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
@@ -287,16 +299,8 @@ pub(crate) fn crashing(shared: Shared, worker: usize, uri: String) -> std::threa
             let store = shared.store(&client);
             tokio::time::sleep(Duration::from_millis(100)).await;
             let (lock, mode) = (Lock::Config, Mode::Write);
-            let guard = match shared.acquire(&locks, worker, lock, mode).await {
-                None => return,
-                Some(Ok(guard)) => guard,
-                Some(Err(error)) => {
-                    shared.log.say(&format!(
-                        "          w{worker} could not acquire {}: {error}",
-                        lock.name()
-                    ));
-                    return;
-                }
+            let Acquired::Held(guard) = shared.acquire(&locks, worker, lock, mode).await else {
+                return;
             };
             let hold = shared.acquired(worker, lock, mode, &guard);
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -319,6 +323,16 @@ pub(crate) fn crashing(shared: Shared, worker: usize, uri: String) -> std::threa
     })
 }
 
+/// What a worker's acquire came to.
+enum Acquired {
+    /// It holds the lock.
+    Held(LockGuard),
+    /// The demo is stopping.
+    Stopped,
+    /// An error, already said in the log.
+    Failed,
+}
+
 /// The worker that is cut off: its client goes through the fault proxy. It takes the
 /// report's mutex and writes the report; then the proxy stops forwarding (a network
 /// partition), its renewals fail, and it must be told it lost the lease before anyone else
@@ -331,16 +345,8 @@ pub(crate) async fn cut_off(shared: Shared, worker: usize, proxy: Arc<FaultProxy
     let store = shared.store(&client);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (lock, mode) = (Lock::Report, Mode::Mutex);
-    let guard = match shared.acquire(&locks, worker, lock, mode).await {
-        None => return,
-        Some(Ok(guard)) => guard,
-        Some(Err(error)) => {
-            shared.log.say(&format!(
-                "          w{worker} could not acquire {}: {error}",
-                lock.name()
-            ));
-            return;
-        }
+    let Acquired::Held(guard) = shared.acquire(&locks, worker, lock, mode).await else {
+        return;
     };
     let hold = shared.acquired(worker, lock, mode, &guard);
     let token = guard.fencing_token();
