@@ -314,6 +314,16 @@ pub(crate) fn remove_entries(matches: impl Fn(&str) -> Bson) -> Vec<Document> {
     vec![replace_if_lock_document(with_entries(exclusive, shared))]
 }
 
+/// A number the server returned (int, long or double; a double is truncated), as an `i64`.
+pub(crate) fn number(value: &Bson) -> Option<i64> {
+    match value {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(n) => Some(*n as i64),
+        _ => None,
+    }
+}
+
 /// The `_id` of a document, as reported in errors.
 pub(crate) fn id_of(doc: &Document) -> Bson {
     doc.get(ID).cloned().unwrap_or(Bson::Null)
@@ -392,10 +402,9 @@ pub(crate) fn decode_status(row: &Document) -> Result<LockStatus> {
     let holder = decode_entry(&id, &resource, kind, row)?;
     let remaining_ms = match row.get(REMAINING_MS) {
         None | Some(Bson::Null) => None,
-        Some(Bson::Int64(v)) => Some(*v),
-        Some(Bson::Int32(v)) => Some(i64::from(*v)),
-        Some(Bson::Double(v)) => Some(*v as i64),
-        Some(_) => return Err(Error::unexpected(&id, "remainingMs is not a number")),
+        Some(value) => Some(
+            number(value).ok_or_else(|| Error::unexpected(&id, "remainingMs is not a number"))?,
+        ),
     };
     Ok(LockStatus {
         holder,

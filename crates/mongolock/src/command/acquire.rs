@@ -359,12 +359,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             Attempt::HeldWithOtherKind(mine)
         });
     }
-    let int = |field: &str| match fields.get(field) {
-        Some(Bson::Int32(n)) => Some(i64::from(*n)),
-        Some(Bson::Int64(n)) => Some(*n),
-        Some(Bson::Double(n)) => Some(*n as i64),
-        _ => None,
-    };
+    let int = |field: &str| fields.get(field).and_then(schema::number);
     if request.kind == LockKind::Shared && int("sharedCount").unwrap_or(0) > 0 {
         let stored = int("cap").map(|cap| u32::try_from(cap).unwrap_or(u32::MAX));
         if stored != request.max_shared {

@@ -252,12 +252,11 @@ fn millis(duration: Duration) -> i64 {
 
 /// Reads a count (`n`, `nModified`) from a write reply.
 pub(crate) fn count(reply: &Document, field: &str) -> u64 {
-    match reply.get(field) {
-        Some(Bson::Int32(n)) => u64::try_from(*n).unwrap_or(0),
-        Some(Bson::Int64(n)) => u64::try_from(*n).unwrap_or(0),
-        Some(Bson::Double(n)) if *n >= 0.0 => *n as u64,
-        _ => 0,
-    }
+    reply
+        .get(field)
+        .and_then(crate::schema::number)
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(0)
 }
 
 /// A context on a client that never connects, for tests that only build commands. The
