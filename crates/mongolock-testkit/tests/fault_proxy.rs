@@ -271,3 +271,49 @@ async fn dropping_or_shutting_down_the_proxy_closes_its_connections() {
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     assert!(TcpStream::connect(addr).await.is_err(), "still listening");
 }
+
+#[tokio::test]
+async fn lost_replies_apply_the_write_but_fail_the_client_until_heal() {
+    let (server, proxy) = start().await;
+    let client = proxy.client();
+    let through: Collection<Document> = client.database("proxy").collection("lost");
+    let direct: Collection<Document> = server.client().database("proxy").collection("lost");
+    ping(&client).await.expect("ping before the fault");
+
+    proxy.lose_replies();
+    let error = guarded(
+        "insert with its reply lost",
+        through.insert_one(doc! {"_id": 1}),
+    )
+    .await
+    .expect_err("the reply is lost");
+    assert!(is_network_failure(&error), "{error:?}");
+    // The server applied the write although its client never heard of it.
+    let applied = guarded("direct read", direct.find_one(doc! {"_id": 1}))
+        .await
+        .expect("direct read");
+    assert_eq!(applied, Some(doc! {"_id": 1}));
+
+    proxy.heal();
+    // The driver reconnects; a repeat of the write now reports the duplicate it made.
+    let again = guarded("insert after heal", async {
+        loop {
+            match through.insert_one(doc! {"_id": 1}).await {
+                Err(e) if is_network_failure(&e) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect_err("the first insert was applied");
+    assert!(
+        matches!(
+            again.kind.as_ref(),
+            ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) if w.code == 11000
+        ),
+        "{again:?}"
+    );
+    ping(&client).await.expect("ping after heal");
+}

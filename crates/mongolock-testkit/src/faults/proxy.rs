@@ -9,6 +9,8 @@
 //!   hang until their own timeouts fire;
 //! - [`FaultProxy::reset_connections`] aborts every current connection (TCP `RST`);
 //! - [`FaultProxy::refuse_new`] resets every new connection as soon as it is accepted;
+//! - [`FaultProxy::lose_replies`] lets requests through but resets a connection instead of
+//!   delivering the server's reply, so a write is applied and its client never learns it;
 //! - [`FaultProxy::heal`] returns to plain forwarding.
 //!
 //! Faults apply at once to existing and new connections. The proxy speaks no MongoDB: it
@@ -68,6 +70,8 @@ struct Faults {
     blackhole: bool,
     /// Reset new connections when they are accepted.
     refuse_new: bool,
+    /// Reset a connection instead of forwarding anything the server sends.
+    lose_replies: bool,
     /// Bumped by [`FaultProxy::reset_connections`]: connections accepted under an older
     /// generation are reset.
     generation: u64,
@@ -230,13 +234,27 @@ impl FaultProxy {
         self.shared.faults.send_modify(|f| f.refuse_new = true);
     }
 
-    /// Removes every fault: no latency, no blackhole, new connections accepted. Bytes held
-    /// by [`FaultProxy::blackhole`] are delivered. Connections already reset stay closed.
+    /// Lets every request through to the server but loses every reply: when the server's
+    /// answer reaches the proxy, the connection is reset (both sides get a TCP `RST`)
+    /// instead. The server has executed the command (a write is applied and committed) and
+    /// the client sees a network error, so the outcome is unknown to it: the fault behind
+    /// MongoDB's retryable-writes rules and Jepsen's indeterminate (`info`) operations.
+    ///
+    /// It applies to every connection, monitoring ones included, until
+    /// [`FaultProxy::heal`]; a reply already forwarded is not taken back.
+    pub fn lose_replies(&self) {
+        self.shared.faults.send_modify(|f| f.lose_replies = true);
+    }
+
+    /// Removes every fault: no latency, no blackhole, new connections accepted, replies
+    /// delivered. Bytes held by [`FaultProxy::blackhole`] are delivered. Connections
+    /// already reset stay closed.
     pub fn heal(&self) {
         self.shared.faults.send_modify(|f| {
             f.latency = Duration::ZERO;
             f.blackhole = false;
             f.refuse_new = false;
+            f.lose_replies = false;
         });
     }
 
@@ -373,8 +391,18 @@ async fn serve(
         let (server_read, server_write) = server.split();
         let forward = async {
             tokio::try_join!(
-                pump(client_read, server_write, upstream_faults),
-                pump(server_read, client_write, downstream_faults),
+                pump(
+                    client_read,
+                    server_write,
+                    upstream_faults,
+                    Direction::ToServer
+                ),
+                pump(
+                    server_read,
+                    client_write,
+                    downstream_faults,
+                    Direction::ToClient
+                ),
             )
         };
         tokio::select! {
@@ -402,13 +430,24 @@ async fn reset_requested(faults: &mut watch::Receiver<Faults>, generation: u64) 
     }
 }
 
+/// Which way a [`pump`] forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// Requests, from the client to the server.
+    ToServer,
+    /// Replies, from the server to the client.
+    ToClient,
+}
+
 /// Forwards one direction: a reader fills a bounded queue of time-stamped chunks, a writer
 /// delivers each chunk once the faults allow it. Ends when the end of the stream has been
-/// forwarded; fails on the first I/O error.
+/// forwarded; fails on the first I/O error, and on a reply to lose (which resets the
+/// connection).
 async fn pump(
     mut from: ReadHalf<'_>,
     mut to: WriteHalf<'_>,
     mut faults: watch::Receiver<Faults>,
+    direction: Direction,
 ) -> io::Result<()> {
     let (chunks_tx, mut chunks_rx) = mpsc::channel::<(Instant, Vec<u8>)>(CHUNKS_IN_FLIGHT);
     let read = async move {
@@ -431,6 +470,12 @@ async fn pump(
     let write = async move {
         while let Some((read_at, chunk)) = chunks_rx.recv().await {
             wait_until_forwardable(&mut faults, read_at).await;
+            if direction == Direction::ToClient && faults.borrow().lose_replies {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "fault proxy: reply lost",
+                ));
+            }
             to.write_all(&chunk).await?;
         }
         wait_until_forwardable(&mut faults, Instant::now()).await;
