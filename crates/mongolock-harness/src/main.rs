@@ -67,6 +67,10 @@ async fn main() -> ExitCode {
     };
     print!("{report}");
     let violations = report.violations();
+    let server_violations = report.server_violations();
+    for (seed, (check, what)) in &server_violations {
+        println!("  seed {seed}: {check}: {what}");
+    }
     if !violations.is_empty() {
         println!("violations:");
         for (seed, v) in &violations {

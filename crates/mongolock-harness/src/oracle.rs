@@ -1,0 +1,847 @@
+//! The server-side oracle: what the server committed, read from a change stream, checked in
+//! the server's own time.
+//!
+//! The other checks ([`crate::check`]) read what clients believed. This one reads what the
+//! server did: every write to the lock collection, in commit order, with the document as it
+//! was right after the write (a change stream with `fullDocument: "required"`, so the
+//! collection records post-images). Replaying that log gives every grant (an entry with a
+//! nonce not seen before), every renewal and every end, with the server's `$$NOW` of each
+//! (`createdAt`, `renewedAt`), and checks:
+//!
+//! - **server exclusion** (Jepsen's C4): an exclusive grant is committed only when every
+//!   other entry on the resource has expired by the grant's own server time, and a shared
+//!   grant only when no exclusive entry is live;
+//! - **server fencing**: every grant's token is above every token committed before on the
+//!   resource, across releases, expiry, purges, force-releases and deleted documents;
+//! - **server caps**: never more live shared entries than the resource's permits;
+//! - **no revival**: a renewal never extends an entry that had expired by the renewal's
+//!   server time;
+//! - **believed grants were committed**: every token a holder believed it held is one the
+//!   server granted on that resource;
+//! - **orphans end**: a grant no holder ever believed in (its reply was lost, or its client
+//!   died while acquiring) ends, by withdrawal or by its TTL, within the acquire timeout plus
+//!   the TTL plus [`ORPHAN_SLACK`] of being granted (in server time), and has a TTL at all.
+//!
+//! The tap reads the stream itself with `aggregate` and `getMore` on an unfaulted
+//! connection, so no driver-side resume can skip events; an error ends the tap, and the run
+//! reports the oracle as incomplete instead of passing on a partial log. A marker document
+//! written at the end proves the tap has read everything committed before it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bson::{Bson, Document, doc};
+use mongodb::Database;
+use tokio::task::JoinHandle;
+
+use crate::history::History;
+
+/// Added to the orphan bound, for the time a withdrawal takes to reach the server.
+pub const ORPHAN_SLACK: Duration = Duration::from_secs(1);
+
+/// The `_id` of the marker document the tap writes last (not a resource of any workload).
+const MARKER: &str = "mongolock-harness/oracle-marker";
+
+/// How long one `getMore` waits for events.
+const POLL: Duration = Duration::from_millis(200);
+
+/// One committed write to the lock collection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerEvent {
+    /// The resource (the document's `_id`).
+    pub resource: String,
+    /// The server clock at the commit (the event's `wallTime`), in ms since the epoch.
+    pub at_ms: i64,
+    /// The document after the write; `None` when it was deleted.
+    pub doc: Option<Document>,
+}
+
+/// Reads the lock collection's change stream while a run goes on.
+#[derive(Debug)]
+pub struct Tap {
+    db: Database,
+    collection: String,
+    stop: Arc<AtomicBool>,
+    task: JoinHandle<Result<Vec<ServerEvent>, String>>,
+}
+
+impl Tap {
+    /// Records post-images on `collection` (`collMod`) and opens its change stream; every
+    /// write committed after this returns is seen.
+    ///
+    /// # Errors
+    /// The collection does not exist, or the server refused the stream.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave post-images switched on, which changes nothing for
+    /// the lock commands; no task is left running.
+    pub async fn start(db: &Database, collection: &str) -> mongodb::error::Result<Tap> {
+        db.run_command(doc! {
+            "collMod": collection,
+            "changeStreamPreAndPostImages": {"enabled": true},
+        })
+        .await?;
+        let reply = db
+            .run_command(doc! {
+                "aggregate": collection,
+                "pipeline": [{"$changeStream": {"fullDocument": "required"}}],
+                "cursor": {},
+            })
+            .await?;
+        let (id, first) = batch(&reply, "firstBatch").map_err(mongodb::error::Error::custom)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(read(
+            db.clone(),
+            collection.to_string(),
+            id,
+            first,
+            stop.clone(),
+        ));
+        Ok(Tap {
+            db: db.clone(),
+            collection: collection.to_string(),
+            stop,
+            task,
+        })
+    }
+
+    /// Writes the marker, reads up to it, and returns every event before it, in commit
+    /// order.
+    ///
+    /// # Errors
+    /// The stream failed during the run (the log would be partial), or the marker could
+    /// not be written or was not seen.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the reading task to end by itself once it sees the
+    /// marker (or fails); the marker may be left in the collection.
+    pub async fn finish(self) -> Result<Vec<ServerEvent>, String> {
+        let marked = self
+            .db
+            .collection::<Document>(&self.collection)
+            .insert_one(doc! {"_id": MARKER})
+            .await;
+        self.stop.store(true, Ordering::SeqCst);
+        let events = self
+            .task
+            .await
+            .map_err(|e| format!("the change-stream reader failed: {e}"))??;
+        marked.map_err(|e| format!("the end marker could not be written: {e}"))?;
+        Ok(events)
+    }
+}
+
+/// A cursor id and the named batch of a cursor reply.
+fn batch(reply: &Document, name: &str) -> Result<(i64, Vec<Document>), String> {
+    let cursor = reply
+        .get_document("cursor")
+        .map_err(|_| format!("no cursor in {reply}"))?;
+    let id = cursor.get_i64("id").unwrap_or(0);
+    let docs = cursor
+        .get_array(name)
+        .map_err(|_| format!("no {name} in {reply}"))?
+        .iter()
+        .filter_map(|b| b.as_document().cloned())
+        .collect();
+    Ok((id, docs))
+}
+
+/// The reading task: events until the marker, once asked to stop.
+async fn read(
+    db: Database,
+    collection: String,
+    id: i64,
+    first: Vec<Document>,
+    stop: Arc<AtomicBool>,
+) -> Result<Vec<ServerEvent>, String> {
+    let mut events = Vec::new();
+    let mut pending = first;
+    loop {
+        for raw in pending.drain(..) {
+            match event(&raw)? {
+                Some(e) if e.resource == MARKER => {
+                    let _ = db
+                        .run_command(doc! {"killCursors": &collection, "cursors": [id]})
+                        .await;
+                    return Ok(events);
+                }
+                Some(e) => events.push(e),
+                None => {}
+            }
+        }
+        if id == 0 {
+            return Err("the change stream's cursor closed".into());
+        }
+        let reply = db
+            .run_command(doc! {
+                "getMore": id,
+                "collection": &collection,
+                "maxTimeMS": POLL.as_millis() as i64,
+            })
+            .await
+            .map_err(|e| {
+                format!(
+                    "the change stream failed after {} events{}: {e}",
+                    events.len(),
+                    if stop.load(Ordering::SeqCst) {
+                        " (while finishing)"
+                    } else {
+                        ""
+                    }
+                )
+            })?;
+        pending = batch(&reply, "nextBatch")?.1;
+    }
+}
+
+/// One change event as a [`ServerEvent`]; `None` for events that change no document.
+fn event(raw: &Document) -> Result<Option<ServerEvent>, String> {
+    let op = raw.get_str("operationType").unwrap_or("");
+    let at_ms = match raw.get("wallTime") {
+        Some(Bson::DateTime(t)) => t.timestamp_millis(),
+        _ => return Err(format!("change event without wallTime: {raw}")),
+    };
+    let key = |doc: &Document| match doc.get("_id") {
+        Some(Bson::String(s)) => Ok(s.clone()),
+        other => Err(format!("a lock document's _id is not a string: {other:?}")),
+    };
+    Ok(match op {
+        "insert" | "update" | "replace" => {
+            let doc = raw
+                .get_document("fullDocument")
+                .map_err(|_| format!("{op} event without its post-image: {raw}"))?;
+            Some(ServerEvent {
+                resource: key(doc)?,
+                at_ms,
+                doc: Some(doc.clone()),
+            })
+        }
+        "delete" => {
+            let id = raw
+                .get_document("documentKey")
+                .map_err(|_| format!("delete event without documentKey: {raw}"))?;
+            Some(ServerEvent {
+                resource: key(id)?,
+                at_ms,
+                doc: None,
+            })
+        }
+        "invalidate" | "drop" | "dropDatabase" | "rename" => {
+            return Err(format!("the lock collection went away: {raw}"));
+        }
+        _ => None,
+    })
+}
+
+/// The server-side checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ServerCheck {
+    /// A grant committed while another entry was live on the resource.
+    Exclusion,
+    /// A token not above every earlier one on the resource.
+    Fencing,
+    /// More live shared entries than permits.
+    Caps,
+    /// An expired entry renewed.
+    Revival,
+    /// A holder believed a token the server never granted on its resource.
+    Uncommitted,
+    /// A grant nobody believed in outlived its bound, or had no TTL.
+    Orphan,
+    /// The log is not complete (the stream failed).
+    Incomplete,
+}
+
+impl ServerCheck {
+    /// Every check, in report order.
+    pub const ALL: [ServerCheck; 7] = [
+        ServerCheck::Exclusion,
+        ServerCheck::Fencing,
+        ServerCheck::Caps,
+        ServerCheck::Revival,
+        ServerCheck::Uncommitted,
+        ServerCheck::Orphan,
+        ServerCheck::Incomplete,
+    ];
+}
+
+impl fmt::Display for ServerCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServerCheck::Exclusion => "(S1) server exclusion",
+            ServerCheck::Fencing => "(S2) server fencing",
+            ServerCheck::Caps => "(S3) server caps",
+            ServerCheck::Revival => "(S4) no renewal after expiry",
+            ServerCheck::Uncommitted => "(S5) believed grants were committed",
+            ServerCheck::Orphan => "(S6) unbelieved grants end",
+            ServerCheck::Incomplete => "(S0) change stream complete",
+        })
+    }
+}
+
+/// What the oracle found in one run.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Committed writes read.
+    pub events: usize,
+    /// Grants committed.
+    pub grants: usize,
+    /// Renewals committed.
+    pub renewals: usize,
+    /// Grants no holder believed in (lost replies, deaths while acquiring, the observer's
+    /// own probes).
+    pub orphans: usize,
+    /// The longest life of an orphan, in server ms.
+    pub longest_orphan_ms: i64,
+    /// Every violation, with what the log shows.
+    pub violations: Vec<(ServerCheck, String)>,
+}
+
+impl Outcome {
+    /// An oracle that could not read the whole log.
+    pub fn incomplete(why: String) -> Self {
+        Outcome {
+            violations: vec![(ServerCheck::Incomplete, why)],
+            ..Outcome::default()
+        }
+    }
+
+    /// Violations by check.
+    pub fn by_check(&self) -> BTreeMap<ServerCheck, usize> {
+        let mut counts = BTreeMap::new();
+        for (check, _) in &self.violations {
+            *counts.entry(*check).or_default() += 1;
+        }
+        counts
+    }
+}
+
+/// One entry of a lock document, as the oracle needs it.
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    nonce: String,
+    token: i64,
+    created_ms: i64,
+    renewed_ms: i64,
+    /// `None`: no TTL.
+    expires_ms: Option<i64>,
+    exclusive: bool,
+}
+
+impl Entry {
+    fn live_at(&self, ms: i64) -> bool {
+        self.expires_ms.is_none_or(|e| e > ms)
+    }
+}
+
+fn millis(entry: &Document, field: &str) -> Result<Option<i64>, String> {
+    match entry.get(field) {
+        Some(Bson::DateTime(t)) => Ok(Some(t.timestamp_millis())),
+        None | Some(Bson::Null) => Ok(None),
+        Some(other) => Err(format!("{field} is {other:?}")),
+    }
+}
+
+fn entry(value: &Document, exclusive: bool) -> Result<Entry, String> {
+    let nonce = match value.get("nonce") {
+        Some(Bson::ObjectId(id)) => id.to_hex(),
+        Some(other) => other.to_string(),
+        None => return Err(format!("entry without nonce: {value}")),
+    };
+    let token = match value.get("token") {
+        Some(Bson::Int64(t)) => *t,
+        Some(Bson::Int32(t)) => i64::from(*t),
+        other => return Err(format!("entry token is {other:?}")),
+    };
+    let created_ms = millis(value, "createdAt")?.ok_or("entry without createdAt")?;
+    let renewed_ms = millis(value, "renewedAt")?.ok_or("entry without renewedAt")?;
+    Ok(Entry {
+        nonce,
+        token,
+        created_ms,
+        renewed_ms,
+        expires_ms: millis(value, "expiresAt")?,
+        exclusive,
+    })
+}
+
+/// The entries of a lock document, by nonce.
+fn entries(doc: &Document) -> Result<HashMap<String, Entry>, String> {
+    let mut out = HashMap::new();
+    if let Some(Bson::Document(e)) = doc.get("exclusive") {
+        let e = entry(e, true)?;
+        out.insert(e.nonce.clone(), e);
+    }
+    if let Some(Bson::Array(shared)) = doc.get("shared") {
+        for value in shared {
+            let Bson::Document(e) = value else {
+                return Err(format!("a shared entry is {value:?}"));
+            };
+            let e = entry(e, false)?;
+            out.insert(e.nonce.clone(), e);
+        }
+    }
+    Ok(out)
+}
+
+/// A grant, from its commit to its end.
+#[derive(Debug, Clone)]
+struct Granted {
+    resource: String,
+    token: i64,
+    at_ms: i64,
+    /// When it was removed; `None` while still in the document at the end of the log.
+    removed_ms: Option<i64>,
+    /// Its last expiry.
+    expires_ms: Option<i64>,
+}
+
+impl Granted {
+    /// When it ended in server time (`None`: never, it has no TTL and was not removed).
+    fn end_ms(&self) -> Option<i64> {
+        match (self.removed_ms, self.expires_ms) {
+            (Some(r), Some(e)) => Some(r.min(e)),
+            (Some(r), None) => Some(r),
+            (None, e) => e,
+        }
+    }
+}
+
+/// Replays the log and checks it against the history.
+///
+/// `permits` gives the cap of each shared resource; `orphan_bound` is how long a grant
+/// nobody believed in may last (the acquire timeout plus the TTL; [`ORPHAN_SLACK`] is
+/// added).
+pub fn check(
+    events: &[ServerEvent],
+    history: &History,
+    permits: &HashMap<String, u32>,
+    orphan_bound: Duration,
+) -> Outcome {
+    let mut out = Outcome {
+        events: events.len(),
+        ..Outcome::default()
+    };
+    let mut current: HashMap<&str, HashMap<String, Entry>> = HashMap::new();
+    let mut max_token: HashMap<&str, i64> = HashMap::new();
+    let mut grants: Vec<Granted> = Vec::new();
+    // Index into `grants` of each live entry, by resource and nonce.
+    let mut open: HashMap<(&str, String), usize> = HashMap::new();
+    for event in events {
+        let resource = event.resource.as_str();
+        let after = match &event.doc {
+            None => HashMap::new(),
+            Some(doc) => match entries(doc) {
+                Ok(e) => e,
+                Err(why) => {
+                    // Not a lock document (the library leaves those alone): nothing to check.
+                    unreadable(&mut out, resource, &why);
+                    continue;
+                }
+            },
+        };
+        let before = current.remove(resource).unwrap_or_default();
+        for (nonce, old) in &before {
+            if !after.contains_key(nonce) {
+                if let Some(i) = open.remove(&(resource, nonce.clone())) {
+                    grants[i].removed_ms = Some(event.at_ms);
+                }
+            } else if let Some(new) = after.get(nonce) {
+                if new.token != old.token || new.created_ms != old.created_ms {
+                    out.violations.push((
+                        ServerCheck::Fencing,
+                        format!(
+                            "{resource}: entry {nonce} changed its grant (token {} -> {})",
+                            old.token, new.token
+                        ),
+                    ));
+                }
+                if new.renewed_ms != old.renewed_ms {
+                    out.renewals += 1;
+                    if !old.live_at(new.renewed_ms) {
+                        out.violations.push((
+                            ServerCheck::Revival,
+                            format!(
+                                "{resource}: token {} renewed at {} after it expired at {:?}",
+                                old.token, new.renewed_ms, old.expires_ms
+                            ),
+                        ));
+                    }
+                }
+                if let Some(&i) = open.get(&(resource, nonce.clone())) {
+                    grants[i].expires_ms = new.expires_ms;
+                }
+            }
+        }
+        let mut fresh: Vec<&Entry> = after
+            .values()
+            .filter(|e| !before.contains_key(&e.nonce))
+            .collect();
+        fresh.sort_by_key(|e| e.token);
+        for new in fresh {
+            out.grants += 1;
+            let at = new.created_ms;
+            let highest = max_token.entry(resource).or_insert(i64::MIN);
+            if new.token <= *highest {
+                out.violations.push((
+                    ServerCheck::Fencing,
+                    format!(
+                        "{resource}: token {} granted at {at} after token {highest}",
+                        new.token
+                    ),
+                ));
+            }
+            *highest = (*highest).max(new.token);
+            for other in before.values().filter(|o| o.live_at(at)) {
+                if new.exclusive || other.exclusive {
+                    out.violations.push((
+                        ServerCheck::Exclusion,
+                        format!(
+                            "{resource}: {} token {} granted at {at} while {} token {} was \
+                             live until {:?}",
+                            kind(new),
+                            new.token,
+                            kind(other),
+                            other.token,
+                            other.expires_ms
+                        ),
+                    ));
+                }
+            }
+            if !new.exclusive
+                && let Some(&cap) = permits.get(resource)
+            {
+                let live = after
+                    .values()
+                    .filter(|e| !e.exclusive && e.live_at(at))
+                    .count();
+                if live > cap as usize {
+                    out.violations.push((
+                        ServerCheck::Caps,
+                        format!("{resource}: {live} live shared entries at {at}, cap {cap}"),
+                    ));
+                }
+            }
+            open.insert((resource, new.nonce.clone()), grants.len());
+            grants.push(Granted {
+                resource: resource.to_string(),
+                token: new.token,
+                at_ms: at,
+                removed_ms: None,
+                expires_ms: new.expires_ms,
+            });
+        }
+        current.insert(resource, after);
+    }
+
+    let committed: HashSet<(&str, i64)> = grants
+        .iter()
+        .map(|g| (g.resource.as_str(), g.token))
+        .collect();
+    let believed: HashSet<(&str, i64)> = history
+        .holders
+        .iter()
+        .filter(|h| !h.fake)
+        .map(|h| (h.resource.as_str(), h.token))
+        .collect();
+    for (resource, token) in &believed {
+        if !committed.contains(&(*resource, *token)) {
+            out.violations.push((
+                ServerCheck::Uncommitted,
+                format!("{resource}: a holder believed token {token}, never granted"),
+            ));
+        }
+    }
+    let bound_ms = (orphan_bound + ORPHAN_SLACK).as_millis() as i64;
+    for g in grants
+        .iter()
+        .filter(|g| !believed.contains(&(g.resource.as_str(), g.token)))
+    {
+        out.orphans += 1;
+        match g.end_ms() {
+            Some(end) => {
+                let life = end - g.at_ms;
+                out.longest_orphan_ms = out.longest_orphan_ms.max(life);
+                if life > bound_ms {
+                    out.violations.push((
+                        ServerCheck::Orphan,
+                        format!(
+                            "{}: token {} granted to nobody lasted {life} ms (bound {bound_ms})",
+                            g.resource, g.token
+                        ),
+                    ));
+                }
+            }
+            None => out.violations.push((
+                ServerCheck::Orphan,
+                format!(
+                    "{}: token {} granted to nobody has no TTL and was never removed",
+                    g.resource, g.token
+                ),
+            )),
+        }
+    }
+    out
+}
+
+fn kind(entry: &Entry) -> &'static str {
+    if entry.exclusive {
+        "exclusive"
+    } else {
+        "shared"
+    }
+}
+
+/// A document the oracle cannot read as a lock document. The workloads write none, so it is
+/// reported (as an incomplete log) rather than skipped in silence.
+fn unreadable(out: &mut Outcome, resource: &str, why: &str) {
+    out.violations.push((
+        ServerCheck::Incomplete,
+        format!("{resource}: a committed document the oracle cannot read ({why})"),
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use bson::oid::ObjectId;
+    use bson::{Bson, DateTime};
+    use mongolock::LockClient;
+    use mongolock_testkit::TestServer;
+
+    use super::*;
+    use crate::history::{HolderLog, Mode, Recorder};
+
+    fn history(holders: Vec<HolderLog>) -> History {
+        let mut history = Recorder::new().finish(HashMap::new());
+        history.holders = holders;
+        history
+    }
+
+    /// An entry granted at `created` (ms), renewed at `renewed`, expiring at `expires`.
+    fn entry(nonce: &ObjectId, token: i64, created: i64, renewed: i64, expires: i64) -> Bson {
+        Bson::Document(doc! {
+            "lockId": format!("id-{token}"),
+            "nonce": *nonce,
+            "token": token,
+            "createdAt": DateTime::from_millis(created),
+            "renewedAt": DateTime::from_millis(renewed),
+            "expiresAt": DateTime::from_millis(expires),
+        })
+    }
+
+    fn event(at_ms: i64, exclusive: Option<Bson>, shared: Vec<Bson>) -> ServerEvent {
+        ServerEvent {
+            resource: "r".into(),
+            at_ms,
+            doc: Some(doc! {
+                "_id": "r",
+                "exclusive": exclusive.unwrap_or(Bson::Null),
+                "shared": shared,
+            }),
+        }
+    }
+
+    fn run(events: &[ServerEvent]) -> BTreeMap<ServerCheck, usize> {
+        let permits = HashMap::from([("r".to_string(), 2)]);
+        check(
+            events,
+            &history(Vec::new()),
+            &permits,
+            Duration::from_secs(10),
+        )
+        .by_check()
+    }
+
+    #[test]
+    fn a_handoff_after_expiry_passes_and_one_before_it_is_caught() {
+        let (a, b) = (ObjectId::new(), ObjectId::new());
+        let granted_a = event(1_000, Some(entry(&a, 10, 1_000, 1_000, 2_000)), vec![]);
+        // B granted at 2,000: A expired at 2,000 (an entry is live while expiresAt > now).
+        let on_time = event(2_000, Some(entry(&b, 11, 2_000, 2_000, 3_000)), vec![]);
+        assert!(run(&[granted_a.clone(), on_time]).is_empty());
+        let early = event(1_999, Some(entry(&b, 11, 1_999, 1_999, 3_000)), vec![]);
+        assert_eq!(
+            run(&[granted_a, early]),
+            BTreeMap::from([(ServerCheck::Exclusion, 1)])
+        );
+    }
+
+    #[test]
+    fn a_release_before_the_next_grant_is_no_overlap() {
+        let (a, b) = (ObjectId::new(), ObjectId::new());
+        let events = [
+            event(1_000, Some(entry(&a, 10, 1_000, 1_000, 9_000)), vec![]),
+            ServerEvent {
+                resource: "r".into(),
+                at_ms: 1_500,
+                doc: None,
+            },
+            event(1_600, Some(entry(&b, 11, 1_600, 1_600, 9_000)), vec![]),
+        ];
+        assert!(run(&events).is_empty());
+    }
+
+    #[test]
+    fn tokens_must_grow_across_deleted_documents() {
+        let (a, b) = (ObjectId::new(), ObjectId::new());
+        let deleted = ServerEvent {
+            resource: "r".into(),
+            at_ms: 1_500,
+            doc: None,
+        };
+        let first = event(1_000, Some(entry(&a, 10, 1_000, 1_000, 1_200)), vec![]);
+        let reset = event(2_000, Some(entry(&b, 1, 2_000, 2_000, 3_000)), vec![]);
+        assert_eq!(
+            run(&[first.clone(), deleted.clone(), reset]),
+            BTreeMap::from([(ServerCheck::Fencing, 1)])
+        );
+        let grown = event(2_000, Some(entry(&b, 11, 2_000, 2_000, 3_000)), vec![]);
+        assert!(run(&[first, deleted, grown]).is_empty());
+    }
+
+    #[test]
+    fn shared_entries_respect_the_cap_and_the_exclusive_holder() {
+        let [a, b, c, x] = [(); 4].map(|_| ObjectId::new());
+        let two = event(
+            1_000,
+            None,
+            vec![
+                entry(&a, 10, 1_000, 1_000, 5_000),
+                entry(&b, 11, 1_000, 1_000, 5_000),
+            ],
+        );
+        assert!(run(std::slice::from_ref(&two)).is_empty());
+        let three = event(
+            1_100,
+            None,
+            vec![
+                entry(&a, 10, 1_000, 1_000, 5_000),
+                entry(&b, 11, 1_000, 1_000, 5_000),
+                entry(&c, 12, 1_100, 1_100, 5_000),
+            ],
+        );
+        assert_eq!(
+            run(&[two.clone(), three]),
+            BTreeMap::from([(ServerCheck::Caps, 1)])
+        );
+        let writer = event(
+            1_100,
+            Some(entry(&x, 12, 1_100, 1_100, 5_000)),
+            vec![
+                entry(&a, 10, 1_000, 1_000, 5_000),
+                entry(&b, 11, 1_000, 1_000, 5_000),
+            ],
+        );
+        assert_eq!(
+            run(&[two, writer]),
+            BTreeMap::from([(ServerCheck::Exclusion, 2)])
+        );
+    }
+
+    #[test]
+    fn renewing_an_expired_entry_is_a_revival() {
+        let a = ObjectId::new();
+        let granted = event(1_000, Some(entry(&a, 10, 1_000, 1_000, 2_000)), vec![]);
+        let in_time = event(1_900, Some(entry(&a, 10, 1_000, 1_900, 2_900)), vec![]);
+        assert!(run(&[granted.clone(), in_time]).is_empty());
+        let late = event(2_100, Some(entry(&a, 10, 1_000, 2_100, 3_100)), vec![]);
+        assert_eq!(
+            run(&[granted, late]),
+            BTreeMap::from([(ServerCheck::Revival, 1)])
+        );
+    }
+
+    #[test]
+    fn a_grant_nobody_believed_must_end_within_the_bound() {
+        let a = ObjectId::new();
+        let granted = event(1_000, Some(entry(&a, 10, 1_000, 1_000, 2_000)), vec![]);
+        let renewed = |at: i64| event(at, Some(entry(&a, 10, 1_000, at, at + 1_000)), vec![]);
+        // Bound: 10 s + ORPHAN_SLACK; renewed every 900 ms, each renewal in time.
+        let renewals = |until: i64| {
+            let mut events = vec![granted.clone()];
+            events.extend(
+                (1..)
+                    .map(|i| 1_000 + 900 * i)
+                    .take_while(|&at| at <= until)
+                    .map(renewed),
+            );
+            events
+        };
+        assert!(run(&renewals(9_000)).is_empty());
+        let stranded = renewals(12_000);
+        assert_eq!(run(&stranded), BTreeMap::from([(ServerCheck::Orphan, 1)]));
+    }
+
+    /// Through the real path: the tap reads a run of handle grants from the emulator's
+    /// change stream; then a grant forged over a live lease is caught, and so is a holder
+    /// whose token the server never granted.
+    #[tokio::test]
+    async fn the_tap_reads_real_grants_and_catches_a_forged_one() {
+        let server = TestServer::start().await.unwrap();
+        let client = server.new_client();
+        let db = client.database("oracle_test");
+        let locks = LockClient::new(db.collection("locks"));
+        locks.create_indexes().await.unwrap();
+        let tap = Tap::start(&db, "locks").await.unwrap();
+
+        let mutex = locks.mutex("m").ttl(Duration::from_secs(5));
+        let mut holders = Vec::new();
+        for id in 0..3 {
+            let invoked = Instant::now();
+            let guard = mutex.acquire().await.unwrap();
+            holders.push(HolderLog::new(id, 0, Mode::Exclusive, invoked, &guard));
+            guard.release().await.unwrap();
+        }
+        let guard = mutex.acquire().await.unwrap();
+        holders.push(HolderLog::new(
+            9,
+            0,
+            Mode::Exclusive,
+            Instant::now(),
+            &guard,
+        ));
+        // An operator's bug: a new exclusive entry written over the live one.
+        let now = DateTime::now();
+        db.collection::<Document>("locks")
+            .update_one(
+                doc! {"_id": "m"},
+                doc! {"$set": {"exclusive": {
+                    "lockId": "forged", "nonce": ObjectId::new(), "token": i64::MAX,
+                    "createdAt": now, "renewedAt": now,
+                    "expiresAt": DateTime::from_millis(now.timestamp_millis() + 5_000),
+                }}},
+            )
+            .await
+            .unwrap();
+        let events = tap.finish().await.unwrap();
+        let bound = Duration::from_secs(10);
+        let outcome = check(&events, &history(holders.clone()), &HashMap::new(), bound);
+        assert_eq!(outcome.grants, 5, "{events:?}");
+        assert_eq!(
+            outcome.by_check(),
+            BTreeMap::from([(ServerCheck::Exclusion, 1)]),
+            "{:?}",
+            outcome.violations
+        );
+        // Without the forgery's event, the real grants pass; a holder with a token the
+        // server never granted does not.
+        let honest = &events[..events.len() - 1];
+        assert!(
+            check(honest, &history(holders.clone()), &HashMap::new(), bound)
+                .violations
+                .is_empty()
+        );
+        holders[0].token += 1;
+        assert_eq!(
+            check(honest, &history(holders), &HashMap::new(), bound).by_check(),
+            BTreeMap::from([(ServerCheck::Uncommitted, 1)])
+        );
+        drop(guard);
+        server.shutdown().await;
+    }
+}
