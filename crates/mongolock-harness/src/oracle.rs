@@ -4,9 +4,10 @@
 //! The other checks ([`crate::check`]) read what clients believed. This one reads what the
 //! server did: every write to the lock collection, in commit order, with the document as it
 //! was right after the write (a change stream with `fullDocument: "required"`, so the
-//! collection records post-images). Replaying that log gives every grant (an entry with a
-//! nonce not seen before), every renewal and every end, with the server's `$$NOW` of each
-//! (`createdAt`, `renewedAt`), and checks:
+//! collection records post-images). Replaying that log gives every grant (an entry whose
+//! nonce and token were not in the document before: an attempt repeated after its first
+//! grant expired unseen is granted anew, with a new token), every renewal and every end,
+//! with the server's `$$NOW` of each (`createdAt`, `renewedAt`), and checks:
 //!
 //! - **server exclusion** (Jepsen's C4): an exclusive grant is committed only when every
 //!   other entry on the resource has expired by the grant's own server time, and a shared
@@ -332,6 +333,11 @@ struct Entry {
 }
 
 impl Entry {
+    /// What identifies one grant: the attempt's nonce and the grant's token.
+    fn key(&self) -> String {
+        format!("{}/{}", self.nonce, self.token)
+    }
+
     fn live_at(&self, ms: i64) -> bool {
         self.expires_ms.is_none_or(|e| e > ms)
     }
@@ -368,12 +374,12 @@ fn entry(value: &Document, exclusive: bool) -> Result<Entry, String> {
     })
 }
 
-/// The entries of a lock document, by nonce.
+/// The entries of a lock document, by [`Entry::key`].
 fn entries(doc: &Document) -> Result<HashMap<String, Entry>, String> {
     let mut out = HashMap::new();
     if let Some(Bson::Document(e)) = doc.get("exclusive") {
         let e = entry(e, true)?;
-        out.insert(e.nonce.clone(), e);
+        out.insert(e.key(), e);
     }
     if let Some(Bson::Array(shared)) = doc.get("shared") {
         for value in shared {
@@ -381,7 +387,7 @@ fn entries(doc: &Document) -> Result<HashMap<String, Entry>, String> {
                 return Err(format!("a shared entry is {value:?}"));
             };
             let e = entry(e, false)?;
-            out.insert(e.nonce.clone(), e);
+            out.insert(e.key(), e);
         }
     }
     Ok(out)
@@ -428,7 +434,7 @@ pub fn check(
     let mut current: HashMap<&str, HashMap<String, Entry>> = HashMap::new();
     let mut max_token: HashMap<&str, i64> = HashMap::new();
     let mut grants: Vec<Granted> = Vec::new();
-    // Index into `grants` of each live entry, by resource and nonce.
+    // Index into `grants` of each live entry, by resource and key.
     let mut open: HashMap<(&str, String), usize> = HashMap::new();
     for event in events {
         let resource = event.resource.as_str();
@@ -444,18 +450,18 @@ pub fn check(
             },
         };
         let before = current.remove(resource).unwrap_or_default();
-        for (nonce, old) in &before {
-            if !after.contains_key(nonce) {
-                if let Some(i) = open.remove(&(resource, nonce.clone())) {
+        for (key, old) in &before {
+            if !after.contains_key(key) {
+                if let Some(i) = open.remove(&(resource, key.clone())) {
                     grants[i].removed_ms = Some(event.at_ms);
                 }
-            } else if let Some(new) = after.get(nonce) {
-                if new.token != old.token || new.created_ms != old.created_ms {
+            } else if let Some(new) = after.get(key) {
+                if new.created_ms != old.created_ms {
                     out.violations.push((
                         ServerCheck::Fencing,
                         format!(
-                            "{resource}: entry {nonce} changed its grant (token {} -> {})",
-                            old.token, new.token
+                            "{resource}: grant {key} changed its grant time ({} -> {})",
+                            old.created_ms, new.created_ms
                         ),
                     ));
                 }
@@ -471,14 +477,14 @@ pub fn check(
                         ));
                     }
                 }
-                if let Some(&i) = open.get(&(resource, nonce.clone())) {
+                if let Some(&i) = open.get(&(resource, key.clone())) {
                     grants[i].expires_ms = new.expires_ms;
                 }
             }
         }
         let mut fresh: Vec<&Entry> = after
             .values()
-            .filter(|e| !before.contains_key(&e.nonce))
+            .filter(|e| !before.contains_key(&e.key()))
             .collect();
         fresh.sort_by_key(|e| e.token);
         for new in fresh {
@@ -525,7 +531,7 @@ pub fn check(
                     ));
                 }
             }
-            open.insert((resource, new.nonce.clone()), grants.len());
+            open.insert((resource, new.key()), grants.len());
             grants.push(Granted {
                 resource: resource.to_string(),
                 token: new.token,
@@ -741,6 +747,25 @@ mod tests {
             run(&[two, writer]),
             BTreeMap::from([(ServerCheck::Exclusion, 2)])
         );
+    }
+
+    #[test]
+    fn an_attempt_granted_again_after_its_first_grant_expired_is_a_new_grant() {
+        let a = ObjectId::new();
+        let first = event(1_000, Some(entry(&a, 10, 1_000, 1_000, 2_000)), vec![]);
+        let again = event(3_000, Some(entry(&a, 11, 3_000, 3_000, 4_000)), vec![]);
+        let permits = HashMap::new();
+        let outcome = check(
+            &[first, again],
+            &history(Vec::new()),
+            &permits,
+            Duration::ZERO,
+        );
+        assert_eq!(outcome.grants, 2);
+        assert_eq!(outcome.renewals, 0);
+        // Both are orphans here; the first ended at its expiry, not when it was dropped.
+        assert_eq!(outcome.longest_orphan_ms, 1_000);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //!    available (a standalone server), it backs off exponentially with jitter, up to
 //!    [`MAX_BACKOFF`]. A refused attempt writes nothing.
 //! 6. The same attempt (same nonce) is sent again, so an attempt whose outcome was unknown
-//!    is resolved by the server, never granted twice.
+//!    is resolved by the server, never granted twice at once: a repeat returns the grant
+//!    still in force, and only if that first grant expired unseen is the attempt granted
+//!    anew, with a new, higher token (the first one's holder never believed in it).
 //!
 //! Dropping the future at any point never leaves a grant that nobody holds: once an attempt
 //! was sent and until its outcome is settled, a drop withdraws it in the background
