@@ -11,16 +11,39 @@
 //! ours). A holder whose belief spans such an event is *excused* for grants made after the
 //! event began: its overlap with them is not an exclusion or cap violation, and its late
 //! notice not a loss violation. Its guarded writes are still checked, and so are its tokens.
+//!
+//! Holders *conflict* when one of them holds exclusively: on a mutex or a group member
+//! always, on a reader-writer lock unless both are readers. Exclusion, guarded writes and
+//! loss before the next grant are judged between conflicting holders; semaphore holders are
+//! counted against the cap instead.
+//!
+//! **Writer preference** (a reader-writer lock's promise that a waiting writer keeps new
+//! readers out): a reader whose granted attempt was sent more than [`ANNOUNCE_ALLOWANCE`]
+//! after a writer began waiting, and that was granted before the writer got the lock or gave
+//! up, jumped the queue. A wait during which the writer's client was hit by a fault, or the
+//! resource was force-released, or the server's clock jumped, is excused (the announcement
+//! may not have been made or may have lapsed), and so is a reader whose own client was hit
+//! while it acquired (the copy of its attempt that was granted may have been sent earlier
+//! than the send the guard reports).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::history::{History, HolderLog, Mode, OpKind};
+use crate::faults::FaultKind;
+use crate::history::{Access, History, HolderLog, Mode, OpKind, Role, WriterWait};
 
 /// How late past its last sampled local deadline a holder may learn of a loss by deadline:
 /// the sampling period (10 ms) plus scheduling delays on a loaded machine.
 pub const DEADLINE_TOLERANCE: Duration = Duration::from_millis(200);
+
+/// How long after a writer begins waiting its announcement is surely in force, if nothing
+/// hit its client: the round trip of its first attempt, on a loaded machine.
+pub const ANNOUNCE_ALLOWANCE: Duration = Duration::from_secs(1);
+
+/// How long after a fault on a client its effects may still be felt (a retry after a reset,
+/// a reply held back by a proxy), when deciding what the fault excuses.
+pub const FAULT_SLACK: Duration = Duration::from_secs(1);
 
 /// The promises checked, as numbered in the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -42,11 +65,13 @@ pub enum Check {
     Caps,
     /// (5) After the faults stop, every lock frees or is held by a live client in time.
     Liveness,
+    /// (5) A waiting writer keeps new readers out (no starvation by a stream of readers).
+    WriterPreference,
 }
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::Exclusion,
         Check::GuardedWrites,
         Check::Fencing,
@@ -55,6 +80,7 @@ impl Check {
         Check::LossBeforeNextGrant,
         Check::Caps,
         Check::Liveness,
+        Check::WriterPreference,
     ];
 
     /// The name in the report.
@@ -68,6 +94,7 @@ impl Check {
             Check::LossBeforeNextGrant => "(3) loss noticed before next grant",
             Check::Caps => "(4) caps",
             Check::Liveness => "(5) liveness",
+            Check::WriterPreference => "(5) writer preference",
         }
     }
 }
@@ -94,7 +121,7 @@ pub struct Outcome {
     pub violations: Vec<Violation>,
     /// Grants (holders).
     pub grants: usize,
-    /// Grants on exclusive resources that followed another holder.
+    /// Grants that followed a conflicting grant to another holder (semaphores aside).
     pub handoffs: usize,
     /// Guarded writes made, and how many the record rejected.
     pub writes: usize,
@@ -110,6 +137,31 @@ pub struct Outcome {
     pub notice_margins_ms: Vec<f64>,
     /// Times from a holder's death to the next grant on its resource, in ms.
     pub takeovers_ms: Vec<f64>,
+    /// Grants and handoffs by role.
+    pub by_role: BTreeMap<Role, RoleCounts>,
+    /// Writer waits judged by the writer-preference check.
+    pub writer_waits_checked: usize,
+    /// Writer waits excused from it (a fault on the writer's client, an operator, a clock
+    /// jump).
+    pub writer_waits_excused: usize,
+    /// Faults carried out, by kind, as the clients recorded them (pauses and kills aimed at
+    /// acquiring clients take effect only if the client is still acquiring).
+    pub carried_out: BTreeMap<FaultKind, usize>,
+}
+
+/// The grants of one role, and how many of them were handoffs: grants that followed a
+/// conflicting grant on their resource (to another holder).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RoleCounts {
+    /// Grants.
+    pub grants: usize,
+    /// Handoffs among them.
+    pub handoffs: usize,
+}
+
+/// True if `a` and `b` may not hold their resource at the same time.
+pub fn conflict(a: &HolderLog, b: &HolderLog) -> bool {
+    a.access == Access::Exclusive || b.access == Access::Exclusive
 }
 
 impl Outcome {
@@ -216,6 +268,9 @@ impl<'a> Checker<'a> {
                 None => {}
             }
         }
+        for f in &self.h.faults {
+            *self.out.carried_out.entry(f.kind).or_default() += 1;
+        }
         let resources: Vec<&str> = self.by_resource.keys().copied().collect();
         for resource in resources {
             let mode = self
@@ -225,15 +280,18 @@ impl<'a> Checker<'a> {
                 .copied()
                 .unwrap_or(Mode::Exclusive);
             self.fencing(resource);
+            self.count_roles(resource);
             match mode {
-                Mode::Exclusive => {
-                    self.out.handoffs += self.by_resource[resource].len().saturating_sub(1);
+                Mode::Exclusive | Mode::Group | Mode::ReadWrite => {
                     self.exclusion(resource);
                     self.guarded_writes(resource);
                     self.next_grant(resource);
                 }
                 Mode::Shared { permits } => self.caps(resource, permits),
             }
+        }
+        for wait in &self.h.writer_waits {
+            self.writer_preference(wait);
         }
         let holders = &self.h.holders;
         for l in holders {
@@ -253,18 +311,23 @@ impl<'a> Checker<'a> {
                 if b.granted_at >= a_end {
                     break;
                 }
+                if !conflict(a, b) {
+                    continue;
+                }
                 if self.excused_at(a, b.granted_at) || self.excused_at(b, b.granted_at) {
                     continue;
                 }
                 let detail = format!(
-                    "{resource}: holder {} (client {}, token {}) believed from {:.0} to {:.0} ms; \
-                     holder {} (client {}, token {}) was granted at {:.0} ms",
+                    "{resource}: holder {} ({}, client {}, token {}) believed from {:.0} to {:.0} ms; \
+                     holder {} ({}, client {}, token {}) was granted at {:.0} ms",
                     a.id,
+                    a.role().name(),
                     a.client,
                     a.token,
                     self.ms(a.granted_at),
                     self.ms(a_end),
                     b.id,
+                    b.role().name(),
                     b.client,
                     b.token,
                     self.ms(b.granted_at)
@@ -277,19 +340,31 @@ impl<'a> Checker<'a> {
     fn guarded_writes(&mut self, resource: &str) {
         let entries = self.h.record.get(resource).cloned().unwrap_or_default();
         let holders: HashMap<u64, &HolderLog> = self.h.holders.iter().map(|l| (l.id, l)).collect();
+        // The writer whose accepted writes came last, and the writers that were followed
+        // by another holder's accepted write (or read): they must not write again.
         let mut finished: HashSet<u64> = HashSet::new();
-        let mut last: Option<(u64, i64)> = None;
+        let mut current: Option<u64> = None;
+        let mut last_token: Option<i64> = None;
         for e in entries.iter().filter(|e| e.accepted) {
-            if let Some((holder, token)) = last {
-                if e.token < token {
-                    self.violation(
-                        Check::GuardedWrites,
-                        format!("{resource}: token {} accepted after token {token}", e.token),
-                    );
+            if e.access == Access::Shared {
+                // A reader's read ends the current writer's run.
+                if let Some(writer) = current.take() {
+                    finished.insert(writer);
                 }
-                if holder != e.holder {
-                    finished.insert(holder);
-                }
+                continue;
+            }
+            if let Some(token) = last_token
+                && e.token < token
+            {
+                self.violation(
+                    Check::GuardedWrites,
+                    format!("{resource}: token {} accepted after token {token}", e.token),
+                );
+            }
+            if current != Some(e.holder)
+                && let Some(writer) = current.replace(e.holder)
+            {
+                finished.insert(writer);
             }
             if finished.contains(&e.holder) {
                 self.violation(
@@ -302,7 +377,7 @@ impl<'a> Checker<'a> {
                     ),
                 );
             }
-            last = Some((e.holder, e.token));
+            last_token = Some(e.token);
         }
         for e in entries.iter().filter(|e| !e.accepted) {
             let Some(l) = holders.get(&e.holder) else {
@@ -314,9 +389,11 @@ impl<'a> Checker<'a> {
             self.violation(
                 Check::GuardedWrites,
                 format!(
-                    "{resource}: the record rejected holder {}'s write (client {}, token {}) at {:.0} ms: \
-                     a newer token had written while its lease was believed intact",
+                    "{resource}: the record rejected holder {}'s {} ({}, client {}, token {}) at {:.0} ms: \
+                     a newer token had written (or read) while its lease was believed intact",
                     l.id,
+                    if e.access == Access::Shared { "read" } else { "write" },
+                    l.role().name(),
                     l.client,
                     e.token,
                     self.ms(e.at)
@@ -375,7 +452,10 @@ impl<'a> Checker<'a> {
     fn next_grant(&mut self, resource: &str) {
         let list = self.by_resource[resource].clone();
         for (i, a) in list.iter().enumerate() {
-            let Some(next) = list[i + 1..].iter().find(|b| b.id != a.id) else {
+            let Some(next) = list[i + 1..]
+                .iter()
+                .find(|b| b.id != a.id && conflict(a, b))
+            else {
                 continue;
             };
             if let Some(killed) = a.killed_at {
@@ -412,6 +492,89 @@ impl<'a> Checker<'a> {
                 );
                 self.violation(Check::LossBeforeNextGrant, detail);
             }
+        }
+    }
+
+    /// Counts grants by role, and handoffs: grants that followed a conflicting grant to
+    /// another holder (for a semaphore, none are counted).
+    fn count_roles(&mut self, resource: &str) {
+        let list = self.by_resource[resource].clone();
+        for (i, b) in list.iter().enumerate() {
+            let counts = self.out.by_role.entry(b.role()).or_default();
+            counts.grants += 1;
+            let handoff = i > 0
+                && !matches!(b.mode, Mode::Shared { .. })
+                && list[..i]
+                    .iter()
+                    .rev()
+                    .find(|a| conflict(a, b))
+                    .is_some_and(|a| a.id != b.id);
+            if handoff {
+                counts.handoffs += 1;
+                self.out.handoffs += 1;
+            }
+        }
+    }
+
+    /// True if a fault aimed at `client` overlaps `from..=to` (with [`FAULT_SLACK`] after
+    /// it).
+    fn client_hit(&self, client: usize, from: Instant, to: Instant) -> bool {
+        self.h
+            .faults
+            .iter()
+            .any(|f| f.client == Some(client) && f.start <= to && f.end + FAULT_SLACK >= from)
+    }
+
+    /// A waiting writer keeps new readers out (see the module docs).
+    fn writer_preference(&mut self, w: &WriterWait) {
+        let end = w.granted_at.unwrap_or(w.gives_up_at).min(w.gives_up_at);
+        let operator = self.h.ops.iter().any(|op| {
+            op.start <= end
+                && op.end + FAULT_SLACK >= w.invoked_at
+                && match &op.kind {
+                    OpKind::ForceRelease(r) => *r == w.resource,
+                    OpKind::ClockJump(_) => true,
+                    OpKind::Purge => false,
+                }
+        });
+        if operator || self.client_hit(w.client, w.invoked_at, end) {
+            self.out.writer_waits_excused += 1;
+            return;
+        }
+        self.out.writer_waits_checked += 1;
+        let announced_by = w.invoked_at + ANNOUNCE_ALLOWANCE;
+        let readers: Vec<&HolderLog> = self
+            .by_resource
+            .get(w.resource.as_str())
+            .map(|list| {
+                list.iter()
+                    .filter(|r| r.mode == Mode::ReadWrite && r.access == Access::Shared)
+                    .filter(|r| r.attempt_sent_at > announced_by && r.granted_at < end)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for r in readers {
+            if self.client_hit(r.client, r.invoked_at, r.granted_at) {
+                continue;
+            }
+            let detail = format!(
+                "{}: reader {} (client {}, token {}) sent its attempt at {:.0} ms and was granted at \
+                 {:.0} ms, while the writer of client {} waited from {:.0} ms ({})",
+                w.resource,
+                r.id,
+                r.client,
+                r.token,
+                self.ms(r.attempt_sent_at),
+                self.ms(r.granted_at),
+                w.client,
+                self.ms(w.invoked_at),
+                match w.granted_at {
+                    Some(g) => format!("granted at {:.0} ms", self.ms(g)),
+                    None => format!("gave up at {:.0} ms", self.ms(w.gives_up_at)),
+                }
+            );
+            self.violation(Check::WriterPreference, detail);
         }
     }
 
@@ -500,6 +663,9 @@ mod tests {
             fake: false,
             resource: "m".into(),
             mode: Mode::Exclusive,
+            access: Access::Exclusive,
+            lock_id: format!("id-{id}"),
+            group: None,
             invoked_at: ms(0),
             attempt_sent_at: ms(sent),
             granted_at: ms(granted),
@@ -532,6 +698,8 @@ mod tests {
             timeouts: 0,
             errors: 0,
             liveness: Vec::new(),
+            faults: Vec::new(),
+            writer_waits: Vec::new(),
             healed_at: None,
             end: ms(1_000),
         }

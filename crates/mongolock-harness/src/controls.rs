@@ -8,6 +8,7 @@
 //! | counter reset | a holder uses token 0 (a fencing counter that restarted) | (2) fencing |
 //! | skewed clock | a holder judges expiry by a clock running late: it believes for `ttl` more after it really lost | (3) local deadline |
 //! | late keepalive | a holder whose loss signal fires only after the server's expiry (after the next grant) | (3) loss before next grant |
+//! | reader as writer | a "writer" of a reader-writer lock that takes a read lock, and writes while another reader reads | (1) exclusion |
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ use mongolock::{LockClient, LockGuard};
 use mongolock_testkit::{FaultProxy, TestServer};
 
 use crate::check::{self, Check, Outcome};
-use crate::history::{History, HolderLog, LossKind, Mode, Recorder, WriteLog};
+use crate::history::{Access, History, HolderLog, LossKind, Mode, Recorder, WriteLog};
 use crate::workload::{COLLECTION, DB};
 
 const RESOURCE: &str = "control";
@@ -39,7 +40,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the four controls, each on a fresh emulator.
+/// Runs the five controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -49,13 +50,21 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         counter_reset().await?,
         skewed_clock().await?,
         late_keepalive().await?,
+        reader_as_writer().await?,
     ])
 }
 
 fn finish(name: &'static str, expected: Check, recorder: &Recorder) -> ControlResult {
-    let modes = [(RESOURCE.to_owned(), Mode::Exclusive)]
-        .into_iter()
-        .collect();
+    finish_as(name, expected, recorder, Mode::Exclusive)
+}
+
+fn finish_as(
+    name: &'static str,
+    expected: Check,
+    recorder: &Recorder,
+    mode: Mode,
+) -> ControlResult {
+    let modes = [(RESOURCE.to_owned(), mode)].into_iter().collect();
     let history: History = recorder.finish(modes);
     ControlResult {
         name,
@@ -73,7 +82,7 @@ fn write(recorder: &Recorder, log: &mut HolderLog, token: i64) {
     let value = log.writes.len() as u64;
     let (at, accepted) = recorder
         .record
-        .write(&log.resource, log.mode, log.id, token, value);
+        .write(&log.resource, log.mode, log.access, log.id, token);
     log.writes.push(WriteLog {
         at,
         token,
@@ -82,7 +91,8 @@ fn write(recorder: &Recorder, log: &mut HolderLog, token: i64) {
     });
 }
 
-/// An honest holder: writes every 100 ms for `hold` (stopping at the loss), then releases.
+/// An honest mutex holder: writes every 100 ms for `hold` (stopping at the loss), then
+/// releases.
 async fn hold_honestly(
     recorder: &Recorder,
     client: usize,
@@ -90,13 +100,19 @@ async fn hold_honestly(
     invoked_at: Instant,
     hold: Duration,
 ) -> HolderLog {
-    let mut log = HolderLog::new(
-        recorder.next_id(),
-        client,
-        Mode::Exclusive,
-        invoked_at,
-        &guard,
-    );
+    hold_honestly_as(recorder, client, guard, invoked_at, hold, Mode::Exclusive).await
+}
+
+/// An honest holder of a resource locked as `mode` (a reader reads where a writer writes).
+async fn hold_honestly_as(
+    recorder: &Recorder,
+    client: usize,
+    guard: LockGuard,
+    invoked_at: Instant,
+    hold: Duration,
+    mode: Mode,
+) -> HolderLog {
+    let mut log = HolderLog::new(recorder.next_id(), client, mode, invoked_at, &guard);
     let until = Instant::now() + hold;
     'work: while Instant::now() < until {
         if log.check_lost(&guard) {
@@ -323,5 +339,46 @@ async fn late_keepalive() -> Result<ControlResult, Box<dyn std::error::Error>> {
         "late keepalive signal",
         Check::LossBeforeNextGrant,
         recorder,
+    ))
+}
+
+/// A "writer" that takes a read lock (the wrong kind) and writes as a writer while an
+/// honest reader reads: a writer overlapping a reader.
+async fn reader_as_writer() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let server = TestServer::start().await?;
+    let recorder = Recorder::new();
+    let r_locks = locks(server.new_client());
+    let w_locks = locks(server.new_client());
+    r_locks.create_indexes().await?;
+
+    // An honest reader reads for 600 ms.
+    let invoked = Instant::now();
+    let reader = r_locks.rwlock(RESOURCE).ttl(TTL).read().await?;
+    let r_recorder = recorder.clone();
+    let r_task = tokio::spawn(async move {
+        let hold = Duration::from_millis(600);
+        hold_honestly_as(&r_recorder, 0, reader, invoked, hold, Mode::ReadWrite).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // The bug: the writer asks for a read lock, and gets it beside the reader.
+    let invoked = Instant::now();
+    let wrong = w_locks.rwlock(RESOURCE).ttl(TTL).read().await?;
+    let mut w_log = HolderLog::new(recorder.next_id(), 1, Mode::ReadWrite, invoked, &wrong);
+    w_log.fake = true;
+    w_log.access = Access::Exclusive; // it believes it is the writer
+    for _ in 0..3 {
+        write(&recorder, &mut w_log, wrong.fencing_token());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    w_log.released_at = Some(Instant::now());
+    wrong.release().await?;
+    recorder.holder(w_log);
+    recorder.holder(r_task.await?);
+    Ok(finish_as(
+        "reader as writer",
+        Check::Exclusion,
+        &recorder,
+        Mode::ReadWrite,
     ))
 }

@@ -5,8 +5,12 @@
 //! one client can be cut off alone. Fail points (`failCommand`) are scoped to one client
 //! with `appName`; the emulator has one `failCommand` slot, so a new fail point replaces the
 //! last. Pauses and kills are carried out by the client's worker
-//! ([`ClientCtl`](crate::workload::ClientCtl)). Operators act from the observer, and the
-//! emulator's clock can jump forward.
+//! ([`ClientCtl`](crate::workload::ClientCtl)): at a holder's next step, or at once when
+//! they are aimed at a client that is acquiring (the acquire in flight). Operators act from
+//! the observer, and the emulator's clock can jump forward.
+//!
+//! Every fault aimed at a client is also recorded with its start and end
+//! ([`Recorder::fault`]), for the checks that excuse what a fault explains.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -48,6 +52,10 @@ pub enum FaultKind {
     Pause,
     /// One client killed without releasing (restarted later).
     Kill,
+    /// One client paused for longer than the TTL while it was acquiring (waiting).
+    PauseAcquiring,
+    /// One client killed while it was acquiring, the acquire in flight.
+    KillAcquiring,
     /// An operator's `force_release` of a resource.
     ForceRelease,
     /// An operator's `purge`.
@@ -58,7 +66,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, with its weight in the mix.
-    pub const ALL: [(FaultKind, u32); 12] = [
+    pub const ALL: [(FaultKind, u32); 14] = [
         (FaultKind::Latency, 3),
         (FaultKind::Partition, 3),
         (FaultKind::Reset, 2),
@@ -68,6 +76,8 @@ impl FaultKind {
         (FaultKind::WriteConcernError, 2),
         (FaultKind::Pause, 3),
         (FaultKind::Kill, 2),
+        (FaultKind::PauseAcquiring, 2),
+        (FaultKind::KillAcquiring, 2),
         (FaultKind::ForceRelease, 1),
         (FaultKind::Purge, 1),
         (FaultKind::ClockJump, 1),
@@ -85,6 +95,8 @@ impl FaultKind {
             FaultKind::WriteConcernError => "writeConcernError",
             FaultKind::Pause => "client pause > TTL",
             FaultKind::Kill => "client killed",
+            FaultKind::PauseAcquiring => "client pause > TTL while acquiring",
+            FaultKind::KillAcquiring => "client killed while acquiring",
             FaultKind::ForceRelease => "operator force_release",
             FaultKind::Purge => "operator purge",
             FaultKind::ClockJump => "server clock jump",
@@ -101,8 +113,11 @@ pub struct Injector {
     clock: Clock,
     workload: Workload,
     recorder: Recorder,
-    /// Until when each client's proxy is busy with a fault (and when to heal it).
-    proxy_until: Vec<Option<Instant>>,
+    /// Until when each client's proxy is busy with a fault (and when to heal it), with the
+    /// fault and its start.
+    proxy_until: Vec<Option<(Instant, FaultKind, Instant)>>,
+    /// The fail point armed last: its fault, its client and its start.
+    fail_point_armed: Option<(FaultKind, usize, Instant)>,
     /// Faults injected, by kind.
     pub counts: BTreeMap<FaultKind, u64>,
     /// The time between faults, in milliseconds (inclusive range).
@@ -128,6 +143,7 @@ impl Injector {
             workload: workload.clone(),
             recorder: recorder.clone(),
             proxy_until: vec![None; workload.clients],
+            fail_point_armed: None,
             counts: BTreeMap::new(),
             gap_ms: (150, 600),
         }
@@ -186,10 +202,13 @@ impl Injector {
     }
 
     fn heal_expired(&mut self, fleet: &Fleet) {
-        for (i, until) in self.proxy_until.iter_mut().enumerate() {
-            if until.is_some_and(|t| Instant::now() >= t) {
+        for (i, busy) in self.proxy_until.iter_mut().enumerate() {
+            if let Some((until, kind, start)) = *busy
+                && Instant::now() >= until
+            {
                 fleet.slots[i].proxy.heal();
-                *until = None;
+                self.recorder.fault(kind, Some(i), start, Instant::now());
+                *busy = None;
             }
         }
     }
@@ -207,6 +226,18 @@ impl Injector {
             self.rng.random_range(0..fleet.slots.len())
         };
         let app = fleet.slots[client].app_name.clone();
+        // Faults aimed at a client that is acquiring: any such client, or none.
+        let acquiring: Vec<usize> = (0..fleet.slots.len())
+            .filter(|&i| {
+                fleet.slots[i].ctl.acquiring.load(Ordering::SeqCst)
+                    && fleet.slots[i].killed_at.is_none()
+            })
+            .collect();
+        let waiter = if acquiring.is_empty() {
+            None
+        } else {
+            Some(acquiring[self.rng.random_range(0..acquiring.len())])
+        };
         match kind {
             FaultKind::Latency => {
                 let Some(i) = self.free_proxy(client) else {
@@ -215,7 +246,8 @@ impl Injector {
                 let latency = Duration::from_millis(self.rng.random_range(20..=400));
                 let hold = ttl.mul_f64(self.rng.random_range(0.5..2.0));
                 fleet.slots[i].proxy.add_latency(latency);
-                self.proxy_until[i] = Some(Instant::now() + hold);
+                let now = Instant::now();
+                self.proxy_until[i] = Some((now + hold, kind, now));
             }
             FaultKind::Partition => {
                 let Some(i) = self.free_proxy(client) else {
@@ -223,19 +255,34 @@ impl Injector {
                 };
                 let hold = ttl.mul_f64(self.rng.random_range(1.2..2.5));
                 fleet.slots[i].proxy.blackhole();
-                self.proxy_until[i] = Some(Instant::now() + hold);
+                let now = Instant::now();
+                self.proxy_until[i] = Some((now + hold, kind, now));
             }
-            FaultKind::Reset => fleet.slots[client].proxy.reset_connections(),
+            FaultKind::Reset => {
+                let now = Instant::now();
+                fleet.slots[client].proxy.reset_connections();
+                self.recorder.fault(kind, Some(client), now, Instant::now());
+            }
             FaultKind::StepDownError => {
                 let code = STEP_DOWN_CODES[self.rng.random_range(0..STEP_DOWN_CODES.len())];
                 let times = self.rng.random_range(1..=4);
-                self.fail_point(times, doc! { "errorCode": code, "appName": app })
-                    .await;
+                self.fail_point(
+                    kind,
+                    client,
+                    times,
+                    doc! { "errorCode": code, "appName": app },
+                )
+                .await;
             }
             FaultKind::CloseConnection => {
                 let times = self.rng.random_range(1..=3);
-                self.fail_point(times, doc! { "closeConnection": true, "appName": app })
-                    .await;
+                self.fail_point(
+                    kind,
+                    client,
+                    times,
+                    doc! { "closeConnection": true, "appName": app },
+                )
+                .await;
             }
             FaultKind::BlockConnection => {
                 let block = ttl + Duration::from_millis(self.rng.random_range(100..=1_000));
@@ -245,7 +292,7 @@ impl Injector {
                     "blockTimeMS": block.as_millis() as i64,
                     "appName": app,
                 };
-                self.fail_point(times, data).await;
+                self.fail_point(kind, client, times, data).await;
             }
             FaultKind::WriteConcernError => {
                 let times = self.rng.random_range(1..=3);
@@ -258,7 +305,7 @@ impl Injector {
                     },
                     "appName": app,
                 };
-                self.fail_point(times, data).await;
+                self.fail_point(kind, client, times, data).await;
             }
             FaultKind::Pause => {
                 let pause = ttl.mul_f64(self.rng.random_range(1.1..2.0));
@@ -269,6 +316,22 @@ impl Injector {
                     return false; // one dead client at a time
                 }
                 fleet.kill(client);
+            }
+            FaultKind::PauseAcquiring => {
+                let Some(waiter) = waiter else {
+                    return false;
+                };
+                let pause = ttl.mul_f64(self.rng.random_range(1.1..2.0));
+                fleet.pause_acquiring(waiter, pause);
+            }
+            FaultKind::KillAcquiring => {
+                let Some(waiter) = waiter else {
+                    return false;
+                };
+                if fleet.slots.iter().any(|s| s.killed_at.is_some()) {
+                    return false; // one dead client at a time
+                }
+                fleet.kill_acquiring(waiter);
             }
             FaultKind::ForceRelease => {
                 let pick = self.rng.random_range(0..self.workload.resources.len());
@@ -296,8 +359,19 @@ impl Injector {
         true
     }
 
-    /// Arms `failCommand` on the lock commands for `times` commands, with `data`.
-    async fn fail_point(&self, times: i32, mut data: Document) {
+    /// Records the end of the fail point armed last, if any.
+    fn fail_point_over(&mut self) {
+        if let Some((kind, client, start)) = self.fail_point_armed.take() {
+            self.recorder
+                .fault(kind, Some(client), start, Instant::now());
+        }
+    }
+
+    /// Arms `failCommand` on the lock commands of `client` for `times` commands, with
+    /// `data` (which names the client's `appName`); it replaces the one armed before.
+    async fn fail_point(&mut self, kind: FaultKind, client: usize, times: i32, mut data: Document) {
+        self.fail_point_over();
+        self.fail_point_armed = Some((kind, client, Instant::now()));
         data.insert("failCommands", LOCK_COMMANDS.to_vec());
         let command = doc! {
             "configureFailPoint": "failCommand",
@@ -313,8 +387,11 @@ impl Injector {
     pub async fn heal_all(&mut self, fleet: &mut Fleet) {
         for (i, slot) in fleet.slots.iter().enumerate() {
             slot.proxy.heal();
-            self.proxy_until[i] = None;
+            if let Some((_, kind, start)) = self.proxy_until[i].take() {
+                self.recorder.fault(kind, Some(i), start, Instant::now());
+            }
         }
+        self.fail_point_over();
         let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
         if let Err(error) = self.admin.run_command(off).await {
             eprintln!("turning the fail point off failed: {error}");

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mongolock::{LeaseState, LockGuard, LossReason};
+use mongolock::{LeaseState, LockGuard, LockKind, LossReason};
+
+use crate::faults::FaultKind;
 
 /// How a resource is locked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,6 +24,86 @@ pub enum Mode {
         /// The number of permits.
         permits: u32,
     },
+    /// A reader-writer lock (`LockClient::rwlock`): many readers or one writer.
+    ReadWrite,
+    /// One of a pool of resources taken in groups under one lock id with the low-level API
+    /// (`xlock`, `renew` and `unlock` by lock id): exclusive, renewed by its holder.
+    Group,
+}
+
+impl Mode {
+    /// True if every holder of the resource holds it exclusively (a mutex, a group member).
+    pub fn is_exclusive(self) -> bool {
+        matches!(self, Mode::Exclusive | Mode::Group)
+    }
+}
+
+/// What one holder holds: the whole resource, or a share of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// A mutex holder, a writer, a group member.
+    Exclusive,
+    /// A semaphore permit, a reader.
+    Shared,
+}
+
+impl Access {
+    /// The access a guard holds.
+    pub fn of(guard: &LockGuard) -> Self {
+        match guard.kind() {
+            LockKind::Exclusive => Access::Exclusive,
+            _ => Access::Shared,
+        }
+    }
+}
+
+/// The role of a holder, as counted in the report: which handle (or API) made its grant,
+/// and with what access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// `mutex(..)`.
+    Mutex,
+    /// `semaphore(..)`.
+    Semaphore,
+    /// `rwlock(..).read_timeout(..)`.
+    Reader,
+    /// `rwlock(..).write_timeout(..)`.
+    Writer,
+    /// `xlock` under a group's lock id.
+    Group,
+}
+
+impl Role {
+    /// Every role, in report order.
+    pub const ALL: [Role; 5] = [
+        Role::Mutex,
+        Role::Semaphore,
+        Role::Reader,
+        Role::Writer,
+        Role::Group,
+    ];
+
+    /// The role of a holder with `access` on a resource locked as `mode`.
+    pub fn of(mode: Mode, access: Access) -> Self {
+        match (mode, access) {
+            (Mode::Exclusive, _) => Role::Mutex,
+            (Mode::Shared { .. }, _) => Role::Semaphore,
+            (Mode::ReadWrite, Access::Shared) => Role::Reader,
+            (Mode::ReadWrite, Access::Exclusive) => Role::Writer,
+            (Mode::Group, _) => Role::Group,
+        }
+    }
+
+    /// The name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Mutex => "mutex",
+            Role::Semaphore => "semaphore (2 permits)",
+            Role::Reader => "rwlock readers",
+            Role::Writer => "rwlock writers",
+            Role::Group => "lock groups (low-level)",
+        }
+    }
 }
 
 /// How a holder learnt that its lease was lost.
@@ -82,8 +164,14 @@ pub struct HolderLog {
     pub fake: bool,
     /// The locked resource.
     pub resource: String,
-    /// Mutex or semaphore.
+    /// How the resource is locked.
     pub mode: Mode,
+    /// What this holder holds (a reader's share, a writer's whole resource...).
+    pub access: Access,
+    /// The lock id it held the lock with.
+    pub lock_id: String,
+    /// For a member of a lock group: the group's number (shared by its members).
+    pub group: Option<u64>,
     /// When the acquire call that granted it began.
     pub invoked_at: Instant,
     /// When the attempt that was granted was sent: the server granted the lock between this
@@ -121,6 +209,9 @@ impl HolderLog {
             fake: false,
             resource: guard.resource().to_owned(),
             mode,
+            access: Access::of(guard),
+            lock_id: guard.lock_id().to_owned(),
+            group: None,
             invoked_at,
             attempt_sent_at: guard.attempt_sent_at(),
             granted_at: Instant::now(),
@@ -196,6 +287,11 @@ impl HolderLog {
             .unwrap_or(run_end)
     }
 
+    /// The holder's role (which handle, what access).
+    pub fn role(&self) -> Role {
+        Role::of(self.mode, self.access)
+    }
+
     /// True if the lease ended without the holder's release: it was lost first.
     pub fn ended_by_loss(&self) -> bool {
         match (self.lost_at(), self.released_at) {
@@ -228,7 +324,7 @@ pub struct OpEvent {
     pub end: Instant,
 }
 
-/// One write as the guarded record saw it.
+/// One write (or, for a reader, one read) as the guarded record saw it.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordEntry {
     /// When the record took it.
@@ -237,50 +333,71 @@ pub struct RecordEntry {
     pub holder: u64,
     /// Its token.
     pub token: i64,
+    /// A write (exclusive) or a reader's read (shared).
+    pub access: Access,
     /// Whether the record accepted it.
     pub accepted: bool,
 }
 
 #[derive(Debug, Default)]
 struct RecordState {
+    /// The highest token of an accepted write.
     highest: Option<i64>,
+    /// The highest token of an accepted read (reader-writer resources).
+    highest_read: Option<i64>,
     entries: Vec<RecordEntry>,
 }
 
 /// The in-process store the locks protect: one record per resource, shared by every
-/// worker. For a mutex it rejects a write whose token is lower than the highest it
-/// accepted (fencing); for a semaphore it accepts every write (concurrent permit holders
-/// are fine; the checker counts them against the cap instead).
+/// worker, fenced by tokens as a real store would be.
+///
+/// - A mutex or group member: a write is rejected if its token is lower than the highest
+///   accepted.
+/// - A semaphore: every write is accepted (concurrent permit holders are fine; the checker
+///   counts them against the cap instead).
+/// - A reader-writer lock: a reader's read is rejected if a write with a higher token was
+///   accepted (the reader would see a writer's work while it believes no writer holds); a
+///   writer's write is rejected if a write or a read with a higher token was accepted.
 #[derive(Debug, Default)]
 pub struct GuardedRecord {
     records: Mutex<HashMap<String, RecordState>>,
 }
 
 impl GuardedRecord {
-    /// Writes `value` with `token` to `resource`'s record; returns when it was taken and
-    /// whether it was accepted.
+    /// Writes `value` with `token` to `resource`'s record (for a reader: reads it); returns
+    /// when it was taken and whether it was accepted.
     pub fn write(
         &self,
         resource: &str,
         mode: Mode,
+        access: Access,
         holder: u64,
         token: i64,
-        _value: u64,
     ) -> (Instant, bool) {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         let record = records.entry(resource.to_owned()).or_default();
         let at = Instant::now();
-        let accepted = match mode {
-            Mode::Exclusive => record.highest.is_none_or(|h| token >= h),
-            Mode::Shared { .. } => true,
+        let above = |bound: Option<i64>| bound.is_none_or(|h| token >= h);
+        let accepted = match (mode, access) {
+            (Mode::Shared { .. }, _) => true,
+            (Mode::ReadWrite, Access::Shared) => above(record.highest),
+            (Mode::ReadWrite, Access::Exclusive) => {
+                above(record.highest) && above(record.highest_read)
+            }
+            (Mode::Exclusive | Mode::Group, _) => above(record.highest),
         };
-        if accepted && mode == Mode::Exclusive {
-            record.highest = Some(record.highest.map_or(token, |h| h.max(token)));
+        if accepted && !matches!(mode, Mode::Shared { .. }) {
+            let slot = match access {
+                Access::Exclusive => &mut record.highest,
+                Access::Shared => &mut record.highest_read,
+            };
+            *slot = Some(slot.map_or(token, |h| h.max(token)));
         }
         record.entries.push(RecordEntry {
             at,
             holder,
             token,
+            access,
             accepted,
         });
         (at, accepted)
@@ -294,6 +411,37 @@ impl GuardedRecord {
             .map(|(r, s)| (r.clone(), s.entries.clone()))
             .collect()
     }
+}
+
+/// A fault aimed at one client (or at every client), from its start to its end.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultEvent {
+    /// What it was.
+    pub kind: FaultKind,
+    /// The client it hit (`None`: the server, every client).
+    pub client: Option<usize>,
+    /// When it began.
+    pub start: Instant,
+    /// When it was healed (or, for a fail point, replaced or turned off).
+    pub end: Instant,
+}
+
+/// One wait of a reader-writer lock's writer (`write_timeout`), granted or not.
+#[derive(Debug, Clone)]
+pub struct WriterWait {
+    /// The writer's client.
+    pub client: usize,
+    /// The resource.
+    pub resource: String,
+    /// When the call began.
+    pub invoked_at: Instant,
+    /// When it would give up: the call's start plus its timeout. Its announcement is not
+    /// withdrawn before.
+    pub gives_up_at: Instant,
+    /// When the grant reached it, if it was granted.
+    pub granted_at: Option<Instant>,
+    /// When the call returned.
+    pub returned_at: Instant,
 }
 
 /// A finished history, ready for the checker.
@@ -315,6 +463,10 @@ pub struct History {
     pub errors: u64,
     /// Problems found by the liveness probe at the end of the run.
     pub liveness: Vec<String>,
+    /// Faults aimed at clients or the server, as carried out.
+    pub faults: Vec<FaultEvent>,
+    /// Waits of reader-writer writers.
+    pub writer_waits: Vec<WriterWait>,
     /// When the faults stopped (everything healed).
     pub healed_at: Option<Instant>,
     /// When the run ended.
@@ -329,6 +481,8 @@ struct Inner {
     timeouts: u64,
     errors: u64,
     liveness: Vec<String>,
+    faults: Vec<FaultEvent>,
+    writer_waits: Vec<WriterWait>,
     healed_at: Option<Instant>,
 }
 
@@ -380,6 +534,23 @@ impl Recorder {
         self.with(|i| i.liveness.push(problem));
     }
 
+    /// Records a fault as carried out.
+    pub fn fault(&self, kind: FaultKind, client: Option<usize>, start: Instant, end: Instant) {
+        self.with(|i| {
+            i.faults.push(FaultEvent {
+                kind,
+                client,
+                start,
+                end,
+            })
+        });
+    }
+
+    /// Records a writer's wait.
+    pub fn writer_wait(&self, wait: WriterWait) {
+        self.with(|i| i.writer_waits.push(wait));
+    }
+
     /// Records when every fault was healed.
     pub fn healed(&self, at: Instant) {
         self.with(|i| i.healed_at = Some(at));
@@ -407,6 +578,8 @@ impl Recorder {
             timeouts: i.timeouts,
             errors: i.errors,
             liveness: i.liveness.clone(),
+            faults: i.faults.clone(),
+            writer_waits: i.writer_waits.clone(),
             healed_at: i.healed_at,
             end: Instant::now(),
         })

@@ -29,7 +29,7 @@ use mongolock::{Filter, LockClient};
 use mongolock_testkit::TestServer;
 
 use crate::faults::Injector;
-use crate::history::{Mode, Recorder};
+use crate::history::Recorder;
 use crate::report::{Report, RunResult};
 use crate::workload::{COLLECTION, DB, Fleet, Workload};
 
@@ -177,10 +177,15 @@ async fn liveness(
             ));
         }
     }
-    for (resource, _) in &workload.resources {
-        if recorder.grants_after(resource, healed) == 0 {
+    for resources in workload.liveness_sets() {
+        let granted: usize = resources
+            .iter()
+            .map(|r| recorder.grants_after(r, healed))
+            .sum();
+        if granted == 0 {
             recorder.liveness(format!(
-                "{resource}: not granted to anyone in the {:.0} ms after healing",
+                "{}: not granted to anyone in the {:.0} ms after healing",
+                resources.join("+"),
                 healed.elapsed().as_secs_f64() * 1e3
             ));
         }
@@ -203,22 +208,8 @@ async fn liveness(
     }
     for (resource, mode) in &workload.resources {
         let mut guards = Vec::new();
-        let wanted = match mode {
-            Mode::Exclusive => 1,
-            Mode::Shared { permits } => *permits,
-        };
-        for _ in 0..wanted {
-            let guard = match mode {
-                Mode::Exclusive => observer.mutex(resource).ttl(ttl).try_acquire().await,
-                Mode::Shared { permits } => {
-                    observer
-                        .semaphore(resource, *permits)
-                        .ttl(ttl)
-                        .try_acquire()
-                        .await
-                }
-            };
-            match guard {
+        for _ in 0..workload::capacity(*mode) {
+            match workload::try_take(observer, resource, *mode, ttl).await {
                 Ok(Some(guard)) => guards.push(guard),
                 other => recorder.liveness(format!(
                     "{resource}: the observer could not take it once every client stopped: {other:?}"

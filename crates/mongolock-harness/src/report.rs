@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::check::{Check, Outcome, Violation};
 use crate::controls::ControlResult;
 use crate::faults::FaultKind;
+use crate::history::Role;
 
 /// One run's results.
 #[derive(Debug, Clone)]
@@ -140,6 +141,23 @@ impl fmt::Display for Report {
                 self.sum(|r| r.outcome.excused_clock_jump)
             ),
         );
+        let _ = writeln!(t, "by role: grants / handoffs");
+        for role in Role::ALL {
+            let (grants, handoffs) = self.runs.iter().fold((0, 0), |(g, h), r| {
+                let c = r.outcome.by_role.get(&role).copied().unwrap_or_default();
+                (g + c.grants, h + c.handoffs)
+            });
+            row(&mut t, role.name(), format!("{grants} / {handoffs}"));
+        }
+        row(
+            &mut t,
+            "writer waits checked for preference (excused)",
+            format!(
+                "{} ({})",
+                self.sum(|r| r.outcome.writer_waits_checked),
+                self.sum(|r| r.outcome.writer_waits_excused)
+            ),
+        );
         let _ = writeln!(t, "faults injected");
         let mut faults: BTreeMap<FaultKind, u64> = BTreeMap::new();
         for r in &self.runs {
@@ -148,11 +166,15 @@ impl fmt::Display for Report {
             }
         }
         for (kind, _) in FaultKind::ALL {
-            row(
-                &mut t,
-                kind.name(),
-                faults.get(&kind).copied().unwrap_or(0).to_string(),
-            );
+            let asked = faults.get(&kind).copied().unwrap_or(0).to_string();
+            let value = match kind {
+                FaultKind::PauseAcquiring | FaultKind::KillAcquiring => format!(
+                    "{asked} (carried out {})",
+                    self.sum(|r| r.outcome.carried_out.get(&kind).copied().unwrap_or(0))
+                ),
+                _ => asked,
+            };
+            row(&mut t, kind.name(), value);
         }
         let _ = writeln!(t, "violations (must be 0)");
         let mut counts: BTreeMap<Check, usize> = BTreeMap::new();

@@ -2,16 +2,30 @@
 //! one can be paused or killed alone), each with its own [`LockClient`] whose driver client
 //! goes through its own [`FaultProxy`] and names itself (`appName`) for fail points.
 //!
-//! A client runs one worker: it picks a resource (a mutex or a semaphore), acquires it with
-//! `acquire_timeout`, then does a few steps of work. Before each step it checks
-//! `guard.is_lost()` and stops when lost; each step writes `(token, value)` to the guarded
-//! record, then works for a while, racing the work against `guard.lost()` and sampling the
-//! local deadline. Then it releases. Everything goes to the holder's [`HolderLog`].
+//! A client runs one worker: it picks a target (a mutex, a semaphore, a reader-writer lock,
+//! or a group of the group pool), acquires it (`acquire_timeout`, `read_timeout` or
+//! `write_timeout`; for a group, [`group`](crate::workload) takes each member with `xlock`
+//! under one fresh lock id), then does a few steps of work. Before each step it checks that
+//! it still holds and stops when it does not; each step writes `(token, value)` to the
+//! guarded record (a reader reads it), then works for a while, racing the work against
+//! `guard.lost()` and sampling the local deadline. Then it releases. Everything goes to the
+//! holder's [`HolderLog`].
 //!
-//! Pauses and kills are asked for through [`ClientCtl`] and carried out by the worker
-//! itself at its next step: a pause is a `std::thread::sleep` that stops the whole runtime
-//! (the worker, its keeper, its driver), a kill forgets the guard (`mem::forget`, no
-//! release) and ends the thread, dropping the runtime and with it the keeper.
+//! A group has no keeper: its holder renews the group itself (`renew(lock_id)` every third
+//! of the TTL) and keeps its own local deadline, as the low-level API asks: the send time of
+//! its last renewal that renewed every member (at first, of its first `xlock`) plus the TTL
+//! minus a margin of a tenth of the TTL. A renewal that renews fewer members than it holds
+//! is a loss noticed then; the deadline passing is a loss noticed then.
+//!
+//! Pauses and kills are asked for through [`ClientCtl`]. Those aimed at a holder are carried
+//! out by the worker itself at its next step: a pause is a `std::thread::sleep` that stops
+//! the whole runtime (the worker, its keeper, its driver), a kill forgets the guard
+//! (`mem::forget`, no release) and ends the thread, dropping the runtime and with it the
+//! keeper. Those aimed at a client that is acquiring are carried out at once, with the
+//! acquire in flight: a pause by a watcher task in the client's runtime (which stops the
+//! thread), a kill by dropping the worker (and the acquire future with it) and at once the
+//! runtime, so that nothing the dropped acquire would do afterwards (withdrawing its attempt
+//! or an announcement) ever runs, as in a crash.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,12 +33,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mongolock::{LockClient, LockGuard};
+use mongolock::{LockClient, LockDetails, LockGuard};
 use mongolock_testkit::FaultProxy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::history::{HolderLog, LossKind, Mode, PauseLog, Recorder};
+use crate::faults::FaultKind;
+use crate::history::{Access, HolderLog, LossKind, Mode, PauseLog, Recorder, WriteLog, WriterWait};
 
 /// The database and collection every client locks in.
 pub const DB: &str = "harness";
@@ -46,28 +61,123 @@ pub struct Workload {
     pub steps: (u32, u32),
     /// Length of one step, in milliseconds (inclusive range).
     pub step_ms: (u64, u64),
+    /// How many members of the group pool one group takes (inclusive range).
+    pub group_size: (usize, usize),
+    /// The chance that a holder of a reader-writer lock is a writer.
+    pub writer_share: f64,
+}
+
+/// What a worker goes for: one resource, or a group of the group pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A resource that is not in the group pool, and its mode.
+    Resource(String, Mode),
+    /// Some members of the group pool.
+    Group(Vec<String>),
 }
 
 impl Workload {
-    /// Two mutexes and one semaphore with two permits, five clients, TTL 1.5 s.
+    /// Two mutexes, a semaphore with two permits, a reader-writer lock, and a pool of four
+    /// resources taken two or three at a time in groups; six clients, TTL 1.5 s.
     pub fn standard() -> Self {
         Workload {
-            clients: 5,
+            clients: 6,
             ttl: Duration::from_millis(1_500),
             acquire_timeout: Duration::from_secs(3),
             resources: vec![
                 ("m0".into(), Mode::Exclusive),
                 ("m1".into(), Mode::Exclusive),
                 ("s0".into(), Mode::Shared { permits: 2 }),
+                ("rw0".into(), Mode::ReadWrite),
+                ("g0".into(), Mode::Group),
+                ("g1".into(), Mode::Group),
+                ("g2".into(), Mode::Group),
+                ("g3".into(), Mode::Group),
             ],
             steps: (2, 5),
             step_ms: (40, 200),
+            group_size: (2, 3),
+            writer_share: 0.35,
         }
     }
 
     /// The mode of each resource.
     pub fn modes(&self) -> HashMap<String, Mode> {
         self.resources.iter().cloned().collect()
+    }
+
+    /// What workers pick from: every resource outside the group pool, and the pool (if
+    /// any) as one target.
+    pub fn targets(&self) -> Vec<Target> {
+        let mut targets: Vec<Target> = self
+            .resources
+            .iter()
+            .filter(|(_, mode)| *mode != Mode::Group)
+            .map(|(r, mode)| Target::Resource(r.clone(), *mode))
+            .collect();
+        let pool = self.group_pool();
+        if !pool.is_empty() {
+            targets.push(Target::Group(pool));
+        }
+        targets
+    }
+
+    /// The resources of the group pool.
+    pub fn group_pool(&self) -> Vec<String> {
+        self.resources
+            .iter()
+            .filter(|(_, mode)| *mode == Mode::Group)
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
+    /// The sets of resources the liveness probe expects a grant on after healing: each
+    /// resource outside the group pool, and the pool as a whole (a group takes only some of
+    /// its members).
+    pub fn liveness_sets(&self) -> Vec<Vec<String>> {
+        self.targets()
+            .into_iter()
+            .map(|t| match t {
+                Target::Resource(r, _) => vec![r],
+                Target::Group(pool) => pool,
+            })
+            .collect()
+    }
+}
+
+/// How many holders `mode` admits at once: the number of locks the observer takes to show
+/// that a resource is free.
+pub fn capacity(mode: Mode) -> u32 {
+    match mode {
+        Mode::Shared { permits } => permits,
+        _ => 1,
+    }
+}
+
+/// One attempt by `observer` at the whole of `resource` (a permit, for a semaphore; the
+/// write lock, for a reader-writer lock).
+///
+/// # Errors
+/// As the handles' `try_acquire`.
+///
+/// # Cancel safety
+/// As the handles' `try_acquire`: dropping it leaves no lock.
+pub async fn try_take(
+    observer: &LockClient,
+    resource: &str,
+    mode: Mode,
+    ttl: Duration,
+) -> mongolock::Result<Option<LockGuard>> {
+    match mode {
+        Mode::Exclusive | Mode::Group => observer.mutex(resource).ttl(ttl).try_acquire().await,
+        Mode::Shared { permits } => {
+            observer
+                .semaphore(resource, permits)
+                .ttl(ttl)
+                .try_acquire()
+                .await
+        }
+        Mode::ReadWrite => observer.rwlock(resource).ttl(ttl).try_write().await,
     }
 }
 
@@ -82,6 +192,15 @@ pub struct ClientCtl {
     pub stop: AtomicBool,
     /// Set while the worker holds a guard (faults prefer holders).
     pub holding: AtomicBool,
+    /// Set while the worker is in an acquire call (or taking a group).
+    pub acquiring: AtomicBool,
+    /// Pause the whole client for this many milliseconds while it is acquiring (0: none).
+    pub pause_acquiring_ms: AtomicU64,
+    /// Die while acquiring, with the acquire in flight.
+    pub kill_acquiring: AtomicBool,
+    /// The pauses carried out while acquiring (start, end), for the holders of partial
+    /// groups.
+    pub acquiring_pauses: std::sync::Mutex<Vec<(Instant, Instant)>>,
 }
 
 /// How a worker ended.
@@ -182,6 +301,8 @@ impl Fleet {
                     ^ slot.incarnation.wrapping_mul(0xD1B5_4A32_D192_ED03),
             ),
         };
+        let ctl = slot.ctl.clone();
+        let recorder = self.recorder.clone();
         slot.thread = Some(std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -190,14 +311,24 @@ impl Fleet {
             runtime.block_on(async move {
                 let client = mongodb::Client::with_options(options).expect("valid options");
                 let locks = LockClient::new(client.database(DB).collection(COLLECTION));
-                let exit = worker.run(&locks).await;
+                tokio::spawn(pause_while_acquiring(ctl.clone(), recorder.clone(), index));
+                let exit = tokio::select! {
+                    biased;
+                    () = killed_while_acquiring(&ctl) => {
+                        let now = Instant::now();
+                        recorder.fault(FaultKind::KillAcquiring, Some(index), now, now);
+                        Exit::Killed
+                    }
+                    exit = worker.run(&locks) => exit,
+                };
                 if exit == Exit::Stopped {
                     locks.shutdown().await;
                 }
                 exit
             })
-            // Dropping the runtime here ends the keeper and the driver's tasks: a killed
-            // client renews nothing and releases nothing.
+            // Dropping the runtime here ends the keeper and the driver's tasks, and every
+            // task a dropped acquire spawned before it could run: a killed client renews
+            // nothing, releases nothing and withdraws nothing.
         }));
     }
 
@@ -224,6 +355,21 @@ impl Fleet {
         slot.killed_at = Some(Instant::now());
     }
 
+    /// Asks client `index` to pause for `pause` while it is acquiring (at once, if it is).
+    pub fn pause_acquiring(&self, index: usize, pause: Duration) {
+        let ms = pause.as_millis() as u64;
+        let ctl = &self.slots[index].ctl;
+        ctl.pause_acquiring_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Asks client `index` to die while it is acquiring (at once, if it is), with the
+    /// acquire in flight.
+    pub fn kill_acquiring(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        slot.ctl.kill_acquiring.store(true, Ordering::SeqCst);
+        slot.killed_at = Some(Instant::now());
+    }
+
     /// Restarts killed clients whose thread has ended at least `after` ago.
     pub fn restart_dead(&mut self, after: Duration) {
         for index in 0..self.slots.len() {
@@ -241,7 +387,10 @@ impl Fleet {
     pub fn calm(&mut self) {
         for slot in &mut self.slots {
             slot.ctl.pause_ms.store(0, Ordering::SeqCst);
-            if slot.ctl.kill.swap(false, Ordering::SeqCst) {
+            slot.ctl.pause_acquiring_ms.store(0, Ordering::SeqCst);
+            let kill = slot.ctl.kill.swap(false, Ordering::SeqCst);
+            let kill_acquiring = slot.ctl.kill_acquiring.swap(false, Ordering::SeqCst);
+            if (kill || kill_acquiring) && !slot.is_finished() {
                 slot.killed_at = None;
             }
         }
@@ -276,6 +425,39 @@ fn owner_label(index: usize, incarnation: u64) -> String {
     format!("client-{index}.{incarnation}")
 }
 
+/// Resolves when a kill was asked for while the client is acquiring.
+async fn killed_while_acquiring(ctl: &ClientCtl) {
+    loop {
+        if ctl.acquiring.load(Ordering::SeqCst) && ctl.kill_acquiring.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs beside the worker in its runtime: when a pause is asked for while the worker is
+/// acquiring, stops the thread (the acquire in flight, the driver and the keeper with it).
+async fn pause_while_acquiring(ctl: Arc<ClientCtl>, recorder: Recorder, index: usize) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if !ctl.acquiring.load(Ordering::SeqCst) {
+            continue;
+        }
+        let ms = ctl.pause_acquiring_ms.swap(0, Ordering::SeqCst);
+        if ms == 0 {
+            continue;
+        }
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(ms));
+        let end = Instant::now();
+        ctl.acquiring_pauses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((start, end));
+        recorder.fault(FaultKind::PauseAcquiring, Some(index), start, end);
+    }
+}
+
 /// One client's worker.
 struct Worker {
     index: usize,
@@ -294,39 +476,79 @@ enum Held {
 
 impl Worker {
     async fn run(mut self, locks: &LockClient) -> Exit {
+        let targets = self.workload.targets();
+        let mut groups = 0_u64;
         loop {
             if self.ctl.stop.load(Ordering::SeqCst) {
                 return Exit::Stopped;
             }
-            let pick = self.rng.random_range(0..self.workload.resources.len());
-            let (resource, mode) = self.workload.resources[pick].clone();
-            let ttl = self.workload.ttl;
-            let timeout = self.workload.acquire_timeout;
-            let invoked_at = Instant::now();
-            let owner = owner_label(self.index, self.incarnation);
-            let got = match mode {
-                Mode::Exclusive => {
-                    let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
-                    mutex.acquire_timeout(timeout).await
-                }
-                Mode::Shared { permits } => {
-                    let semaphore = locks.semaphore(&resource, permits).ttl(ttl).owner(owner);
-                    semaphore.acquire_timeout(timeout).await
+            let pick = self.rng.random_range(0..targets.len());
+            let held = match targets[pick].clone() {
+                Target::Resource(resource, mode) => self.one(locks, resource, mode).await,
+                Target::Group(pool) => {
+                    groups += 1;
+                    self.group(locks, &pool, groups).await
                 }
             };
-            self.recorder
-                .attempt(matches!(got, Ok(None)), got.as_ref().is_err_and(|_| true));
-            match got {
-                Ok(Some(guard)) => {
-                    if let Held::Killed = self.hold(guard, mode, invoked_at).await {
-                        return Exit::Killed;
-                    }
-                }
-                Ok(None) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            if let Held::Killed = held {
+                return Exit::Killed;
             }
             let idle = self.rng.random_range(0..30);
             tokio::time::sleep(Duration::from_millis(idle)).await;
+        }
+    }
+
+    /// Acquires `resource` through its handle, holds it, releases it.
+    async fn one(&mut self, locks: &LockClient, resource: String, mode: Mode) -> Held {
+        let ttl = self.workload.ttl;
+        let timeout = self.workload.acquire_timeout;
+        let owner = owner_label(self.index, self.incarnation);
+        let writer = mode == Mode::ReadWrite && self.rng.random_bool(self.workload.writer_share);
+        let invoked_at = Instant::now();
+        self.ctl.acquiring.store(true, Ordering::SeqCst);
+        let got = match mode {
+            Mode::Exclusive | Mode::Group => {
+                let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
+                mutex.acquire_timeout(timeout).await
+            }
+            Mode::Shared { permits } => {
+                let semaphore = locks.semaphore(&resource, permits).ttl(ttl).owner(owner);
+                semaphore.acquire_timeout(timeout).await
+            }
+            Mode::ReadWrite => {
+                let rwlock = locks.rwlock(&resource).ttl(ttl).owner(owner);
+                if writer {
+                    rwlock.write_timeout(timeout).await
+                } else {
+                    rwlock.read_timeout(timeout).await
+                }
+            }
+        };
+        self.ctl.acquiring.store(false, Ordering::SeqCst);
+        let returned_at = Instant::now();
+        self.recorder
+            .attempt(matches!(got, Ok(None)), got.as_ref().is_err_and(|_| true));
+        if writer && got.is_ok() {
+            self.recorder.writer_wait(WriterWait {
+                client: self.index,
+                resource: resource.clone(),
+                invoked_at,
+                gives_up_at: invoked_at + timeout,
+                granted_at: got
+                    .as_ref()
+                    .ok()
+                    .and_then(|g| g.as_ref())
+                    .map(|_| returned_at),
+                returned_at,
+            });
+        }
+        match got {
+            Ok(Some(guard)) => self.hold(guard, mode, invoked_at).await,
+            Ok(None) => Held::Done,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Held::Done
+            }
         }
     }
 
@@ -339,22 +561,24 @@ impl Worker {
         }
         let start = Instant::now();
         std::thread::sleep(Duration::from_millis(ms));
-        Some((start, Instant::now()))
+        let end = Instant::now();
+        self.recorder
+            .fault(FaultKind::Pause, Some(self.index), start, end);
+        Some((start, end))
     }
 
     async fn hold(&mut self, guard: LockGuard, mode: Mode, invoked_at: Instant) -> Held {
         let id = self.recorder.next_id();
         let mut log = HolderLog::new(id, self.index, mode, invoked_at, &guard);
         self.ctl.holding.store(true, Ordering::SeqCst);
-        let held = self.steps(guard, &mut log, mode).await;
+        let held = self.steps(guard, &mut log).await;
         self.ctl.holding.store(false, Ordering::SeqCst);
         self.recorder.holder(log);
         held
     }
 
     /// The steps of work under `guard`, then the release (or the death).
-    async fn steps(&mut self, guard: LockGuard, log: &mut HolderLog, mode: Mode) -> Held {
-        let id = log.id;
+    async fn steps(&mut self, guard: LockGuard, log: &mut HolderLog) -> Held {
         let steps = self
             .rng
             .random_range(self.workload.steps.0..=self.workload.steps.1);
@@ -381,22 +605,9 @@ impl Worker {
             if log.check_lost(&guard) {
                 break;
             }
-            let value = self.rng.random::<u64>();
-            let (at, accepted) =
-                self.recorder
-                    .record
-                    .write(&log.resource, mode, id, log.token, value);
-            log.writes.push(crate::history::WriteLog {
-                at,
-                token: log.token,
-                value,
-                accepted,
-            });
+            self.write(log);
             // Work, watching for the loss and sampling the deadline.
-            let length = self
-                .rng
-                .random_range(self.workload.step_ms.0..=self.workload.step_ms.1);
-            let step_end = Instant::now() + Duration::from_millis(length);
+            let step_end = self.step_end();
             loop {
                 let now = Instant::now();
                 if now >= step_end {
@@ -420,5 +631,328 @@ impl Worker {
         let released = guard.release().await;
         log.release_ok = Some(released.is_ok());
         Held::Done
+    }
+
+    /// One write (a reader: one read) of `log`'s holder to the guarded record.
+    fn write(&mut self, log: &mut HolderLog) {
+        let value = self.rng.random::<u64>();
+        let (at, accepted) =
+            self.recorder
+                .record
+                .write(&log.resource, log.mode, log.access, log.id, log.token);
+        log.writes.push(WriteLog {
+            at,
+            token: log.token,
+            value,
+            accepted,
+        });
+    }
+
+    /// When a step of work that starts now ends.
+    fn step_end(&mut self) -> Instant {
+        let length = self
+            .rng
+            .random_range(self.workload.step_ms.0..=self.workload.step_ms.1);
+        Instant::now() + Duration::from_millis(length)
+    }
+
+    /// Takes some members of `pool` as one group with the low-level API, holds them
+    /// (renewing the group itself), and releases the group with `unlock`.
+    async fn group(&mut self, locks: &LockClient, pool: &[String], number: u64) -> Held {
+        let (low, high) = self.workload.group_size;
+        let size = self.rng.random_range(low..=high).clamp(1, pool.len());
+        let mut members: Vec<String> = pool.to_vec();
+        while members.len() > size {
+            let out = self.rng.random_range(0..members.len());
+            members.remove(out);
+        }
+        // Members are taken in one order by every group, so two groups never wait on each
+        // other in a cycle.
+        members.sort();
+        let invoked_at = Instant::now();
+        let gives_up_at = invoked_at + self.workload.acquire_timeout;
+        let mut round = 0_u32;
+        self.ctl.acquiring.store(true, Ordering::SeqCst);
+        let taken = loop {
+            round += 1;
+            let lock_id = format!("group-{}.{}.{number}.{round}", self.index, self.incarnation);
+            match self
+                .take_group(locks, &members, &lock_id, gives_up_at)
+                .await
+            {
+                Ok(group) => break Some(group),
+                Err(partial) => {
+                    for log in partial {
+                        self.recorder.holder(log);
+                    }
+                }
+            }
+            if Instant::now() >= gives_up_at {
+                break None;
+            }
+            let backoff = self.rng.random_range(20..80);
+            tokio::time::sleep(Duration::from_millis(backoff)).await;
+        };
+        self.ctl.acquiring.store(false, Ordering::SeqCst);
+        self.recorder.attempt(taken.is_none(), false);
+        let Some(mut group) = taken else {
+            return Held::Done;
+        };
+        self.ctl.holding.store(true, Ordering::SeqCst);
+        let held = self.hold_group(locks, &mut group).await;
+        self.ctl.holding.store(false, Ordering::SeqCst);
+        for log in group.logs {
+            self.recorder.holder(log);
+        }
+        held
+    }
+
+    /// One round of taking a group: `xlock` on each member in order under `lock_id`. All
+    /// taken: the group. Otherwise (contended, an error, an unknown outcome, the local
+    /// deadline or the patience passed) the lock id is unlocked and given up, and the
+    /// logs of the members it held (released at the unlock call) are returned.
+    async fn take_group(
+        &mut self,
+        locks: &LockClient,
+        members: &[String],
+        lock_id: &str,
+        gives_up_at: Instant,
+    ) -> Result<Group, Vec<HolderLog>> {
+        let ttl = self.workload.ttl;
+        let details = LockDetails::default()
+            .ttl(ttl)
+            .owner(owner_label(self.index, self.incarnation));
+        let group_id = self.recorder.next_id();
+        let mut group = Group {
+            lock_id: lock_id.to_owned(),
+            deadline: None,
+            ttl,
+            margin: ttl / 10,
+            logs: Vec::new(),
+        };
+        let mut complete = true;
+        for resource in members {
+            if group.deadline.is_some_and(|d| Instant::now() >= d) {
+                group.notice_all(LossKind::Deadline);
+                complete = false;
+                break;
+            }
+            let limit = group.deadline.map_or(gives_up_at, |d| d.min(gives_up_at));
+            let sent = Instant::now();
+            let reply = tokio::time::timeout_at(
+                limit.into(),
+                locks.xlock(resource, lock_id, details.clone()),
+            )
+            .await;
+            let now = Instant::now();
+            let grant = match reply {
+                Ok(Ok(grant)) => grant,
+                Err(_) if group.deadline.is_some_and(|d| now >= d) => {
+                    group.notice_all(LossKind::Deadline);
+                    complete = false;
+                    break;
+                }
+                _ => {
+                    complete = false;
+                    break;
+                }
+            };
+            group.deadline.get_or_insert(sent + ttl - group.margin);
+            let id = self.recorder.next_id();
+            group.logs.push(HolderLog {
+                id,
+                client: self.index,
+                fake: false,
+                resource: resource.clone(),
+                mode: Mode::Group,
+                access: Access::Exclusive,
+                lock_id: lock_id.to_owned(),
+                group: Some(group_id),
+                invoked_at: sent,
+                attempt_sent_at: sent,
+                granted_at: now,
+                token: grant.fencing_token(),
+                max_deadline: group.deadline,
+                writes: Vec::new(),
+                notified: None,
+                pauses: Vec::new(),
+                released_at: None,
+                release_ok: None,
+                killed_at: None,
+                believed_until: None,
+            });
+        }
+        // The pauses of the client while it was acquiring, during the members' beliefs.
+        let pauses: Vec<(Instant, Instant)> = self
+            .ctl
+            .acquiring_pauses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        if let Some(deadline) = group.deadline {
+            for log in &mut group.logs {
+                for &(start, end) in pauses.iter().filter(|p| p.1 > log.granted_at) {
+                    log.pauses.push(PauseLog {
+                        start,
+                        end,
+                        deadline_before: deadline,
+                        lost_on_resume: end >= deadline,
+                    });
+                }
+            }
+        }
+        if complete && group.deadline.is_some_and(|d| Instant::now() < d) {
+            return Ok(group);
+        }
+        if complete {
+            group.notice_all(LossKind::Deadline);
+        }
+        group.release(locks).await;
+        Err(group.logs)
+    }
+
+    /// The steps of work under a group, renewing it, then `unlock` (or the death).
+    async fn hold_group(&mut self, locks: &LockClient, group: &mut Group) -> Held {
+        let steps = self
+            .rng
+            .random_range(self.workload.steps.0..=self.workload.steps.1);
+        let every = group.ttl / 3;
+        let mut next_renewal = group.logs[0].attempt_sent_at + every;
+        'steps: for _ in 0..steps {
+            let deadline_before = group.deadline();
+            if let Some((start, end)) = self.take_pause() {
+                for log in &mut group.logs {
+                    log.pauses.push(PauseLog {
+                        start,
+                        end,
+                        deadline_before,
+                        lost_on_resume: end >= deadline_before,
+                    });
+                }
+            }
+            if self.ctl.kill.swap(false, Ordering::SeqCst) {
+                let now = Instant::now();
+                for log in &mut group.logs {
+                    log.killed_at = Some(now);
+                }
+                return Held::Killed;
+            }
+            // Check, then write at once.
+            if Instant::now() >= group.deadline() {
+                group.notice_all(LossKind::Deadline);
+                break;
+            }
+            for log in &mut group.logs {
+                self.write(log);
+            }
+            let step_end = self.step_end();
+            loop {
+                let now = Instant::now();
+                if now >= group.deadline() {
+                    group.notice_all(LossKind::Deadline);
+                    break 'steps;
+                }
+                if now >= step_end {
+                    break;
+                }
+                if now >= next_renewal {
+                    match group.renew(locks).await {
+                        Renewal::All(sent) => next_renewal = sent + every,
+                        Renewal::Failed => next_renewal = Instant::now() + every / 5,
+                        Renewal::Lost(kind) => {
+                            group.notice_all(kind);
+                            break 'steps;
+                        }
+                    }
+                    continue;
+                }
+                let tick = (step_end - now)
+                    .min(next_renewal.saturating_duration_since(now))
+                    .min(Duration::from_millis(10));
+                tokio::time::sleep(tick).await;
+            }
+            if self.ctl.stop.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+        if Instant::now() >= group.deadline() {
+            group.notice_all(LossKind::Deadline);
+        }
+        group.release(locks).await;
+        Held::Done
+    }
+}
+
+/// A group held with the low-level API: its lock id, its members' logs and its local
+/// deadline, which its holder keeps itself (there is no keeper).
+struct Group {
+    lock_id: String,
+    /// Send time of the last renewal that renewed every member (at first, of the first
+    /// `xlock`) + TTL − margin. `None` until a member is granted.
+    deadline: Option<Instant>,
+    ttl: Duration,
+    margin: Duration,
+    logs: Vec<HolderLog>,
+}
+
+/// What one renewal of a group found.
+enum Renewal {
+    /// Every member renewed by the renewal sent then.
+    All(Instant),
+    /// No answer (an error): nothing renewed, as far as the holder knows.
+    Failed,
+    /// Fewer members renewed than held (revoked), or the deadline passed while waiting.
+    Lost(LossKind),
+}
+
+impl Group {
+    fn deadline(&self) -> Instant {
+        self.deadline.unwrap_or_else(Instant::now)
+    }
+
+    /// Renews the group by lock id, waiting no later than the local deadline.
+    async fn renew(&mut self, locks: &LockClient) -> Renewal {
+        let sent = Instant::now();
+        let deadline = self.deadline();
+        let reply =
+            tokio::time::timeout_at(deadline.into(), locks.renew(&self.lock_id, self.ttl)).await;
+        match reply {
+            Err(_) => Renewal::Lost(LossKind::Deadline),
+            Ok(Ok(n)) if n as usize >= self.logs.len() => {
+                if Instant::now() >= deadline {
+                    // The reply came after the deadline: it proves nothing.
+                    return Renewal::Lost(LossKind::Deadline);
+                }
+                let next = sent + self.ttl - self.margin;
+                self.deadline = Some(next.max(deadline));
+                for log in &mut self.logs {
+                    log.max_deadline = self.deadline;
+                }
+                Renewal::All(sent)
+            }
+            Ok(Ok(_)) => Renewal::Lost(LossKind::Revoked),
+            Ok(Err(_)) => Renewal::Failed,
+        }
+    }
+
+    /// Records a loss noticed now by every member (the first notice stays).
+    fn notice_all(&mut self, kind: LossKind) {
+        let now = Instant::now();
+        for log in &mut self.logs {
+            log.notice(now, kind);
+        }
+    }
+
+    /// Stops believing, then releases the whole group with `unlock(lock_id)`.
+    async fn release(&mut self, locks: &LockClient) {
+        let now = Instant::now();
+        for log in &mut self.logs {
+            log.released_at = Some(now);
+        }
+        let unlocked = locks.unlock(&self.lock_id).await;
+        for log in &mut self.logs {
+            log.release_ok = Some(unlocked.is_ok());
+        }
     }
 }

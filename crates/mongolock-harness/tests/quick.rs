@@ -19,10 +19,11 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
         violations.len(),
         violations
     );
+    assert_eq!(report.controls.len(), 5, "five negative controls ran");
     assert_eq!(
         report.controls_caught(),
-        4,
-        "controls caught: {}/4",
+        5,
+        "controls caught: {}/5",
         report.controls_caught()
     );
     assert!(report.passed());
@@ -35,4 +36,8 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
         run.faults.values().sum::<u64>() > 10,
         "faults were injected"
     );
+    for role in mongolock_harness::history::Role::ALL {
+        let grants = run.outcome.by_role.get(&role).map_or(0, |c| c.grants);
+        assert!(grants > 0, "{}: granted under faults", role.name());
+    }
 }
