@@ -90,6 +90,8 @@ macro_rules! acquire_methods {
         }
 
         #[doc = concat!("Waits up to `timeout` for ", $what, ": `None` if the wait gave up.")]
+        /// A `timeout` too long for the clock (such as `Duration::MAX`) waits as long as
+        /// needed.
         ///
         /// # Errors
         ///
@@ -99,7 +101,10 @@ macro_rules! acquire_methods {
         ///
         #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), ").")]
         pub async fn $acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-            let patience = Patience::Until(Instant::now() + timeout);
+            // A timeout past what the clock can represent is a wait without end.
+            let patience = Instant::now()
+                .checked_add(timeout)
+                .map_or(Patience::Forever, Patience::Until);
             wait::acquire(&self.client, &self.$want(), patience).await
         }
     };

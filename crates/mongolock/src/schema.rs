@@ -77,6 +77,9 @@ pub(crate) const KEEPER: &str = "keeper";
 pub(crate) const RESOURCE: &str = "resource";
 pub(crate) const KIND: &str = "kind";
 pub(crate) const REMAINING_MS: &str = "remainingMs";
+/// The `kind` of the one row the status aggregation reports for a document that is not a
+/// lock document.
+pub(crate) const NOT_A_LOCK_DOCUMENT: &str = "not a lock document";
 
 /// The shortest life of a tombstone left by `release_attempt`: long past any time a dropped
 /// command could still be in flight.
@@ -397,6 +400,12 @@ pub(crate) fn decode_status(row: &Document) -> Result<LockStatus> {
     let kind = match row.get_str(KIND) {
         Ok("exclusive") => LockKind::Exclusive,
         Ok("shared") => LockKind::Shared,
+        Ok(NOT_A_LOCK_DOCUMENT) => {
+            return Err(Error::unexpected(
+                &id,
+                "not a lock document; it was left unchanged",
+            ));
+        }
         _ => return Err(Error::unexpected(&id, "unknown lock kind")),
     };
     let holder = decode_entry(&id, &resource, kind, row)?;

@@ -7,16 +7,20 @@
 //!   $readPreference: primary, collation: { locale: "simple" }, maxTimeMS: <limit>
 //! pipeline: [
 //!   { $match: <document-level conditions> },   // only what indexes can serve: _id, lockId, owner
-//!   { $project: { _id: 0, resource: "$_id", entries: [<exclusive + kind>, ...<shared + kind>] } },
+//!   { $project: { _id: 0, resource: "$_id",
+//!                 entries: <a lock document> ? [<exclusive + kind>, ...<shared + kind>]
+//!                                            : [{ kind: "not a lock document" }] } },
 //!   { $unwind: "$entries" },
 //!   { $replaceWith: { ...entry, resource, kind, remainingMs: expiresAt - $$NOW | null } },
-//!   { $match: <entry-level conditions> },
+//!   { $match: { $or: [{ kind: "not a lock document" }, <entry-level conditions>] } },
 //! ]
 //! ```
 //!
-//! Documents that are not lock documents contribute rows the client cannot decode, which
-//! makes the call fail with [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)
-//! rather than skip them silently.
+//! A document that matches the document-level conditions but is not a lock document
+//! contributes one row marked as such (its entries are not read: they may not even be
+//! documents), which makes the call fail with
+//! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) rather than skip
+//! it silently or report locks that the other calls would refuse to touch.
 
 use bson::{Bson, Document, bson, doc};
 
@@ -101,17 +105,21 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
         doc! { "$project": {
             "_id": 0,
             "resource": "$_id",
-            "entries": { "$concatArrays": [
-                { "$cond": [
-                    { "$eq": [{ "$type": "$exclusive" }, "object"] },
-                    [tagged("$exclusive", "exclusive")],
-                    [],
+            "entries": { "$cond": [
+                schema::is_lock_document(),
+                { "$concatArrays": [
+                    { "$cond": [
+                        { "$eq": [{ "$type": "$exclusive" }, "object"] },
+                        [tagged("$exclusive", "exclusive")],
+                        [],
+                    ]},
+                    { "$map": {
+                        "input": { "$cond": [{ "$isArray": "$shared" }, "$shared", []] },
+                        "as": "e",
+                        "in": tagged("$$e", "shared"),
+                    }},
                 ]},
-                { "$map": {
-                    "input": { "$cond": [{ "$isArray": "$shared" }, "$shared", []] },
-                    "as": "e",
-                    "in": tagged("$$e", "shared"),
-                }},
+                [{ "kind": schema::NOT_A_LOCK_DOCUMENT }],
             ]},
         }},
         doc! { "$unwind": "$entries" },
@@ -125,7 +133,10 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
         }]}},
     ];
     if !entry_level.is_empty() {
-        pipeline.push(doc! { "$match": and(entry_level) });
+        pipeline.push(doc! { "$match": { "$or": [
+            { "kind": schema::NOT_A_LOCK_DOCUMENT },
+            and(entry_level),
+        ]}});
     }
     pipeline
 }
@@ -189,13 +200,16 @@ mod tests {
         );
         assert_eq!(
             pipeline.last().unwrap(),
-            &doc! { "$match": { "$and": [
-                { "lockId": "$id" },
-                { "owner": "me" },
-                { "kind": "shared" },
-                { "createdAt": { "$gt": bson::DateTime::from_millis(7) } },
-                { "remainingMs": { "$lt": 5_000_i64 } },
-                { "$or": [{ "remainingMs": null }, { "remainingMs": { "$gte": 10_i64 } }] },
+            &doc! { "$match": { "$or": [
+                { "kind": "not a lock document" },
+                { "$and": [
+                    { "lockId": "$id" },
+                    { "owner": "me" },
+                    { "kind": "shared" },
+                    { "createdAt": { "$gt": bson::DateTime::from_millis(7) } },
+                    { "remainingMs": { "$lt": 5_000_i64 } },
+                    { "$or": [{ "remainingMs": null }, { "remainingMs": { "$gte": 10_i64 } }] },
+                ]},
             ]}}
         );
     }
