@@ -40,6 +40,9 @@ pub enum FaultKind {
     Partition,
     /// One client's connections reset.
     Reset,
+    /// One client's replies lost for a while: its commands run on the server (a grant or a
+    /// renewal is committed) and it sees its connection reset, so the outcome is unknown.
+    LostReplies,
     /// A fail point: step-down or shutdown error codes for one client.
     StepDownError,
     /// A fail point: the connection closed instead of a reply, for one client.
@@ -66,10 +69,11 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, with its weight in the mix.
-    pub const ALL: [(FaultKind, u32); 14] = [
+    pub const ALL: [(FaultKind, u32); 15] = [
         (FaultKind::Latency, 3),
         (FaultKind::Partition, 3),
         (FaultKind::Reset, 2),
+        (FaultKind::LostReplies, 3),
         (FaultKind::StepDownError, 3),
         (FaultKind::CloseConnection, 2),
         (FaultKind::BlockConnection, 2),
@@ -89,6 +93,7 @@ impl FaultKind {
             FaultKind::Latency => "proxy latency",
             FaultKind::Partition => "partition > TTL",
             FaultKind::Reset => "connection reset",
+            FaultKind::LostReplies => "replies lost (write applied)",
             FaultKind::StepDownError => "step-down/shutdown error",
             FaultKind::CloseConnection => "closeConnection",
             FaultKind::BlockConnection => "blockConnection > TTL",
@@ -255,6 +260,17 @@ impl Injector {
                 };
                 let hold = ttl.mul_f64(self.rng.random_range(1.2..2.5));
                 fleet.slots[i].proxy.blackhole();
+                let now = Instant::now();
+                self.proxy_until[i] = Some((now + hold, kind, now));
+            }
+            FaultKind::LostReplies => {
+                // Aimed at a client that is acquiring when there is one, so grants are
+                // committed whose holder never hears of them.
+                let Some(i) = self.free_proxy(waiter.unwrap_or(client)) else {
+                    return false;
+                };
+                let hold = Duration::from_millis(self.rng.random_range(50..=600));
+                fleet.slots[i].proxy.lose_replies();
                 let now = Instant::now();
                 self.proxy_until[i] = Some((now + hold, kind, now));
             }

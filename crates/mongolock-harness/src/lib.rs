@@ -20,6 +20,7 @@ pub mod check;
 pub mod controls;
 pub mod faults;
 pub mod history;
+pub mod oracle;
 pub mod report;
 pub mod workload;
 
@@ -29,7 +30,7 @@ use mongolock::{Filter, LockClient};
 use mongolock_testkit::TestServer;
 
 use crate::faults::Injector;
-use crate::history::Recorder;
+use crate::history::{Mode, Recorder};
 use crate::report::{Report, RunResult};
 use crate::workload::{COLLECTION, DB, Fleet, Workload};
 
@@ -114,6 +115,7 @@ pub async fn run_once(
     let direct = server.new_client();
     let observer = LockClient::new(direct.database(DB).collection(COLLECTION));
     observer.create_indexes().await?;
+    let tap = oracle::Tap::start(&direct.database(DB), COLLECTION).await?;
     let recorder = Recorder::new();
     let mut fleet = Fleet::start(server.addr(), workload, &recorder, seed).await?;
     let mut injector = Injector::new(
@@ -132,6 +134,23 @@ pub async fn run_once(
 
     let history = recorder.finish(workload.modes());
     let outcome = check::check(&history);
+    let permits = workload
+        .modes()
+        .into_iter()
+        .filter_map(|(resource, mode)| match mode {
+            Mode::Shared { permits } => Some((resource, permits)),
+            _ => None,
+        })
+        .collect();
+    let oracle = match tap.finish().await {
+        Ok(events) => oracle::check(
+            &events,
+            &history,
+            &permits,
+            workload.acquire_timeout + workload.ttl,
+        ),
+        Err(why) => oracle::Outcome::incomplete(why),
+    };
     drop(fleet);
     server.shutdown().await;
     Ok(RunResult {
@@ -142,6 +161,7 @@ pub async fn run_once(
         timeouts: history.timeouts,
         errors: history.errors,
         elapsed: started.elapsed(),
+        oracle,
     })
 }
 

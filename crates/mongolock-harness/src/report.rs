@@ -27,6 +27,8 @@ pub struct RunResult {
     pub errors: u64,
     /// How long the run took.
     pub elapsed: Duration,
+    /// What the server-side oracle found in the committed log.
+    pub oracle: crate::oracle::Outcome,
 }
 
 /// Everything a session found.
@@ -71,9 +73,20 @@ impl Report {
         self.controls.iter().filter(|c| c.caught()).count()
     }
 
-    /// True if no run broke a promise and every control was caught.
+    /// Every violation the server-side oracle found, with its run's seed.
+    pub fn server_violations(&self) -> Vec<(u64, &(crate::oracle::ServerCheck, String))> {
+        self.runs
+            .iter()
+            .flat_map(|r| r.oracle.violations.iter().map(move |v| (r.seed, v)))
+            .collect()
+    }
+
+    /// True if no run broke a promise (by the clients' logs or the server's), and every
+    /// control was caught.
     pub fn passed(&self) -> bool {
-        self.violations().is_empty() && self.controls_caught() == self.controls.len()
+        self.violations().is_empty()
+            && self.server_violations().is_empty()
+            && self.controls_caught() == self.controls.len()
     }
 
     fn sum(&self, f: impl Fn(&RunResult) -> usize) -> usize {
@@ -188,6 +201,43 @@ impl fmt::Display for Report {
                 &mut t,
                 check.name(),
                 counts.get(&check).copied().unwrap_or(0).to_string(),
+            );
+        }
+        let _ = writeln!(t, "server log (the oracle, from the change stream)");
+        row(
+            &mut t,
+            "committed writes / grants / renewals",
+            format!(
+                "{} / {} / {}",
+                self.sum(|r| r.oracle.events),
+                self.sum(|r| r.oracle.grants),
+                self.sum(|r| r.oracle.renewals)
+            ),
+        );
+        row(
+            &mut t,
+            "grants nobody believed (longest life)",
+            format!(
+                "{} ({} ms)",
+                self.sum(|r| r.oracle.orphans),
+                self.runs
+                    .iter()
+                    .map(|r| r.oracle.longest_orphan_ms)
+                    .max()
+                    .unwrap_or(0)
+            ),
+        );
+        let mut server: BTreeMap<crate::oracle::ServerCheck, usize> = BTreeMap::new();
+        for r in &self.runs {
+            for (c, n) in r.oracle.by_check() {
+                *server.entry(c).or_default() += n;
+            }
+        }
+        for check in crate::oracle::ServerCheck::ALL {
+            row(
+                &mut t,
+                &check.to_string(),
+                server.get(&check).copied().unwrap_or(0).to_string(),
             );
         }
         let _ = writeln!(t, "negative controls (must all be caught)");
