@@ -556,6 +556,11 @@ impl Recorder {
         self.with(|i| i.healed_at = Some(at));
     }
 
+    /// True once every fault was healed.
+    pub fn is_healed(&self) -> bool {
+        self.with(|i| i.healed_at.is_some())
+    }
+
     /// Holders granted after `after` on `resource` so far.
     pub fn grants_after(&self, resource: &str, after: Instant) -> usize {
         self.with(|i| {

@@ -77,8 +77,8 @@ pub enum Target {
 }
 
 impl Workload {
-    /// Two mutexes, a semaphore with two permits, a reader-writer lock, and a pool of four
-    /// resources taken two or three at a time in groups; six clients, TTL 1.5 s.
+    /// Two mutexes, a semaphore with two permits, two reader-writer locks, and a pool of
+    /// four resources taken two or three at a time in groups; six clients, TTL 1.5 s.
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -89,6 +89,7 @@ impl Workload {
                 ("m1".into(), Mode::Exclusive),
                 ("s0".into(), Mode::Shared { permits: 2 }),
                 ("rw0".into(), Mode::ReadWrite),
+                ("rw1".into(), Mode::ReadWrite),
                 ("g0".into(), Mode::Group),
                 ("g1".into(), Mode::Group),
                 ("g2".into(), Mode::Group),
@@ -478,11 +479,20 @@ impl Worker {
     async fn run(mut self, locks: &LockClient) -> Exit {
         let targets = self.workload.targets();
         let mut groups = 0_u64;
+        let mut after_healing = 0_usize;
         loop {
             if self.ctl.stop.load(Ordering::SeqCst) {
                 return Exit::Stopped;
             }
-            let pick = self.rng.random_range(0..targets.len());
+            // Once the faults are healed, every worker goes round the targets (starting at
+            // its own index), so the liveness probe sees each of them asked for at once
+            // rather than left to chance.
+            let pick = if self.recorder.is_healed() {
+                after_healing += 1;
+                (self.index + after_healing - 1) % targets.len()
+            } else {
+                self.rng.random_range(0..targets.len())
+            };
             let held = match targets[pick].clone() {
                 Target::Resource(resource, mode) => self.one(locks, resource, mode).await,
                 Target::Group(pool) => {
@@ -690,7 +700,7 @@ impl Worker {
             if Instant::now() >= gives_up_at {
                 break None;
             }
-            let backoff = self.rng.random_range(20..80);
+            let backoff = self.rng.random_range(40..120);
             tokio::time::sleep(Duration::from_millis(backoff)).await;
         };
         self.ctl.acquiring.store(false, Ordering::SeqCst);
