@@ -90,6 +90,11 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// A lease granted by an attempt sent at `sent_at`.
+    ///
+    /// The deadline counts from the send of the copy of the attempt whose reply came back,
+    /// for what the server said the grant had left when it executed that copy (the TTL for
+    /// a grant that copy made; less when an earlier copy made it and its reply was lost):
+    /// the copy executed after it was sent, so the server's expiry is no earlier.
     pub(crate) fn new(
         grant: Grant,
         ttl: Duration,
@@ -97,7 +102,8 @@ impl Lease {
         every: Duration,
         sent_at: Instant,
     ) -> Self {
-        let deadline = sent_at + ttl.saturating_sub(margin);
+        let left = grant.remaining.map_or(ttl, |remaining| remaining.min(ttl));
+        let deadline = sent_at + left.saturating_sub(margin);
         Lease {
             grant,
             ttl,
@@ -454,6 +460,7 @@ mod tests {
                 ttl: None,
             },
             new: true,
+            remaining: None,
         }
     }
 
@@ -475,6 +482,40 @@ mod tests {
         lease.renewed(sent + Duration::from_secs(1));
         assert_eq!(lease.deadline(), sent + Duration::from_secs(13));
         assert_eq!(lease.state(), LeaseState::Held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_an_earlier_copy_made_counts_from_what_the_server_left_of_it() {
+        let sent = Instant::now();
+        let lease = |remaining| {
+            let grant = Grant {
+                remaining,
+                ..grant()
+            };
+            Lease::new(
+                grant,
+                Duration::from_secs(10),
+                Duration::from_secs(1),
+                Duration::from_secs(3),
+                sent,
+            )
+        };
+        // A repeated attempt returned the grant of a copy whose reply was lost, 4 s earlier.
+        assert_eq!(
+            lease(Some(Duration::from_secs(6))).deadline(),
+            sent + Duration::from_secs(5)
+        );
+        // A fresh grant: the whole TTL; a server clock that reads more never lengthens it.
+        assert_eq!(
+            lease(Some(Duration::from_secs(10))).deadline(),
+            sent + Duration::from_secs(9)
+        );
+        assert_eq!(
+            lease(Some(Duration::from_secs(60))).deadline(),
+            sent + Duration::from_secs(9)
+        );
+        // Less left than the margin: lost at once.
+        assert!(lease(Some(Duration::from_millis(500))).is_lost());
     }
 
     #[tokio::test(start_paused = true)]

@@ -143,6 +143,11 @@ impl Holder {
 pub struct Grant {
     pub(crate) holder: Holder,
     pub(crate) new: bool,
+    /// How long the lock had left when the server executed the attempt that returned it
+    /// (`expiresAt - $$NOW`, by the server's clock); `None` without TTL or when unknown.
+    /// A repeated attempt can return a grant an earlier copy made, with less than its TTL
+    /// left: the lease must count from this, not from the TTL.
+    pub(crate) remaining: Option<Duration>,
 }
 
 impl Grant {

@@ -338,12 +338,29 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         Some(Bson::Document(entry)) => Some(entry_of(entry)?),
         _ => None,
     };
+    let now = match fields.get("now") {
+        Some(Bson::DateTime(now)) => Some(*now),
+        _ => None,
+    };
+    // What the server's clock left of the grant when it executed this copy of the attempt.
+    let remaining = |holder: &crate::lock::Holder| match (holder.expires_at, now) {
+        (Some(expires), Some(now)) => Some(Duration::from_millis(
+            u64::try_from(
+                expires
+                    .timestamp_millis()
+                    .saturating_sub(now.timestamp_millis()),
+            )
+            .unwrap_or(0),
+        )),
+        _ => None,
+    };
     if let Some(mine) = &mine
         && mine.nonce == Some(request.nonce.0)
     {
         return Ok(Attempt::Granted(Grant {
             holder: mine.clone(),
             new: true,
+            remaining: remaining(mine),
         }));
     }
     if fields.get_bool("withdrawn") == Ok(true) {
@@ -352,6 +369,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     if let Some(mine) = mine {
         return Ok(if mine.kind == request.kind {
             Attempt::AlreadyHeld(Grant {
+                remaining: remaining(&mine),
                 holder: mine,
                 new: false,
             })
@@ -384,10 +402,6 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         .map(|n| u64::try_from(n).unwrap_or(0))
         .unwrap_or(holders.len() as u64);
     let wait_ms = int("waitMs");
-    let now = match fields.get("now") {
-        Some(Bson::DateTime(now)) => Some(*now),
-        _ => None,
-    };
     let wait = wait_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
     let free_at = match (now, wait_ms) {
         (Some(now), Some(ms)) => Some(DateTime::from_millis(
