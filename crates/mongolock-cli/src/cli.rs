@@ -52,10 +52,10 @@ pub struct Global {
     #[arg(long, env = "MONGODB_URI", global = true, hide_env_values = true)]
     pub uri: Option<String>,
     /// The database holding the lock collection.
-    #[arg(long, default_value = "mongolock", global = true)]
+    #[arg(long, default_value = "mongolock", global = true, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub db: String,
     /// The lock collection.
-    #[arg(long, default_value = "locks", global = true)]
+    #[arg(long, default_value = "locks", global = true, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub collection: String,
     /// Machine-readable output (one JSON document) instead of text.
     #[arg(long, global = true)]
@@ -161,7 +161,7 @@ pub struct DemoArgs {
     /// How many workers contend.
     #[arg(long, default_value_t = 6)]
     pub workers: usize,
-    /// How long the demo runs.
+    /// How long the demo runs, in seconds (at most a day).
     #[arg(long, default_value_t = 8)]
     pub seconds: u64,
 }

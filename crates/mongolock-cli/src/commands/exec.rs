@@ -352,7 +352,8 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
                     describe_loss(reason)
                 );
                 group.signal(Signal::SIGTERM);
-                kill_at = Some(Instant::now() + args.kill_after);
+                // A --kill-after past what the clock can represent never comes.
+                kill_at = Instant::now().checked_add(args.kill_after);
             }
             () = sleep_until(kill_at), if kill_at.is_some() => {
                 eprintln!(

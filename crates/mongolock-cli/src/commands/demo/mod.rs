@@ -33,6 +33,8 @@ use self::workers::{Shared, TTL};
 const MIN_WORKERS: usize = 3;
 /// The most workers.
 const MAX_WORKERS: usize = 64;
+/// The longest run: a day.
+const MAX_SECONDS: u64 = 24 * 60 * 60;
 /// How long, past `--seconds`, the demo waits for the crash and the cut to play out (a
 /// takeover needs the lost lease to run out, then someone to ask).
 const SCENARIO_GRACE: Duration = Duration::from_secs(10);
@@ -59,6 +61,9 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         bail!(
             "demo: --workers must be between {MIN_WORKERS} and {MAX_WORKERS} (one crashes, one is cut off, the others work)"
         );
+    }
+    if args.seconds > MAX_SECONDS {
+        bail!("demo: --seconds must be at most {MAX_SECONDS} (a day)");
     }
     let out = if global.json {
         Output::Stderr
