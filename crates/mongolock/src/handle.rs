@@ -12,6 +12,7 @@ use crate::client::LockClient;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::LockKind;
+use crate::request::MAX_TTL;
 use crate::wait::{self, LeaseOptions, Patience, Want};
 
 /// The lease settings every handle has, as builder methods.
@@ -261,7 +262,8 @@ impl RwLock {
             resource: self.resource.clone(),
             kind: LockKind::Exclusive,
             max: None,
-            announce: Some(self.options.ttl.saturating_mul(2)),
+            // Twice the TTL, within what a TTL may be (so any legal TTL is taken).
+            announce: Some(self.options.ttl.saturating_mul(2).min(MAX_TTL)),
             options: self.options.clone(),
         }
     }

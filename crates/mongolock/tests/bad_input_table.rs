@@ -133,7 +133,7 @@ fn describe_snapshot(snapshot: &Snapshot) -> String {
         .map(|bytes| {
             let document = bson::from_slice::<Document>(bytes).expect("stored bytes are BSON");
             let text = Bson::Document(document).into_relaxed_extjson().to_string();
-            text.chars().take(300).collect()
+            text.chars().take(1200).collect()
         })
         .collect();
     format!("documents {documents:?}, indexes {:?}", snapshot.indexes)
@@ -1034,6 +1034,38 @@ fn state_cases(cases: &mut Vec<Case>) {
             p.mark().await;
             let mutex = p.locks.mutex("r").lock_id("holder");
             show_maybe_guard(mutex.acquire_timeout(Duration::MAX).await).await
+        }
+    );
+    case!(
+        cases,
+        "rwlock.write_timeout: ttl MAX_TTL (legal), a lock id that holds it already",
+        Expect::Invalid("lock_id"),
+        |p| {
+            let _held = p.locks.xlock("r", "holder", d()).await?;
+            p.mark().await;
+            let rwlock = p.locks.rwlock("r").ttl(MAX_TTL).lock_id("holder");
+            show_maybe_guard(rwlock.write_timeout(secs(1)).await).await
+        }
+    );
+    case!(
+        cases,
+        "rwlock.write_timeout: a lock id that holds it already (announces nothing)",
+        Expect::Invalid("lock_id"),
+        |p| {
+            let _held = p.locks.xlock("r", "holder", d()).await?;
+            p.mark().await;
+            let rwlock = p.locks.rwlock("r").lock_id("holder");
+            show_maybe_guard(rwlock.write_timeout(secs(1)).await).await
+        }
+    );
+    case!(
+        cases,
+        "rwlock.write: a lock id that holds it shared (announces nothing)",
+        Expect::HeldWithOtherKind,
+        |p| {
+            let _held = p.locks.slock("r", "holder", d(), None).await?;
+            p.mark().await;
+            show_guard(p.locks.rwlock("r").lock_id("holder").write().await).await
         }
     );
     case!(

@@ -167,9 +167,11 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
                 ]},
             }}]});
             // A withdrawn attempt (a late copy of a dropped one) never announces: its waiter is
-            // gone.
+            // gone. Nor does a lock id that holds the resource already: it is not waiting (the
+            // attempt is answered with that lock), and an announcement would keep readers out
+            // after it releases.
             bson!({ "$cond": [
-                { "$or": ["$$grant", "$$withdrawn"] },
+                { "$or": ["$$grant", "$$withdrawn", "$$held"] },
                 others_waiting.clone(),
                 { "$cond": [
                     fresh,
