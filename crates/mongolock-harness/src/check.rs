@@ -632,15 +632,25 @@ impl<'a> Checker<'a> {
         if let Some(deadline) = l.max_deadline {
             let end = self.end(l);
             if end > deadline + DEADLINE_TOLERANCE {
+                let at = |t: Option<Instant>| {
+                    t.map_or_else(|| "-".to_owned(), |t| format!("{:.0}", self.ms(t)))
+                };
                 let detail = format!(
-                    "{}: holder {} (client {}, token {}) believed it held until {:.0} ms, {:.0} ms past \
-                     its local deadline",
+                    "{}: holder {} ({}, client {}, token {}) believed it held until {:.0} ms, {:.0} ms past \
+                     its local deadline (granted {:.0}, notice {} {:?}, release {}, death {}, {} pause(s))",
                     l.resource,
                     l.id,
+                    l.role().name(),
                     l.client,
                     l.token,
                     self.ms(end),
-                    (end - deadline).as_secs_f64() * 1e3
+                    (end - deadline).as_secs_f64() * 1e3,
+                    self.ms(l.granted_at),
+                    at(l.notified.map(|n| n.0)),
+                    l.notified.map(|n| n.1),
+                    at(l.released_at),
+                    at(l.killed_at),
+                    l.pauses.len()
                 );
                 self.violation(Check::LocalDeadline, detail);
             }
@@ -651,7 +661,7 @@ impl<'a> Checker<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::OpEvent;
+    use crate::history::{LossKind, OpEvent};
 
     /// A mutex holder whose belief runs from `granted` to `released` (ms after `t0`), whose
     /// granted attempt was sent at `sent`.
@@ -727,5 +737,155 @@ mod tests {
         // It ended before the granted attempt was even sent: it cannot have ended that
         // lease, so the overlap is a double grant.
         assert_eq!(exclusion_violations(&history(t0, (20, 60))), 1);
+    }
+
+    /// A holder of the reader-writer lock "rw" with `access`, believing from `granted` to
+    /// `released` (ms after `t0`), its attempt sent at `sent`, on `client`.
+    fn rw_holder(
+        t0: Instant,
+        id: u64,
+        access: Access,
+        sent: u64,
+        granted: u64,
+        released: u64,
+    ) -> HolderLog {
+        let mut l = holder(t0, id, sent, granted, released);
+        l.resource = "rw".into();
+        l.mode = Mode::ReadWrite;
+        l.access = access;
+        l.invoked_at = t0 + Duration::from_millis(sent);
+        l
+    }
+
+    fn rw_history(t0: Instant, holders: Vec<HolderLog>, waits: Vec<WriterWait>) -> History {
+        let mut h = history(t0, (0, 0));
+        h.ops.clear();
+        h.holders = holders;
+        h.writer_waits = waits;
+        h.modes = HashMap::from([("rw".to_owned(), Mode::ReadWrite)]);
+        h
+    }
+
+    fn count(history: &History, check: Check) -> usize {
+        self::check(history)
+            .violations
+            .iter()
+            .filter(|v| v.check == check)
+            .count()
+    }
+
+    #[test]
+    fn readers_may_overlap_but_a_writer_overlaps_nobody() {
+        let t0 = Instant::now();
+        let readers = vec![
+            rw_holder(t0, 1, Access::Shared, 0, 10, 500),
+            rw_holder(t0, 2, Access::Shared, 50, 60, 400),
+        ];
+        assert_eq!(
+            count(&rw_history(t0, readers.clone(), vec![]), Check::Exclusion),
+            0
+        );
+        let mut with_writer = readers;
+        with_writer.push(rw_holder(t0, 3, Access::Exclusive, 100, 200, 300));
+        // The writer overlaps both readers.
+        assert_eq!(
+            count(&rw_history(t0, with_writer, vec![]), Check::Exclusion),
+            2
+        );
+    }
+
+    #[test]
+    fn a_reader_noticing_its_loss_after_the_next_writer_was_granted_is_caught() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut reader = rw_holder(t0, 1, Access::Shared, 0, 10, 900);
+        reader.notified = Some((ms(700), LossKind::Deadline));
+        // Another reader granted meanwhile is no conflict; a writer granted at 600 is.
+        let other_reader = rw_holder(t0, 2, Access::Shared, 640, 650, 680);
+        let writer_late = rw_holder(t0, 3, Access::Exclusive, 750, 760, 800);
+        let ok = rw_history(
+            t0,
+            vec![reader.clone(), other_reader.clone(), writer_late],
+            vec![],
+        );
+        assert_eq!(count(&ok, Check::LossBeforeNextGrant), 0);
+        let writer_early = rw_holder(t0, 3, Access::Exclusive, 590, 600, 800);
+        let bad = rw_history(t0, vec![reader, other_reader, writer_early], vec![]);
+        assert_eq!(count(&bad, Check::LossBeforeNextGrant), 1);
+    }
+
+    fn wait(t0: Instant, client: usize, invoked: u64, granted: Option<u64>) -> WriterWait {
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        WriterWait {
+            client,
+            resource: "rw".into(),
+            invoked_at: ms(invoked),
+            gives_up_at: ms(invoked + 3_000),
+            granted_at: granted.map(ms),
+            returned_at: ms(granted.unwrap_or(invoked + 3_000)),
+        }
+    }
+
+    #[test]
+    fn a_reader_sent_after_a_writer_announced_must_not_be_granted_before_it() {
+        let t0 = Instant::now();
+        // The writer (client 9) waits from 0 ms and is granted at 2,500 ms.
+        let writer = rw_holder(t0, 9, Access::Exclusive, 2_400, 2_500, 2_600);
+        // A reader sent at 500 ms (within the allowance) may have got in first.
+        let early = rw_holder(t0, 1, Access::Shared, 500, 520, 900);
+        let ok = rw_history(
+            t0,
+            vec![early, writer.clone()],
+            vec![wait(t0, 9, 0, Some(2_500))],
+        );
+        let outcome = check(&ok);
+        assert_eq!(outcome.writer_waits_checked, 1);
+        assert!(!outcome.has(Check::WriterPreference));
+        // A reader sent at 1,500 ms and granted at 1,520 ms jumped the queue.
+        let late = rw_holder(t0, 2, Access::Shared, 1_500, 1_520, 1_900);
+        let bad = rw_history(
+            t0,
+            vec![late.clone(), writer.clone()],
+            vec![wait(t0, 9, 0, Some(2_500))],
+        );
+        assert_eq!(count(&bad, Check::WriterPreference), 1);
+        // ... unless a fault hit the writer's client while it waited.
+        let mut excused = rw_history(t0, vec![late, writer], vec![wait(t0, 9, 0, Some(2_500))]);
+        excused.faults.push(crate::history::FaultEvent {
+            kind: FaultKind::Partition,
+            client: Some(9),
+            start: t0 + Duration::from_millis(200),
+            end: t0 + Duration::from_millis(2_000),
+        });
+        let outcome = check(&excused);
+        assert_eq!(outcome.writer_waits_excused, 1);
+        assert!(!outcome.has(Check::WriterPreference));
+    }
+
+    #[test]
+    fn the_reader_writer_record_rejects_a_read_below_a_write_and_a_write_below_a_read() {
+        let record = crate::history::GuardedRecord::default();
+        let rw = Mode::ReadWrite;
+        assert!(record.write("r", rw, Access::Shared, 1, 10).1, "a read");
+        assert!(
+            record.write("r", rw, Access::Shared, 2, 11).1,
+            "readers overlap"
+        );
+        assert!(
+            record.write("r", rw, Access::Shared, 1, 10).1,
+            "an older reader reads again"
+        );
+        assert!(
+            !record.write("r", rw, Access::Exclusive, 3, 9).1,
+            "a write below a read"
+        );
+        assert!(
+            record.write("r", rw, Access::Exclusive, 4, 12).1,
+            "a newer writer"
+        );
+        assert!(
+            !record.write("r", rw, Access::Shared, 2, 11).1,
+            "a read below a write"
+        );
     }
 }

@@ -202,6 +202,9 @@ pub struct ClientCtl {
     /// The pauses carried out while acquiring (start, end), for the holders of partial
     /// groups.
     pub acquiring_pauses: std::sync::Mutex<Vec<(Instant, Instant)>>,
+    /// A copy of the logs of the members of a group being taken, for a kill while
+    /// acquiring to record (the worker's own copy is dropped with it).
+    pub partial: std::sync::Mutex<Vec<HolderLog>>,
 }
 
 /// How a worker ended.
@@ -318,6 +321,15 @@ impl Fleet {
                     () = killed_while_acquiring(&ctl) => {
                         let now = Instant::now();
                         recorder.fault(FaultKind::KillAcquiring, Some(index), now, now);
+                        // The members of a group it was taking die with it.
+                        let mut partial: Vec<HolderLog> = std::mem::take(
+                            &mut *ctl.partial.lock().unwrap_or_else(|e| e.into_inner()),
+                        );
+                        attach_acquiring_pauses(&ctl, &mut partial);
+                        for mut log in partial {
+                            log.killed_at = Some(now);
+                            recorder.holder(log);
+                        }
                         Exit::Killed
                     }
                     exit = worker.run(&locks) => exit,
@@ -424,6 +436,30 @@ impl Fleet {
 /// The owner label a client incarnation's locks carry.
 fn owner_label(index: usize, incarnation: u64) -> String {
     format!("client-{index}.{incarnation}")
+}
+
+/// Adds the pauses the client took while acquiring (and empties their list) to the logs
+/// of a group's members it held then, each against the member's local deadline.
+fn attach_acquiring_pauses(ctl: &ClientCtl, logs: &mut [HolderLog]) {
+    let pauses: Vec<(Instant, Instant)> = ctl
+        .acquiring_pauses
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .collect();
+    for log in logs {
+        let Some(deadline) = log.max_deadline else {
+            continue;
+        };
+        for &(start, end) in pauses.iter().filter(|p| p.1 > log.granted_at) {
+            log.pauses.push(PauseLog {
+                start,
+                end,
+                deadline_before: deadline,
+                lost_on_resume: end >= deadline,
+            });
+        }
+    }
 }
 
 /// Resolves when a kill was asked for while the client is acquiring.
@@ -791,35 +827,29 @@ impl Worker {
                 killed_at: None,
                 believed_until: None,
             });
+            self.mirror(&group.logs);
         }
-        // The pauses of the client while it was acquiring, during the members' beliefs.
-        let pauses: Vec<(Instant, Instant)> = self
-            .ctl
-            .acquiring_pauses
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-            .collect();
-        if let Some(deadline) = group.deadline {
-            for log in &mut group.logs {
-                for &(start, end) in pauses.iter().filter(|p| p.1 > log.granted_at) {
-                    log.pauses.push(PauseLog {
-                        start,
-                        end,
-                        deadline_before: deadline,
-                        lost_on_resume: end >= deadline,
-                    });
-                }
-            }
-        }
+        attach_acquiring_pauses(&self.ctl, &mut group.logs);
         if complete && group.deadline.is_some_and(|d| Instant::now() < d) {
+            self.mirror(&[]);
             return Ok(group);
         }
         if complete {
             group.notice_all(LossKind::Deadline);
         }
-        group.release(locks).await;
+        group.stop_believing();
+        self.mirror(&group.logs);
+        group.unlock(locks).await;
+        self.mirror(&[]);
         Err(group.logs)
+    }
+
+    /// Keeps a copy of the logs of a group being taken where a kill while acquiring finds
+    /// them (the worker, and the logs with it, are dropped).
+    fn mirror(&self, logs: &[HolderLog]) {
+        let mut partial = self.ctl.partial.lock().unwrap_or_else(|e| e.into_inner());
+        partial.clear();
+        partial.extend_from_slice(logs);
     }
 
     /// The steps of work under a group, renewing it, then `unlock` (or the death).
@@ -956,10 +986,20 @@ impl Group {
 
     /// Stops believing, then releases the whole group with `unlock(lock_id)`.
     async fn release(&mut self, locks: &LockClient) {
+        self.stop_believing();
+        self.unlock(locks).await;
+    }
+
+    /// Stops believing: the release call begins.
+    fn stop_believing(&mut self) {
         let now = Instant::now();
         for log in &mut self.logs {
             log.released_at = Some(now);
         }
+    }
+
+    /// Releases the whole group with `unlock(lock_id)`.
+    async fn unlock(&mut self, locks: &LockClient) {
         let unlocked = locks.unlock(&self.lock_id).await;
         for log in &mut self.logs {
             log.release_ok = Some(unlocked.is_ok());
