@@ -390,6 +390,12 @@ fn cases() -> Vec<CliCase> {
             &["invalid lock_id"],
         ),
         c(
+            "status --owner over the library's limit",
+            &["status", "--owner", &long_label],
+            1,
+            &["invalid owner"],
+        ),
+        c(
             "unlock --lock-id over the limit",
             &["unlock", "--lock-id", &long_id],
             1,

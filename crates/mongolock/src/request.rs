@@ -175,7 +175,7 @@ pub(crate) fn check_id(argument: &'static str, value: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_label(argument: &'static str, value: &str) -> Result<()> {
+pub(crate) fn check_label(argument: &'static str, value: &str) -> Result<()> {
     if value.len() > MAX_LABEL_LEN {
         return Err(Error::invalid(
             argument,

@@ -203,7 +203,8 @@ impl Filter {
         self.lock_id = Some(lock_id.into());
         self
     }
-    /// Locks of this owner.
+    /// Locks of this owner (at most [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes, as stored
+    /// owners are; a longer one is refused by the query).
     ///
     /// ```
     /// let mine = mongolock::Filter::default().owner("me");

@@ -47,6 +47,8 @@ enum Expect {
     CapMismatch,
     /// `ErrorKind::LeaseLost`.
     LeaseLost,
+    /// `ErrorKind::Database` with this server error code.
+    Database(Option<i32>),
     /// Success, with the value rendered as this text (see the `show_*` helpers).
     Value(&'static str),
 }
@@ -155,6 +157,9 @@ fn check(expect: &Expect, outcome: &Result<String>) -> std::result::Result<(), S
         }
         (Expect::CapMismatch, Err(e)) => matches!(e.kind(), ErrorKind::CapMismatch { .. }),
         (Expect::LeaseLost, Err(e)) => matches!(e.kind(), ErrorKind::LeaseLost { .. }),
+        (Expect::Database(want), Err(e)) => {
+            matches!(e.kind(), ErrorKind::Database { code, .. } if code == want)
+        }
         _ => false,
     };
     if ok {
@@ -1262,6 +1267,66 @@ fn state_cases(cases: &mut Vec<Case>) {
             show_rows(
                 p.locks
                     .status(&Filter::default().ttl_at_least(Duration::ZERO))
+                    .await,
+            )
+        }
+    );
+    case!(
+        cases,
+        "status: an owner longer than any stored one",
+        Expect::Invalid("owner"),
+        |p| {
+            let _held = p.locks.xlock("r", "holder", d().owner("me")).await?;
+            p.mark().await;
+            show_rows(
+                p.locks
+                    .status(&Filter::default().owner("o".repeat(20 << 20)))
+                    .await,
+            )
+        }
+    );
+    case!(
+        cases,
+        "status: created_before far past the BSON date range",
+        Expect::Value("1 rows"),
+        |p| {
+            let _held = p.locks.xlock("r", "holder", d()).await?;
+            p.mark().await;
+            let far = SystemTime::UNIX_EPOCH + secs(1 << 60);
+            show_rows(p.locks.status(&Filter::default().created_before(far)).await)
+        }
+    );
+    case!(
+        cases,
+        "xlock: unacknowledged writes (w: 0), held",
+        Expect::AlreadyLocked,
+        |p| {
+            let _held = p.locks.xlock("r", "holder", d()).await?;
+            p.mark().await;
+            let w0 = mongodb::options::WriteConcern::nodes(0);
+            show_grant(
+                p.locks
+                    .clone()
+                    .with_unsafe_write_concern(w0)
+                    .xlock("r", "other", d())
+                    .await,
+            )
+        }
+    );
+    case!(
+        cases,
+        "xlock: a write concern tag no server has, held",
+        Expect::Database(Some(79)),
+        |p| {
+            let _held = p.locks.xlock("r", "holder", d()).await?;
+            p.mark().await;
+            let tag = mongodb::options::Acknowledgment::Custom("no-such-tag".into());
+            let wc = mongodb::options::WriteConcern::builder().w(tag).build();
+            show_grant(
+                p.locks
+                    .clone()
+                    .with_unsafe_write_concern(wc)
+                    .xlock("r", "other", d())
                     .await,
             )
         }

@@ -26,7 +26,7 @@ use bson::{Bson, Document, bson, doc};
 
 use crate::command::Context;
 use crate::error::{Error, Result};
-use crate::request::check_id;
+use crate::request::{check_id, check_label};
 use crate::schema;
 use crate::status::{Filter, LockStatus};
 
@@ -37,6 +37,10 @@ pub(crate) fn validate(filter: &Filter) -> Result<()> {
     }
     if let Some(lock_id) = &filter.lock_id {
         check_id("lock_id", lock_id)?;
+    }
+    // No stored owner is longer: a longer one could only make a command too large to send.
+    if let Some(owner) = &filter.owner {
+        check_label("owner", owner)?;
     }
     for duration in [filter.ttl_below, filter.ttl_at_least]
         .into_iter()
@@ -220,5 +224,7 @@ mod tests {
         assert!(validate(&Filter::default().lock_id("x".repeat(600))).is_err());
         assert!(validate(&Filter::default().ttl_below(Duration::MAX)).is_err());
         assert!(validate(&Filter::default().owner("")).is_ok());
+        let long_owner = "o".repeat(crate::MAX_LABEL_LEN + 1);
+        assert!(validate(&Filter::default().owner(long_owner)).is_err());
     }
 }
