@@ -1630,7 +1630,7 @@ fn foreign_documents() -> Vec<Foreign> {
 /// The calls a foreign document is put through: name, whether it works on the resource `f`
 /// (left out for documents stored under another `_id`, where it would simply take the lock),
 /// and whether it would change a valid lock (left out for lock-shaped documents).
-const FOREIGN_CALLS: [(&str, bool, bool); 22] = [
+const FOREIGN_CALLS: [(&str, bool, bool); 24] = [
     ("xlock", true, false),
     ("slock", true, false),
     ("slock with a cap", true, false),
@@ -1653,6 +1653,12 @@ const FOREIGN_CALLS: [(&str, bool, bool); 22] = [
     ("semaphore.try_acquire", true, false),
     ("semaphore.acquire", true, true),
     ("create_indexes", false, false),
+    ("release of a grant made before", true, true),
+    (
+        "LockGuard::release, the document replaced while held",
+        true,
+        true,
+    ),
 ];
 
 async fn call_on_foreign(p: &Probe, call: &str) -> Result<String> {
@@ -1691,6 +1697,33 @@ async fn call_on_foreign(p: &Probe, call: &str) -> Result<String> {
             show_maybe_guard(locks.semaphore("f", 3).try_acquire().await).await
         }
         "semaphore.acquire" => show_guard(locks.semaphore("f", 3).acquire().await).await,
+        "release of a grant made before" => {
+            // A grant of `f` made in another collection: same resource, lock id and kind.
+            let other =
+                LockClient::new(p.db.collection(&format!("{}_elsewhere", p.collection.name())));
+            let grant = other.xlock("f", "a", d()).await?;
+            show_bool(locks.release(&grant).await)
+        }
+        "LockGuard::release, the document replaced while held" => {
+            // Take the foreign document out, hold a lease on `f`, put the foreign document
+            // back in its place: the lease is lost, and nothing touches the document.
+            let filter = doc! { "_id": "f" };
+            let foreign = p.collection.find_one(filter.clone()).await.expect("find");
+            let foreign = foreign.expect("the foreign document");
+            p.collection
+                .delete_one(filter.clone())
+                .await
+                .expect("delete");
+            let mutex = locks.mutex("f").ttl(secs(5)).extend_every(ms(50));
+            let guard = mutex.acquire().await?;
+            p.collection
+                .replace_one(filter, foreign)
+                .await
+                .expect("replace");
+            let _reason = guard.lost().await;
+            p.mark().await;
+            guard.release().await.map(|()| "released".to_owned())
+        }
         "create_indexes" => {
             // Idempotent: the indexes exist before the mark, so the call changes nothing.
             locks.create_indexes().await?;
@@ -1737,9 +1770,11 @@ fn foreign_expect(foreign: &Foreign, call: &str) -> Expect {
         | "rwlock.try_read"
         | "rwlock.try_write"
         | "semaphore.try_acquire" => acquiring(foreign.lock_shaped, Expect::Value("None")),
-        // Withdrawing an attempt on a document of another shape leaves it alone and
-        // reports that nothing was removed.
-        "release_attempt" => Expect::Value("false"),
+        // Withdrawing an attempt or releasing a grant on a document of another shape
+        // leaves it alone and reports that nothing was removed.
+        "release_attempt" | "release of a grant made before" => Expect::Value("false"),
+        // The keeper no longer finds the lease: lost, and the release says so.
+        "LockGuard::release, the document replaced while held" => Expect::LeaseLost,
         _ => unexpected,
     }
 }
