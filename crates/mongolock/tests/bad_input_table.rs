@@ -165,7 +165,7 @@ fn check(expect: &Expect, outcome: &Result<String>) -> std::result::Result<(), S
     if ok {
         return Ok(());
     }
-    // A typed error must also read well: its message is what an operator sees.
+    // The kind, and the message an operator would see.
     Err(match outcome {
         Ok(got) => format!("expected {expect:?}, got Ok({got})"),
         Err(e) => format!("expected {expect:?}, got {:?} (\"{e}\")", e.kind()),
@@ -1296,6 +1296,17 @@ fn state_cases(cases: &mut Vec<Case>) {
             show_rows(p.locks.status(&Filter::default().created_before(far)).await)
         }
     );
+    for call in ["xlock", "status", "unlock", "create_indexes"] {
+        case!(
+            cases,
+            format!("{call}: a collection with an empty name"),
+            Expect::Database(Some(73)),
+            |p| {
+                let nameless = LockClient::new(p.db.collection(""));
+                call_client(&nameless, call).await
+            }
+        );
+    }
     case!(
         cases,
         "xlock: unacknowledged writes (w: 0), held",
