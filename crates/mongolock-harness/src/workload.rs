@@ -803,7 +803,16 @@ impl Worker {
                     break;
                 }
             };
-            group.deadline.get_or_insert(sent + ttl - group.margin);
+            let deadline = group.deadline.unwrap_or(sent + ttl - group.margin);
+            if now >= deadline {
+                // The reply came after the lease's own deadline (the first member's reply was
+                // slow, or a later one's came with the timer): not trusted, never believed,
+                // as the handles do; the unlock below ends it.
+                group.notice_all(LossKind::Deadline);
+                complete = false;
+                break;
+            }
+            group.deadline = Some(deadline);
             let id = self.recorder.next_id();
             group.logs.push(HolderLog {
                 id,
