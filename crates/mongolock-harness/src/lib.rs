@@ -239,6 +239,9 @@ async fn liveness(
         for guard in guards {
             let _ = guard.release().await;
         }
+        if let Some(problem) = workload::readers_let_in(observer, resource, *mode, ttl).await {
+            recorder.liveness(problem);
+        }
     }
     Ok(())
 }

@@ -155,6 +155,30 @@ pub fn capacity(mode: Mode) -> u32 {
     }
 }
 
+/// For a reader-writer lock: one read attempt by `observer`, released at once. Once every
+/// client has stopped, a refusal means a writer's announcement outlived its writer (or
+/// a lock its holder); the problem is returned. Other modes: nothing to check.
+pub async fn readers_let_in(
+    observer: &LockClient,
+    resource: &str,
+    mode: Mode,
+    ttl: Duration,
+) -> Option<String> {
+    if mode != Mode::ReadWrite {
+        return None;
+    }
+    match observer.rwlock(resource).ttl(ttl).try_read().await {
+        Ok(Some(guard)) => {
+            let _ = guard.release().await;
+            None
+        }
+        other => Some(format!(
+            "{resource}: the observer could not read once every client stopped (a writer's \
+             announcement left behind?): {other:?}"
+        )),
+    }
+}
+
 /// One attempt by `observer` at the whole of `resource` (a permit, for a semaphore; the
 /// write lock, for a reader-writer lock).
 ///
