@@ -459,7 +459,12 @@ impl<'a> Checker<'a> {
                 continue;
             };
             if let Some(killed) = a.killed_at {
-                if a.lost_at().is_none_or(|t| t > killed) && !self.excused_at(a, next.granted_at) {
+                // Takeover is measured on mutexes only: the next grant on a group member or
+                // after a reader waits for someone to ask, not for the lock to free.
+                if a.mode == Mode::Exclusive
+                    && a.lost_at().is_none_or(|t| t > killed)
+                    && !self.excused_at(a, next.granted_at)
+                {
                     let ms = next.granted_at.saturating_duration_since(killed);
                     self.out.takeovers_ms.push(ms.as_secs_f64() * 1e3);
                 }

@@ -128,7 +128,7 @@ impl fmt::Display for Report {
         row(&mut t, "grants", self.sum(|r| r.outcome.grants).to_string());
         row(
             &mut t,
-            "handoffs (exclusive)",
+            "handoffs (to a conflicting holder)",
             self.sum(|r| r.outcome.handoffs).to_string(),
         );
         row(
