@@ -9,6 +9,7 @@
 //! | skewed clock | a holder judges expiry by a clock running late: it believes for `ttl` more after it really lost | (3) local deadline |
 //! | late keepalive | a holder whose loss signal fires only after the server's expiry (after the next grant) | (3) loss before next grant |
 //! | reader as writer | a "writer" of a reader-writer lock that takes a read lock, and writes while another reader reads | (1) exclusion |
+//! | polling writer | a writer that waits by polling `try_write` (which announces nothing), starved by a stream of readers | (5) writer preference |
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use mongolock::{LockClient, LockGuard};
 use mongolock_testkit::{FaultProxy, TestServer};
 
 use crate::check::{self, Check, Outcome};
-use crate::history::{Access, History, HolderLog, LossKind, Mode, Recorder, WriteLog};
+use crate::history::{Access, History, HolderLog, LossKind, Mode, Recorder, WriteLog, WriterWait};
 use crate::workload::{COLLECTION, DB};
 
 const RESOURCE: &str = "control";
@@ -40,7 +41,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the five controls, each on a fresh emulator.
+/// Runs the six controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -51,6 +52,7 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         skewed_clock().await?,
         late_keepalive().await?,
         reader_as_writer().await?,
+        polling_writer().await?,
     ])
 }
 
@@ -378,6 +380,70 @@ async fn reader_as_writer() -> Result<ControlResult, Box<dyn std::error::Error>>
     Ok(finish_as(
         "reader as writer",
         Check::Exclusion,
+        &recorder,
+        Mode::ReadWrite,
+    ))
+}
+
+/// A writer that waits by polling `try_write` (a single attempt announces nothing), while
+/// two readers take turns so that one of them always holds: the writer is starved, which
+/// the writer-preference check must see.
+async fn polling_writer() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let server = TestServer::start().await?;
+    let recorder = Recorder::new();
+    let w_locks = locks(server.new_client());
+    w_locks.create_indexes().await?;
+    let stream_until = Instant::now() + Duration::from_millis(3_600);
+
+    // Two readers, each reading for 350 ms at a time, half a turn apart.
+    let mut readers = Vec::new();
+    for client in 0..2_usize {
+        let r_locks = locks(server.new_client());
+        let r_recorder = recorder.clone();
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(175 * client as u64)).await;
+            while Instant::now() < stream_until {
+                let invoked = Instant::now();
+                let rwlock = r_locks.rwlock(RESOURCE).ttl(TTL);
+                let Ok(Some(reader)) = rwlock.read_timeout(Duration::from_secs(1)).await else {
+                    continue;
+                };
+                let hold = Duration::from_millis(350);
+                let log =
+                    hold_honestly_as(&r_recorder, client, reader, invoked, hold, Mode::ReadWrite)
+                        .await;
+                r_recorder.holder(log);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // The bug: the writer "waits" by trying again and again, announcing nothing.
+    let invoked = Instant::now();
+    let patience = Duration::from_secs(3);
+    let mut granted = None;
+    while invoked.elapsed() < patience {
+        if let Some(writer) = w_locks.rwlock(RESOURCE).ttl(TTL).try_write().await? {
+            granted = Some(Instant::now());
+            writer.release().await?;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    recorder.writer_wait(WriterWait {
+        client: 2,
+        resource: RESOURCE.to_owned(),
+        invoked_at: invoked,
+        gives_up_at: invoked + patience,
+        granted_at: granted,
+        returned_at: Instant::now(),
+    });
+    for reader in readers {
+        reader.await?;
+    }
+    Ok(finish_as(
+        "polling writer",
+        Check::WriterPreference,
         &recorder,
         Mode::ReadWrite,
     ))
