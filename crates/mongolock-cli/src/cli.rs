@@ -2,6 +2,7 @@
 //! command that needs a server opens.
 
 use std::io::IsTerminal;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -201,6 +202,26 @@ impl std::fmt::Display for NoServer {
 
 impl std::error::Error for NoServer {}
 
+/// The driver client of this run, kept so that [`close`] can shut it down before the runtime
+/// ends.
+static DRIVER: OnceLock<mongodb::Client> = OnceLock::new();
+
+/// Shuts down the driver client opened by [`connect`], if any, without waiting for open
+/// cursors (the command is done with them), and for at most [`CLOSE_LIMIT`]. Without this,
+/// the driver's own cleanup on drop (ending sessions) could run while the runtime shuts down,
+/// after its connection pool had stopped, and panic in a background task.
+pub async fn close() {
+    if let Some(client) = DRIVER.get() {
+        let shutdown = client.clone().shutdown().immediate(true);
+        if tokio::time::timeout(CLOSE_LIMIT, shutdown).await.is_err() {
+            tracing::debug!("the driver did not shut down in time; leaving it to the exit");
+        }
+    }
+}
+
+/// The longest [`close`] waits for the driver to shut down.
+const CLOSE_LIMIT: Duration = Duration::from_secs(5);
+
 /// Connects to the server named by `--uri` or `MONGODB_URI`, and returns the lock client on
 /// `--db` / `--collection`.
 pub async fn connect(global: &Global) -> anyhow::Result<LockClient> {
@@ -210,6 +231,7 @@ pub async fn connect(global: &Global) -> anyhow::Result<LockClient> {
     let client = mongodb::Client::with_uri_str(uri)
         .await
         .with_context(|| "cannot use the connection string")?;
+    let _ = DRIVER.set(client.clone());
     Ok(LockClient::new(
         client.database(&global.db).collection(&global.collection),
     ))

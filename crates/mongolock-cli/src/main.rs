@@ -12,7 +12,9 @@ use clap::Parser;
 async fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     cli::init_logging(&cli.global);
-    match commands::run(cli).await {
+    let outcome = commands::run(cli).await;
+    cli::close().await;
+    match outcome {
         Ok(code) => code,
         Err(error) => {
             eprintln!("mongolock: {error:#}");
