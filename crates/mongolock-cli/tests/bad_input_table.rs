@@ -327,6 +327,12 @@ fn cases() -> Vec<CliCase> {
             &["invalid resource"],
         ),
         c(
+            "exec --resource over the library's limit, waiting",
+            &["exec", "--resource", &long_id, "--wait", "1s", "--", "true"],
+            1,
+            &["cannot acquire a lock on", "invalid resource"],
+        ),
+        c(
             "exec --owner over the library's limit",
             &[
                 "exec",
@@ -531,7 +537,7 @@ fn cases() -> Vec<CliCase> {
                 "true",
             ],
             1,
-            &["not a mongolock document"],
+            &["cannot acquire a lock on f", "not a mongolock document"],
         )),
         foreign(CliCase {
             stdout: &["removed expired locks from 0 resource(s)"],

@@ -222,10 +222,19 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
     if !args.no_wait {
         // Waiting retries transient errors for as long as it waits: a server that cannot be
         // reached at all is reported now instead (a single attempt reports it anyway).
-        locks
+        if let Err(error) = locks
             .status(&Filter::default().resource(&args.resource))
             .await
-            .context("cannot reach the server")?;
+        {
+            // Bad input or a document that is not a lock is about the lock, not the server.
+            let context = match error.kind() {
+                ErrorKind::Database { .. } | ErrorKind::Timeout { .. } => {
+                    "cannot reach the server".to_owned()
+                }
+                _ => format!("cannot acquire a lock on {}", args.resource),
+            };
+            return Err(anyhow::Error::new(error).context(context));
+        }
     }
     // Installed before waiting: a Ctrl-C while waiting withdraws the attempt cleanly.
     let mut signals = Forwarded::install()?;
