@@ -223,6 +223,12 @@ impl LockClient {
     /// to background tasks. Call it before the runtime ends, so no lock is left to its TTL.
     /// The client stays usable.
     ///
+    /// It does not shut the driver's client down, which the application owns. Do that too,
+    /// after this and before the runtime ends (`mongodb::Client::shutdown`): with mongodb
+    /// 3.9.1, a driver client dropped while its runtime shuts down can panic in a
+    /// background task of the driver (its session cleanup finds the connection pool gone),
+    /// which the `mongolock` command's bad-input tests saw about once in eight runs.
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future stops waiting; the background tasks go on.
