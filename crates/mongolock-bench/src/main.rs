@@ -21,33 +21,58 @@
 //!
 //! The tables go to standard output as Markdown; progress goes to standard error.
 
+mod emulator;
+mod groups;
+mod keepalive;
+mod load;
 mod measure;
+mod memory;
 mod monitor;
 mod peers;
+mod plot;
 mod report;
+mod suite;
+mod throughput;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use emulator::{Emulator, Topology};
 use measure::Settings;
 use peers::Lib;
+
+/// Counts the client side's allocations (see [`memory`]).
+#[global_allocator]
+static GLOBAL: &stats_alloc::StatsAlloc<std::alloc::System> = memory::ALLOCATOR;
 
 struct Args {
     quick: bool,
     latency: Duration,
     only: Option<Vec<String>>,
+    /// Where the SVG plots go.
+    plots: Option<PathBuf>,
+    /// Only these measurements (names from [`suite::SECTIONS`]).
+    measure: Option<Vec<String>>,
 }
 
-const USAGE: &str = "usage: mongolock-bench [--quick] [--latency-ms N] [--only LIB[,LIB..]]
-  --quick         short run for CI (about a minute in a debug build)
+const USAGE: &str =
+    "usage: mongolock-bench [--quick] [--latency-ms N] [--only LIB[,LIB..]] [--plots DIR]
+  --quick         short run for CI (a few minutes in a debug build)
   --latency-ms N  latency the emulator adds to every reply (default 1)
   --only          run only these libraries: mongolock, mongodb-lock, mongo-lock-async,
-                  distributed-lock-mongo";
+                  distributed-lock-mongo
+  --measure LIST  only these measurements: basics, handoff, throughput, load, keepalive,
+                  groups, memory (the others show as not measured)
+  --plots DIR     write the SVG plots there (default: docs/img in a full run, the system's
+                  temporary directory in a quick one)";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         quick: false,
         latency: Duration::from_millis(1),
         only: None,
+        plots: None,
+        measure: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -63,6 +88,21 @@ fn parse_args() -> Result<Args, String> {
                 let v = it.next().ok_or("--only needs a value")?;
                 args.only = Some(v.split(',').map(str::to_string).collect());
             }
+            "--measure" => {
+                let v = it.next().ok_or("--measure needs a value")?;
+                let names: Vec<String> = v.split(',').map(str::to_string).collect();
+                if let Some(bad) = names
+                    .iter()
+                    .find(|n| !suite::SECTIONS.contains(&n.as_str()))
+                {
+                    return Err(format!("unknown measurement {bad}\n{USAGE}"));
+                }
+                args.measure = Some(names);
+            }
+            "--plots" => {
+                let v = it.next().ok_or("--plots needs a directory")?;
+                args.plots = Some(PathBuf::from(v));
+            }
             // `cargo bench` passes `--bench`.
             "--bench" => {}
             "-h" | "--help" => return Err(USAGE.to_string()),
@@ -73,53 +113,98 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn settings(quick: bool) -> Settings {
+    let hold = Duration::from_millis(10)..Duration::from_millis(510);
     if quick {
         Settings {
             iterations: 30,
             failed_attempts: 3,
-            handoffs: 10,
-            waiters: vec![1, 8],
+            handoffs: vec![(1, 5), (8, 5)],
             renew_sizes: vec![1, 100],
-            hold: Duration::from_millis(10)..Duration::from_millis(510),
+            hold,
             startup: Duration::from_millis(300),
             handoff_limit: Duration::from_secs(60),
+            limit: Duration::from_secs(120),
+            throughput_for: Duration::from_secs(1),
+            throughput_tasks: 64,
+            load_waiters: 8,
+            load_window: Duration::from_secs(1),
+            keepalive_leases: vec![1, 100],
+            keepalive_ttl: Duration::from_secs(6),
+            keepalive_window: Duration::from_secs(4),
+            group_sizes: vec![10, 100],
+            memory_leases: 100,
+            memory_waiters: 20,
         }
     } else {
         Settings {
             iterations: 200,
             failed_attempts: 10,
-            handoffs: 100,
-            waiters: vec![1, 8],
+            handoffs: vec![(1, 100), (8, 100), (64, 100)],
             renew_sizes: vec![1, 100],
-            hold: Duration::from_millis(10)..Duration::from_millis(510),
+            hold,
             startup: Duration::from_millis(300),
             handoff_limit: Duration::from_secs(300),
+            limit: Duration::from_secs(600),
+            throughput_for: Duration::from_secs(3),
+            throughput_tasks: 64,
+            load_waiters: 8,
+            load_window: Duration::from_secs(1),
+            keepalive_leases: vec![1, 100, 10_000],
+            keepalive_ttl: Duration::from_secs(15),
+            keepalive_window: Duration::from_secs(15),
+            group_sizes: vec![10, 1_000, 10_000],
+            memory_leases: 1_000,
+            memory_waiters: 200,
         }
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() -> std::process::ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some(emulator::SERVE_FLAG) {
+        return match emulator::serve(&argv[1..]) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("emulator: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(msg) => {
             eprintln!("{msg}");
-            std::process::exit(2);
+            return std::process::ExitCode::from(2);
         }
     };
-    let s = settings(args.quick);
-    let server = match mongolock_testkit::TestServer::builder()
-        .latency(args.latency)
-        .start()
-        .await
-    {
-        Ok(server) => server,
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
         Err(e) => {
-            eprintln!("cannot start the emulator: {e}");
-            std::process::exit(1);
+            eprintln!("cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
         }
     };
-    let uri = server.uri();
+    match runtime.block_on(bench(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn bench(args: Args) -> peers::Result<()> {
+    let s = settings(args.quick);
+    let replica_set = Emulator::start(args.latency, Topology::ReplicaSet)
+        .await
+        .map_err(|e| format!("cannot start the emulator: {e}"))?;
+    let standalone = Emulator::start(args.latency, Topology::Standalone)
+        .await
+        .map_err(|e| format!("cannot start the standalone emulator: {e}"))?;
+    let servers = suite::Servers {
+        replica_set: replica_set.uri().to_string(),
+        standalone: standalone.uri().to_string(),
+    };
     let started = std::time::Instant::now();
     let mut results = Vec::new();
     for lib in Lib::ALL {
@@ -128,13 +213,28 @@ async fn main() {
         {
             continue;
         }
-        results.push(measure::run(lib, &uri, &s).await);
+        let on = |name: &str| {
+            args.measure
+                .as_ref()
+                .is_none_or(|m| m.iter().any(|n| n == name))
+        };
+        results.push(suite::run(lib, &servers, &s, &on).await);
     }
+    replica_set.stop().await;
+    standalone.stop().await;
+    let plots = args.plots.clone().unwrap_or_else(|| {
+        if args.quick {
+            std::env::temp_dir().join("mongolock-bench")
+        } else {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/img")
+        }
+    });
     let env = report::Environment {
         quick: args.quick,
         latency: args.latency,
         elapsed: started.elapsed(),
     };
-    print!("{}", report::render(&env, &s, &results));
-    server.shutdown().await;
+    let written = report::plots(&plots, &s, &results)?;
+    print!("{}", report::render(&env, &s, &results, &written));
+    Ok(())
 }

@@ -1,4 +1,5 @@
-//! The measurements: commands per operation, uncontended latency, handoff latency.
+//! The first measurements: commands per operation, uncontended latency, handoff latency;
+//! and the settings of every measurement.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,6 +10,9 @@ use tokio::sync::watch;
 use crate::monitor::{Counts, Monitor};
 use crate::peers::{Lib, Peer, Result};
 
+/// A measurement's figure, or what went wrong (for the tables).
+pub(crate) type Outcome<T> = std::result::Result<T, String>;
+
 /// How much of everything to do.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -16,10 +20,8 @@ pub(crate) struct Settings {
     pub(crate) iterations: usize,
     /// Failed attempts counted.
     pub(crate) failed_attempts: usize,
-    /// Handoffs measured per waiter count.
-    pub(crate) handoffs: usize,
-    /// Waiter counts for the handoff measurement.
-    pub(crate) waiters: Vec<usize>,
+    /// Waiter counts for the handoff measurement, each with the handoffs measured.
+    pub(crate) handoffs: Vec<(usize, usize)>,
     /// Group sizes for renew.
     pub(crate) renew_sizes: Vec<usize>,
     /// How long each holder keeps the lock in the handoff measurement: uniformly at random
@@ -29,6 +31,28 @@ pub(crate) struct Settings {
     pub(crate) startup: Duration,
     /// Limit for one handoff run.
     pub(crate) handoff_limit: Duration,
+    /// Limit for any other single measurement.
+    pub(crate) limit: Duration,
+    /// How long each throughput run lasts.
+    pub(crate) throughput_for: Duration,
+    /// Tasks in the throughput runs (on as many resources, and on one).
+    pub(crate) throughput_tasks: usize,
+    /// Waiters in the server-load measurement.
+    pub(crate) load_waiters: usize,
+    /// How long the lock is held (and the waiters' commands counted) in the server-load
+    /// measurement.
+    pub(crate) load_window: Duration,
+    /// Numbers of leases kept alive in the keepalive measurement.
+    pub(crate) keepalive_leases: Vec<usize>,
+    /// The TTL of the kept leases.
+    pub(crate) keepalive_ttl: Duration,
+    /// How long the keepalive commands are counted.
+    pub(crate) keepalive_window: Duration,
+    /// Group sizes for the group operations.
+    pub(crate) group_sizes: Vec<usize>,
+    /// Leases held, and waiters waiting, in the memory measurement.
+    pub(crate) memory_leases: usize,
+    pub(crate) memory_waiters: usize,
 }
 
 /// Warm-up iterations before the uncontended measurement (connections, first documents).
@@ -44,7 +68,7 @@ pub(crate) struct PerOp {
 }
 
 impl PerOp {
-    fn new(counts: &Counts, ops: u64) -> PerOp {
+    pub(crate) fn new(counts: &Counts, ops: u64) -> PerOp {
         PerOp {
             per_op: counts.total() as f64 / ops as f64,
             breakdown: counts.describe(ops),
@@ -94,20 +118,9 @@ pub(crate) struct Handoff {
     pub(crate) commands: PerOp,
 }
 
-/// Everything measured for one library. `Err` holds what went wrong, for the tables.
-pub(crate) struct LibResults {
-    pub(crate) lib: Lib,
-    pub(crate) uncontended: std::result::Result<Uncontended, String>,
-    pub(crate) failed: std::result::Result<PerOp, String>,
-    /// Per group size: `Ok(None)` when the library cannot renew.
-    pub(crate) renew: Vec<(usize, std::result::Result<Option<u64>, String>)>,
-    /// Per waiter count.
-    pub(crate) handoff: Vec<(usize, std::result::Result<Handoff, String>)>,
-}
-
-/// Runs every measurement for `lib` against the server at `uri`.
-pub(crate) async fn run(lib: Lib, uri: &str, s: &Settings) -> LibResults {
-    eprintln!("== {}", lib.label());
+/// Runs the uncontended, refused-attempt and renew measurements for `lib` against the
+/// server at `uri`.
+pub(crate) async fn basics(lib: Lib, uri: &str, s: &Settings) -> Basics {
     let uncontended = uncontended(lib, uri, s).await.map_err(|e| e.to_string());
     eprintln!("   uncontended: {}", brief(&uncontended));
     let failed = failed_attempt(lib, uri, s).await.map_err(|e| e.to_string());
@@ -117,25 +130,48 @@ pub(crate) async fn run(lib: Lib, uri: &str, s: &Settings) -> LibResults {
         let r = renew_group(lib, uri, k).await.map_err(|e| e.to_string());
         renew.push((k, r));
     }
-    let mut handoff = Vec::new();
-    for &w in &s.waiters {
-        let r = match tokio::time::timeout(s.handoff_limit, handoffs(lib, uri, w, s)).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("did not finish within {:?}", s.handoff_limit)),
-        };
-        eprintln!("   handoff, {w} waiter(s): {}", brief(&r));
-        handoff.push((w, r));
-    }
-    LibResults {
-        lib,
+    Basics {
         uncontended,
         failed,
         renew,
-        handoff,
     }
 }
 
-fn brief<T: std::fmt::Debug>(r: &std::result::Result<T, String>) -> String {
+/// The uncontended, refused-attempt and renew figures of one library. `Err` holds what
+/// went wrong, for the tables.
+pub(crate) struct Basics {
+    pub(crate) uncontended: std::result::Result<Uncontended, String>,
+    pub(crate) failed: std::result::Result<PerOp, String>,
+    /// Per group size: `Ok(None)` when the library cannot renew.
+    pub(crate) renew: Vec<(usize, std::result::Result<Option<u64>, String>)>,
+}
+
+/// Handoffs with each waiter count of the settings, against the server at `uri`.
+pub(crate) async fn handoff_series(
+    lib: Lib,
+    uri: &str,
+    s: &Settings,
+    topology: &str,
+) -> Vec<(usize, std::result::Result<Handoff, String>)> {
+    let mut out = Vec::new();
+    for &(w, count) in &s.handoffs {
+        let r = match tokio::time::timeout(s.handoff_limit, handoffs(lib, uri, w, count, s)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("did not finish within {:?}", s.handoff_limit)),
+        };
+        let r = match r {
+            Ok(h) if h.latency.n < count => {
+                Err(format!("only {} of {count} handoffs measured", h.latency.n))
+            }
+            other => other,
+        };
+        eprintln!("   handoff ({topology}), {w} waiter(s): {}", brief(&r));
+        out.push((w, r));
+    }
+    out
+}
+
+pub(crate) fn brief<T: std::fmt::Debug>(r: &std::result::Result<T, String>) -> String {
     match r {
         Ok(v) => format!("{v:?}"),
         Err(e) => format!("ERROR {e}"),
@@ -227,20 +263,28 @@ struct Shared {
 /// the lock (so that it never takes the lock straight back: the handoff is always to a
 /// waiter, and `waiters` are always waiting). A handoff is the time from that note to the
 /// moment the next holder's acquire returns.
-async fn handoffs(lib: Lib, uri: &str, waiters: usize, s: &Settings) -> Result<Handoff> {
+async fn handoffs(
+    lib: Lib,
+    uri: &str,
+    waiters: usize,
+    count: usize,
+    s: &Settings,
+) -> Result<Handoff> {
     let monitor = Monitor::new(lib.db());
     let mut peers = Vec::new();
     for _ in 0..=waiters {
         peers.push(Arc::new(Peer::connect(lib, uri, &monitor).await?));
     }
+    // Indexes first (a unique index is what makes `mongodb-lock` exclusive), on this server.
+    peers[0].prepare().await?;
     let resource = format!("handoff-{waiters}");
     let shared = Arc::new(Shared {
         released_at: Mutex::new(None),
-        samples: Mutex::new(Vec::with_capacity(s.handoffs)),
+        samples: Mutex::new(Vec::with_capacity(count)),
         first: Mutex::new(None),
         last: Mutex::new(None),
         stop: AtomicBool::new(false),
-        target: s.handoffs,
+        target: count,
         monitor: monitor.clone(),
         acquisitions: watch::channel(0).0,
     });

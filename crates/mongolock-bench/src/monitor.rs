@@ -1,15 +1,18 @@
 //! Command monitoring: counts the commands a library's own driver clients send to its
 //! database, through the driver's `command_event_handler`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use mongodb::bson::Document;
+use mongodb::bson::oid::ObjectId;
 use mongodb::event::EventHandler;
 use mongodb::event::command::CommandEvent;
 use tokio::sync::watch;
 
 /// Counts the `CommandStarted` events for one database, by command name, and signals when
-/// a `delete` on that database completes (to wait for releases a library fires and forgets).
+/// a `delete` of a document by its `ObjectId` completes (to wait for the releases
+/// `mongodb-lock` fires and forgets).
 #[derive(Clone)]
 pub(crate) struct Monitor {
     inner: Arc<Inner>,
@@ -20,6 +23,11 @@ struct Inner {
     started: Mutex<BTreeMap<String, u64>>,
     /// Request ids of commands started on `db` and not finished yet.
     pending: Mutex<HashSet<i32>>,
+    /// `delete` commands in flight by request id, with the `_id` they delete.
+    deleting: Mutex<HashMap<i32, ObjectId>>,
+    /// `_id`s whose `delete` completed and nobody has waited for yet.
+    deleted: Mutex<HashSet<ObjectId>>,
+    /// Bumped on every completed `delete`.
     deletes_done: watch::Sender<u64>,
 }
 
@@ -55,6 +63,17 @@ impl Counts {
     }
 }
 
+impl Counts {
+    /// `2.0/s getMore + 1.0/s findAndModify`: each count per second of `secs`.
+    pub(crate) fn describe_rate(&self, secs: f64) -> String {
+        self.0
+            .iter()
+            .map(|(name, n)| format!("{:.1}/s {name}", *n as f64 / secs))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+}
+
 /// `n / per`, whole when exact, else with one decimal (two below 0.1).
 pub(crate) fn per_op(n: u64, per: u64) -> String {
     if per == 0 {
@@ -78,6 +97,8 @@ impl Monitor {
                 db: db.to_string(),
                 started: Mutex::new(BTreeMap::new()),
                 pending: Mutex::new(HashSet::new()),
+                deleting: Mutex::new(HashMap::new()),
+                deleted: Mutex::new(HashSet::new()),
                 deletes_done,
             }),
         }
@@ -88,6 +109,11 @@ impl Monitor {
         let inner = self.inner.clone();
         EventHandler::callback(move |event: CommandEvent| match event {
             CommandEvent::Started(e) if e.db == inner.db => {
+                if e.command_name == "delete"
+                    && let Some(id) = deleted_object_id(&e.command)
+                {
+                    lock(&inner.deleting).insert(e.request_id, id);
+                }
                 *lock(&inner.started).entry(e.command_name).or_default() += 1;
                 lock(&inner.pending).insert(e.request_id);
             }
@@ -102,21 +128,36 @@ impl Monitor {
         Counts(lock(&self.inner.started).clone())
     }
 
-    /// How many `delete` commands on the database have finished.
-    pub(crate) fn deletes_done(&self) -> u64 {
-        *self.inner.deletes_done.borrow()
-    }
-
-    /// Waits until more than `before` `delete` commands have finished.
-    pub(crate) async fn wait_deletes_done(&self, before: u64) {
+    /// Waits until the `delete` of the document `id` has completed (once per `id`).
+    pub(crate) async fn wait_deleted(&self, id: ObjectId) {
         let mut rx = self.inner.deletes_done.subscribe();
-        let _ = rx.wait_for(|n| *n > before).await;
+        loop {
+            if lock(&self.inner.deleted).remove(&id) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
     }
+}
+
+/// The `_id` a one-statement `delete` command deletes: `deletes: [{q: {_id: <ObjectId>}}]`.
+fn deleted_object_id(command: &Document) -> Option<ObjectId> {
+    let deletes = command.get_array("deletes").ok()?;
+    let [statement] = deletes.as_slice() else {
+        return None;
+    };
+    let q = statement.as_document()?.get_document("q").ok()?;
+    q.get_object_id("_id").ok()
 }
 
 impl Inner {
     fn finished(&self, request_id: i32, name: &str) {
         if lock(&self.pending).remove(&request_id) && name == "delete" {
+            if let Some(id) = lock(&self.deleting).remove(&request_id) {
+                lock(&self.deleted).insert(id);
+            }
             self.deletes_done.send_modify(|n| *n += 1);
         }
     }

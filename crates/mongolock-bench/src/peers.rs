@@ -22,6 +22,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(30);
 /// Poll interval for `mongo-lock-async`, which has no default: the value its own test uses.
 pub(crate) const MONGO_LOCK_ASYNC_POLL: Duration = Duration::from_millis(100);
 
+/// How long closing a driver client may take.
+const CLOSE_LIMIT: Duration = Duration::from_secs(2);
+
 /// How long a blocking acquire may wait before the run counts it as a failure.
 const WAIT_LIMIT: Duration = Duration::from_secs(600);
 
@@ -87,6 +90,16 @@ impl Lib {
         }
     }
 
+    /// How the library waits on a standalone server, where that differs from [`Lib::waiting`].
+    pub(crate) fn waiting_standalone(self) -> Option<&'static str> {
+        match self {
+            Lib::Mongolock => Some(
+                "jittered exponential backoff, never sleeping past the lease end the server reports",
+            ),
+            _ => None,
+        }
+    }
+
     /// Whether the library can renew a held lock.
     pub(crate) fn can_renew(self) -> bool {
         matches!(self, Lib::Mongolock)
@@ -123,13 +136,7 @@ pub(crate) enum Held<'a> {
 impl Peer {
     /// A new client of `lib` on the server at `uri`, its commands counted by `monitor`.
     pub(crate) async fn connect(lib: Lib, uri: &str, monitor: &Monitor) -> Result<Peer> {
-        let mut options = ClientOptions::parse(uri).await?;
-        options.command_event_handler = Some(monitor.handler());
-        options.app_name = Some(format!("bench-{}", lib.db()));
-        if lib == Lib::MongoLockAsync {
-            options.default_database = Some(lib.db().to_string());
-        }
-        let client = mongodb::Client::with_options(options)?;
+        let client = monitored_client(lib, uri, monitor).await?;
         let db = client.database(lib.db());
         let state = match lib {
             Lib::Mongolock => State::Mongolock(mongolock::LockClient::new(db.collection("locks"))),
@@ -240,9 +247,9 @@ impl Peer {
         match held {
             Held::Mongolock(guard) => guard.release().await?,
             Held::MongodbLock(guard) => {
-                let before = self.monitor.deletes_done();
+                let id = guard.id;
                 drop(guard);
-                self.monitor.wait_deletes_done(before).await;
+                self.monitor.wait_deleted(id).await;
             }
             Held::MongoLockAsync(lock) => {
                 lock.release().await?;
@@ -276,12 +283,31 @@ impl Peer {
     }
 
     /// Closes the client (and, for ours, waits for background releases).
+    ///
+    /// The driver's shutdown can wait many seconds after operations were dropped mid-flight
+    /// (as the throughput and load runs do at their end); it gets [`CLOSE_LIMIT`], then the
+    /// client is dropped.
     pub(crate) async fn close(self) {
         if let State::Mongolock(locks) = &self.state {
             locks.shutdown().await;
         }
-        self.client.shutdown().immediate(true).await;
+        let _ = tokio::time::timeout(CLOSE_LIMIT, self.client.shutdown().immediate(true)).await;
     }
+}
+
+/// A new driver client for `lib` on the server at `uri`, its commands counted by `monitor`.
+pub(crate) async fn monitored_client(
+    lib: Lib,
+    uri: &str,
+    monitor: &Monitor,
+) -> Result<mongodb::Client> {
+    let mut options = ClientOptions::parse(uri).await?;
+    options.command_event_handler = Some(monitor.handler());
+    options.app_name = Some(format!("bench-{}", lib.db()));
+    if lib == Lib::MongoLockAsync {
+        options.default_database = Some(lib.db().to_string());
+    }
+    Ok(mongodb::Client::with_options(options)?)
 }
 
 fn dlm(resource: &str, db: &mongodb::Database) -> distributed_lock_mongo::MongoDistributedLock {
