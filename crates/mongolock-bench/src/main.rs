@@ -1,25 +1,34 @@
 //! Side-by-side benchmarks of `mongolock` and the other Rust MongoDB lock crates from
-//! crates.io (`mongodb-lock`, `mongo-lock-async`, `distributed-lock-mongo`), in one process,
-//! against one in-process `mongolock-testkit` emulator with the same injected latency per
-//! round trip.
+//! crates.io (`mongodb-lock`, `mongo-lock-async`, `distributed-lock-mongo`), in one run,
+//! against the same `mongolock-testkit` emulator with the same injected latency per round
+//! trip. The emulator runs in a child process of this binary (see [`emulator`]): a
+//! one-member replica set, and a standalone server for the polling rows.
 //!
 //! ```text
 //! cargo run -p mongolock-bench --release             # full run (the figures in docs/benchmarks.md)
 //! cargo run -p mongolock-bench -- --quick            # CI: a debug build is enough
 //! cargo run -p mongolock-bench -- --latency-ms 5     # another round trip
+//! cargo run -p mongolock-bench -- --measure handoff  # some measurements only
 //! ```
 //!
 //! What is measured, per library (each with its own driver clients and database):
 //!
-//! - commands (round trips) per uncontended acquire + release, per refused attempt and per
-//!   renew of K held locks, counted with the driver's command monitoring (`CommandStarted`
-//!   events for the library's database);
+//! - commands (round trips) per uncontended acquire + release, per refused attempt, per
+//!   renew of K held locks and per second of waiting, counted with the driver's command
+//!   monitoring (`CommandStarted` events for the library's database);
 //! - uncontended acquire + release latency, p50 and p99;
-//! - handoff latency with 1 and 8 waiters on one resource: from the holder's release call to
-//!   the moment the next waiter's acquire returns, each waiter with its own client, waiting
-//!   the way the library waits.
+//! - handoff latency with 1, 8 and 64 waiters on one resource, on the replica set and on the
+//!   standalone server: from the holder's release call to the moment the next waiter's
+//!   acquire returns, each waiter with its own client, waiting the way the library waits
+//!   ([`measure`]);
+//! - throughput, 64 tasks of one client on 64 resources and on one ([`throughput`]);
+//! - the commands per second waiters send while a lock is held ([`load`]);
+//! - keepalive commands per second for 1, 100 and 10,000 leases ([`keepalive`]);
+//! - `renew` and `unlock` of groups of 10, 1,000 and 10,000 locks, per lock ([`groups`]);
+//! - client memory per held lease and per waiter, from a counting allocator ([`memory`]).
 //!
-//! The tables go to standard output as Markdown; progress goes to standard error.
+//! The tables go to standard output as Markdown, progress to standard error, the SVG plots
+//! to `--plots DIR` ([`plot`]).
 
 mod emulator;
 mod groups;
@@ -56,15 +65,17 @@ struct Args {
 }
 
 const USAGE: &str =
-    "usage: mongolock-bench [--quick] [--latency-ms N] [--only LIB[,LIB..]] [--plots DIR]
-  --quick         short run for CI (a few minutes in a debug build)
+    "usage: mongolock-bench [--quick] [--latency-ms N] [--only LIB[,LIB..]] [--measure LIST]
+                       [--plots DIR]
+  --quick         short run for CI (about 2.5 minutes in a debug build)
   --latency-ms N  latency the emulator adds to every reply (default 1)
   --only          run only these libraries: mongolock, mongodb-lock, mongo-lock-async,
                   distributed-lock-mongo
   --measure LIST  only these measurements: basics, handoff, throughput, load, keepalive,
                   groups, memory (the others show as not measured)
   --plots DIR     write the SVG plots there (default: docs/img in a full run, the system's
-                  temporary directory in a quick one)";
+                  temporary directory in a quick one)
+Exits with 1 if a measurement failed (its error is listed under the tables).";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -235,6 +246,10 @@ async fn bench(args: Args) -> peers::Result<()> {
         elapsed: started.elapsed(),
     };
     let written = report::plots(&plots, &s, &results)?;
-    print!("{}", report::render(&env, &s, &results, &written));
+    let (tables, failed) = report::render(&env, &s, &results, &written);
+    print!("{tables}");
+    if failed > 0 {
+        return Err(format!("{failed} measurement(s) failed: see \"Errors\" in the tables").into());
+    }
     Ok(())
 }

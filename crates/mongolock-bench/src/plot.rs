@@ -32,11 +32,13 @@ pub(crate) fn handoff(path: &Path, title: &str, panels: &[(String, Series)]) -> 
         .flat_map(|(_, s)| s.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.0)))
         .max()
         .unwrap_or(1) as f64;
+    // A decade of headroom above the lines for the legend.
     let (lo, hi) = bounds(
         panels
             .iter()
             .flat_map(|(_, s)| s.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1))),
     );
+    let hi = hi * 10.0;
     for ((caption, series), area) in panels.iter().zip(areas.iter()) {
         let mut chart = ChartBuilder::on(area)
             .caption(caption, ("sans-serif", 16))
@@ -51,6 +53,7 @@ pub(crate) fn handoff(path: &Path, title: &str, panels: &[(String, Series)]) -> 
             .configure_mesh()
             .x_desc("waiters")
             .y_desc("handoff p50 (ms)")
+            .y_labels(6)
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_label_formatter(&|y| format!("{y}"))
             .draw()?;
@@ -110,6 +113,7 @@ pub(crate) fn throughput(
             }
         })
         .y_desc("acquire + release pairs per second")
+        .y_labels(6)
         .y_label_formatter(&|y| format!("{y}"))
         .draw()?;
     let width = 0.8 / bars as f64;

@@ -9,7 +9,7 @@ use crate::emulator::Topology;
 use crate::measure::Settings;
 use crate::peers::MONGO_LOCK_ASYNC_POLL;
 use crate::plot;
-use crate::suite::{HandoffSeries, LibResults, throughput_scenarios};
+use crate::suite::{HandoffSeries, LibResults, NOT_RUN, throughput_scenarios};
 
 /// How the run was made.
 pub(crate) struct Environment {
@@ -207,13 +207,14 @@ pub(crate) fn plots(
     Ok(vec![handoff, throughput])
 }
 
-/// Renders every table.
+/// Renders every table; also returns the number of measurements that failed (those left
+/// out with `--measure` do not count).
 pub(crate) fn render(
     env: &Environment,
     s: &Settings,
     results: &[LibResults],
     plots: &[PathBuf],
-) -> String {
+) -> (String, usize) {
     let mut out = String::new();
     let mut notes: Vec<String> = Vec::new();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -570,8 +571,8 @@ pub(crate) fn render(
          Bytes allocated and not freed in the benchmark's process (a counting global \
          allocator; the emulator is another process), before and after one client takes {} \
          leases, or {} tasks of one client wait for a lock held elsewhere, divided by that \
-         number. It includes what a user would keep too: the guards in a `Vec`, the waiting \
-         tasks.\n",
+         number. The vector that keeps the guards is allocated before the first reading; what \
+         each guard owns on the heap counts, and so do the waiting tasks.\n",
         s.memory_leases, s.memory_waiters
     );
     let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -596,7 +597,10 @@ pub(crate) fn render(
     if !plots.is_empty() {
         let _ = writeln!(out, "## Plots\n");
         for p in plots {
-            let _ = writeln!(out, "- {}", p.display());
+            let shown = p
+                .canonicalize()
+                .map_or_else(|_| p.display().to_string(), |c| c.display().to_string());
+            let _ = writeln!(out, "- {shown}");
         }
         out.push('\n');
     }
@@ -615,7 +619,8 @@ pub(crate) fn render(
         }
         out.push('\n');
     }
-    out
+    let failed = notes.iter().filter(|n| n.as_str() != NOT_RUN).count();
+    (out, failed)
 }
 
 fn pick(g: &crate::groups::Group, op: &str) -> crate::groups::GroupOp {

@@ -21,7 +21,7 @@ pub(crate) const SECTIONS: [&str; 7] = [
 ];
 
 /// What a measurement left out by `--measure` reports.
-const NOT_RUN: &str = "not measured in this run (--measure)";
+pub(crate) const NOT_RUN: &str = "not measured in this run (--measure)";
 
 /// The servers of the run: a replica set, and a standalone server for the polling rows.
 pub(crate) struct Servers {
