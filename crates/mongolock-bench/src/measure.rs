@@ -375,3 +375,26 @@ async fn participant(
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|&m| Duration::from_millis(m)).collect()
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let p = Percentiles::of(ms(&(1..=100).rev().collect::<Vec<_>>())).unwrap();
+        assert_eq!(p.p50, Duration::from_millis(50));
+        assert_eq!(p.p99, Duration::from_millis(99));
+        assert_eq!(p.n, 100);
+        let one = Percentiles::of(ms(&[7])).unwrap();
+        assert_eq!(
+            (one.p50, one.p99),
+            (Duration::from_millis(7), Duration::from_millis(7))
+        );
+        assert!(Percentiles::of(Vec::new()).is_none());
+    }
+}

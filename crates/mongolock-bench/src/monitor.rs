@@ -166,3 +166,37 @@ impl Inner {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use mongodb::bson::doc;
+
+    use super::*;
+
+    #[test]
+    fn counts_between_snapshots_and_their_description() {
+        let before = Counts(BTreeMap::from([("findAndModify".to_string(), 3)]));
+        let after = Counts(BTreeMap::from([
+            ("findAndModify".to_string(), 7),
+            ("getMore".to_string(), 2),
+        ]));
+        let d = after.since(&before);
+        assert_eq!(d.total(), 6);
+        assert_eq!(d.describe(2), "2 findAndModify + 1 getMore");
+        assert_eq!(d.describe(4), "1 findAndModify + 0.5 getMore");
+        assert_eq!(d.describe_rate(2.0), "2.0/s findAndModify + 1.0/s getMore");
+        assert_eq!(per_op(1, 40), "0.03");
+        assert_eq!(per_op(1, 0), "-");
+    }
+
+    #[test]
+    fn the_deleted_id_of_a_one_statement_delete() {
+        let id = ObjectId::new();
+        let one = doc! { "delete": "locks", "deletes": [{ "q": { "_id": id }, "limit": 1 }] };
+        assert_eq!(deleted_object_id(&one), Some(id));
+        let two = doc! { "delete": "locks", "deletes": [{ "q": { "_id": id } }, { "q": {} }] };
+        assert_eq!(deleted_object_id(&two), None);
+        let by_key = doc! { "delete": "locks", "deletes": [{ "q": { "_id": "key" } }] };
+        assert_eq!(deleted_object_id(&by_key), None);
+    }
+}

@@ -162,3 +162,50 @@ fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
         10f64.powf(hi.log10().ceil()).max(lo * 10.0),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_bounds_are_powers_of_ten_around_the_values() {
+        assert_eq!(bounds([4.2, 254.0].into_iter()), (1.0, 1000.0));
+        assert_eq!(bounds([0.0, f64::NAN].into_iter()), (1.0, 10.0));
+        assert_eq!(bounds([100.0].into_iter()), (100.0, 1000.0));
+    }
+
+    #[test]
+    fn the_plots_are_svg_with_their_labels_as_text() {
+        let dir = std::env::temp_dir().join(format!("mongolock-bench-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let series: Series = vec![
+            ("lib-a".into(), vec![(1, 10.0), (8, 20.0), (64, 50.0)]),
+            ("lib-b".into(), vec![(1, 250.0), (8, 260.0)]),
+        ];
+        let handoff = dir.join("h.svg");
+        handoff_plot_ok(&handoff, &series);
+        let text = std::fs::read_to_string(&handoff).unwrap();
+        assert!(text.starts_with("<svg"), "{}", &text[..40.min(text.len())]);
+        for label in ["lib-a", "lib-b", "waiters", "title", "panel"] {
+            assert!(text.contains(label), "no {label} in the handoff plot");
+        }
+        let bars = dir.join("t.svg");
+        throughput(
+            &bars,
+            "pairs",
+            &["lib-a".into(), "lib-b".into()],
+            &["64 on 64".into(), "64 on 1".into()],
+            &[vec![Some(300.0), Some(120.0)], vec![Some(1800.0), None]],
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&bars).unwrap();
+        for label in ["lib-a", "lib-b", "64 on 64", "64 on 1"] {
+            assert!(text.contains(label), "no {label} in the throughput plot");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn handoff_plot_ok(path: &Path, series: &Series) {
+        handoff(path, "title", &[("panel".into(), series.clone())]).unwrap();
+    }
+}

@@ -664,3 +664,42 @@ fn handoff_table(
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     table(out, &header, rows(results, columns));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_are_to_the_best_in_the_column() {
+        let cells = [
+            Cell::Value(2.0),
+            Cell::Value(4.0),
+            Cell::Text("no renew".into()),
+        ];
+        assert_eq!(
+            column(&cells, count),
+            ["2 (1.00×)", "4 (2.00×)", "no renew"]
+        );
+        assert_eq!(
+            column_max(&cells, count),
+            ["2 (0.50×)", "4 (1.00×)", "no renew"]
+        );
+        // A zero best gives no ratio rather than an infinite one.
+        assert_eq!(
+            column(&[Cell::Value(0.0), Cell::Value(3.0)], count),
+            ["0", "3"]
+        );
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(ms(254.3), "254 ms");
+        assert_eq!(ms(11.43), "11.4 ms");
+        assert_eq!(ms(5.528), "5.53 ms");
+        assert_eq!(bytes(750.2), "750 B");
+        assert_eq!(bytes(22_257.0), "21.7 KiB");
+        assert_eq!(rate(552.0), "552/s");
+        assert_eq!(rate(0.2), "0.2/s");
+        assert_eq!(micros(Duration::from_micros(512)), "512 µs");
+    }
+}
