@@ -204,18 +204,33 @@ impl HolderLog {
     /// A log, with id `id`, for a guard granted now.
     pub fn new(id: u64, client: usize, mode: Mode, invoked_at: Instant, guard: &LockGuard) -> Self {
         let mut log = HolderLog {
+            access: Access::of(guard),
+            lock_id: guard.lock_id().to_owned(),
+            invoked_at,
+            attempt_sent_at: guard.attempt_sent_at(),
+            ..HolderLog::granted(id, client, mode, guard.resource(), guard.fencing_token())
+        };
+        log.sample(guard);
+        log
+    }
+
+    /// A log, with id `id`, of an exclusive grant of `token` on `resource` that reached its
+    /// holder now, with nothing done or seen yet: callers set what else they know.
+    pub fn granted(id: u64, client: usize, mode: Mode, resource: &str, token: i64) -> Self {
+        let now = Instant::now();
+        HolderLog {
             id,
             client,
             fake: false,
-            resource: guard.resource().to_owned(),
+            resource: resource.to_owned(),
             mode,
-            access: Access::of(guard),
-            lock_id: guard.lock_id().to_owned(),
+            access: Access::Exclusive,
+            lock_id: String::new(),
             group: None,
-            invoked_at,
-            attempt_sent_at: guard.attempt_sent_at(),
-            granted_at: Instant::now(),
-            token: guard.fencing_token(),
+            invoked_at: now,
+            attempt_sent_at: now,
+            granted_at: now,
+            token,
             max_deadline: None,
             writes: Vec::new(),
             notified: None,
@@ -224,9 +239,7 @@ impl HolderLog {
             release_ok: None,
             killed_at: None,
             believed_until: None,
-        };
-        log.sample(guard);
-        log
+        }
     }
 
     /// Records the guard's local deadline now, if it still holds.

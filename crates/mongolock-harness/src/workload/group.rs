@@ -15,7 +15,7 @@ use mongolock::{LockClient, LockDetails};
 use rand::Rng;
 
 use super::{ClientCtl, Held, Worker, owner_label};
-use crate::history::{Access, HolderLog, LossKind, Mode, PauseLog};
+use crate::history::{HolderLog, LossKind, Mode, PauseLog};
 
 impl Worker {
     /// Takes some members of `pool` as one group with the low-level API, holds them
@@ -131,26 +131,13 @@ impl Worker {
             group.deadline = Some(deadline);
             let id = self.recorder.next_id();
             group.logs.push(HolderLog {
-                id,
-                client: self.index,
-                fake: false,
-                resource: resource.clone(),
-                mode: Mode::Group,
-                access: Access::Exclusive,
                 lock_id: lock_id.to_owned(),
                 group: Some(group_id),
                 invoked_at: sent,
                 attempt_sent_at: sent,
                 granted_at: now,
-                token: grant.fencing_token(),
                 max_deadline: group.deadline,
-                writes: Vec::new(),
-                notified: None,
-                pauses: Vec::new(),
-                released_at: None,
-                release_ok: None,
-                killed_at: None,
-                believed_until: None,
+                ..HolderLog::granted(id, self.index, Mode::Group, resource, grant.fencing_token())
             });
             self.mirror(&group.logs);
         }
