@@ -49,6 +49,9 @@ const MARKER: &str = "mongolock-harness/oracle-marker";
 /// How long one `getMore` waits for events.
 const POLL: Duration = Duration::from_millis(200);
 
+/// How long [`Tap::finish`] waits for the marker to come through the stream.
+const MARKER_WAIT: Duration = Duration::from_secs(30);
+
 /// One committed write to the lock collection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerEvent {
@@ -114,24 +117,31 @@ impl Tap {
     ///
     /// # Errors
     /// The stream failed during the run (the log would be partial), or the marker could
-    /// not be written or was not seen.
+    /// not be written or was not seen within 30 s.
     ///
     /// # Cancel safety
     /// Dropping the future leaves the reading task to end by itself once it sees the
     /// marker (or fails); the marker may be left in the collection.
-    pub async fn finish(self) -> Result<Vec<ServerEvent>, String> {
+    pub async fn finish(mut self) -> Result<Vec<ServerEvent>, String> {
         let marked = self
             .db
             .collection::<Document>(&self.collection)
             .insert_one(doc! {"_id": MARKER})
             .await;
         self.stop.store(true, Ordering::SeqCst);
-        let events = self
-            .task
-            .await
-            .map_err(|e| format!("the change-stream reader failed: {e}"))??;
-        marked.map_err(|e| format!("the end marker could not be written: {e}"))?;
-        Ok(events)
+        if let Err(e) = marked {
+            self.task.abort();
+            return Err(format!("the end marker could not be written: {e}"));
+        }
+        match tokio::time::timeout(MARKER_WAIT, &mut self.task).await {
+            Ok(joined) => joined.map_err(|e| format!("the change-stream reader failed: {e}"))?,
+            Err(_) => {
+                self.task.abort();
+                Err(format!(
+                    "the end marker was not seen on the change stream within {MARKER_WAIT:?}"
+                ))
+            }
+        }
     }
 }
 
