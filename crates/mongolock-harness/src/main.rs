@@ -68,8 +68,11 @@ async fn main() -> ExitCode {
     print!("{report}");
     let violations = report.violations();
     let server_violations = report.server_violations();
-    for (seed, (check, what)) in &server_violations {
-        println!("  seed {seed}: {check}: {what}");
+    if !server_violations.is_empty() {
+        println!("server-side violations:");
+        for (seed, (check, what)) in &server_violations {
+            println!("  seed {seed}: {check}: {what}");
+        }
     }
     if !violations.is_empty() {
         println!("violations:");
