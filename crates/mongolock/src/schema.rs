@@ -81,6 +81,17 @@ pub(crate) const REMAINING_MS: &str = "remainingMs";
 /// lock document.
 pub(crate) const NOT_A_LOCK_DOCUMENT: &str = "not a lock document";
 
+/// The error for a document of another shape under `id`, which every command leaves as it
+/// is.
+pub(crate) fn not_a_lock_document(id: &Bson) -> Error {
+    Error::unexpected(id, "not a lock document; it was left unchanged")
+}
+
+/// A span of milliseconds the server computed (`expiresAt - $$NOW`), none if negative.
+pub(crate) fn millis_left(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
 /// The shortest life of a tombstone left by `release_attempt`: long past any time a dropped
 /// command could still be in flight.
 pub(crate) const TOMBSTONE_MIN_LIFE: Duration = Duration::from_secs(5 * 60);
@@ -400,12 +411,7 @@ pub(crate) fn decode_status(row: &Document) -> Result<LockStatus> {
     let kind = match row.get_str(KIND) {
         Ok("exclusive") => LockKind::Exclusive,
         Ok("shared") => LockKind::Shared,
-        Ok(NOT_A_LOCK_DOCUMENT) => {
-            return Err(Error::unexpected(
-                &id,
-                "not a lock document; it was left unchanged",
-            ));
-        }
+        Ok(NOT_A_LOCK_DOCUMENT) => return Err(not_a_lock_document(&id)),
         _ => return Err(Error::unexpected(&id, "unknown lock kind")),
     };
     let holder = decode_entry(&id, &resource, kind, row)?;

@@ -34,8 +34,6 @@
 //! first [`MAX_NAMED_HOLDERS`] blockers, their number and how long until they are gone
 //! (`expiresAt - $$NOW`, computed by the server, so no client clock is read).
 
-use std::time::Duration;
-
 use bson::{Bson, DateTime, Document, bson, doc};
 
 use crate::attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
@@ -320,10 +318,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     };
     let id = schema::id_of(value);
     if value.get_bool("lockDocument") != Ok(true) {
-        return Err(Error::unexpected(
-            &id,
-            "not a lock document; it was left unchanged",
-        ));
+        return Err(schema::not_a_lock_document(&id));
     }
     let Ok(fields) = value.get_document("reply") else {
         return Err(bad("the acquire reply has no fields"));
@@ -346,13 +341,10 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     };
     // What the server's clock left of the grant when it executed this copy of the attempt.
     let remaining = |holder: &crate::lock::Holder| match (holder.expires_at, now) {
-        (Some(expires), Some(now)) => Some(Duration::from_millis(
-            u64::try_from(
-                expires
-                    .timestamp_millis()
-                    .saturating_sub(now.timestamp_millis()),
-            )
-            .unwrap_or(0),
+        (Some(expires), Some(now)) => Some(schema::millis_left(
+            expires
+                .timestamp_millis()
+                .saturating_sub(now.timestamp_millis()),
         )),
         _ => None,
     };
@@ -404,7 +396,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         .map(|n| u64::try_from(n).unwrap_or(0))
         .unwrap_or(holders.len() as u64);
     let wait_ms = int("waitMs");
-    let wait = wait_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+    let wait = wait_ms.map(schema::millis_left);
     let free_at = match (now, wait_ms) {
         (Some(now), Some(ms)) => Some(DateTime::from_millis(
             now.timestamp_millis().saturating_add(ms.max(0)),
@@ -425,6 +417,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
 mod tests {
     use super::*;
     use crate::request::{LockDetails, Nonce};
+    use std::time::Duration;
 
     fn stage(request: &AcquireRequest) -> Document {
         let ttl = request.validate().unwrap();

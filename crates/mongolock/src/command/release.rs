@@ -200,10 +200,9 @@ pub(crate) async fn force_release(ctx: &Context, resource: &str) -> Result<u64> 
             Some(Bson::Int32(n)) if *n >= 0 => *n as u64,
             Some(Bson::Int64(n)) if *n >= 0 => *n as u64,
             Some(Bson::Int32(_) | Bson::Int64(_)) => {
-                return Err(Error::unexpected(
-                    &Bson::String(resource.to_owned()),
-                    "not a lock document; it was left unchanged",
-                ));
+                return Err(schema::not_a_lock_document(&Bson::String(
+                    resource.to_owned(),
+                )));
             }
             _ => {
                 return Err(Error::bad_reply(
