@@ -461,35 +461,35 @@ pub fn check(
         };
         let before = current.remove(resource).unwrap_or_default();
         for (key, old) in &before {
-            if !after.contains_key(key) {
+            let Some(new) = after.get(key) else {
                 if let Some(i) = open.remove(&(resource, key.clone())) {
                     grants[i].removed_ms = Some(event.at_ms);
                 }
-            } else if let Some(new) = after.get(key) {
-                if new.created_ms != old.created_ms {
+                continue;
+            };
+            if new.created_ms != old.created_ms {
+                out.violations.push((
+                    ServerCheck::Fencing,
+                    format!(
+                        "{resource}: grant {key} changed its grant time ({} -> {})",
+                        old.created_ms, new.created_ms
+                    ),
+                ));
+            }
+            if new.renewed_ms != old.renewed_ms {
+                out.renewals += 1;
+                if !old.live_at(new.renewed_ms) {
                     out.violations.push((
-                        ServerCheck::Fencing,
+                        ServerCheck::Revival,
                         format!(
-                            "{resource}: grant {key} changed its grant time ({} -> {})",
-                            old.created_ms, new.created_ms
+                            "{resource}: token {} renewed at {} after it expired at {:?}",
+                            old.token, new.renewed_ms, old.expires_ms
                         ),
                     ));
                 }
-                if new.renewed_ms != old.renewed_ms {
-                    out.renewals += 1;
-                    if !old.live_at(new.renewed_ms) {
-                        out.violations.push((
-                            ServerCheck::Revival,
-                            format!(
-                                "{resource}: token {} renewed at {} after it expired at {:?}",
-                                old.token, new.renewed_ms, old.expires_ms
-                            ),
-                        ));
-                    }
-                }
-                if let Some(&i) = open.get(&(resource, key.clone())) {
-                    grants[i].expires_ms = new.expires_ms;
-                }
+            }
+            if let Some(&i) = open.get(&(resource, key.clone())) {
+                grants[i].expires_ms = new.expires_ms;
             }
         }
         let mut fresh: Vec<&Entry> = after
