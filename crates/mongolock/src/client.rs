@@ -98,10 +98,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn new(collection: Collection<Document>) -> Self {
+    fn new(ctx: &Arc<Context>) -> Self {
         Shared {
-            keeper: Arc::new(Keeper::new()),
-            wakeups: Wakeups::new(collection),
+            keeper: Arc::new(Keeper::new(ctx.clone())),
+            wakeups: Wakeups::new(ctx.collection.clone()),
             tasks: TaskTracker::new(),
             gates: std::sync::Mutex::new(HashMap::new()),
         }
@@ -124,25 +124,22 @@ impl LockClient {
     /// # }
     /// ```
     pub fn new(collection: Collection<Document>) -> Self {
+        let ctx = Arc::new(Context::new(collection));
         LockClient {
-            shared: Arc::new(Shared::new(collection.clone())),
-            ctx: Arc::new(Context::new(collection)),
+            shared: Arc::new(Shared::new(&ctx)),
+            ctx,
         }
     }
 
     /// A client with changed settings: a client of its own, with its own leases.
     fn with(mut self, change: impl FnOnce(&mut Context)) -> Self {
         change(Arc::make_mut(&mut self.ctx));
-        self.shared = Arc::new(Shared::new(self.ctx.collection.clone()));
+        self.shared = Arc::new(Shared::new(&self.ctx));
         self
     }
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
-    }
-
-    pub(crate) fn context(&self) -> &Arc<Context> {
-        &self.ctx
     }
 
     /// The turn-taking gate of the local waiters on `resource`.
@@ -158,19 +155,19 @@ impl LockClient {
     }
 
     /// Runs `task` in the background, tracked so that [`shutdown`](LockClient::shutdown)
-    /// waits for it. Without a tokio runtime it does nothing (the TTL ends what it would
-    /// have released).
-    pub(crate) fn spawn_background<F, Fut>(&self, task: F)
+    /// waits for it; false (and nothing runs) without a tokio runtime.
+    pub(crate) fn spawn_background<F, Fut>(&self, task: F) -> bool
     where
         F: FnOnce(LockClient) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!("no runtime: a background release is left to the TTL");
-            return;
+            tracing::debug!("no runtime: the work is queued for the keeper");
+            return false;
         };
         let future = task(self.clone());
         self.shared.tasks.spawn_on(future, &runtime);
+        true
     }
 
     /// A mutex on `resource`: one holder at a time, with a lease kept alive in the
@@ -246,6 +243,8 @@ impl LockClient {
         self.shared.tasks.close();
         self.shared.tasks.wait().await;
         self.shared.tasks.reopen();
+        // Releases and withdrawals that failed in the background get one more try now.
+        self.shared.keeper.flush().await;
     }
 
     /// The number of leases this client keeps alive.
@@ -559,6 +558,11 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn release(&self, grant: &Grant) -> Result<bool> {
+        Ok(self.release_grant(grant).await?.removed)
+    }
+
+    /// Releases one grant, saying whether it was still live when removed.
+    pub(crate) async fn release_grant(&self, grant: &Grant) -> Result<command::release::Released> {
         command::release::release(self.ready()?, grant).await
     }
 
@@ -761,7 +765,7 @@ mod tests {
         fn assert_send<T: Send>(_: &T) {}
         let ctx = crate::command::test_context();
         let locks = LockClient {
-            shared: Arc::new(Shared::new(ctx.collection.clone())),
+            shared: Arc::new(Shared::new(&Arc::new(ctx.clone()))),
             ctx: Arc::new(ctx),
         };
         let request = AcquireRequest::exclusive("r", "l", LockDetails::default());
@@ -781,7 +785,7 @@ mod tests {
     async fn a_zero_time_limit_is_refused_before_sending() {
         let ctx = crate::command::test_context();
         let locks = LockClient {
-            shared: Arc::new(Shared::new(ctx.collection.clone())),
+            shared: Arc::new(Shared::new(&Arc::new(ctx.clone()))),
             ctx: Arc::new(ctx),
         }
         .with_command_timeout(Duration::ZERO);

@@ -4,12 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::LockClient;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::{Lease, LeaseState, LossReason};
+use crate::lease::{Chore, Keeper, Lease, LeaseState, LossReason};
 use crate::lock::{Grant, LockKind};
 
 /// A held lock: a lease that the client renews in the background until the guard is released
@@ -21,9 +20,11 @@ use crate::lock::{Grant, LockKind};
 /// comes before the server can grant the lock to anyone else.
 ///
 /// Dropping the guard releases the lock in a background task (never blocking);
-/// [`LockClient::shutdown`] waits for such releases. Without a tokio runtime at drop, the TTL
-/// frees the lock. Leaking the guard (`std::mem::forget`) leaks the lease: the client keeps
-/// renewing it for as long as the client lives.
+/// [`LockClient::shutdown`] waits for such releases. From the drop on, the lock is never
+/// renewed: if the release fails, or no tokio runtime runs where the guard is dropped, the
+/// client retries it in the background while it has a runtime (the keeper's chores), and
+/// the lock ends with its TTL at the latest. Leaking the guard (`std::mem::forget`) leaks
+/// the lease: the client keeps renewing it for as long as the client lives.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -83,9 +84,11 @@ impl LockGuard {
         self.lease.grant.kind()
     }
 
-    /// When the attempt that was granted was sent, on this process's monotonic clock. The
-    /// server granted the lock after this instant and before `acquire` returned; the lease's
-    /// first deadline is counted from it.
+    /// When the attempt that was granted was sent, on the lease clock: this process's
+    /// monotonic clock plus the time the machine was suspended since the process started
+    /// (on Linux; elsewhere the monotonic clock alone). The server granted the lock after
+    /// this instant and before `acquire` returned; the lease's first deadline is counted
+    /// from it.
     pub fn attempt_sent_at(&self) -> std::time::Instant {
         self.lease.sent_at.into_std()
     }
@@ -112,9 +115,7 @@ impl LockGuard {
         if self.is_lost() {
             return Duration::ZERO;
         }
-        self.lease
-            .deadline()
-            .saturating_duration_since(Instant::now())
+        self.lease.time_left()
     }
 
     /// Resolves when the lease is lost, with the reason: no later than the local deadline,
@@ -129,24 +130,32 @@ impl LockGuard {
 
     /// Releases the lock now, in one round trip, and stops its keepalive.
     ///
+    /// `Ok` means the lease was held throughout, as far as the server knows: the server
+    /// still had this very grant, live, when it removed it.
+    ///
     /// # Errors
     ///
-    /// [`ErrorKind::LeaseLost`] if the lease had been lost before this call (the entry, if the
-    /// server still had it, is released all the same): whatever was done under the lock may
-    /// have overlapped with another holder. A database error if the release could not be
-    /// sent; the lock then ends with its TTL.
+    /// [`ErrorKind::LeaseLost`] if the lease had been lost before this call (with the reason
+    /// it was lost for), or if the server no longer held this grant live when the release
+    /// reached it ([`LossReason::Revoked`]: force-released, purged, or expired by the
+    /// server's clock before the keeper noticed): whatever was done under the lock may have
+    /// overlapped with another holder. The entry, if the server still had it, is released
+    /// all the same. A database error if the release could not be done; the client then
+    /// retries it in the background, and the lock ends with its TTL at the latest.
     ///
     /// # Cancel safety
     ///
     /// The keepalive stops as soon as this is called. If the future is dropped before the
-    /// release reaches the server, the lock ends with its TTL.
+    /// release completes, the client retries the release in the background, and the lock
+    /// ends with its TTL at the latest.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         let lost_before = match self.lease.state() {
             LeaseState::Lost(reason) => Some(reason),
             _ => None,
         };
-        self.client.shared().keeper.remove(self.key);
+        let keeper = self.client.shared().keeper.clone();
+        keeper.remove(self.key);
         self.lease.lose(LossReason::Released);
         crate::observe::released(true);
         let span = tracing::debug_span!(
@@ -154,15 +163,31 @@ impl LockGuard {
             resource = self.resource(),
             token = self.fencing_token()
         );
-        self.client
-            .release(&self.lease.grant)
+        // Until the server answered, the release is the keeper's duty if this stops.
+        let mut duty = ReleaseDuty(Some((keeper, self.lease.grant.clone())));
+        let released = self
+            .client
+            .release_grant(&self.lease.grant)
             .instrument(span)
             .await?;
-        match lost_before {
-            Some(reason) => Err(Error::new(ErrorKind::LeaseLost {
+        duty.0 = None;
+        let lost = |reason| {
+            Err(Error::new(ErrorKind::LeaseLost {
                 resource: self.resource().to_owned(),
                 reason,
-            })),
+            }))
+        };
+        match lost_before {
+            Some(reason) => lost(reason),
+            None if !released.live => {
+                tracing::warn!(
+                    resource = self.resource(),
+                    token = self.fencing_token(),
+                    "released a lease the server no longer held"
+                );
+                crate::observe::lease_lost(&self.lease.grant, LossReason::Revoked);
+                lost(LossReason::Revoked)
+            }
             None => Ok(()),
         }
     }
@@ -173,14 +198,34 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        self.client.shared().keeper.remove(self.key);
+        let keeper = self.client.shared().keeper.clone();
+        keeper.remove(self.key);
         self.lease.lose(LossReason::Released);
         crate::observe::released(false);
         let grant = self.lease.grant.clone();
-        self.client.spawn_background(move |client| async move {
-            if let Err(error) = client.release(&grant).await {
-                tracing::warn!(%error, resource = grant.resource(), "background release failed; the TTL will free the lock");
+        let spawned = self.client.spawn_background({
+            let grant = grant.clone();
+            move |client| async move {
+                if let Err(error) = client.release(&grant).await {
+                    tracing::warn!(%error, resource = grant.resource(), "background release failed; the client keeps trying");
+                    keeper.defer(Chore::Release(grant));
+                }
             }
         });
+        if !spawned {
+            self.client.shared().keeper.defer(Chore::Release(grant));
+        }
+    }
+}
+
+/// A release that has not been answered yet: dropped before that (the future dropped, or
+/// the release failed), it hands the release to the keeper's chores.
+struct ReleaseDuty(Option<(Arc<Keeper>, Grant)>);
+
+impl Drop for ReleaseDuty {
+    fn drop(&mut self) {
+        if let Some((keeper, grant)) = self.0.take() {
+            keeper.defer(Chore::Release(grant));
+        }
     }
 }

@@ -3,37 +3,48 @@
 //!
 //! # The local deadline
 //!
-//! A lease keeps a deadline on the monotonic clock: the time the last successful grant or
-//! renewal was *sent*, plus the TTL, minus a safety margin. The server starts counting the
-//! TTL when it executes the command, which is after it was sent, so the server's expiry is
-//! later than the local deadline (clock rates differ by far less than the margin). When the
-//! deadline passes without a renewal, the lease is lost: [`LockGuard::is_lost`] turns true
-//! at once, by reading the clock, even if no task ran in between (a paused process learns it
-//! the moment it resumes), and [`LockGuard::lost`] resolves. That is before the server can
-//! grant the lock to anyone else.
+//! A lease keeps a deadline on the lease clock ([`crate::clock`]: monotonic, and counting
+//! the time the machine was suspended): the time the last successful grant or renewal was
+//! *sent*, plus the TTL, minus a safety margin. The server starts counting the TTL when it
+//! executes the command, which is after it was sent, so the server's expiry is later than
+//! the local deadline (clock rates differ by far less than the margin). When the deadline
+//! passes without a renewal, the lease is lost: [`LockGuard::is_lost`] turns true at once,
+//! by reading the clock, even if no task ran in between (a paused process, or a suspended
+//! machine, learns it the moment it resumes), and [`LockGuard::lost`] resolves. That is
+//! before the server can grant the lock to anyone else.
 //!
 //! # The keeper
 //!
-//! Every lease carries its client's keeper id in its stored entry. One background task per
-//! client renews them all with one `update` per tick ([`command::keepalive`]), whatever
-//! their number, each by its own TTL. A tick runs at the shortest renewal period among the
-//! leases (a third of the TTL by default), and each renewal's time limit is shorter than
-//! the time the most urgent lease has left (and than its renewal period, or a quarter of its
-//! TTL), so a hung call cannot hide a loss and is retried in time; failed renewals are
-//! retried every 250 ms at most.
+//! One background task per client renews every lease the client still tracks with one
+//! `update` per tick ([`command::keepalive`]), whatever their number, each by its own TTL,
+//! and nothing else: an entry whose guard is gone is never renewed. A tick runs at the
+//! shortest renewal period among the leases (a third of the TTL by default), and each
+//! renewal's time limit is shorter than the time the most urgent lease has left (and than
+//! its renewal period, or a quarter of its TTL), so a hung call cannot hide a loss and is
+//! retried in time; failed renewals are retried every 250 ms at most.
 //!
-//! The reply counts the resources renewed. When that is exactly the number of resources the
-//! client holds leases on, with one lease each and no acquire of this client in flight, every
-//! lease was renewed. Otherwise one more read lists the live leases of the keeper, and a lease
-//! missing from it is lost: the server no longer has it (force-released, purged, expired by
-//! the server's clock).
+//! The command names each lease (resource, lock id, token) in a statement of its own that
+//! matches only while that lease is live, so the reply's count is the number of leases the
+//! server renewed. When it is all of them, each was confirmed. Otherwise, or when the
+//! command failed, one read lists the keeper's live entries with the time each has left,
+//! computed by the server: a lease on that list counts from the read's send time for that
+//! long, and a lease missing from it is lost as [`LossReason::Revoked`] (force-released,
+//! purged, expired by the server's clock).
+//!
+//! # Chores
+//!
+//! A release or a withdrawal that could not be done at once (a guard dropped where no
+//! runtime runs, a `release()` whose future was dropped or failed, a background release or
+//! withdrawal that failed) is queued as a chore. A second task retries the chores with
+//! backoff until each is done or can no longer matter (the entry's TTL, or the tombstone's
+//! life, has surely passed). Until then the entry is not renewed, so it ends with its TTL
+//! at the latest.
 //!
 //! [`LockGuard::is_lost`]: crate::LockGuard::is_lost
 //! [`LockGuard::lost`]: crate::LockGuard::lost
 //! [`command::keepalive`]: crate::command::keepalive
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -41,8 +52,10 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::command::{Context, keepalive};
+use crate::clock::{Clock, SUSPEND_CHECK};
+use crate::command::{Context, keepalive, release};
 use crate::lock::Grant;
+use crate::request::AcquireRequest;
 
 /// Where a lease stands, as its holder sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,14 +95,15 @@ pub(crate) struct Lease {
     pub(crate) margin: Duration,
     /// How often the keeper renews it.
     pub(crate) every: Duration,
-    /// When the attempt that was granted was sent.
+    /// When the attempt that was granted was sent, on the lease clock.
     pub(crate) sent_at: Instant,
+    clock: Clock,
     deadline: Mutex<Instant>,
     state: watch::Sender<LeaseState>,
 }
 
 impl Lease {
-    /// A lease granted by an attempt sent at `sent_at`.
+    /// A lease granted by an attempt sent at `sent_at` (read from `clock`).
     ///
     /// The deadline counts from the send of the copy of the attempt whose reply came back,
     /// for what the server said the grant had left when it executed that copy (the TTL for
@@ -101,6 +115,7 @@ impl Lease {
         margin: Duration,
         every: Duration,
         sent_at: Instant,
+        clock: Clock,
     ) -> Self {
         let left = grant.remaining.map_or(ttl, |remaining| remaining.min(ttl));
         let deadline = sent_at + left.saturating_sub(margin);
@@ -110,14 +125,20 @@ impl Lease {
             margin,
             every,
             sent_at,
+            clock,
             deadline: Mutex::new(deadline),
             state: watch::Sender::new(LeaseState::Held),
         }
     }
 
-    /// The local deadline.
+    /// The local deadline, on the lease clock.
     pub(crate) fn deadline(&self) -> Instant {
         *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The time left to the deadline (zero once it passed).
+    pub(crate) fn time_left(&self) -> Duration {
+        self.deadline().saturating_duration_since(self.clock.now())
     }
 
     /// The state, with the deadline read against the clock now.
@@ -125,7 +146,7 @@ impl Lease {
         let state = *self.state.borrow();
         match state {
             LeaseState::Lost(_) => state,
-            _ if Instant::now() >= self.deadline() => LeaseState::Lost(LossReason::Deadline),
+            _ if self.clock.now() >= self.deadline() => LeaseState::Lost(LossReason::Deadline),
             _ => state,
         }
     }
@@ -148,16 +169,17 @@ impl Lease {
         }
     }
 
-    /// A renewal sent at `sent_at` succeeded. Ignored once the lease is lost: a lost lease
-    /// is never revived, and a reply that arrives after the deadline proves nothing.
-    fn renewed(&self, sent_at: Instant) {
+    /// The server had the lease, with `left` to go, when it executed a command sent at
+    /// `sent_at` (on the lease clock). Ignored once the lease is lost: a lost lease is never
+    /// revived, and a reply that arrives after the deadline proves nothing.
+    fn confirmed(&self, sent_at: Instant, left: Duration) {
         if self.is_lost() {
             self.lose(LossReason::Deadline);
             return;
         }
         {
             let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-            let next = sent_at + self.ttl.saturating_sub(self.margin);
+            let next = sent_at + left.min(self.ttl).saturating_sub(self.margin);
             if next > *deadline {
                 *deadline = next;
             }
@@ -170,6 +192,11 @@ impl Lease {
                 false
             }
         });
+    }
+
+    /// A renewal sent at `sent_at` renewed this very lease by its TTL.
+    fn renewed(&self, sent_at: Instant) {
+        self.confirmed(sent_at, self.ttl);
     }
 
     /// A renewal failed: the lease may still be held until its deadline.
@@ -197,110 +224,202 @@ impl Lease {
                 self.lose(reason);
                 return reason;
             }
-            let deadline = self.deadline();
+            // Timers do not count suspended time: look again at least every SUSPEND_CHECK.
+            let sleep = self.time_left().min(SUSPEND_CHECK);
             tokio::select! {
                 _ = changes.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = tokio::time::sleep(sleep) => {}
             }
         }
     }
 }
 
-/// The keeper of one client: its id (stored in every entry it renews), its leases and its
-/// background task.
+/// Work the keeper does for a lock whose holder could not: a release or a withdrawal that
+/// must still reach the server.
+#[derive(Debug, Clone)]
+pub(crate) enum Chore {
+    /// Release this grant (by resource, lock id and token).
+    Release(Grant),
+    /// Withdraw this attempt (by resource, lock id and nonce), leaving its tombstone.
+    Withdraw(AcquireRequest),
+}
+
+impl Chore {
+    fn resource(&self) -> &str {
+        match self {
+            Chore::Release(grant) => grant.resource(),
+            Chore::Withdraw(request) => request.resource(),
+        }
+    }
+
+    /// How long after it was queued the chore can no longer matter: the entry has expired
+    /// on the server (nothing renews it), or a late copy of the attempt can no longer land.
+    fn lifetime(&self, command_timeout: Duration) -> Duration {
+        match self {
+            Chore::Release(grant) => {
+                grant.holder.ttl.unwrap_or(Duration::from_secs(60)) + command_timeout
+            }
+            Chore::Withdraw(_) => crate::schema::TOMBSTONE_MIN_LIFE,
+        }
+    }
+
+    async fn run(&self, ctx: &Context) -> crate::Result<()> {
+        match self {
+            Chore::Release(grant) => release::release(ctx, grant).await.map(drop),
+            Chore::Withdraw(request) => release::release_attempt(ctx, request).await.map(drop),
+        }
+    }
+}
+
+/// A queued chore and when to try it.
+#[derive(Debug)]
+struct Queued {
+    chore: Chore,
+    next_try: Instant,
+    give_up_at: Instant,
+    backoff: Duration,
+}
+
+/// The keeper of one client: its id (stored in every entry it renews), its leases, its
+/// chores and its background tasks.
 #[derive(Debug)]
 pub(crate) struct Keeper {
     pub(crate) id: String,
-    leases: Mutex<Registry>,
-    /// Acquire attempts of this keeper sent and not settled yet: while one is, a renewal
-    /// count may include its grant, so the keeper checks leases one by one.
-    in_flight: AtomicUsize,
-    /// Wakes the task when a lease is added (its period may be shorter).
+    ctx: Arc<Context>,
+    clock: Clock,
+    state: Mutex<Registry>,
+    /// Wakes the renewing task when a lease is added (its period may be shorter).
     added: Notify,
+    /// Wakes the chores task when a chore is queued.
+    queued: Notify,
 }
 
 #[derive(Debug, Default)]
 struct Registry {
     leases: HashMap<u64, Arc<Lease>>,
     next_key: u64,
-    running: bool,
-}
-
-/// Counts one acquire attempt in flight for as long as it lives.
-#[derive(Debug)]
-pub(crate) struct InFlight(Arc<Keeper>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
+    renewing: bool,
+    chores: Vec<Queued>,
+    cleaning: bool,
 }
 
 /// The retry period after a failed renewal, at most: failures are retried sooner than the
 /// normal period, so a short outage does not cost the lease.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
+/// The first and the longest pause before a failed chore is tried again.
+const CHORE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
+
 impl Keeper {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(ctx: Arc<Context>) -> Self {
         Keeper {
             id: format!("{:032x}", rand::random::<u128>()),
-            leases: Mutex::new(Registry::default()),
-            in_flight: AtomicUsize::new(0),
+            ctx,
+            clock: Clock::system(),
+            state: Mutex::new(Registry::default()),
             added: Notify::new(),
+            queued: Notify::new(),
         }
     }
 
-    /// Counts an attempt in flight until the returned value is dropped.
-    pub(crate) fn in_flight(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        InFlight(self.clone())
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The clock leases of this keeper count on.
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// Keeps `lease` alive from now on, starting the background task if needed; returns the
-    /// key to remove it with.
-    pub(crate) fn add(self: &Arc<Self>, ctx: &Arc<Context>, lease: Arc<Lease>) -> u64 {
-        let mut registry = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+    /// key to remove it with. Call it inside a tokio runtime.
+    pub(crate) fn add(self: &Arc<Self>, lease: Arc<Lease>) -> u64 {
+        let mut registry = self.registry();
         let key = registry.next_key;
         registry.next_key += 1;
         registry.leases.insert(key, lease);
-        if !registry.running {
-            registry.running = true;
-            tokio::spawn(run(Arc::downgrade(self), ctx.clone()));
+        if !registry.renewing {
+            registry.renewing = true;
+            tokio::spawn(renew_all(Arc::downgrade(self)));
         }
         drop(registry);
         self.added.notify_one();
         key
     }
 
-    /// Stops keeping the lease `key` alive.
+    /// Stops keeping the lease `key` alive: from now on it is never renewed.
     pub(crate) fn remove(&self, key: u64) {
-        let mut registry = self.leases.lock().unwrap_or_else(|e| e.into_inner());
-        registry.leases.remove(&key);
+        self.registry().leases.remove(&key);
     }
 
     /// The number of leases kept alive.
     pub(crate) fn len(&self) -> usize {
-        let registry = self.leases.lock().unwrap_or_else(|e| e.into_inner());
-        registry.leases.len()
+        self.registry().leases.len()
+    }
+
+    /// Queues `chore`, to be retried until done. Works without a runtime: the chore is then
+    /// started by the renewing task, if it runs, or by the next chore queued in a runtime.
+    pub(crate) fn defer(self: &Arc<Self>, chore: Chore) {
+        tracing::debug!(resource = chore.resource(), "chore queued");
+        let now = self.clock.now();
+        let queued = Queued {
+            give_up_at: now + chore.lifetime(self.ctx.timeout),
+            chore,
+            next_try: now,
+            backoff: CHORE_BACKOFF.0,
+        };
+        let mut registry = self.registry();
+        registry.chores.push(queued);
+        self.start_cleaning(&mut registry);
+        drop(registry);
+        self.queued.notify_one();
+    }
+
+    /// Starts the chores task if chores wait, none runs, and there is a runtime.
+    fn start_cleaning(self: &Arc<Self>, registry: &mut Registry) {
+        if registry.cleaning || registry.chores.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            registry.cleaning = true;
+            runtime.spawn(do_chores(Arc::downgrade(self)));
+        }
+    }
+
+    /// Tries every queued chore once more, now; those that fail stay queued.
+    pub(crate) async fn flush(self: &Arc<Self>) {
+        let chores: Vec<Queued> = std::mem::take(&mut self.registry().chores);
+        let mut failed = Vec::new();
+        for mut queued in chores {
+            if let Err(error) = queued.chore.run(&self.ctx).await {
+                tracing::warn!(%error, resource = queued.chore.resource(), "chore failed");
+                queued.next_try = self.clock.now() + queued.backoff;
+                failed.push(queued);
+            }
+        }
+        let mut registry = self.registry();
+        registry.chores.extend(failed);
+        self.start_cleaning(&mut registry);
     }
 
     /// The leases not lost yet, or None (and the task marked stopped) when there are none.
-    fn snapshot(&self) -> Option<Vec<Arc<Lease>>> {
-        let mut registry = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+    fn snapshot(self: &Arc<Self>) -> Option<Vec<Arc<Lease>>> {
+        let mut registry = self.registry();
+        // Chores queued where no runtime ran are started from here.
+        self.start_cleaning(&mut registry);
         registry
             .leases
             .retain(|_, lease| !matches!(*lease.state.borrow(), LeaseState::Lost(_)));
         if registry.leases.is_empty() {
-            registry.running = false;
+            registry.renewing = false;
             return None;
         }
         Some(registry.leases.values().cloned().collect())
     }
 }
 
-/// The background task: renews the keeper's leases until it has none, or the keeper is
-/// gone.
-async fn run(keeper: Weak<Keeper>, ctx: Arc<Context>) {
+/// The renewing task: renews the keeper's leases until it has none, or the keeper is gone.
+async fn renew_all(keeper: Weak<Keeper>) {
     let mut last_tick = Instant::now();
     let mut failed = false;
     loop {
@@ -324,14 +443,18 @@ async fn run(keeper: Weak<Keeper>, ctx: Arc<Context>) {
         if Instant::now() >= next_tick {
             last_tick = Instant::now();
             let span = tracing::debug_span!("mongolock.renew", leases = leases.len());
-            failed = !tick(&keeper, &ctx).instrument(span).await;
+            failed = !tick(&keeper, leases).instrument(span).await;
             continue;
         }
-        // Sleep until the next tick, a deadline (to report the loss on time), or a new lease.
-        let first_deadline = leases.iter().map(|l| l.deadline()).min();
-        let wake_at = first_deadline.map_or(next_tick, |d| d.min(next_tick));
+        // Sleep until the next tick, a deadline (to report the loss on time), or a new
+        // lease; never longer than SUSPEND_CHECK, since timers do not count suspended time.
+        let first_deadline = leases.iter().map(|l| l.time_left()).min();
+        let sleep = next_tick
+            .saturating_duration_since(Instant::now())
+            .min(first_deadline.unwrap_or(SUSPEND_CHECK))
+            .min(SUSPEND_CHECK);
         tokio::select! {
-            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = tokio::time::sleep(sleep) => {}
             _ = keeper.added.notified() => {}
         }
         for lease in &leases {
@@ -343,11 +466,8 @@ async fn run(keeper: Weak<Keeper>, ctx: Arc<Context>) {
 }
 
 /// One renewal of every lease the keeper holds; false if it failed.
-async fn tick(keeper: &Arc<Keeper>, ctx: &Context) -> bool {
-    let Some(leases) = keeper.snapshot() else {
-        return true;
-    };
-    let now = Instant::now();
+async fn tick(keeper: &Arc<Keeper>, leases: Vec<Arc<Lease>>) -> bool {
+    let ctx = &keeper.ctx;
     let mut live = Vec::new();
     for lease in leases {
         if lease.is_lost() {
@@ -361,66 +481,66 @@ async fn tick(keeper: &Arc<Keeper>, ctx: &Context) -> bool {
     // retried before the deadline.
     let Some(limit) = live
         .iter()
-        .map(|l| {
-            let left = l.deadline().saturating_duration_since(now);
-            left.min(l.every.max(l.ttl / 4))
-        })
+        .map(|l| l.time_left().min(l.every.max(l.ttl / 4)))
         .min()
     else {
         return true;
     };
-    let resources: HashSet<&str> = live.iter().map(|l| l.grant.resource()).collect();
-    let in_flight_before = keeper.in_flight.load(Ordering::SeqCst);
-    let sent_at = Instant::now();
-    let renewed = keepalive::renew(ctx, &keeper.id, limit).await;
-    let in_flight_after = keeper.in_flight.load(Ordering::SeqCst);
+    let grants: Vec<&Grant> = live.iter().map(|l| &l.grant).collect();
+    let sent_at = keeper.clock.now();
+    let renewed = keepalive::renew(ctx, &grants, limit).await;
     crate::observe::renewal(renewed.is_ok());
-    let count = match renewed {
-        Ok(count) => count,
+    match &renewed {
+        Ok(count) if *count == live.len() as u64 => {
+            for lease in &live {
+                lease.renewed(sent_at);
+            }
+            return true;
+        }
+        Ok(count) => tracing::debug!(count, leases = live.len(), "not every lease renewed"),
         Err(error) => {
             tracing::warn!(%error, leases = live.len(), "renewal failed");
             for lease in &live {
                 lease.suspended();
             }
-            return false;
+            // Unreachable, or too slow: try again soon. Any other failure (a statement the
+            // server refused) may concern one lease only: ask which are live.
+            if error.is_retryable() || matches!(error.kind(), crate::ErrorKind::Timeout { .. }) {
+                return false;
+            }
         }
-    };
-    let certain = in_flight_before == 0
-        && in_flight_after == 0
-        && resources.len() == live.len()
-        && count == resources.len() as u64;
-    if certain {
-        for lease in &live {
-            lease.renewed(sent_at);
-        }
-        return true;
     }
-    // Which of them does the server still have?
+    // Which of them does the server still have, and for how long?
     let limit = live
         .iter()
-        .map(|l| l.deadline().saturating_duration_since(Instant::now()))
+        .map(|l| l.time_left().min(l.every.max(l.ttl / 4)))
         .min()
-        .unwrap_or_default();
-    match keepalive::live(ctx, &keeper.id, limit.max(Duration::from_millis(1))).await {
-        Ok(held) => {
-            let held: HashSet<(String, String)> = held.into_iter().collect();
+        .unwrap_or_default()
+        .max(Duration::from_millis(1));
+    let read_at = keeper.clock.now();
+    match keepalive::live(ctx, &keeper.id, limit).await {
+        Ok(rows) => {
+            let held: HashMap<keepalive::LiveEntry, Option<Duration>> = rows.into_iter().collect();
             for lease in &live {
-                let key = (
-                    lease.grant.resource().to_owned(),
-                    lease.grant.lock_id().to_owned(),
-                );
-                if held.contains(&key) {
-                    lease.renewed(sent_at);
-                } else {
-                    tracing::warn!(
-                        resource = lease.grant.resource(),
-                        lock_id = lease.grant.lock_id(),
-                        "lease revoked: the server no longer has it"
-                    );
-                    lease.lose(LossReason::Revoked);
+                let key = keepalive::LiveEntry {
+                    resource: lease.grant.resource().to_owned(),
+                    lock_id: lease.grant.lock_id().to_owned(),
+                    token: lease.grant.fencing_token(),
+                };
+                match held.get(&key) {
+                    Some(left) => lease.confirmed(read_at, left.unwrap_or(lease.ttl)),
+                    None => {
+                        tracing::warn!(
+                            resource = lease.grant.resource(),
+                            lock_id = lease.grant.lock_id(),
+                            token = lease.grant.fencing_token(),
+                            "lease revoked: the server no longer has it"
+                        );
+                        lease.lose(LossReason::Revoked);
+                    }
                 }
             }
-            true
+            renewed.is_ok()
         }
         Err(error) => {
             tracing::warn!(%error, "could not check which leases are live");
@@ -428,6 +548,74 @@ async fn tick(keeper: &Arc<Keeper>, ctx: &Context) -> bool {
                 lease.suspended();
             }
             false
+        }
+    }
+}
+
+/// The chores task: tries each queued chore when due, until none is left or the keeper is
+/// gone.
+async fn do_chores(keeper: Weak<Keeper>) {
+    loop {
+        let Some(keeper) = keeper.upgrade() else {
+            return;
+        };
+        let now = keeper.clock.now();
+        let (due, next) = {
+            let mut registry = keeper.registry();
+            registry.chores.retain(|queued| {
+                let keep = queued.give_up_at > now;
+                if !keep {
+                    tracing::warn!(
+                        resource = queued.chore.resource(),
+                        "a chore could not be done in time; the server's clock has ended it"
+                    );
+                }
+                keep
+            });
+            if registry.chores.is_empty() {
+                registry.cleaning = false;
+                return;
+            }
+            let (due, waiting): (Vec<Queued>, Vec<Queued>) = std::mem::take(&mut registry.chores)
+                .into_iter()
+                .partition(|queued| queued.next_try <= now);
+            registry.chores = waiting;
+            let next = registry.chores.iter().map(|q| q.next_try).min();
+            (due, next)
+        };
+        if due.is_empty() {
+            let sleep = next
+                .map_or(SUSPEND_CHECK, |next| next.saturating_duration_since(now))
+                .min(SUSPEND_CHECK);
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = keeper.queued.notified() => {}
+            }
+            continue;
+        }
+        let results = futures_util::future::join_all(due.into_iter().map(|queued| {
+            let ctx = keeper.ctx.clone();
+            async move {
+                let result = queued.chore.run(&ctx).await;
+                (queued, result)
+            }
+        }))
+        .await;
+        let now = keeper.clock.now();
+        let mut registry = keeper.registry();
+        for (mut queued, result) in results {
+            match result {
+                Ok(()) => tracing::debug!(resource = queued.chore.resource(), "chore done"),
+                Err(error) if !error.is_retryable() => {
+                    tracing::warn!(%error, resource = queued.chore.resource(), "chore failed for good");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, resource = queued.chore.resource(), retry_in = ?queued.backoff, "chore failed");
+                    queued.next_try = now + queued.backoff;
+                    queued.backoff = (queued.backoff * 2).min(CHORE_BACKOFF.1);
+                    registry.chores.push(queued);
+                }
+            }
         }
     }
 }
@@ -441,6 +629,7 @@ pub(crate) fn default_margin(ttl: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
     use crate::lock::{Holder, LockKind};
     use bson::DateTime;
 
@@ -473,6 +662,7 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_secs(3),
             sent,
+            Clock::system(),
         );
         assert_eq!(lease.deadline(), sent + Duration::from_secs(9));
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -498,6 +688,7 @@ mod tests {
                 Duration::from_secs(1),
                 Duration::from_secs(3),
                 sent,
+                Clock::system(),
             )
         };
         // A repeated attempt returned the grant of a copy whose reply was lost, 4 s earlier.
@@ -526,6 +717,7 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_secs(3),
             Instant::now(),
+            Clock::system(),
         );
         lease.suspended();
         assert_eq!(lease.state(), LeaseState::Suspended);
@@ -541,6 +733,52 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_machine_suspended_past_the_deadline_resumes_with_the_lease_lost() {
+        let clock = Clock::simulated();
+        let lease = Arc::new(Lease::new(
+            grant(),
+            Duration::from_secs(10),
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+            clock.now(),
+            clock.clone(),
+        ));
+        let waiter = tokio::spawn({
+            let lease = lease.clone();
+            async move { lease.lost().await }
+        });
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!lease.is_lost());
+        // Suspended for a minute: the monotonic clock (and tokio's) stood still.
+        clock.suspend(Duration::from_secs(60));
+        assert_eq!(lease.state(), LeaseState::Lost(LossReason::Deadline));
+        // The loss is signalled within SUSPEND_CHECK of tokio's time, not at the old deadline
+        // 7 s ahead on the monotonic clock.
+        let started = Instant::now();
+        assert_eq!(waiter.await.unwrap(), LossReason::Deadline);
+        assert!(Instant::now() - started <= SUSPEND_CHECK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_server_saying_how_long_is_left_sets_the_deadline_from_the_read() {
+        let sent = Instant::now();
+        let lease = Lease::new(
+            grant(),
+            Duration::from_secs(10),
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+            sent,
+            Clock::system(),
+        );
+        tokio::time::advance(Duration::from_secs(4)).await;
+        lease.confirmed(Instant::now(), Duration::from_secs(8));
+        assert_eq!(lease.deadline(), sent + Duration::from_secs(11));
+        // Never more than the TTL from the read, whatever the server says.
+        lease.confirmed(Instant::now(), Duration::from_secs(60));
+        assert_eq!(lease.deadline(), sent + Duration::from_secs(13));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn lost_resolves_at_the_deadline_and_on_revocation() {
         let lease = Arc::new(Lease::new(
             grant(),
@@ -548,6 +786,7 @@ mod tests {
             Duration::ZERO,
             Duration::from_secs(3),
             Instant::now(),
+            Clock::system(),
         ));
         let start = Instant::now();
         assert_eq!(lease.lost().await, LossReason::Deadline);
@@ -559,6 +798,7 @@ mod tests {
             Duration::ZERO,
             Duration::from_secs(3),
             Instant::now(),
+            Clock::system(),
         ));
         let waiter = tokio::spawn({
             let lease = lease.clone();

@@ -193,6 +193,7 @@
 
 mod attempt;
 mod client;
+mod clock;
 mod command;
 mod error;
 mod guard;

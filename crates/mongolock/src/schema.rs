@@ -36,7 +36,10 @@
 //! `released` holds the nonces of attempts withdrawn by `release_attempt`: an acquire that
 //! carries one of them is never granted, so a late copy of a dropped acquire cannot land
 //! after it was given up. A tombstone lives for the attempt's TTL, and at least
-//! [`TOMBSTONE_MIN_LIFE`]; at most [`MAX_TOMBSTONES`] are kept, the newest.
+//! [`TOMBSTONE_MIN_LIFE`]. There is no bound on their number but their life (dropping one
+//! early could let its attempt through); only attempts whose outcome was unknown, or that
+//! were dropped in flight, leave one. A force release leaves one too, under a nonce of its
+//! own, so that a repeated copy of it changes nothing.
 //!
 //! `idleSince` is the server time from which the resource is free if nobody renews: when it
 //! holds no entry, the time it became free; when every entry has a TTL, the latest
@@ -95,9 +98,6 @@ pub(crate) fn millis_left(ms: i64) -> Duration {
 /// The shortest life of a tombstone left by `release_attempt`: long past any time a dropped
 /// command could still be in flight.
 pub(crate) const TOMBSTONE_MIN_LIFE: Duration = Duration::from_secs(5 * 60);
-
-/// The most tombstones a resource keeps (the newest).
-pub(crate) const MAX_TOMBSTONES: i32 = 32;
 
 /// A value the server must take as data, never as a field path or operator (a lock id may
 /// well start with `$`).

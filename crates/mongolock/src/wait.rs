@@ -40,7 +40,7 @@ use crate::attempt::Attempt;
 use crate::client::LockClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
-use crate::lease::{InFlight, Lease, default_margin};
+use crate::lease::{Chore, Lease, default_margin};
 use crate::lock::LockKind;
 use crate::observe::{self, Wakeup};
 use crate::request::{AcquireRequest, LockDetails, check_id, ttl_millis};
@@ -149,10 +149,18 @@ impl Patience {
 }
 
 /// An attempt sent and not settled: dropping it withdraws the attempt in the background.
+///
+/// Once any copy of the attempt had an unknown outcome (it failed or timed out after it was
+/// sent), a later refusal settles nothing: the first copy may still be queued on the server
+/// and land after the waiter stopped. Such an attempt is withdrawn (tombstoned) whenever its
+/// waiter stops without the lock.
 struct Pending {
     client: LockClient,
     request: AcquireRequest,
-    in_flight: Option<InFlight>,
+    /// Sent, and not known to be refused or settled: it may be granted.
+    open: bool,
+    /// A copy was sent whose outcome the waiter never learnt.
+    uncertain: bool,
     /// A writer's attempt was sent: it may have announced itself among the waiters, which
     /// keeps readers out until withdrawn.
     announced: bool,
@@ -163,51 +171,67 @@ impl Pending {
         Pending {
             client: client.clone(),
             request,
-            in_flight: None,
+            open: false,
+            uncertain: false,
             announced: false,
         }
     }
 
     /// Called before each send: from now on the attempt may be granted.
     fn sending(&mut self) {
-        if self.in_flight.is_none() {
-            self.in_flight = Some(self.client.shared().keeper.in_flight());
-        }
+        self.open = true;
         self.announced |= self.request.announce.is_some();
     }
 
-    /// The attempt was refused: nothing is held by it (its announcement may be).
+    /// The copy just sent failed: its outcome is unknown.
+    fn failed(&mut self) {
+        self.uncertain = true;
+    }
+
+    /// The attempt was refused: nothing is held by it (its announcement may be), unless an
+    /// earlier copy with an unknown outcome may still land.
     fn refused(&mut self) {
-        self.in_flight = None;
+        if !self.uncertain {
+            self.open = false;
+        }
     }
 
     /// The attempt's grant was handed to a guard (a grant also ends the announcement), or
     /// the attempt was withdrawn.
     fn settled(&mut self) {
-        self.in_flight = None;
+        self.open = false;
+        self.uncertain = false;
         self.announced = false;
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if self.in_flight.is_none() && !self.announced {
+        if !self.open && !self.announced {
             return;
         }
-        let in_flight = self.in_flight.take();
+        let keeper = self.client.shared().keeper.clone();
         let request = self.request.clone();
-        self.client.spawn_background(move |client| async move {
+        let spawned = self.client.spawn_background(move |client| async move {
             match client.release_attempt(&request).await {
                 Ok(released) => tracing::debug!(
                     resource = %request.resource(), released, "unsettled attempt withdrawn"
                 ),
-                Err(error) => tracing::warn!(
-                    %error, resource = %request.resource(),
-                    "could not withdraw an unsettled attempt; its TTL will end it"
-                ),
+                Err(error) => {
+                    tracing::warn!(
+                        %error, resource = %request.resource(),
+                        "could not withdraw an unsettled attempt; the client keeps trying"
+                    );
+                    keeper.defer(Chore::Withdraw(request));
+                }
             }
-            drop(in_flight);
         });
+        if !spawned {
+            self.client
+                .shared()
+                .keeper
+                .defer(Chore::Withdraw(self.request.clone()));
+        }
     }
 }
 
@@ -280,17 +304,30 @@ async fn acquire_in_span(
     let mut backoff = FIRST_BACKOFF;
     loop {
         pending.sending();
-        let sent_at = Instant::now();
+        let sent_at = shared.keeper.clock().now();
         let outcome = client.acquire(&pending.request).await;
+        if outcome.is_err() {
+            pending.failed();
+        }
         let contention = match outcome {
             Ok(Attempt::Granted(grant)) => {
-                let lease = Arc::new(Lease::new(grant, want.options.ttl, margin, every, sent_at));
+                let lease = Arc::new(Lease::new(
+                    grant,
+                    want.options.ttl,
+                    margin,
+                    every,
+                    sent_at,
+                    shared.keeper.clock().clone(),
+                ));
                 if lease.is_lost() {
                     // The reply came back after the lease's own deadline: not trusted.
                     // Withdraw it, then try again as a new attempt if there is time.
                     tracing::debug!(resource = %want.resource, "grant arrived too late to trust");
-                    if let Err(error) = client.release_attempt(&pending.request).await {
-                        tracing::warn!(%error, "could not withdraw a stale grant; its TTL ends it");
+                    if let Err(error) = withdraw(client, &pending.request, patience).await {
+                        // `pending` withdraws it in the background from here on; the next
+                        // attempt would find the lock id still holding the resource.
+                        observe::timed_out(want.kind);
+                        return Err(error);
                     }
                     pending.settled();
                     let out_of_time = match patience {
@@ -306,7 +343,7 @@ async fn acquire_in_span(
                     pending = Pending::new(client, request);
                     continue;
                 }
-                let key = shared.keeper.add(client.context(), lease.clone());
+                let key = shared.keeper.add(lease.clone());
                 pending.settled();
                 observe::acquired(want.kind, started.elapsed());
                 tracing::debug!(
@@ -416,6 +453,27 @@ fn new_request(want: &Want, lock_id: &str, keeper: &str, patience: Patience) -> 
         request.announce = want.announce;
     }
     request
+}
+
+/// Withdraws an attempt whose grant is not trusted, retrying a transient failure with backoff
+/// as long as `patience` allows: the next attempt of the same lock id could not be granted
+/// before it is gone.
+async fn withdraw(client: &LockClient, request: &AcquireRequest, patience: Patience) -> Result<()> {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        match client.release_attempt(request).await {
+            Ok(_) => return Ok(()),
+            Err(error) if error.is_retryable() && !matches!(patience, Patience::Once) => {
+                tracing::warn!(%error, "could not withdraw a grant that came too late; retrying");
+                let pause = jitter(backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                if !sleep_within(pause, patience).await {
+                    return Err(error);
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// Sleeps `pause`, or until the deadline; false if the deadline came first.

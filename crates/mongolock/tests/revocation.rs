@@ -1,0 +1,118 @@
+//! A revoked lease is reported lost, whatever else its client holds: the keeper marks a
+//! lease renewed only when the server confirmed that very lease. And `release()` says so
+//! when the server no longer held the grant: `Ok` means held throughout, as far as the
+//! server knows.
+
+mod common;
+
+use std::time::Duration;
+
+use common::env;
+use mongolock::{ErrorKind, LockClient, LossReason};
+
+const TTL: Duration = Duration::from_secs(3);
+
+/// Polls `check` every 10 ms for up to `limit`; true once it held.
+async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let until = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < until {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    check()
+}
+
+#[tokio::test]
+async fn a_force_released_lease_is_reported_lost_while_an_orphan_of_its_client_lives() {
+    let env = env("revoked_with_orphan").await;
+    let holder = env.locks.clone();
+    let other = LockClient::new(env.locks.collection().clone());
+    let a = holder.mutex("a").ttl(TTL).acquire().await.expect("a");
+    let b = holder.mutex("b").ttl(TTL).acquire().await.expect("b");
+    // B becomes an entry nobody holds (its guard dropped where nothing can release it).
+    std::thread::spawn(move || drop(b)).join().expect("thread");
+    assert_eq!(env.locks.force_release("a").await.expect("forced"), 1);
+    let taken = other.mutex("a").ttl(TTL).try_acquire().await.expect("ok");
+    assert!(taken.is_some(), "the operator freed a");
+    assert!(
+        eventually(TTL, || a.is_lost()).await,
+        "the holder of a was never told that a was revoked"
+    );
+    assert_eq!(a.lost().await, LossReason::Revoked);
+}
+
+#[tokio::test]
+async fn a_force_released_lease_is_reported_lost_among_several_of_its_client() {
+    let env = env("revoked_among_several").await;
+    let holder = env.locks.clone();
+    let a = holder.mutex("a").ttl(TTL).acquire().await.expect("a");
+    let b = holder.mutex("b").ttl(TTL).acquire().await.expect("b");
+    let c = holder
+        .semaphore("c", 2)
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("c");
+    assert_eq!(env.locks.force_release("b").await.expect("forced"), 1);
+    assert!(
+        eventually(TTL, || b.is_lost()).await,
+        "the holder of b was never told"
+    );
+    assert_eq!(b.lost().await, LossReason::Revoked);
+    assert!(!a.is_lost() && !c.is_lost(), "the others are still held");
+    a.release().await.expect("a was held throughout");
+    c.release().await.expect("c was held throughout");
+}
+
+#[tokio::test]
+async fn release_after_a_revocation_says_the_lease_was_lost() {
+    let env = env("release_after_revocation").await;
+    // A long renewal period: the keeper has not noticed yet when the guard releases.
+    let guard = env
+        .locks
+        .mutex("r")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("held");
+    assert_eq!(env.locks.force_release("r").await.expect("forced"), 1);
+    assert!(!guard.is_lost(), "not noticed yet");
+    let error = guard.release().await.expect_err("the lease was revoked");
+    assert!(
+        matches!(
+            error.kind(),
+            ErrorKind::LeaseLost {
+                reason: LossReason::Revoked,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn run_after_a_revocation_says_the_lease_was_lost() {
+    let env = env("run_after_revocation").await;
+    let locks = env.locks.clone();
+    let result = env
+        .locks
+        .mutex("r")
+        .ttl(Duration::from_secs(30))
+        .run(|_token| async move {
+            locks.force_release("r").await.expect("forced");
+        })
+        .await;
+    let error = result.expect_err("the lease was revoked during the work");
+    assert!(
+        matches!(
+            error.kind(),
+            ErrorKind::LeaseLost {
+                reason: LossReason::Revoked,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}

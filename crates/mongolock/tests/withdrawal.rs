@@ -1,0 +1,94 @@
+//! An attempt whose outcome was ever unknown is withdrawn when its waiter stops, so a late
+//! copy of it is never granted; the record of withdrawn attempts has no bound that lets one
+//! through; and a withdrawal that fails is retried rather than reported as bad input.
+//!
+//! They need the emulator's fail points, so they are named `emulator_only_`.
+
+use std::time::Duration;
+
+use bson::{Document, doc};
+use mongolock::{AcquireRequest, Attempt, Filter, LockClient, LockDetails};
+use mongolock_testkit::TestServer;
+
+async fn fail_point(server: &TestServer, mode: bson::Bson, data: Document) {
+    server
+        .client()
+        .database("admin")
+        .run_command(doc! { "configureFailPoint": "failCommand", "mode": mode, "data": data })
+        .await
+        .expect("configureFailPoint");
+}
+
+async fn client_named(server: &TestServer, app_name: &str, db: &str) -> LockClient {
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .expect("uri");
+    options.app_name = Some(app_name.to_owned());
+    let client = mongodb::Client::with_options(options).expect("client");
+    LockClient::new(client.database(db).collection("locks"))
+}
+
+#[tokio::test]
+async fn emulator_only_a_late_copy_of_an_attempt_refused_on_retry_is_never_granted() {
+    let server = TestServer::start().await.expect("emulator");
+    let db = "late_copy";
+    let direct = LockClient::new(server.new_client().database(db).collection("locks"));
+    // The holder's lock ends by its TTL at 1.5 s; nothing renews it.
+    let _held = direct
+        .xlock(
+            "r",
+            "holder",
+            LockDetails::default().ttl(Duration::from_millis(1_500)),
+        )
+        .await
+        .expect("held");
+    let waiter = client_named(&server, "waiter", db)
+        .await
+        .with_command_timeout(Duration::from_millis(300));
+    // The waiter's first attempt sits on the server for 2.5 s: the client times out, the
+    // retry of the same attempt is refused (held), and the waiter gives up at 1 s. The first
+    // copy then runs after the holder's lock expired.
+    fail_point(
+        &server,
+        bson::bson!({ "times": 1 }),
+        doc! {
+            "failCommands": ["findAndModify"], "appName": "waiter",
+            "blockConnection": true, "blockTimeMS": 2_500,
+        },
+    )
+    .await;
+    let got = waiter
+        .mutex("r")
+        .ttl(Duration::from_secs(20))
+        .acquire_timeout(Duration::from_secs(1))
+        .await
+        .expect("no error");
+    assert!(got.is_none(), "held by the holder until 1.5 s");
+    waiter.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let held = direct
+        .status(&Filter::default().resource("r"))
+        .await
+        .expect("status");
+    assert!(
+        held.iter().all(|s| s.is_expired()),
+        "the late copy of a given-up attempt was granted: {held:?}"
+    );
+}
+
+#[tokio::test]
+async fn emulator_only_many_withdrawals_never_let_an_old_one_through() {
+    let server = TestServer::start().await.expect("emulator");
+    let locks = LockClient::new(server.client().database("tombstones").collection("locks"));
+    let first = AcquireRequest::exclusive("r", "w-0", LockDetails::default());
+    assert!(!locks.release_attempt(&first).await.expect("withdrawn"));
+    for i in 1..=40 {
+        let request = AcquireRequest::exclusive("r", format!("w-{i}"), LockDetails::default());
+        locks.release_attempt(&request).await.expect("withdrawn");
+    }
+    assert_eq!(
+        locks.acquire(&first).await.expect("attempt"),
+        Attempt::Withdrawn,
+        "an attempt withdrawn 40 withdrawals ago was granted"
+    );
+}
