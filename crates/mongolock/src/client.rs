@@ -444,8 +444,10 @@ impl LockClient {
     /// Takes a shared lock on `resource` for the holder `lock_id`, in one round trip.
     ///
     /// Granted when no live exclusive lock is on the resource and fewer than `max` live shared
-    /// locks are (`None`: no cap). The cap is checked by this call and not stored: every caller
-    /// on a resource should pass the same one. If `lock_id` already holds the resource shared,
+    /// locks are (`None`: no cap). The first shared grant stores the cap with the shared entries,
+    /// and a later request with another cap is refused while any shared entry is live
+    /// ([`ErrorKind::CapMismatch`](crate::ErrorKind::CapMismatch)); the stored cap is cleared
+    /// when the last shared entry goes. If `lock_id` already holds the resource shared,
     /// the existing grant is returned unchanged, whatever the cap.
     ///
     /// # Errors

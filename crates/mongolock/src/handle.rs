@@ -18,15 +18,18 @@ use crate::wait::{self, LeaseOptions, Patience, Want};
 /// The lease settings every handle has, as builder methods.
 macro_rules! lease_settings {
     () => {
-        /// The lease's TTL (default thirty seconds): how long the lock outlives its holder if
-        /// the holder dies. The lease is renewed in the background every third of it.
+        /// The lease's TTL (default thirty seconds, at least 50 ms): how long the lock
+        /// outlives its holder if the holder dies. The lease is renewed in the background
+        /// every third of it.
         pub fn ttl(mut self, ttl: Duration) -> Self {
             self.options.ttl = ttl;
             self
         }
 
-        /// Renews the lease this often instead of every third of the TTL. Must be shorter
-        /// than the TTL less the safety margin.
+        /// Renews the lease this often instead of every third of the TTL. Must be at least
+        /// 10 ms (a shorter period would be a renewal storm) and shorter than the TTL less
+        /// the safety margin; otherwise acquiring fails with
+        /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
         pub fn extend_every(mut self, every: Duration) -> Self {
             self.options.every = Some(every);
             self

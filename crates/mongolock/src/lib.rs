@@ -141,8 +141,12 @@
 //!   is an aggregation pipeline: it drops expired entries, decides and writes in one atomic
 //!   step using `$$NOW`. Client clocks decide nothing. An expired lock never blocks anybody,
 //!   whatever its kind.
-//! - **Loss is noticed.** A guard reports its lease lost no later than its local deadline,
-//!   which comes before the server's expiry: before anyone else can be granted the lock.
+//! - **Loss is noticed.** A lease that expires (server unreachable, replies slow, the process
+//!   paused, the machine suspended) is reported lost no later than its local deadline, which
+//!   comes before the server's expiry: before anyone else can be granted the lock. A lease
+//!   that is revoked (an operator's force release or group purge) cannot be reported before
+//!   the operator acts: it is reported at the keeper's next renewal, and
+//!   [`LockGuard::release`] never returns `Ok` for a grant the server no longer held.
 //! - **Fencing.** Every grant carries a token greater than every token granted before on its
 //!   resource, also after the resource's document was deleted: the token is
 //!   `max(last + 1, server time in µs)`. A lock can still be lost while you work (a pause

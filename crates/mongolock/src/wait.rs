@@ -56,6 +56,13 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// The first backoff without change streams; it doubles each time, with jitter.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 
+/// The shortest renewal period a lease accepts: a shorter one would be a renewal storm.
+pub(crate) const MIN_EXTEND_EVERY: Duration = Duration::from_millis(10);
+
+/// The shortest TTL a lease accepts: its default renewal period (a third) stays above
+/// [`MIN_EXTEND_EVERY`].
+pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_millis(50);
+
 /// The default TTL of a lease: thirty seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
@@ -89,8 +96,8 @@ impl LeaseOptions {
             return Err(Error::invalid("ttl", "a lease needs a positive TTL"));
         }
         ttl_millis(self.ttl)?;
-        if self.ttl < Duration::from_millis(10) {
-            return Err(Error::invalid("ttl", "a lease needs at least 10 ms"));
+        if self.ttl < MIN_LEASE_TTL {
+            return Err(Error::invalid("ttl", "a lease needs at least 50 ms"));
         }
         let margin = self.margin.unwrap_or_else(|| default_margin(self.ttl));
         if margin >= self.ttl {
@@ -100,11 +107,11 @@ impl LeaseOptions {
             ));
         }
         let every = self.every.unwrap_or(self.ttl / 3);
-        if every.is_zero() || every >= self.ttl - margin {
+        if every < MIN_EXTEND_EVERY || every >= self.ttl - margin {
             return Err(Error::invalid(
                 "extend_every",
                 format!(
-                    "{every:?} must be positive and shorter than the TTL less the safety margin ({:?})",
+                    "{every:?} must be at least {MIN_EXTEND_EVERY:?} (no renewal storm) and shorter than the TTL less the safety margin ({:?})",
                     self.ttl - margin
                 ),
             ));
@@ -402,6 +409,12 @@ async fn acquire_in_span(
             backoff = (backoff * 2).min(MAX_BACKOFF);
             until_free.map_or(pause, |free| free.min(pause))
         };
+        // A waiting writer's announcement lapses after `announce`: attempt again well before,
+        // whatever the holders have left, so readers stay out while it waits.
+        let sleep = match want.announce {
+            Some(announce) => sleep.min(announce / 2),
+            None => sleep,
+        };
         let sleep = spread(sleep);
         let waited = async {
             let wake_at = Instant::now() + sleep;
@@ -551,6 +564,26 @@ mod tests {
                 ..ok.clone()
             }),
             "extend_every"
+        );
+        assert_eq!(
+            bad(LeaseOptions {
+                every: Some(MIN_EXTEND_EVERY - Duration::from_nanos(1)),
+                ..ok.clone()
+            }),
+            "extend_every"
+        );
+        let floor = LeaseOptions {
+            every: Some(MIN_EXTEND_EVERY),
+            ..ok.clone()
+        };
+        assert_eq!(floor.check().unwrap().0, MIN_EXTEND_EVERY);
+        let shortest = LeaseOptions {
+            ttl: MIN_LEASE_TTL,
+            ..ok.clone()
+        };
+        assert!(
+            shortest.check().is_ok(),
+            "the shortest TTL works with its defaults"
         );
         assert_eq!(
             bad(LeaseOptions {

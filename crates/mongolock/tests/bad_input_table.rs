@@ -335,6 +335,7 @@ enum BadSetting {
     TtlAboveMax,
     TtlMax,
     EveryZero,
+    EveryBelowFloor,
     EveryEqualsTtl,
     EveryMax,
     MarginEqualsTtl,
@@ -347,12 +348,13 @@ enum BadSetting {
     ResourceTooLong,
 }
 
-const BAD_SETTINGS: [BadSetting; 15] = [
+const BAD_SETTINGS: [BadSetting; 16] = [
     BadSetting::TtlZero,
     BadSetting::TtlBelowTenMillis,
     BadSetting::TtlAboveMax,
     BadSetting::TtlMax,
     BadSetting::EveryZero,
+    BadSetting::EveryBelowFloor,
     BadSetting::EveryEqualsTtl,
     BadSetting::EveryMax,
     BadSetting::MarginEqualsTtl,
@@ -370,7 +372,9 @@ impl BadSetting {
         use BadSetting::*;
         match self {
             TtlZero | TtlBelowTenMillis | TtlAboveMax | TtlMax => "ttl",
-            EveryZero | EveryEqualsTtl | EveryMax | MarginLeavesLessThanEvery => "extend_every",
+            EveryZero | EveryBelowFloor | EveryEqualsTtl | EveryMax | MarginLeavesLessThanEvery => {
+                "extend_every"
+            }
             MarginEqualsTtl | MarginMax => "safety_margin",
             LockIdEmpty | LockIdTooLong => "lock_id",
             OwnerTooLong => "owner",
@@ -397,6 +401,7 @@ macro_rules! apply {
             BadSetting::TtlAboveMax => h.ttl(MAX_TTL + ms(1)),
             BadSetting::TtlMax => h.ttl(Duration::MAX),
             BadSetting::EveryZero => h.extend_every(Duration::ZERO),
+            BadSetting::EveryBelowFloor => h.extend_every(Duration::from_nanos(1)),
             BadSetting::EveryEqualsTtl => h.ttl(secs(30)).extend_every(secs(30)),
             BadSetting::EveryMax => h.extend_every(Duration::MAX),
             BadSetting::MarginEqualsTtl => h.ttl(secs(30)).safety_margin(secs(30)),
