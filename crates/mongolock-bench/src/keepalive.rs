@@ -25,6 +25,8 @@ pub(crate) struct Keepalive {
     pub(crate) commands: PerOp,
     /// Leases lost during the window (must be 0).
     pub(crate) lost: usize,
+    /// The largest renewal command (an `update` naming every lease), in bytes.
+    pub(crate) command_bytes: usize,
 }
 
 /// One `LockClient` takes `leases` mutex guards with `ttl` (the keeper renews every third of
@@ -68,6 +70,7 @@ pub(crate) async fn run(
             breakdown: counts.describe_rate(secs),
         },
         lost,
+        command_bytes: monitor.largest("update"),
     }))
 }
 

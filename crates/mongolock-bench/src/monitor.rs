@@ -21,6 +21,8 @@ pub(crate) struct Monitor {
 struct Inner {
     db: String,
     started: Mutex<BTreeMap<String, u64>>,
+    /// The largest command of each name, in bytes.
+    largest: Mutex<BTreeMap<String, usize>>,
     /// Request ids of commands started on `db` and not finished yet.
     pending: Mutex<HashSet<i32>>,
     /// `delete` commands in flight by request id, with the `_id` they delete.
@@ -96,6 +98,7 @@ impl Monitor {
             inner: Arc::new(Inner {
                 db: db.to_string(),
                 started: Mutex::new(BTreeMap::new()),
+                largest: Mutex::new(BTreeMap::new()),
                 pending: Mutex::new(HashSet::new()),
                 deleting: Mutex::new(HashMap::new()),
                 deleted: Mutex::new(HashSet::new()),
@@ -114,6 +117,11 @@ impl Monitor {
                 {
                     lock(&inner.deleting).insert(e.request_id, id);
                 }
+                let size = mongodb::bson::to_vec(&e.command).map_or(0, |bytes| bytes.len());
+                let mut largest = lock(&inner.largest);
+                let seen = largest.entry(e.command_name.clone()).or_default();
+                *seen = (*seen).max(size);
+                drop(largest);
                 *lock(&inner.started).entry(e.command_name).or_default() += 1;
                 lock(&inner.pending).insert(e.request_id);
             }
@@ -121,6 +129,11 @@ impl Monitor {
             CommandEvent::Failed(e) => inner.finished(e.request_id, &e.command_name),
             _ => {}
         })
+    }
+
+    /// The largest command of each name sent so far, in bytes of BSON.
+    pub(crate) fn largest(&self, name: &str) -> usize {
+        lock(&self.inner.largest).get(name).copied().unwrap_or(0)
     }
 
     /// The commands started so far.

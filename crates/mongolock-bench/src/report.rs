@@ -507,6 +507,21 @@ pub(crate) fn render(
             })
             .collect(),
     );
+    // The renewal names every lease: its size at the largest N, against the 16 MiB limit.
+    header.push("renewal command".into());
+    columns.push(
+        results
+            .iter()
+            .map(|r| match r.keepalive.last() {
+                Some((_, Ok(Some(k)))) => format!(
+                    "{} KiB ({:.1}% of 16 MiB)",
+                    k.command_bytes / 1024,
+                    k.command_bytes as f64 * 100.0 / (16.0 * 1024.0 * 1024.0)
+                ),
+                _ => "-".into(),
+            })
+            .collect(),
+    );
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     table(&mut out, &header, rows(results, columns));
 
