@@ -285,10 +285,10 @@ fn cases() -> Vec<CliCase> {
             &["--ttl", "zero"],
         ),
         c(
-            "exec --ttl below 10 ms",
+            "exec --ttl below 50 ms",
             &["exec", "--resource", "r", "--ttl", "5ms", "--", "true"],
             1,
-            &["invalid ttl", "10 ms"],
+            &["invalid ttl", "50 ms"],
         ),
         c(
             "exec --ttl above the library's limit",
