@@ -1,0 +1,376 @@
+//! Shutting down: [`LockClient::shutdown`] stops what the client runs in the background, so
+//! that the driver's own shutdown, called next, returns. Each test ends with the sequence the
+//! docs give, word for word:
+//!
+//! ```ignore
+//! locks.shutdown().await;
+//! client.shutdown().await;
+//! ```
+//!
+//! - **The driver shuts down after a wait.** A client whose mutex waited once has a change
+//!   stream (a cursor and a session, which the driver's shutdown waits for). After the
+//!   sequence, the driver's shutdown returns.
+//! - **The stream is stopped, and the client stays usable.** `shutdown` kills the stream's
+//!   cursor; a later wait opens a new stream, and the release it waits for reaches it through
+//!   that stream.
+//! - **A wait across a shutdown still ends.** A waiter already waiting when `shutdown` stops
+//!   the stream is not left hanging: it gets the lock once it is released.
+//!
+//! Time limits are hang detectors only: nothing asserts how fast something happens.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bson::{Bson, Document};
+use mongodb::event::command::CommandEvent;
+use mongodb::{Client, Database};
+use mongolock::{LockClient, LockGuard};
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+
+/// A guard against hangs only: nothing asserts that something is this fast.
+const HANG_GUARD: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------------------------------
+// Where the tests run, and what they watch.
+// ---------------------------------------------------------------------------------------
+
+/// One command the waiter's driver client started, and its reply once it succeeded.
+#[derive(Debug, Clone)]
+struct Command {
+    request_id: i32,
+    name: String,
+    body: Document,
+    reply: Option<Document>,
+}
+
+impl Command {
+    /// Whether this is the `aggregate` that opens a change stream.
+    fn opens_change_stream(&self) -> bool {
+        self.name == "aggregate"
+            && self
+                .body
+                .get_array("pipeline")
+                .ok()
+                .and_then(|stages| stages.first())
+                .and_then(Bson::as_document)
+                .is_some_and(|stage| stage.contains_key("$changeStream"))
+    }
+
+    /// Whether this is a stream read whose reply carries an event about `resource`.
+    fn delivered(&self, resource: &str) -> bool {
+        let Some(cursor) = self
+            .reply
+            .as_ref()
+            .and_then(|reply| reply.get_document("cursor").ok())
+        else {
+            return false;
+        };
+        ["firstBatch", "nextBatch"]
+            .iter()
+            .filter_map(|batch| cursor.get_array(batch).ok())
+            .flatten()
+            .filter_map(Bson::as_document)
+            .any(|event| {
+                event
+                    .get_document("documentKey")
+                    .and_then(|key| key.get_str("_id"))
+                    == Ok(resource)
+            })
+    }
+}
+
+/// The commands one driver client sent, in order (handshakes and session ends left out).
+#[derive(Clone, Default)]
+struct Recorder {
+    commands: Arc<Mutex<Vec<Command>>>,
+}
+
+impl Recorder {
+    fn record(&self, event: CommandEvent) {
+        let mut commands = self.commands.lock().unwrap();
+        match event {
+            CommandEvent::Started(started)
+                if !matches!(
+                    started.command_name.as_str(),
+                    "hello" | "isMaster" | "endSessions"
+                ) =>
+            {
+                commands.push(Command {
+                    request_id: started.request_id,
+                    name: started.command_name,
+                    body: started.command,
+                    reply: None,
+                });
+            }
+            CommandEvent::Succeeded(done) => {
+                if let Some(command) = commands
+                    .iter_mut()
+                    .find(|c| c.request_id == done.request_id)
+                {
+                    command.reply = Some(done.reply);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn all(&self) -> Vec<Command> {
+        self.commands.lock().unwrap().clone()
+    }
+
+    /// The commands sent since the `opened`-th change stream was asked for (all of them for
+    /// 0).
+    fn since_stream(&self, opened: usize) -> Vec<Command> {
+        let all = self.all();
+        if opened == 0 {
+            return all;
+        }
+        let start = all
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.opens_change_stream())
+            .nth(opened - 1)
+            .map_or(all.len(), |(i, _)| i);
+        all[start..].to_vec()
+    }
+
+    /// How many change streams the server opened (their `aggregate` succeeded).
+    fn streams_opened(&self) -> usize {
+        self.all()
+            .iter()
+            .filter(|c| c.opens_change_stream() && c.reply.is_some())
+            .count()
+    }
+
+    /// Whether the `n`-th change stream opened and is reading (its first `getMore` went out).
+    fn stream_reading(&self, n: usize) -> bool {
+        let since = self.since_stream(n);
+        since
+            .first()
+            .is_some_and(|open| open.opens_change_stream() && open.reply.is_some())
+            && since.iter().any(|c| c.name == "getMore")
+    }
+
+    /// Whether the `n`-th change stream delivered an event about `resource`.
+    fn stream_delivered(&self, n: usize, resource: &str) -> bool {
+        let since = self.since_stream(n);
+        let next = since
+            .iter()
+            .skip(1)
+            .position(Command::opens_change_stream)
+            .map_or(since.len(), |i| i + 1);
+        since[..next].iter().any(|c| c.delivered(resource))
+    }
+
+    /// How many `killCursors` went out.
+    fn cursors_killed(&self) -> usize {
+        self.all()
+            .iter()
+            .filter(|c| c.name == "killCursors")
+            .count()
+    }
+}
+
+/// A test's two lock clients on one database: `locks`, the one that waits, on a driver client
+/// of its own (`client`) whose commands are recorded, and `holder`, on another driver client.
+struct Setup {
+    client: Client,
+    locks: LockClient,
+    recorded: Recorder,
+    holder_client: Client,
+    holder: LockClient,
+    db: Database,
+    /// Kept alive for the test; `None` on a real server.
+    _server: Option<mongolock_testkit::TestServer>,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl Setup {
+    /// On the emulator, or on the real server named by `MONGODB_URI`.
+    async fn new(name: &str) -> Setup {
+        let (uri, server) = common::server_uri().await;
+        let db_name = format!(
+            "mongolock_{name}_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut options = mongodb::options::ClientOptions::parse(&uri)
+            .await
+            .expect("a valid URI");
+        let recorded = Recorder::default();
+        let sink = recorded.clone();
+        options.command_event_handler = Some(mongodb::event::EventHandler::callback(
+            move |event: CommandEvent| sink.record(event),
+        ));
+        let client = Client::with_options(options).expect("a client");
+        let holder_client = Client::with_uri_str(&uri).await.expect("a client");
+        let db = holder_client.database(&db_name);
+        db.drop().await.expect("drop the test database");
+        Setup {
+            locks: LockClient::new(client.database(&db_name).collection("locks")),
+            client,
+            recorded,
+            holder: LockClient::new(db.collection("locks")),
+            holder_client,
+            db,
+            _server: server,
+        }
+    }
+
+    /// Whether the server delivers change streams (a real standalone server does not).
+    async fn has_change_streams(&self) -> bool {
+        match self.db.collection::<Document>("locks").watch().await {
+            Ok(_) => true,
+            Err(error) => {
+                eprintln!("skipped: change streams need a replica set ({error})");
+                false
+            }
+        }
+    }
+
+    /// Starts `locks` waiting for `resource`, which `holder` must hold.
+    fn wait_for(&self, resource: &str) -> JoinHandle<mongolock::Result<Option<LockGuard>>> {
+        let locks = self.locks.clone();
+        let resource = resource.to_owned();
+        tokio::spawn(async move { locks.mutex(resource).acquire_timeout(HANG_GUARD).await })
+    }
+
+    /// Shuts both lock clients and both driver clients down, in the order the docs give.
+    async fn shut_down(self) {
+        self.locks.shutdown().await;
+        timeout(HANG_GUARD, self.client.shutdown())
+            .await
+            .expect("the driver's shutdown returns after the lock client's");
+        self.holder.shutdown().await;
+        timeout(HANG_GUARD, self.holder_client.shutdown())
+            .await
+            .expect("the holder's driver client shuts down");
+    }
+}
+
+/// Waits (up to [`HANG_GUARD`]) until `condition` holds.
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let checks = async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    timeout(HANG_GUARD, checks)
+        .await
+        .unwrap_or_else(|_| panic!("never happened: {what}"));
+}
+
+/// Has `locks` wait once for `resource`: `holder` holds it, the waiter's change stream opens
+/// (the `n`-th of the client), `holder` releases, the waiter gets the lock and releases it.
+async fn wait_once(setup: &Setup, resource: &str, n: usize) {
+    let held = setup.holder.mutex(resource).acquire().await.expect("free");
+    let waiting = setup.wait_for(resource);
+    eventually("the waiter's change stream is open and reading", || {
+        setup.recorded.stream_reading(n)
+    })
+    .await;
+    held.release().await.expect("release");
+    let guard = waiting
+        .await
+        .expect("no panic")
+        .expect("no error")
+        .expect("the lock, once released");
+    guard.release().await.expect("release");
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests.
+// ---------------------------------------------------------------------------------------
+
+/// Issue 17: the driver's shutdown hung for good after a wait, because the change stream's
+/// cursor and session outlived `LockClient::shutdown`.
+#[tokio::test]
+async fn the_drivers_shutdown_returns_after_a_wait() {
+    let setup = Setup::new("shutdown_after_wait").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    wait_once(&setup, "report", 1).await;
+    assert_eq!(setup.recorded.streams_opened(), 1);
+
+    let Setup {
+        client,
+        locks,
+        holder_client,
+        holder,
+        ..
+    } = setup;
+    // The sequence of the docs.
+    locks.shutdown().await;
+    timeout(HANG_GUARD, client.shutdown())
+        .await
+        .expect("the driver's shutdown returns after the lock client's");
+
+    // The holder's `acquire` was ready to wait too (it subscribed before its first attempt).
+    holder.shutdown().await;
+    timeout(HANG_GUARD, holder_client.shutdown())
+        .await
+        .expect("the holder's driver client shuts down");
+}
+
+#[tokio::test]
+async fn shutdown_stops_the_stream_and_a_later_wait_opens_a_new_one() {
+    let setup = Setup::new("shutdown_restart").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    wait_once(&setup, "report", 1).await;
+    setup.locks.shutdown().await;
+    eventually("the stream's cursor is killed", || {
+        setup.recorded.cursors_killed() == 1
+    })
+    .await;
+    assert_eq!(setup.recorded.streams_opened(), 1);
+
+    // Still usable: the next wait opens a new stream, which delivers the release.
+    wait_once(&setup, "report", 2).await;
+    assert_eq!(setup.recorded.streams_opened(), 2);
+    assert!(
+        setup.recorded.stream_delivered(2, "report"),
+        "the new stream delivers the release"
+    );
+
+    setup.shut_down().await;
+}
+
+#[tokio::test]
+async fn a_wait_across_a_shutdown_still_gets_the_lock() {
+    let setup = Setup::new("shutdown_while_waiting").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let held = setup.holder.mutex("report").acquire().await.expect("free");
+    let waiting = setup.wait_for("report");
+    eventually("the waiter's change stream is open and reading", || {
+        setup.recorded.stream_reading(1)
+    })
+    .await;
+
+    setup.locks.shutdown().await;
+    eventually("the stream's cursor is killed", || {
+        setup.recorded.cursors_killed() == 1
+    })
+    .await;
+    assert!(!waiting.is_finished(), "the holder still holds the lock");
+
+    held.release().await.expect("release");
+    let guard = timeout(HANG_GUARD, waiting)
+        .await
+        .expect("the waiter is not left hanging")
+        .expect("no panic")
+        .expect("no error")
+        .expect("the lock, once released");
+    guard.release().await.expect("release");
+
+    setup.shut_down().await;
+}
