@@ -216,27 +216,56 @@ impl LockClient {
         Semaphore::new(self.clone(), resource.into(), permits)
     }
 
-    /// Waits for the releases and withdrawals that dropped guards and dropped acquires left
-    /// to background tasks. Call it before the runtime ends, so no lock is left to its TTL.
-    /// The client stays usable.
+    /// Stops what this client runs in the background, so that the driver's client can shut
+    /// down next. For every clone of this client, it
+    ///
+    /// 1. waits for the releases and withdrawals that dropped guards and dropped acquires left
+    ///    to background tasks, so that no lock is left to its TTL, then
+    /// 2. tries once more, now, each release and withdrawal that failed earlier (one that
+    ///    fails again stays queued for retries, and its lock ends with its TTL at the
+    ///    latest), then
+    /// 3. stops the change stream that wakes waiters (opened once a handle waited) and waits
+    ///    until its cursor and session are dropped: the driver's `Client::shutdown` waits for
+    ///    every live cursor and session, so it would never return while the stream is open.
+    ///
+    /// **It does not end leases still held.** A guard still held keeps its lock, and its
+    /// lease is renewed for as long as the driver's client works; release guards before
+    /// shutting down (`release().await`, or drop them: steps 1 and 2 see to those releases). A
+    /// lease still held when the driver's client shuts down can no longer be renewed (the
+    /// driver refuses every call after its shutdown): its guard is reported lost by its
+    /// deadline, and the TTL frees the lock.
+    ///
+    /// The client stays usable until the driver's client is shut down: the next wait opens a
+    /// new change stream. A waiter still waiting when the stream stops is not left hanging:
+    /// it looks again at once, then retries with backoff, as on a server without change
+    /// streams, until a new wait of this client reopens the stream.
     ///
     /// It does not shut the driver's client down, which the application owns. Do that too,
-    /// after this and before the runtime ends (`mongodb::Client::shutdown`): with mongodb
-    /// 3.9.1, a driver client dropped while its runtime shuts down can panic in a
-    /// background task of the driver (its session cleanup finds the connection pool gone),
+    /// after this and before the runtime ends, once nothing uses either client any more, in
+    /// this order: `locks.shutdown().await; client.shutdown().await;` (as in the example
+    /// below).
+    ///
+    /// With mongodb 3.9.1, a driver client dropped while its runtime shuts down can panic in
+    /// a background task of the driver (its session cleanup finds the connection pool gone),
     /// which the `mongolock` command's bad-input tests saw about once in eight runs.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future stops waiting; the background tasks go on.
+    /// Dropping the future stops waiting; calling it again finishes the job. Background
+    /// releases go on either way, and the retry queue keeps what step 2 did not finish.
+    /// Dropped in step 1 or 2, the change stream is left open; dropped in step 3, the stream
+    /// still closes, only nobody waits for it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
     /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # let client = server.new_client();
+    /// # let locks = mongolock::LockClient::new(client.database("doc").collection("locks"));
     /// drop(locks.mutex("job").acquire().await?); // released in the background
-    /// locks.shutdown().await;
-    /// assert!(locks.status(&mongolock::Filter::default()).await?.is_empty());
+    /// locks.shutdown().await; // waits for that release, closes the change stream
+    /// client.shutdown().await; // then the driver's client
+    /// # let after = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// # assert!(after.status(&mongolock::Filter::default()).await?.is_empty());
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) {
@@ -245,6 +274,8 @@ impl LockClient {
         self.shared.tasks.reopen();
         // Releases and withdrawals that failed in the background get one more try now.
         self.shared.keeper.flush().await;
+        // Last, so that a stream started meanwhile is stopped too.
+        self.shared.wakeups.stop().await;
     }
 
     /// The number of leases this client keeps alive.

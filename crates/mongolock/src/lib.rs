@@ -41,7 +41,11 @@
 //! // Or run work under the lock, stopped if the lease is lost.
 //! let rows = locks.mutex("import").run(|token| async move { 42 }).await?;
 //! # let _ = (token, rows);
-//! locks.shutdown().await; // waits for releases left to the background by dropped guards
+//!
+//! // Shutting down, in this order: the lock client waits for releases left to the background
+//! // by dropped guards and closes its change stream; then the driver's client can shut down.
+//! locks.shutdown().await;
+//! client.shutdown().await;
 //! # Ok(()) }
 //! ```
 //!

@@ -35,6 +35,16 @@
 //! - A stream that fails is reopened after the resume token of the last event it delivered
 //!   (or, before any event, at the cluster time it opened), so the events in between are
 //!   delivered after the reopen rather than lost.
+//!
+//! # Stopping
+//!
+//! The stream holds a cursor and a session of the driver, and `mongodb::Client::shutdown`
+//! waits for both to be dropped: [`Wakeups::stop`] (called by `LockClient::shutdown`) cancels
+//! the task and waits until it has dropped them (the cursor's drop kills it on the server).
+//! Stopping is not final: the next [`subscribe`](Wakeups::subscribe) starts a new task, whose
+//! fresh stream resyncs every subscriber. Subscriptions alive across a stop are woken once
+//! with [`WakeCause::Resync`] and, until something restarts the stream, see
+//! [`Availability::Unknown`], so their waiters fall back to their timers.
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
@@ -49,6 +59,7 @@ use bson::{Bson, Document, doc};
 use mongodb::{ClientSession, Collection, SessionCursor};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// Server code for "The $changeStream stage is only supported on replica sets".
 const CHANGE_STREAM_NOT_SUPPORTED: i32 = 40573;
@@ -74,8 +85,8 @@ const UNSUPPORTED_RETRY: Duration = Duration::from_secs(60);
 /// Whether change streams currently deliver wake-ups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Availability {
-    /// Not started yet, or the stream is being opened or reopened: events may not be delivered
-    /// yet. Wait with a short backoff.
+    /// Not started yet, stopped ([`Wakeups::stop`]), or the stream is being opened or
+    /// reopened: events may not be delivered yet. Wait with a short backoff.
     Unknown,
     /// The stream is open: every change made from now on wakes its subscribers.
     Streaming,
@@ -103,7 +114,8 @@ pub(crate) struct WakeStats {
     pub(crate) events: u64,
     /// Events that had at least one subscriber to wake.
     pub(crate) change_wakeups: u64,
-    /// Times every subscriber was woken because the stream opened without continuity.
+    /// Times every subscriber was woken because the stream opened without continuity or was
+    /// stopped.
     pub(crate) resyncs: u64,
     /// Streams opened, the first one included.
     pub(crate) opens: u64,
@@ -176,6 +188,20 @@ impl Shared {
         });
     }
 
+    /// Sets the availability on behalf of the task that `cancel` stops, unless it was stopped:
+    /// a stopped task must not overwrite the [`Availability::Unknown`] that
+    /// [`Wakeups::stop`] set. The check runs under the channel's lock, and `stop` cancels
+    /// before it sets, so whichever order the two take, a stopped task's value never stays.
+    fn report_availability(&self, cancel: &CancellationToken, availability: Availability) {
+        self.availability.send_if_modified(|current| {
+            let changed = !cancel.is_cancelled() && *current != availability;
+            if changed {
+                *current = availability;
+            }
+            changed
+        });
+    }
+
     /// Wakes the subscribers of the resource an event is about, if it has any.
     fn dispatch(&self, event: &Document) {
         self.counters.events.fetch_add(1, Ordering::Relaxed);
@@ -214,17 +240,25 @@ fn bump(sender: &watch::Sender<Wake>, cause: WakeCause) {
 /// Wakes lock waiters when their resource changes, from one change stream per lock client.
 ///
 /// Created idle by [`Wakeups::new`]; the first [`subscribe`](Wakeups::subscribe) (or
-/// [`start`](Wakeups::start)) spawns the background task that owns the stream. Dropping the
-/// `Wakeups` stops the task and closes the stream. See the [module docs](self) for the
-/// guarantees.
+/// [`start`](Wakeups::start)) spawns the background task that owns the stream.
+/// [`stop`](Wakeups::stop) ends it and waits until the stream is closed; dropping the
+/// `Wakeups` ends it without waiting. See the [module docs](self) for the guarantees.
 #[allow(dead_code)]
 pub(crate) struct Wakeups {
     /// The lock collection to watch.
     collection: Collection<Document>,
     /// State shared with the task and the subscriptions.
     shared: Arc<Shared>,
-    /// The background task, once started.
-    task: Mutex<Option<JoinHandle<()>>>,
+    /// The background task, while it runs.
+    task: Mutex<Option<Task>>,
+}
+
+/// The running background task, and how to stop it.
+struct Task {
+    /// Cancelled to stop the task: it then drops its cursor and session and returns.
+    cancel: CancellationToken,
+    /// The task, to wait for its end.
+    handle: JoinHandle<()>,
 }
 
 impl fmt::Debug for Wakeups {
@@ -267,7 +301,13 @@ impl Wakeups {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 self.shared.set_availability(Availability::Unknown);
-                *task = Some(runtime.spawn(run(self.collection.clone(), self.shared.clone())));
+                let cancel = CancellationToken::new();
+                let handle = runtime.spawn(run(
+                    self.collection.clone(),
+                    self.shared.clone(),
+                    cancel.clone(),
+                ));
+                *task = Some(Task { cancel, handle });
             }
             Err(_) => {
                 tracing::warn!(
@@ -277,6 +317,47 @@ impl Wakeups {
                 self.shared.set_availability(Availability::Unavailable);
             }
         }
+    }
+
+    /// Stops the background task, if it runs, and waits until it has dropped its change
+    /// stream's cursor and session, so that `mongodb::Client::shutdown` does not wait for
+    /// them. Dropping the cursor kills it on the server (the driver sends `killCursors` from
+    /// a cleanup task that its own shutdown waits for).
+    ///
+    /// Every current subscriber is woken once with [`WakeCause::Resync`] and the availability
+    /// becomes [`Availability::Unknown`], so that waiters fall back to their timers instead of
+    /// waiting for events that will not come. Nothing else is lost: the next
+    /// [`subscribe`](Self::subscribe) or [`start`](Self::start) opens a new stream, which
+    /// resyncs every subscriber, those from before the stop included.
+    ///
+    /// A task started while this runs (a concurrent `subscribe`) is not stopped; a concurrent
+    /// second `stop` returns at once, without waiting for the task the first one stopped.
+    ///
+    /// # Cancel safety
+    /// Cancel safe. Once the future was polled, the task is told to stop, subscribers are
+    /// woken and the availability is [`Availability::Unknown`]; dropping it then only stops
+    /// waiting for the task, which still ends and drops its stream promptly on its own.
+    pub(crate) async fn stop(&self) {
+        let stopped = {
+            let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(stopped) = task.take() else {
+                return;
+            };
+            // Cancel first: from here the task cannot overwrite the availability set next.
+            stopped.cancel.cancel();
+            self.shared.set_availability(Availability::Unknown);
+            self.shared.wake_all();
+            stopped
+        };
+        if let Err(error) = stopped.handle.await
+            && error.is_panic()
+        {
+            tracing::error!(
+                namespace = %self.collection.namespace(), %error,
+                "the change stream task had panicked"
+            );
+        }
+        tracing::debug!(namespace = %self.collection.namespace(), "change stream stopped");
     }
 
     /// Subscribes to changes of `resource`, starting the change stream if needed.
@@ -354,11 +435,13 @@ impl Wakeups {
 }
 
 impl Drop for Wakeups {
-    /// Stops the background task; dropping its change stream kills the server cursor.
+    /// Stops the background task without waiting for it; dropping its change stream kills
+    /// the server cursor.
     fn drop(&mut self) {
         let task = self.task.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some(task) = task.take() {
-            task.abort();
+            task.cancel.cancel();
+            task.handle.abort();
         }
     }
 }
@@ -506,8 +589,24 @@ async fn open(
     Ok((session, cursor))
 }
 
-/// The background task: opens the stream, dispatches its events, reopens it when it ends.
-/// Runs until aborted by [`Wakeups`]'s `Drop`.
+/// The background task: runs [`stream`] until `cancel` is cancelled ([`Wakeups::stop`]),
+/// then drops it, which drops the stream's cursor and session, and returns. Also aborted by
+/// [`Wakeups`]'s `Drop`.
+///
+/// # Cancel safety
+/// Meant to be cancelled or aborted: dropping it drops the cursor, whose `Drop` kills the
+/// server cursor.
+async fn run(collection: Collection<Document>, shared: Arc<Shared>, cancel: CancellationToken) {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => {}
+        () = stream(&collection, &shared, &cancel) => {}
+    }
+}
+
+/// Opens the stream, dispatches its events, reopens it when it ends; never returns.
+/// Availability changes go through [`Shared::report_availability`] with `cancel`, so that a
+/// stopped task leaves the availability alone.
 ///
 /// The stream is a plain `aggregate` cursor with a `$changeStream` stage rather than the
 /// driver's `ChangeStream`: the driver's automatic resume sends its resume token only on the
@@ -517,14 +616,16 @@ async fn open(
 /// error comes back to this loop, which reopens from the last event's resume token itself.
 ///
 /// # Cancel safety
-/// Meant to be aborted: dropping it drops the cursor, whose `Drop` kills the server cursor.
-async fn run(collection: Collection<Document>, shared: Arc<Shared>) {
+/// Meant to be dropped ([`run`] does): dropping it drops the cursor, whose `Drop` kills the
+/// server cursor.
+async fn stream(collection: &Collection<Document>, shared: &Shared, cancel: &CancellationToken) {
     let namespace = collection.namespace();
+    let set_availability = |availability| shared.report_availability(cancel, availability);
     let mut resume = ResumePoint::Fresh;
     // Failures since the stream last delivered an event or stayed up for a while.
     let mut failures: u32 = 0;
     loop {
-        let (mut session, mut cursor) = match open(&collection, &resume).await {
+        let (mut session, mut cursor) = match open(collection, &resume).await {
             Ok(opened) => opened,
             Err(error) => {
                 shared.counters.failures.fetch_add(1, Ordering::Relaxed);
@@ -535,7 +636,7 @@ async fn run(collection: Collection<Document>, shared: Arc<Shared>) {
                             "the server does not support change streams: lock waiters will poll"
                         );
                     }
-                    shared.set_availability(Availability::Unavailable);
+                    set_availability(Availability::Unavailable);
                     tokio::time::sleep(UNSUPPORTED_RETRY).await;
                     continue;
                 }
@@ -555,7 +656,7 @@ async fn run(collection: Collection<Document>, shared: Arc<Shared>) {
                         namespace = %namespace, %error, failures,
                         "cannot open the change stream: lock waiters will poll until it opens"
                     );
-                    shared.set_availability(Availability::Unavailable);
+                    set_availability(Availability::Unavailable);
                 } else {
                     tracing::debug!(namespace = %namespace, %error, failures, "opening the change stream failed");
                 }
@@ -577,7 +678,7 @@ async fn run(collection: Collection<Document>, shared: Arc<Shared>) {
             shared.counters.resumes.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(namespace = %namespace, ?resume, "change stream resumed");
         }
-        shared.set_availability(Availability::Streaming);
+        set_availability(Availability::Streaming);
         let end = loop {
             match cursor.advance(&mut session).await {
                 Ok(true) => {
@@ -600,7 +701,7 @@ async fn run(collection: Collection<Document>, shared: Arc<Shared>) {
         };
         drop(cursor);
         drop(session);
-        shared.set_availability(Availability::Unknown);
+        set_availability(Availability::Unknown);
         if opened_at.elapsed() >= HEALTHY_STREAM {
             failures = 0;
         }
@@ -1101,6 +1202,84 @@ mod tests {
         assert_eq!(monitor.started_count("getMore"), get_mores);
         assert_eq!(kills, 1, "the cursor is killed");
         drop(subscription);
+    }
+
+    #[tokio::test]
+    async fn stopping_closes_the_stream_and_a_new_subscription_reopens_it() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, monitor) = streaming(&server, "wake_stop_restart").await;
+        let mut before = wakeups.subscribe("r");
+        wakeups.stop().await;
+        // Everybody looks again, and waits with a timer from now on.
+        assert_eq!(woken(&mut before).await, WakeCause::Resync);
+        assert_eq!(wakeups.availability(), Availability::Unknown);
+        eventually("the cursor is killed", || {
+            monitor.started_count("killCursors") == 1
+        })
+        .await;
+        // Nothing reopens the stream by itself: a change now reaches nobody.
+        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        stays_pending(&mut before).await;
+        assert_eq!(wakeups.stats().opens, 1);
+
+        // A new subscription reopens it; the fresh stream resyncs the older subscriber too.
+        let mut after = wakeups.subscribe("r");
+        assert_eq!(
+            wakeups.wait_ready(HANG_GUARD).await,
+            Availability::Streaming
+        );
+        assert_eq!(woken(&mut before).await, WakeCause::Resync);
+        assert_eq!(woken(&mut after).await, WakeCause::Resync);
+        other
+            .update_one(doc! {"_id": "r"}, doc! {"$set": {"x": 1}})
+            .await
+            .expect("update");
+        assert_eq!(woken(&mut before).await, WakeCause::Change);
+        assert_eq!(woken(&mut after).await, WakeCause::Change);
+        let stats = wakeups.stats();
+        assert_eq!((stats.opens, stats.resyncs), (2, 3), "{stats:?}");
+        assert_eq!(monitor.change_stream_opens(), [doc! {}, doc! {}]);
+    }
+
+    #[tokio::test]
+    async fn after_stop_the_drivers_shutdown_returns() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, _, _) = streaming(&server, "wake_stop_driver").await;
+        let _subscription = wakeups.subscribe("r");
+        let client = wakeups.collection.client().clone();
+        wakeups.stop().await;
+        tokio::time::timeout(HANG_GUARD, client.shutdown())
+            .await
+            .expect("the driver's shutdown returns");
+    }
+
+    #[tokio::test]
+    async fn stopping_what_never_started_does_nothing() {
+        let server = TestServer::start().await.expect("server");
+        let (client, monitor) = monitored_client(&server).await;
+        let wakeups = Wakeups::new(client.database("wake_stop_idle").collection("locks"));
+        wakeups.stop().await;
+        assert_eq!(wakeups.availability(), Availability::Unknown);
+        assert_eq!(wakeups.stats(), WakeStats::default());
+        assert_eq!(monitor.started.lock().expect("monitor lock").len(), 0);
+    }
+
+    #[test]
+    fn a_stopped_task_leaves_the_availability_alone() {
+        let (availability, _) = watch::channel(Availability::Unknown);
+        let shared = Shared {
+            resources: Mutex::new(HashMap::new()),
+            availability,
+            counters: Counters::default(),
+        };
+        let cancel = CancellationToken::new();
+        shared.report_availability(&cancel, Availability::Streaming);
+        assert_eq!(*shared.availability.borrow(), Availability::Streaming);
+        cancel.cancel();
+        shared.set_availability(Availability::Unknown);
+        shared.report_availability(&cancel, Availability::Streaming);
+        shared.report_availability(&cancel, Availability::Unavailable);
+        assert_eq!(*shared.availability.borrow(), Availability::Unknown);
     }
 
     #[test]
