@@ -685,12 +685,14 @@ mod tests {
             attempt_sent_at: ms(sent),
             granted_at: ms(granted),
             token: id as i64,
+            ttl: Some(Duration::from_millis(1_500)),
             max_deadline: None,
             writes: Vec::new(),
             notified: None,
             pauses: Vec::new(),
             released_at: Some(ms(released)),
-            release_ok: Some(true),
+            let_go: Some(crate::history::LetGo::Released),
+            release: Some(crate::history::ReleaseResult::Ok),
             killed_at: None,
             believed_until: None,
         }
@@ -716,6 +718,8 @@ mod tests {
             faults: Vec::new(),
             writer_waits: Vec::new(),
             healed_at: None,
+            nemeses: Vec::new(),
+            server_clock: Vec::new(),
             end: ms(1_000),
         }
     }

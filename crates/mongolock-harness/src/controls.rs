@@ -17,7 +17,10 @@ use mongolock::{LockClient, LockGuard};
 use mongolock_testkit::{FaultProxy, TestServer};
 
 use crate::check::{self, Check, Outcome};
-use crate::history::{Access, History, HolderLog, LossKind, Mode, Recorder, WriteLog, WriterWait};
+use crate::history::{
+    Access, History, HolderLog, LetGo, LossKind, Mode, Recorder, ReleaseResult, WriteLog,
+    WriterWait,
+};
 use crate::workload::{COLLECTION, DB};
 
 const RESOURCE: &str = "control";
@@ -133,8 +136,8 @@ async fn hold_honestly_as(
         }
     }
     log.check_lost(&guard);
-    log.released_at = Some(Instant::now());
-    log.release_ok = Some(guard.release().await.is_ok());
+    log.lets_go(LetGo::Released);
+    log.release = Some(ReleaseResult::of(&guard.release().await));
     log
 }
 

@@ -20,10 +20,19 @@ use bson::{Document, doc};
 use mongolock::LockClient;
 use mongolock_testkit::Clock;
 use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::history::{OpKind, Recorder};
-use crate::workload::{Fleet, Workload};
+use crate::history::{Ending, NemesisLog, OpKind, Recorder};
+use crate::workload::{DropAcquire, Fleet, Workload};
+
+/// How long after a nemesis let go of a lease its client still counts it among its leases
+/// when the operator looks for a client with several (its entry may be on the server still).
+const ABANDONED_FOR: Duration = Duration::from_secs(5);
+
+/// How often the injector reads the server's clock against ours, besides right after each
+/// jump (see [`crate::history::History::server_ms`]).
+const CLOCK_READING_EVERY: Duration = Duration::from_millis(500);
 
 /// The commands the library sends for locks (fail points target them).
 const LOCK_COMMANDS: [&str; 5] = ["findAndModify", "update", "delete", "aggregate", "find"];
@@ -65,11 +74,33 @@ pub enum FaultKind {
     Purge,
     /// The emulator's clock jumped forward by more than the TTL.
     ClockJump,
+    /// A holder moves one guard to a plain thread (no tokio runtime) and drops it there:
+    /// nothing releases it.
+    DropWithoutRuntime,
+    /// A holder's `release()` future is raced against a very short timer and dropped
+    /// mid-flight (usually before the release is sent).
+    ReleaseCancelled,
+    /// A holder drops one guard (a background release) while its client's lock commands
+    /// fail with `closeConnection` for a few commands: the release never lands.
+    ReleaseBlip,
+    /// A holder awaits a release while its client is cut off (for 0.3–1.5 × TTL).
+    ReleaseUnderPartition,
+    /// A holder awaits a release while its client's replies are lost (the release is
+    /// applied, its reply never arrives).
+    ReleaseUnderLostReplies,
+    /// An acquire future is dropped mid-flight (in the runtime: withdrawn in the
+    /// background; or on a thread without a runtime: never withdrawn), sometimes with
+    /// latency on its client so that a grant is on its way back.
+    AcquireDropped,
+    /// An operator's `force_release` of one lease of a client that has several (a pair, or
+    /// a lease and one it let go of by a nemesis); the holder then holds on for TTL + 0.5 s
+    /// unless it notices.
+    ForceReleaseOne,
 }
 
 impl FaultKind {
     /// Every kind, with its weight in the mix.
-    pub const ALL: [(FaultKind, u32); 15] = [
+    pub const ALL: [(FaultKind, u32); 22] = [
         (FaultKind::Latency, 3),
         (FaultKind::Partition, 3),
         (FaultKind::Reset, 2),
@@ -85,6 +116,13 @@ impl FaultKind {
         (FaultKind::ForceRelease, 1),
         (FaultKind::Purge, 1),
         (FaultKind::ClockJump, 1),
+        (FaultKind::DropWithoutRuntime, 2),
+        (FaultKind::ReleaseCancelled, 2),
+        (FaultKind::ReleaseBlip, 2),
+        (FaultKind::ReleaseUnderPartition, 1),
+        (FaultKind::ReleaseUnderLostReplies, 1),
+        (FaultKind::AcquireDropped, 2),
+        (FaultKind::ForceReleaseOne, 2),
     ];
 
     /// The name in the report.
@@ -105,7 +143,42 @@ impl FaultKind {
             FaultKind::ForceRelease => "operator force_release",
             FaultKind::Purge => "operator purge",
             FaultKind::ClockJump => "server clock jump",
+            FaultKind::DropWithoutRuntime => "guard dropped without a runtime",
+            FaultKind::ReleaseCancelled => "release future dropped mid-flight",
+            FaultKind::ReleaseBlip => "background release in a network blip",
+            FaultKind::ReleaseUnderPartition => "release under partition",
+            FaultKind::ReleaseUnderLostReplies => "release under lost replies",
+            FaultKind::AcquireDropped => "acquire future dropped mid-flight",
+            FaultKind::ForceReleaseOne => "operator force_release of one of several",
         }
+    }
+
+    /// True for the nemeses a client carries out on its own release or acquire (and the
+    /// operator's force-release of one lease of several): each is logged with how it ended
+    /// ([`crate::history::NemesisLog`]).
+    pub fn is_nemesis(self) -> bool {
+        matches!(
+            self,
+            FaultKind::DropWithoutRuntime
+                | FaultKind::ReleaseCancelled
+                | FaultKind::ReleaseBlip
+                | FaultKind::ReleaseUnderPartition
+                | FaultKind::ReleaseUnderLostReplies
+                | FaultKind::AcquireDropped
+                | FaultKind::ForceReleaseOne
+        )
+    }
+
+    /// True for the nemeses a holder carries out when it lets go of a lease.
+    pub fn is_let_go(self) -> bool {
+        matches!(
+            self,
+            FaultKind::DropWithoutRuntime
+                | FaultKind::ReleaseCancelled
+                | FaultKind::ReleaseBlip
+                | FaultKind::ReleaseUnderPartition
+                | FaultKind::ReleaseUnderLostReplies
+        )
     }
 }
 
@@ -157,10 +230,16 @@ impl Injector {
     /// Injects faults until `until`, restarting killed clients as it goes; then heals
     /// everything.
     pub async fn run(&mut self, fleet: &mut Fleet, until: Instant) {
+        self.read_clock();
+        let mut last_reading = Instant::now();
         while Instant::now() < until {
             let gap = self.rng.random_range(self.gap_ms.0..=self.gap_ms.1);
             let wake = (Instant::now() + Duration::from_millis(gap)).min(until);
             while Instant::now() < wake {
+                if last_reading.elapsed() >= CLOCK_READING_EVERY {
+                    self.read_clock();
+                    last_reading = Instant::now();
+                }
                 self.heal_expired(fleet);
                 fleet.restart_dead(Duration::from_millis(300));
                 tokio::time::sleep(Duration::from_millis(25)).await;
@@ -174,6 +253,13 @@ impl Injector {
             }
         }
         self.heal_all(fleet).await;
+    }
+
+    /// Records a reading of the server's clock against ours.
+    fn read_clock(&self) {
+        let at = Instant::now();
+        let ms = self.clock.now().timestamp_millis();
+        self.recorder.server_clock(at, ms);
     }
 
     fn pick(&mut self) -> FaultKind {
@@ -364,15 +450,154 @@ impl Injector {
                 self.recorder.op(OpKind::Purge, start, Instant::now());
                 return done.is_ok();
             }
+            FaultKind::DropWithoutRuntime | FaultKind::ReleaseCancelled => {
+                let Some(holder) = self.let_go_target(fleet, false) else {
+                    return false;
+                };
+                fleet.let_go(holder, kind);
+            }
+            FaultKind::ReleaseBlip => {
+                let Some(holder) = self.let_go_target(fleet, false) else {
+                    return false;
+                };
+                // The release and the driver's retry of it fail, and maybe a renewal.
+                let times = self.rng.random_range(3..=4);
+                let app = fleet.slots[holder].app_name.clone();
+                let data = doc! { "closeConnection": true, "appName": app };
+                self.fail_point(kind, holder, times, data).await;
+                fleet.let_go(holder, kind);
+            }
+            FaultKind::ReleaseUnderPartition | FaultKind::ReleaseUnderLostReplies => {
+                let Some(holder) = self.let_go_target(fleet, true) else {
+                    return false;
+                };
+                let proxy = &fleet.slots[holder].proxy;
+                let hold = if kind == FaultKind::ReleaseUnderPartition {
+                    proxy.blackhole();
+                    ttl.mul_f64(self.rng.random_range(0.3..1.5))
+                } else {
+                    proxy.lose_replies();
+                    Duration::from_millis(self.rng.random_range(100..=600))
+                };
+                let now = Instant::now();
+                self.proxy_until[holder] = Some((now + hold, kind, now));
+                fleet.let_go(holder, kind);
+            }
+            FaultKind::AcquireDropped => {
+                let waiters: Vec<usize> = (0..fleet.slots.len())
+                    .filter(|&i| {
+                        let slot = &fleet.slots[i];
+                        slot.ctl.acquiring_handle.load(Ordering::SeqCst) && slot.killed_at.is_none()
+                    })
+                    .collect();
+                let Some(&waiter) = waiters.choose(&mut self.rng) else {
+                    return false;
+                };
+                // Half of the time with latency on its client, so that a grant made by the
+                // attempt in flight is still on its way back when the future is dropped.
+                let latency = if self.proxy_until[waiter].is_none() && self.rng.random_bool(0.5) {
+                    let latency = Duration::from_millis(self.rng.random_range(20..=80));
+                    fleet.slots[waiter].proxy.add_latency(latency);
+                    let now = Instant::now();
+                    self.proxy_until[waiter] = Some((now + ttl, kind, now));
+                    latency
+                } else {
+                    Duration::from_millis(10)
+                };
+                let after = self.rng.random_range(0..=3 * latency.as_millis() as u64);
+                fleet.drop_acquire(
+                    waiter,
+                    DropAcquire {
+                        without_runtime: self.rng.random_bool(0.5),
+                        after: Duration::from_millis(after),
+                    },
+                );
+            }
+            FaultKind::ForceReleaseOne => return self.force_release_one(fleet).await,
             FaultKind::ClockJump => {
                 let by = ttl.mul_f64(self.rng.random_range(1.5..3.0));
                 let start = Instant::now();
                 self.clock.advance(by);
+                self.read_clock();
                 self.recorder
                     .op(OpKind::ClockJump(by), start, Instant::now());
             }
         }
         true
+    }
+
+    /// A client that holds a lease through a handle, for a nemesis on its next let-go: one
+    /// holding two leases seven times in ten if there is one; with `free_proxy`, only
+    /// clients whose proxy is free. `None` if there is none.
+    fn let_go_target(&mut self, fleet: &Fleet, free_proxy: bool) -> Option<usize> {
+        let holders: Vec<(usize, usize)> = (0..fleet.slots.len())
+            .filter(|&i| fleet.slots[i].killed_at.is_none())
+            .filter(|&i| !free_proxy || self.proxy_until[i].is_none())
+            .map(|i| (i, fleet.slots[i].ctl.held().len()))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        let pairs: Vec<usize> = holders
+            .iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(i, _)| *i)
+            .collect();
+        if !pairs.is_empty() && self.rng.random_bool(0.7) {
+            return pairs.choose(&mut self.rng).copied();
+        }
+        holders.choose(&mut self.rng).map(|(i, _)| *i)
+    }
+
+    /// The operator force-releases one lease of a client that has several (believed, or let
+    /// go of by a nemesis in the last [`ABANDONED_FOR`]), preferring a client with one let go
+    /// of; false if no client has several.
+    async fn force_release_one(&mut self, fleet: &Fleet) -> bool {
+        let mut candidates = Vec::new();
+        for (i, slot) in fleet.slots.iter().enumerate() {
+            if slot.killed_at.is_some() {
+                continue;
+            }
+            let held = slot.ctl.held();
+            let abandoned: Vec<String> = slot
+                .ctl
+                .abandoned_since(Instant::now() - ABANDONED_FOR)
+                .into_iter()
+                .filter(|r| !held.contains(r))
+                .collect();
+            if !held.is_empty() && held.len() + abandoned.len() >= 2 {
+                candidates.push((i, held, abandoned.len()));
+            }
+        }
+        let with_abandoned: Vec<_> = candidates.iter().filter(|c| c.2 > 0).cloned().collect();
+        let pool = if with_abandoned.is_empty() {
+            candidates
+        } else {
+            with_abandoned
+        };
+        let Some((client, held, abandoned)) = pool.choose(&mut self.rng).cloned() else {
+            return false;
+        };
+        let Some(resource) = held.choose(&mut self.rng).cloned() else {
+            return false;
+        };
+        let start = Instant::now();
+        let done = self.observer.force_release(&resource).await;
+        let end = Instant::now();
+        self.recorder
+            .op(OpKind::ForceRelease(resource.clone()), start, end);
+        // The holder holds on for a while, unless it notices the loss.
+        fleet.slots[client].ctl.hold_on_until(end + self.ttl() + Duration::from_millis(500));
+        self.recorder.nemesis(NemesisLog {
+            kind: FaultKind::ForceReleaseOne,
+            client,
+            at: start,
+            holder: None,
+            resource: Some(resource),
+            ended: Ending::ForceReleased {
+                removed: *done.as_ref().unwrap_or(&0),
+                leases: held.len() + abandoned,
+            },
+        });
+        done.is_ok()
     }
 
     /// Records the end of the fail point armed last, if any.

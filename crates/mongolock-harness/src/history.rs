@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mongolock::{LeaseState, LockGuard, LockKind, LossReason};
+use mongolock::{ErrorKind, LeaseState, LockGuard, LockKind, LossReason};
 
 use crate::faults::FaultKind;
 
@@ -140,6 +140,61 @@ pub struct WriteLog {
     pub accepted: bool,
 }
 
+/// What a holder's `release()` call returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseResult {
+    /// `Ok(())`: the library says the server still held the grant, and released it.
+    Ok,
+    /// `ErrorKind::LeaseLost`, with its reason: the lease was lost before the call, or the
+    /// server no longer held the grant (revoked).
+    Lost(LossKind),
+    /// Another error: the release could not be sent, or its outcome is unknown.
+    Failed,
+}
+
+impl ReleaseResult {
+    /// What `result` (of `LockGuard::release`) says.
+    pub fn of(result: &mongolock::Result<()>) -> Self {
+        match result {
+            Ok(()) => ReleaseResult::Ok,
+            Err(error) => match error.kind() {
+                ErrorKind::LeaseLost { reason, .. } => ReleaseResult::Lost((*reason).into()),
+                _ => ReleaseResult::Failed,
+            },
+        }
+    }
+
+    /// The name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReleaseResult::Ok => "Ok",
+            ReleaseResult::Lost(LossKind::Revoked) => "LeaseLost(revoked)",
+            ReleaseResult::Lost(LossKind::Deadline) => "LeaseLost(deadline)",
+            ReleaseResult::Lost(LossKind::Other) => "LeaseLost(other)",
+            ReleaseResult::Failed => "error",
+        }
+    }
+}
+
+/// How a holder let go of its lease (its belief ends then: see [`HolderLog::released_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LetGo {
+    /// It awaited `release()` to the end (its result is in [`HolderLog::release`]).
+    Released,
+    /// Its `release()` future was raced against a short timer and dropped before it
+    /// completed.
+    ReleaseCancelled,
+    /// It dropped the guard in its runtime: a background task releases it.
+    Dropped,
+    /// It moved the guard to a thread without a tokio runtime and dropped it there: nothing
+    /// releases it, and only the TTL may end it.
+    DroppedWithoutRuntime,
+    /// It unlocked its lock id (a lock group on the low-level API).
+    Unlocked,
+    /// It stopped believing and did nothing more (a broken holder of a control).
+    Abandoned,
+}
+
 /// A stretch during which the holder's whole client stopped (a process pause).
 #[derive(Debug, Clone, Copy)]
 pub struct PauseLog {
@@ -181,6 +236,8 @@ pub struct HolderLog {
     pub granted_at: Instant,
     /// The fencing token of the grant (as the holder uses it).
     pub token: i64,
+    /// The lease's TTL, if known.
+    pub ttl: Option<Duration>,
     /// The latest local deadline seen while the lease was held (`now + time_left()`).
     pub max_deadline: Option<Instant>,
     /// Writes to the guarded record.
@@ -190,10 +247,13 @@ pub struct HolderLog {
     pub notified: Option<(Instant, LossKind)>,
     /// Pauses of the holder's client while it held.
     pub pauses: Vec<PauseLog>,
-    /// When the holder called release.
+    /// When the holder let go of the lease by its own choice: it called release, or dropped
+    /// the guard (how: [`HolderLog::let_go`]).
     pub released_at: Option<Instant>,
-    /// Whether the release returned `Ok` (an error says the lease was lost before).
-    pub release_ok: Option<bool>,
+    /// How it let go.
+    pub let_go: Option<LetGo>,
+    /// What its release call returned, if it awaited one to the end.
+    pub release: Option<ReleaseResult>,
     /// When the holder's client was killed while holding (no release).
     pub killed_at: Option<Instant>,
     /// For fake holders: the end of their belief, as they (wrongly) see it.
@@ -206,6 +266,7 @@ impl HolderLog {
         let mut log = HolderLog {
             access: Access::of(guard),
             lock_id: guard.lock_id().to_owned(),
+            ttl: guard.grant().holder().ttl(),
             invoked_at,
             attempt_sent_at: guard.attempt_sent_at(),
             ..HolderLog::granted(id, client, mode, guard.resource(), guard.fencing_token())
@@ -231,12 +292,14 @@ impl HolderLog {
             attempt_sent_at: now,
             granted_at: now,
             token,
+            ttl: None,
             max_deadline: None,
             writes: Vec::new(),
             notified: None,
             pauses: Vec::new(),
             released_at: None,
-            release_ok: None,
+            let_go: None,
+            release: None,
             killed_at: None,
             believed_until: None,
         }
@@ -269,6 +332,12 @@ impl HolderLog {
             }
             _ => false,
         }
+    }
+
+    /// Records that the holder lets go now, in the way `how`: its belief ends.
+    pub fn lets_go(&mut self, how: LetGo) {
+        self.released_at = Some(Instant::now());
+        self.let_go = Some(how);
     }
 
     /// When the lease was lost as far as the holder could know: its notice, or the local
@@ -439,6 +508,74 @@ pub struct FaultEvent {
     pub end: Instant,
 }
 
+/// How a nemesis aimed at a holder's release or at an acquire ended, as its client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The holder awaited its release to the end, which returned this.
+    Released(ReleaseResult),
+    /// The release future was dropped before it completed.
+    ReleaseCancelled,
+    /// The guard was dropped in the runtime (released in the background).
+    Dropped,
+    /// The guard was dropped on a thread without a tokio runtime.
+    DroppedWithoutRuntime,
+    /// The acquire future was dropped in the runtime (its attempt withdrawn in the
+    /// background).
+    AcquireDropped,
+    /// The acquire future was dropped on a thread without a tokio runtime (nothing
+    /// withdraws its attempt).
+    AcquireDroppedWithoutRuntime,
+    /// The acquire call returned before the drop came: nothing was dropped.
+    AcquireReturnedFirst,
+    /// An operator force-released one lease of a client that had `leases` leases (believed,
+    /// or let go of by a nemesis shortly before); `removed` locks went.
+    ForceReleased {
+        /// What `force_release` returned.
+        removed: u64,
+        /// The leases the client had then.
+        leases: usize,
+    },
+    /// The request was not carried out (the client stopped holding or acquiring first).
+    NotCarriedOut,
+}
+
+impl Ending {
+    /// The name in the report.
+    pub fn name(self) -> String {
+        match self {
+            Ending::Released(r) => format!("release returned {}", r.name()),
+            Ending::ReleaseCancelled => "release dropped mid-flight".into(),
+            Ending::Dropped => "guard dropped (background release)".into(),
+            Ending::DroppedWithoutRuntime => "guard dropped without a runtime".into(),
+            Ending::AcquireDropped => "acquire dropped (withdrawn in the background)".into(),
+            Ending::AcquireDroppedWithoutRuntime => "acquire dropped without a runtime".into(),
+            Ending::AcquireReturnedFirst => "acquire returned first".into(),
+            Ending::ForceReleased { leases, .. } => {
+                format!("force-released one of {leases} leases")
+            }
+            Ending::NotCarriedOut => "not carried out".into(),
+        }
+    }
+}
+
+/// One nemesis carried out by a client (or by the operator on a client's lease), with how it
+/// ended.
+#[derive(Debug, Clone)]
+pub struct NemesisLog {
+    /// Which nemesis.
+    pub kind: FaultKind,
+    /// The client it hit.
+    pub client: usize,
+    /// When it was carried out.
+    pub at: Instant,
+    /// The holder it hit, if a grant had reached one.
+    pub holder: Option<u64>,
+    /// The resource.
+    pub resource: Option<String>,
+    /// How it ended.
+    pub ended: Ending,
+}
+
 /// One wait of a reader-writer lock's writer (`write_timeout`), granted or not.
 #[derive(Debug, Clone)]
 pub struct WriterWait {
@@ -482,8 +619,37 @@ pub struct History {
     pub writer_waits: Vec<WriterWait>,
     /// When the faults stopped (everything healed).
     pub healed_at: Option<Instant>,
+    /// The nemeses carried out on releases, acquires and one lease of several.
+    pub nemeses: Vec<NemesisLog>,
+    /// Readings of the server's clock (ms since the epoch) against ours, taken at the start,
+    /// now and then, and right after every jump of the server's clock: see
+    /// [`History::server_ms`].
+    pub server_clock: Vec<(Instant, i64)>,
     /// When the run ended.
     pub end: Instant,
+}
+
+impl History {
+    /// The server's clock at our instant `t`, in ms since the epoch: the last reading taken
+    /// at or before `t` (the first one if `t` is earlier), plus the time since. The server's
+    /// clock is the wall clock plus an offset that only the harness moves (and reads again
+    /// right after), so this is off by no more than the wall clock's drift from the
+    /// monotonic clock since the reading, and a millisecond of rounding. `None` without
+    /// readings.
+    pub fn server_ms(&self, t: Instant) -> Option<i64> {
+        let (at, ms) = self
+            .server_clock
+            .iter()
+            .filter(|(at, _)| *at <= t)
+            .max_by_key(|(at, _)| *at)
+            .or_else(|| self.server_clock.iter().min_by_key(|(at, _)| *at))?;
+        let since = if t >= *at {
+            t.duration_since(*at).as_millis() as i64
+        } else {
+            -(at.duration_since(t).as_millis() as i64)
+        };
+        Some(ms + since)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -497,6 +663,8 @@ struct Inner {
     faults: Vec<FaultEvent>,
     writer_waits: Vec<WriterWait>,
     healed_at: Option<Instant>,
+    nemeses: Vec<NemesisLog>,
+    server_clock: Vec<(Instant, i64)>,
 }
 
 /// Collects the history while a run goes on; shared by every client thread.
@@ -564,6 +732,16 @@ impl Recorder {
         self.with(|i| i.writer_waits.push(wait));
     }
 
+    /// Records a nemesis carried out, and how it ended.
+    pub fn nemesis(&self, log: NemesisLog) {
+        self.with(|i| i.nemeses.push(log));
+    }
+
+    /// Records a reading `ms` of the server's clock (ms since the epoch) taken at `at`.
+    pub fn server_clock(&self, at: Instant, ms: i64) {
+        self.with(|i| i.server_clock.push((at, ms)));
+    }
+
     /// Records when every fault was healed.
     pub fn healed(&self, at: Instant) {
         self.with(|i| i.healed_at = Some(at));
@@ -599,6 +777,8 @@ impl Recorder {
             faults: i.faults.clone(),
             writer_waits: i.writer_waits.clone(),
             healed_at: i.healed_at,
+            nemeses: i.nemeses.clone(),
+            server_clock: i.server_clock.clone(),
             end: Instant::now(),
         })
     }

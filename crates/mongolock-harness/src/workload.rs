@@ -14,6 +14,15 @@
 //! A group has no keeper: its holder renews it and keeps its own local deadline (the
 //! `group` submodule).
 //!
+//! A worker may also take a *pair*: two of the handle resources at once (in name order, so
+//! pair holders never wait on each other in a cycle), and work under both. The `hold`
+//! submodule holds one lease or a pair, and carries out the nemeses aimed at a holder's
+//! let-go ([`FaultKind::is_let_go`]: a guard dropped on a thread without a runtime, a
+//! release future dropped mid-flight, a release under a blip, a partition or lost replies)
+//! on one of its leases; a pair holder keeps the other one for a long tail (1.4–2.4 × TTL)
+//! afterwards, so that a keeper that renews what it should not has time to show it. An
+//! acquire future can be dropped mid-flight too, in the runtime or on a thread without one.
+//!
 //! Pauses and kills are asked for through [`ClientCtl`]. Those aimed at a holder are carried
 //! out by the worker itself at its next step: a pause is a `std::thread::sleep` that stops
 //! the whole runtime (the worker, its keeper, its driver), a kill forgets the guard
@@ -36,9 +45,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::faults::FaultKind;
-use crate::history::{HolderLog, LossKind, Mode, PauseLog, Recorder, WriteLog, WriterWait};
+use crate::history::{HolderLog, Mode, Recorder, WriteLog};
 
 mod group;
+mod hold;
 
 use group::attach_acquiring_pauses;
 
@@ -66,6 +76,8 @@ pub struct Workload {
     pub group_size: (usize, usize),
     /// The chance that a holder of a reader-writer lock is a writer.
     pub writer_share: f64,
+    /// Whether workers sometimes take two handle resources at once (a pair).
+    pub pairs: bool,
 }
 
 /// What a worker goes for: one resource, or a group of the group pool.
@@ -75,11 +87,14 @@ pub enum Target {
     Resource(String, Mode),
     /// Some members of the group pool.
     Group(Vec<String>),
+    /// Two of these resources (outside the group pool), held at once.
+    Pair(Vec<(String, Mode)>),
 }
 
 impl Workload {
     /// Two mutexes, a semaphore with two permits, two reader-writer locks, and a pool of
-    /// four resources taken two or three at a time in groups; six clients, TTL 1.5 s.
+    /// four resources taken two or three at a time in groups; six clients, TTL 1.5 s; pairs
+    /// of handle resources held at once.
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -100,6 +115,7 @@ impl Workload {
             step_ms: (40, 200),
             group_size: (2, 3),
             writer_share: 0.35,
+            pairs: true,
         }
     }
 
@@ -108,18 +124,26 @@ impl Workload {
         self.resources.iter().cloned().collect()
     }
 
-    /// What workers pick from: every resource outside the group pool, and the pool (if
-    /// any) as one target.
+    /// What workers pick from: every resource outside the group pool, the pool (if any) as
+    /// one target, and (with [`Workload::pairs`], given two such resources) a pair of them
+    /// as one more.
     pub fn targets(&self) -> Vec<Target> {
-        let mut targets: Vec<Target> = self
+        let singles: Vec<(String, Mode)> = self
             .resources
             .iter()
             .filter(|(_, mode)| *mode != Mode::Group)
+            .cloned()
+            .collect();
+        let mut targets: Vec<Target> = singles
+            .iter()
             .map(|(r, mode)| Target::Resource(r.clone(), *mode))
             .collect();
         let pool = self.group_pool();
         if !pool.is_empty() {
             targets.push(Target::Group(pool));
+        }
+        if self.pairs && singles.len() >= 2 {
+            targets.push(Target::Pair(singles));
         }
         targets
     }
@@ -139,9 +163,11 @@ impl Workload {
     pub fn liveness_sets(&self) -> Vec<Vec<String>> {
         self.targets()
             .into_iter()
-            .map(|t| match t {
-                Target::Resource(r, _) => vec![r],
-                Target::Group(pool) => pool,
+            .filter_map(|t| match t {
+                Target::Resource(r, _) => Some(vec![r]),
+                Target::Group(pool) => Some(pool),
+                // Its resources are targets of their own.
+                Target::Pair(_) => None,
             })
             .collect()
     }
@@ -230,6 +256,57 @@ pub struct ClientCtl {
     /// A copy of the logs of the members of a group being taken, for a kill while
     /// acquiring to record (the worker's own copy is dropped with it).
     pub partial: std::sync::Mutex<Vec<HolderLog>>,
+    /// Set while the worker is in an acquire call of a handle (not a group).
+    pub acquiring_handle: AtomicBool,
+    /// A nemesis for the holder's next let-go of a lease ([`FaultKind::is_let_go`]): carried
+    /// out within 10 ms while it holds, or at its release.
+    pub let_go: std::sync::Mutex<Option<FaultKind>>,
+    /// Drop the acquire future in flight, as asked.
+    pub drop_acquire: std::sync::Mutex<Option<DropAcquire>>,
+    /// The handle resources the worker believes it holds now.
+    pub held: std::sync::Mutex<Vec<String>>,
+    /// Resources the worker let go of by a nemesis that may have left their entry on the
+    /// server, with when.
+    pub abandoned: std::sync::Mutex<Vec<(String, Instant)>>,
+    /// Hold on at least until then, unless the lease is lost (after a force-release of one
+    /// lease: does the holder notice?).
+    pub hold_until: std::sync::Mutex<Option<Instant>>,
+}
+
+/// How to drop an acquire future mid-flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropAcquire {
+    /// Move the future to a thread without a tokio runtime and drop it there (nothing
+    /// withdraws its attempt); otherwise drop it in the runtime.
+    pub without_runtime: bool,
+    /// How long after the request is seen.
+    pub after: Duration,
+}
+
+/// Locks `m`, whatever a panicking holder left behind.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ClientCtl {
+    /// The handle resources the worker believes it holds now.
+    pub fn held(&self) -> Vec<String> {
+        lock(&self.held).clone()
+    }
+
+    /// The resources let go of by a nemesis since `since`.
+    pub fn abandoned_since(&self, since: Instant) -> Vec<String> {
+        lock(&self.abandoned)
+            .iter()
+            .filter(|(_, at)| *at >= since)
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
+    /// Asks the holder to hold on at least until `until`, unless its lease is lost.
+    pub fn hold_on_until(&self, until: Instant) {
+        *lock(&self.hold_until) = Some(until);
+    }
 }
 
 /// How a worker ended.
@@ -408,6 +485,17 @@ impl Fleet {
         slot.killed_at = Some(Instant::now());
     }
 
+    /// Asks client `index` to let go of one of its leases (the next one it lets go of) by the
+    /// nemesis `kind` ([`FaultKind::is_let_go`]).
+    pub fn let_go(&self, index: usize, kind: FaultKind) {
+        *lock(&self.slots[index].ctl.let_go) = Some(kind);
+    }
+
+    /// Asks client `index` to drop its acquire future in flight, as `how` says.
+    pub fn drop_acquire(&self, index: usize, how: DropAcquire) {
+        *lock(&self.slots[index].ctl.drop_acquire) = Some(how);
+    }
+
     /// Restarts killed clients whose thread has ended at least `after` ago.
     pub fn restart_dead(&mut self, after: Duration) {
         for index in 0..self.slots.len() {
@@ -424,6 +512,9 @@ impl Fleet {
     /// Cancels pending pauses and kills.
     pub fn calm(&mut self) {
         for slot in &mut self.slots {
+            lock(&slot.ctl.let_go).take();
+            lock(&slot.ctl.drop_acquire).take();
+            lock(&slot.ctl.hold_until).take();
             slot.ctl.pause_ms.store(0, Ordering::SeqCst);
             slot.ctl.pause_acquiring_ms.store(0, Ordering::SeqCst);
             let kill = slot.ctl.kill.swap(false, Ordering::SeqCst);
@@ -536,66 +627,13 @@ impl Worker {
                     groups += 1;
                     self.group(locks, &pool, groups).await
                 }
+                Target::Pair(pool) => self.pair(locks, &pool).await,
             };
             if let Held::Killed = held {
                 return Exit::Killed;
             }
             let idle = self.rng.random_range(0..30);
             tokio::time::sleep(Duration::from_millis(idle)).await;
-        }
-    }
-
-    /// Acquires `resource` through its handle, holds it, releases it.
-    async fn one(&mut self, locks: &LockClient, resource: String, mode: Mode) -> Held {
-        let ttl = self.workload.ttl;
-        let timeout = self.workload.acquire_timeout;
-        let owner = owner_label(self.index, self.incarnation);
-        let writer = mode == Mode::ReadWrite && self.rng.random_bool(self.workload.writer_share);
-        let invoked_at = Instant::now();
-        self.ctl.acquiring.store(true, Ordering::SeqCst);
-        let got = match mode {
-            Mode::Exclusive | Mode::Group => {
-                let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
-                mutex.acquire_timeout(timeout).await
-            }
-            Mode::Shared { permits } => {
-                let semaphore = locks.semaphore(&resource, permits).ttl(ttl).owner(owner);
-                semaphore.acquire_timeout(timeout).await
-            }
-            Mode::ReadWrite => {
-                let rwlock = locks.rwlock(&resource).ttl(ttl).owner(owner);
-                if writer {
-                    rwlock.write_timeout(timeout).await
-                } else {
-                    rwlock.read_timeout(timeout).await
-                }
-            }
-        };
-        self.ctl.acquiring.store(false, Ordering::SeqCst);
-        let returned_at = Instant::now();
-        self.recorder
-            .attempt(matches!(got, Ok(None)), got.as_ref().is_err_and(|_| true));
-        if writer && got.is_ok() {
-            self.recorder.writer_wait(WriterWait {
-                client: self.index,
-                resource: resource.clone(),
-                invoked_at,
-                gives_up_at: invoked_at + timeout,
-                granted_at: got
-                    .as_ref()
-                    .ok()
-                    .and_then(|g| g.as_ref())
-                    .map(|_| returned_at),
-                returned_at,
-            });
-        }
-        match got {
-            Ok(Some(guard)) => self.hold(guard, mode, invoked_at).await,
-            Ok(None) => Held::Done,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Held::Done
-            }
         }
     }
 
@@ -612,72 +650,6 @@ impl Worker {
         self.recorder
             .fault(FaultKind::Pause, Some(self.index), start, end);
         Some((start, end))
-    }
-
-    async fn hold(&mut self, guard: LockGuard, mode: Mode, invoked_at: Instant) -> Held {
-        let id = self.recorder.next_id();
-        let mut log = HolderLog::new(id, self.index, mode, invoked_at, &guard);
-        self.ctl.holding.store(true, Ordering::SeqCst);
-        let held = self.steps(guard, &mut log).await;
-        self.ctl.holding.store(false, Ordering::SeqCst);
-        self.recorder.holder(log);
-        held
-    }
-
-    /// The steps of work under `guard`, then the release (or the death).
-    async fn steps(&mut self, guard: LockGuard, log: &mut HolderLog) -> Held {
-        let steps = self
-            .rng
-            .random_range(self.workload.steps.0..=self.workload.steps.1);
-        'steps: for _ in 0..steps {
-            // The faults that hit this holder's process.
-            if !guard.is_lost() {
-                log.sample(&guard);
-                let deadline_before = log.max_deadline.unwrap_or_else(Instant::now);
-                if let Some((start, end)) = self.take_pause() {
-                    log.pauses.push(PauseLog {
-                        start,
-                        end,
-                        deadline_before,
-                        lost_on_resume: guard.is_lost(),
-                    });
-                }
-            }
-            if self.ctl.kill.swap(false, Ordering::SeqCst) {
-                log.killed_at = Some(Instant::now());
-                std::mem::forget(guard);
-                return Held::Killed;
-            }
-            // Check, then write at once: nothing else runs in between.
-            if log.check_lost(&guard) {
-                break;
-            }
-            self.write(log);
-            // Work, watching for the loss and sampling the deadline.
-            let step_end = self.step_end();
-            loop {
-                let now = Instant::now();
-                if now >= step_end {
-                    break;
-                }
-                let tick = (step_end - now).min(Duration::from_millis(10));
-                match tokio::time::timeout(tick, guard.lost()).await {
-                    Ok(reason) => {
-                        log.notice(Instant::now(), LossKind::from(reason));
-                        break 'steps;
-                    }
-                    Err(_) => log.sample(&guard),
-                }
-            }
-            if self.ctl.stop.load(Ordering::SeqCst) {
-                break;
-            }
-        }
-        log.check_lost(&guard);
-        log.released_at = Some(Instant::now());
-        let released = guard.release().await;
-        log.release_ok = Some(released.is_ok());
-        Held::Done
     }
 
     /// One write (a reader: one read) of `log`'s holder to the guarded record.

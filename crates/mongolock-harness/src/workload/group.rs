@@ -15,7 +15,7 @@ use mongolock::{LockClient, LockDetails};
 use rand::Rng;
 
 use super::{ClientCtl, Held, Worker, owner_label};
-use crate::history::{HolderLog, LossKind, Mode, PauseLog};
+use crate::history::{HolderLog, LetGo, LossKind, Mode, PauseLog, ReleaseResult};
 
 impl Worker {
     /// Takes some members of `pool` as one group with the low-level API, holds them
@@ -136,6 +136,7 @@ impl Worker {
                 invoked_at: sent,
                 attempt_sent_at: sent,
                 granted_at: now,
+                ttl: Some(ttl),
                 max_deadline: group.deadline,
                 ..HolderLog::granted(id, self.index, Mode::Group, resource, grant.fencing_token())
             });
@@ -158,7 +159,7 @@ impl Worker {
 
     /// Keeps a copy of the logs of a group being taken where a kill while acquiring finds
     /// them (the worker, and the logs with it, are dropped).
-    fn mirror(&self, logs: &[HolderLog]) {
+    pub(super) fn mirror(&self, logs: &[HolderLog]) {
         let mut partial = self.ctl.partial.lock().unwrap_or_else(|e| e.into_inner());
         partial.clear();
         partial.extend_from_slice(logs);
@@ -338,7 +339,12 @@ impl Group {
     async fn unlock(&mut self, locks: &LockClient) {
         let unlocked = locks.unlock(&self.lock_id).await;
         for log in &mut self.logs {
-            log.release_ok = Some(unlocked.is_ok());
+            log.let_go = Some(LetGo::Unlocked);
+            log.release = Some(if unlocked.is_ok() {
+                ReleaseResult::Ok
+            } else {
+                ReleaseResult::Failed
+            });
         }
     }
 }

@@ -1,0 +1,436 @@
+//! Leases taken through the handles (mutex, semaphore, reader-writer lock): one at a time, or
+//! a pair at once; and the nemeses a client carries out on its own acquire or let-go.
+//!
+//! A holder works in steps. Before each step it lets go of the leases it finds lost, checks
+//! the others and writes under each at once; during the step it races the work against the
+//! loss of every lease it holds and samples their local deadlines every 10 ms. A nemesis
+//! asked for its next let-go ([`FaultKind::is_let_go`]) is carried out within those 10 ms on
+//! one of its leases (chosen at random); a pair holder keeps the other one for a long tail of
+//! 1.4–2.4 × TTL afterwards. Every nemesis is logged ([`NemesisLog`]) with how it ended, and
+//! the lease's log says how it was let go ([`LetGo`]) and what a release returned
+//! ([`ReleaseResult`]).
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mongolock::{LockClient, LockGuard, LossReason};
+use rand::Rng;
+use rand::seq::IndexedRandom;
+
+use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label};
+use crate::faults::FaultKind;
+use crate::history::{
+    Ending, HolderLog, LetGo, LossKind, Mode, NemesisLog, PauseLog, ReleaseResult, WriterWait,
+};
+
+/// One lease held through a handle, and its holder's log.
+pub(super) struct Lease {
+    guard: LockGuard,
+    log: HolderLog,
+}
+
+/// One acquire call through the handle of `resource`, owning everything it uses (so that it
+/// can be moved to another thread and dropped there).
+fn acquire_call(
+    locks: LockClient,
+    resource: String,
+    mode: Mode,
+    writer: bool,
+    owner: String,
+    ttl: std::time::Duration,
+    timeout: Duration,
+) -> impl Future<Output = mongolock::Result<Option<LockGuard>>> + Send + 'static {
+    async move {
+        match mode {
+            Mode::Exclusive | Mode::Group => {
+                let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
+                mutex.acquire_timeout(timeout).await
+            }
+            Mode::Shared { permits } => {
+                let semaphore = locks.semaphore(&resource, permits).ttl(ttl).owner(owner);
+                semaphore.acquire_timeout(timeout).await
+            }
+            Mode::ReadWrite => {
+                let rwlock = locks.rwlock(&resource).ttl(ttl).owner(owner);
+                if writer {
+                    rwlock.write_timeout(timeout).await
+                } else {
+                    rwlock.read_timeout(timeout).await
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once a drop of the acquire in flight was asked for, and the delay it asks for
+/// has passed.
+async fn drop_requested(ctl: &ClientCtl) {
+    loop {
+        let request = *lock(&ctl.drop_acquire);
+        if let Some(request) = request {
+            tokio::time::sleep(request.after).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The first of `leases` to be lost, and why; never resolves without leases. A holder holds
+/// one lease or two.
+async fn first_loss(leases: &[Lease]) -> (usize, LossReason) {
+    match leases {
+        [] => std::future::pending().await,
+        [a] => (0, a.guard.lost().await),
+        [a, b, ..] => tokio::select! {
+            reason = a.guard.lost() => (0, reason),
+            reason = b.guard.lost() => (1, reason),
+        },
+    }
+}
+
+impl Worker {
+    /// Acquires `resource` through its handle, holds it, lets it go.
+    pub(super) async fn one(&mut self, locks: &LockClient, resource: String, mode: Mode) -> Held {
+        match self.acquire_one(locks, resource, mode).await {
+            Some(lease) => self.hold(vec![lease]).await,
+            None => Held::Done,
+        }
+    }
+
+    /// Takes two resources of `pool` at once (in name order), holds both, lets them go. If
+    /// the second is not granted, the first is let go of with no work done.
+    pub(super) async fn pair(&mut self, locks: &LockClient, pool: &[(String, Mode)]) -> Held {
+        let mut picked: Vec<(String, Mode)> =
+            pool.choose_multiple(&mut self.rng, 2).cloned().collect();
+        picked.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut leases: Vec<Lease> = Vec::new();
+        for (resource, mode) in picked {
+            // A kill while acquiring the second finds the first's log here.
+            self.mirror(&leases.iter().map(|l| l.log.clone()).collect::<Vec<_>>());
+            let got = self.acquire_one(locks, resource, mode).await;
+            self.mirror(&[]);
+            match got {
+                Some(lease) => leases.push(lease),
+                None => break,
+            }
+        }
+        let mut logs: Vec<HolderLog> = leases.iter().map(|l| l.log.clone()).collect();
+        attach_acquiring_pauses(&self.ctl, &mut logs);
+        for (lease, log) in leases.iter_mut().zip(logs) {
+            lease.log = log;
+        }
+        if leases.len() < 2 {
+            for lease in leases {
+                self.let_go(lease, None).await;
+            }
+            return Held::Done;
+        }
+        self.hold(leases).await
+    }
+
+    /// One acquire call through the handle of `resource`, which a drop asked for while it is
+    /// in flight may end early (the future dropped in the runtime, or moved to a thread
+    /// without one and dropped there). The lease, if granted.
+    async fn acquire_one(&mut self, locks: &LockClient, resource: String, mode: Mode) -> Option<Lease> {
+        let ttl = self.workload.ttl;
+        let timeout = self.workload.acquire_timeout;
+        let owner = owner_label(self.index, self.incarnation);
+        let writer = mode == Mode::ReadWrite && self.rng.random_bool(self.workload.writer_share);
+        let mut call = Box::pin(acquire_call(
+            locks.clone(),
+            resource.clone(),
+            mode,
+            writer,
+            owner,
+            ttl,
+            timeout,
+        ));
+        // A request left from an earlier call is not for this one.
+        lock(&self.ctl.drop_acquire).take();
+        let invoked_at = Instant::now();
+        self.ctl.acquiring.store(true, Ordering::SeqCst);
+        self.ctl.acquiring_handle.store(true, Ordering::SeqCst);
+        let got = tokio::select! {
+            biased;
+            got = &mut call => Some(got),
+            () = drop_requested(&self.ctl) => None,
+        };
+        self.ctl.acquiring_handle.store(false, Ordering::SeqCst);
+        self.ctl.acquiring.store(false, Ordering::SeqCst);
+        let returned_at = Instant::now();
+        let request = lock(&self.ctl.drop_acquire).take();
+        let Some(got) = got else {
+            let without_runtime = request.is_some_and(|r| r.without_runtime);
+            let ended = if without_runtime {
+                // No runtime on a plain thread: the dropped acquire cannot spawn the
+                // withdrawal of its attempt.
+                let _ = std::thread::spawn(move || drop(call)).join();
+                Ending::AcquireDroppedWithoutRuntime
+            } else {
+                drop(call);
+                Ending::AcquireDropped
+            };
+            lock(&self.ctl.abandoned).push((resource.clone(), returned_at));
+            self.recorder.nemesis(NemesisLog {
+                kind: FaultKind::AcquireDropped,
+                client: self.index,
+                at: returned_at,
+                holder: None,
+                resource: Some(resource),
+                ended,
+            });
+            return None;
+        };
+        if request.is_some() {
+            self.recorder.nemesis(NemesisLog {
+                kind: FaultKind::AcquireDropped,
+                client: self.index,
+                at: returned_at,
+                holder: None,
+                resource: Some(resource.clone()),
+                ended: Ending::AcquireReturnedFirst,
+            });
+        }
+        self.recorder
+            .attempt(matches!(got, Ok(None)), got.as_ref().is_err_and(|_| true));
+        if writer && got.is_ok() {
+            self.recorder.writer_wait(WriterWait {
+                client: self.index,
+                resource: resource.clone(),
+                invoked_at,
+                gives_up_at: invoked_at + timeout,
+                granted_at: got
+                    .as_ref()
+                    .ok()
+                    .and_then(|g| g.as_ref())
+                    .map(|_| returned_at),
+                returned_at,
+            });
+        }
+        match got {
+            Ok(Some(guard)) => {
+                let log = HolderLog::new(self.recorder.next_id(), self.index, mode, invoked_at, &guard);
+                Some(Lease { guard, log })
+            }
+            Ok(None) => None,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                None
+            }
+        }
+    }
+
+    /// Holds `leases` (one, or a pair) for a few steps of work, carrying out the nemeses
+    /// asked for on the way, then lets go of each (or dies).
+    async fn hold(&mut self, mut leases: Vec<Lease>) -> Held {
+        // Requests left from an earlier holding are not for this one.
+        lock(&self.ctl.let_go).take();
+        lock(&self.ctl.hold_until).take();
+        self.ctl.holding.store(true, Ordering::SeqCst);
+        self.publish(&leases);
+        let held = self.work(&mut leases).await;
+        for lease in std::mem::take(&mut leases) {
+            // A nemesis asked for just now comes with this let-go.
+            let nemesis = self.take_let_go();
+            self.let_go(lease, nemesis).await;
+        }
+        lock(&self.ctl.hold_until).take();
+        self.publish(&leases);
+        self.ctl.holding.store(false, Ordering::SeqCst);
+        held
+    }
+
+    /// The steps of work under `leases`; what is left in it afterwards is still held (unless
+    /// the client was killed: then nothing is).
+    async fn work(&mut self, leases: &mut Vec<Lease>) -> Held {
+        let steps = self
+            .rng
+            .random_range(self.workload.steps.0..=self.workload.steps.1);
+        let mut tail_until: Option<Instant> = None;
+        let mut step = 0;
+        loop {
+            if leases.is_empty() || self.ctl.stop.load(Ordering::SeqCst) {
+                return Held::Done;
+            }
+            let now = Instant::now();
+            let hold_on = tail_until.is_some_and(|t| now < t)
+                || lock(&self.ctl.hold_until).is_some_and(|t| now < t);
+            if step >= steps && !hold_on {
+                return Held::Done;
+            }
+            step += 1;
+            // The faults that hit this holder's process.
+            let before: Vec<Option<Instant>> = leases
+                .iter_mut()
+                .map(|l| {
+                    if l.guard.is_lost() {
+                        return None;
+                    }
+                    l.log.sample(&l.guard);
+                    Some(l.log.max_deadline.unwrap_or_else(Instant::now))
+                })
+                .collect();
+            if before.iter().any(Option::is_some)
+                && let Some((start, end)) = self.take_pause()
+            {
+                for (l, deadline_before) in leases.iter_mut().zip(before) {
+                    if let Some(deadline_before) = deadline_before {
+                        l.log.pauses.push(PauseLog {
+                            start,
+                            end,
+                            deadline_before,
+                            lost_on_resume: l.guard.is_lost(),
+                        });
+                    }
+                }
+            }
+            if self.ctl.kill.swap(false, Ordering::SeqCst) {
+                let now = Instant::now();
+                for Lease { guard, mut log } in leases.drain(..) {
+                    log.killed_at = Some(now);
+                    std::mem::forget(guard);
+                    self.recorder.holder(log);
+                }
+                return Held::Killed;
+            }
+            // Let go of the leases found lost; then, with nothing run in between the last
+            // check and the writes, write under the others.
+            while let Some(i) = leases.iter_mut().position(|l| l.log.check_lost(&l.guard)) {
+                let lease = leases.remove(i);
+                self.let_go(lease, None).await;
+                self.publish(leases);
+            }
+            if leases.is_empty() {
+                return Held::Done;
+            }
+            for lease in leases.iter_mut() {
+                self.write(&mut lease.log);
+            }
+            // Work, watching for losses and nemeses, sampling the deadlines.
+            let step_end = self.step_end();
+            loop {
+                let now = Instant::now();
+                if now >= step_end {
+                    break;
+                }
+                if let Some(nemesis) = self.take_let_go() {
+                    let i = self.rng.random_range(0..leases.len());
+                    let lease = leases.remove(i);
+                    self.let_go(lease, Some(nemesis)).await;
+                    self.publish(leases);
+                    if tail_until.is_none() && !leases.is_empty() {
+                        let tail = self.workload.ttl.mul_f64(self.rng.random_range(1.4..2.4));
+                        tail_until = Some(Instant::now() + tail);
+                    }
+                    break;
+                }
+                let tick = (step_end - now).min(Duration::from_millis(10));
+                match tokio::time::timeout(tick, first_loss(leases)).await {
+                    Ok((i, reason)) => {
+                        leases[i].log.notice(Instant::now(), LossKind::from(reason));
+                        let lease = leases.remove(i);
+                        self.let_go(lease, None).await;
+                        self.publish(leases);
+                        break;
+                    }
+                    Err(_) => {
+                        for lease in leases.iter_mut() {
+                            lease.log.sample(&lease.guard);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The nemesis asked for the next let-go, if any (taken: it is carried out once).
+    fn take_let_go(&self) -> Option<FaultKind> {
+        lock(&self.ctl.let_go).take()
+    }
+
+    /// Tells the injector which handle resources the worker holds now.
+    fn publish(&self, leases: &[Lease]) {
+        *lock(&self.ctl.held) = leases.iter().map(|l| l.log.resource.clone()).collect();
+    }
+
+    /// Lets go of `lease`: by awaiting its release, or as the nemesis says; logs it, and the
+    /// nemesis with how it ended.
+    async fn let_go(&mut self, lease: Lease, nemesis: Option<FaultKind>) {
+        let Lease { guard, mut log } = lease;
+        log.check_lost(&guard);
+        let ended = match nemesis {
+            None => {
+                log.lets_go(LetGo::Released);
+                let released = guard.release().await;
+                log.release = Some(ReleaseResult::of(&released));
+                None
+            }
+            Some(FaultKind::DropWithoutRuntime) => {
+                log.lets_go(LetGo::DroppedWithoutRuntime);
+                // A plain thread has no tokio runtime: the guard's drop cannot spawn the
+                // release.
+                let _ = std::thread::spawn(move || drop(guard)).join();
+                Some(Ending::DroppedWithoutRuntime)
+            }
+            Some(FaultKind::ReleaseCancelled) => {
+                log.lets_go(LetGo::ReleaseCancelled);
+                let release = guard.release();
+                let done = if self.rng.random_bool(0.5) {
+                    // Polled once (the release begins), then the timer has passed.
+                    tokio::time::timeout(Duration::from_micros(1), release)
+                        .await
+                        .ok()
+                } else {
+                    let timer = Duration::from_millis(self.rng.random_range(0..=3));
+                    tokio::select! {
+                        biased;
+                        released = release => Some(released),
+                        () = tokio::time::sleep(timer) => None,
+                    }
+                };
+                match done {
+                    Some(released) => {
+                        let result = ReleaseResult::of(&released);
+                        log.let_go = Some(LetGo::Released);
+                        log.release = Some(result);
+                        Some(Ending::Released(result))
+                    }
+                    None => Some(Ending::ReleaseCancelled),
+                }
+            }
+            Some(FaultKind::ReleaseBlip) => {
+                log.lets_go(LetGo::Dropped);
+                drop(guard);
+                Some(Ending::Dropped)
+            }
+            Some(_) => {
+                // Under a partition or lost replies, armed by the injector.
+                log.lets_go(LetGo::Released);
+                let released = guard.release().await;
+                let result = ReleaseResult::of(&released);
+                log.release = Some(result);
+                Some(Ending::Released(result))
+            }
+        };
+        if let (Some(kind), Some(ended)) = (nemesis, ended) {
+            let at = log.released_at.unwrap_or_else(Instant::now);
+            if !matches!(
+                ended,
+                Ending::Released(ReleaseResult::Ok | ReleaseResult::Lost(_))
+            ) {
+                // Its entry may still be on the server.
+                lock(&self.ctl.abandoned).push((log.resource.clone(), at));
+            }
+            self.recorder.nemesis(NemesisLog {
+                kind,
+                client: self.index,
+                at,
+                holder: Some(log.id),
+                resource: Some(log.resource.clone()),
+                ended,
+            });
+        }
+        self.recorder.holder(log);
+    }
+}
