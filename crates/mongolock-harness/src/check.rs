@@ -11,6 +11,13 @@
 //! ours). A holder whose belief spans such an event is *excused* for grants made after the
 //! event began: its overlap with them is not an exclusion or cap violation, and its late
 //! notice not a loss violation. Its guarded writes are still checked, and so are its tokens.
+//! A clock jump excuses the rest of the belief. A force-release excuses it only for as long
+//! as the holder may take to learn of it: until the force-release returned plus the lease's
+//! TTL (and [`DEADLINE_TOLERANCE`]). Its next renewal tells it the lease is gone; if no
+//! renewal gets through, its local deadline — at most the TTL after the send of its last
+//! successful renewal, which came before the force-release returned — passes by then. A
+//! holder granted before a force-release began that still believes past that bound is a
+//! **revocation not noticed** ([`Check::RevocationNoticed`]).
 //!
 //! Holders *conflict* when one of them holds exclusively: on a mutex or a group member
 //! always, on a reader-writer lock unless both are readers. Exclusion, guarded writes and
@@ -61,6 +68,9 @@ pub enum Check {
     LocalDeadline,
     /// (3) A lease that ended without release was reported before the next grant.
     LossBeforeNextGrant,
+    /// (3) A holder whose lease was force-released after its grant stops believing within
+    /// the TTL (+ [`DEADLINE_TOLERANCE`]) of the force-release.
+    RevocationNoticed,
     /// (4) Never more concurrent holders than permits.
     Caps,
     /// (5) After the faults stop, every lock frees or is held by a live client in time.
@@ -71,13 +81,14 @@ pub enum Check {
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 9] = [
+    pub const ALL: [Check; 10] = [
         Check::Exclusion,
         Check::GuardedWrites,
         Check::Fencing,
         Check::WriteAfterLoss,
         Check::LocalDeadline,
         Check::LossBeforeNextGrant,
+        Check::RevocationNoticed,
         Check::Caps,
         Check::Liveness,
         Check::WriterPreference,
@@ -92,6 +103,7 @@ impl Check {
             Check::WriteAfterLoss => "(3) write after loss",
             Check::LocalDeadline => "(3) belief past local deadline",
             Check::LossBeforeNextGrant => "(3) loss noticed before next grant",
+            Check::RevocationNoticed => "(3) revocation noticed in time",
             Check::Caps => "(4) caps",
             Check::Liveness => "(5) liveness",
             Check::WriterPreference => "(5) writer preference",
@@ -145,8 +157,16 @@ pub struct Outcome {
     /// jump).
     pub writer_waits_excused: usize,
     /// Faults carried out, by kind, as the clients recorded them (pauses and kills aimed at
-    /// acquiring clients take effect only if the client is still acquiring).
+    /// acquiring clients take effect only if the client is still acquiring; a nemesis on a
+    /// release or an acquire, only if the client still held or acquired).
     pub carried_out: BTreeMap<FaultKind, usize>,
+    /// The nemeses on releases and acquires carried out, by kind, and how they ended.
+    pub nemeses: BTreeMap<FaultKind, BTreeMap<String, usize>>,
+    /// What the handle holders' release calls returned, by result.
+    pub releases: BTreeMap<&'static str, usize>,
+    /// Holders whose lease was force-released after their grant (judged by
+    /// [`Check::RevocationNoticed`]).
+    pub revocations: usize,
 }
 
 /// The grants of one role, and how many of them were handoffs: grants that followed a
@@ -231,29 +251,89 @@ impl<'a> Checker<'a> {
         l.belief_end(self.h.end)
     }
 
-    /// The start of the earliest event that may have ended `l`'s lease without its consent
-    /// (a force-release of its resource, or a clock jump, during its belief), if any. The
-    /// lease exists on the server from the grant's execution, which lies between the send of
-    /// the granted attempt and the reply: an event in that window (the reply still on its
-    /// way) may end the lease before the holder starts believing, and the holder learns it
-    /// at its next renewal, as for any force-release.
-    fn excused_since(&self, l: &HolderLog) -> Option<(Instant, &'static str)> {
+    /// The events that may have ended `l`'s lease without its consent (a force-release of
+    /// its resource, or a clock jump, during its belief), each with the window of grants it
+    /// excuses: from the event's start to, for a force-release, its end plus the lease's TTL
+    /// and [`DEADLINE_TOLERANCE`] (by then the holder must have noticed: see the module
+    /// docs), and for a clock jump, the end of the belief (`None`). The lease exists on the
+    /// server from the grant's execution, which lies between the send of the granted attempt
+    /// and the reply: an event in that window (the reply still on its way) may end the lease
+    /// before the holder starts believing, and the holder learns it at its next renewal, as
+    /// for any force-release.
+    fn excuses(&self, l: &HolderLog) -> Vec<(Instant, Option<Instant>, &'static str)> {
         let end = self.end(l);
         self.h
             .ops
             .iter()
             .filter(|op| op.start < end && op.end > l.attempt_sent_at)
             .filter_map(|op| match &op.kind {
-                OpKind::ForceRelease(r) if *r == l.resource => Some((op.start, "force_release")),
-                OpKind::ClockJump(_) => Some((op.start, "clock jump")),
+                OpKind::ForceRelease(r) if *r == l.resource => Some((
+                    op.start,
+                    l.ttl.map(|ttl| op.end + ttl + DEADLINE_TOLERANCE),
+                    "force_release",
+                )),
+                OpKind::ClockJump(_) => Some((op.start, None, "clock jump")),
                 _ => None,
             })
+            .collect()
+    }
+
+    /// The start of the earliest event that may have ended `l`'s lease without its consent,
+    /// if any (see [`Checker::excuses`]).
+    fn excused_since(&self, l: &HolderLog) -> Option<(Instant, &'static str)> {
+        self.excuses(l)
+            .into_iter()
+            .map(|(start, _, what)| (start, what))
             .min_by_key(|(t, _)| *t)
     }
 
     /// True if `l`'s overlap with a grant at `at` is excused.
     fn excused_at(&self, l: &HolderLog, at: Instant) -> bool {
-        self.excused_since(l).is_some_and(|(t, _)| t <= at)
+        self.excuses(l)
+            .iter()
+            .any(|(start, until, _)| *start <= at && until.is_none_or(|u| at <= u))
+    }
+
+    /// (3) A holder whose lease was force-released after its grant reached it stops
+    /// believing within the TTL (+ [`DEADLINE_TOLERANCE`]) of the force-release's return.
+    fn revocation_noticed(&mut self, l: &HolderLog) {
+        let Some(ttl) = l.ttl else {
+            return;
+        };
+        let end = self.end(l);
+        let Some(op) = self.h.ops.iter().find(|op| {
+            matches!(&op.kind, OpKind::ForceRelease(r) if *r == l.resource)
+                && op.start >= l.granted_at
+                && op.start < end
+        }) else {
+            return;
+        };
+        self.out.revocations += 1;
+        let due = op.end + ttl + DEADLINE_TOLERANCE;
+        if end > due {
+            let at = |t: Option<Instant>| {
+                t.map_or_else(|| "-".to_owned(), |t| format!("{:.0}", self.ms(t)))
+            };
+            let detail = format!(
+                "{}: holder {} ({}, client {}, token {}) still believed it held at {:.0} ms, {:.0} ms \
+                 after the TTL that followed the force-release of {:.0}-{:.0} ms (notice {} {:?}, \
+                 release {} returned {:?})",
+                l.resource,
+                l.id,
+                l.role().name(),
+                l.client,
+                l.token,
+                self.ms(end),
+                (end - due + DEADLINE_TOLERANCE).as_secs_f64() * 1e3,
+                self.ms(op.start),
+                self.ms(op.end),
+                at(l.notified.map(|n| n.0)),
+                l.notified.map(|n| n.1),
+                at(l.released_at),
+                l.release
+            );
+            self.violation(Check::RevocationNoticed, detail);
+        }
     }
 
     fn run(mut self) -> Outcome {
@@ -268,8 +348,25 @@ impl<'a> Checker<'a> {
                 None => {}
             }
         }
-        for f in &self.h.faults {
+        for f in self.h.faults.iter().filter(|f| !f.kind.is_nemesis()) {
             *self.out.carried_out.entry(f.kind).or_default() += 1;
+        }
+        for n in &self.h.nemeses {
+            if n.ended.carried_out() {
+                *self.out.carried_out.entry(n.kind).or_default() += 1;
+            }
+            *self
+                .out
+                .nemeses
+                .entry(n.kind)
+                .or_default()
+                .entry(n.ended.name())
+                .or_default() += 1;
+        }
+        for l in &self.h.holders {
+            if let (Some(result), false) = (l.release, l.mode == Mode::Group) {
+                *self.out.releases.entry(result.name()).or_default() += 1;
+            }
         }
         let resources: Vec<&str> = self.by_resource.keys().copied().collect();
         for resource in resources {
@@ -296,6 +393,7 @@ impl<'a> Checker<'a> {
         let holders = &self.h.holders;
         for l in holders {
             self.loss(l);
+            self.revocation_noticed(l);
         }
         for problem in self.h.liveness.clone() {
             self.violation(Check::Liveness, problem);

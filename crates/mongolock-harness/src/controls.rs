@@ -10,21 +10,48 @@
 //! | late keepalive | a holder whose loss signal fires only after the server's expiry (after the next grant) | (3) loss before next grant |
 //! | reader as writer | a "writer" of a reader-writer lock that takes a read lock, and writes while another reader reads | (1) exclusion |
 //! | polling writer | a writer that waits by polling `try_write` (which announces nothing), starved by a stream of readers | (5) writer preference |
+//! | keeper by id alone | a holder of two leases under one lock id renews with `renew(lock_id)` (everything of the id) and stops believing in one without releasing it: the server keeps renewing it | (S7) no orphan outlives its holders |
+//! | trusting keeper | the same holder believes every lease renewed when `renew` counts as many as it tracks: one lease became an orphan, the other is force-released and taken by another client, and the orphan's renewal makes up the count | (1) exclusion |
+//!
+//! The last two model, on the low-level API (`xlock`, `renew`, `unlock`, `force_release`),
+//! the keeper bugs of issue 17; they run the server-side oracle too, since (S7) reads the
+//! server's log.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use mongolock::{LockClient, LockGuard};
+use mongolock::{Grant, LockClient, LockDetails, LockGuard};
 use mongolock_testkit::{FaultProxy, TestServer};
 
 use crate::check::{self, Check, Outcome};
+use crate::oracle::{self, ServerCheck};
 use crate::history::{
-    Access, History, HolderLog, LetGo, LossKind, Mode, Recorder, ReleaseResult, WriteLog,
-    WriterWait,
+    Access, History, HolderLog, LetGo, LossKind, Mode, OpKind, Recorder, ReleaseResult,
+    WriteLog, WriterWait,
 };
 use crate::workload::{COLLECTION, DB};
 
 const RESOURCE: &str = "control";
 const TTL: Duration = Duration::from_millis(1_000);
+
+/// The check that must catch a control: one of the checker's, or one of the oracle's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// A check of the clients' history ([`crate::check`]).
+    Client(Check),
+    /// A check of the server's log ([`crate::oracle`]).
+    Server(ServerCheck),
+}
+
+impl Expected {
+    /// The check's name in the report.
+    pub fn name(self) -> String {
+        match self {
+            Expected::Client(check) => check.name().to_owned(),
+            Expected::Server(check) => check.to_string(),
+        }
+    }
+}
 
 /// One control's result.
 #[derive(Debug, Clone)]
@@ -32,19 +59,41 @@ pub struct ControlResult {
     /// The control's name.
     pub name: &'static str,
     /// The check that must catch it.
-    pub expected: Check,
+    pub expected: Expected,
     /// What the checker found.
     pub outcome: Outcome,
+    /// What the oracle found, for the controls that run it.
+    pub oracle: Option<oracle::Outcome>,
 }
 
 impl ControlResult {
     /// True if the expected check found at least one violation.
     pub fn caught(&self) -> bool {
-        self.outcome.has(self.expected)
+        match self.expected {
+            Expected::Client(check) => self.outcome.has(check),
+            Expected::Server(check) => self
+                .oracle
+                .as_ref()
+                .is_some_and(|o| o.violations.iter().any(|(c, _)| *c == check)),
+        }
+    }
+
+    /// Every violation found, by check name, client-side then server-side.
+    pub fn found(&self) -> Vec<(String, usize)> {
+        let mut found: Vec<(String, usize)> = self
+            .outcome
+            .by_check()
+            .into_iter()
+            .map(|(c, n)| (c.name().to_owned(), n))
+            .collect();
+        if let Some(oracle) = &self.oracle {
+            found.extend(oracle.by_check().into_iter().map(|(c, n)| (c.to_string(), n)));
+        }
+        found
     }
 }
 
-/// Runs the six controls, each on a fresh emulator.
+/// Runs the eight controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -56,6 +105,8 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_keepalive().await?,
         reader_as_writer().await?,
         polling_writer().await?,
+        keeper_by_id().await?,
+        trusting_keeper().await?,
     ])
 }
 
@@ -73,8 +124,9 @@ fn finish_as(
     let history: History = recorder.finish(modes);
     ControlResult {
         name,
-        expected,
+        expected: Expected::Client(expected),
         outcome: check::check(&history),
+        oracle: None,
     }
 }
 
@@ -450,4 +502,215 @@ async fn polling_writer() -> Result<ControlResult, Box<dyn std::error::Error>> {
         &recorder,
         Mode::ReadWrite,
     ))
+}
+
+/// A stage for the keeper controls: an emulator, a lock client, the oracle's tap on the lock
+/// collection, and a recorder with a first reading of the server's clock.
+struct Watched {
+    server: TestServer,
+    recorder: Recorder,
+    locks: LockClient,
+    tap: oracle::Tap,
+}
+
+impl Watched {
+    async fn start() -> Result<Watched, Box<dyn std::error::Error>> {
+        let server = TestServer::start().await?;
+        let locks = locks(server.new_client());
+        locks.create_indexes().await?;
+        let tap = oracle::Tap::start(&server.new_client().database(DB), COLLECTION).await?;
+        let recorder = Recorder::new();
+        recorder.server_clock(Instant::now(), server.clock().now().timestamp_millis());
+        Ok(Watched {
+            server,
+            recorder,
+            locks,
+            tap,
+        })
+    }
+
+    /// Checks the history of `resources` (all mutexes) and the server's log.
+    async fn finish(
+        self,
+        name: &'static str,
+        expected: Expected,
+        resources: &[&str],
+    ) -> Result<ControlResult, Box<dyn std::error::Error>> {
+        let Watched {
+            server,
+            recorder,
+            tap,
+            ..
+        } = self;
+        recorder.server_clock(Instant::now(), server.clock().now().timestamp_millis());
+        let modes = resources
+            .iter()
+            .map(|r| ((*r).to_owned(), Mode::Exclusive))
+            .collect();
+        let history = recorder.finish(modes);
+        let events = tap.finish().await?;
+        let oracle = oracle::check(&events, &history, &HashMap::new(), Duration::from_secs(5));
+        server.shutdown().await;
+        Ok(ControlResult {
+            name,
+            expected,
+            outcome: check::check(&history),
+            oracle: Some(oracle),
+        })
+    }
+}
+
+/// The log of a lock taken with `xlock`, whose attempt was sent at `sent`; its local
+/// deadline is the send plus the TTL less a tenth, as a low-level holder keeps it.
+fn low_level_log(recorder: &Recorder, client: usize, grant: &Grant, sent: Instant) -> HolderLog {
+    HolderLog {
+        lock_id: grant.lock_id().to_owned(),
+        invoked_at: sent,
+        attempt_sent_at: sent,
+        ttl: Some(TTL),
+        max_deadline: Some(sent + TTL - TTL / 10),
+        ..HolderLog::granted(
+            recorder.next_id(),
+            client,
+            Mode::Exclusive,
+            grant.resource(),
+            grant.fencing_token(),
+        )
+    }
+}
+
+/// A keeper that renews by lock id: every third of the TTL until `until`, `renew(lock_id)`;
+/// when `all_renewed(count, tracked)` says so, every tracked lease is believed renewed (its
+/// local deadline moves to the renewal's send + TTL − a tenth), otherwise every one is lost
+/// (revoked) and it stops. The bug is in trusting the count at all.
+async fn renew_by_id(
+    locks: &LockClient,
+    lock_id: &str,
+    logs: &mut [&mut HolderLog],
+    until: Instant,
+    all_renewed: fn(u64, usize) -> bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        tokio::time::sleep(left.min(TTL / 3)).await;
+        let sent = Instant::now();
+        let count = locks.renew(lock_id, TTL).await?;
+        if !all_renewed(count, logs.len()) {
+            for log in logs.iter_mut() {
+                log.notice(Instant::now(), LossKind::Revoked);
+            }
+            return Ok(());
+        }
+        for log in logs.iter_mut() {
+            log.max_deadline = Some(sent + TTL - TTL / 10);
+        }
+    }
+}
+
+/// A keeper by lock id alone: a holder of two leases under one lock id renews them with
+/// `renew(lock_id)` (everything of the id), and stops believing in one of them without
+/// releasing it. The server renews that orphan for as long as the holder keeps the other.
+async fn keeper_by_id() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    const A: &str = "control-a";
+    const B: &str = "control-b";
+    let stage = Watched::start().await?;
+    let (recorder, locks) = (&stage.recorder, &stage.locks);
+    let lock_id = "keeper-by-id";
+    let details = LockDetails::default().ttl(TTL).owner(lock_id);
+    let sent = Instant::now();
+    let a = locks.xlock(A, lock_id, details.clone()).await?;
+    let mut a_log = low_level_log(recorder, 0, &a, sent);
+    let sent = Instant::now();
+    let b = locks.xlock(B, lock_id, details).await?;
+    let mut b_log = low_level_log(recorder, 0, &b, sent);
+    let at_least = |count: u64, tracked: usize| count as usize >= tracked;
+    let until = Instant::now() + Duration::from_millis(500);
+    renew_by_id(locks, lock_id, &mut [&mut a_log, &mut b_log], until, at_least).await?;
+    // The bug: done with B, it stops believing in it, but renews by lock id as before.
+    b_log.lets_go(LetGo::Abandoned);
+    recorder.holder(b_log);
+    let until = Instant::now() + TTL * 3;
+    renew_by_id(locks, lock_id, &mut [&mut a_log], until, at_least).await?;
+    a_log.lets_go(LetGo::Unlocked);
+    locks.unlock(lock_id).await?;
+    recorder.holder(a_log);
+    stage
+        .finish(
+            "keeper by id alone",
+            Expected::Server(ServerCheck::Orphans),
+            &[A, B],
+        )
+        .await
+}
+
+/// A trusting keeper: the same holder believes every lease renewed when `renew(lock_id)`
+/// counts as many as it tracks. One of its leases (Y) becomes an orphan; an operator
+/// force-releases the other (X); another client takes X after the TTL. The orphan's renewal
+/// makes up the count, so the holder goes on believing it holds X.
+async fn trusting_keeper() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    const X: &str = "control-x";
+    const Y: &str = "control-y";
+    let stage = Watched::start().await?;
+    let (recorder, locks) = (&stage.recorder, &stage.locks);
+    let operator = self::locks(stage.server.new_client());
+    let c_locks = self::locks(stage.server.new_client());
+    let lock_id = "trusting-keeper";
+    let details = LockDetails::default().ttl(TTL).owner(lock_id);
+    let sent = Instant::now();
+    let x = locks.xlock(X, lock_id, details.clone()).await?;
+    let mut x_log = low_level_log(recorder, 0, &x, sent);
+    write(recorder, &mut x_log, x.fencing_token());
+    let sent = Instant::now();
+    let y = locks.xlock(Y, lock_id, details).await?;
+    let mut y_log = low_level_log(recorder, 0, &y, sent);
+    let equal = |count: u64, tracked: usize| count as usize == tracked;
+    let until = Instant::now() + Duration::from_millis(500);
+    renew_by_id(locks, lock_id, &mut [&mut x_log, &mut y_log], until, equal).await?;
+    // Y becomes an orphan: the holder stops tracking it, without unlocking it.
+    y_log.lets_go(LetGo::Abandoned);
+    recorder.holder(y_log);
+    // The operator breaks X.
+    let start = Instant::now();
+    operator.force_release(X).await?;
+    let end = Instant::now();
+    recorder.op(OpKind::ForceRelease(X.to_owned()), start, end);
+    // Another client takes X once the holder should long have noticed.
+    let c_recorder = recorder.clone();
+    let c_task = tokio::spawn(async move {
+        tokio::time::sleep_until((end + TTL + Duration::from_millis(300)).into()).await;
+        let invoked = Instant::now();
+        let c = c_locks
+            .mutex(X)
+            .ttl(TTL)
+            .acquire_timeout(Duration::from_secs(3))
+            .await;
+        match c {
+            Ok(Some(c)) => Some(
+                hold_honestly(&c_recorder, 1, c, invoked, Duration::from_millis(400)).await,
+            ),
+            _ => None,
+        }
+    });
+    // The holder renews by lock id: the count is 1 (the orphan Y), the number it tracks.
+    let until = end + TTL + Duration::from_millis(1_000);
+    renew_by_id(locks, lock_id, &mut [&mut x_log], until, equal).await?;
+    if x_log.notified.is_none() {
+        write(recorder, &mut x_log, x.fencing_token());
+    }
+    x_log.lets_go(LetGo::Unlocked);
+    locks.unlock(lock_id).await?;
+    recorder.holder(x_log);
+    if let Some(c_log) = c_task.await? {
+        recorder.holder(c_log);
+    }
+    stage
+        .finish(
+            "trusting keeper",
+            Expected::Client(Check::Exclusion),
+            &[X, Y],
+        )
+        .await
 }

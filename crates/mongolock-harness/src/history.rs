@@ -540,6 +540,12 @@ pub enum Ending {
 }
 
 impl Ending {
+    /// True if the nemesis took effect (an acquire that returned before its drop, or a
+    /// request the client never got to, did not).
+    pub fn carried_out(self) -> bool {
+        !matches!(self, Ending::AcquireReturnedFirst | Ending::NotCarriedOut)
+    }
+
     /// The name in the report.
     pub fn name(self) -> String {
         match self {

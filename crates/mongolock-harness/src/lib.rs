@@ -119,6 +119,11 @@ pub async fn run_once(
     observer.create_indexes().await?;
     let tap = oracle::Tap::start(&direct.database(DB), COLLECTION).await?;
     let recorder = Recorder::new();
+    let read_clock = || {
+        let ms = server.clock().now().timestamp_millis();
+        recorder.server_clock(Instant::now(), ms);
+    };
+    read_clock();
     let mut fleet = Fleet::start(server.addr(), workload, &recorder, seed).await?;
     let mut injector = Injector::new(
         seed,
@@ -133,6 +138,7 @@ pub async fn run_once(
     recorder.healed(healed);
 
     liveness(&mut fleet, &observer, &recorder, workload, healed).await?;
+    read_clock();
 
     let history = recorder.finish(workload.modes());
     let outcome = check::check(&history);

@@ -19,9 +19,25 @@
 //!   server time;
 //! - **believed grants were committed**: every token a holder believed it held is one the
 //!   server granted on that resource;
-//! - **orphans end**: a grant no holder ever believed in (its reply was lost, or its client
-//!   died while acquiring) ends, by withdrawal or by its TTL, within the acquire timeout plus
-//!   the TTL plus [`ORPHAN_SLACK`] of being granted (in server time), and has a TTL at all.
+//! - **unbelieved grants end**: a grant no holder ever believed in (its reply was lost, or
+//!   its client died while acquiring) ends, by withdrawal or by its TTL, within the acquire
+//!   timeout plus the TTL plus [`ORPHAN_SLACK`] of being granted (in server time), and has a
+//!   TTL at all;
+//! - **no orphan outlives its holders**: once the last holder that believed in a grant
+//!   (matched by resource, lock id and token) stopped believing — it released or dropped the
+//!   guard, noticed the loss, died, or passed its local deadline while paused — the server
+//!   keeps the entry no longer than its TTL plus the renewal period (a third of the TTL)
+//!   plus [`OUTLIVE_SLACK`]: nobody may renew what nobody believes in. A renewal sent just
+//!   before the belief ended may commit after it (the renewal period bounds how long a
+//!   keeper's renewal may take, the slack covers the proxy's latency); a grant whose last
+//!   holder's client had a `blockConnection` fail point in the TTL before (plus a second) is
+//!   excused, since a blocked renewal runs on the server whenever the block ends (counted);
+//! - **a release says whether the server held the grant**: a release that returned `Ok` was
+//!   not for a grant the server had already removed (force-released, purged, taken over
+//!   after expiring) before the release began.
+//!
+//! The last two compare our instants with the server's clock through the readings of it in
+//! the history ([`History::server_ms`]).
 //!
 //! The tap reads the stream itself with `aggregate` and `getMore` on an unfaulted
 //! connection, so no driver-side resume can skip events; an error ends the tap, and the run
@@ -38,10 +54,23 @@ use bson::{Bson, Document, doc};
 use mongodb::Database;
 use tokio::task::JoinHandle;
 
-use crate::history::History;
+use crate::faults::FaultKind;
+use crate::history::{History, HolderLog, Mode, ReleaseResult};
 
-/// Added to the orphan bound, for the time a withdrawal takes to reach the server.
+/// Added to the bound of unbelieved grants, for the time a withdrawal takes to reach the
+/// server.
 pub const ORPHAN_SLACK: Duration = Duration::from_secs(1);
+
+/// Added to the bound of (S7) (TTL + renewal period): the transit of a renewal sent just
+/// before the last holder stopped believing — up to 400 ms of injected proxy latency — plus
+/// scheduling delays of a client thread on a loaded two-core machine, and the mapping of our
+/// instants to the server's clock (a few ms).
+pub const OUTLIVE_SLACK: Duration = Duration::from_secs(1);
+
+/// How much earlier than a release began the server must have removed its grant for a
+/// release's `Ok` to be false: the error of the mapping of our instants to the server's
+/// clock (a millisecond of rounding each way, and drift), with room to spare.
+pub const RELEASE_SLACK: Duration = Duration::from_millis(50);
 
 /// The `_id` of the marker document the tap writes last (not a resource of any workload).
 const MARKER: &str = "mongolock-harness/oracle-marker";
@@ -261,20 +290,27 @@ pub enum ServerCheck {
     /// A holder believed a token the server never granted on its resource.
     Uncommitted,
     /// A grant nobody believed in outlived its bound, or had no TTL.
-    Orphan,
+    Unbelieved,
+    /// An entry outlived the last holder that believed in it by more than its TTL plus the
+    /// renewal period (plus [`OUTLIVE_SLACK`]): something kept renewing an orphan.
+    Orphans,
+    /// A release returned `Ok` for a grant the server had removed before it began.
+    ReleaseOk,
     /// The log is not complete (the stream failed).
     Incomplete,
 }
 
 impl ServerCheck {
     /// Every check, in report order.
-    pub const ALL: [ServerCheck; 7] = [
+    pub const ALL: [ServerCheck; 9] = [
         ServerCheck::Exclusion,
         ServerCheck::Fencing,
         ServerCheck::Caps,
         ServerCheck::Revival,
         ServerCheck::Uncommitted,
-        ServerCheck::Orphan,
+        ServerCheck::Unbelieved,
+        ServerCheck::Orphans,
+        ServerCheck::ReleaseOk,
         ServerCheck::Incomplete,
     ];
 }
@@ -287,7 +323,9 @@ impl fmt::Display for ServerCheck {
             ServerCheck::Caps => "(S3) server caps",
             ServerCheck::Revival => "(S4) no renewal after expiry",
             ServerCheck::Uncommitted => "(S5) believed grants were committed",
-            ServerCheck::Orphan => "(S6) unbelieved grants end",
+            ServerCheck::Unbelieved => "(S6) unbelieved grants end",
+            ServerCheck::Orphans => "(S7) no orphan outlives its holders",
+            ServerCheck::ReleaseOk => "(S8) release Ok only if held",
             ServerCheck::Incomplete => "(S0) change stream complete",
         })
     }
@@ -307,6 +345,14 @@ pub struct Outcome {
     pub orphans: usize,
     /// The longest life of an orphan, in server ms.
     pub longest_orphan_ms: i64,
+    /// Believed grants judged by (S7).
+    pub outlived_checked: usize,
+    /// Of those, grants excused from (S7) (a blocked renewal of their last holder's client).
+    pub outlived_excused: usize,
+    /// The longest time an entry outlived the last holder that believed in it, in server ms.
+    pub longest_outlived_ms: i64,
+    /// Releases that returned `Ok`, judged by (S8).
+    pub releases_checked: usize,
     /// Every violation, with what the log shows.
     pub violations: Vec<(ServerCheck, String)>,
 }
@@ -334,7 +380,10 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq)]
 struct Entry {
     nonce: String,
+    lock_id: String,
     token: i64,
+    /// The entry's own TTL (`ttlMs`), if it has one.
+    ttl_ms: Option<i64>,
     created_ms: i64,
     renewed_ms: i64,
     /// `None`: no TTL.
@@ -374,9 +423,20 @@ fn entry(value: &Document, exclusive: bool) -> Result<Entry, String> {
     };
     let created_ms = millis(value, "createdAt")?.ok_or("entry without createdAt")?;
     let renewed_ms = millis(value, "renewedAt")?.ok_or("entry without renewedAt")?;
+    let lock_id = match value.get("lockId") {
+        Some(Bson::String(id)) => id.clone(),
+        other => return Err(format!("entry lockId is {other:?}")),
+    };
+    let ttl_ms = match value.get("ttlMs") {
+        Some(Bson::Int64(t)) => Some(*t),
+        Some(Bson::Int32(t)) => Some(i64::from(*t)),
+        _ => None,
+    };
     Ok(Entry {
         nonce,
+        lock_id,
         token,
+        ttl_ms,
         created_ms,
         renewed_ms,
         expires_ms: millis(value, "expiresAt")?,
@@ -407,12 +467,17 @@ fn entries(doc: &Document) -> Result<HashMap<String, Entry>, String> {
 #[derive(Debug, Clone)]
 struct Granted {
     resource: String,
+    lock_id: String,
     token: i64,
     at_ms: i64,
+    /// Its TTL: `ttlMs`, or else the span from its grant to its first expiry.
+    ttl_ms: Option<i64>,
     /// When it was removed; `None` while still in the document at the end of the log.
     removed_ms: Option<i64>,
     /// Its last expiry.
     expires_ms: Option<i64>,
+    /// When it was renewed.
+    renewals: Vec<i64>,
 }
 
 impl Granted {
@@ -490,6 +555,9 @@ pub fn check(
             }
             if let Some(&i) = open.get(&(resource, key.clone())) {
                 grants[i].expires_ms = new.expires_ms;
+                if new.renewed_ms != old.renewed_ms {
+                    grants[i].renewals.push(new.renewed_ms);
+                }
             }
         }
         let mut fresh: Vec<&Entry> = after
@@ -544,10 +612,15 @@ pub fn check(
             open.insert((resource, new.key()), grants.len());
             grants.push(Granted {
                 resource: resource.to_string(),
+                lock_id: new.lock_id.clone(),
                 token: new.token,
                 at_ms: at,
+                ttl_ms: new
+                    .ttl_ms
+                    .or_else(|| new.expires_ms.map(|e| e - new.created_ms)),
                 removed_ms: None,
                 expires_ms: new.expires_ms,
+                renewals: Vec::new(),
             });
         }
         current.insert(resource, after);
@@ -583,7 +656,7 @@ pub fn check(
                 out.longest_orphan_ms = out.longest_orphan_ms.max(life);
                 if life > bound_ms {
                     out.violations.push((
-                        ServerCheck::Orphan,
+                        ServerCheck::Unbelieved,
                         format!(
                             "{}: token {} granted to nobody lasted {life} ms (bound {bound_ms})",
                             g.resource, g.token
@@ -592,7 +665,7 @@ pub fn check(
                 }
             }
             None => out.violations.push((
-                ServerCheck::Orphan,
+                ServerCheck::Unbelieved,
                 format!(
                     "{}: token {} granted to nobody has no TTL and was never removed",
                     g.resource, g.token
@@ -600,7 +673,131 @@ pub fn check(
             )),
         }
     }
+    outlived(&mut out, &grants, history);
+    releases(&mut out, &grants, history);
     out
+}
+
+/// The grants by (resource, lock id, token).
+fn by_key(grants: &[Granted]) -> HashMap<(&str, &str, i64), &Granted> {
+    grants
+        .iter()
+        .map(|g| ((g.resource.as_str(), g.lock_id.as_str(), g.token), g))
+        .collect()
+}
+
+/// (S7): no entry outlives the last holder that believed in it by more than its TTL plus
+/// the renewal period plus [`OUTLIVE_SLACK`].
+fn outlived(out: &mut Outcome, grants: &[Granted], history: &History) {
+    // The holder whose belief in each grant ended last.
+    let mut last: HashMap<(&str, &str, i64), &HolderLog> = HashMap::new();
+    for h in &history.holders {
+        let key = (h.resource.as_str(), h.lock_id.as_str(), h.token);
+        let later = last
+            .get(&key)
+            .is_none_or(|l| l.belief_end(history.end) < h.belief_end(history.end));
+        if later {
+            last.insert(key, h);
+        }
+    }
+    let slack_ms = OUTLIVE_SLACK.as_millis() as i64;
+    for (key, g) in by_key(grants) {
+        let Some(holder) = last.get(&key) else {
+            continue; // believed by nobody: (S6)
+        };
+        let stopped = holder.belief_end(history.end);
+        let Some(stopped_ms) = history.server_ms(stopped) else {
+            continue; // no readings of the server's clock: nothing to compare with
+        };
+        out.outlived_checked += 1;
+        let end = g.end_ms();
+        if let Some(end) = end {
+            out.longest_outlived_ms = out.longest_outlived_ms.max(end - stopped_ms);
+        }
+        let bound = g.ttl_ms.map(|ttl| stopped_ms + ttl + ttl / 3 + slack_ms);
+        let within = match (end, bound) {
+            (Some(end), Some(bound)) => end <= bound,
+            // No TTL: only a removal ends it, and nothing bounds when.
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if within {
+            continue;
+        }
+        let ttl = Duration::from_millis(g.ttl_ms.unwrap_or(0).max(0) as u64);
+        let blocked = history.faults.iter().any(|f| {
+            f.kind == FaultKind::BlockConnection
+                && f.client == Some(holder.client)
+                && f.start <= stopped
+                && f.end + ttl + Duration::from_secs(1) >= stopped
+        });
+        if blocked {
+            out.outlived_excused += 1;
+            continue;
+        }
+        let renewed_after = g
+            .renewals
+            .iter()
+            .filter(|&&r| r > stopped_ms + slack_ms)
+            .count();
+        out.violations.push((
+            ServerCheck::Orphans,
+            format!(
+                "{}: lock id {} token {}: its last holder {} (client {}, {:?}) stopped believing at \
+                 server time {stopped_ms}, yet the entry {} (bound {}); renewed {renewed_after} \
+                 time(s) after",
+                g.resource,
+                g.lock_id,
+                g.token,
+                holder.id,
+                holder.client,
+                holder.let_go,
+                match end {
+                    Some(end) => format!("lasted until {end}, {} ms later", end - stopped_ms),
+                    None => "never ended (no TTL)".to_owned(),
+                },
+                bound.map_or_else(|| "-".to_owned(), |b| b.to_string()),
+            ),
+        ));
+    }
+}
+
+/// (S8): a handle holder's release that returned `Ok` was not for a grant the server had
+/// removed (by [`RELEASE_SLACK`]) before the release began.
+fn releases(out: &mut Outcome, grants: &[Granted], history: &History) {
+    let grants = by_key(grants);
+    let slack_ms = RELEASE_SLACK.as_millis() as i64;
+    for h in &history.holders {
+        if h.mode == Mode::Group || h.release != Some(ReleaseResult::Ok) {
+            continue;
+        }
+        let (Some(began), Some(g)) = (
+            h.released_at,
+            grants.get(&(h.resource.as_str(), h.lock_id.as_str(), h.token)),
+        ) else {
+            continue; // a token never granted is (S5)'s
+        };
+        let Some(began_ms) = history.server_ms(began) else {
+            continue;
+        };
+        out.releases_checked += 1;
+        if let Some(removed) = g.removed_ms
+            && removed < began_ms - slack_ms
+        {
+            out.violations.push((
+                ServerCheck::ReleaseOk,
+                format!(
+                    "{}: holder {} (client {}, token {}) got Ok from release() begun at server time \
+                     {began_ms}, but the server had removed the grant at {removed}, {} ms before",
+                    h.resource,
+                    h.id,
+                    h.client,
+                    h.token,
+                    began_ms - removed
+                ),
+            ));
+        }
+    }
 }
 
 fn kind(entry: &Entry) -> &'static str {
@@ -809,7 +1006,7 @@ mod tests {
         };
         assert!(run(&renewals(9_000)).is_empty());
         let stranded = renewals(12_000);
-        assert_eq!(run(&stranded), BTreeMap::from([(ServerCheck::Orphan, 1)]));
+        assert_eq!(run(&stranded), BTreeMap::from([(ServerCheck::Unbelieved, 1)]));
     }
 
     /// Through the real path: the tap reads a run of handle grants from the emulator's

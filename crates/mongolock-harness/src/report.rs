@@ -178,6 +178,19 @@ impl fmt::Display for Report {
                 *faults.entry(*k).or_default() += n;
             }
         }
+        // How the nemeses on releases and acquires ended, over every run.
+        let mut endings: BTreeMap<FaultKind, BTreeMap<String, usize>> = BTreeMap::new();
+        for r in &self.runs {
+            for (kind, ends) in &r.outcome.nemeses {
+                for (end, n) in ends {
+                    *endings
+                        .entry(*kind)
+                        .or_default()
+                        .entry(end.clone())
+                        .or_default() += n;
+                }
+            }
+        }
         for (kind, _) in FaultKind::ALL {
             let asked = faults.get(&kind).copied().unwrap_or(0).to_string();
             let value = match kind {
@@ -185,10 +198,34 @@ impl fmt::Display for Report {
                     "{asked} (carried out {})",
                     self.sum(|r| r.outcome.carried_out.get(&kind).copied().unwrap_or(0))
                 ),
+                _ if kind.is_nemesis() => {
+                    let carried =
+                        self.sum(|r| r.outcome.carried_out.get(&kind).copied().unwrap_or(0));
+                    let how: Vec<String> = endings
+                        .get(&kind)
+                        .into_iter()
+                        .flatten()
+                        .map(|(end, n)| format!("{end} {n}"))
+                        .collect();
+                    format!("{asked} (carried out {carried}: {})", how.join(", "))
+                }
                 _ => asked,
             };
             row(&mut t, kind.name(), value);
         }
+        let mut releases: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &self.runs {
+            for (result, n) in &r.outcome.releases {
+                *releases.entry(result).or_default() += n;
+            }
+        }
+        let releases: Vec<String> = releases.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        row(&mut t, "handle release() results", releases.join(", "));
+        row(
+            &mut t,
+            "holders force-released after their grant",
+            self.sum(|r| r.outcome.revocations).to_string(),
+        );
         let _ = writeln!(t, "violations (must be 0)");
         let mut counts: BTreeMap<Check, usize> = BTreeMap::new();
         for r in &self.runs {
@@ -227,6 +264,32 @@ impl fmt::Display for Report {
                     .unwrap_or(0)
             ),
         );
+        row(
+            &mut t,
+            "believed grants judged for orphans (excused)",
+            format!(
+                "{} ({})",
+                self.sum(|r| r.oracle.outlived_checked),
+                self.sum(|r| r.oracle.outlived_excused)
+            ),
+        );
+        row(
+            &mut t,
+            "longest an entry outlived its last holder",
+            format!(
+                "{} ms",
+                self.runs
+                    .iter()
+                    .map(|r| r.oracle.longest_outlived_ms)
+                    .max()
+                    .unwrap_or(0)
+            ),
+        );
+        row(
+            &mut t,
+            "releases returning Ok judged",
+            self.sum(|r| r.oracle.releases_checked).to_string(),
+        );
         let mut server: BTreeMap<crate::oracle::ServerCheck, usize> = BTreeMap::new();
         for r in &self.runs {
             for (c, n) in r.oracle.by_check() {
@@ -242,10 +305,10 @@ impl fmt::Display for Report {
         }
         let _ = writeln!(t, "negative controls (must all be caught)");
         for c in &self.controls {
-            let found = c.outcome.by_check();
-            let found: Vec<String> = found
+            let found: Vec<String> = c
+                .found()
                 .iter()
-                .map(|(k, n)| format!("{} x{n}", k.name()))
+                .map(|(k, n)| format!("{k} x{n}"))
                 .collect();
             row(
                 &mut t,

@@ -89,6 +89,24 @@ async fn first_loss(leases: &[Lease]) -> (usize, LossReason) {
     }
 }
 
+/// Awaits `fut` while watching `leases` (those still held beside what `fut` does): the first
+/// loss among them is noticed when it comes, not once `fut` is done, which may take seconds
+/// (a release under a partition, the acquire of a pair's second lease).
+async fn watching<T>(fut: impl Future<Output = T>, leases: &mut [Lease]) -> T {
+    tokio::pin!(fut);
+    let mut watch = !leases.is_empty();
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut fut => return out,
+            (i, reason) = first_loss(leases), if watch => {
+                leases[i].log.notice(Instant::now(), LossKind::from(reason));
+                watch = false;
+            }
+        }
+    }
+}
+
 impl Worker {
     /// Acquires `resource` through its handle, holds it, lets it go.
     pub(super) async fn one(&mut self, locks: &LockClient, resource: String, mode: Mode) -> Held {
@@ -108,7 +126,7 @@ impl Worker {
         for (resource, mode) in picked {
             // A kill while acquiring the second finds the first's log here.
             self.mirror(&leases.iter().map(|l| l.log.clone()).collect::<Vec<_>>());
-            let got = self.acquire_one(locks, resource, mode).await;
+            let got = watching(self.acquire_one(locks, resource, mode), &mut leases).await;
             self.mirror(&[]);
             match got {
                 Some(lease) => leases.push(lease),
@@ -121,8 +139,9 @@ impl Worker {
             lease.log = log;
         }
         if leases.len() < 2 {
-            for lease in leases {
-                self.let_go(lease, None).await;
+            while !leases.is_empty() {
+                let lease = leases.remove(0);
+                watching(self.let_go(lease, None), &mut leases).await;
             }
             return Held::Done;
         }
@@ -230,10 +249,11 @@ impl Worker {
         self.ctl.holding.store(true, Ordering::SeqCst);
         self.publish(&leases);
         let held = self.work(&mut leases).await;
-        for lease in std::mem::take(&mut leases) {
+        while !leases.is_empty() {
+            let lease = leases.remove(0);
             // A nemesis asked for just now comes with this let-go.
             let nemesis = self.take_let_go();
-            self.let_go(lease, nemesis).await;
+            watching(self.let_go(lease, nemesis), &mut leases).await;
         }
         lock(&self.ctl.hold_until).take();
         self.publish(&leases);
@@ -298,8 +318,8 @@ impl Worker {
             // check and the writes, write under the others.
             while let Some(i) = leases.iter_mut().position(|l| l.log.check_lost(&l.guard)) {
                 let lease = leases.remove(i);
-                self.let_go(lease, None).await;
                 self.publish(leases);
+                watching(self.let_go(lease, None), leases).await;
             }
             if leases.is_empty() {
                 return Held::Done;
@@ -317,8 +337,8 @@ impl Worker {
                 if let Some(nemesis) = self.take_let_go() {
                     let i = self.rng.random_range(0..leases.len());
                     let lease = leases.remove(i);
-                    self.let_go(lease, Some(nemesis)).await;
                     self.publish(leases);
+                    watching(self.let_go(lease, Some(nemesis)), leases).await;
                     if tail_until.is_none() && !leases.is_empty() {
                         let tail = self.workload.ttl.mul_f64(self.rng.random_range(1.4..2.4));
                         tail_until = Some(Instant::now() + tail);
@@ -330,8 +350,8 @@ impl Worker {
                     Ok((i, reason)) => {
                         leases[i].log.notice(Instant::now(), LossKind::from(reason));
                         let lease = leases.remove(i);
-                        self.let_go(lease, None).await;
                         self.publish(leases);
+                        watching(self.let_go(lease, None), leases).await;
                         break;
                     }
                     Err(_) => {
