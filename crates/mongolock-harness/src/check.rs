@@ -969,6 +969,59 @@ mod tests {
         assert!(!outcome.has(Check::WriterPreference));
     }
 
+    /// Holder 1 (TTL 1.5 s) believes from 10 to `released` ms; its lease is force-released
+    /// at 1,000-1,010 ms; holder 2 is granted at 1,200 ms and holder 3 at 3,000 ms.
+    fn force_released(t0: Instant, released: u64) -> History {
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut h = history(t0, (1_000, 1_010));
+        h.holders = vec![
+            holder(t0, 1, 0, 10, released),
+            holder(t0, 2, 1_100, 1_200, 1_300),
+            holder(t0, 3, 2_900, 3_000, 3_100),
+        ];
+        h.end = ms(5_000);
+        h
+    }
+
+    #[test]
+    fn a_force_release_excuses_overlaps_only_until_the_holder_must_have_noticed() {
+        let t0 = Instant::now();
+        // Holder 1 stops believing at 1,600 ms, within the TTL of the force-release: its
+        // overlap with holder 2 is excused, and it noticed in time.
+        let noticed = check(&force_released(t0, 1_600));
+        assert_eq!(
+            noticed.by_check(),
+            BTreeMap::new(),
+            "{:?}",
+            noticed.violations
+        );
+        assert_eq!(noticed.revocations, 1);
+        // Believing until 4,000 ms: past 1,010 + 1,500 + 200 ms it is a revocation not
+        // noticed, and the grant to holder 3 (after that) is not excused; holder 2's is.
+        let unnoticed = check(&force_released(t0, 4_000));
+        assert_eq!(
+            unnoticed.by_check(),
+            BTreeMap::from([(Check::Exclusion, 1), (Check::RevocationNoticed, 1)]),
+            "{:?}",
+            unnoticed.violations
+        );
+    }
+
+    #[test]
+    fn a_force_release_before_the_grant_reached_its_holder_asks_for_no_notice() {
+        let t0 = Instant::now();
+        // The operator acted while holder 1's grant was on its way (sent at 0, granted at
+        // 1,200): the lease may have outlived it, so its long belief is no revocation
+        // missed; but holder 3, granted after the excuse ran out, overlaps it.
+        let mut h = force_released(t0, 4_000);
+        h.holders[0].granted_at = t0 + Duration::from_millis(1_200);
+        h.holders.remove(1);
+        let outcome = check(&h);
+        assert_eq!(outcome.revocations, 0);
+        assert!(!outcome.has(Check::RevocationNoticed));
+        assert!(outcome.has(Check::Exclusion), "{:?}", outcome.violations);
+    }
+
     #[test]
     fn the_reader_writer_record_rejects_a_read_below_a_write_and_a_write_below_a_read() {
         let record = crate::history::GuardedRecord::default();

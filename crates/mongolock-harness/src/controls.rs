@@ -24,11 +24,11 @@ use mongolock::{Grant, LockClient, LockDetails, LockGuard};
 use mongolock_testkit::{FaultProxy, TestServer};
 
 use crate::check::{self, Check, Outcome};
-use crate::oracle::{self, ServerCheck};
 use crate::history::{
-    Access, History, HolderLog, LetGo, LossKind, Mode, OpKind, Recorder, ReleaseResult,
-    WriteLog, WriterWait,
+    Access, History, HolderLog, LetGo, LossKind, Mode, OpKind, Recorder, ReleaseResult, WriteLog,
+    WriterWait,
 };
+use crate::oracle::{self, ServerCheck};
 use crate::workload::{COLLECTION, DB};
 
 const RESOURCE: &str = "control";
@@ -87,7 +87,12 @@ impl ControlResult {
             .map(|(c, n)| (c.name().to_owned(), n))
             .collect();
         if let Some(oracle) = &self.oracle {
-            found.extend(oracle.by_check().into_iter().map(|(c, n)| (c.to_string(), n)));
+            found.extend(
+                oracle
+                    .by_check()
+                    .into_iter()
+                    .map(|(c, n)| (c.to_string(), n)),
+            );
         }
         found
     }
@@ -628,7 +633,14 @@ async fn keeper_by_id() -> Result<ControlResult, Box<dyn std::error::Error>> {
     let mut b_log = low_level_log(recorder, 0, &b, sent);
     let at_least = |count: u64, tracked: usize| count as usize >= tracked;
     let until = Instant::now() + Duration::from_millis(500);
-    renew_by_id(locks, lock_id, &mut [&mut a_log, &mut b_log], until, at_least).await?;
+    renew_by_id(
+        locks,
+        lock_id,
+        &mut [&mut a_log, &mut b_log],
+        until,
+        at_least,
+    )
+    .await?;
     // The bug: done with B, it stops believing in it, but renews by lock id as before.
     b_log.lets_go(LetGo::Abandoned);
     recorder.holder(b_log);
@@ -688,9 +700,9 @@ async fn trusting_keeper() -> Result<ControlResult, Box<dyn std::error::Error>> 
             .acquire_timeout(Duration::from_secs(3))
             .await;
         match c {
-            Ok(Some(c)) => Some(
-                hold_honestly(&c_recorder, 1, c, invoked, Duration::from_millis(400)).await,
-            ),
+            Ok(Some(c)) => {
+                Some(hold_honestly(&c_recorder, 1, c, invoked, Duration::from_millis(400)).await)
+            }
             _ => None,
         }
     });

@@ -585,7 +585,9 @@ impl Injector {
         self.recorder
             .op(OpKind::ForceRelease(resource.clone()), start, end);
         // The holder holds on for a while, unless it notices the loss.
-        fleet.slots[client].ctl.hold_on_until(end + self.ttl() + Duration::from_millis(500));
+        fleet.slots[client]
+            .ctl
+            .hold_on_until(end + self.ttl() + Duration::from_millis(500));
         self.recorder.nemesis(NemesisLog {
             kind: FaultKind::ForceReleaseOne,
             client,

@@ -789,3 +789,35 @@ impl Recorder {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_clock_is_read_from_the_last_reading_before() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut history = Recorder::new().finish(HashMap::new());
+        assert_eq!(history.server_ms(t0), None, "no readings");
+        // 1,000,000 at t0; the server's clock jumped 5 s forward at 300 ms.
+        history.server_clock = vec![(at(0), 1_000_000), (at(300), 1_005_300)];
+        assert_eq!(history.server_ms(at(100)), Some(1_000_100));
+        assert_eq!(history.server_ms(at(300)), Some(1_005_300));
+        assert_eq!(history.server_ms(at(1_000)), Some(1_006_000));
+        // Before the first reading: counted back from it.
+        history.server_clock.remove(0);
+        assert_eq!(history.server_ms(at(100)), Some(1_005_100));
+    }
+
+    #[test]
+    fn a_release_result_says_what_the_library_returned() {
+        assert_eq!(ReleaseResult::of(&Ok(())), ReleaseResult::Ok);
+        assert_eq!(
+            ReleaseResult::Lost(LossKind::Revoked).name(),
+            "LeaseLost(revoked)"
+        );
+        assert!(!Ending::AcquireReturnedFirst.carried_out());
+        assert!(Ending::DroppedWithoutRuntime.carried_out());
+    }
+}

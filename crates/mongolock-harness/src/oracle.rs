@@ -827,7 +827,7 @@ mod tests {
     use mongolock_testkit::TestServer;
 
     use super::*;
-    use crate::history::{HolderLog, Mode, Recorder};
+    use crate::history::{LetGo, LossKind, Recorder};
 
     fn history(holders: Vec<HolderLog>) -> History {
         let mut history = Recorder::new().finish(HashMap::new());
@@ -1006,7 +1006,120 @@ mod tests {
         };
         assert!(run(&renewals(9_000)).is_empty());
         let stranded = renewals(12_000);
-        assert_eq!(run(&stranded), BTreeMap::from([(ServerCheck::Unbelieved, 1)]));
+        assert_eq!(
+            run(&stranded),
+            BTreeMap::from([(ServerCheck::Unbelieved, 1)])
+        );
+    }
+
+    /// A history in which the server's clock read 0 ms at `t0`, with `holders`.
+    fn timed(t0: Instant, holders: Vec<HolderLog>) -> History {
+        let mut h = history(holders);
+        h.server_clock = vec![(t0, 0)];
+        h
+    }
+
+    /// The holder of token 10 on "r" (lock id "id-10", granted at 1,000 ms), which stopped
+    /// believing at `stopped` ms, as `let_go` says.
+    fn believer(t0: Instant, stopped: u64, let_go: LetGo) -> HolderLog {
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut h = HolderLog::granted(1, 0, Mode::Exclusive, "r", 10);
+        h.lock_id = "id-10".into();
+        h.granted_at = at(1_000);
+        h.released_at = Some(at(stopped));
+        h.let_go = Some(let_go);
+        h
+    }
+
+    /// Token 10 granted at 1,000 ms (TTL 1 s), renewed every 300 ms until `until`.
+    fn renewed_until(until: i64) -> Vec<ServerEvent> {
+        let a = ObjectId::new();
+        let mut events = vec![event(
+            1_000,
+            Some(entry(&a, 10, 1_000, 1_000, 2_000)),
+            vec![],
+        )];
+        events.extend(
+            (1..)
+                .map(|i| 1_000 + 300 * i)
+                .take_while(|&at| at <= until)
+                .map(|at| event(at, Some(entry(&a, 10, 1_000, at, at + 1_000)), vec![])),
+        );
+        events
+    }
+
+    fn judge(events: &[ServerEvent], history: &History) -> Outcome {
+        check(events, history, &HashMap::new(), Duration::from_secs(10))
+    }
+
+    #[test]
+    fn an_entry_may_outlive_its_last_holder_by_the_ttl_and_a_renewal_period_and_no_more() {
+        let t0 = Instant::now();
+        // The holder dropped its guard at 2,000 ms (nothing released it). Bound: 2,000 + TTL
+        // 1,000 + renewal period 333 + slack 1,000 = 4,333 ms.
+        let history = timed(t0, vec![believer(t0, 2_000, LetGo::DroppedWithoutRuntime)]);
+        // The last renewal, in flight at the drop, commits at 2,200: the entry ends at 3,200.
+        let ended = judge(&renewed_until(2_200), &history);
+        assert!(ended.violations.is_empty(), "{:?}", ended.violations);
+        assert_eq!(ended.outlived_checked, 1);
+        assert_eq!(ended.longest_outlived_ms, 1_200);
+        // Renewed on until 5,800: it lasts until 6,800, an orphan kept alive.
+        let kept = judge(&renewed_until(5_800), &history);
+        assert_eq!(
+            kept.by_check(),
+            BTreeMap::from([(ServerCheck::Orphans, 1)]),
+            "{:?}",
+            kept.violations
+        );
+        // Not if its last holder believed until 5,000 (a second holder of the same grant
+        // cannot exist, but the latest belief is what counts).
+        let mut later = history.clone();
+        later.holders.push(believer(t0, 5_000, LetGo::Released));
+        assert!(judge(&renewed_until(5_800), &later).violations.is_empty());
+        // ... and excused if a blocked command of its client may have renewed it late.
+        let mut blocked = history;
+        blocked.faults.push(crate::history::FaultEvent {
+            kind: FaultKind::BlockConnection,
+            client: Some(0),
+            start: t0 + Duration::from_millis(1_500),
+            end: t0 + Duration::from_millis(1_600),
+        });
+        let excused = judge(&renewed_until(5_800), &blocked);
+        assert!(excused.violations.is_empty(), "{:?}", excused.violations);
+        assert_eq!(excused.outlived_excused, 1);
+    }
+
+    #[test]
+    fn a_release_returning_ok_for_a_grant_the_server_had_removed_is_caught() {
+        let t0 = Instant::now();
+        let a = ObjectId::new();
+        let granted = event(1_000, Some(entry(&a, 10, 1_000, 1_000, 9_000)), vec![]);
+        let removed = |at: i64| ServerEvent {
+            resource: "r".into(),
+            at_ms: at,
+            doc: None,
+        };
+        let mut holder = believer(t0, 2_000, LetGo::Released);
+        holder.release = Some(ReleaseResult::Ok);
+        let history = timed(t0, vec![holder]);
+        // Its own release removed it, at 2,010 ms.
+        let own = judge(&[granted.clone(), removed(2_010)], &history);
+        assert!(own.violations.is_empty(), "{:?}", own.violations);
+        assert_eq!(own.releases_checked, 1);
+        // An operator had removed it at 1,500 ms, before the release began.
+        let revoked = judge(&[granted.clone(), removed(1_500)], &history);
+        assert_eq!(
+            revoked.by_check(),
+            BTreeMap::from([(ServerCheck::ReleaseOk, 1)])
+        );
+        // A release that reported the loss told the truth.
+        let mut honest = history;
+        honest.holders[0].release = Some(ReleaseResult::Lost(LossKind::Revoked));
+        assert!(
+            judge(&[granted, removed(1_500)], &honest)
+                .violations
+                .is_empty()
+        );
     }
 
     /// Through the real path: the tap reads a run of handle grants from the emulator's

@@ -305,11 +305,7 @@ impl fmt::Display for Report {
         }
         let _ = writeln!(t, "negative controls (must all be caught)");
         for c in &self.controls {
-            let found: Vec<String> = c
-                .found()
-                .iter()
-                .map(|(k, n)| format!("{k} x{n}"))
-                .collect();
+            let found: Vec<String> = c.found().iter().map(|(k, n)| format!("{k} x{n}")).collect();
             row(
                 &mut t,
                 c.name,

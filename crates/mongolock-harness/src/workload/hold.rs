@@ -30,34 +30,32 @@ pub(super) struct Lease {
     log: HolderLog,
 }
 
-/// One acquire call through the handle of `resource`, owning everything it uses (so that it
-/// can be moved to another thread and dropped there).
-fn acquire_call(
+/// One acquire call through the handle of `resource`, owning everything it uses (so that its
+/// future can be moved to another thread and dropped there).
+async fn acquire_call(
     locks: LockClient,
     resource: String,
     mode: Mode,
     writer: bool,
     owner: String,
-    ttl: std::time::Duration,
+    ttl: Duration,
     timeout: Duration,
-) -> impl Future<Output = mongolock::Result<Option<LockGuard>>> + Send + 'static {
-    async move {
-        match mode {
-            Mode::Exclusive | Mode::Group => {
-                let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
-                mutex.acquire_timeout(timeout).await
-            }
-            Mode::Shared { permits } => {
-                let semaphore = locks.semaphore(&resource, permits).ttl(ttl).owner(owner);
-                semaphore.acquire_timeout(timeout).await
-            }
-            Mode::ReadWrite => {
-                let rwlock = locks.rwlock(&resource).ttl(ttl).owner(owner);
-                if writer {
-                    rwlock.write_timeout(timeout).await
-                } else {
-                    rwlock.read_timeout(timeout).await
-                }
+) -> mongolock::Result<Option<LockGuard>> {
+    match mode {
+        Mode::Exclusive | Mode::Group => {
+            let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
+            mutex.acquire_timeout(timeout).await
+        }
+        Mode::Shared { permits } => {
+            let semaphore = locks.semaphore(&resource, permits).ttl(ttl).owner(owner);
+            semaphore.acquire_timeout(timeout).await
+        }
+        Mode::ReadWrite => {
+            let rwlock = locks.rwlock(&resource).ttl(ttl).owner(owner);
+            if writer {
+                rwlock.write_timeout(timeout).await
+            } else {
+                rwlock.read_timeout(timeout).await
             }
         }
     }
@@ -89,19 +87,35 @@ async fn first_loss(leases: &[Lease]) -> (usize, LossReason) {
     }
 }
 
-/// Awaits `fut` while watching `leases` (those still held beside what `fut` does): the first
-/// loss among them is noticed when it comes, not once `fut` is done, which may take seconds
-/// (a release under a partition, the acquire of a pair's second lease).
-async fn watching<T>(fut: impl Future<Output = T>, leases: &mut [Lease]) -> T {
+/// Awaits `fut` while watching `leases` (those still held beside what `fut` does), as the
+/// steps of work do: the first loss among them is noticed when it comes, not once `fut` is
+/// done, which may take seconds (a release under a partition, the acquire of a pair's second
+/// lease), and their local deadlines are sampled every 10 ms. With `mirror`, a copy of their
+/// logs is kept up to date where a kill while acquiring finds it.
+async fn watching<T>(
+    fut: impl Future<Output = T>,
+    leases: &mut [Lease],
+    mirror: Option<&ClientCtl>,
+) -> T {
     tokio::pin!(fut);
     let mut watch = !leases.is_empty();
     loop {
+        if let Some(ctl) = mirror {
+            let mut partial = lock(&ctl.partial);
+            partial.clear();
+            partial.extend(leases.iter().map(|l| l.log.clone()));
+        }
         tokio::select! {
             biased;
             out = &mut fut => return out,
             (i, reason) = first_loss(leases), if watch => {
                 leases[i].log.notice(Instant::now(), LossKind::from(reason));
                 watch = false;
+            }
+            () = tokio::time::sleep(Duration::from_millis(10)) => {
+                for lease in leases.iter_mut() {
+                    lease.log.sample(&lease.guard);
+                }
             }
         }
     }
@@ -124,9 +138,10 @@ impl Worker {
         picked.sort_by(|a, b| a.0.cmp(&b.0));
         let mut leases: Vec<Lease> = Vec::new();
         for (resource, mode) in picked {
-            // A kill while acquiring the second finds the first's log here.
-            self.mirror(&leases.iter().map(|l| l.log.clone()).collect::<Vec<_>>());
-            let got = watching(self.acquire_one(locks, resource, mode), &mut leases).await;
+            // A kill while acquiring the second finds the first's log in the mirror.
+            let ctl = self.ctl.clone();
+            let acquiring = self.acquire_one(locks, resource, mode);
+            let got = watching(acquiring, &mut leases, Some(&ctl)).await;
             self.mirror(&[]);
             match got {
                 Some(lease) => leases.push(lease),
@@ -141,7 +156,7 @@ impl Worker {
         if leases.len() < 2 {
             while !leases.is_empty() {
                 let lease = leases.remove(0);
-                watching(self.let_go(lease, None), &mut leases).await;
+                watching(self.let_go(lease, None), &mut leases, None).await;
             }
             return Held::Done;
         }
@@ -151,7 +166,12 @@ impl Worker {
     /// One acquire call through the handle of `resource`, which a drop asked for while it is
     /// in flight may end early (the future dropped in the runtime, or moved to a thread
     /// without one and dropped there). The lease, if granted.
-    async fn acquire_one(&mut self, locks: &LockClient, resource: String, mode: Mode) -> Option<Lease> {
+    async fn acquire_one(
+        &mut self,
+        locks: &LockClient,
+        resource: String,
+        mode: Mode,
+    ) -> Option<Lease> {
         let ttl = self.workload.ttl;
         let timeout = self.workload.acquire_timeout;
         let owner = owner_label(self.index, self.incarnation);
@@ -229,7 +249,13 @@ impl Worker {
         }
         match got {
             Ok(Some(guard)) => {
-                let log = HolderLog::new(self.recorder.next_id(), self.index, mode, invoked_at, &guard);
+                let log = HolderLog::new(
+                    self.recorder.next_id(),
+                    self.index,
+                    mode,
+                    invoked_at,
+                    &guard,
+                );
                 Some(Lease { guard, log })
             }
             Ok(None) => None,
@@ -253,7 +279,7 @@ impl Worker {
             let lease = leases.remove(0);
             // A nemesis asked for just now comes with this let-go.
             let nemesis = self.take_let_go();
-            watching(self.let_go(lease, nemesis), &mut leases).await;
+            watching(self.let_go(lease, nemesis), &mut leases, None).await;
         }
         lock(&self.ctl.hold_until).take();
         self.publish(&leases);
@@ -319,7 +345,7 @@ impl Worker {
             while let Some(i) = leases.iter_mut().position(|l| l.log.check_lost(&l.guard)) {
                 let lease = leases.remove(i);
                 self.publish(leases);
-                watching(self.let_go(lease, None), leases).await;
+                watching(self.let_go(lease, None), leases, None).await;
             }
             if leases.is_empty() {
                 return Held::Done;
@@ -338,7 +364,7 @@ impl Worker {
                     let i = self.rng.random_range(0..leases.len());
                     let lease = leases.remove(i);
                     self.publish(leases);
-                    watching(self.let_go(lease, Some(nemesis)), leases).await;
+                    watching(self.let_go(lease, Some(nemesis)), leases, None).await;
                     if tail_until.is_none() && !leases.is_empty() {
                         let tail = self.workload.ttl.mul_f64(self.rng.random_range(1.4..2.4));
                         tail_until = Some(Instant::now() + tail);
@@ -351,7 +377,7 @@ impl Worker {
                         leases[i].log.notice(Instant::now(), LossKind::from(reason));
                         let lease = leases.remove(i);
                         self.publish(leases);
-                        watching(self.let_go(lease, None), leases).await;
+                        watching(self.let_go(lease, None), leases, None).await;
                         break;
                     }
                     Err(_) => {
