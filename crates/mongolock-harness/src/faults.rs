@@ -116,13 +116,13 @@ impl FaultKind {
         (FaultKind::ForceRelease, 1),
         (FaultKind::Purge, 1),
         (FaultKind::ClockJump, 1),
-        (FaultKind::DropWithoutRuntime, 2),
-        (FaultKind::ReleaseCancelled, 2),
+        (FaultKind::DropWithoutRuntime, 3),
+        (FaultKind::ReleaseCancelled, 3),
         (FaultKind::ReleaseBlip, 2),
         (FaultKind::ReleaseUnderPartition, 1),
         (FaultKind::ReleaseUnderLostReplies, 1),
         (FaultKind::AcquireDropped, 2),
-        (FaultKind::ForceReleaseOne, 2),
+        (FaultKind::ForceReleaseOne, 3),
     ];
 
     /// The name in the report.
@@ -526,9 +526,11 @@ impl Injector {
         true
     }
 
-    /// A client that holds a lease through a handle, for a nemesis on its next let-go: one
-    /// holding two leases seven times in ten if there is one; with `free_proxy`, only
-    /// clients whose proxy is free. `None` if there is none.
+    /// A client that holds a lease through a handle, for a nemesis on its next let-go; with
+    /// `free_proxy`, only clients whose proxy is free. One holding two leases nine times in
+    /// ten if there is one (it keeps the other for a long tail, during which a keeper that
+    /// renews what it should not shows it); if there is none, half of the time none at all
+    /// (the nemesis waits for a better chance), else any holder.
     fn let_go_target(&mut self, fleet: &Fleet, free_proxy: bool) -> Option<usize> {
         let holders: Vec<(usize, usize)> = (0..fleet.slots.len())
             .filter(|&i| fleet.slots[i].killed_at.is_none())
@@ -541,15 +543,19 @@ impl Injector {
             .filter(|(_, n)| *n > 1)
             .map(|(i, _)| *i)
             .collect();
-        if !pairs.is_empty() && self.rng.random_bool(0.7) {
+        if !pairs.is_empty() && self.rng.random_bool(0.9) {
             return pairs.choose(&mut self.rng).copied();
+        }
+        if pairs.is_empty() && self.rng.random_bool(0.5) {
+            return None;
         }
         holders.choose(&mut self.rng).map(|(i, _)| *i)
     }
 
     /// The operator force-releases one lease of a client that has several (believed, or let
     /// go of by a nemesis in the last [`ABANDONED_FOR`]), preferring a client with one let go
-    /// of; false if no client has several.
+    /// of; if there is no such client, half of the time none at all (waiting for a better
+    /// chance). False if nothing was force-released.
     async fn force_release_one(&mut self, fleet: &Fleet) -> bool {
         let mut candidates = Vec::new();
         for (i, slot) in fleet.slots.iter().enumerate() {
@@ -568,10 +574,12 @@ impl Injector {
             }
         }
         let with_abandoned: Vec<_> = candidates.iter().filter(|c| c.2 > 0).cloned().collect();
-        let pool = if with_abandoned.is_empty() {
-            candidates
-        } else {
+        let pool = if !with_abandoned.is_empty() {
             with_abandoned
+        } else if self.rng.random_bool(0.5) {
+            return false;
+        } else {
+            candidates
         };
         let Some((client, held, abandoned)) = pool.choose(&mut self.rng).cloned() else {
             return false;

@@ -76,8 +76,9 @@ pub struct Workload {
     pub group_size: (usize, usize),
     /// The chance that a holder of a reader-writer lock is a writer.
     pub writer_share: f64,
-    /// Whether workers sometimes take two handle resources at once (a pair).
-    pub pairs: bool,
+    /// The chance that a worker goes for a pair of handle resources (two held at once)
+    /// rather than for one of [`Workload::targets`], while faults are injected.
+    pub pair_share: f64,
 }
 
 /// What a worker goes for: one resource, or a group of the group pool.
@@ -93,8 +94,8 @@ pub enum Target {
 
 impl Workload {
     /// Two mutexes, a semaphore with two permits, two reader-writer locks, and a pool of
-    /// four resources taken two or three at a time in groups; six clients, TTL 1.5 s; pairs
-    /// of handle resources held at once.
+    /// four resources taken two or three at a time in groups; six clients, TTL 1.5 s; one
+    /// pick in four is a pair of handle resources held at once.
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -115,7 +116,7 @@ impl Workload {
             step_ms: (40, 200),
             group_size: (2, 3),
             writer_share: 0.35,
-            pairs: true,
+            pair_share: 0.25,
         }
     }
 
@@ -124,28 +125,32 @@ impl Workload {
         self.resources.iter().cloned().collect()
     }
 
-    /// What workers pick from: every resource outside the group pool, the pool (if any) as
-    /// one target, and (with [`Workload::pairs`], given two such resources) a pair of them
-    /// as one more.
+    /// What workers pick from: every resource outside the group pool, and the pool (if
+    /// any) as one target.
     pub fn targets(&self) -> Vec<Target> {
-        let singles: Vec<(String, Mode)> = self
+        let mut targets: Vec<Target> = self
             .resources
             .iter()
             .filter(|(_, mode)| *mode != Mode::Group)
-            .cloned()
-            .collect();
-        let mut targets: Vec<Target> = singles
-            .iter()
             .map(|(r, mode)| Target::Resource(r.clone(), *mode))
             .collect();
         let pool = self.group_pool();
         if !pool.is_empty() {
             targets.push(Target::Group(pool));
         }
-        if self.pairs && singles.len() >= 2 {
-            targets.push(Target::Pair(singles));
-        }
         targets
+    }
+
+    /// What a pair is taken from ([`Workload::pair_share`] of the picks): the resources
+    /// outside the group pool, if there are two; else `None`.
+    pub fn pair_target(&self) -> Option<Target> {
+        let singles: Vec<(String, Mode)> = self
+            .resources
+            .iter()
+            .filter(|(_, mode)| *mode != Mode::Group)
+            .cloned()
+            .collect();
+        (singles.len() >= 2).then_some(Target::Pair(singles))
     }
 
     /// The resources of the group pool.
@@ -166,7 +171,6 @@ impl Workload {
             .filter_map(|t| match t {
                 Target::Resource(r, _) => Some(vec![r]),
                 Target::Group(pool) => Some(pool),
-                // Its resources are targets of their own.
                 Target::Pair(_) => None,
             })
             .collect()
@@ -606,6 +610,7 @@ enum Held {
 impl Worker {
     async fn run(mut self, locks: &LockClient) -> Exit {
         let targets = self.workload.targets();
+        let pair = self.workload.pair_target();
         let mut groups = 0_u64;
         let mut after_healing = 0_usize;
         loop {
@@ -615,13 +620,18 @@ impl Worker {
             // Once the faults are healed, every worker goes round the targets (starting at
             // its own index), so the liveness probe sees each of them asked for at once
             // rather than left to chance.
-            let pick = if self.recorder.is_healed() {
+            let target = if self.recorder.is_healed() {
                 after_healing += 1;
-                (self.index + after_healing - 1) % targets.len()
+                targets[(self.index + after_healing - 1) % targets.len()].clone()
+            } else if let Some(pair) = pair
+                .as_ref()
+                .filter(|_| self.rng.random_bool(self.workload.pair_share))
+            {
+                pair.clone()
             } else {
-                self.rng.random_range(0..targets.len())
+                targets[self.rng.random_range(0..targets.len())].clone()
             };
-            let held = match targets[pick].clone() {
+            let held = match target {
                 Target::Resource(resource, mode) => self.one(locks, resource, mode).await,
                 Target::Group(pool) => {
                     groups += 1;

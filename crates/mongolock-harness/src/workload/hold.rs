@@ -277,12 +277,13 @@ impl Worker {
         let held = self.work(&mut leases).await;
         while !leases.is_empty() {
             let lease = leases.remove(0);
-            // A nemesis asked for just now comes with this let-go.
+            // A nemesis asked for just now comes with this let-go; none is asked for a lease
+            // it is letting go of.
             let nemesis = self.take_let_go();
+            self.publish(&leases);
             watching(self.let_go(lease, nemesis), &mut leases, None).await;
         }
         lock(&self.ctl.hold_until).take();
-        self.publish(&leases);
         self.ctl.holding.store(false, Ordering::SeqCst);
         held
     }
