@@ -817,6 +817,7 @@ mod tests {
             writer_waits: Vec::new(),
             healed_at: None,
             nemeses: Vec::new(),
+            acquire_calls: Vec::new(),
             server_clock: Vec::new(),
             end: ms(1_000),
         }

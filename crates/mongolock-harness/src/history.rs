@@ -582,6 +582,25 @@ pub struct NemesisLog {
     pub ended: Ending,
 }
 
+/// One acquire call through a handle, under the lock id the harness gave it (unique in the
+/// run), whatever became of it.
+#[derive(Debug, Clone)]
+pub struct AcquireCall {
+    /// The client that made it.
+    pub client: usize,
+    /// The resource.
+    pub resource: String,
+    /// Its lock id.
+    pub lock_id: String,
+    /// When it began.
+    pub invoked_at: Instant,
+    /// When it returned, or its future was dropped: nothing it sends later but the
+    /// withdrawal of its attempt.
+    pub ended_at: Instant,
+    /// Whether it returned a guard.
+    pub granted: bool,
+}
+
 /// One wait of a reader-writer lock's writer (`write_timeout`), granted or not.
 #[derive(Debug, Clone)]
 pub struct WriterWait {
@@ -627,6 +646,8 @@ pub struct History {
     pub healed_at: Option<Instant>,
     /// The nemeses carried out on releases, acquires and one lease of several.
     pub nemeses: Vec<NemesisLog>,
+    /// The acquire calls made through handles.
+    pub acquire_calls: Vec<AcquireCall>,
     /// Readings of the server's clock (ms since the epoch) against ours, taken at the start,
     /// now and then, and right after every jump of the server's clock: see
     /// [`History::server_ms`].
@@ -670,6 +691,7 @@ struct Inner {
     writer_waits: Vec<WriterWait>,
     healed_at: Option<Instant>,
     nemeses: Vec<NemesisLog>,
+    acquire_calls: Vec<AcquireCall>,
     server_clock: Vec<(Instant, i64)>,
 }
 
@@ -743,6 +765,11 @@ impl Recorder {
         self.with(|i| i.nemeses.push(log));
     }
 
+    /// Records an acquire call made through a handle.
+    pub fn acquire_call(&self, call: AcquireCall) {
+        self.with(|i| i.acquire_calls.push(call));
+    }
+
     /// Records a reading `ms` of the server's clock (ms since the epoch) taken at `at`.
     pub fn server_clock(&self, at: Instant, ms: i64) {
         self.with(|i| i.server_clock.push((at, ms)));
@@ -784,6 +811,7 @@ impl Recorder {
             writer_waits: i.writer_waits.clone(),
             healed_at: i.healed_at,
             nemeses: i.nemeses.clone(),
+            acquire_calls: i.acquire_calls.clone(),
             server_clock: i.server_clock.clone(),
             end: Instant::now(),
         })

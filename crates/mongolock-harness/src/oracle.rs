@@ -31,7 +31,11 @@
 //!   before the belief ended may commit after it (the renewal period bounds how long a
 //!   keeper's renewal may take, the slack covers the proxy's latency); a grant whose last
 //!   holder's client had a `blockConnection` fail point in the TTL before (plus a second) is
-//!   excused, since a blocked renewal runs on the server whenever the block ends (counted);
+//!   excused, since a blocked renewal runs on the server whenever the block ends (counted).
+//!   A grant nobody believed in, made by a handle's acquire call the history knows (by its
+//!   lock id), is judged from the end of that call: it may end as (S6) allows, but nothing
+//!   may renew it later than the renewal period plus the slack after the call returned or
+//!   was dropped (a repeated attempt never renews; only a keeper does);
 //! - **a release says whether the server held the grant**: a release that returned `Ok` was
 //!   not for a grant the server had already removed (force-released, purged, taken over
 //!   after expiring) before the release began.
@@ -55,7 +59,7 @@ use mongodb::Database;
 use tokio::task::JoinHandle;
 
 use crate::faults::FaultKind;
-use crate::history::{History, HolderLog, LossKind, Mode, ReleaseResult};
+use crate::history::{AcquireCall, History, HolderLog, LossKind, Mode, ReleaseResult};
 
 /// Added to the bound of unbelieved grants, for the time a withdrawal takes to reach the
 /// server.
@@ -347,6 +351,12 @@ pub struct Outcome {
     pub longest_orphan_ms: i64,
     /// Believed grants judged by (S7).
     pub outlived_checked: usize,
+    /// Grants nobody believed in, judged by (S7) from the end of their acquire call.
+    pub unbelieved_checked: usize,
+    /// Of those, grants committed after their call had ended (by [`RELEASE_SLACK`]): a late
+    /// copy of an attempt, granted though its call was over (counted: a withdrawal that
+    /// could not be delivered cannot refuse it).
+    pub late_grants: usize,
     /// Of those, grants excused from (S7) (a blocked renewal of their last holder's client).
     pub outlived_excused: usize,
     /// The longest time an entry outlived the last holder that believed in it, in server ms.
@@ -704,10 +714,19 @@ fn outlived(out: &mut Outcome, grants: &[Granted], history: &History) {
             last.insert(key, h);
         }
     }
+    let calls: HashMap<&str, &AcquireCall> = history
+        .acquire_calls
+        .iter()
+        .map(|c| (c.lock_id.as_str(), c))
+        .collect();
     let slack_ms = OUTLIVE_SLACK.as_millis() as i64;
     for (key, g) in by_key(grants) {
         let Some(holder) = last.get(&key) else {
-            continue; // believed by nobody: (S6)
+            // Believed by nobody: (S6) bounds its life; its call, if known, its renewals.
+            if let Some(call) = calls.get(g.lock_id.as_str()) {
+                renewed_after_call(out, g, call, history);
+            }
+            continue;
         };
         let stopped = holder.belief_end(history.end);
         let Some(stopped_ms) = history.server_ms(stopped) else {
@@ -729,13 +748,7 @@ fn outlived(out: &mut Outcome, grants: &[Granted], history: &History) {
             continue;
         }
         let ttl = Duration::from_millis(g.ttl_ms.unwrap_or(0).max(0) as u64);
-        let blocked = history.faults.iter().any(|f| {
-            f.kind == FaultKind::BlockConnection
-                && f.client == Some(holder.client)
-                && f.start <= stopped
-                && f.end + ttl + Duration::from_secs(1) >= stopped
-        });
-        if blocked {
+        if blocked(history, holder.client, stopped, ttl) {
             out.outlived_excused += 1;
             continue;
         }
@@ -764,6 +777,57 @@ fn outlived(out: &mut Outcome, grants: &[Granted], history: &History) {
             ),
         ));
     }
+}
+
+/// True if `client` had a `blockConnection` fail point from `ttl` + 1 s before `at` until
+/// `at`: a command it sent then may run on the server whenever the block ends.
+fn blocked(history: &History, client: usize, at: std::time::Instant, ttl: Duration) -> bool {
+    history.faults.iter().any(|f| {
+        f.kind == FaultKind::BlockConnection
+            && f.client == Some(client)
+            && f.start <= at
+            && f.end + ttl + Duration::from_secs(1) >= at
+    })
+}
+
+/// (S7) for a grant nobody believed in, made by the acquire call `call`: no renewal later
+/// than a renewal period plus [`OUTLIVE_SLACK`] after the call ended.
+fn renewed_after_call(out: &mut Outcome, g: &Granted, call: &AcquireCall, history: &History) {
+    let Some(ended_ms) = history.server_ms(call.ended_at) else {
+        return;
+    };
+    out.unbelieved_checked += 1;
+    if g.at_ms > ended_ms + RELEASE_SLACK.as_millis() as i64 {
+        out.late_grants += 1;
+    }
+    let ttl_ms = g.ttl_ms.unwrap_or(0).max(0);
+    let after = ended_ms + ttl_ms / 3 + OUTLIVE_SLACK.as_millis() as i64;
+    let late: Vec<i64> = g.renewals.iter().copied().filter(|&r| r > after).collect();
+    let Some(last) = late.last() else {
+        return;
+    };
+    let ttl = Duration::from_millis(ttl_ms as u64);
+    if blocked(history, call.client, call.ended_at, ttl) {
+        out.outlived_excused += 1;
+        return;
+    }
+    out.violations.push((
+        ServerCheck::Orphans,
+        format!(
+            "{}: lock id {} token {}: granted to nobody (its acquire call, of client {}, ended at \
+             server time {ended_ms}{}), yet renewed {} time(s) after {after}, the last at {last}",
+            g.resource,
+            g.lock_id,
+            g.token,
+            call.client,
+            if call.granted {
+                " with another grant"
+            } else {
+                " without a guard"
+            },
+            late.len(),
+        ),
+    ));
 }
 
 /// (S8): a handle holder's release that returned `Ok` was not for a grant the server had
@@ -846,7 +910,7 @@ mod tests {
     use mongolock_testkit::TestServer;
 
     use super::*;
-    use crate::history::{LetGo, Recorder};
+    use crate::history::{AcquireCall, LetGo, Recorder};
 
     fn history(holders: Vec<HolderLog>) -> History {
         let mut history = Recorder::new().finish(HashMap::new());
@@ -1106,6 +1170,41 @@ mod tests {
         let excused = judge(&renewed_until(5_800), &blocked);
         assert!(excused.violations.is_empty(), "{:?}", excused.violations);
         assert_eq!(excused.outlived_excused, 1);
+    }
+
+    #[test]
+    fn a_grant_nobody_believed_is_not_renewed_after_its_acquire_call_ended() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // The call that made token 10 (lock id "id-10") was dropped at 1,100 ms, its grant
+        // on the way back. Renewals are allowed until 1,100 + 333 + 1,000 = 2,433 ms.
+        let mut history = timed(t0, Vec::new());
+        history.acquire_calls.push(AcquireCall {
+            client: 3,
+            resource: "r".into(),
+            lock_id: "id-10".into(),
+            invoked_at: at(900),
+            ended_at: at(1_100),
+            granted: false,
+        });
+        let expired = judge(&renewed_until(1_300), &history);
+        assert!(expired.violations.is_empty(), "{:?}", expired.violations);
+        assert_eq!(expired.unbelieved_checked, 1);
+        assert_eq!(
+            expired.late_grants, 0,
+            "granted at 1,000, before the call ended"
+        );
+        let kept = judge(&renewed_until(3_000), &history);
+        assert_eq!(
+            kept.by_check(),
+            BTreeMap::from([(ServerCheck::Orphans, 1)]),
+            "{:?}",
+            kept.violations
+        );
+        // A grant of a call the history does not know (the observer's, a group's) is left
+        // to (S6).
+        history.acquire_calls[0].lock_id = "another".into();
+        assert!(judge(&renewed_until(3_000), &history).violations.is_empty());
     }
 
     #[test]

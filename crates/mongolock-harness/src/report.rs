@@ -266,12 +266,18 @@ impl fmt::Display for Report {
         );
         row(
             &mut t,
-            "believed grants judged for orphans (excused)",
+            "orphans judged: believed / by call (excused)",
             format!(
-                "{} ({})",
+                "{} / {} ({})",
                 self.sum(|r| r.oracle.outlived_checked),
+                self.sum(|r| r.oracle.unbelieved_checked),
                 self.sum(|r| r.oracle.outlived_excused)
             ),
+        );
+        row(
+            &mut t,
+            "grants made after their acquire call ended",
+            self.sum(|r| r.oracle.late_grants).to_string(),
         );
         row(
             &mut t,

@@ -19,7 +19,7 @@
 //! submodule holds one lease or a pair, and carries out the nemeses aimed at a holder's
 //! let-go ([`FaultKind::is_let_go`]: a guard dropped on a thread without a runtime, a
 //! release future dropped mid-flight, a release under a blip, a partition or lost replies)
-//! on one of its leases; a pair holder keeps the other one for a long tail (1.4–2.4 × TTL)
+//! on one of its leases; a pair holder keeps the other one for a long tail (2–3 × TTL)
 //! afterwards, so that a keeper that renews what it should not has time to show it. An
 //! acquire future can be dropped mid-flight too, in the runtime or on a thread without one.
 //!
@@ -410,6 +410,7 @@ impl Fleet {
                     ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
                     ^ slot.incarnation.wrapping_mul(0xD1B5_4A32_D192_ED03),
             ),
+            calls: 0,
         };
         let ctl = slot.ctl.clone();
         let recorder = self.recorder.clone();
@@ -599,6 +600,8 @@ struct Worker {
     workload: Workload,
     recorder: Recorder,
     rng: StdRng,
+    /// Handle acquire calls made so far (each gets a lock id of its own).
+    calls: u64,
 }
 
 /// How one holding ended.

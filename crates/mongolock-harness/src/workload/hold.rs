@@ -6,7 +6,7 @@
 //! loss of every lease it holds and samples their local deadlines every 10 ms. A nemesis
 //! asked for its next let-go ([`FaultKind::is_let_go`]) is carried out within those 10 ms on
 //! one of its leases (chosen at random); a pair holder keeps the other one for a long tail of
-//! 1.4–2.4 × TTL afterwards. Every nemesis is logged ([`NemesisLog`]) with how it ended, and
+//! 2–3 × TTL afterwards. Every nemesis is logged ([`NemesisLog`]) with how it ended, and
 //! the lease's log says how it was let go ([`LetGo`]) and what a release returned
 //! ([`ReleaseResult`]).
 
@@ -21,7 +21,8 @@ use rand::seq::IndexedRandom;
 use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label};
 use crate::faults::FaultKind;
 use crate::history::{
-    Ending, HolderLog, LetGo, LossKind, Mode, NemesisLog, PauseLog, ReleaseResult, WriterWait,
+    AcquireCall, Ending, HolderLog, LetGo, LossKind, Mode, NemesisLog, PauseLog, ReleaseResult,
+    WriterWait,
 };
 
 /// One lease held through a handle, and its holder's log.
@@ -32,26 +33,32 @@ pub(super) struct Lease {
 
 /// One acquire call through the handle of `resource`, owning everything it uses (so that its
 /// future can be moved to another thread and dropped there).
+#[allow(clippy::too_many_arguments)]
 async fn acquire_call(
     locks: LockClient,
     resource: String,
     mode: Mode,
     writer: bool,
     owner: String,
+    lock_id: String,
     ttl: Duration,
     timeout: Duration,
 ) -> mongolock::Result<Option<LockGuard>> {
     match mode {
         Mode::Exclusive | Mode::Group => {
             let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
-            mutex.acquire_timeout(timeout).await
+            mutex.lock_id(lock_id).acquire_timeout(timeout).await
         }
         Mode::Shared { permits } => {
             let semaphore = locks.semaphore(&resource, permits).ttl(ttl).owner(owner);
-            semaphore.acquire_timeout(timeout).await
+            semaphore.lock_id(lock_id).acquire_timeout(timeout).await
         }
         Mode::ReadWrite => {
-            let rwlock = locks.rwlock(&resource).ttl(ttl).owner(owner);
+            let rwlock = locks
+                .rwlock(&resource)
+                .ttl(ttl)
+                .owner(owner)
+                .lock_id(lock_id);
             if writer {
                 rwlock.write_timeout(timeout).await
             } else {
@@ -176,12 +183,16 @@ impl Worker {
         let timeout = self.workload.acquire_timeout;
         let owner = owner_label(self.index, self.incarnation);
         let writer = mode == Mode::ReadWrite && self.rng.random_bool(self.workload.writer_share);
+        // A lock id of its own, so that the server's log tells which call a grant came from.
+        self.calls += 1;
+        let lock_id = format!("{owner}.call-{}", self.calls);
         let mut call = Box::pin(acquire_call(
             locks.clone(),
             resource.clone(),
             mode,
             writer,
             owner,
+            lock_id.clone(),
             ttl,
             timeout,
         ));
@@ -198,6 +209,14 @@ impl Worker {
         self.ctl.acquiring_handle.store(false, Ordering::SeqCst);
         self.ctl.acquiring.store(false, Ordering::SeqCst);
         let returned_at = Instant::now();
+        self.recorder.acquire_call(AcquireCall {
+            client: self.index,
+            resource: resource.clone(),
+            lock_id,
+            invoked_at,
+            ended_at: returned_at,
+            granted: matches!(got, Some(Ok(Some(_)))),
+        });
         let request = lock(&self.ctl.drop_acquire).take();
         let Some(got) = got else {
             let without_runtime = request.is_some_and(|r| r.without_runtime);
@@ -367,7 +386,7 @@ impl Worker {
                     self.publish(leases);
                     watching(self.let_go(lease, Some(nemesis)), leases, None).await;
                     if tail_until.is_none() && !leases.is_empty() {
-                        let tail = self.workload.ttl.mul_f64(self.rng.random_range(1.4..2.4));
+                        let tail = self.workload.ttl.mul_f64(self.rng.random_range(2.0..3.0));
                         tail_until = Some(Instant::now() + tail);
                     }
                     break;
