@@ -557,6 +557,9 @@ impl Injector {
     /// of; if there is no such client, half of the time none at all (waiting for a better
     /// chance). False if nothing was force-released.
     async fn force_release_one(&mut self, fleet: &Fleet) -> bool {
+        let since = Instant::now()
+            .checked_sub(ABANDONED_FOR)
+            .unwrap_or_else(Instant::now);
         let mut candidates = Vec::new();
         for (i, slot) in fleet.slots.iter().enumerate() {
             if slot.killed_at.is_some() {
@@ -565,7 +568,7 @@ impl Injector {
             let held = slot.ctl.held();
             let abandoned: Vec<String> = slot
                 .ctl
-                .abandoned_since(Instant::now() - ABANDONED_FOR)
+                .abandoned_since(since)
                 .into_iter()
                 .filter(|r| !held.contains(r))
                 .collect();

@@ -293,12 +293,8 @@ impl fmt::Display for Report {
         );
         row(
             &mut t,
-            "releases: Ok judged / revoked while held",
-            format!(
-                "{} / {}",
-                self.sum(|r| r.oracle.releases_checked),
-                self.sum(|r| r.oracle.revoked_while_held)
-            ),
+            "releases returning Ok judged",
+            self.sum(|r| r.oracle.releases_checked).to_string(),
         );
         let mut server: BTreeMap<crate::oracle::ServerCheck, usize> = BTreeMap::new();
         for r in &self.runs {
