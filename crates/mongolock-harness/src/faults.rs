@@ -30,6 +30,9 @@ use crate::workload::{DropAcquire, Fleet, Workload};
 /// when the operator looks for a client with several (its entry may be on the server still).
 const ABANDONED_FOR: Duration = Duration::from_secs(5);
 
+/// How long a nemesis that leaves an orphan waits for a client holding two leases.
+const WAIT_FOR_PAIR: Duration = Duration::from_secs(3);
+
 /// How often the injector reads the server's clock against ours, besides right after each
 /// jump (see [`crate::history::History::server_ms`]).
 const CLOCK_READING_EVERY: Duration = Duration::from_millis(500);
@@ -200,6 +203,9 @@ pub struct Injector {
     pub counts: BTreeMap<FaultKind, u64>,
     /// The time between faults, in milliseconds (inclusive range).
     pub gap_ms: (u64, u64),
+    /// A nemesis that leaves an orphan (a guard dropped without a runtime, a release dropped
+    /// mid-flight or in a blip), waiting for a client that holds two leases, since when.
+    waiting: Option<(FaultKind, Instant)>,
 }
 
 impl Injector {
@@ -224,6 +230,7 @@ impl Injector {
             fail_point_armed: None,
             counts: BTreeMap::new(),
             gap_ms: (150, 600),
+            waiting: None,
         }
     }
 
@@ -242,6 +249,7 @@ impl Injector {
                 }
                 self.heal_expired(fleet);
                 fleet.restart_dead(Duration::from_millis(300));
+                self.try_waiting(fleet).await;
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
             if Instant::now() >= until {
@@ -253,6 +261,28 @@ impl Injector {
             }
         }
         self.heal_all(fleet).await;
+    }
+
+    /// Carries out the nemesis waiting for a client with two leases if there is one now;
+    /// gives it up after [`WAIT_FOR_PAIR`].
+    async fn try_waiting(&mut self, fleet: &mut Fleet) {
+        let Some((kind, since)) = self.waiting else {
+            return;
+        };
+        if since.elapsed() > WAIT_FOR_PAIR {
+            self.waiting = None;
+            return;
+        }
+        let pair_held = fleet
+            .slots
+            .iter()
+            .any(|s| s.killed_at.is_none() && s.ctl.held().len() > 1);
+        if pair_held {
+            self.waiting = None;
+            if self.apply(kind, fleet).await {
+                *self.counts.entry(kind).or_default() += 1;
+            }
+        }
     }
 
     /// Records a reading of the server's clock against ours.
@@ -451,13 +481,13 @@ impl Injector {
                 return done.is_ok();
             }
             FaultKind::DropWithoutRuntime | FaultKind::ReleaseCancelled => {
-                let Some(holder) = self.let_go_target(fleet, false) else {
+                let Some(holder) = self.pair_holder(kind, fleet) else {
                     return false;
                 };
                 fleet.let_go(holder, kind);
             }
             FaultKind::ReleaseBlip => {
-                let Some(holder) = self.let_go_target(fleet, false) else {
+                let Some(holder) = self.pair_holder(kind, fleet) else {
                     return false;
                 };
                 // The release and the driver's retry of it fail, and maybe a renewal.
@@ -526,11 +556,26 @@ impl Injector {
         true
     }
 
+    /// A client that holds two leases through handles, for a nemesis `kind` that may leave
+    /// its lease an orphan: the client keeps its other lease for a long tail, during which a
+    /// keeper that renews what it should not shows it. If there is none, the nemesis waits
+    /// for one (up to [`WAIT_FOR_PAIR`]) and `None` is returned.
+    fn pair_holder(&mut self, kind: FaultKind, fleet: &Fleet) -> Option<usize> {
+        let pairs: Vec<usize> = (0..fleet.slots.len())
+            .filter(|&i| fleet.slots[i].killed_at.is_none())
+            .filter(|&i| fleet.slots[i].ctl.held().len() > 1)
+            .collect();
+        let holder = pairs.choose(&mut self.rng).copied();
+        if holder.is_none() {
+            self.waiting = Some((kind, Instant::now()));
+        }
+        holder
+    }
+
     /// A client that holds a lease through a handle, for a nemesis on its next let-go; with
     /// `free_proxy`, only clients whose proxy is free. One holding two leases nine times in
-    /// ten if there is one (it keeps the other for a long tail, during which a keeper that
-    /// renews what it should not shows it); if there is none, half of the time none at all
-    /// (the nemesis waits for a better chance), else any holder.
+    /// ten if there is one; if there is none, half of the time none at all (the nemesis
+    /// waits for a better chance), else any holder.
     fn let_go_target(&mut self, fleet: &Fleet, free_proxy: bool) -> Option<usize> {
         let holders: Vec<(usize, usize)> = (0..fleet.slots.len())
             .filter(|&i| fleet.slots[i].killed_at.is_none())
