@@ -80,8 +80,9 @@ pub enum FaultKind {
     /// A holder moves one guard to a plain thread (no tokio runtime) and drops it there:
     /// nothing releases it.
     DropWithoutRuntime,
-    /// A holder's `release()` future is raced against a very short timer and dropped
-    /// mid-flight (usually before the release is sent).
+    /// A holder's `release()` future is dropped mid-flight: polled once (the release has
+    /// begun, nothing is sent yet), or raced against a very short timer (by then it is
+    /// usually sent, its reply never awaited).
     ReleaseCancelled,
     /// A holder drops one guard (a background release) while its client's lock commands
     /// fail with `closeConnection` for a few commands: the release never lands.

@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use mongolock::{LockClient, LockGuard, LossReason};
@@ -441,18 +442,30 @@ impl Worker {
             }
             Some(FaultKind::ReleaseCancelled) => {
                 log.lets_go(LetGo::ReleaseCancelled);
-                let release = guard.release();
-                let done = if self.rng.random_bool(0.5) {
-                    // Polled once (the release begins), then the timer has passed.
-                    tokio::time::timeout(Duration::from_micros(1), release)
+                let mut release = Box::pin(guard.release());
+                let done = match self.rng.random_range(0..4) {
+                    // Polled once: the release begins (the lease leaves the keeper) and
+                    // waits for a connection; dropped before anything is sent.
+                    0 | 1 => {
+                        match std::future::poll_fn(|cx| Poll::Ready(release.as_mut().poll(cx)))
+                            .await
+                        {
+                            Poll::Ready(released) => Some(released),
+                            Poll::Pending => None,
+                        }
+                    }
+                    // A timer of 1 µs, which tokio rounds up to its next millisecond: the
+                    // release is polled a few times first, and is usually sent.
+                    2 => tokio::time::timeout(Duration::from_micros(1), release)
                         .await
-                        .ok()
-                } else {
-                    let timer = Duration::from_millis(self.rng.random_range(0..=3));
-                    tokio::select! {
-                        biased;
-                        released = release => Some(released),
-                        () = tokio::time::sleep(timer) => None,
+                        .ok(),
+                    _ => {
+                        let timer = Duration::from_millis(self.rng.random_range(0..=3));
+                        tokio::select! {
+                            biased;
+                            released = &mut release => Some(released),
+                            () = tokio::time::sleep(timer) => None,
+                        }
                     }
                 };
                 match done {
