@@ -137,9 +137,11 @@ impl LockGuard {
     ///
     /// [`ErrorKind::LeaseLost`] if the lease had been lost before this call (with the reason
     /// it was lost for), or if the server no longer held this grant live when the release
-    /// reached it ([`LossReason::Revoked`]: force-released, purged, or expired by the
-    /// server's clock before the keeper noticed): whatever was done under the lock may have
-    /// overlapped with another holder. The entry, if the server still had it, is released
+    /// reached it: [`LossReason::Deadline`] if the local deadline had passed by the time the
+    /// reply came (the release was too slow, and the server may have let the lease expire),
+    /// otherwise [`LossReason::Revoked`] (force-released, purged, or expired by the server's
+    /// clock before the keeper noticed). Either way, whatever was done under the lock may
+    /// have overlapped with another holder. The entry, if the server still had it, is released
     /// all the same. A database error if the release could not be done; the client then
     /// retries it in the background, and the lock ends with its TTL at the latest.
     ///
@@ -180,13 +182,22 @@ impl LockGuard {
         match lost_before {
             Some(reason) => lost(reason),
             None if !released.live => {
+                // Past the local deadline, the server may have let the lease expire by its
+                // clock: that is a loss by the deadline. Before it, only someone else can
+                // have ended it.
+                let reason = if self.lease.time_left().is_zero() {
+                    LossReason::Deadline
+                } else {
+                    LossReason::Revoked
+                };
                 tracing::warn!(
                     resource = self.resource(),
                     token = self.fencing_token(),
+                    ?reason,
                     "released a lease the server no longer held"
                 );
-                crate::observe::lease_lost(&self.lease.grant, LossReason::Revoked);
-                lost(LossReason::Revoked)
+                crate::observe::lease_lost(&self.lease.grant, reason);
+                lost(reason)
             }
             None => Ok(()),
         }

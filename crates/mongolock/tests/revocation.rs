@@ -7,8 +7,10 @@ mod common;
 
 use std::time::Duration;
 
+use bson::doc;
 use common::env;
 use mongolock::{ErrorKind, LockClient, LossReason};
+use mongolock_testkit::TestServer;
 
 const TTL: Duration = Duration::from_secs(3);
 
@@ -22,6 +24,14 @@ async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     check()
+}
+
+/// Asserts that `error` is a lost lease, for `reason`.
+fn assert_lost(error: &mongolock::Error, reason: LossReason) {
+    assert!(
+        matches!(error.kind(), ErrorKind::LeaseLost { reason: r, .. } if *r == reason),
+        "expected LeaseLost({reason:?}), got {error:?}"
+    );
 }
 
 #[tokio::test]
@@ -80,16 +90,7 @@ async fn release_after_a_revocation_says_the_lease_was_lost() {
     assert_eq!(env.locks.force_release("r").await.expect("forced"), 1);
     assert!(!guard.is_lost(), "not noticed yet");
     let error = guard.release().await.expect_err("the lease was revoked");
-    assert!(
-        matches!(
-            error.kind(),
-            ErrorKind::LeaseLost {
-                reason: LossReason::Revoked,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
+    assert_lost(&error, LossReason::Revoked);
 }
 
 #[tokio::test]
@@ -105,14 +106,39 @@ async fn run_after_a_revocation_says_the_lease_was_lost() {
         })
         .await;
     let error = result.expect_err("the lease was revoked during the work");
-    assert!(
-        matches!(
-            error.kind(),
-            ErrorKind::LeaseLost {
-                reason: LossReason::Revoked,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
+    assert_lost(&error, LossReason::Revoked);
+}
+
+#[tokio::test]
+async fn emulator_only_a_release_that_reaches_the_server_after_the_deadline_says_deadline() {
+    let server = TestServer::start().await.expect("emulator");
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .expect("uri");
+    options.app_name = Some("holder".to_owned());
+    let client = mongodb::Client::with_options(options).expect("client");
+    let locks = LockClient::new(client.database("late_release").collection("locks"));
+    let guard = locks
+        .mutex("r")
+        .ttl(Duration::from_millis(1_000))
+        .acquire()
+        .await
+        .expect("held");
+    // The release sits on the server past the TTL: the server finds the lease expired by
+    // its clock, and by then the holder's own deadline has passed too. That is a loss by
+    // the deadline, not an operator's revocation.
+    server
+        .client()
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand", "mode": { "times": 1 },
+            "data": {
+                "failCommands": ["findAndModify"], "appName": "holder",
+                "blockConnection": true, "blockTimeMS": 1_500,
+            },
+        })
+        .await
+        .expect("configureFailPoint");
+    let error = guard.release().await.expect_err("the lease expired");
+    assert_lost(&error, LossReason::Deadline);
 }
