@@ -243,6 +243,11 @@ impl<'a> Checker<'a> {
         t.saturating_duration_since(self.origin).as_secs_f64() * 1e3
     }
 
+    /// A time as milliseconds since the origin, or "-" for none (for violation details).
+    fn at(&self, t: Option<Instant>) -> String {
+        t.map_or_else(|| "-".to_owned(), |t| format!("{:.0}", self.ms(t)))
+    }
+
     fn violation(&mut self, check: Check, detail: String) {
         self.out.violations.push(Violation { check, detail });
     }
@@ -311,9 +316,6 @@ impl<'a> Checker<'a> {
         self.out.revocations += 1;
         let due = op.end + ttl + DEADLINE_TOLERANCE;
         if end > due {
-            let at = |t: Option<Instant>| {
-                t.map_or_else(|| "-".to_owned(), |t| format!("{:.0}", self.ms(t)))
-            };
             let detail = format!(
                 "{}: holder {} ({}, client {}, token {}) still believed it held at {:.0} ms, {:.0} ms \
                  after the TTL that followed the force-release of {:.0}-{:.0} ms (notice {} {:?}, \
@@ -327,9 +329,9 @@ impl<'a> Checker<'a> {
                 (end - due + DEADLINE_TOLERANCE).as_secs_f64() * 1e3,
                 self.ms(op.start),
                 self.ms(op.end),
-                at(l.notified.map(|n| n.0)),
+                self.at(l.notified.map(|n| n.0)),
                 l.notified.map(|n| n.1),
-                at(l.released_at),
+                self.at(l.released_at),
                 l.release
             );
             self.violation(Check::RevocationNoticed, detail);
@@ -735,9 +737,6 @@ impl<'a> Checker<'a> {
         if let Some(deadline) = l.max_deadline {
             let end = self.end(l);
             if end > deadline + DEADLINE_TOLERANCE {
-                let at = |t: Option<Instant>| {
-                    t.map_or_else(|| "-".to_owned(), |t| format!("{:.0}", self.ms(t)))
-                };
                 let detail = format!(
                     "{}: holder {} ({}, client {}, token {}) believed it held until {:.0} ms, {:.0} ms past \
                      its local deadline (granted {:.0}, notice {} {:?}, release {}, death {}, {} pause(s))",
@@ -749,10 +748,10 @@ impl<'a> Checker<'a> {
                     self.ms(end),
                     (end - deadline).as_secs_f64() * 1e3,
                     self.ms(l.granted_at),
-                    at(l.notified.map(|n| n.0)),
+                    self.at(l.notified.map(|n| n.0)),
                     l.notified.map(|n| n.1),
-                    at(l.released_at),
-                    at(l.killed_at),
+                    self.at(l.released_at),
+                    self.at(l.killed_at),
                     l.pauses.len()
                 );
                 self.violation(Check::LocalDeadline, detail);

@@ -161,16 +161,7 @@ impl FaultKind {
     /// operator's force-release of one lease of several): each is logged with how it ended
     /// ([`crate::history::NemesisLog`]).
     pub fn is_nemesis(self) -> bool {
-        matches!(
-            self,
-            FaultKind::DropWithoutRuntime
-                | FaultKind::ReleaseCancelled
-                | FaultKind::ReleaseBlip
-                | FaultKind::ReleaseUnderPartition
-                | FaultKind::ReleaseUnderLostReplies
-                | FaultKind::AcquireDropped
-                | FaultKind::ForceReleaseOne
-        )
+        self.is_let_go() || matches!(self, FaultKind::AcquireDropped | FaultKind::ForceReleaseOne)
     }
 
     /// True for the nemeses a holder carries out when it lets go of a lease.

@@ -4,7 +4,6 @@
 //! builds the command and reads the reply; [`Context`] sends it with the settings pinned.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use crate::attempt::Attempt;
 use crate::command::{self, Context};
 use crate::error::{Error, Result};
 use crate::handle::{Mutex, RwLock, Semaphore};
-use crate::lease::Keeper;
+use crate::lease::{Chore, Keeper};
 use crate::lock::Grant;
 use crate::request::{AcquireRequest, LockDetails};
 use crate::status::{Filter, LockStatus, Purged};
@@ -154,20 +153,34 @@ impl LockClient {
         gate
     }
 
-    /// Runs `task` in the background, tracked so that [`shutdown`](LockClient::shutdown)
-    /// waits for it; false (and nothing runs) without a tokio runtime.
-    pub(crate) fn spawn_background<F, Fut>(&self, task: F) -> bool
-    where
-        F: FnOnce(LockClient) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
+    /// Sends `chore` (a release or a withdrawal that its owner cannot wait for) in the
+    /// background, tracked so that [`shutdown`](LockClient::shutdown) waits for it. If it
+    /// fails, or no tokio runtime runs here, the keeper retries it.
+    pub(crate) fn finish_in_background(&self, chore: Chore) {
+        let keeper = self.shared.keeper.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!("no runtime: the work is queued for the keeper");
-            return false;
+            tracing::debug!(
+                resource = chore.resource(),
+                "no runtime: the work is queued for the keeper"
+            );
+            keeper.defer(chore);
+            return;
         };
-        let future = task(self.clone());
-        self.shared.tasks.spawn_on(future, &runtime);
-        true
+        let ctx = self.ctx.clone();
+        let task = async move {
+            match chore.run(&ctx).await {
+                Ok(()) => tracing::debug!(resource = chore.resource(), "done in the background"),
+                Err(error) => {
+                    tracing::warn!(
+                        %error,
+                        resource = chore.resource(),
+                        "failed in the background; the client keeps trying"
+                    );
+                    keeper.defer(chore);
+                }
+            }
+        };
+        self.shared.tasks.spawn_on(task, &runtime);
     }
 
     /// A mutex on `resource`: one holder at a time, with a lease kept alive in the

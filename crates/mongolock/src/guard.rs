@@ -209,23 +209,11 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let keeper = self.client.shared().keeper.clone();
-        keeper.remove(self.key);
+        self.client.shared().keeper.remove(self.key);
         self.lease.lose(LossReason::Released);
         crate::observe::released(false);
-        let grant = self.lease.grant.clone();
-        let spawned = self.client.spawn_background({
-            let grant = grant.clone();
-            move |client| async move {
-                if let Err(error) = client.release(&grant).await {
-                    tracing::warn!(%error, resource = grant.resource(), "background release failed; the client keeps trying");
-                    keeper.defer(Chore::Release(grant));
-                }
-            }
-        });
-        if !spawned {
-            self.client.shared().keeper.defer(Chore::Release(grant));
-        }
+        self.client
+            .finish_in_background(Chore::Release(self.lease.grant.clone()));
     }
 }
 

@@ -245,7 +245,7 @@ pub(crate) enum Chore {
 }
 
 impl Chore {
-    fn resource(&self) -> &str {
+    pub(crate) fn resource(&self) -> &str {
         match self {
             Chore::Release(grant) => grant.resource(),
             Chore::Withdraw(request) => request.resource(),
@@ -263,7 +263,7 @@ impl Chore {
         }
     }
 
-    async fn run(&self, ctx: &Context) -> crate::Result<()> {
+    pub(crate) async fn run(&self, ctx: &Context) -> crate::Result<()> {
         match self {
             Chore::Release(grant) => release::release(ctx, grant).await.map(drop),
             Chore::Withdraw(request) => release::release_attempt(ctx, request).await.map(drop),
@@ -630,40 +630,29 @@ pub(crate) fn default_margin(ttl: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::clock::Clock;
-    use crate::lock::{Holder, LockKind};
-    use bson::DateTime;
+    use crate::lock::LockKind;
 
     fn grant() -> Grant {
-        Grant {
-            holder: Holder {
-                resource: "r".into(),
-                lock_id: "l".into(),
-                kind: LockKind::Exclusive,
-                owner: None,
-                host: None,
-                token: 7,
-                nonce: None,
-                created_at: DateTime::from_millis(0),
-                renewed_at: DateTime::from_millis(0),
-                expires_at: None,
-                ttl: None,
-            },
-            new: true,
-            remaining: None,
-        }
+        Grant::for_test("r", "l", LockKind::Exclusive, 7)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_deadline_is_the_send_time_plus_ttl_minus_the_margin() {
-        let sent = Instant::now();
-        let lease = Lease::new(
+    /// A lease on [`grant`] with a 10 s TTL, a 1 s margin and a 3 s period, granted by an
+    /// attempt sent at `sent`.
+    fn lease(sent: Instant, clock: Clock) -> Lease {
+        Lease::new(
             grant(),
             Duration::from_secs(10),
             Duration::from_secs(1),
             Duration::from_secs(3),
             sent,
-            Clock::system(),
-        );
+            clock,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_is_the_send_time_plus_ttl_minus_the_margin() {
+        let sent = Instant::now();
+        let lease = lease(sent, Clock::system());
         assert_eq!(lease.deadline(), sent + Duration::from_secs(9));
         tokio::time::advance(Duration::from_secs(5)).await;
         lease.renewed(sent + Duration::from_secs(4));
@@ -711,14 +700,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lease_is_lost_at_its_deadline_even_if_nothing_runs() {
-        let lease = Lease::new(
-            grant(),
-            Duration::from_secs(10),
-            Duration::from_secs(1),
-            Duration::from_secs(3),
-            Instant::now(),
-            Clock::system(),
-        );
+        let lease = lease(Instant::now(), Clock::system());
         lease.suspended();
         assert_eq!(lease.state(), LeaseState::Suspended);
         tokio::time::advance(Duration::from_millis(8_999)).await;
@@ -735,14 +717,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_machine_suspended_past_the_deadline_resumes_with_the_lease_lost() {
         let clock = Clock::simulated();
-        let lease = Arc::new(Lease::new(
-            grant(),
-            Duration::from_secs(10),
-            Duration::from_secs(1),
-            Duration::from_secs(3),
-            clock.now(),
-            clock.clone(),
-        ));
+        let lease = Arc::new(lease(clock.now(), clock.clone()));
         let waiter = tokio::spawn({
             let lease = lease.clone();
             async move { lease.lost().await }
@@ -762,14 +737,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_server_saying_how_long_is_left_sets_the_deadline_from_the_read() {
         let sent = Instant::now();
-        let lease = Lease::new(
-            grant(),
-            Duration::from_secs(10),
-            Duration::from_secs(1),
-            Duration::from_secs(3),
-            sent,
-            Clock::system(),
-        );
+        let lease = lease(sent, Clock::system());
         tokio::time::advance(Duration::from_secs(4)).await;
         lease.confirmed(Instant::now(), Duration::from_secs(8));
         assert_eq!(lease.deadline(), sent + Duration::from_secs(11));

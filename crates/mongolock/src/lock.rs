@@ -150,6 +150,30 @@ pub struct Grant {
     pub(crate) remaining: Option<Duration>,
 }
 
+#[cfg(test)]
+impl Grant {
+    /// A new grant of `kind` on `resource` to `lock_id` with `token`, for unit tests.
+    pub(crate) fn for_test(resource: &str, lock_id: &str, kind: LockKind, token: i64) -> Grant {
+        Grant {
+            holder: Holder {
+                resource: resource.into(),
+                lock_id: lock_id.into(),
+                kind,
+                owner: None,
+                host: None,
+                token,
+                nonce: None,
+                created_at: bson::DateTime::from_millis(0),
+                renewed_at: bson::DateTime::from_millis(0),
+                expires_at: None,
+                ttl: None,
+            },
+            new: true,
+            remaining: None,
+        }
+    }
+}
+
 impl Grant {
     /// The fencing token: pass it to whatever the lock protects, which should reject a token
     /// lower than the highest it has seen.

@@ -217,28 +217,8 @@ impl Drop for Pending {
         if !self.open && !self.announced {
             return;
         }
-        let keeper = self.client.shared().keeper.clone();
-        let request = self.request.clone();
-        let spawned = self.client.spawn_background(move |client| async move {
-            match client.release_attempt(&request).await {
-                Ok(released) => tracing::debug!(
-                    resource = %request.resource(), released, "unsettled attempt withdrawn"
-                ),
-                Err(error) => {
-                    tracing::warn!(
-                        %error, resource = %request.resource(),
-                        "could not withdraw an unsettled attempt; the client keeps trying"
-                    );
-                    keeper.defer(Chore::Withdraw(request));
-                }
-            }
-        });
-        if !spawned {
-            self.client
-                .shared()
-                .keeper
-                .defer(Chore::Withdraw(self.request.clone()));
-        }
+        self.client
+            .finish_in_background(Chore::Withdraw(self.request.clone()));
     }
 }
 

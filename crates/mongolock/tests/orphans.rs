@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use mongolock::LockClient;
+use mongolock::{LockClient, LockGuard};
 use mongolock_testkit::{FaultProxy, TestServer};
 
 const TTL: Duration = Duration::from_secs(2);
@@ -20,7 +20,7 @@ struct Setup {
     proxy: FaultProxy,
     holder: LockClient,
     rival: LockClient,
-    _kept: mongolock::LockGuard,
+    _kept: LockGuard,
 }
 
 async fn setup(db: &str) -> Setup {
@@ -45,6 +45,24 @@ async fn setup(db: &str) -> Setup {
 fn cut(proxy: &FaultProxy) {
     proxy.refuse_new();
     proxy.reset_connections();
+}
+
+/// Through the holder with a 300 ms command timeout (so that a release fails fast): takes
+/// one more lease to keep and a lock on `r`, then cuts the holder off. Returns both guards.
+async fn hold_then_cut(s: &Setup) -> (LockGuard, LockGuard) {
+    let holder = s
+        .holder
+        .clone()
+        .with_command_timeout(Duration::from_millis(300));
+    let kept = holder
+        .mutex("kept-too")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("kept");
+    let guard = holder.mutex("r").ttl(TTL).acquire().await.expect("held");
+    cut(&s.proxy);
+    (kept, guard)
 }
 
 /// Tries to take `resource` for up to three TTLs; true once it got it. A lock nobody holds
@@ -92,18 +110,7 @@ async fn emulator_only_a_release_dropped_before_it_reached_the_server_is_not_ren
 #[tokio::test]
 async fn emulator_only_a_release_that_failed_is_not_renewed() {
     let s = setup("orphan_release_failed").await;
-    let holder = s
-        .holder
-        .clone()
-        .with_command_timeout(Duration::from_millis(300));
-    let _kept = holder
-        .mutex("kept-too")
-        .ttl(TTL)
-        .acquire()
-        .await
-        .expect("kept");
-    let guard = holder.mutex("r").ttl(TTL).acquire().await.expect("held");
-    cut(&s.proxy);
+    let (_kept, guard) = hold_then_cut(&s).await;
     let released = guard.release().await;
     assert!(released.is_err(), "the release failed: {released:?}");
     s.proxy.heal();
@@ -116,18 +123,7 @@ async fn emulator_only_a_release_that_failed_is_not_renewed() {
 #[tokio::test]
 async fn emulator_only_a_background_release_that_failed_is_not_renewed() {
     let s = setup("orphan_background_failed").await;
-    let holder = s
-        .holder
-        .clone()
-        .with_command_timeout(Duration::from_millis(300));
-    let _kept = holder
-        .mutex("kept-too")
-        .ttl(TTL)
-        .acquire()
-        .await
-        .expect("kept");
-    let guard = holder.mutex("r").ttl(TTL).acquire().await.expect("held");
-    cut(&s.proxy);
+    let (_kept, guard) = hold_then_cut(&s).await;
     drop(guard);
     // Let the background release fail while cut off.
     tokio::time::sleep(Duration::from_millis(800)).await;

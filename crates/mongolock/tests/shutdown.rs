@@ -21,11 +21,10 @@
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bson::{Bson, Document};
-use mongodb::event::command::CommandEvent;
+use bson::Document;
+use common::recorder::{Command, Recorder, recorded_client};
 use mongodb::{Client, Database};
 use mongolock::{LockClient, LockGuard};
 use tokio::task::JoinHandle;
@@ -38,90 +37,8 @@ const HANG_GUARD: Duration = Duration::from_secs(20);
 // Where the tests run, and what they watch.
 // ---------------------------------------------------------------------------------------
 
-/// One command the waiter's driver client started, and its reply once it succeeded.
-#[derive(Debug, Clone)]
-struct Command {
-    request_id: i32,
-    name: String,
-    body: Document,
-    reply: Option<Document>,
-}
-
-impl Command {
-    /// Whether this is the `aggregate` that opens a change stream.
-    fn opens_change_stream(&self) -> bool {
-        self.name == "aggregate"
-            && self
-                .body
-                .get_array("pipeline")
-                .ok()
-                .and_then(|stages| stages.first())
-                .and_then(Bson::as_document)
-                .is_some_and(|stage| stage.contains_key("$changeStream"))
-    }
-
-    /// Whether this is a stream read whose reply carries an event about `resource`.
-    fn delivered(&self, resource: &str) -> bool {
-        let Some(cursor) = self
-            .reply
-            .as_ref()
-            .and_then(|reply| reply.get_document("cursor").ok())
-        else {
-            return false;
-        };
-        ["firstBatch", "nextBatch"]
-            .iter()
-            .filter_map(|batch| cursor.get_array(batch).ok())
-            .flatten()
-            .filter_map(Bson::as_document)
-            .any(|event| {
-                event
-                    .get_document("documentKey")
-                    .and_then(|key| key.get_str("_id"))
-                    == Ok(resource)
-            })
-    }
-}
-
-/// The commands one driver client sent, in order (handshakes and session ends left out).
-#[derive(Clone, Default)]
-struct Recorder {
-    commands: Arc<Mutex<Vec<Command>>>,
-}
-
+/// What the shutdown tests read from the waiter's recorded client.
 impl Recorder {
-    fn record(&self, event: CommandEvent) {
-        let mut commands = self.commands.lock().unwrap();
-        match event {
-            CommandEvent::Started(started)
-                if !matches!(
-                    started.command_name.as_str(),
-                    "hello" | "isMaster" | "endSessions"
-                ) =>
-            {
-                commands.push(Command {
-                    request_id: started.request_id,
-                    name: started.command_name,
-                    body: started.command,
-                    reply: None,
-                });
-            }
-            CommandEvent::Succeeded(done) => {
-                if let Some(command) = commands
-                    .iter_mut()
-                    .find(|c| c.request_id == done.request_id)
-                {
-                    command.reply = Some(done.reply);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn all(&self) -> Vec<Command> {
-        self.commands.lock().unwrap().clone()
-    }
-
     /// The commands sent since the `opened`-th change stream was asked for (all of them for
     /// 0).
     fn since_stream(&self, opened: usize) -> Vec<Command> {
@@ -199,15 +116,7 @@ impl Setup {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::SeqCst)
         );
-        let mut options = mongodb::options::ClientOptions::parse(&uri)
-            .await
-            .expect("a valid URI");
-        let recorded = Recorder::default();
-        let sink = recorded.clone();
-        options.command_event_handler = Some(mongodb::event::EventHandler::callback(
-            move |event: CommandEvent| sink.record(event),
-        ));
-        let client = Client::with_options(options).expect("a client");
+        let (recorded, client) = recorded_client(&uri, None).await;
         let holder_client = Client::with_uri_str(&uri).await.expect("a client");
         let db = holder_client.database(&db_name);
         db.drop().await.expect("drop the test database");

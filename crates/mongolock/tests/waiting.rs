@@ -25,13 +25,15 @@
 //! No test asserts how fast something happens: time bounds are generous timeouts chosen so
 //! that a wrong mechanism (polling instead of a wake-up, a lost wake-up) cannot meet them.
 
+mod common;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bson::{Bson, Document, doc};
+use common::recorder::{Command, Recorder, recorded_client};
 use futures_util::StreamExt;
-use mongodb::event::command::CommandEvent;
 use mongodb::{Collection, Database};
 use mongolock::{Filter, LockClient, LockDetails, RECHECK};
 use mongolock_testkit::TestServer;
@@ -109,16 +111,7 @@ impl Setup {
     /// A lock client on a driver client of its own (its own pool, its own change stream),
     /// named `app_name` in the handshake, whose commands are recorded.
     async fn recorded(&self, app_name: &str) -> (Recorder, LockClient) {
-        let mut options = mongodb::options::ClientOptions::parse(&self.uri)
-            .await
-            .expect("a valid URI");
-        options.app_name = Some(app_name.to_owned());
-        let recorder = Recorder::default();
-        let sink = recorder.clone();
-        options.command_event_handler = Some(mongodb::event::EventHandler::callback(
-            move |event: CommandEvent| sink.record(event),
-        ));
-        let client = mongodb::Client::with_options(options).expect("a client");
+        let (recorder, client) = recorded_client(&self.uri, Some(app_name)).await;
         let locks = LockClient::new(client.database(self.db.name()).collection("locks"));
         (recorder, locks)
     }
@@ -135,98 +128,14 @@ impl Setup {
     }
 }
 
-/// One command a recorded client started, and how it ended.
-#[derive(Debug, Clone)]
-struct Command {
-    at: Instant,
-    request_id: i32,
-    name: String,
-    body: Document,
-    /// `None` while running, then whether it succeeded.
-    succeeded: Option<bool>,
-    /// The reply, for a command that succeeded.
-    reply: Option<Document>,
-}
-
-impl Command {
-    fn opens_change_stream(&self) -> bool {
-        self.name == "aggregate"
-            && self
-                .body
-                .get_array("pipeline")
-                .ok()
-                .and_then(|stages| stages.first())
-                .and_then(Bson::as_document)
-                .is_some_and(|stage| stage.contains_key("$changeStream"))
-    }
-}
-
-/// The commands one driver client sent, in order (handshakes left out).
-#[derive(Clone, Default)]
-struct Recorder {
-    commands: Arc<Mutex<Vec<Command>>>,
-}
-
+/// What the waiting tests read from a recorded client.
 impl Recorder {
-    fn record(&self, event: CommandEvent) {
-        let mut commands = self.commands.lock().unwrap();
-        match event {
-            CommandEvent::Started(started) => {
-                if matches!(
-                    started.command_name.as_str(),
-                    "hello" | "isMaster" | "endSessions"
-                ) {
-                    return;
-                }
-                commands.push(Command {
-                    at: Instant::now(),
-                    request_id: started.request_id,
-                    name: started.command_name,
-                    body: started.command,
-                    succeeded: None,
-                    reply: None,
-                });
-            }
-            CommandEvent::Succeeded(done) => {
-                if let Some(c) = commands
-                    .iter_mut()
-                    .find(|c| c.request_id == done.request_id)
-                {
-                    c.succeeded = Some(true);
-                    c.reply = Some(done.reply);
-                }
-            }
-            CommandEvent::Failed(failed) => {
-                if let Some(c) = commands
-                    .iter_mut()
-                    .find(|c| c.request_id == failed.request_id)
-                {
-                    c.succeeded = Some(false);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn all(&self) -> Vec<Command> {
-        self.commands.lock().unwrap().clone()
-    }
-
-    /// Forgets the commands that have ended (one still running, such as the stream's
-    /// waiting `getMore`, is kept, to see its reply).
-    fn clear(&self) {
-        self.commands
-            .lock()
-            .unwrap()
-            .retain(|c| c.succeeded.is_none());
-    }
-
     /// The acquire attempts sent (each is one `findAndModify`), with their send times.
     fn attempts(&self) -> Vec<Instant> {
         self.all()
             .into_iter()
             .filter(|c| c.name == "findAndModify")
-            .map(|c| c.at)
+            .map(|c| Instant::from_std(c.at))
             .collect()
     }
 
@@ -250,24 +159,7 @@ impl Recorder {
 
     /// Whether the client's change stream has delivered an event about `resource`.
     fn stream_saw(&self, resource: &str) -> bool {
-        self.all()
-            .iter()
-            .filter_map(|c| c.reply.as_ref())
-            .any(|reply| {
-                let Ok(cursor) = reply.get_document("cursor") else {
-                    return false;
-                };
-                ["firstBatch", "nextBatch"]
-                    .iter()
-                    .filter_map(|batch| cursor.get_array(batch).ok())
-                    .flatten()
-                    .filter_map(Bson::as_document)
-                    .any(|event| {
-                        event
-                            .get_document("documentKey")
-                            .is_ok_and(|key| key.get_str("_id") == Ok(resource))
-                    })
-            })
+        self.all().iter().any(|c| c.delivered(resource))
     }
 
     /// Waits until the client's change stream has delivered the event of a change of

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod recorder;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
