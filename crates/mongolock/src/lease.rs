@@ -357,8 +357,17 @@ impl Keeper {
         self.registry().leases.len()
     }
 
+    /// Starts the chores task if chores wait (queued where no runtime ran) and none runs.
+    /// Called whenever the client acts in a runtime, so that such a chore waits no longer
+    /// than the client's next acquire.
+    pub(crate) fn resume_chores(self: &Arc<Self>) {
+        let mut registry = self.registry();
+        self.start_cleaning(&mut registry);
+    }
+
     /// Queues `chore`, to be retried until done. Works without a runtime: the chore is then
-    /// started by the renewing task, if it runs, or by the next chore queued in a runtime.
+    /// started by the renewing task, if it runs, by the next chore queued in a runtime, or
+    /// by the client's next acquire ([`Keeper::resume_chores`]).
     pub(crate) fn defer(self: &Arc<Self>, chore: Chore) {
         tracing::debug!(resource = chore.resource(), "chore queued");
         let now = self.clock.now();

@@ -256,6 +256,9 @@ async fn acquire_in_span(
     }
     let started = Instant::now();
     let shared = client.shared();
+    // Chores left where no runtime ran (a guard or an acquire dropped on a plain thread)
+    // start now at the latest.
+    shared.keeper.resume_chores();
     let lock_id = want
         .options
         .lock_id

@@ -92,3 +92,65 @@ async fn emulator_only_many_withdrawals_never_let_an_old_one_through() {
         "an attempt withdrawn 40 withdrawals ago was granted"
     );
 }
+
+#[tokio::test]
+async fn emulator_only_a_withdrawal_left_where_no_runtime_runs_is_sent_when_the_client_acts_again()
+{
+    let server = TestServer::start().await.expect("emulator");
+    let db = "withdrawal_no_runtime";
+    let rival = LockClient::new(server.new_client().database(db).collection("locks"));
+    let _busy = rival
+        .mutex("busy")
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("busy");
+    // The waiter holds no lease, so its keeper has no renewing task to start chores from.
+    let waiter = client_named(&server, "waiter", db).await;
+    // Its attempt on r sits on the server for 1.5 s, then grants r (nobody holds it).
+    fail_point(
+        &server,
+        bson::bson!({ "times": 1 }),
+        doc! {
+            "failCommands": ["findAndModify"], "appName": "waiter",
+            "blockConnection": true, "blockTimeMS": 1_500,
+        },
+    )
+    .await;
+    let mut acquire = Box::pin({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .mutex("r")
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut acquire)
+            .await
+            .is_err(),
+        "the attempt is held up on the server"
+    );
+    // Dropped where no runtime runs: the withdrawal cannot be sent from there.
+    std::thread::spawn(move || drop(acquire))
+        .join()
+        .expect("thread");
+    // The late copy lands and grants r to nobody.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    // The waiter acts again, taking no lease (busy is held by the rival).
+    let refused = waiter.mutex("busy").try_acquire().await.expect("no error");
+    assert!(refused.is_none(), "busy is held by the rival");
+    // The withdrawal must go out now: the grant is withdrawn, and the rival gets r long
+    // before the 30 s TTL.
+    let got = rival
+        .mutex("r")
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .expect("no error");
+    assert!(
+        got.is_some(),
+        "the dropped attempt's grant on r was never withdrawn"
+    );
+}
