@@ -275,6 +275,9 @@ pub struct ClientCtl {
     /// Hold on at least until then, unless the lease is lost (after a force-release of one
     /// lease: does the holder notice?).
     pub hold_until: std::sync::Mutex<Option<Instant>>,
+    /// Set when the faults stop: a pair holder's long tail after a nemesis ends, so that
+    /// the liveness probe does not mistake it for a stuck lock.
+    pub calmed: AtomicBool,
 }
 
 /// How to drop an acquire future mid-flight.
@@ -520,6 +523,7 @@ impl Fleet {
             lock(&slot.ctl.let_go).take();
             lock(&slot.ctl.drop_acquire).take();
             lock(&slot.ctl.hold_until).take();
+            slot.ctl.calmed.store(true, Ordering::SeqCst);
             slot.ctl.pause_ms.store(0, Ordering::SeqCst);
             slot.ctl.pause_acquiring_ms.store(0, Ordering::SeqCst);
             let kill = slot.ctl.kill.swap(false, Ordering::SeqCst);

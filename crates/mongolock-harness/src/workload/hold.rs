@@ -6,7 +6,7 @@
 //! loss of every lease it holds and samples their local deadlines every 10 ms. A nemesis
 //! asked for its next let-go ([`FaultKind::is_let_go`]) is carried out within those 10 ms on
 //! one of its leases (chosen at random); a pair holder keeps the other one for a long tail of
-//! 2–3 × TTL afterwards. Every nemesis is logged ([`NemesisLog`]) with how it ended, and
+//! 2–3 × TTL afterwards (cut short when the faults stop). Every nemesis is logged ([`NemesisLog`]) with how it ended, and
 //! the lease's log says how it was let go ([`LetGo`]) and what a release returned
 //! ([`ReleaseResult`]).
 
@@ -321,8 +321,9 @@ impl Worker {
                 return Held::Done;
             }
             let now = Instant::now();
-            let hold_on = tail_until.is_some_and(|t| now < t)
-                || lock(&self.ctl.hold_until).is_some_and(|t| now < t);
+            let tail =
+                tail_until.is_some_and(|t| now < t) && !self.ctl.calmed.load(Ordering::SeqCst);
+            let hold_on = tail || lock(&self.ctl.hold_until).is_some_and(|t| now < t);
             if step >= steps && !hold_on {
                 return Held::Done;
             }
