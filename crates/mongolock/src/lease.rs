@@ -48,6 +48,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -309,6 +310,9 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
 /// The first and the longest pause before a failed chore is tried again.
 const CHORE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
+
+/// How many chores run at once.
+const CHORES_AT_ONCE: usize = 16;
 
 impl Keeper {
     pub(crate) fn new(ctx: Arc<Context>) -> Self {
@@ -602,14 +606,19 @@ async fn do_chores(keeper: Weak<Keeper>) {
             }
             continue;
         }
-        let results = futures_util::future::join_all(due.into_iter().map(|queued| {
-            let ctx = keeper.ctx.clone();
-            async move {
-                let result = queued.chore.run(&ctx).await;
-                (queued, result)
-            }
-        }))
-        .await;
+        // A bounded number at once: a burst of failed releases (a network blip under many
+        // guards) must not open a connection per chore.
+        let results: Vec<(Queued, crate::Result<()>)> =
+            futures_util::stream::iter(due.into_iter().map(|queued| {
+                let ctx = keeper.ctx.clone();
+                async move {
+                    let result = queued.chore.run(&ctx).await;
+                    (queued, result)
+                }
+            }))
+            .buffer_unordered(CHORES_AT_ONCE)
+            .collect()
+            .await;
         let now = keeper.clock.now();
         let mut registry = keeper.registry();
         for (mut queued, result) in results {
