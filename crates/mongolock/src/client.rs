@@ -15,7 +15,6 @@ use tokio_util::task::TaskTracker;
 use crate::attempt::Attempt;
 use crate::command::{self, Context};
 use crate::error::{Error, Result};
-use crate::handle::{Mutex, RwLock, Semaphore};
 use crate::lease::{Chore, Keeper};
 use crate::lock::Grant;
 use crate::request::{AcquireRequest, LockDetails};
@@ -181,52 +180,6 @@ impl LockClient {
             }
         };
         self.shared.tasks.spawn_on(task, &runtime);
-    }
-
-    /// A mutex on `resource`: one holder at a time, with a lease kept alive in the
-    /// background. See [`Mutex`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-    /// let guard = locks.mutex("nightly-report").acquire().await?;
-    /// // ... work, passing guard.fencing_token() to the store ...
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn mutex(&self, resource: impl Into<String>) -> Mutex {
-        Mutex::new(self.clone(), resource.into())
-    }
-
-    /// A reader-writer lock on `resource`: many readers or one writer, writers first. See
-    /// [`RwLock`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-    /// let reading = locks.rwlock("config").read().await?;
-    /// # drop(reading);
-    /// # Ok(()) }
-    /// ```
-    pub fn rwlock(&self, resource: impl Into<String>) -> RwLock {
-        RwLock::new(self.clone(), resource.into())
-    }
-
-    /// A semaphore on `resource` with `permits` permits. See [`Semaphore`]. Zero permits
-    /// is refused by the first acquire.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-    /// let permit = locks.semaphore("gpu", 4).acquire().await?;
-    /// # drop(permit);
-    /// # Ok(()) }
-    /// ```
-    pub fn semaphore(&self, resource: impl Into<String>, permits: u32) -> Semaphore {
-        Semaphore::new(self.clone(), resource.into(), permits)
     }
 
     /// Stops what this client runs in the background, so that the driver's client can shut

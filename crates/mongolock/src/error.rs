@@ -137,7 +137,7 @@ pub enum ErrorKind {
         /// The resource.
         resource: String,
         /// Why.
-        reason: crate::lease::LossReason,
+        reason: crate::lock::LossReason,
     },
     /// An argument was rejected before anything was sent to the server.
     #[error("invalid {argument}: {reason}")]

@@ -8,8 +8,8 @@ use tracing::Instrument;
 
 use crate::client::LockClient;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::{Chore, Keeper, Lease, LeaseState, LossReason};
-use crate::lock::{Grant, LockKind};
+use crate::lease::{Chore, Keeper, Lease};
+use crate::lock::{Grant, LeaseState, LockKind, LossReason};
 
 /// A held lock: a lease that the client renews in the background until the guard is released
 /// or dropped.

@@ -15,6 +15,55 @@ use crate::lock::LockKind;
 use crate::request::MAX_TTL;
 use crate::wait::{self, LeaseOptions, Patience, Want};
 
+/// The handles are made by the lock client.
+impl LockClient {
+    /// A mutex on `resource`: one holder at a time, with a lease kept alive in the
+    /// background. See [`Mutex`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let guard = locks.mutex("nightly-report").acquire().await?;
+    /// // ... work, passing guard.fencing_token() to the store ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn mutex(&self, resource: impl Into<String>) -> Mutex {
+        Mutex::new(self.clone(), resource.into())
+    }
+
+    /// A reader-writer lock on `resource`: many readers or one writer, writers first. See
+    /// [`RwLock`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let reading = locks.rwlock("config").read().await?;
+    /// # drop(reading);
+    /// # Ok(()) }
+    /// ```
+    pub fn rwlock(&self, resource: impl Into<String>) -> RwLock {
+        RwLock::new(self.clone(), resource.into())
+    }
+
+    /// A semaphore on `resource` with `permits` permits. See [`Semaphore`]. Zero permits
+    /// is refused by the first acquire.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let permit = locks.semaphore("gpu", 4).acquire().await?;
+    /// # drop(permit);
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, resource: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), resource.into(), permits)
+    }
+}
+
 /// The lease settings every handle has, as builder methods.
 macro_rules! lease_settings {
     () => {

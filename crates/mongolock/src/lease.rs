@@ -55,36 +55,8 @@ use tracing::Instrument;
 
 use crate::clock::{Clock, SUSPEND_CHECK};
 use crate::command::{Context, keepalive, release};
-use crate::lock::Grant;
+use crate::lock::{Grant, LeaseState, LossReason};
 use crate::request::AcquireRequest;
-
-/// Where a lease stands, as its holder sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseState {
-    /// Held: the last renewal (or the grant) succeeded and the local deadline is ahead.
-    Held,
-    /// Renewals are failing, but the local deadline has not passed: the lease may still be
-    /// held, and the keeper keeps trying.
-    Suspended,
-    /// Lost: the local deadline passed, the server said the lease is gone, or the guard was
-    /// released. Stop touching what the lock protects.
-    Lost(LossReason),
-}
-
-/// Why a lease was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// No renewal succeeded before the local deadline (server unreachable, replies too
-    /// slow, or this process paused).
-    Deadline,
-    /// The server no longer has the lease: it was force-released, purged, or expired by the
-    /// server's clock.
-    Revoked,
-    /// The guard released it.
-    Released,
-}
 
 /// One held lease, shared by its guard and the keeper.
 #[derive(Debug)]

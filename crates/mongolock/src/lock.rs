@@ -1,5 +1,6 @@
-//! What a lock is once granted: its [`LockKind`], the stored entry ([`Holder`]) and what an
-//! acquire returns ([`Grant`]).
+//! What a lock is once granted: its [`LockKind`], the stored entry ([`Holder`]), what an
+//! acquire returns ([`Grant`]), and where a held lease stands ([`LeaseState`],
+//! [`LossReason`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -205,4 +206,32 @@ impl Grant {
     pub fn holder(&self) -> &Holder {
         &self.holder
     }
+}
+
+/// Where a lease stands, as its holder sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseState {
+    /// Held: the last renewal (or the grant) succeeded and the local deadline is ahead.
+    Held,
+    /// Renewals are failing, but the local deadline has not passed: the lease may still be
+    /// held, and the keeper keeps trying.
+    Suspended,
+    /// Lost: the local deadline passed, the server said the lease is gone, or the guard was
+    /// released. Stop touching what the lock protects.
+    Lost(LossReason),
+}
+
+/// Why a lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// No renewal succeeded before the local deadline (server unreachable, replies too
+    /// slow, or this process paused).
+    Deadline,
+    /// The server no longer has the lease: it was force-released, purged, or expired by the
+    /// server's clock.
+    Revoked,
+    /// The guard released it.
+    Released,
 }

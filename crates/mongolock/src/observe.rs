@@ -13,8 +13,7 @@
 
 use std::time::Duration;
 
-use crate::lease::LossReason;
-use crate::lock::{Grant, LockKind};
+use crate::lock::{Grant, LockKind, LossReason};
 
 /// Why a waiter woke up to try again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -499,7 +499,7 @@ fn spread(sleep: Duration) -> Duration {
 }
 
 /// The error of work stopped because its lease was lost.
-pub(crate) fn lease_lost(resource: &str, reason: crate::lease::LossReason) -> Error {
+pub(crate) fn lease_lost(resource: &str, reason: crate::lock::LossReason) -> Error {
     Error::new(ErrorKind::LeaseLost {
         resource: resource.to_owned(),
         reason,
