@@ -13,13 +13,13 @@ use mongodb::options::WriteConcern;
 use tokio_util::task::TaskTracker;
 
 use crate::attempt::Attempt;
+use crate::changes::Wakeups;
 use crate::command::{self, Context};
 use crate::error::{Error, Result};
 use crate::lease::{Chore, Keeper};
 use crate::lock::Grant;
 use crate::request::{AcquireRequest, LockDetails};
 use crate::status::{Filter, LockStatus, Purged};
-use crate::wake::Wakeups;
 
 /// How long an idle resource document is kept by default before the TTL index deletes it:
 /// one day.

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::LockKind;
 use crate::request::MAX_TTL;
-use crate::wait::{self, LeaseOptions, Patience, Want};
+use crate::wait::{self, LeaseOptions, Wait, Want};
 
 /// The handles are made by the lock client.
 impl LockClient {
@@ -125,7 +125,7 @@ macro_rules! acquire_methods {
         /// Dropping the future at any point leaves no lock held: an attempt in flight is
         /// withdrawn in the background ([`LockClient::shutdown`] waits for that).
         pub async fn $acquire(&self) -> Result<LockGuard> {
-            let guard = wait::acquire(&self.client, &self.$want(), Patience::Forever).await?;
+            let guard = wait::acquire(&self.client, &self.$want(), Wait::Forever).await?;
             Ok(guard.expect("waiting forever returns a guard or an error"))
         }
 
@@ -139,7 +139,7 @@ macro_rules! acquire_methods {
         ///
         #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), ").")]
         pub async fn $try_acquire(&self) -> Result<Option<LockGuard>> {
-            wait::acquire(&self.client, &self.$want(), Patience::Once).await
+            wait::acquire(&self.client, &self.$want(), Wait::Once).await
         }
 
         #[doc = concat!("Waits up to `timeout` for ", $what, ": `None` if the wait gave up.")]
@@ -155,10 +155,10 @@ macro_rules! acquire_methods {
         #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), ").")]
         pub async fn $acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
             // A timeout past what the clock can represent is a wait without end.
-            let patience = Instant::now()
+            let how_long = Instant::now()
                 .checked_add(timeout)
-                .map_or(Patience::Forever, Patience::Until);
-            wait::acquire(&self.client, &self.$want(), patience).await
+                .map_or(Wait::Forever, Wait::Until);
+            wait::acquire(&self.client, &self.$want(), how_long).await
         }
     };
 }

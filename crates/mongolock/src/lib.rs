@@ -200,6 +200,7 @@
 //! [`LockClient::create_indexes`].
 
 mod attempt;
+mod changes;
 mod client;
 mod clock;
 mod command;
@@ -213,7 +214,6 @@ mod request;
 mod schema;
 mod status;
 mod wait;
-mod wake;
 
 pub use attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
 pub use client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_RETENTION, LockClient};

@@ -6,7 +6,7 @@
 //! 2. Local waiters on one resource take turns (a per-resource gate), so the waiters of one
 //!    process do not all hit the server at once.
 //! 3. The waiter subscribes to changes of its resource (one change stream per client,
-//!    [`crate::wake`]), *then* sends the attempt: [`LockClient::acquire`], one
+//!    [`crate::changes`]), *then* sends the attempt: [`LockClient::acquire`], one
 //!    `findAndModify` ([`crate::command::acquire`]).
 //! 4. Granted: the lease starts with the send time of that attempt as its base, the keeper
 //!    renews it from then on ([`crate::lease`]), and the guard is returned. A grant whose
@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::attempt::Attempt;
+use crate::changes::{Availability, WakeCause};
 use crate::client::LockClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
@@ -44,7 +45,6 @@ use crate::lease::{Chore, Lease, default_margin};
 use crate::lock::LockKind;
 use crate::observe::{self, Wakeup};
 use crate::request::{AcquireRequest, LockDetails, check_id, ttl_millis};
-use crate::wake::{Availability, WakeCause};
 
 /// The longest a waiter sleeps without asking the server again while change streams are
 /// on: notifications can be lost, so this bounds how late a missed one is noticed.
@@ -137,7 +137,7 @@ pub(crate) struct Want {
 
 /// How long to wait.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Patience {
+pub(crate) enum Wait {
     /// One attempt.
     Once,
     /// Until this instant.
@@ -146,10 +146,10 @@ pub(crate) enum Patience {
     Forever,
 }
 
-impl Patience {
+impl Wait {
     fn deadline(self) -> Option<Instant> {
         match self {
-            Patience::Until(deadline) => Some(deadline),
+            Wait::Until(deadline) => Some(deadline),
             _ => None,
         }
     }
@@ -222,13 +222,13 @@ impl Drop for Pending {
     }
 }
 
-/// Acquires a lease for `want`, waiting as `patience` allows. `Ok(None)`: not acquired in
+/// Acquires a lease for `want`, waiting as `wait` allows. `Ok(None)`: not acquired in
 /// time (or, for one attempt, held by others). Runs in a `mongolock.acquire` span; each
 /// sleep between attempts is a `mongolock.wait` span.
 pub(crate) async fn acquire(
     client: &LockClient,
     want: &Want,
-    patience: Patience,
+    wait: Wait,
 ) -> Result<Option<LockGuard>> {
     let span = tracing::info_span!(
         "mongolock.acquire",
@@ -236,15 +236,13 @@ pub(crate) async fn acquire(
         kind = %want.kind,
         permits = want.max,
     );
-    acquire_in_span(client, want, patience)
-        .instrument(span)
-        .await
+    acquire_in_span(client, want, wait).instrument(span).await
 }
 
 async fn acquire_in_span(
     client: &LockClient,
     want: &Want,
-    patience: Patience,
+    wait: Wait,
 ) -> Result<Option<LockGuard>> {
     let (every, margin) = want.options.check()?;
     check_id("resource", &want.resource)?;
@@ -264,17 +262,17 @@ async fn acquire_in_span(
         .lock_id
         .clone()
         .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
-    let request = new_request(want, &lock_id, &shared.keeper.id, patience);
+    let request = new_request(want, &lock_id, &shared.keeper.id, wait);
     request.validate()?;
 
     // Local waiters on one resource take turns.
-    let gate = match patience {
-        Patience::Once => None,
+    let gate = match wait {
+        Wait::Once => None,
         _ => Some(client.gate(&want.resource)),
     };
     let _turn = match &gate {
         None => None,
-        Some(gate) => match patience.deadline() {
+        Some(gate) => match wait.deadline() {
             Some(deadline) => match tokio::time::timeout_at(deadline, gate.lock()).await {
                 Ok(turn) => Some(turn),
                 Err(_) => {
@@ -285,8 +283,8 @@ async fn acquire_in_span(
             None => Some(gate.lock().await),
         },
     };
-    let mut changes = match patience {
-        Patience::Once => None,
+    let mut changes = match wait {
+        Wait::Once => None,
         _ => Some(shared.wakeups.subscribe(&want.resource)),
     };
 
@@ -313,23 +311,23 @@ async fn acquire_in_span(
                     // The reply came back after the lease's own deadline: not trusted.
                     // Withdraw it, then try again as a new attempt if there is time.
                     tracing::debug!(resource = %want.resource, "grant arrived too late to trust");
-                    if let Err(error) = withdraw(client, &pending.request, patience).await {
+                    if let Err(error) = withdraw(client, &pending.request, wait).await {
                         // `pending` withdraws it in the background from here on; the next
                         // attempt would find the lock id still holding the resource.
                         observe::timed_out(want.kind);
                         return Err(error);
                     }
                     pending.settled();
-                    let out_of_time = match patience {
-                        Patience::Once => true,
-                        Patience::Until(deadline) => Instant::now() >= deadline,
-                        Patience::Forever => false,
+                    let out_of_time = match wait {
+                        Wait::Once => true,
+                        Wait::Until(deadline) => Instant::now() >= deadline,
+                        Wait::Forever => false,
                     };
                     if out_of_time {
                         observe::timed_out(want.kind);
                         return Ok(None);
                     }
-                    let request = new_request(want, &lock_id, &shared.keeper.id, patience);
+                    let request = new_request(want, &lock_id, &shared.keeper.id, wait);
                     pending = Pending::new(client, request);
                     continue;
                 }
@@ -360,7 +358,7 @@ async fn acquire_in_span(
                 pending.settled();
                 return other.into_result().map(|_| None);
             }
-            Err(error) if error.is_retryable() && !matches!(patience, Patience::Once) => {
+            Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
                 // The same attempt is sent again: if the first got through, the server says
                 // so; it is never granted twice.
                 tracing::warn!(
@@ -369,7 +367,7 @@ async fn acquire_in_span(
                 );
                 let pause = jitter(backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
-                if !sleep_within(pause, patience).await {
+                if !sleep_within(pause, wait).await {
                     observe::timed_out(want.kind);
                     return Err(error);
                 }
@@ -401,7 +399,7 @@ async fn acquire_in_span(
         let sleep = spread(sleep);
         let waited = async {
             let wake_at = Instant::now() + sleep;
-            let (wake_at, at_deadline) = match patience.deadline() {
+            let (wake_at, at_deadline) = match wait.deadline() {
                 Some(deadline) if deadline <= wake_at => (deadline, true),
                 _ => (wake_at, false),
             };
@@ -435,7 +433,7 @@ async fn acquire_in_span(
 
 /// A request for `want` by `lock_id`, renewed by `keeper`, with a fresh nonce. Only a writer
 /// that will wait announces itself: one attempt must not keep readers out.
-fn new_request(want: &Want, lock_id: &str, keeper: &str, patience: Patience) -> AcquireRequest {
+fn new_request(want: &Want, lock_id: &str, keeper: &str, wait: Wait) -> AcquireRequest {
     let mut details = LockDetails::default().ttl(want.options.ttl);
     if let Some(owner) = &want.options.owner {
         details = details.owner(owner.clone());
@@ -445,25 +443,25 @@ fn new_request(want: &Want, lock_id: &str, keeper: &str, patience: Patience) -> 
         LockKind::Shared => AcquireRequest::shared(&want.resource, lock_id, details, want.max),
     };
     request.keeper = Some(keeper.to_owned());
-    if !matches!(patience, Patience::Once) {
+    if !matches!(wait, Wait::Once) {
         request.announce = want.announce;
     }
     request
 }
 
 /// Withdraws an attempt whose grant is not trusted, retrying a transient failure with backoff
-/// as long as `patience` allows: the next attempt of the same lock id could not be granted
+/// as long as `wait` allows: the next attempt of the same lock id could not be granted
 /// before it is gone.
-async fn withdraw(client: &LockClient, request: &AcquireRequest, patience: Patience) -> Result<()> {
+async fn withdraw(client: &LockClient, request: &AcquireRequest, wait: Wait) -> Result<()> {
     let mut backoff = FIRST_BACKOFF;
     loop {
         match client.release_attempt(request).await {
             Ok(_) => return Ok(()),
-            Err(error) if error.is_retryable() && !matches!(patience, Patience::Once) => {
+            Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
                 tracing::warn!(%error, "could not withdraw a grant that came too late; retrying");
                 let pause = jitter(backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
-                if !sleep_within(pause, patience).await {
+                if !sleep_within(pause, wait).await {
                     return Err(error);
                 }
             }
@@ -473,9 +471,9 @@ async fn withdraw(client: &LockClient, request: &AcquireRequest, patience: Patie
 }
 
 /// Sleeps `pause`, or until the deadline; false if the deadline came first.
-async fn sleep_within(pause: Duration, patience: Patience) -> bool {
+async fn sleep_within(pause: Duration, wait: Wait) -> bool {
     let wake_at = Instant::now() + pause;
-    match patience.deadline() {
+    match wait.deadline() {
         Some(deadline) if deadline <= wake_at => {
             tokio::time::sleep_until(deadline).await;
             false
