@@ -12,8 +12,9 @@ use crate::client::LockClient;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::LockKind;
+use crate::request::AcquireRequest;
 use crate::request::MAX_TTL;
-use crate::wait::{self, LeaseOptions, Wait, Want};
+use crate::wait::{self, LeaseOptions, LeaseTiming, Wait};
 
 /// The handles are made by the lock client.
 impl LockClient {
@@ -110,7 +111,7 @@ macro_rules! lease_settings {
 
 /// The three ways to acquire, for one kind of lock.
 macro_rules! acquire_methods {
-    ($acquire:ident, $try_acquire:ident, $acquire_timeout:ident, $want:ident, $what:literal) => {
+    ($acquire:ident, $try_acquire:ident, $acquire_timeout:ident, $request:ident, $what:literal) => {
         #[doc = concat!("Waits as long as needed for ", $what, ", and returns its guard.")]
         ///
         /// # Errors
@@ -125,7 +126,8 @@ macro_rules! acquire_methods {
         /// Dropping the future at any point leaves no lock held: an attempt in flight is
         /// withdrawn in the background ([`LockClient::shutdown`] waits for that).
         pub async fn $acquire(&self) -> Result<LockGuard> {
-            let guard = wait::acquire(&self.client, &self.$want(), Wait::Forever).await?;
+            let (request, timing) = self.$request()?;
+            let guard = wait::acquire(&self.client, request, timing, Wait::Forever).await?;
             Ok(guard.expect("waiting forever returns a guard or an error"))
         }
 
@@ -139,7 +141,8 @@ macro_rules! acquire_methods {
         ///
         #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), ").")]
         pub async fn $try_acquire(&self) -> Result<Option<LockGuard>> {
-            wait::acquire(&self.client, &self.$want(), Wait::Once).await
+            let (request, timing) = self.$request()?;
+            wait::acquire(&self.client, request, timing, Wait::Once).await
         }
 
         #[doc = concat!("Waits up to `timeout` for ", $what, ": `None` if the wait gave up.")]
@@ -158,7 +161,8 @@ macro_rules! acquire_methods {
             let how_long = Instant::now()
                 .checked_add(timeout)
                 .map_or(Wait::Forever, Wait::Until);
-            wait::acquire(&self.client, &self.$want(), how_long).await
+            let (request, timing) = self.$request()?;
+            wait::acquire(&self.client, request, timing, how_long).await
         }
     };
 }
@@ -196,18 +200,14 @@ impl Mutex {
         }
     }
 
-    fn want(&self) -> Want {
-        Want {
-            resource: self.resource.clone(),
-            kind: LockKind::Exclusive,
-            max: None,
-            announce: None,
-            options: self.options.clone(),
-        }
+    /// The request of one acquire call, and its lease's timing.
+    fn request(&self) -> Result<(AcquireRequest, LeaseTiming)> {
+        self.options
+            .request(LockKind::Exclusive, &self.resource, None, None)
     }
 
     lease_settings!();
-    acquire_methods!(acquire, try_acquire, acquire_timeout, want, "the mutex");
+    acquire_methods!(acquire, try_acquire, acquire_timeout, request, "the mutex");
 
     /// Runs `work` under the mutex: acquires it (waiting as long as needed), passes the
     /// fencing token, releases it when `work` is done. If the lease is lost first, `work`
@@ -299,25 +299,18 @@ impl RwLock {
         }
     }
 
-    fn reader(&self) -> Want {
-        Want {
-            resource: self.resource.clone(),
-            kind: LockKind::Shared,
-            max: None,
-            announce: None,
-            options: self.options.clone(),
-        }
+    /// The request of one read call, and its lease's timing.
+    fn reader(&self) -> Result<(AcquireRequest, LeaseTiming)> {
+        self.options
+            .request(LockKind::Shared, &self.resource, None, None)
     }
 
-    fn writer(&self) -> Want {
-        Want {
-            resource: self.resource.clone(),
-            kind: LockKind::Exclusive,
-            max: None,
-            // Twice the TTL, within what a TTL may be (so any legal TTL is taken).
-            announce: Some(self.options.ttl.saturating_mul(2).min(MAX_TTL)),
-            options: self.options.clone(),
-        }
+    /// The request of one write call, and its lease's timing.
+    fn writer(&self) -> Result<(AcquireRequest, LeaseTiming)> {
+        // Twice the TTL, within what a TTL may be (so any legal TTL is taken).
+        let announce = self.options.ttl.saturating_mul(2).min(MAX_TTL);
+        self.options
+            .request(LockKind::Exclusive, &self.resource, None, Some(announce))
     }
 
     lease_settings!();
@@ -390,14 +383,10 @@ impl Semaphore {
         }
     }
 
-    fn permit(&self) -> Want {
-        Want {
-            resource: self.resource.clone(),
-            kind: LockKind::Shared,
-            max: Some(self.permits),
-            announce: None,
-            options: self.options.clone(),
-        }
+    /// The request of one permit call, and its lease's timing.
+    fn permit(&self) -> Result<(AcquireRequest, LeaseTiming)> {
+        self.options
+            .request(LockKind::Shared, &self.resource, Some(self.permits), None)
     }
 
     /// The number of permits.

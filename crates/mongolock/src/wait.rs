@@ -2,7 +2,8 @@
 //!
 //! One acquisition, from the handle's call to the wire:
 //!
-//! 1. `Mutex::acquire` (or a reader, writer or permit) calls [`acquire`] with what it wants.
+//! 1. `Mutex::acquire` (or a reader, writer or permit) checks its settings once, into the
+//!    [`AcquireRequest`] its attempts send, and calls [`acquire`].
 //! 2. Local waiters on one resource take turns (a per-resource gate), so the waiters of one
 //!    process do not all hit the server at once.
 //! 3. The waiter subscribes to changes of its resource (one change stream per client,
@@ -44,7 +45,7 @@ use crate::guard::LockGuard;
 use crate::lease::{Chore, Lease, default_margin};
 use crate::lock::LockKind;
 use crate::observe::{self, Wakeup};
-use crate::request::{AcquireRequest, LockDetails, check_id, ttl_millis};
+use crate::request::{AcquireRequest, LockDetails, Nonce, ttl_millis};
 
 /// The longest a waiter sleeps without asking the server again while change streams are
 /// on: notifications can be lost, so this bounds how late a missed one is noticed.
@@ -90,8 +91,43 @@ impl Default for LeaseOptions {
 }
 
 impl LeaseOptions {
-    /// Checks the settings; returns (renewal period, safety margin).
-    fn check(&self) -> Result<(Duration, Duration)> {
+    /// The request of one acquire call of `kind` on `resource` (`max`: a semaphore's
+    /// permits; `announce`: a writer's announcement), by the lock id set or a random one, and
+    /// the timing of its lease. Every setting is checked here, once per call: the attempts
+    /// of the call repeat this request with fresh nonces.
+    pub(crate) fn request(
+        &self,
+        kind: LockKind,
+        resource: &str,
+        max: Option<u32>,
+        announce: Option<Duration>,
+    ) -> Result<(AcquireRequest, LeaseTiming)> {
+        let timing = self.timing()?;
+        if max == Some(0) {
+            return Err(Error::invalid(
+                "permits",
+                "a semaphore needs at least one permit",
+            ));
+        }
+        let lock_id = self
+            .lock_id
+            .clone()
+            .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
+        let mut details = LockDetails::default().ttl(self.ttl);
+        if let Some(owner) = &self.owner {
+            details = details.owner(owner.clone());
+        }
+        let mut request = match kind {
+            LockKind::Exclusive => AcquireRequest::exclusive(resource, lock_id, details),
+            LockKind::Shared => AcquireRequest::shared(resource, lock_id, details, max),
+        };
+        request.announce = announce;
+        request.validate()?;
+        Ok((request, timing))
+    }
+
+    /// Checks the lease's settings.
+    fn timing(&self) -> Result<LeaseTiming> {
         if self.ttl.is_zero() {
             return Err(Error::invalid("ttl", "a lease needs a positive TTL"));
         }
@@ -116,23 +152,20 @@ impl LeaseOptions {
                 ),
             ));
         }
-        if let Some(lock_id) = &self.lock_id {
-            check_id("lock_id", lock_id)?;
-        }
-        Ok((every, margin))
+        Ok(LeaseTiming {
+            ttl: self.ttl,
+            every,
+            margin,
+        })
     }
 }
 
-/// What a handle asks for.
-#[derive(Debug, Clone)]
-pub(crate) struct Want {
-    pub(crate) resource: String,
-    pub(crate) kind: LockKind,
-    /// The semaphore's permits (shared only).
-    pub(crate) max: Option<u32>,
-    /// For a reader-writer lock's writer: how long a refused attempt keeps new readers out.
-    pub(crate) announce: Option<Duration>,
-    pub(crate) options: LeaseOptions,
+/// How a granted lease is kept: the checked settings of a handle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseTiming {
+    ttl: Duration,
+    every: Duration,
+    margin: Duration,
 }
 
 /// How long to wait.
@@ -222,53 +255,51 @@ impl Drop for Pending {
     }
 }
 
-/// Acquires a lease for `want`, waiting as `wait` allows. `Ok(None)`: not acquired in
-/// time (or, for one attempt, held by others). Runs in a `mongolock.acquire` span; each
-/// sleep between attempts is a `mongolock.wait` span.
+/// Acquires a lease by attempts of `request` (each with a fresh nonce), kept as `timing`
+/// says, waiting as `wait` allows. `Ok(None)`: not acquired in time (or, for one attempt,
+/// held by others). Runs in a `mongolock.acquire` span; each sleep between attempts is a
+/// `mongolock.wait` span.
 pub(crate) async fn acquire(
     client: &LockClient,
-    want: &Want,
+    request: AcquireRequest,
+    timing: LeaseTiming,
     wait: Wait,
 ) -> Result<Option<LockGuard>> {
     let span = tracing::info_span!(
         "mongolock.acquire",
-        resource = %want.resource,
-        kind = %want.kind,
-        permits = want.max,
+        resource = %request.resource,
+        kind = %request.kind,
+        permits = request.max_shared,
     );
-    acquire_in_span(client, want, wait).instrument(span).await
+    acquire_in_span(client, request, timing, wait)
+        .instrument(span)
+        .await
 }
 
 async fn acquire_in_span(
     client: &LockClient,
-    want: &Want,
+    mut request: AcquireRequest,
+    timing: LeaseTiming,
     wait: Wait,
 ) -> Result<Option<LockGuard>> {
-    let (every, margin) = want.options.check()?;
-    check_id("resource", &want.resource)?;
-    if want.max == Some(0) {
-        return Err(Error::invalid(
-            "permits",
-            "a semaphore needs at least one permit",
-        ));
-    }
     let started = Instant::now();
     let shared = client.shared();
     // Chores left where no runtime ran (a guard or an acquire dropped on a plain thread)
     // start now at the latest.
     shared.keeper.resume_chores();
-    let lock_id = want
-        .options
-        .lock_id
-        .clone()
-        .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
-    let request = new_request(want, &lock_id, &shared.keeper.id, wait);
-    request.validate()?;
+    request.keeper = Some(shared.keeper.id.clone());
+    // Only a writer that will wait announces itself: one attempt must not keep readers out.
+    if matches!(wait, Wait::Once) {
+        request.announce = None;
+    }
+    let resource = request.resource.clone();
+    let kind = request.kind;
+    let announce = request.announce;
 
     // Local waiters on one resource take turns.
     let gate = match wait {
         Wait::Once => None,
-        _ => Some(client.gate(&want.resource)),
+        _ => Some(client.gate(&resource)),
     };
     let _turn = match &gate {
         None => None,
@@ -276,7 +307,7 @@ async fn acquire_in_span(
             Some(deadline) => match tokio::time::timeout_at(deadline, gate.lock()).await {
                 Ok(turn) => Some(turn),
                 Err(_) => {
-                    observe::timed_out(want.kind);
+                    observe::timed_out(kind);
                     return Ok(None);
                 }
             },
@@ -285,10 +316,10 @@ async fn acquire_in_span(
     };
     let mut changes = match wait {
         Wait::Once => None,
-        _ => Some(shared.wakeups.subscribe(&want.resource)),
+        _ => Some(shared.wakeups.subscribe(&resource)),
     };
 
-    let mut pending = Pending::new(client, request);
+    let mut pending = Pending::new(client, request.clone());
     let mut backoff = FIRST_BACKOFF;
     loop {
         pending.sending();
@@ -301,20 +332,20 @@ async fn acquire_in_span(
             Ok(Attempt::Granted(grant)) => {
                 let lease = Arc::new(Lease::new(
                     grant,
-                    want.options.ttl,
-                    margin,
-                    every,
+                    timing.ttl,
+                    timing.margin,
+                    timing.every,
                     sent_at,
                     shared.keeper.clock().clone(),
                 ));
                 if lease.is_lost() {
                     // The reply came back after the lease's own deadline: not trusted.
                     // Withdraw it, then try again as a new attempt if there is time.
-                    tracing::debug!(resource = %want.resource, "grant arrived too late to trust");
+                    tracing::debug!(resource = %resource, "grant arrived too late to trust");
                     if let Err(error) = withdraw(client, &pending.request, wait).await {
                         // `pending` withdraws it in the background from here on; the next
                         // attempt would find the lock id still holding the resource.
-                        observe::timed_out(want.kind);
+                        observe::timed_out(kind);
                         return Err(error);
                     }
                     pending.settled();
@@ -324,18 +355,17 @@ async fn acquire_in_span(
                         Wait::Forever => false,
                     };
                     if out_of_time {
-                        observe::timed_out(want.kind);
+                        observe::timed_out(kind);
                         return Ok(None);
                     }
-                    let request = new_request(want, &lock_id, &shared.keeper.id, wait);
-                    pending = Pending::new(client, request);
+                    pending = Pending::new(client, request.clone().nonce(Nonce::new()));
                     continue;
                 }
                 let key = shared.keeper.add(lease.clone());
                 pending.settled();
-                observe::acquired(want.kind, started.elapsed());
+                observe::acquired(kind, started.elapsed());
                 tracing::debug!(
-                    resource = %want.resource, kind = %want.kind, token = lease.grant.fencing_token(),
+                    resource = %resource, kind = %kind, token = lease.grant.fencing_token(),
                     waited = ?started.elapsed(), "lease acquired"
                 );
                 return Ok(Some(LockGuard::new(client.clone(), lease, key)));
@@ -349,8 +379,8 @@ async fn acquire_in_span(
                 return Err(Error::invalid(
                     "lock_id",
                     format!(
-                        "{lock_id:?} already holds {:?}: a lock id belongs to one holder; leave it unset for a fresh one",
-                        want.resource
+                        "{:?} already holds {:?}: a lock id belongs to one holder; leave it unset for a fresh one",
+                        pending.request.lock_id, resource
                     ),
                 ));
             }
@@ -362,13 +392,13 @@ async fn acquire_in_span(
                 // The same attempt is sent again: if the first got through, the server says
                 // so; it is never granted twice.
                 tracing::warn!(
-                    %error, resource = %want.resource, retry_in = ?backoff,
+                    %error, resource = %resource, retry_in = ?backoff,
                     "attempt failed; trying again (the wait goes on while the server is unreachable)"
                 );
                 let pause = jitter(backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 if !sleep_within(pause, wait).await {
-                    observe::timed_out(want.kind);
+                    observe::timed_out(kind);
                     return Err(error);
                 }
                 continue;
@@ -392,7 +422,7 @@ async fn acquire_in_span(
         };
         // A waiting writer's announcement lapses after `announce`: attempt again well before,
         // whatever the holders have left, so readers stay out while it waits.
-        let sleep = match want.announce {
+        let sleep = match announce {
             Some(announce) => sleep.min(announce / 2),
             None => sleep,
         };
@@ -424,29 +454,11 @@ async fn acquire_in_span(
         );
         if !waited.instrument(span).await {
             // Slept to the deadline without a change: give up.
-            observe::timed_out(want.kind);
-            tracing::debug!(resource = %want.resource, waited = ?started.elapsed(), "gave up waiting");
+            observe::timed_out(kind);
+            tracing::debug!(resource = %resource, waited = ?started.elapsed(), "gave up waiting");
             return Ok(None);
         }
     }
-}
-
-/// A request for `want` by `lock_id`, renewed by `keeper`, with a fresh nonce. Only a writer
-/// that will wait announces itself: one attempt must not keep readers out.
-fn new_request(want: &Want, lock_id: &str, keeper: &str, wait: Wait) -> AcquireRequest {
-    let mut details = LockDetails::default().ttl(want.options.ttl);
-    if let Some(owner) = &want.options.owner {
-        details = details.owner(owner.clone());
-    }
-    let mut request = match want.kind {
-        LockKind::Exclusive => AcquireRequest::exclusive(&want.resource, lock_id, details),
-        LockKind::Shared => AcquireRequest::shared(&want.resource, lock_id, details, want.max),
-    };
-    request.keeper = Some(keeper.to_owned());
-    if !matches!(wait, Wait::Once) {
-        request.announce = want.announce;
-    }
-    request
 }
 
 /// Withdraws an attempt whose grant is not trusted, retrying a transient failure with backoff
@@ -511,10 +523,14 @@ mod tests {
     #[test]
     fn settings_are_checked() {
         let ok = LeaseOptions::default();
-        let (every, margin) = ok.check().unwrap();
-        assert_eq!(every, Duration::from_secs(10));
-        assert_eq!(margin, Duration::from_secs(2));
-        let bad = |options: LeaseOptions| match options.check().unwrap_err().kind() {
+        let timing = ok.timing().unwrap();
+        assert_eq!(timing.every, Duration::from_secs(10));
+        assert_eq!(timing.margin, Duration::from_secs(2));
+        let bad = |options: LeaseOptions| match options
+            .request(LockKind::Exclusive, "r", None, None)
+            .unwrap_err()
+            .kind()
+        {
             ErrorKind::InvalidArgument { argument, .. } => *argument,
             other => panic!("{other:?}"),
         };
@@ -557,13 +573,13 @@ mod tests {
             every: Some(MIN_EXTEND_EVERY),
             ..ok.clone()
         };
-        assert_eq!(floor.check().unwrap().0, MIN_EXTEND_EVERY);
+        assert_eq!(floor.timing().unwrap().every, MIN_EXTEND_EVERY);
         let shortest = LeaseOptions {
             ttl: MIN_LEASE_TTL,
             ..ok.clone()
         };
         assert!(
-            shortest.check().is_ok(),
+            shortest.timing().is_ok(),
             "the shortest TTL works with its defaults"
         );
         assert_eq!(
@@ -576,10 +592,26 @@ mod tests {
         assert_eq!(
             bad(LeaseOptions {
                 lock_id: Some(String::new()),
-                ..ok
+                ..ok.clone()
             }),
             "lock_id"
         );
+        let no_permits = ok.request(LockKind::Shared, "r", Some(0), None);
+        assert!(matches!(
+            no_permits.unwrap_err().kind(),
+            ErrorKind::InvalidArgument {
+                argument: "permits",
+                ..
+            }
+        ));
+        let empty = ok.request(LockKind::Exclusive, "", None, None);
+        assert!(matches!(
+            empty.unwrap_err().kind(),
+            ErrorKind::InvalidArgument {
+                argument: "resource",
+                ..
+            }
+        ));
     }
 
     #[test]
