@@ -41,7 +41,8 @@ use bson::{Bson, Document, bson, doc};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Error, Result};
 use crate::lock::{Grant, LockKind};
-use crate::schema::{self, literal};
+use crate::command::expr::{self, literal};
+use crate::schema;
 
 /// `{ $or: [{ "exclusive.keeper": k }, { "shared.keeper": k }] }`: the documents where the
 /// keeper has an entry, found by index.
@@ -147,12 +148,12 @@ pub(crate) async fn renew(ctx: &Context, leases: &[&Grant], limit: Duration) -> 
 pub(crate) fn live_leases(keeper: &str) -> Vec<Document> {
     vec![
         doc! { "$match": kept_by(keeper) },
-        doc! { "$match": { "$expr": schema::is_lock_document() } },
-        doc! { "$project": { "e": schema::all_entries() } },
+        doc! { "$match": { "$expr": expr::is_lock_document() } },
+        doc! { "$project": { "e": expr::all_entries() } },
         doc! { "$unwind": "$e" },
         doc! { "$match": { "$expr": { "$and": [
             { "$eq": ["$e.keeper", literal(keeper)] },
-            schema::is_live("$e"),
+            expr::is_live("$e"),
         ]}}},
         doc! { "$project": {
             "_id": 0, "resource": "$_id", "lockId": "$e.lockId", "token": "$e.token",

@@ -19,6 +19,7 @@
 //! repeating can fix.
 
 pub(crate) mod acquire;
+pub(crate) mod expr;
 pub(crate) mod indexes;
 pub(crate) mod keepalive;
 pub(crate) mod purge;
