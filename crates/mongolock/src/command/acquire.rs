@@ -82,23 +82,16 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         "t": expr::live_tombstones(),
         "q": expr::live_queue(),
     });
-    // 3. Was this attempt withdrawn? For an announcing writer: does this lock id hold the
-    //    resource already (then it is not waiting)?
-    let mut seen = doc! { "w": { "$in": [nonce.clone(), "$$t.nonce"] } };
-    if announce.is_some() {
-        seen.insert(
-            "h",
-            bson!({ "$or": [
-                { "$eq": ["$$x.lockId", lock_id.clone()] },
-                { "$in": [lock_id.clone(), "$$s.lockId"] },
-            ]}),
-        );
-    }
-    // 4. Is it free for this kind? Not withdrawn, no live exclusive entry, and for an
-    //    exclusive lock no live shared entry; for a shared lock not held by this lock id,
-    //    the same cap as the live shared entries, no other writer waiting, and room under
-    //    the cap.
-    let mut terms = vec![bson!({ "$not": ["$$w"] }), bson!({ "$eq": ["$$x", null] })];
+    // 3. Was this attempt withdrawn? Is it free for this kind? No live exclusive entry, and
+    //    for an exclusive lock no live shared entry; for a shared lock not held by this
+    //    lock id, the same cap as the live shared entries, no other writer waiting, and room
+    //    under the cap. An exclusive request needs no `held` term: any live entry, this lock
+    //    id's or not, refuses it.
+    let withdrawn = bson!({ "$in": [nonce.clone(), "$$t.nonce"] });
+    let mut terms = vec![
+        bson!({ "$not": [if announce.is_some() { bson!("$$w") } else { withdrawn.clone() }] }),
+        bson!({ "$eq": ["$$x", null] }),
+    ];
     match request.kind {
         LockKind::Exclusive => terms.push(bson!({ "$eq": [{ "$size": "$$s" }, 0] })),
         LockKind::Shared => {
@@ -115,7 +108,18 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             }
         }
     }
-    // 5. The fencing token if granted: above every earlier one, even if the document was
+    // For an announcing writer, one level more: was it withdrawn, and does this lock id hold
+    // the resource already (then it is not waiting)?
+    let seen = announce.map(|_| {
+        bson!({
+            "w": withdrawn,
+            "h": { "$or": [
+                { "$eq": ["$$x.lockId", lock_id.clone()] },
+                { "$in": [lock_id.clone(), "$$s.lockId"] },
+            ]},
+        })
+    });
+    // 4. The fencing token if granted: above every earlier one, even if the document was
     //    deleted.
     let grant = bson!({
         "g": { "$and": terms },
@@ -124,7 +128,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             { "$multiply": [{ "$toLong": "$$NOW" }, 1000_i64] },
         ]},
     });
-    // 6. The entry, and where it goes.
+    // 5. The entry, and where it goes.
     let (expires_at, ttl) = match ttl_ms {
         Some(ms) => (bson!({ "$add": ["$$NOW", ms] }), Bson::Int64(ms)),
         None => (Bson::Null, Bson::Null),
@@ -198,99 +202,59 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     }
     .document();
 
-    let nested = [live, Bson::Document(seen), grant].into_iter().rev().fold(
+    let nested = [Some(live), seen, Some(grant)].into_iter().flatten().rev().fold(
         result,
         |inner, vars| bson!({ "$let": { "vars": vars, "in": inner } }),
     );
     vec![expr::guarded(nested)]
 }
 
-/// The projection of the document after the change. It only ever reads a lock document as
-/// the pipeline wrote it (a document of another shape fails the command first): `exclusive`
-/// is an entry or null, `shared`, `released` and `queue` are arrays, and every entry in it
-/// is live (the pipeline dropped the expired ones).
+/// The projection of the document after the change: a bounded reply whatever the number of
+/// holders, from which [`interpret`] derives the outcome. It only ever reads a lock document
+/// as the pipeline wrote it (a document of another shape fails the command first):
+/// `exclusive` is an entry or null, `shared`, `released` and `queue` are arrays, and every
+/// entry is live (the pipeline dropped the expired ones).
+///
+/// `{ now: $$NOW, x: <the exclusive entry or null>, m: <this lock id's shared entry>,
+///    s: <the first MAX_NAMED_HOLDERS shared entries>, n: <their number>,
+///    w: <this nonce was withdrawn>, q: <a live waiter of another lock id>,
+///    e: <the latest shared expiresAt> | <the earliest>, f: <a shared entry without TTL>,
+///    cap }`
 pub(crate) fn projection(request: &AcquireRequest) -> Document {
     let lock_id = literal(request.lock_id.as_str());
-    // Shared entries go untagged: the reader takes an entry without `kind` as shared.
-    let exclusive_list = bson!({ "$cond": [
-        { "$eq": ["$exclusive", null] },
-        [],
-        [{ "$mergeObjects": ["$exclusive", { "kind": "exclusive" }] }],
-    ]});
-    let mine = bson!({ "$cond": [
-        { "$eq": ["$exclusive.lockId", lock_id.clone()] },
-        { "$mergeObjects": ["$exclusive", { "kind": "exclusive" }] },
-        { "$arrayElemAt": [
+    let mut reply = doc! {
+        "now": "$$NOW",
+        "x": "$exclusive",
+        "m": { "$arrayElemAt": [
             { "$filter": { "input": "$shared", "as": "e", "cond": { "$eq": ["$$e.lockId", lock_id.clone()] } } },
             0,
         ]},
-    ]});
-    let mut reply = doc! {
-        "now": "$$NOW",
-        "mine": mine,
-        "withdrawn": { "$in": [literal(request.nonce.0), "$released.nonce"] },
-    };
-    match request.kind {
-        // Every holder blocks, and all of them must go: no wait if one has no TTL.
-        LockKind::Exclusive => {
-            reply.insert(
-                "blockers",
-                bson!({ "$slice": [{ "$concatArrays": [exclusive_list, "$shared"] }, MAX_NAMED_HOLDERS as i64] }),
-            );
-            reply.insert(
-                "blockerCount",
-                bson!({ "$add": [{ "$cond": [{ "$eq": ["$exclusive", null] }, 0, 1] }, { "$size": "$shared" }] }),
-            );
-            reply.insert(
-                "waitMs",
-                bson!({ "$let": {
-                    "vars": { "e": { "$map": {
-                        "input": { "$concatArrays": [
-                            { "$cond": [{ "$eq": ["$exclusive", null] }, [], ["$exclusive"]] },
-                            "$shared",
-                        ]},
-                        "as": "e",
-                        "in": { "$ifNull": ["$$e.expiresAt", null] },
-                    }}},
-                    "in": { "$cond": [
-                        { "$in": [null, "$$e"] },
-                        null,
-                        { "$subtract": [{ "$max": "$$e" }, "$$NOW"] },
-                    ]},
-                }}),
-            );
-        }
-        // An exclusive holder blocks alone; otherwise the cap does, and the first shared
-        // lease to end frees a slot.
-        LockKind::Shared => {
-            let has_exclusive = bson!({ "$ne": ["$exclusive", null] });
-            reply.insert(
-                "blockers",
-                bson!({ "$cond": [has_exclusive.clone(), exclusive_list, { "$slice": ["$shared", MAX_NAMED_HOLDERS as i64] }] }),
-            );
-            reply.insert(
-                "blockerCount",
-                bson!({ "$cond": [has_exclusive.clone(), 1, { "$size": "$shared" }] }),
-            );
-            reply.insert(
-                "waitMs",
-                bson!({ "$subtract": [
-                    { "$cond": [has_exclusive, "$exclusive.expiresAt", { "$min": "$shared.expiresAt" }] },
-                    "$$NOW",
-                ]}),
-            );
-            reply.insert("cap", "$cap");
-            reply.insert("sharedCount", bson!({ "$size": "$shared" }));
-        }
-    }
-    reply.insert(
-        "writerWaiting",
-        bson!({ "$anyElementTrue": [{ "$map": {
+        "s": { "$slice": ["$shared", MAX_NAMED_HOLDERS as i64] },
+        "n": { "$size": "$shared" },
+        "w": { "$in": [literal(request.nonce.0), "$released.nonce"] },
+        "q": { "$anyElementTrue": [{ "$map": {
             "input": "$queue", "as": "q",
             "in": { "$and": [{ "$ne": ["$$q.lockId", lock_id] }, { "$gt": ["$$q.until", "$$NOW"] }] },
-        }}]}),
-    );
-    doc! { "_id": 1, "reply": reply }
+        }}]},
+    };
+    match request.kind {
+        // Every holder must go: the latest end, unless one has no TTL.
+        LockKind::Exclusive => {
+            reply.insert("e", bson!({ "$max": "$shared.expiresAt" }));
+            reply.insert(
+                "f",
+                bson!({ "$in": [null, { "$map": {
+                    "input": "$shared", "as": "e", "in": { "$ifNull": ["$$e.expiresAt", null] },
+                }}]}),
+            );
+        }
+        // The first shared lease to end frees a slot.
+        LockKind::Shared => {
+            reply.insert("e", bson!({ "$min": "$shared.expiresAt" }));
+            reply.insert("cap", "$cap");
+        }
+    }
+    doc! { "_id": 1, "r": reply }
 }
 
 /// Sends one attempt.
@@ -324,7 +288,7 @@ pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attem
     Ok(attempt)
 }
 
-/// Reads the findAndModify reply (`{value: <the projection>, ...}`).
+/// Reads the findAndModify reply (`{value: {_id, r: <the projection>}, ...}`).
 pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<Attempt> {
     let bad = |reason: &str| Error::bad_reply(Effect::Write, reason);
     let value = match reply.get("value") {
@@ -333,34 +297,35 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         _ => return Err(bad("the server returned no document for an upsert")),
     };
     let id = schema::id_of(value);
-    let Ok(fields) = value.get_document("reply") else {
+    let Ok(fields) = value.get_document("r") else {
         return Err(bad("the acquire reply has no fields"));
     };
     let resource = request.resource.as_str();
-    let entry_of = |doc: &Document| {
-        let kind = match doc.get_str(schema::KIND) {
-            Ok("exclusive") => LockKind::Exclusive,
-            _ => LockKind::Shared,
-        };
-        schema::decode_entry(&id, resource, kind, doc)
+    let entry = |field: &str, kind: LockKind| match fields.get(field) {
+        Some(Bson::Document(entry)) => schema::decode_entry(&id, resource, kind, entry).map(Some),
+        None | Some(Bson::Null) => Ok(None),
+        Some(_) => Err(Error::unexpected(&id, format!("{field} is not an entry"))),
     };
-    let mine = match fields.get("mine") {
-        Some(Bson::Document(entry)) => Some(entry_of(entry)?),
-        _ => None,
+    let exclusive = entry("x", LockKind::Exclusive)?;
+    let mine = match &exclusive {
+        Some(x) if x.lock_id == request.lock_id => Some(x.clone()),
+        _ => entry("m", LockKind::Shared)?,
     };
     let now = match fields.get("now") {
         Some(Bson::DateTime(now)) => Some(*now),
         _ => None,
     };
-    // What the server's clock left of the grant when it executed this copy of the attempt.
-    let remaining = |holder: &crate::lock::Holder| match (holder.expires_at, now) {
-        (Some(expires), Some(now)) => Some(schema::millis_left(
-            expires
-                .timestamp_millis()
+    // Milliseconds from the server's `now` to `at`, by the server's clock.
+    let until = |at: Option<DateTime>| match (at, now) {
+        (Some(at), Some(now)) => Some(
+            at.timestamp_millis()
                 .saturating_sub(now.timestamp_millis()),
-        )),
+        ),
         _ => None,
     };
+    // What the server's clock left of the grant when it executed this copy of the attempt.
+    let remaining =
+        |holder: &crate::lock::Holder| until(holder.expires_at).map(schema::millis_left);
     if let Some(mine) = &mine
         && mine.nonce == Some(request.nonce.0)
     {
@@ -370,7 +335,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             remaining: remaining(mine),
         }));
     }
-    if fields.get_bool("withdrawn") == Ok(true) {
+    if fields.get_bool("w") == Ok(true) {
         return Ok(Attempt::Withdrawn);
     }
     if let Some(mine) = mine {
@@ -385,7 +350,8 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         });
     }
     let int = |field: &str| fields.get(field).and_then(schema::number);
-    if request.kind == LockKind::Shared && int("sharedCount").unwrap_or(0) > 0 {
+    let shared_count = int("n").map_or(0, |n| u64::try_from(n).unwrap_or(0));
+    if request.kind == LockKind::Shared && shared_count > 0 {
         let stored = int("cap").map(|cap| u32::try_from(cap).unwrap_or(u32::MAX));
         if stored != request.max_shared {
             return Ok(Attempt::CapMismatch {
@@ -395,20 +361,41 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             });
         }
     }
-    let holders = match fields.get("blockers") {
+    let shared = match fields.get("s") {
         Some(Bson::Array(items)) => items
             .iter()
             .map(|item| match item {
-                Bson::Document(entry) => entry_of(entry),
+                Bson::Document(entry) => {
+                    schema::decode_entry(&id, resource, LockKind::Shared, entry)
+                }
                 _ => Err(Error::unexpected(&id, "a holder is not a document")),
             })
             .collect::<Result<Vec<_>>>()?,
         _ => Vec::new(),
     };
-    let holder_count = int("blockerCount")
-        .map(|n| u64::try_from(n).unwrap_or(0))
-        .unwrap_or(holders.len() as u64);
-    let wait_ms = int("waitMs");
+    let shared_end = match fields.get("e") {
+        Some(Bson::DateTime(at)) => Some(*at),
+        _ => None,
+    };
+    let (holders, holder_count, wait_ms) = match (request.kind, exclusive) {
+        // An exclusive holder blocks alone a shared request.
+        (LockKind::Shared, Some(x)) => {
+            let wait = until(x.expires_at);
+            (vec![x], 1, wait)
+        }
+        // Otherwise the cap does, and the first shared lease to end frees a slot.
+        (LockKind::Shared, None) => (shared, shared_count, until(shared_end)),
+        // Every holder blocks an exclusive request, and all of them must go.
+        (LockKind::Exclusive, x) => {
+            let forever = fields.get_bool("f") == Ok(true)
+                || x.as_ref().is_some_and(|x| x.expires_at.is_none());
+            let end = x.as_ref().and_then(|x| x.expires_at).max(shared_end);
+            let count = shared_count + u64::from(x.is_some());
+            let mut holders: Vec<_> = x.into_iter().chain(shared).collect();
+            holders.truncate(MAX_NAMED_HOLDERS);
+            (holders, count, if forever { None } else { until(end) })
+        }
+    };
     let wait = wait_ms.map(schema::millis_left);
     let free_at = match (now, wait_ms) {
         (Some(now), Some(ms)) => Some(DateTime::from_millis(
@@ -422,7 +409,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         holder_count,
         wait,
         free_at,
-        writer_waiting: fields.get_bool("writerWaiting") == Ok(true),
+        writer_waiting: fields.get_bool("q") == Ok(true),
     }))
 }
 
@@ -513,26 +500,26 @@ mod tests {
     }
 
     fn reply(fields: Document) -> Document {
-        doc! { "ok": 1, "value": { "_id": "r", "reply": fields } }
+        doc! { "ok": 1, "value": { "_id": "r", "r": fields } }
     }
 
     #[test]
     fn tells_this_attempt_from_an_earlier_one_and_from_the_other_kind() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let now = reply(doc! { "mine": entry("me", 9, "exclusive", Some(request.nonce)) });
+        let now = reply(doc! { "x": entry("me", 9, "exclusive", Some(request.nonce)) });
         let Attempt::Granted(grant) = interpret(&request, &now).unwrap() else {
             panic!()
         };
         assert!(grant.is_new());
         assert_eq!(grant.fencing_token(), 9);
 
-        let earlier = reply(doc! { "mine": entry("me", 9, "exclusive", Some(Nonce::new())) });
+        let earlier = reply(doc! { "x": entry("me", 9, "exclusive", Some(Nonce::new())) });
         let Attempt::AlreadyHeld(grant) = interpret(&request, &earlier).unwrap() else {
             panic!()
         };
         assert!(!grant.is_new());
 
-        let other_kind = reply(doc! { "mine": entry("me", 9, "shared", Some(Nonce::new())) });
+        let other_kind = reply(doc! { "m": entry("me", 9, "shared", Some(Nonce::new())) });
         let Attempt::HeldWithOtherKind(held) = interpret(&request, &other_kind).unwrap() else {
             panic!()
         };
@@ -545,7 +532,7 @@ mod tests {
     #[test]
     fn a_withdrawn_nonce_is_its_own_outcome() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let withdrawn = reply(doc! { "withdrawn": true, "blockers": [], "blockerCount": 0 });
+        let withdrawn = reply(doc! { "w": true, "s": [], "n": 0 });
         assert_eq!(interpret(&request, &withdrawn).unwrap(), Attempt::Withdrawn);
     }
 
@@ -553,8 +540,9 @@ mod tests {
     fn contention_carries_the_servers_wait() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
         let contended = reply(doc! {
-            "now": DateTime::from_millis(10_000), "withdrawn": false,
-            "blockers": [entry("a", 8, "shared", None)], "blockerCount": 12, "waitMs": 2_500_i64,
+            "now": DateTime::from_millis(10_000), "x": Bson::Null, "w": false,
+            "s": [entry("a", 8, "shared", None)], "n": 12,
+            "e": DateTime::from_millis(12_500), "f": false,
         });
         let Attempt::Contended(c) = interpret(&request, &contended).unwrap() else {
             panic!()
@@ -570,13 +558,28 @@ mod tests {
             "{error}"
         );
 
-        let forever = reply(
-            doc! { "now": DateTime::from_millis(1), "blockers": [], "blockerCount": 1, "waitMs": Bson::Null },
-        );
+        let forever = reply(doc! {
+            "now": DateTime::from_millis(1), "s": [entry("a", 8, "shared", None)], "n": 1,
+            "e": DateTime::from_millis(5), "f": true,
+        });
         let Attempt::Contended(c) = interpret(&request, &forever).unwrap() else {
             panic!()
         };
         assert_eq!((c.wait(), c.free_at()), (None, None));
+
+        // A shared request is blocked by an exclusive holder alone.
+        let reader = AcquireRequest::shared("r", "me", LockDetails::default(), None);
+        let mut holder = entry("a", 8, "exclusive", None);
+        holder.insert("expiresAt", DateTime::from_millis(10_700));
+        let blocked = reply(doc! {
+            "now": DateTime::from_millis(10_000), "x": holder,
+            "s": [entry("b", 9, "shared", None)], "n": 1, "e": Bson::Null,
+        });
+        let Attempt::Contended(c) = interpret(&reader, &blocked).unwrap() else {
+            panic!()
+        };
+        assert_eq!((c.holder_count(), c.holders()[0].lock_id()), (1, "a"));
+        assert_eq!(c.wait(), Some(Duration::from_millis(700)));
     }
 
     #[tokio::test]

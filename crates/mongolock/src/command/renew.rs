@@ -96,7 +96,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"{"$gt":["$$e.expiresAt","$$NOW"]}"#),
+            text.contains(r#"{"$gt":[{"$ifNull":["$$e.expiresAt",{"$maxKey":1}]},"$$NOW"]}"#),
             "{text}"
         );
         assert!(
