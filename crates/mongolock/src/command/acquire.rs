@@ -13,26 +13,36 @@
 //! ```
 //!
 //! The stage, in words (each step is one `$let` level of [`pipeline`]):
-//! 1. If the document is not a lock document, leave it as it is.
-//! 2. `x`, `s`, `t`: the live exclusive entry (or null), the live shared entries and the
-//!    tombstones still in force. Expired entries are dropped here, so they never block
-//!    anybody, whatever their kind.
-//! 3. `held`: whether this lock id already holds the resource (either kind); `withdrawn`:
-//!    whether this attempt's nonce was given up by `release_attempt`.
-//! 4. `grant`: not `held`, not `withdrawn`, no live exclusive entry, and for an exclusive
-//!    lock no live shared entry, for a shared lock fewer than `max` live shared entries.
-//! 5. `fence`: on a grant `max(fence + 1, toLong($$NOW) * 1000)`, else unchanged.
-//! 6. The new entry, with the token `fence` and `expiresAt = $$NOW + ttl` (or null), added as
-//!    the exclusive entry or to the shared ones when granted.
+//! 1. If the document is not a lock document, fail the command (it writes nothing; the
+//!    client reports [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)).
+//!    This is the only check of the document's shape in the command (see `command/expr.rs`).
+//! 2. `x`, `s`, `t`, `q`: the live exclusive entry (or null), the live shared entries, the
+//!    tombstones and the waiters still in force. Expired entries are dropped here, so they
+//!    never block anybody, whatever their kind.
+//! 3. For an announcing writer only: `w`, whether this attempt's nonce was given up by
+//!    `release_attempt`, and `h`, whether this lock id already holds the resource.
+//! 4. `g` (grant): the nonce not withdrawn, no live exclusive entry, and for an exclusive
+//!    lock no live shared entry; for a shared lock no live shared entry of this lock id, the
+//!    cap of the live shared entries (if any) the requested one, no other writer waiting,
+//!    and fewer than `max` live shared entries. Only the terms of the request's kind are
+//!    sent (an exclusive request needs no "held by this lock id" term: any live entry
+//!    refuses it). `f`: the token a grant gets, `max(fence + 1, toLong($$NOW) * 1000)`.
+//! 5. The new document: on a grant the new entry (token `f`, `expiresAt = $$NOW + ttl` or
+//!    null) as the exclusive entry or added to the shared ones, and `fence = f`; otherwise
+//!    the live entries only, the fence unchanged.
 //!
 //! A refused attempt whose document had nothing expired to drop leaves it unchanged: no
 //! write, no change event.
 //!
-//! The projection reads the document after the change and returns only what the client
-//! needs, whatever the number of holders: this lock id's own entry (granted now if it carries
-//! this attempt's nonce, or earlier), whether the nonce was withdrawn, and for a refusal the
-//! first [`MAX_NAMED_HOLDERS`] blockers, their number and how long until they are gone
-//! (`expiresAt - $$NOW`, computed by the server, so no client clock is read).
+//! The projection reads the document after the change, which the stage wrote as a lock
+//! document (so it needs no check of its own), and returns only raw, bounded facts whatever
+//! the number of holders (see [`projection`]): the server's `$$NOW`, the exclusive entry,
+//! this lock id's shared entry, the first [`MAX_NAMED_HOLDERS`] shared entries and their
+//! number, whether the nonce was withdrawn, whether another writer waits, and the latest (or
+//! for a shared request the earliest) shared `expiresAt`. [`interpret`] derives the outcome
+//! from them: granted now if this lock id's entry carries this attempt's nonce, held from
+//! before, or refused with the blockers and how long until they are gone (an `expiresAt`
+//! minus the server's `$$NOW`, both server times, so no client clock is read).
 
 use bson::{Bson, DateTime, Document, bson, doc};
 

@@ -6,10 +6,12 @@
 //! update: <collection>, ordered: false, updates: [                  // one per lease
 //!   { q: { _id: <resource>, "exclusive.lockId": <id>, "exclusive.token": <token>,
 //!          $expr: { $gt: ["$exclusive.expiresAt", "$$NOW"] } },     // live: never revived
-//!     u: [ { $set: { exclusive: <the entry, expiresAt = $$NOW + ttlMs>, idleSince } } ] },
+//!     u: [ { $set: { exclusive: <the entry, expiresAt = $$NOW + ttlMs> } },
+//!          { $set: { idleSince: <at least the entry's new expiresAt, if not null> } } ] },
 //!   { q: { _id: <resource>, shared: { $elemMatch: { lockId: <id>, token: <token> } },
 //!          $expr: <that shared entry is live> },
-//!     u: [ { $set: { shared: <that entry renewed, the others as they are>, idleSince } } ] },
+//!     u: [ { $set: { shared: <that entry renewed, the others as they are> } },
+//!          { $set: { idleSince: <at least its new expiresAt, if not null> } } ] },
 //!   ... ], writeConcern, maxTimeMS
 //! ```
 //!
@@ -31,8 +33,9 @@
 //!   { $project: { resource, lockId, token, remainingMs: expiresAt - $$NOW } } ]
 //! ```
 //!
-//! The command grows with the leases: about 560 bytes each with 32-character names (the
-//! benchmarks measure it at 10,000 leases, far below the 16 MiB limit of a command).
+//! The command grows with the leases: about 500 bytes each for an exclusive lease and 800
+//! for a shared one, with 32-character names (the benchmarks measure it at 10,000 leases,
+//! far below the 16 MiB limit of a command).
 
 use std::time::Duration;
 
@@ -58,17 +61,19 @@ fn renewed(entry: &str) -> Bson {
     }]})
 }
 
-/// `idleSince` after an entry at `entry` was renewed: null stays null (an entry without TTL
-/// holds the document), otherwise the later of itself and the entry's new expiry.
-fn idle_since(entry: &str) -> Bson {
-    bson!({ "$cond": [
+/// The second stage of a renewal: `idleSince` after the entries were renewed. Null stays
+/// null (an entry without TTL holds the document); otherwise the later of itself and
+/// `renewed_expiry`, the renewed entry's new expiry read from the first stage's output.
+fn idle_since(renewed_expiry: Bson) -> Document {
+    doc! { "$set": { "idleSince": { "$cond": [
         { "$eq": [{ "$ifNull": ["$idleSince", null] }, null] },
         null,
-        { "$max": ["$idleSince", { "$add": ["$$NOW", format!("{entry}.ttlMs")] }] },
-    ]})
+        { "$max": ["$idleSince", renewed_expiry] },
+    ]}}}
 }
 
-/// The statement that renews one lease, matching only while it is live.
+/// The statement that renews one lease, matching only while it is live. Two stages: the
+/// entry renewed, then `idleSince` moved to its new expiry.
 fn statement(grant: &Grant) -> Document {
     let (resource, lock_id, token) = (grant.resource(), grant.lock_id(), grant.fencing_token());
     let (query, update) = match grant.kind() {
@@ -77,16 +82,16 @@ fn statement(grant: &Grant) -> Document {
                 "_id": resource, "exclusive.lockId": lock_id, "exclusive.token": token,
                 "$expr": { "$gt": ["$exclusive.expiresAt", "$$NOW"] },
             },
-            doc! { "$set": {
-                "exclusive": renewed("$exclusive"),
-                "idleSince": idle_since("$exclusive"),
-            }},
+            vec![
+                doc! { "$set": { "exclusive": renewed("$exclusive") } },
+                idle_since(bson!("$exclusive.expiresAt")),
+            ],
         ),
         LockKind::Shared => {
             let this = |entry: &str| {
                 bson!({ "$and": [
-                    { "$eq": [format!("{entry}.lockId"), literal(lock_id)] },
                     { "$eq": [format!("{entry}.token"), token] },
+                    { "$eq": [format!("{entry}.lockId"), literal(lock_id)] },
                 ]})
             };
             (
@@ -98,29 +103,24 @@ fn statement(grant: &Grant) -> Document {
                         "in": { "$and": [this("$$e"), { "$gt": ["$$e.expiresAt", "$$NOW"] }] },
                     }}]},
                 },
-                doc! { "$set": {
-                    "shared": { "$map": {
+                vec![
+                    doc! { "$set": { "shared": { "$map": {
                         "input": "$shared", "as": "e",
                         "in": { "$cond": [this("$$e"), renewed("$$e"), "$$e"] },
-                    }},
-                    // Every renewed entry has the same TTL as the others of the lease; the
-                    // new expiry of this one is `$$NOW + its ttlMs`.
-                    "idleSince": { "$cond": [
-                        { "$eq": [{ "$ifNull": ["$idleSince", null] }, null] },
-                        null,
-                        { "$max": ["$idleSince", { "$max": { "$map": {
-                            "input": "$shared", "as": "e",
-                            "in": { "$cond": [this("$$e"), { "$add": ["$$NOW", "$$e.ttlMs"] }, null] },
-                        }}}]},
-                    ]},
-                }},
+                    }}}},
+                    // The renewed entry is the one renewed at `$$NOW`: the others of the
+                    // document were renewed earlier.
+                    idle_since(bson!({ "$max": { "$map": {
+                        "input": "$shared", "as": "e",
+                        "in": { "$cond": [{ "$eq": ["$$e.renewedAt", "$$NOW"] }, "$$e.expiresAt", null] },
+                    }}})),
+                ],
             )
         }
     };
     doc! {
         "q": query,
-        "u": [update],
-        "multi": false,
+        "u": update,
         "collation": Context::collation(),
     }
 }

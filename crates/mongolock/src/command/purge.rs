@@ -7,7 +7,7 @@
 //! ```text
 //! update: <collection>, updates: [{
 //!   q: { $expr: <a lock document with an expired entry> },     // scans the collection
-//!   u: [ { $replaceWith: <the document without its expired entries> } ],
+//!   u: [ { $replaceWith: <the document without its expired entries> } ],   // no 2nd check
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
 //!
@@ -20,7 +20,8 @@
 //! ```text
 //! 1. aggregate: the lock ids with an expired entry, each with the earliest such expiresAt T
 //! 2. update: one statement per lock id L (up to GROUPS_PER_COMMAND a command):
-//!      q: { $or: [{ "exclusive.lockId": L }, { "shared.lockId": L }] },          // by index
+//!      q: { $or: [{ "exclusive.lockId": L }, { "shared.lockId": L }],           // by index
+//!           $expr: <a lock document> },
 //!      u: remove every entry that is expired, or is L's and was created before T
 //! ```
 //!
@@ -35,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::status::Purged;
 
 /// The most group statements sent in one `update` command (each carries its own pipeline,
-/// about 2 KiB), keeping a command far below MongoDB's 16 MiB limit.
+/// about 4 KiB), keeping a command far below MongoDB's 16 MiB limit.
 pub(crate) const GROUPS_PER_COMMAND: usize = 1_000;
 
 /// A lock document with an expired entry.

@@ -5,8 +5,10 @@
 //!
 //! ```text
 //! findAndModify: <collection>, query: { _id: <resource> }, new: false,
-//!   update: [ { $replaceWith: <the document without the entry {lockId, token}> } ],
-//!   fields: { removed: <whether the document before had that entry> },
+//!   update: [ { $replaceWith: <a lock document> ? <the document without the entry
+//!                             {lockId, token}> : <fail the command> } ],
+//!   fields: { r: { removed: <whether the document before had that entry>,
+//!                  live: <whether that entry was live> } },
 //!   collation: { locale: "simple" }, writeConcern, maxTimeMS
 //! ```
 //!
@@ -14,24 +16,31 @@
 //!
 //! ```text
 //! findAndModify: <collection>, query: { _id: <resource> }, new: false, upsert: true,
-//!   update: [ { $replaceWith: <the document without the entry {lockId, nonce},
-//!                             with a tombstone for the nonce> } ],
-//!   fields: { removed: <whether the document before had that entry> }, ...
+//!   update: [ { $replaceWith: <a lock document> ? <the document without the entry
+//!                             {lockId, nonce}, with a tombstone for the nonce> : <fail> } ],
+//!   fields: { r: { removed, live } }, ...
 //! ```
 //!
 //! Every lock on a resource, whoever holds it (force release, for operators):
 //!
 //! ```text
 //! findAndModify: <collection>, query: { _id: <resource> }, new: false,
-//!   update: [ { $replaceWith: <the document without entries> } ],
+//!   update: [ { $replaceWith: <a lock document> ? <the document without entries> : <fail> } ],
 //!   fields: { removed: <the number of entries before> }, ...
 //! ```
+//!
+//! The shape of the document is checked once, in the stage: on a document of another shape
+//! the command fails and writes nothing, so the projection (read from the document before
+//! the change) only ever sees a lock document. A release or a withdrawal then reports that
+//! nothing was removed, and a force release reports
+//! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument).
 //!
 //! A whole lock id (unlock):
 //!
 //! ```text
 //! update: <collection>, updates: [{
-//!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }] },   // by index
+//!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }],   // by index
+//!        $expr: <a lock document> },                                      // the one check
 //!   u: [ { $replaceWith: <the document without the entries of <id>> } ],
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
