@@ -215,8 +215,8 @@ pub(crate) fn sort_newest_first(statuses: &mut [LockStatus]) {
 mod tests {
     use super::*;
     use crate::ErrorKind;
-    use bson::{DateTime, doc};
     use bson::oid::ObjectId;
+    use bson::{DateTime, doc};
 
     fn entry(lock_id: &str, token: i64) -> Document {
         doc! {

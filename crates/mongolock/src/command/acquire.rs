@@ -47,11 +47,11 @@
 use bson::{Bson, DateTime, Document, bson, doc};
 
 use crate::attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
+use crate::command::expr::{self, literal};
 use crate::command::{Context, Upsert};
 use crate::error::{Effect, Error, Result};
 use crate::lock::{Grant, LockKind};
 use crate::request::AcquireRequest;
-use crate::command::expr::{self, literal};
 use crate::schema;
 
 /// The command for one attempt; `ttl_ms` is the validated TTL.
@@ -212,10 +212,14 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     }
     .document();
 
-    let nested = [Some(live), seen, Some(grant)].into_iter().flatten().rev().fold(
-        result,
-        |inner, vars| bson!({ "$let": { "vars": vars, "in": inner } }),
-    );
+    let nested = [Some(live), seen, Some(grant)]
+        .into_iter()
+        .flatten()
+        .rev()
+        .fold(
+            result,
+            |inner, vars| bson!({ "$let": { "vars": vars, "in": inner } }),
+        );
     vec![expr::guarded(nested)]
 }
 
@@ -270,10 +274,7 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
 /// Sends one attempt.
 pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attempt> {
     let ttl_ms = request.validate()?;
-    let reply = match ctx
-        .write(command(ctx, request, ttl_ms), Upsert::Yes)
-        .await
-    {
+    let reply = match ctx.write(command(ctx, request, ttl_ms), Upsert::Yes).await {
         Err(error) if expr::is_refusal(&error) => {
             let id = Bson::String(request.resource.clone());
             return Err(schema::not_a_lock_document(&id));
@@ -327,10 +328,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     };
     // Milliseconds from the server's `now` to `at`, by the server's clock.
     let until = |at: Option<DateTime>| match (at, now) {
-        (Some(at), Some(now)) => Some(
-            at.timestamp_millis()
-                .saturating_sub(now.timestamp_millis()),
-        ),
+        (Some(at), Some(now)) => Some(at.timestamp_millis().saturating_sub(now.timestamp_millis())),
         _ => None,
     };
     // What the server's clock left of the grant when it executed this copy of the attempt.

@@ -77,7 +77,10 @@ fn shape(check_id: bool) -> Bson {
         }}]},
     ]});
     // The names above are the stored ones; the compact array check spells three of them.
-    debug_assert_eq!((LOCK_ID, CREATED_AT, RENEWED_AT), ("lockId", "createdAt", "renewedAt"));
+    debug_assert_eq!(
+        (LOCK_ID, CREATED_AT, RENEWED_AT),
+        ("lockId", "createdAt", "renewedAt")
+    );
     let mut terms = Vec::new();
     if check_id {
         terms.push(bson!({ "$eq": [type_of("$_id"), "string"] }));
@@ -113,7 +116,12 @@ pub(crate) fn refusal() -> Bson {
 
 /// Whether `error` is the server refusing a document of another shape (see [`refusal`]).
 pub(crate) fn is_refusal(error: &Error) -> bool {
-    matches!(error.kind(), ErrorKind::Database { code: Some(REFUSED) })
+    matches!(
+        error.kind(),
+        ErrorKind::Database {
+            code: Some(REFUSED)
+        }
+    )
 }
 
 /// The one stage of a single-document write: replace the document with `then` if it is a
@@ -306,7 +314,9 @@ mod tests {
 
     #[test]
     fn the_shape_check_is_small() {
-        let size = bson::to_vec(&doc! { "c": is_lock_document() }).unwrap().len();
+        let size = bson::to_vec(&doc! { "c": is_lock_document() })
+            .unwrap()
+            .len();
         assert!(size < 2_100, "{size} bytes");
     }
 }

@@ -41,10 +41,10 @@ use std::time::Duration;
 
 use bson::{Bson, Document, bson, doc};
 
+use crate::command::expr::{self, literal};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Error, Result};
 use crate::lock::{Grant, LockKind};
-use crate::command::expr::{self, literal};
 use crate::schema;
 
 /// `{ $or: [{ "exclusive.keeper": k }, { "shared.keeper": k }] }`: the documents where the
@@ -261,14 +261,17 @@ mod tests {
     #[tokio::test]
     async fn the_command_grows_by_a_bounded_size_per_lease() {
         let ctx = crate::command::test_context();
-        let size = |n: i64| {
+        let size = |n: i64, kind: LockKind| {
             let leases: Vec<Grant> = (0..n)
-                .map(|i| grant(&format!("{i:032}"), LockKind::Exclusive, i))
+                .map(|i| grant(&format!("{i:032}"), kind, i))
                 .collect();
             bson::to_vec(&command(&ctx, &leases)).unwrap().len()
         };
-        let per_lease = (size(101) - size(1)) / 100;
-        assert!(per_lease < 700, "{per_lease} bytes a lease");
-        assert!(size(10_000) < 16 * 1024 * 1024 / 2);
+        let per_lease = |kind| (size(101, kind) - size(1, kind)) / 100;
+        let exclusive = per_lease(LockKind::Exclusive);
+        assert!(exclusive < 620, "{exclusive} bytes an exclusive lease");
+        let shared = per_lease(LockKind::Shared);
+        assert!(shared < 1_250, "{shared} bytes a shared lease");
+        assert!(size(10_000, LockKind::Exclusive) < 16 * 1024 * 1024 / 2);
     }
 }

@@ -26,8 +26,7 @@ use crate::request::{check_id, ttl_millis};
 
 /// The command that renews every live lock of `lock_id` for `ttl_ms`.
 pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
-    let live_of_id =
-        |entry: &str| bson!({ "$and": [is_of(entry, lock_id), expr::is_live(entry)] });
+    let live_of_id = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), expr::is_live(entry)] });
     let renewed = |entry: &str| {
         let has_ttl = bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
         bson!({ "$mergeObjects": [entry, {
