@@ -73,7 +73,8 @@ pub(crate) fn command(ctx: &Context, request: &AcquireRequest, ttl_ms: Option<i6
 /// respect.
 pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Document> {
     let lock_id = literal(request.lock_id.as_str());
-    let nonce = literal(request.nonce.0);
+    // An ObjectId is a constant in an expression: it needs no `$literal`.
+    let nonce = Bson::ObjectId(request.nonce.0);
     let requested_cap = match request.max_shared {
         Some(max) => Bson::Int64(i64::from(max)),
         None => Bson::Null,
@@ -85,13 +86,15 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         _ => None,
     };
 
-    // 2. Live entries, tombstones and waiters only.
+    // 2. Live entries, tombstones and waiters only; `l`, the lock id, written once.
     let live = bson!({
+        "l": lock_id,
         "x": expr::exclusive_where(expr::is_live("$exclusive")),
         "s": expr::shared_where(expr::is_live("$$e")),
         "t": expr::live_tombstones(),
         "q": expr::live_queue(),
     });
+    let lock_id = bson!("$$l");
     // 3. Was this attempt withdrawn? Is it free for this kind? No live exclusive entry, and
     //    for an exclusive lock no live shared entry; for a shared lock not held by this
     //    lock id, the same cap as the live shared entries, no other writer waiting, and room
@@ -245,7 +248,7 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
         ]},
         "s": { "$slice": ["$shared", MAX_NAMED_HOLDERS as i64] },
         "n": { "$size": "$shared" },
-        "w": { "$in": [literal(request.nonce.0), "$released.nonce"] },
+        "w": { "$in": [request.nonce.0, "$released.nonce"] },
         "q": { "$anyElementTrue": [{ "$map": {
             "input": "$queue", "as": "q",
             "in": { "$and": [{ "$ne": ["$$q.lockId", lock_id] }, { "$gt": ["$$q.until", "$$NOW"] }] },

@@ -148,7 +148,7 @@ pub(crate) fn release_attempt_command(
     ttl_ms: Option<i64>,
 ) -> Document {
     let (lock_id, nonce) = (request.lock_id.as_str(), request.nonce.0);
-    let matches = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.nonce"), literal(nonce)] }] });
+    let matches = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.nonce"), nonce] }] });
     let life_ms = ttl_ms
         .unwrap_or(0)
         .max(schema::TOMBSTONE_MIN_LIFE.as_millis() as i64);
@@ -157,9 +157,9 @@ pub(crate) fn release_attempt_command(
     let tombstones = bson!({ "$concatArrays": [
         { "$filter": {
             "input": { "$ifNull": ["$released", []] }, "as": "t",
-            "cond": { "$and": [{ "$gt": ["$$t.until", "$$NOW"] }, { "$ne": ["$$t.nonce", literal(nonce)] }] },
+            "cond": { "$and": [{ "$gt": ["$$t.until", "$$NOW"] }, { "$ne": ["$$t.nonce", nonce] }] },
         }},
-        [{ "nonce": literal(nonce), "until": { "$add": ["$$NOW", life_ms] } }],
+        [{ "nonce": nonce, "until": { "$add": ["$$NOW", life_ms] } }],
     ]});
     let exclusive = expr::exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
     let shared = expr::shared_where(bson!({ "$not": [matches("$$e")] }));
@@ -197,7 +197,7 @@ pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> 
 pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Document {
     let repeat = bson!({ "$in": [op, "$$t.nonce"] });
     let life_ms = schema::TOMBSTONE_MIN_LIFE.as_millis() as i64;
-    let mut next = expr::Next::entries(
+    let next = expr::Next::entries(
         bson!({ "$cond": ["$$r", { "$ifNull": ["$exclusive", null] }, null] }),
         bson!({ "$cond": ["$$r", expr::shared_or_empty(), []] }),
         bson!({ "$cond": [
@@ -206,7 +206,6 @@ pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Docu
             { "$concatArrays": ["$$t", [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }]] },
         ]}),
     );
-    next.queue = expr::live_queue();
     let document = bson!({ "$let": {
         "vars": { "t": expr::live_tombstones() },
         "in": { "$let": { "vars": { "r": repeat.clone() }, "in": next.document() } },
