@@ -64,7 +64,12 @@ pub(crate) fn is_lock_document() -> Bson {
 fn shape(check_id: bool) -> Bson {
     let entry_ok = bson!({ "$and": [
         { "$eq": [
-            [type_of("$$e"), type_of("$$e.lockId"), type_of("$$e.createdAt"), type_of("$$e.renewedAt")],
+            [
+                type_of("$$e"),
+                type_of(&format!("$$e.{LOCK_ID}")),
+                type_of(&format!("$$e.{CREATED_AT}")),
+                type_of(&format!("$$e.{RENEWED_AT}")),
+            ],
             ["object", "string", "date", "date"],
         ]},
         type_in(&format!("$$e.{TOKEN}"), &["long", "int"]),
@@ -76,11 +81,6 @@ fn shape(check_id: bool) -> Bson {
             "in": { "$in": ["$$y", ["string", "null", "missing"]] },
         }}]},
     ]});
-    // The names above are the stored ones; the compact array check spells three of them.
-    debug_assert_eq!(
-        (LOCK_ID, CREATED_AT, RENEWED_AT),
-        ("lockId", "createdAt", "renewedAt")
-    );
     let mut terms = Vec::new();
     if check_id {
         terms.push(bson!({ "$eq": [type_of("$_id"), "string"] }));
