@@ -1,5 +1,6 @@
-//! The stored document: its fields, the expressions every command's pipeline shares, and
-//! decoding.
+//! The stored document: its fields and decoding. The expressions the commands' pipelines
+//! share over it (the shape check, the live entries, the document after a change) are in
+//! `command/expr.rs`.
 //!
 //! One document per resource:
 //!
@@ -50,13 +51,13 @@
 //! clock, which has moved on by at least the retention period.
 //!
 //! Every write rewrites the fields above and keeps any other top-level field as it is, and
-//! first checks [`is_lock_document`]: a document of another shape is passed through
-//! unchanged, and the command then reports
+//! first checks the document's shape (once per command, see `command/expr.rs`): a document
+//! of another shape is left unchanged, and the command then reports
 //! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument).
 
 use std::time::Duration;
 
-use bson::{Bson, Document, bson, doc};
+use bson::{Bson, Document};
 
 use crate::error::{Error, Result};
 use crate::lock::{Holder, LockKind};
@@ -98,235 +99,6 @@ pub(crate) fn millis_left(ms: i64) -> Duration {
 /// The shortest life of a tombstone left by `release_attempt`: long past any time a dropped
 /// command could still be in flight.
 pub(crate) const TOMBSTONE_MIN_LIFE: Duration = Duration::from_secs(5 * 60);
-
-/// A value the server must take as data, never as a field path or operator (a lock id may
-/// well start with `$`).
-pub(crate) fn literal(value: impl Into<Bson>) -> Bson {
-    bson!({ "$literal": value.into() })
-}
-
-/// True when the current document (`$$ROOT`) has this crate's shape, or none of its fields
-/// yet (a document just seeded by an upsert). It checks every field the decoder reads, so a
-/// document the client would reject is never changed.
-pub(crate) fn is_lock_document() -> Bson {
-    let entry_ok = |e: &str| {
-        let type_in = |field: &str, types: &[&str]| bson!({ "$in": [{ "$type": format!("{e}.{field}") }, types] });
-        bson!({ "$and": [
-            { "$eq": [{ "$type": e }, "object"] },
-            type_in(LOCK_ID, &["string"]),
-            type_in(TOKEN, &["long", "int"]),
-            type_in(CREATED_AT, &["date"]),
-            type_in(RENEWED_AT, &["date"]),
-            type_in(EXPIRES_AT, &["date", "null", "missing"]),
-            type_in(TTL_MS, &["long", "int", "null", "missing"]),
-            type_in(OWNER, &["string", "null", "missing"]),
-            type_in(HOST, &["string", "null", "missing"]),
-            type_in(KEEPER, &["string", "null", "missing"]),
-        ]})
-    };
-    bson!({ "$and": [
-        { "$eq": [{ "$type": "$_id" }, "string"] },
-        { "$in": [{ "$type": "$fence" }, ["long", "int", "missing"]] },
-        { "$in": [{ "$type": "$idleSince" }, ["date", "null", "missing"]] },
-        { "$in": [{ "$type": "$cap" }, ["long", "int", "null", "missing"]] },
-        { "$or": [
-            { "$eq": [{ "$type": "$queue" }, "missing"] },
-            { "$and": [
-                { "$isArray": "$queue" },
-                { "$allElementsTrue": [{ "$map": {
-                    "input": "$queue", "as": "q",
-                    "in": { "$and": [
-                        { "$eq": [{ "$type": "$$q.until" }, "date"] },
-                        { "$eq": [{ "$type": "$$q.lockId" }, "string"] },
-                    ]},
-                }}]},
-            ]},
-        ]},
-        { "$or": [
-            { "$in": [{ "$type": "$exclusive" }, ["null", "missing"]] },
-            entry_ok("$exclusive"),
-        ]},
-        { "$or": [
-            { "$eq": [{ "$type": "$shared" }, "missing"] },
-            { "$and": [
-                { "$isArray": "$shared" },
-                { "$allElementsTrue": [{ "$map": {
-                    "input": "$shared", "as": "e", "in": entry_ok("$$e"),
-                }}]},
-            ]},
-        ]},
-        { "$or": [
-            { "$eq": [{ "$type": "$released" }, "missing"] },
-            { "$and": [
-                { "$isArray": "$released" },
-                { "$allElementsTrue": [{ "$map": {
-                    "input": "$released", "as": "t",
-                    "in": { "$eq": [{ "$type": "$$t.until" }, "date"] },
-                }}]},
-            ]},
-        ]},
-    ]})
-}
-
-/// True when the entry at `entry` (a path such as `"$exclusive"` or `"$$e"`) is live at
-/// `$$NOW`: it has no TTL, or its `expiresAt` is still ahead.
-pub(crate) fn is_live(entry: &str) -> Bson {
-    let expires_at = format!("{entry}.expiresAt");
-    bson!({ "$or": [
-        { "$ne": [{ "$type": &expires_at }, "date"] },
-        { "$gt": [&expires_at, "$$NOW"] },
-    ]})
-}
-
-/// `$shared` as an array (missing becomes empty).
-pub(crate) fn shared_or_empty() -> Bson {
-    bson!({ "$ifNull": ["$shared", []] })
-}
-
-/// `$exclusive` if it is an entry (object) and `keep(entry)` is true, else null.
-pub(crate) fn exclusive_where(keep: Bson) -> Bson {
-    bson!({ "$cond": [
-        { "$and": [{ "$eq": [{ "$type": "$exclusive" }, "object"] }, keep] },
-        "$exclusive",
-        null,
-    ]})
-}
-
-/// The shared entries `e` for which `keep` (an expression over `$$e`) is true.
-pub(crate) fn shared_where(keep: Bson) -> Bson {
-    bson!({ "$filter": { "input": shared_or_empty(), "as": "e", "cond": keep } })
-}
-
-/// Every entry, exclusive first, as one array.
-pub(crate) fn all_entries() -> Bson {
-    bson!({ "$concatArrays": [
-        { "$cond": [{ "$eq": [{ "$type": "$exclusive" }, "object"] }, ["$exclusive"], []] },
-        shared_or_empty(),
-    ]})
-}
-
-/// The tombstones still in force.
-pub(crate) fn live_tombstones() -> Bson {
-    bson!({ "$filter": {
-        "input": { "$ifNull": ["$released", []] },
-        "as": "t",
-        "cond": { "$gt": ["$$t.until", "$$NOW"] },
-    }})
-}
-
-/// The waiters whose announcement is still in force.
-pub(crate) fn live_queue() -> Bson {
-    bson!({ "$filter": {
-        "input": { "$ifNull": ["$queue", []] },
-        "as": "q",
-        "cond": { "$gt": ["$$q.until", "$$NOW"] },
-    }})
-}
-
-/// The new `idleSince` for a document whose entries become `exclusive` (an entry or null),
-/// `shared` (an array) and whose tombstones become `released`, given as expressions; see the
-/// module docs.
-fn idle_since(exclusive: Bson, shared: Bson, released: Bson) -> Bson {
-    bson!({ "$let": {
-        "vars": {
-            "all": { "$concatArrays": [
-                { "$cond": [{ "$eq": [exclusive.clone(), null] }, [], [exclusive]] },
-                shared,
-            ]},
-            "tombstones": { "$max": { "$map": { "input": released, "as": "t", "in": "$$t.until" } } },
-        },
-        "in": { "$let": {
-            "vars": { "base": { "$cond": [
-                { "$eq": [{ "$size": "$$all" }, 0] },
-                // Free now: keep the time it became free, unless that lies ahead (an early
-                // release).
-                { "$min": ["$idleSince", "$$NOW"] },
-                { "$cond": [
-                    { "$allElementsTrue": [{ "$map": {
-                        "input": "$$all", "as": "e",
-                        "in": { "$eq": [{ "$type": "$$e.expiresAt" }, "date"] },
-                    }}]},
-                    { "$max": { "$map": { "input": "$$all", "as": "e", "in": "$$e.expiresAt" } } },
-                    null,
-                ]},
-            ]}},
-            "in": { "$cond": [{ "$eq": ["$$base", null] }, null, { "$max": ["$$base", "$$tombstones"] }] },
-        }},
-    }})
-}
-
-/// The document after a change: `fence`, `exclusive`, `shared` and `released` given as
-/// expressions over the current one, the cap and the waiters kept (see [`Next`]),
-/// `idleSince` derived, every other field kept. A change that changes nothing is a no-op on
-/// the server (no write, no change event).
-pub(crate) fn lock_document(fence: Bson, exclusive: Bson, shared: Bson, released: Bson) -> Bson {
-    Next {
-        fence,
-        exclusive,
-        shared,
-        released,
-        cap: bson!({ "$ifNull": ["$cap", null] }),
-        queue: live_queue(),
-    }
-    .document()
-}
-
-/// Every stored field of the document after a change, as expressions over the current one.
-pub(crate) struct Next {
-    pub(crate) fence: Bson,
-    pub(crate) exclusive: Bson,
-    pub(crate) shared: Bson,
-    pub(crate) released: Bson,
-    /// The shared entries' cap; cleared whatever it says when no shared entry is left.
-    pub(crate) cap: Bson,
-    pub(crate) queue: Bson,
-}
-
-impl Next {
-    /// The new document.
-    pub(crate) fn document(self) -> Bson {
-        bson!({ "$let": {
-            "vars": {
-                "fence": self.fence, "exclusive": self.exclusive, "shared": self.shared,
-                "released": self.released, "cap": self.cap, "queue": self.queue,
-            },
-            "in": { "$mergeObjects": ["$$ROOT", {
-                "fence": "$$fence",
-                "exclusive": "$$exclusive",
-                "shared": "$$shared",
-                "released": "$$released",
-                "cap": { "$cond": [{ "$eq": [{ "$size": "$$shared" }, 0] }, null, "$$cap"] },
-                "queue": "$$queue",
-                "idleSince": idle_since(bson!("$$exclusive"), bson!("$$shared"), bson!("$$released")),
-            }]},
-        }})
-    }
-}
-
-/// The document with its entries replaced by `exclusive` and `shared` (expressions over the
-/// current document), the fence kept and expired tombstones dropped.
-pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
-    lock_document(
-        bson!({ "$ifNull": ["$fence", 0_i64] }),
-        exclusive,
-        shared,
-        live_tombstones(),
-    )
-}
-
-/// The one stage every write pipeline consists of: replace the document with `then` if it is
-/// a lock document, else leave it exactly as it is.
-pub(crate) fn replace_if_lock_document(then: Bson) -> Document {
-    doc! { "$replaceWith": { "$cond": { "if": is_lock_document(), "then": then, "else": "$$ROOT" } } }
-}
-
-/// The pipeline that removes every entry for which `matches` (a function from an entry path
-/// such as `"$exclusive"` or `"$$e"` to a condition on it) is true.
-pub(crate) fn remove_entries(matches: impl Fn(&str) -> Bson) -> Vec<Document> {
-    let exclusive = exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
-    let shared = shared_where(bson!({ "$not": [matches("$$e")] }));
-    vec![replace_if_lock_document(with_entries(exclusive, shared))]
-}
 
 /// A number the server returned (int, long or double; a double is truncated), as an `i64`.
 pub(crate) fn number(value: &Bson) -> Option<i64> {
@@ -443,8 +215,8 @@ pub(crate) fn sort_newest_first(statuses: &mut [LockStatus]) {
 mod tests {
     use super::*;
     use crate::ErrorKind;
-    use bson::DateTime;
     use bson::oid::ObjectId;
+    use bson::{DateTime, doc};
 
     fn entry(lock_id: &str, token: i64) -> Document {
         doc! {
@@ -514,22 +286,5 @@ mod tests {
             decode_status(&row).unwrap_err().kind(),
             ErrorKind::UnexpectedDocument { .. }
         ));
-    }
-
-    #[test]
-    fn user_strings_are_sent_as_literals() {
-        assert_eq!(literal("$$NOW"), bson!({ "$literal": "$$NOW" }));
-    }
-
-    #[test]
-    fn only_one_stage_and_foreign_documents_pass_through() {
-        let stage = replace_if_lock_document(bson!("$$ROOT"));
-        let cond = stage
-            .get_document("$replaceWith")
-            .unwrap()
-            .get_document("$cond")
-            .unwrap();
-        assert_eq!(cond.get_str("else").unwrap(), "$$ROOT");
-        assert_eq!(cond.get("if").unwrap(), &is_lock_document());
     }
 }

@@ -13,35 +13,46 @@
 //! ```
 //!
 //! The stage, in words (each step is one `$let` level of [`pipeline`]):
-//! 1. If the document is not a lock document, leave it as it is.
-//! 2. `x`, `s`, `t`: the live exclusive entry (or null), the live shared entries and the
-//!    tombstones still in force. Expired entries are dropped here, so they never block
-//!    anybody, whatever their kind.
-//! 3. `held`: whether this lock id already holds the resource (either kind); `withdrawn`:
-//!    whether this attempt's nonce was given up by `release_attempt`.
-//! 4. `grant`: not `held`, not `withdrawn`, no live exclusive entry, and for an exclusive
-//!    lock no live shared entry, for a shared lock fewer than `max` live shared entries.
-//! 5. `fence`: on a grant `max(fence + 1, toLong($$NOW) * 1000)`, else unchanged.
-//! 6. The new entry, with the token `fence` and `expiresAt = $$NOW + ttl` (or null), added as
-//!    the exclusive entry or to the shared ones when granted.
+//! 1. If the document is not a lock document, fail the command (it writes nothing; the
+//!    client reports [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)).
+//!    This is the only check of the document's shape in the command (see `command/expr.rs`).
+//! 2. `x`, `s`, `t`, `q`: the live exclusive entry (or null), the live shared entries, the
+//!    tombstones and the waiters still in force. Expired entries are dropped here, so they
+//!    never block anybody, whatever their kind.
+//! 3. For an announcing writer only: `w`, whether this attempt's nonce was given up by
+//!    `release_attempt`, and `h`, whether this lock id already holds the resource.
+//! 4. `g` (grant): the nonce not withdrawn, no live exclusive entry, and for an exclusive
+//!    lock no live shared entry; for a shared lock no live shared entry of this lock id, the
+//!    cap of the live shared entries (if any) the requested one, no other writer waiting,
+//!    and fewer than `max` live shared entries. Only the terms of the request's kind are
+//!    sent (an exclusive request needs no "held by this lock id" term: any live entry
+//!    refuses it). `f`: the token a grant gets, `max(fence + 1, toLong($$NOW) * 1000)`.
+//! 5. The new document: on a grant the new entry (token `f`, `expiresAt = $$NOW + ttl` or
+//!    null) as the exclusive entry or added to the shared ones, and `fence = f`; otherwise
+//!    the live entries only, the fence unchanged.
 //!
 //! A refused attempt whose document had nothing expired to drop leaves it unchanged: no
 //! write, no change event.
 //!
-//! The projection reads the document after the change and returns only what the client
-//! needs, whatever the number of holders: this lock id's own entry (granted now if it carries
-//! this attempt's nonce, or earlier), whether the nonce was withdrawn, and for a refusal the
-//! first [`MAX_NAMED_HOLDERS`] blockers, their number and how long until they are gone
-//! (`expiresAt - $$NOW`, computed by the server, so no client clock is read).
+//! The projection reads the document after the change, which the stage wrote as a lock
+//! document (so it needs no check of its own), and returns only raw, bounded facts whatever
+//! the number of holders (see [`projection`]): the server's `$$NOW`, the exclusive entry,
+//! this lock id's shared entry, the first [`MAX_NAMED_HOLDERS`] shared entries and their
+//! number, whether the nonce was withdrawn, whether another writer waits, and the latest (or
+//! for a shared request the earliest) shared `expiresAt`. [`interpret`] derives the outcome
+//! from them: granted now if this lock id's entry carries this attempt's nonce, held from
+//! before, or refused with the blockers and how long until they are gone (an `expiresAt`
+//! minus the server's `$$NOW`, both server times, so no client clock is read).
 
 use bson::{Bson, DateTime, Document, bson, doc};
 
 use crate::attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
+use crate::command::expr::{self, literal};
 use crate::command::{Context, Upsert};
 use crate::error::{Effect, Error, Result};
 use crate::lock::{Grant, LockKind};
 use crate::request::AcquireRequest;
-use crate::schema::{self, literal};
+use crate::schema;
 
 /// The command for one attempt; `ttl_ms` is the validated TTL.
 pub(crate) fn command(ctx: &Context, request: &AcquireRequest, ttl_ms: Option<i64>) -> Document {
@@ -56,112 +67,124 @@ pub(crate) fn command(ctx: &Context, request: &AcquireRequest, ttl_ms: Option<i6
     }
 }
 
-/// The update pipeline; see the module docs for the steps.
+/// The update pipeline; see the module docs for the steps. Only the terms that can apply to
+/// the request's kind are sent: an exclusive request is refused by any live entry, held by
+/// this lock id or not, so it needs no `held` term; a shared one has a cap and writers to
+/// respect.
 pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Document> {
     let lock_id = literal(request.lock_id.as_str());
+    // An ObjectId is a constant in an expression: it needs no `$literal`.
+    let nonce = Bson::ObjectId(request.nonce.0);
     let requested_cap = match request.max_shared {
         Some(max) => Bson::Int64(i64::from(max)),
         None => Bson::Null,
     };
-
-    // 2. Live entries, tombstones and waiters only.
-    let live = bson!({
-        "x": schema::exclusive_where(schema::is_live("$exclusive")),
-        "s": schema::shared_where(schema::is_live("$$e")),
-        "t": schema::live_tombstones(),
-        "q": schema::live_queue(),
-    });
-    // 3. Does this lock id hold it already? Was this attempt withdrawn? For a shared request:
-    //    is the stored cap another one, and is a writer waiting ahead?
-    let held = bson!({
-        "held": { "$or": [
-            { "$and": [{ "$ne": ["$$x", null] }, { "$eq": ["$$x.lockId", lock_id.clone()] }] },
-            { "$in": [lock_id.clone(), { "$map": { "input": "$$s", "as": "e", "in": "$$e.lockId" } }] },
-        ]},
-        "withdrawn": { "$in": [literal(request.nonce.0), { "$map": { "input": "$$t", "as": "t", "in": "$$t.nonce" } }] },
-        "capMismatch": match request.kind {
-            LockKind::Exclusive => bson!(false),
-            LockKind::Shared => bson!({ "$and": [
-                { "$gt": [{ "$size": "$$s" }, 0] },
-                { "$ne": [{ "$ifNull": ["$cap", null] }, requested_cap.clone()] },
-            ]}),
-        },
-        "writerAhead": match request.kind {
-            LockKind::Exclusive => bson!(false),
-            LockKind::Shared => bson!({ "$anyElementTrue": [{ "$map": {
-                "input": "$$q", "as": "w", "in": { "$ne": ["$$w.lockId", lock_id.clone()] },
-            }}]}),
-        },
-    });
-    // 4. Is it free for this kind?
-    let free = match (request.kind, request.max_shared) {
-        (LockKind::Exclusive, _) => bson!({ "$eq": [{ "$size": "$$s" }, 0] }),
-        (LockKind::Shared, None) => bson!(true),
-        (LockKind::Shared, Some(max)) => bson!({ "$lt": [{ "$size": "$$s" }, i64::from(max)] }),
+    let announce = match request.announce {
+        Some(bound) if request.kind == LockKind::Exclusive => {
+            Some(i64::try_from(bound.as_millis()).unwrap_or(i64::MAX))
+        }
+        _ => None,
     };
-    let grant = bson!({
-        "grant": { "$and": [
-            { "$not": ["$$held"] }, { "$not": ["$$withdrawn"] }, { "$not": ["$$capMismatch"] },
-            { "$not": ["$$writerAhead"] }, { "$eq": ["$$x", null] }, free,
-        ]},
+
+    // 2. Live entries, tombstones and waiters only; `l`, the lock id, written once.
+    let live = bson!({
+        "l": lock_id,
+        "x": expr::exclusive_where(expr::is_live("$exclusive")),
+        "s": expr::shared_where(expr::is_live("$$e")),
+        "t": expr::live_tombstones(),
+        "q": expr::live_queue(),
     });
-    // 5. The fencing token: above every earlier one, even if the document was deleted.
-    let fence = bson!({
-        "fence": { "$cond": [
-            "$$grant",
-            { "$max": [
-                { "$add": [{ "$ifNull": ["$fence", 0_i64] }, 1_i64] },
-                { "$multiply": [{ "$toLong": "$$NOW" }, 1000_i64] },
+    let lock_id = bson!("$$l");
+    // 3. Was this attempt withdrawn? Is it free for this kind? No live exclusive entry, and
+    //    for an exclusive lock no live shared entry; for a shared lock not held by this
+    //    lock id, the same cap as the live shared entries, no other writer waiting, and room
+    //    under the cap. An exclusive request needs no `held` term: any live entry, this lock
+    //    id's or not, refuses it.
+    let withdrawn = bson!({ "$in": [nonce.clone(), "$$t.nonce"] });
+    let mut terms = vec![
+        bson!({ "$not": [if announce.is_some() { bson!("$$w") } else { withdrawn.clone() }] }),
+        bson!({ "$eq": ["$$x", null] }),
+    ];
+    match request.kind {
+        LockKind::Exclusive => terms.push(bson!({ "$eq": [{ "$size": "$$s" }, 0] })),
+        LockKind::Shared => {
+            terms.push(bson!({ "$not": [{ "$in": [lock_id.clone(), "$$s.lockId"] }] }));
+            terms.push(bson!({ "$or": [
+                { "$eq": [{ "$size": "$$s" }, 0] },
+                { "$eq": [{ "$ifNull": ["$cap", null] }, requested_cap.clone()] },
+            ]}));
+            terms.push(bson!({ "$allElementsTrue": [{ "$map": {
+                "input": "$$q", "as": "q", "in": { "$eq": ["$$q.lockId", lock_id.clone()] },
+            }}]}));
+            if let Some(max) = request.max_shared {
+                terms.push(bson!({ "$lt": [{ "$size": "$$s" }, i64::from(max)] }));
+            }
+        }
+    }
+    // For an announcing writer, one level more: was it withdrawn, and does this lock id hold
+    // the resource already (then it is not waiting)?
+    let seen = announce.map(|_| {
+        bson!({
+            "w": withdrawn,
+            "h": { "$or": [
+                { "$eq": ["$$x.lockId", lock_id.clone()] },
+                { "$in": [lock_id.clone(), "$$s.lockId"] },
             ]},
-            { "$ifNull": ["$fence", 0_i64] },
+        })
+    });
+    // 4. The fencing token if granted: above every earlier one, even if the document was
+    //    deleted.
+    let grant = bson!({
+        "g": { "$and": terms },
+        "f": { "$max": [
+            { "$add": [{ "$ifNull": ["$fence", 0_i64] }, 1_i64] },
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1000_i64] },
         ]},
     });
-    // 6. The entry, and where it goes.
+    // 5. The entry, and where it goes.
     let (expires_at, ttl) = match ttl_ms {
         Some(ms) => (bson!({ "$add": ["$$NOW", ms] }), Bson::Int64(ms)),
         None => (Bson::Null, Bson::Null),
     };
     let details = &request.details;
     let entry = bson!({
-        "entry": {
-            "lockId": lock_id.clone(),
-            "nonce": literal(request.nonce.0),
-            "owner": details.owner_value().map_or(Bson::Null, literal),
-            "host": literal(details.host_value()),
-            "keeper": request.keeper.as_deref().map_or(Bson::Null, literal),
-            "token": "$$fence",
-            "createdAt": "$$NOW",
-            "renewedAt": "$$NOW",
-            "expiresAt": expires_at,
-            "ttlMs": ttl,
-        },
+        "lockId": lock_id.clone(),
+        "nonce": nonce,
+        "owner": details.owner_value().map_or(Bson::Null, literal),
+        "host": literal(details.host_value()),
+        "keeper": request.keeper.as_deref().map_or(Bson::Null, literal),
+        "token": "$$f",
+        "createdAt": "$$NOW",
+        "renewedAt": "$$NOW",
+        "expiresAt": expires_at,
+        "ttlMs": ttl,
     });
+    let kept_cap = bson!({ "$ifNull": ["$cap", null] });
     let (exclusive, shared, cap) = match request.kind {
         LockKind::Exclusive => (
-            bson!({ "$cond": ["$$grant", "$$entry", "$$x"] }),
+            bson!({ "$cond": ["$$g", entry, "$$x"] }),
             bson!("$$s"),
-            bson!({ "$ifNull": ["$cap", null] }),
+            kept_cap,
         ),
         LockKind::Shared => (
             bson!("$$x"),
-            bson!({ "$cond": ["$$grant", { "$concatArrays": ["$$s", ["$$entry"]] }, "$$s"] }),
-            bson!({ "$cond": ["$$grant", requested_cap, { "$ifNull": ["$cap", null] }] }),
+            bson!({ "$cond": ["$$g", { "$concatArrays": ["$$s", [entry]] }, "$$s"] }),
+            bson!({ "$cond": ["$$g", requested_cap, kept_cap] }),
         ),
     };
     // A grant ends this lock id's wait; a refused announcing writer renews its place.
     let others_waiting = bson!({ "$filter": {
-        "input": "$$q", "as": "w", "cond": { "$ne": ["$$w.lockId", lock_id.clone()] },
+        "input": "$$q", "as": "q", "cond": { "$ne": ["$$q.lockId", lock_id.clone()] },
     }});
-    let queue = match request.announce {
-        Some(bound) if request.kind == LockKind::Exclusive => {
+    let queue = match announce {
+        Some(bound_ms) => {
             // Refreshed only when less than half of it is left: most refused attempts of a
             // waiting writer then change nothing, and wake nobody (itself included).
-            let bound_ms = i64::try_from(bound.as_millis()).unwrap_or(i64::MAX);
             let fresh = bson!({ "$anyElementTrue": [{ "$map": {
-                "input": "$$q", "as": "w",
+                "input": "$$q", "as": "q",
                 "in": { "$and": [
-                    { "$eq": ["$$w.lockId", lock_id.clone()] },
-                    { "$gt": ["$$w.until", { "$add": ["$$NOW", bound_ms / 2] }] },
+                    { "$eq": ["$$q.lockId", lock_id.clone()] },
+                    { "$gt": ["$$q.until", { "$add": ["$$NOW", bound_ms / 2] }] },
                 ]},
             }}]});
             // A withdrawn attempt (a late copy of a dropped one) never announces: its waiter is
@@ -169,7 +192,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             // attempt is answered with that lock), and an announcement would keep readers out
             // after it releases.
             bson!({ "$cond": [
-                { "$or": ["$$grant", "$$withdrawn", "$$held"] },
+                { "$or": ["$$g", "$$w", "$$h"] },
                 others_waiting.clone(),
                 { "$cond": [
                     fresh,
@@ -180,10 +203,10 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
                 ]},
             ]})
         }
-        _ => bson!({ "$cond": ["$$grant", others_waiting, "$$q"] }),
+        None => bson!({ "$cond": ["$$g", others_waiting, "$$q"] }),
     };
-    let result = schema::Next {
-        fence: bson!("$$fence"),
+    let result = expr::Next {
+        fence: bson!({ "$cond": ["$$g", "$$f", { "$ifNull": ["$fence", 0_i64] }] }),
         exclusive,
         shared,
         released: bson!("$$t"),
@@ -192,104 +215,75 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     }
     .document();
 
-    let nested = [live, held, grant, fence, entry].into_iter().rev().fold(
-        result,
-        |inner, vars| bson!({ "$let": { "vars": vars, "in": inner } }),
-    );
-    vec![schema::replace_if_lock_document(nested)]
+    let nested = [Some(live), seen, Some(grant)]
+        .into_iter()
+        .flatten()
+        .rev()
+        .fold(
+            result,
+            |inner, vars| bson!({ "$let": { "vars": vars, "in": inner } }),
+        );
+    vec![expr::guarded(nested)]
 }
 
-/// The projection of the document after the change. Every entry in it is live: the pipeline
-/// dropped the expired ones.
+/// The projection of the document after the change: a bounded reply whatever the number of
+/// holders, from which [`interpret`] derives the outcome. It only ever reads a lock document
+/// as the pipeline wrote it (a document of another shape fails the command first):
+/// `exclusive` is an entry or null, `shared`, `released` and `queue` are arrays, and every
+/// entry is live (the pipeline dropped the expired ones).
+///
+/// `{ now: $$NOW, x: <the exclusive entry or null>, m: <this lock id's shared entry>,
+///    s: <the first MAX_NAMED_HOLDERS shared entries>, n: <their number>,
+///    w: <this nonce was withdrawn>, q: <a live waiter of another lock id>,
+///    e: <the latest shared expiresAt> | <the earliest>, f: <a shared entry without TTL>,
+///    cap }`
 pub(crate) fn projection(request: &AcquireRequest) -> Document {
     let lock_id = literal(request.lock_id.as_str());
-    let tagged = |entry: &str, kind: LockKind| bson!({ "$mergeObjects": [entry, { "kind": kind.as_str() }] });
-    let has_exclusive = bson!({ "$eq": [{ "$type": "$exclusive" }, "object"] });
-    let shared = schema::shared_or_empty();
-    let mine = bson!({ "$cond": [
-        { "$and": [has_exclusive.clone(), { "$eq": ["$exclusive.lockId", lock_id.clone()] }] },
-        tagged("$exclusive", LockKind::Exclusive),
-        { "$arrayElemAt": [
-            { "$map": {
-                "input": schema::shared_where(bson!({ "$eq": ["$$e.lockId", lock_id] })),
-                "as": "e",
-                "in": tagged("$$e", LockKind::Shared),
-            }},
+    let mut reply = doc! {
+        "now": "$$NOW",
+        "x": "$exclusive",
+        "m": { "$arrayElemAt": [
+            { "$filter": { "input": "$shared", "as": "e", "cond": { "$eq": ["$$e.lockId", lock_id.clone()] } } },
             0,
         ]},
-    ]});
-    let exclusive_list = bson!({ "$cond": [has_exclusive.clone(), [tagged("$exclusive", LockKind::Exclusive)], []] });
-    let shared_list = bson!({ "$map": { "input": shared.clone(), "as": "e", "in": tagged("$$e", LockKind::Shared) } });
-    let ms_left = |entry: &str| bson!({ "$subtract": [format!("{entry}.expiresAt"), "$$NOW"] });
-    let has_ttl =
-        |entry: &str| bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
-    let (blockers, count, wait) = match request.kind {
-        // Every holder blocks, and all of them must go.
-        LockKind::Exclusive => (
-            bson!({ "$concatArrays": [exclusive_list, shared_list] }),
-            bson!({ "$add": [{ "$cond": [has_exclusive.clone(), 1, 0] }, { "$size": shared.clone() }] }),
-            bson!({ "$let": {
-                "vars": { "all": schema::all_entries() },
-                "in": { "$cond": [
-                    { "$allElementsTrue": [{ "$map": { "input": "$$all", "as": "e", "in": has_ttl("$$e") } }] },
-                    { "$subtract": [
-                        { "$max": { "$map": { "input": "$$all", "as": "e", "in": "$$e.expiresAt" } } },
-                        "$$NOW",
-                    ]},
-                    null,
-                ]},
-            }}),
-        ),
-        // An exclusive holder blocks alone; otherwise the cap does, and the first shared
-        // lease to end frees a slot.
-        LockKind::Shared => (
-            bson!({ "$cond": [has_exclusive.clone(), exclusive_list, shared_list] }),
-            bson!({ "$cond": [has_exclusive.clone(), 1, { "$size": shared.clone() }] }),
-            bson!({ "$cond": [
-                has_exclusive,
-                { "$cond": [has_ttl("$exclusive"), ms_left("$exclusive"), null] },
-                { "$subtract": [
-                    { "$min": { "$map": {
-                        "input": { "$filter": { "input": shared, "as": "e", "cond": has_ttl("$$e") } },
-                        "as": "e",
-                        "in": "$$e.expiresAt",
-                    }}},
-                    "$$NOW",
-                ]},
-            ]}),
-        ),
+        "s": { "$slice": ["$shared", MAX_NAMED_HOLDERS as i64] },
+        "n": { "$size": "$shared" },
+        "w": { "$in": [request.nonce.0, "$released.nonce"] },
+        "q": { "$anyElementTrue": [{ "$map": {
+            "input": "$queue", "as": "q",
+            "in": { "$and": [{ "$ne": ["$$q.lockId", lock_id] }, { "$gt": ["$$q.until", "$$NOW"] }] },
+        }}]},
     };
-    let withdrawn = bson!({ "$in": [
-        literal(request.nonce.0),
-        { "$map": { "input": { "$ifNull": ["$released", []] }, "as": "t", "in": "$$t.nonce" } },
-    ]});
-    let writer_waiting = bson!({ "$anyElementTrue": [{ "$map": {
-        "input": schema::live_queue(), "as": "w", "in": { "$ne": ["$$w.lockId", literal(request.lock_id.as_str())] },
-    }}]});
-    doc! {
-        "_id": 1,
-        "lockDocument": schema::is_lock_document(),
-        // Only evaluated on a lock document: on another shape the expressions could fail.
-        "reply": { "$cond": [schema::is_lock_document(), {
-            "now": "$$NOW",
-            "mine": mine,
-            "withdrawn": withdrawn,
-            "blockers": { "$slice": [blockers, MAX_NAMED_HOLDERS as i64] },
-            "blockerCount": count,
-            "waitMs": wait,
-            "cap": { "$ifNull": ["$cap", null] },
-            "sharedCount": { "$size": schema::shared_or_empty() },
-            "writerWaiting": writer_waiting,
-        }, null] },
+    match request.kind {
+        // Every holder must go: the latest end, unless one has no TTL.
+        LockKind::Exclusive => {
+            reply.insert("e", bson!({ "$max": "$shared.expiresAt" }));
+            reply.insert(
+                "f",
+                bson!({ "$in": [null, { "$map": {
+                    "input": "$shared", "as": "e", "in": { "$ifNull": ["$$e.expiresAt", null] },
+                }}]}),
+            );
+        }
+        // The first shared lease to end frees a slot.
+        LockKind::Shared => {
+            reply.insert("e", bson!({ "$min": "$shared.expiresAt" }));
+            reply.insert("cap", "$cap");
+        }
     }
+    doc! { "_id": 1, "r": reply }
 }
 
 /// Sends one attempt.
 pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attempt> {
     let ttl_ms = request.validate()?;
-    let reply = ctx
-        .write(command(ctx, request, ttl_ms), Upsert::Yes)
-        .await?;
+    let reply = match ctx.write(command(ctx, request, ttl_ms), Upsert::Yes).await {
+        Err(error) if expr::is_refusal(&error) => {
+            let id = Bson::String(request.resource.clone());
+            return Err(schema::not_a_lock_document(&id));
+        }
+        reply => reply?,
+    };
     let attempt = interpret(request, &reply)?;
     match &attempt {
         Attempt::Granted(grant) | Attempt::AlreadyHeld(grant) => tracing::debug!(
@@ -308,7 +302,7 @@ pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attem
     Ok(attempt)
 }
 
-/// Reads the findAndModify reply (`{value: <the projection>, ...}`).
+/// Reads the findAndModify reply (`{value: {_id, r: <the projection>}, ...}`).
 pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<Attempt> {
     let bad = |reason: &str| Error::bad_reply(Effect::Write, reason);
     let value = match reply.get("value") {
@@ -317,37 +311,32 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         _ => return Err(bad("the server returned no document for an upsert")),
     };
     let id = schema::id_of(value);
-    if value.get_bool("lockDocument") != Ok(true) {
-        return Err(schema::not_a_lock_document(&id));
-    }
-    let Ok(fields) = value.get_document("reply") else {
+    let Ok(fields) = value.get_document("r") else {
         return Err(bad("the acquire reply has no fields"));
     };
     let resource = request.resource.as_str();
-    let entry_of = |doc: &Document| {
-        let kind = match doc.get_str(schema::KIND) {
-            Ok("exclusive") => LockKind::Exclusive,
-            _ => LockKind::Shared,
-        };
-        schema::decode_entry(&id, resource, kind, doc)
+    let entry = |field: &str, kind: LockKind| match fields.get(field) {
+        Some(Bson::Document(entry)) => schema::decode_entry(&id, resource, kind, entry).map(Some),
+        None | Some(Bson::Null) => Ok(None),
+        Some(_) => Err(Error::unexpected(&id, format!("{field} is not an entry"))),
     };
-    let mine = match fields.get("mine") {
-        Some(Bson::Document(entry)) => Some(entry_of(entry)?),
-        _ => None,
+    let exclusive = entry("x", LockKind::Exclusive)?;
+    let mine = match &exclusive {
+        Some(x) if x.lock_id == request.lock_id => Some(x.clone()),
+        _ => entry("m", LockKind::Shared)?,
     };
     let now = match fields.get("now") {
         Some(Bson::DateTime(now)) => Some(*now),
         _ => None,
     };
-    // What the server's clock left of the grant when it executed this copy of the attempt.
-    let remaining = |holder: &crate::lock::Holder| match (holder.expires_at, now) {
-        (Some(expires), Some(now)) => Some(schema::millis_left(
-            expires
-                .timestamp_millis()
-                .saturating_sub(now.timestamp_millis()),
-        )),
+    // Milliseconds from the server's `now` to `at`, by the server's clock.
+    let until = |at: Option<DateTime>| match (at, now) {
+        (Some(at), Some(now)) => Some(at.timestamp_millis().saturating_sub(now.timestamp_millis())),
         _ => None,
     };
+    // What the server's clock left of the grant when it executed this copy of the attempt.
+    let remaining =
+        |holder: &crate::lock::Holder| until(holder.expires_at).map(schema::millis_left);
     if let Some(mine) = &mine
         && mine.nonce == Some(request.nonce.0)
     {
@@ -357,7 +346,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             remaining: remaining(mine),
         }));
     }
-    if fields.get_bool("withdrawn") == Ok(true) {
+    if fields.get_bool("w") == Ok(true) {
         return Ok(Attempt::Withdrawn);
     }
     if let Some(mine) = mine {
@@ -372,7 +361,8 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         });
     }
     let int = |field: &str| fields.get(field).and_then(schema::number);
-    if request.kind == LockKind::Shared && int("sharedCount").unwrap_or(0) > 0 {
+    let shared_count = int("n").map_or(0, |n| u64::try_from(n).unwrap_or(0));
+    if request.kind == LockKind::Shared && shared_count > 0 {
         let stored = int("cap").map(|cap| u32::try_from(cap).unwrap_or(u32::MAX));
         if stored != request.max_shared {
             return Ok(Attempt::CapMismatch {
@@ -382,20 +372,41 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             });
         }
     }
-    let holders = match fields.get("blockers") {
+    let shared = match fields.get("s") {
         Some(Bson::Array(items)) => items
             .iter()
             .map(|item| match item {
-                Bson::Document(entry) => entry_of(entry),
+                Bson::Document(entry) => {
+                    schema::decode_entry(&id, resource, LockKind::Shared, entry)
+                }
                 _ => Err(Error::unexpected(&id, "a holder is not a document")),
             })
             .collect::<Result<Vec<_>>>()?,
         _ => Vec::new(),
     };
-    let holder_count = int("blockerCount")
-        .map(|n| u64::try_from(n).unwrap_or(0))
-        .unwrap_or(holders.len() as u64);
-    let wait_ms = int("waitMs");
+    let shared_end = match fields.get("e") {
+        Some(Bson::DateTime(at)) => Some(*at),
+        _ => None,
+    };
+    let (holders, holder_count, wait_ms) = match (request.kind, exclusive) {
+        // An exclusive holder blocks alone a shared request.
+        (LockKind::Shared, Some(x)) => {
+            let wait = until(x.expires_at);
+            (vec![x], 1, wait)
+        }
+        // Otherwise the cap does, and the first shared lease to end frees a slot.
+        (LockKind::Shared, None) => (shared, shared_count, until(shared_end)),
+        // Every holder blocks an exclusive request, and all of them must go.
+        (LockKind::Exclusive, x) => {
+            let forever = fields.get_bool("f") == Ok(true)
+                || x.as_ref().is_some_and(|x| x.expires_at.is_none());
+            let end = x.as_ref().and_then(|x| x.expires_at).max(shared_end);
+            let count = shared_count + u64::from(x.is_some());
+            let mut holders: Vec<_> = x.into_iter().chain(shared).collect();
+            holders.truncate(MAX_NAMED_HOLDERS);
+            (holders, count, if forever { None } else { until(end) })
+        }
+    };
     let wait = wait_ms.map(schema::millis_left);
     let free_at = match (now, wait_ms) {
         (Some(now), Some(ms)) => Some(DateTime::from_millis(
@@ -409,7 +420,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         holder_count,
         wait,
         free_at,
-        writer_waiting: fields.get_bool("writerWaiting") == Ok(true),
+        writer_waiting: fields.get_bool("q") == Ok(true),
     }))
 }
 
@@ -500,26 +511,26 @@ mod tests {
     }
 
     fn reply(fields: Document) -> Document {
-        doc! { "ok": 1, "value": { "_id": "r", "lockDocument": true, "reply": fields } }
+        doc! { "ok": 1, "value": { "_id": "r", "r": fields } }
     }
 
     #[test]
     fn tells_this_attempt_from_an_earlier_one_and_from_the_other_kind() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let now = reply(doc! { "mine": entry("me", 9, "exclusive", Some(request.nonce)) });
+        let now = reply(doc! { "x": entry("me", 9, "exclusive", Some(request.nonce)) });
         let Attempt::Granted(grant) = interpret(&request, &now).unwrap() else {
             panic!()
         };
         assert!(grant.is_new());
         assert_eq!(grant.fencing_token(), 9);
 
-        let earlier = reply(doc! { "mine": entry("me", 9, "exclusive", Some(Nonce::new())) });
+        let earlier = reply(doc! { "x": entry("me", 9, "exclusive", Some(Nonce::new())) });
         let Attempt::AlreadyHeld(grant) = interpret(&request, &earlier).unwrap() else {
             panic!()
         };
         assert!(!grant.is_new());
 
-        let other_kind = reply(doc! { "mine": entry("me", 9, "shared", Some(Nonce::new())) });
+        let other_kind = reply(doc! { "m": entry("me", 9, "shared", Some(Nonce::new())) });
         let Attempt::HeldWithOtherKind(held) = interpret(&request, &other_kind).unwrap() else {
             panic!()
         };
@@ -532,7 +543,7 @@ mod tests {
     #[test]
     fn a_withdrawn_nonce_is_its_own_outcome() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let withdrawn = reply(doc! { "withdrawn": true, "blockers": [], "blockerCount": 0 });
+        let withdrawn = reply(doc! { "w": true, "s": [], "n": 0 });
         assert_eq!(interpret(&request, &withdrawn).unwrap(), Attempt::Withdrawn);
     }
 
@@ -540,8 +551,9 @@ mod tests {
     fn contention_carries_the_servers_wait() {
         let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
         let contended = reply(doc! {
-            "now": DateTime::from_millis(10_000), "withdrawn": false,
-            "blockers": [entry("a", 8, "shared", None)], "blockerCount": 12, "waitMs": 2_500_i64,
+            "now": DateTime::from_millis(10_000), "x": Bson::Null, "w": false,
+            "s": [entry("a", 8, "shared", None)], "n": 12,
+            "e": DateTime::from_millis(12_500), "f": false,
         });
         let Attempt::Contended(c) = interpret(&request, &contended).unwrap() else {
             panic!()
@@ -557,13 +569,28 @@ mod tests {
             "{error}"
         );
 
-        let forever = reply(
-            doc! { "now": DateTime::from_millis(1), "blockers": [], "blockerCount": 1, "waitMs": Bson::Null },
-        );
+        let forever = reply(doc! {
+            "now": DateTime::from_millis(1), "s": [entry("a", 8, "shared", None)], "n": 1,
+            "e": DateTime::from_millis(5), "f": true,
+        });
         let Attempt::Contended(c) = interpret(&request, &forever).unwrap() else {
             panic!()
         };
         assert_eq!((c.wait(), c.free_at()), (None, None));
+
+        // A shared request is blocked by an exclusive holder alone.
+        let reader = AcquireRequest::shared("r", "me", LockDetails::default(), None);
+        let mut holder = entry("a", 8, "exclusive", None);
+        holder.insert("expiresAt", DateTime::from_millis(10_700));
+        let blocked = reply(doc! {
+            "now": DateTime::from_millis(10_000), "x": holder,
+            "s": [entry("b", 9, "shared", None)], "n": 1, "e": Bson::Null,
+        });
+        let Attempt::Contended(c) = interpret(&reader, &blocked).unwrap() else {
+            panic!()
+        };
+        assert_eq!((c.holder_count(), c.holders()[0].lock_id()), (1, "a"));
+        assert_eq!(c.wait(), Some(Duration::from_millis(700)));
     }
 
     #[tokio::test]
@@ -601,16 +628,5 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
-    }
-
-    #[test]
-    fn a_foreign_document_is_an_error() {
-        let request = AcquireRequest::exclusive("r", "me", LockDetails::default());
-        let foreign =
-            doc! { "ok": 1, "value": { "_id": "r", "lockDocument": false, "reply": Bson::Null } };
-        assert!(matches!(
-            interpret(&request, &foreign).unwrap_err().kind(),
-            crate::ErrorKind::UnexpectedDocument { .. }
-        ));
     }
 }

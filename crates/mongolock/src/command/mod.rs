@@ -1,5 +1,6 @@
-//! The commands sent to the server, one file per operation, and the [`Context`] every one of
-//! them is sent through.
+//! The commands sent to the server, one file per operation, the expressions they share
+//! (`expr.rs`: the shape check, live entries, the document after a change), and the
+//! [`Context`] every one of them is sent through.
 //!
 //! The context pins everything that decides what a command means, so that no setting of the
 //! driver, the database or the collection can change it:
@@ -19,6 +20,7 @@
 //! repeating can fix.
 
 pub(crate) mod acquire;
+pub(crate) mod expr;
 pub(crate) mod indexes;
 pub(crate) mod keepalive;
 pub(crate) mod purge;

@@ -7,7 +7,7 @@
 //! ```text
 //! update: <collection>, updates: [{
 //!   q: { $expr: <a lock document with an expired entry> },     // scans the collection
-//!   u: [ { $replaceWith: <the document without its expired entries> } ],
+//!   u: [ { $replaceWith: <the document without its expired entries> } ],   // no 2nd check
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
 //!
@@ -20,7 +20,8 @@
 //! ```text
 //! 1. aggregate: the lock ids with an expired entry, each with the earliest such expiresAt T
 //! 2. update: one statement per lock id L (up to GROUPS_PER_COMMAND a command):
-//!      q: { $or: [{ "exclusive.lockId": L }, { "shared.lockId": L }] },          // by index
+//!      q: { $or: [{ "exclusive.lockId": L }, { "shared.lockId": L }],           // by index
+//!           $expr: <a lock document> },
 //!      u: remove every entry that is expired, or is L's and was created before T
 //! ```
 //!
@@ -29,24 +30,21 @@
 
 use bson::{Bson, DateTime, Document, bson, doc};
 
-use crate::command::release::{held_by, is_of};
+use crate::command::expr::{self, held_by, is_of};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Error, Result};
-use crate::schema;
 use crate::status::Purged;
 
 /// The most group statements sent in one `update` command (each carries its own pipeline,
-/// about 2 KiB), keeping a command far below MongoDB's 16 MiB limit.
+/// about 4 KiB), keeping a command far below MongoDB's 16 MiB limit.
 pub(crate) const GROUPS_PER_COMMAND: usize = 1_000;
 
 /// A lock document with an expired entry.
-fn has_expired_entry() -> Bson {
-    bson!({ "$and": [
-        schema::is_lock_document(),
-        { "$anyElementTrue": [{ "$map": {
-            "input": schema::all_entries(), "as": "e", "in": { "$not": [schema::is_live("$$e")] },
-        }}]},
-    ]})
+fn has_expired_entry() -> Document {
+    let expired = bson!({ "$anyElementTrue": [{ "$map": {
+        "input": expr::all_entries(), "as": "e", "in": { "$not": [expr::is_live("$$e")] },
+    }}]});
+    expr::checked(Document::new(), Some(expired))
 }
 
 /// The command that removes expired entries everywhere.
@@ -54,8 +52,8 @@ pub(crate) fn command(ctx: &Context) -> Document {
     doc! {
         "update": ctx.collection_name(),
         "updates": [{
-            "q": { "$expr": has_expired_entry() },
-            "u": schema::remove_entries(|entry| bson!({ "$not": [schema::is_live(entry)] })),
+            "q": has_expired_entry(),
+            "u": [expr::replace_stage(expr::without_entries(|entry| bson!({ "$not": [expr::is_live(entry)] })))],
             "multi": true,
             "collation": Context::collation(),
         }],
@@ -77,10 +75,10 @@ pub(crate) async fn run(ctx: &Context) -> Result<Purged> {
 /// entry expired.
 pub(crate) fn abandoned_groups() -> Vec<Document> {
     vec![
-        doc! { "$match": { "$expr": has_expired_entry() } },
-        doc! { "$project": { "_id": 0, "e": schema::all_entries() } },
+        doc! { "$match": has_expired_entry() },
+        doc! { "$project": { "_id": 0, "e": expr::all_entries() } },
         doc! { "$unwind": "$e" },
-        doc! { "$match": { "$expr": { "$not": [schema::is_live("$e")] } } },
+        doc! { "$match": { "$expr": { "$not": [expr::is_live("$e")] } } },
         doc! { "$group": { "_id": "$e.lockId", "expiredAt": { "$min": "$e.expiresAt" } } },
     ]
 }
@@ -90,13 +88,13 @@ pub(crate) fn abandoned_groups() -> Vec<Document> {
 fn group_statement(lock_id: &str, expired_at: DateTime) -> Document {
     let remove = |entry: &str| {
         bson!({ "$or": [
-            { "$not": [schema::is_live(entry)] },
+            { "$not": [expr::is_live(entry)] },
             { "$and": [is_of(entry, lock_id), { "$lt": [format!("{entry}.createdAt"), expired_at] }] },
         ]})
     };
     doc! {
-        "q": held_by(lock_id),
-        "u": schema::remove_entries(remove),
+        "q": expr::checked(held_by(lock_id), None),
+        "u": [expr::replace_stage(expr::without_entries(remove))],
         "multi": true,
         "collation": Context::collation(),
     }

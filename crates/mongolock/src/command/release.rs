@@ -5,8 +5,10 @@
 //!
 //! ```text
 //! findAndModify: <collection>, query: { _id: <resource> }, new: false,
-//!   update: [ { $replaceWith: <the document without the entry {lockId, token}> } ],
-//!   fields: { removed: <whether the document before had that entry> },
+//!   update: [ { $replaceWith: <a lock document> ? <the document without the entry
+//!                             {lockId, token}> : <fail the command> } ],
+//!   fields: { r: { removed: <whether the document before had that entry>,
+//!                  live: <whether that entry was live> } },
 //!   collation: { locale: "simple" }, writeConcern, maxTimeMS
 //! ```
 //!
@@ -14,24 +16,31 @@
 //!
 //! ```text
 //! findAndModify: <collection>, query: { _id: <resource> }, new: false, upsert: true,
-//!   update: [ { $replaceWith: <the document without the entry {lockId, nonce},
-//!                             with a tombstone for the nonce> } ],
-//!   fields: { removed: <whether the document before had that entry> }, ...
+//!   update: [ { $replaceWith: <a lock document> ? <the document without the entry
+//!                             {lockId, nonce}, with a tombstone for the nonce> : <fail> } ],
+//!   fields: { r: { removed, live } }, ...
 //! ```
 //!
 //! Every lock on a resource, whoever holds it (force release, for operators):
 //!
 //! ```text
 //! findAndModify: <collection>, query: { _id: <resource> }, new: false,
-//!   update: [ { $replaceWith: <the document without entries> } ],
+//!   update: [ { $replaceWith: <a lock document> ? <the document without entries> : <fail> } ],
 //!   fields: { removed: <the number of entries before> }, ...
 //! ```
+//!
+//! The shape of the document is checked once, in the stage: on a document of another shape
+//! the command fails and writes nothing, so the projection (read from the document before
+//! the change) only ever sees a lock document. A release or a withdrawal then reports that
+//! nothing was removed, and a force release reports
+//! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument).
 //!
 //! A whole lock id (unlock):
 //!
 //! ```text
 //! update: <collection>, updates: [{
-//!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }] },   // by index
+//!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }],   // by index
+//!        $expr: <a lock document> },                                      // the one check
 //!   u: [ { $replaceWith: <the document without the entries of <id>> } ],
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
@@ -44,38 +53,24 @@
 use bson::oid::ObjectId;
 use bson::{Bson, Document, bson, doc};
 
+use crate::command::expr::{self, held_by, is_of, literal};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Effect, Error, Result};
 use crate::lock::Grant;
 use crate::request::{AcquireRequest, check_id};
-use crate::schema::{self, literal};
+use crate::schema;
 
-/// `{ $or: [{ "exclusive.lockId": id }, { "shared.lockId": id }] }`: the documents where a
-/// lock id holds something, found by index.
-pub(crate) fn held_by(lock_id: &str) -> Document {
-    doc! { "$or": [{ "exclusive.lockId": lock_id }, { "shared.lockId": lock_id }] }
-}
-
-/// An expression: is the entry at `entry` this lock id's?
-pub(crate) fn is_of(entry: &str, lock_id: &str) -> Bson {
-    bson!({ "$eq": [format!("{entry}.lockId"), literal(lock_id)] })
-}
-
-/// The projection `{removed: <whether an entry matching `matches` is in the document>,
-/// live: <whether such an entry was live>}`, evaluated on the document before the change.
+/// The projection `{r: {removed: <whether an entry matching `matches` is in the document>,
+/// live: <whether such an entry was live>}}`, evaluated on the document before the change,
+/// which the update's stage checked to be a lock document.
 fn removed_projection(matches: impl Fn(&str) -> Bson) -> Document {
-    let any = |cond: Bson| {
-        bson!({ "$cond": [
-            schema::is_lock_document(),
-            { "$anyElementTrue": [{ "$map": { "input": schema::all_entries(), "as": "e", "in": cond } }] },
-            false,
-        ]})
-    };
-    doc! {
-        "_id": 0,
-        "removed": any(matches("$$e")),
-        "live": any(bson!({ "$and": [matches("$$e"), schema::is_live("$$e")] })),
-    }
+    doc! { "_id": 0, "r": { "$let": {
+        "vars": { "m": { "$filter": { "input": expr::all_entries(), "as": "e", "cond": matches("$$e") } } },
+        "in": {
+            "removed": { "$gt": [{ "$size": "$$m" }, 0] },
+            "live": { "$anyElementTrue": [{ "$map": { "input": "$$m", "as": "e", "in": expr::is_live("$$e") } }] },
+        },
+    }}}
 }
 
 /// What a release found: whether it removed the entry, and whether that entry was still
@@ -86,28 +81,35 @@ pub(crate) struct Released {
     pub(crate) live: bool,
 }
 
-fn removed(reply: &Document) -> Result<Released> {
-    let flag = |before: &Document, field: &str| match before.get(field) {
-        Some(Bson::Boolean(value)) => Ok(*value),
-        _ => Err(Error::bad_reply(
-            Effect::Write,
-            format!("the release reply has no '{field}'"),
-        )),
+/// Nothing removed: no document, or one of another shape (left as it is).
+const NOTHING: Released = Released {
+    removed: false,
+    live: false,
+};
+
+/// Reads the reply of a release, or of its refusal of a document of another shape.
+fn removed(reply: Result<Document>) -> Result<Released> {
+    let reply = match reply {
+        Err(error) if expr::is_refusal(&error) => return Ok(NOTHING),
+        reply => reply?,
     };
-    match reply.get("value") {
-        None | Some(Bson::Null) => Ok(Released {
-            removed: false,
-            live: false,
-        }),
-        Some(Bson::Document(before)) => Ok(Released {
-            removed: flag(before, "removed")?,
-            live: flag(before, "live")?,
-        }),
-        Some(_) => Err(Error::bad_reply(
-            Effect::Write,
-            "the release reply is not a document",
-        )),
-    }
+    let bad = |what: &str| Error::bad_reply(Effect::Write, format!("the release reply {what}"));
+    let before = match reply.get("value") {
+        None | Some(Bson::Null) => return Ok(NOTHING),
+        Some(Bson::Document(before)) => before,
+        Some(_) => return Err(bad("is not a document")),
+    };
+    let Ok(found) = before.get_document("r") else {
+        return Err(bad("has no 'r'"));
+    };
+    let flag = |field: &str| match found.get(field) {
+        Some(Bson::Boolean(value)) => Ok(*value),
+        _ => Err(bad(&format!("has no '{field}'"))),
+    };
+    Ok(Released {
+        removed: flag("removed")?,
+        live: flag("live")?,
+    })
 }
 
 /// The command that releases one grant.
@@ -117,7 +119,7 @@ pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": grant.resource() },
-        "update": schema::remove_entries(matches),
+        "update": [expr::guarded(expr::without_entries(matches))],
         "new": false,
         "fields": removed_projection(matches),
         "collation": Context::collation(),
@@ -126,8 +128,7 @@ pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
 
 /// Releases one grant: whether this call removed it, and whether it was live then.
 pub(crate) async fn release(ctx: &Context, grant: &Grant) -> Result<Released> {
-    let reply = ctx.write(release_command(ctx, grant), Upsert::No).await?;
-    let released = removed(&reply)?;
+    let released = removed(ctx.write(release_command(ctx, grant), Upsert::No).await)?;
     tracing::debug!(
         resource = grant.resource(),
         lock_id = grant.lock_id(),
@@ -147,7 +148,7 @@ pub(crate) fn release_attempt_command(
     ttl_ms: Option<i64>,
 ) -> Document {
     let (lock_id, nonce) = (request.lock_id.as_str(), request.nonce.0);
-    let matches = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.nonce"), literal(nonce)] }] });
+    let matches = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.nonce"), nonce] }] });
     let life_ms = ttl_ms
         .unwrap_or(0)
         .max(schema::TOMBSTONE_MIN_LIFE.as_millis() as i64);
@@ -155,31 +156,24 @@ pub(crate) fn release_attempt_command(
     // through.
     let tombstones = bson!({ "$concatArrays": [
         { "$filter": {
-            "input": schema::live_tombstones(), "as": "t",
-            "cond": { "$ne": ["$$t.nonce", literal(nonce)] },
+            "input": { "$ifNull": ["$released", []] }, "as": "t",
+            "cond": { "$and": [{ "$gt": ["$$t.until", "$$NOW"] }, { "$ne": ["$$t.nonce", nonce] }] },
         }},
-        [{ "nonce": literal(nonce), "until": { "$add": ["$$NOW", life_ms] } }],
+        [{ "nonce": nonce, "until": { "$add": ["$$NOW", life_ms] } }],
     ]});
-    let exclusive = schema::exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
-    let shared = schema::shared_where(bson!({ "$not": [matches("$$e")] }));
+    let exclusive = expr::exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
+    let shared = expr::shared_where(bson!({ "$not": [matches("$$e")] }));
     // A withdrawn attempt stops waiting too: its announcement (a writer's) goes.
     let queue = bson!({ "$filter": {
-        "input": schema::live_queue(), "as": "w",
-        "cond": { "$ne": ["$$w.lockId", literal(lock_id)] },
+        "input": { "$ifNull": ["$queue", []] }, "as": "q",
+        "cond": { "$and": [{ "$gt": ["$$q.until", "$$NOW"] }, { "$ne": ["$$q.lockId", literal(lock_id)] }] },
     }});
-    let document = schema::Next {
-        fence: bson!({ "$ifNull": ["$fence", 0_i64] }),
-        exclusive,
-        shared,
-        released: tombstones,
-        cap: bson!({ "$ifNull": ["$cap", null] }),
-        queue,
-    }
-    .document();
+    let mut next = expr::Next::entries(exclusive, shared, tombstones);
+    next.queue = queue;
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": &request.resource },
-        "update": [schema::replace_if_lock_document(document)],
+        "update": [expr::guarded(next.document())],
         "upsert": true,
         "new": false,
         "fields": removed_projection(matches),
@@ -191,8 +185,7 @@ pub(crate) fn release_attempt_command(
 pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> Result<bool> {
     let ttl_ms = request.validate()?;
     let command = release_attempt_command(ctx, request, ttl_ms);
-    let reply = ctx.write(command, Upsert::Yes).await?;
-    let removed = removed(&reply)?.removed;
+    let removed = removed(ctx.write(command, Upsert::Yes).await)?.removed;
     tracing::debug!(resource = %request.resource, lock_id = %request.lock_id, removed, "attempt withdrawn");
     Ok(removed)
 }
@@ -202,36 +195,31 @@ pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> 
 /// that finds that tombstone (the write repeated after an unknown outcome) changes nothing,
 /// so it never breaks a lock granted between the two.
 pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Document {
-    let repeat = bson!({ "$in": [op, { "$map": {
-        "input": schema::live_tombstones(), "as": "t", "in": "$$t.nonce",
-    }}]});
+    let repeat = bson!({ "$in": [op, "$$t.nonce"] });
     let life_ms = schema::TOMBSTONE_MIN_LIFE.as_millis() as i64;
-    let document = schema::Next {
-        fence: bson!({ "$ifNull": ["$fence", 0_i64] }),
-        exclusive: bson!({ "$cond": [repeat.clone(), { "$ifNull": ["$exclusive", null] }, null] }),
-        shared: bson!({ "$cond": [repeat.clone(), schema::shared_or_empty(), []] }),
-        released: bson!({ "$cond": [
-            repeat.clone(),
-            schema::live_tombstones(),
-            { "$concatArrays": [
-                schema::live_tombstones(),
-                [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }],
-            ]},
+    let next = expr::Next::entries(
+        bson!({ "$cond": ["$$r", { "$ifNull": ["$exclusive", null] }, null] }),
+        bson!({ "$cond": ["$$r", expr::shared_or_empty(), []] }),
+        bson!({ "$cond": [
+            "$$r",
+            "$$t",
+            { "$concatArrays": ["$$t", [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }]] },
         ]}),
-        cap: bson!({ "$ifNull": ["$cap", null] }),
-        queue: schema::live_queue(),
-    }
-    .document();
+    );
+    let document = bson!({ "$let": {
+        "vars": { "t": expr::live_tombstones() },
+        "in": { "$let": { "vars": { "r": repeat.clone() }, "in": next.document() } },
+    }});
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": resource },
-        "update": [schema::replace_if_lock_document(document)],
+        "update": [expr::guarded(document)],
         "new": false,
-        "fields": { "_id": 0, "removed": { "$cond": [
-            schema::is_lock_document(),
-            { "$cond": [repeat, 0, { "$size": schema::all_entries() }] },
-            -1,
-        ]}},
+        // On the document before, which the stage checked: 0 for a repeated copy.
+        "fields": { "_id": 0, "removed": { "$let": {
+            "vars": { "t": expr::live_tombstones() },
+            "in": { "$cond": [repeat, 0, { "$size": expr::all_entries() }] },
+        }}},
         "collation": Context::collation(),
     }
 }
@@ -239,19 +227,22 @@ pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Docu
 /// Breaks every lock on `resource`; returns how many it removed.
 pub(crate) async fn force_release(ctx: &Context, resource: &str) -> Result<u64> {
     check_id("resource", resource)?;
-    let reply = ctx
+    let reply = match ctx
         .write(force_command(ctx, resource, ObjectId::new()), Upsert::No)
-        .await?;
+        .await
+    {
+        Err(error) if expr::is_refusal(&error) => {
+            return Err(schema::not_a_lock_document(&Bson::String(
+                resource.to_owned(),
+            )));
+        }
+        reply => reply?,
+    };
     let removed = match reply.get("value") {
         None | Some(Bson::Null) => 0,
         Some(Bson::Document(before)) => match before.get("removed") {
             Some(Bson::Int32(n)) if *n >= 0 => *n as u64,
             Some(Bson::Int64(n)) if *n >= 0 => *n as u64,
-            Some(Bson::Int32(_) | Bson::Int64(_)) => {
-                return Err(schema::not_a_lock_document(&Bson::String(
-                    resource.to_owned(),
-                )));
-            }
             _ => {
                 return Err(Error::bad_reply(
                     Effect::Write,
@@ -275,8 +266,8 @@ pub(crate) fn unlock_command(ctx: &Context, lock_id: &str) -> Document {
     doc! {
         "update": ctx.collection_name(),
         "updates": [{
-            "q": held_by(lock_id),
-            "u": schema::remove_entries(|entry| is_of(entry, lock_id)),
+            "q": expr::checked(held_by(lock_id), None),
+            "u": [expr::replace_stage(expr::without_entries(|entry| is_of(entry, lock_id)))],
             "multi": true,
             "collation": Context::collation(),
         }],

@@ -4,7 +4,7 @@
 //! update: <collection>, updates: [{
 //!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }],   // by index
 //!        $expr: <the document is a lock document with a live entry of <id>> },
-//!   u: [ { $replaceWith: <the document, each live entry of <id> renewed> } ],
+//!   u: [ { $replaceWith: <the document, each live entry of <id> renewed> } ],  // no 2nd check
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
 //!
@@ -19,16 +19,14 @@ use std::time::Duration;
 
 use bson::{Bson, Document, bson, doc};
 
-use crate::command::release::{held_by, is_of};
+use crate::command::expr::{self, held_by, is_of};
 use crate::command::{Context, Upsert, count};
 use crate::error::Result;
 use crate::request::{check_id, ttl_millis};
-use crate::schema;
 
 /// The command that renews every live lock of `lock_id` for `ttl_ms`.
 pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
-    let live_of_id =
-        |entry: &str| bson!({ "$and": [is_of(entry, lock_id), schema::is_live(entry)] });
+    let live_of_id = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), expr::is_live(entry)] });
     let renewed = |entry: &str| {
         let has_ttl = bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
         bson!({ "$mergeObjects": [entry, {
@@ -59,20 +57,13 @@ pub(crate) fn statement(
         null,
     ]});
     let shared =
-        bson!({ "$map": { "input": schema::shared_or_empty(), "as": "e", "in": renew("$$e") } });
-    let mut query = query;
-    query.insert(
-        "$expr",
-        bson!({ "$and": [
-            schema::is_lock_document(),
-            { "$anyElementTrue": [{ "$map": {
-                "input": schema::all_entries(), "as": "e", "in": selects("$$e"),
-            }}]},
-        ]}),
-    );
+        bson!({ "$map": { "input": expr::shared_or_empty(), "as": "e", "in": renew("$$e") } });
+    let selected = bson!({ "$anyElementTrue": [{ "$map": {
+        "input": expr::all_entries(), "as": "e", "in": selects("$$e"),
+    }}]});
     doc! {
-        "q": query,
-        "u": [schema::replace_if_lock_document(schema::with_entries(exclusive, shared))],
+        "q": expr::checked(query, Some(selected)),
+        "u": [expr::replace_stage(expr::with_entries(exclusive, shared))],
         "multi": true,
         "collation": Context::collation(),
     }
@@ -104,7 +95,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"{"$gt":["$$e.expiresAt","$$NOW"]}"#),
+            text.contains(r#"{"$gt":[{"$ifNull":["$$e.expiresAt",{"$maxKey":1}]},"$$NOW"]}"#),
             "{text}"
         );
         assert!(

@@ -25,6 +25,7 @@
 use bson::{Bson, Document, bson, doc};
 
 use crate::command::Context;
+use crate::command::expr;
 use crate::error::{Error, Result};
 use crate::request::{check_id, check_label};
 use crate::schema;
@@ -110,7 +111,7 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
             "_id": 0,
             "resource": "$_id",
             "entries": { "$cond": [
-                schema::is_lock_document(),
+                expr::is_lock_document(),
                 { "$concatArrays": [
                     { "$cond": [
                         { "$eq": [{ "$type": "$exclusive" }, "object"] },

@@ -1,0 +1,234 @@
+//! How much each call puts on the wire, so the commands cannot grow back: every command a
+//! call sends is captured with the driver's command monitoring (the `CommandStarted` event:
+//! the command document as sent, with its session, concerns and time limit) and measured as
+//! BSON.
+//!
+//! - every acquire (mutex, reader, writer, semaphore permit; granted or contended; the
+//!   low-level `acquire`) is at most [`ACQUIRE_MAX`] bytes;
+//! - every release (of a guard, of a grant, of an attempt, and a force release) is at most
+//!   [`RELEASE_MAX`] bytes;
+//! - renew, unlock and purge are at most [`GROUP_WRITE_MAX`] bytes; a status aggregation at
+//!   most [`STATUS_MAX`];
+//! - the keepalive grows by at most [`KEEPALIVE_PER_LEASE_MAX`] bytes a lease.
+//!
+//! The bounds are the sizes reached, with a little room: before the shape check was sent
+//! once per command, an acquire weighed 15.5 to 16.2 KB and a release 12.7 KB; now
+//! 5.5 to 6.3 KB and 4.7 KB. Issue 18 asks
+//! for 4 KiB and 2 KiB; the check of the document's shape alone (every field the decoder
+//! reads, about 1.9 KB as an aggregation expression) and the document rewrite every write
+//! makes stand in the way, see `command/expr.rs`.
+//!
+//! Names are long (32 characters: the size of a generated lock id) so that the bounds hold
+//! for realistic names, not only for short ones. The sizes are printed (`--nocapture`).
+
+mod common;
+
+use std::time::Duration;
+
+use bson::{Bson, Document};
+use mongolock::{AcquireRequest, Attempt, LockClient, LockDetails};
+
+/// The most an acquire may weigh on the wire (a writer's, the largest, is 6.3 KB).
+const ACQUIRE_MAX: usize = 6_500;
+/// The most a release may weigh on the wire (a withdrawal, the largest, is 5.0 KB).
+const RELEASE_MAX: usize = 5_200;
+/// The most a renew, unlock or purge may weigh on the wire (renew, the largest, is 5.3 KB).
+const GROUP_WRITE_MAX: usize = 5_500;
+/// The most a status aggregation may weigh on the wire (3.2 KB).
+const STATUS_MAX: usize = 3_300;
+/// The most the keepalive may grow by for each lease it renews (a shared lease's
+/// statement, the largest, is 1.2 KB).
+const KEEPALIVE_PER_LEASE_MAX: usize = 1_250;
+
+/// A 32-character name.
+fn name(prefix: &str) -> String {
+    format!("{prefix:-<32}")
+}
+
+fn size(command: &Document) -> usize {
+    bson::to_vec(command).expect("a command serializes").len()
+}
+
+/// The commands of `name` captured since the last call, each with its size.
+fn only(monitor: &common::Monitor, name: &str) -> Vec<(String, usize)> {
+    monitor
+        .take()
+        .into_iter()
+        .filter(|(n, _)| n == name)
+        .map(|(n, c)| (n, size(&c)))
+        .collect()
+}
+
+struct Sizes {
+    rows: Vec<(String, usize, usize)>,
+}
+
+impl Sizes {
+    /// Records the commands of `name` captured since the last call as `what`, each bounded
+    /// by `max`; at least one must have been sent.
+    fn record(&mut self, monitor: &common::Monitor, what: &str, name: &str, max: usize) {
+        let sent = only(monitor, name);
+        assert!(!sent.is_empty(), "{what}: no {name} was sent");
+        for (_, bytes) in sent {
+            self.rows.push((what.to_owned(), bytes, max));
+        }
+    }
+
+    fn check(self) {
+        for (what, bytes, max) in &self.rows {
+            eprintln!("{what:<40} {bytes:>6} B  (at most {max})");
+        }
+        let over: Vec<_> = self.rows.iter().filter(|(_, b, m)| b > m).collect();
+        assert!(over.is_empty(), "over their bound: {over:?}");
+    }
+}
+
+#[tokio::test]
+async fn every_acquire_and_release_is_small() {
+    let env = common::env("command_size").await;
+    let (monitor, db) = env.monitored().await;
+    let locks = LockClient::new(db.collection("locks"));
+    let ttl = Duration::from_secs(30);
+    let mut sizes = Sizes { rows: Vec::new() };
+    monitor.take();
+
+    // Mutex: granted, contended, released.
+    let mutex = locks.mutex(name("mutex")).ttl(ttl).owner(name("owner"));
+    let guard = mutex.acquire().await.unwrap();
+    sizes.record(&monitor, "mutex acquire", "findAndModify", ACQUIRE_MAX);
+    assert!(mutex.try_acquire().await.unwrap().is_none());
+    sizes.record(
+        &monitor,
+        "mutex acquire, contended",
+        "findAndModify",
+        ACQUIRE_MAX,
+    );
+    guard.release().await.unwrap();
+    sizes.record(&monitor, "mutex release", "findAndModify", RELEASE_MAX);
+
+    // Reader-writer lock: a reader, a writer refused (it announces itself), the writer.
+    let rw = locks.rwlock(name("rwlock")).ttl(ttl).owner(name("owner"));
+    let reader = rw.read().await.unwrap();
+    sizes.record(&monitor, "reader acquire", "findAndModify", ACQUIRE_MAX);
+    assert!(rw.try_write().await.unwrap().is_none());
+    sizes.record(
+        &monitor,
+        "writer acquire, contended",
+        "findAndModify",
+        ACQUIRE_MAX,
+    );
+    reader.release().await.unwrap();
+    sizes.record(&monitor, "reader release", "findAndModify", RELEASE_MAX);
+    let writer = rw.write().await.unwrap();
+    sizes.record(&monitor, "writer acquire", "findAndModify", ACQUIRE_MAX);
+    writer.release().await.unwrap();
+    sizes.record(&monitor, "writer release", "findAndModify", RELEASE_MAX);
+
+    // Semaphore: permits up to the cap, then contention.
+    let semaphore = locks
+        .semaphore(name("semaphore"), 2)
+        .ttl(ttl)
+        .owner(name("owner"));
+    let first = semaphore.acquire().await.unwrap();
+    let second = semaphore.acquire().await.unwrap();
+    sizes.record(&monitor, "permit acquire", "findAndModify", ACQUIRE_MAX);
+    assert!(semaphore.try_acquire().await.unwrap().is_none());
+    sizes.record(
+        &monitor,
+        "permit acquire, contended",
+        "findAndModify",
+        ACQUIRE_MAX,
+    );
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    sizes.record(&monitor, "permit release", "findAndModify", RELEASE_MAX);
+
+    // The low-level calls.
+    let details = LockDetails::default().ttl(ttl).owner(name("owner"));
+    let request = AcquireRequest::exclusive(name("low"), name("id"), details.clone());
+    let Attempt::Granted(grant) = locks.acquire(&request).await.unwrap() else {
+        panic!("granted")
+    };
+    sizes.record(&monitor, "xlock / acquire", "findAndModify", ACQUIRE_MAX);
+    let shared = locks
+        .slock(&name("low-shared"), &name("id"), details.clone(), Some(3))
+        .await
+        .unwrap();
+    sizes.record(&monitor, "slock", "findAndModify", ACQUIRE_MAX);
+    assert_eq!(locks.renew(&name("id"), ttl).await.unwrap(), 2);
+    sizes.record(&monitor, "renew", "update", GROUP_WRITE_MAX);
+    assert!(locks.release(&grant).await.unwrap());
+    sizes.record(&monitor, "release (grant)", "findAndModify", RELEASE_MAX);
+    assert!(locks.release_attempt(&request).await.is_ok());
+    sizes.record(&monitor, "release_attempt", "findAndModify", RELEASE_MAX);
+    let _ = shared;
+    assert_eq!(locks.unlock(&name("id")).await.unwrap(), 1);
+    sizes.record(&monitor, "unlock", "update", GROUP_WRITE_MAX);
+    let _forced = locks
+        .xlock(&name("forced"), &name("id"), details.clone())
+        .await
+        .unwrap();
+    monitor.take();
+    assert_eq!(locks.force_release(&name("forced")).await.unwrap(), 1);
+    sizes.record(&monitor, "force_release", "findAndModify", RELEASE_MAX);
+    locks.purge().await.unwrap();
+    sizes.record(&monitor, "purge", "update", GROUP_WRITE_MAX);
+    locks.status(&mongolock::Filter::default()).await.unwrap();
+    sizes.record(&monitor, "status", "aggregate", STATUS_MAX);
+
+    sizes.check();
+}
+
+/// The size of each statement of the keepalive's `update` commands captured so far.
+fn keepalive_statements(monitor: &common::Monitor) -> Vec<usize> {
+    monitor
+        .take()
+        .into_iter()
+        .filter(|(n, c)| n == "update" && c.get_bool("ordered") == Ok(false))
+        .flat_map(|(_, c)| {
+            c.get_array("updates")
+                .expect("an update has statements")
+                .iter()
+                .map(|s| match s {
+                    Bson::Document(s) => size(s),
+                    other => panic!("a statement is a document: {other:?}"),
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_keepalive_is_small_per_lease() {
+    let env = common::env("command_size_keepalive").await;
+    let (monitor, db) = env.monitored().await;
+    let locks = LockClient::new(db.collection("locks"));
+    let mutex = locks
+        .mutex(name("kept"))
+        .ttl(Duration::from_secs(30))
+        .extend_every(Duration::from_millis(50));
+    let reader = locks
+        .rwlock(name("kept-shared"))
+        .ttl(Duration::from_secs(30))
+        .extend_every(Duration::from_millis(50));
+    let exclusive = mutex.acquire().await.unwrap();
+    let shared = reader.read().await.unwrap();
+    monitor.take();
+    let mut statements = Vec::new();
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        statements.extend(keepalive_statements(&monitor));
+        if statements.len() >= 4 {
+            break;
+        }
+    }
+    assert!(!statements.is_empty(), "the keepalive renewed nothing");
+    let largest = statements.iter().copied().max().unwrap_or(0);
+    eprintln!("keepalive statement sizes: {statements:?}");
+    assert!(
+        largest <= KEEPALIVE_PER_LEASE_MAX,
+        "{largest} bytes a lease (at most {KEEPALIVE_PER_LEASE_MAX})"
+    );
+    exclusive.release().await.unwrap();
+    shared.release().await.unwrap();
+}
