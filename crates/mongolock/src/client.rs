@@ -18,8 +18,8 @@ use crate::command::{self, Context};
 use crate::error::{Error, Result};
 use crate::lease::{Chore, Keeper};
 use crate::lock::Grant;
+use crate::query::{Filter, LockStatus, Purged};
 use crate::request::{AcquireRequest, LockDetails};
-use crate::status::{Filter, LockStatus, Purged};
 
 /// How long an idle resource document is kept by default before the TTL index deletes it:
 /// one day.
@@ -626,7 +626,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn renew(&self, lock_id: &str, ttl: Duration) -> Result<u64> {
-        command::renew::run(self.ready()?, lock_id, ttl).await
+        command::renew_group::run(self.ready()?, lock_id, ttl).await
     }
 
     /// Lists the locks matching `filter`, with their remaining TTL computed by the server,

@@ -210,9 +210,9 @@ mod handle;
 mod lease;
 mod lock;
 mod observe;
+mod query;
 mod request;
 mod schema;
-mod status;
 mod wait;
 
 pub use attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
@@ -221,6 +221,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use guard::LockGuard;
 pub use handle::{Mutex, RwLock, Semaphore};
 pub use lock::{Grant, Holder, LeaseState, LockKind, LossReason};
+pub use query::{Filter, LockStatus, Purged};
 pub use request::{AcquireRequest, LockDetails, MAX_ID_LEN, MAX_LABEL_LEN, MAX_TTL, Nonce};
-pub use status::{Filter, LockStatus, Purged};
 pub use wait::{DEFAULT_LEASE_TTL, MAX_BACKOFF, RECHECK};

@@ -61,7 +61,7 @@ use bson::{Bson, Document};
 
 use crate::error::{Error, Result};
 use crate::lock::{Holder, LockKind};
-use crate::status::LockStatus;
+use crate::query::LockStatus;
 
 pub(crate) const ID: &str = "_id";
 pub(crate) const IDLE_SINCE: &str = "idleSince";

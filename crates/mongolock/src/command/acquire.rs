@@ -205,7 +205,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         }
         None => bson!({ "$cond": ["$$g", others_waiting, "$$q"] }),
     };
-    let result = expr::Next {
+    let result = expr::NextDocument {
         fence: bson!({ "$cond": ["$$g", "$$f", { "$ifNull": ["$fence", 0_i64] }] }),
         exclusive,
         shared,

@@ -209,7 +209,7 @@ pub(crate) fn is_of(entry: &str, lock_id: &str) -> Bson {
 }
 
 /// Every stored field of the document after a change, as expressions over the current one.
-pub(crate) struct Next {
+pub(crate) struct NextDocument {
     pub(crate) fence: Bson,
     /// The exclusive entry, or null.
     pub(crate) exclusive: Bson,
@@ -222,11 +222,11 @@ pub(crate) struct Next {
     pub(crate) queue: Bson,
 }
 
-impl Next {
+impl NextDocument {
     /// The entries and tombstones kept (expressions over the current document), the fence,
     /// the cap and the live waiters kept.
     pub(crate) fn entries(exclusive: Bson, shared: Bson, released: Bson) -> Self {
-        Next {
+        NextDocument {
             fence: bson!({ "$ifNull": ["$fence", 0_i64] }),
             exclusive,
             shared,
@@ -280,7 +280,7 @@ impl Next {
 /// The document with its entries replaced by `exclusive` and `shared` (expressions over the
 /// current document), the fence kept and expired tombstones dropped.
 pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
-    Next::entries(exclusive, shared, live_tombstones()).document()
+    NextDocument::entries(exclusive, shared, live_tombstones()).document()
 }
 
 /// The document without every entry for which `matches` (a function from an entry path such

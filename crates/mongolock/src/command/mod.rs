@@ -25,7 +25,7 @@ pub(crate) mod indexes;
 pub(crate) mod keepalive;
 pub(crate) mod purge;
 pub(crate) mod release;
-pub(crate) mod renew;
+pub(crate) mod renew_group;
 pub(crate) mod status;
 
 use std::time::Duration;

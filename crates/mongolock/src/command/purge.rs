@@ -33,7 +33,7 @@ use bson::{Bson, DateTime, Document, bson, doc};
 use crate::command::expr::{self, held_by, is_of};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Error, Result};
-use crate::status::Purged;
+use crate::query::Purged;
 
 /// The most group statements sent in one `update` command (each carries its own pipeline,
 /// about 4 KiB), keeping a command far below MongoDB's 16 MiB limit.

@@ -168,7 +168,7 @@ pub(crate) fn release_attempt_command(
         "input": { "$ifNull": ["$queue", []] }, "as": "q",
         "cond": { "$and": [{ "$gt": ["$$q.until", "$$NOW"] }, { "$ne": ["$$q.lockId", literal(lock_id)] }] },
     }});
-    let mut next = expr::Next::entries(exclusive, shared, tombstones);
+    let mut next = expr::NextDocument::entries(exclusive, shared, tombstones);
     next.queue = queue;
     doc! {
         "findAndModify": ctx.collection_name(),
@@ -197,7 +197,7 @@ pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> 
 pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Document {
     let repeat = bson!({ "$in": [op, "$$t.nonce"] });
     let life_ms = schema::TOMBSTONE_MIN_LIFE.as_millis() as i64;
-    let next = expr::Next::entries(
+    let next = expr::NextDocument::entries(
         bson!({ "$cond": ["$$r", { "$ifNull": ["$exclusive", null] }, null] }),
         bson!({ "$cond": ["$$r", expr::shared_or_empty(), []] }),
         bson!({ "$cond": [

@@ -27,9 +27,9 @@ use bson::{Bson, Document, bson, doc};
 use crate::command::Context;
 use crate::command::expr;
 use crate::error::{Error, Result};
+use crate::query::{Filter, LockStatus};
 use crate::request::{check_id, check_label};
 use crate::schema;
-use crate::status::{Filter, LockStatus};
 
 /// Checks the filter's arguments.
 pub(crate) fn validate(filter: &Filter) -> Result<()> {
