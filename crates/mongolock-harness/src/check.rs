@@ -317,14 +317,11 @@ impl<'a> Checker<'a> {
         let due = op.end + ttl + DEADLINE_TOLERANCE;
         if end > due {
             let detail = format!(
-                "{}: holder {} ({}, client {}, token {}) still believed it held at {:.0} ms, {:.0} ms \
+                "{}: {} still believed it held at {:.0} ms, {:.0} ms \
                  after the TTL that followed the force-release of {:.0}-{:.0} ms (notice {} {:?}, \
                  release {} returned {:?})",
                 l.resource,
-                l.id,
-                l.role().name(),
-                l.client,
-                l.token,
+                holder(l),
                 self.ms(end),
                 (end - due + DEADLINE_TOLERANCE).as_secs_f64() * 1e3,
                 self.ms(op.start),
@@ -418,18 +415,11 @@ impl<'a> Checker<'a> {
                     continue;
                 }
                 let detail = format!(
-                    "{resource}: holder {} ({}, client {}, token {}) believed from {:.0} to {:.0} ms; \
-                     holder {} ({}, client {}, token {}) was granted at {:.0} ms",
-                    a.id,
-                    a.role().name(),
-                    a.client,
-                    a.token,
+                    "{resource}: {} believed from {:.0} to {:.0} ms; {} was granted at {:.0} ms",
+                    holder(a),
                     self.ms(a.granted_at),
                     self.ms(a_end),
-                    b.id,
-                    b.role().name(),
-                    b.client,
-                    b.token,
+                    holder(b),
                     self.ms(b.granted_at)
                 );
                 self.violation(Check::Exclusion, detail);
@@ -738,13 +728,10 @@ impl<'a> Checker<'a> {
             let end = self.end(l);
             if end > deadline + DEADLINE_TOLERANCE {
                 let detail = format!(
-                    "{}: holder {} ({}, client {}, token {}) believed it held until {:.0} ms, {:.0} ms past \
+                    "{}: {} believed it held until {:.0} ms, {:.0} ms past \
                      its local deadline (granted {:.0}, notice {} {:?}, release {}, death {}, {} pause(s))",
                     l.resource,
-                    l.id,
-                    l.role().name(),
-                    l.client,
-                    l.token,
+                    holder(l),
                     self.ms(end),
                     (end - deadline).as_secs_f64() * 1e3,
                     self.ms(l.granted_at),
@@ -758,6 +745,17 @@ impl<'a> Checker<'a> {
             }
         }
     }
+}
+
+/// A holder as violation details name it: id, role, client and token.
+fn holder(l: &HolderLog) -> String {
+    format!(
+        "holder {} ({}, client {}, token {})",
+        l.id,
+        l.role().name(),
+        l.client,
+        l.token
+    )
 }
 
 #[cfg(test)]
