@@ -227,13 +227,17 @@ fn lock_pairs(c: &mut Criterion, runtime: &Runtime, client: &mongodb::Client) {
     };
     group.bench_function("plain_upsert_delete", |b| {
         let op = plain_op.clone();
-        b.to_async(runtime)
-            .iter_custom(move |iters| serial(iters, move |_| op()))
+        b.to_async(runtime).iter_custom(move |iters| {
+            let op = op.clone();
+            serial(iters, move |_| op())
+        })
     });
     group.bench_function("mongolock_acquire_release", |b| {
         let op = lock_op.clone();
-        b.to_async(runtime)
-            .iter_custom(move |iters| serial(iters, move |_| op()))
+        b.to_async(runtime).iter_custom(move |iters| {
+            let op = op.clone();
+            serial(iters, move |_| op())
+        })
     });
     group.finish();
 
