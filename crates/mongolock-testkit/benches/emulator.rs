@@ -176,8 +176,8 @@ where
 /// `lock/*`: mongolock's acquire + release against a plain upsert + delete, on one connection
 /// at a time, each round on a resource that no document holds yet (the uncontended case).
 fn lock_pairs(c: &mut Criterion, runtime: &Runtime, client: &mongodb::Client) {
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     let plain: Collection<Document> = client.database("bench").collection("plain");
     let locks = LockClient::new(client.database("bench").collection("mongolock"));

@@ -90,7 +90,11 @@ fn main() {
         for _ in 0..3 {
             let started = Instant::now();
             let held = locks.status(&Filter::default()).await.expect("status");
-            println!("status over {} locks: {:.2?}", held.len(), started.elapsed());
+            println!(
+                "status over {} locks: {:.2?}",
+                held.len(),
+                started.elapsed()
+            );
         }
         let lost = guards.iter().filter(|g| g.is_lost()).count();
         println!("leases lost: {lost}");

@@ -86,7 +86,7 @@ impl TestServerBuilder {
 
     /// How much change-stream history to keep, like the size of mongod's oplog: at most
     /// `events` events and `bytes` of them (their documents' BSON size plus a fixed overhead
-    /// per event). By default 100,000 events and 16 MiB. A stream that resumes from, or whose
+    /// per event). By default 100,000 events and 8 MiB. A stream that resumes from, or whose
     /// cursor falls behind, an event no longer kept fails with `ChangeStreamHistoryLost` (286).
     pub fn change_stream_history(mut self, events: usize, bytes: usize) -> Self {
         self.change_window = (events, bytes);

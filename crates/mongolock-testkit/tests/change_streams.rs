@@ -457,7 +457,10 @@ async fn emulator_only_history_is_bounded_and_lost_history_is_reported() {
             message,
             "Resume of change stream was not possible, as the resume point may no longer be in the oplog."
         );
-        assert!(err.contains_label("NonResumableChangeStreamError"), "{err:?}");
+        assert!(
+            err.contains_label("NonResumableChangeStreamError"),
+            "{err:?}"
+        );
     }
     // A stream opened now reads what comes next.
     let fresh = raw_watch(&db, "c", doc! {}).await;

@@ -20,12 +20,14 @@ use crate::faults::clock::Clock;
 pub const WINDOW: usize = 100_000;
 
 /// The size of the events kept, at most, counted as their documents' BSON size plus a fixed
-/// overhead per event. 16 MiB keeps about 40,000 updates of a lock document, tens of seconds
-/// of renewals of 10,000 leases, and bounds the log to a few tens of megabytes in memory.
-pub const WINDOW_BYTES: usize = 16 * 1024 * 1024;
+/// overhead per event ([`ChangeEvent::counted_size`]), as an oplog is capped by its size.
+/// 8 MiB keeps about 25,000 renewals of a lock document (2.5 renewals of 10,000 leases)
+/// and bounds the log to a few tens of megabytes in memory.
+pub const WINDOW_BYTES: usize = 8 * 1024 * 1024;
 
-/// The fixed part of an event's counted size: its header, namespace and resume token.
-const EVENT_OVERHEAD: usize = 128;
+/// The fixed part of an event's counted size: what an oplog entry holds besides the
+/// document (time, namespace, UUID, operation), and the event's own bookkeeping.
+const EVENT_OVERHEAD: usize = 256;
 
 /// One step of a field path in an update description.
 #[derive(Debug, Clone, PartialEq)]
@@ -245,8 +247,16 @@ impl ChangeEvent {
                         .iter()
                         .map(|(p, v)| paths(p) + 2 + value_size(v))
                         .sum::<usize>()
-                    + description.removed.iter().map(|p| paths(p) + 2).sum::<usize>()
-                    + description.truncated.iter().map(|(p, _)| paths(p) + 8).sum::<usize>()
+                    + description
+                        .removed
+                        .iter()
+                        .map(|p| paths(p) + 2)
+                        .sum::<usize>()
+                    + description
+                        .truncated
+                        .iter()
+                        .map(|(p, _)| paths(p) + 8)
+                        .sum::<usize>()
                     + docs(&[pre_image.as_ref(), post_image.as_ref()])
             }
             ChangeKind::Replace { doc, pre_image } => {
@@ -509,7 +519,12 @@ mod tests {
         }
         assert_eq!((log.first_seq(), log.last_seq()), (3, 5));
         assert!(log.read_from(2, 10).is_none());
-        let seqs: Vec<u64> = log.read_from(3, 10).unwrap().iter().map(|e| e.seq).collect();
+        let seqs: Vec<u64> = log
+            .read_from(3, 10)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
         assert_eq!(seqs, [3, 4, 5]);
 
         let log = ChangeLog::with_window(Clock::default(), usize::MAX, 2_000);
@@ -518,8 +533,8 @@ mod tests {
         }
         let (events, bytes) = log.window();
         assert!(bytes <= 2_000, "{bytes}");
-        assert_eq!(events, 3); // 654 bytes each
-        assert_eq!(log.first_seq(), 8);
+        assert_eq!(events, 2); // 782 bytes each
+        assert_eq!(log.first_seq(), 9);
         // An event larger than the whole window is still kept (the newest always is).
         log.append("d", "c", None, insert(10, 5_000));
         assert_eq!(log.window().0, 1);

@@ -1000,7 +1000,6 @@ fn int_arg(v: &Bson) -> Option<i64> {
     }
 }
 
-
 /// A value evaluated without copying it where it can be borrowed: from the root document, a
 /// constant of the expression, the command's `let` variables or a variable bound by an
 /// enclosing expression. Operators that only inspect an operand (`$type`, `$eq`, `$in`,
@@ -2269,6 +2268,19 @@ impl Expr {
     /// object of expressions).
     pub fn parse(value: &Bson) -> Result<Expr> {
         Self::parse_with_vars(value, &[])
+    }
+
+    /// Parses an operator expression given as its name and argument (`{name: arg}`), as
+    /// [`Expr::parse`] would parse that one-field document, without building it.
+    pub fn parse_operator(name: &str, arg: &Bson) -> Result<Expr> {
+        let mut scope = Scope {
+            bound: Vec::new(),
+            depth: 1,
+            strict: false,
+        };
+        Ok(Expr {
+            node: scope.parse_operator(name, arg)?,
+        })
     }
 
     /// Parses an expression in which the variables `bound` are defined by the caller (for
