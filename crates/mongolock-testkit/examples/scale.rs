@@ -47,11 +47,17 @@ fn main() {
         .spawn()
         .expect("start the server");
     let pid = server.id();
+    // The first line that tells the address (a wrapper such as a profiler may print first).
+    let mut stdout = BufReader::new(server.stdout.take().expect("stdout"));
+    let mut addr = String::new();
     let mut line = String::new();
-    BufReader::new(server.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("listening line");
-    let addr = line.trim().trim_start_matches("listening on ").to_string();
+    while stdout.read_line(&mut line).expect("server output") > 0 {
+        if let Some(found) = line.trim().strip_prefix("listening on ") {
+            addr = found.to_string();
+            break;
+        }
+        line.clear();
+    }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         assert!(!addr.is_empty(), "the server printed no address");
