@@ -4,6 +4,11 @@
 //! connections), so the figures to read are ratios, not absolute times:
 //! - `find_and_modify/distinct` vs `find_and_modify/hot`: contention on one document;
 //! - `ping` vs `find_and_modify/*`: what the engine adds to a round trip;
+//! - `lock/plain_upsert_delete` vs `lock/mongolock_acquire_release`: a plain
+//!   `findOneAndUpdate` upsert + `deleteOne` against mongolock's own uncontended exclusive
+//!   acquire (a `findAndModify` whose update is the library's whole pipeline, with its
+//!   projection) + release, both one task at a time on fresh resources. Their ratio is the
+//!   weight of evaluating the library's pipelines in the engine; the run prints it.
 //! - `insert/streams_0` vs `insert/streams_32_idle` (32 open streams on another collection)
 //!   vs `insert/streams_32_consuming` (32 streams receiving every insert): what change
 //!   streams cost writers, with and without their events to deliver.
@@ -17,6 +22,7 @@ use bson::{Document, doc};
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_util::StreamExt;
 use mongodb::Collection;
+use mongolock::{LockClient, LockDetails};
 use mongolock_testkit::TestServer;
 use tokio::runtime::Runtime;
 
@@ -60,6 +66,8 @@ fn bench(c: &mut Criterion) {
             .await
             .expect("seed");
     });
+
+    lock_pairs(c, &runtime, &client);
 
     let mut group = c.benchmark_group("emulator");
     group
@@ -150,6 +158,107 @@ fn bench(c: &mut Criterion) {
     }
     group.finish();
     runtime.block_on(server.shutdown());
+}
+
+/// Runs `iters` rounds of `op` one after another (each with a fresh round number).
+async fn serial<F, Fut>(iters: u64, op: F) -> Duration
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let start = Instant::now();
+    for i in 0..iters {
+        op(i).await;
+    }
+    start.elapsed()
+}
+
+/// `lock/*`: mongolock's acquire + release against a plain upsert + delete, on one connection
+/// at a time, each round on a resource that no document holds yet (the uncontended case).
+fn lock_pairs(c: &mut Criterion, runtime: &Runtime, client: &mongodb::Client) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let plain: Collection<Document> = client.database("bench").collection("plain");
+    let locks = LockClient::new(client.database("bench").collection("mongolock"));
+    runtime
+        .block_on(locks.create_indexes())
+        .expect("create_indexes");
+    // Every round of every run gets its own resource name.
+    let round = Arc::new(AtomicU64::new(0));
+    let mut group = c.benchmark_group("lock");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
+    let plain_op = {
+        let (plain, round) = (plain.clone(), round.clone());
+        move || {
+            let (plain, round) = (plain.clone(), round.clone());
+            async move {
+                let id = format!("r{}", round.fetch_add(1, Ordering::Relaxed));
+                plain
+                    .find_one_and_update(
+                        doc! {"_id": &id},
+                        doc! {"$set": {"owner": "bench", "at": "x"}},
+                    )
+                    .upsert(true)
+                    .await
+                    .expect("findOneAndUpdate");
+                plain
+                    .delete_one(doc! {"_id": &id})
+                    .await
+                    .expect("deleteOne");
+            }
+        }
+    };
+    let lock_op = {
+        let (locks, round) = (locks.clone(), round.clone());
+        move || {
+            let (locks, round) = (locks.clone(), round.clone());
+            async move {
+                let resource = format!("r{}", round.fetch_add(1, Ordering::Relaxed));
+                let grant = locks
+                    .xlock(&resource, "bench-lock-id", LockDetails::default())
+                    .await
+                    .expect("acquire");
+                assert!(locks.release(&grant).await.expect("release"));
+            }
+        }
+    };
+    group.bench_function("plain_upsert_delete", |b| {
+        let op = plain_op.clone();
+        b.to_async(runtime).iter_custom(move |iters| {
+            let op = op.clone();
+            serial(iters, move |_| op())
+        })
+    });
+    group.bench_function("mongolock_acquire_release", |b| {
+        let op = lock_op.clone();
+        b.to_async(runtime).iter_custom(move |iters| {
+            let op = op.clone();
+            serial(iters, move |_| op())
+        })
+    });
+    group.finish();
+
+    // The ratio, from one interleaved pass in this run (criterion does not print ratios).
+    let measuring = std::env::args().any(|a| a == "--bench");
+    if measuring {
+        let rounds = 300;
+        let (mut plain_time, mut lock_time) = (Duration::ZERO, Duration::ZERO);
+        runtime.block_on(async {
+            for _ in 0..5 {
+                plain_time += serial(rounds, |_| plain_op()).await;
+                lock_time += serial(rounds, |_| lock_op()).await;
+            }
+        });
+        println!(
+            "lock: mongolock acquire+release = {:.2}x plain upsert+delete ({:?} vs {:?} per pair)",
+            lock_time.as_secs_f64() / plain_time.as_secs_f64(),
+            lock_time / (5 * rounds as u32),
+            plain_time / (5 * rounds as u32),
+        );
+    }
 }
 
 criterion_group!(benches, bench);

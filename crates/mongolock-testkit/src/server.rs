@@ -33,6 +33,7 @@ pub struct TestServerBuilder {
     latency: Duration,
     ttl_monitor_interval: Duration,
     clock: Option<Clock>,
+    change_window: (usize, usize),
 }
 
 impl Default for TestServerBuilder {
@@ -43,6 +44,10 @@ impl Default for TestServerBuilder {
             latency: Duration::ZERO,
             ttl_monitor_interval: Duration::from_secs(60),
             clock: None,
+            change_window: (
+                crate::engine::changes::WINDOW,
+                crate::engine::changes::WINDOW_BYTES,
+            ),
         }
     }
 }
@@ -79,6 +84,15 @@ impl TestServerBuilder {
         self
     }
 
+    /// How much change-stream history to keep, like the size of mongod's oplog: at most
+    /// `events` events and `bytes` of them (their documents' BSON size plus a fixed overhead
+    /// per event). By default 100,000 events and 8 MiB. A stream that resumes from, or whose
+    /// cursor falls behind, an event no longer kept fails with `ChangeStreamHistoryLost` (286).
+    pub fn change_stream_history(mut self, events: usize, bytes: usize) -> Self {
+        self.change_window = (events, bytes);
+        self
+    }
+
     /// Binds the listener and starts serving.
     ///
     /// # Cancel safety
@@ -94,7 +108,11 @@ impl TestServerBuilder {
             standalone: self.standalone,
             latency: self.latency,
             ttl_monitor_interval: self.ttl_monitor_interval,
-            catalog: Catalog::new(Arc::new(ChangeLog::new(clock.clone()))),
+            catalog: Catalog::new(Arc::new(ChangeLog::with_window(
+                clock.clone(),
+                self.change_window.0,
+                self.change_window.1,
+            ))),
             clock,
             cursors: Cursors::default(),
             sessions: Sessions::default(),

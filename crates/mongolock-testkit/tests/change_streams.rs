@@ -422,3 +422,52 @@ async fn emulator_only_unimplemented_coll_mod_options_are_refused() {
         .await;
     assert_eq!(code, 72);
 }
+
+#[tokio::test]
+async fn emulator_only_history_is_bounded_and_lost_history_is_reported() {
+    // A window of 4 events: the oldest go as new ones come, as an oplog rolls over.
+    let server = mongolock_testkit::TestServer::builder()
+        .change_stream_history(4, usize::MAX)
+        .start()
+        .await
+        .unwrap();
+    let db = server.client().database("d");
+    let coll = db.collection::<Document>("c");
+    coll.insert_one(doc! {"_id": 0}).await.unwrap();
+    let lagging = raw_watch(&db, "c", doc! {}).await;
+    let first = raw_watch(&db, "c", doc! {}).await;
+    coll.insert_one(doc! {"_id": 1}).await.unwrap();
+    let token = raw_next(&db, "c", first).await.unwrap()[0]
+        .get_document("_id")
+        .unwrap()
+        .clone();
+    for id in 2..8 {
+        coll.insert_one(doc! {"_id": id}).await.unwrap();
+    }
+    // Resuming after an event that left the window, and reading on from a position that
+    // left it, both fail with ChangeStreamHistoryLost, labelled non-resumable.
+    for cmd in [
+        doc! {"aggregate": "c", "pipeline": [{"$changeStream": {"resumeAfter": token}}], "cursor": {}},
+        doc! {"getMore": lagging, "collection": "c"},
+    ] {
+        let err = db.run_command(cmd).await.unwrap_err();
+        let (code, message) = common::command_error(&err);
+        assert_eq!(code, 286);
+        assert_eq!(
+            message,
+            "Resume of change stream was not possible, as the resume point may no longer be in the oplog."
+        );
+        assert!(
+            err.contains_label("NonResumableChangeStreamError"),
+            "{err:?}"
+        );
+    }
+    // A stream opened now reads what comes next.
+    let fresh = raw_watch(&db, "c", doc! {}).await;
+    coll.insert_one(doc! {"_id": 8}).await.unwrap();
+    let events = raw_next(&db, "c", fresh).await.unwrap();
+    assert_eq!(
+        events[0].get_document("documentKey").unwrap(),
+        &doc! {"_id": 8}
+    );
+}

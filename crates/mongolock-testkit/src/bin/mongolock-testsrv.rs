@@ -8,6 +8,9 @@ use mongolock_testkit::TestServer;
 const USAGE: &str =
     "usage: mongolock-testsrv [--port N] [--standalone] [--latency-ms N] [--ttl-monitor-secs N]";
 
+/// The most threads that run commands at once.
+const BLOCKING_THREADS: usize = 4;
+
 fn parse_number(flag: &str, value: Option<String>) -> Result<u64, String> {
     let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
     value
@@ -47,7 +50,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // Commands run on the blocking pool. A few threads are enough for a test server, and
+    // each thread the allocator sees gets an arena of its own: with tokio's default (up to
+    // 512 threads) 10,000 held leases took four times the memory they need.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("mongolock-testsrv: cannot start the runtime: {error}");

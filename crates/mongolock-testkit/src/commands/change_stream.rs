@@ -50,6 +50,14 @@ pub fn label_error(mut error: CommandError) -> CommandError {
     error
 }
 
+/// `ChangeStreamHistoryLost`: the events a stream needs are no longer in the change log.
+fn history_lost() -> CommandError {
+    CommandError::new(
+        286,
+        "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+    )
+}
+
 /// Which writes a stream sees.
 #[derive(Debug, Clone)]
 enum Scope {
@@ -211,10 +219,7 @@ pub fn open(
                     CommandError::new(260, format!("Invalid resume token: {token}"))
                 })?;
                 if seq + 1 < ctx.state.catalog.changes.first_seq() {
-                    return Err(CommandError::new(
-                        286,
-                        "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
-                    ));
+                    return Err(history_lost());
                 }
                 start = Some(seq + 1);
             }
@@ -532,7 +537,13 @@ impl ChangeStream {
         let take = limit.min(self.pending.len());
         batch.extend(self.pending.drain(..take));
         while batch.len() < limit && !self.invalidated {
-            let events = state.catalog.changes.read_from(self.next_seq, 1024);
+            // A cursor that fell behind the window fails as mongod's does when the oplog
+            // rolled past its position: nothing it skipped is delivered as if it were next.
+            let events = state
+                .catalog
+                .changes
+                .read_from(self.next_seq, 1024)
+                .ok_or_else(history_lost)?;
             if events.is_empty() {
                 break;
             }

@@ -145,8 +145,7 @@ pub fn run_update(
         !statement.multi,
     )?;
     for (record, details) in records {
-        let before = coll.get(record).expect("matched records exist").clone();
-        let mut after = before.clone();
+        let mut after = coll.get(record).expect("matched records exist").clone();
         let changed = statement.update.apply(
             &mut after,
             &UpdateContext {
@@ -156,14 +155,21 @@ pub fn run_update(
             },
         )?;
         outcome.matched += 1;
+        // The reply shows the first document only: the others are not copied.
+        let first = outcome.after.is_none();
         if changed {
             validate_document_for_storage(&after)?;
             size::check_update_result(&after)?;
-            coll.replace(record, after.clone(), statement.update.is_replacement())?;
+            let replacement = statement.update.is_replacement();
+            if first {
+                outcome.before = Some(coll.replace(record, after.clone(), replacement)?);
+                outcome.after = Some(after);
+            } else {
+                coll.replace(record, after, replacement)?;
+            }
             outcome.modified += 1;
-        }
-        if outcome.before.is_none() {
-            outcome.before = Some(before);
+        } else if first {
+            outcome.before = coll.get(record).cloned();
             outcome.after = Some(after);
         }
     }

@@ -1,8 +1,10 @@
 //! The change log: every committed write, in commit order, for change streams.
 //!
 //! Collections append here while they hold their own lock, so the log's order is the commit
-//! order. It keeps a bounded window (like an oplog); a stream that resumes from before the
-//! window fails with `ChangeStreamHistoryLost`, as mongod does when the oplog rolled over.
+//! order. It keeps a bounded window, like an oplog (a capped collection, bounded by size): the
+//! newest [`WINDOW`] events at most, and no more than [`WINDOW_BYTES`] of them. A stream that
+//! resumes from before the window, or whose cursor falls behind it, fails with
+//! `ChangeStreamHistoryLost` (286), as mongod does when the oplog rolled over.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,8 +16,18 @@ use tokio::sync::Notify;
 
 use crate::faults::clock::Clock;
 
-/// Events kept for resuming streams.
-const WINDOW: usize = 100_000;
+/// Events kept for resuming streams, at most.
+pub const WINDOW: usize = 100_000;
+
+/// The size of the events kept, at most, counted as their documents' BSON size plus a fixed
+/// overhead per event ([`ChangeEvent::counted_size`]), as an oplog is capped by its size.
+/// 8 MiB keeps about 25,000 renewals of a lock document (2.5 renewals of 10,000 leases)
+/// and bounds the log to a few tens of megabytes in memory.
+pub const WINDOW_BYTES: usize = 8 * 1024 * 1024;
+
+/// The fixed part of an event's counted size: what an oplog entry holds besides the
+/// document (time, namespace, UUID, operation), and the event's own bookkeeping.
+const EVENT_OVERHEAD: usize = 256;
 
 /// One step of a field path in an update description.
 #[derive(Debug, Clone, PartialEq)]
@@ -205,6 +217,64 @@ pub struct ChangeEvent {
     pub kind: ChangeKind,
 }
 
+impl ChangeEvent {
+    /// The size this event counts for in the window: the BSON size of what it holds plus a
+    /// fixed overhead.
+    pub fn counted_size(&self) -> usize {
+        use super::size::{document_size, value_size};
+        let docs = |docs: &[Option<&Document>]| -> usize {
+            docs.iter().flatten().map(|d| document_size(d)).sum()
+        };
+        let held = match &self.kind {
+            ChangeKind::Insert { doc } => document_size(doc),
+            ChangeKind::Update {
+                id,
+                description,
+                pre_image,
+                post_image,
+            } => {
+                let paths = |path: &FieldPath| {
+                    path.iter()
+                        .map(|p| match p {
+                            PathPart::Field(f) => f.len() + 1,
+                            PathPart::Index(_) => 4,
+                        })
+                        .sum::<usize>()
+                };
+                value_size(id)
+                    + description
+                        .updated
+                        .iter()
+                        .map(|(p, v)| paths(p) + 2 + value_size(v))
+                        .sum::<usize>()
+                    + description
+                        .removed
+                        .iter()
+                        .map(|p| paths(p) + 2)
+                        .sum::<usize>()
+                    + description
+                        .truncated
+                        .iter()
+                        .map(|(p, _)| paths(p) + 8)
+                        .sum::<usize>()
+                    + docs(&[pre_image.as_ref(), post_image.as_ref()])
+            }
+            ChangeKind::Replace { doc, pre_image } => {
+                document_size(doc) + docs(&[pre_image.as_ref()])
+            }
+            ChangeKind::Delete { id, pre_image } => value_size(id) + docs(&[pre_image.as_ref()]),
+            ChangeKind::Create { description } | ChangeKind::Modify { description } => {
+                document_size(description)
+            }
+            ChangeKind::CreateIndexes { indexes } | ChangeKind::DropIndexes { indexes } => {
+                indexes.iter().map(document_size).sum()
+            }
+            ChangeKind::Drop | ChangeKind::DropDatabase | ChangeKind::Rename { .. } => 0,
+        };
+        EVENT_OVERHEAD + self.db.len() + self.coll.len() + held
+    }
+}
+
 /// The resume token of the event at `seq`: an opaque `{_data: hex}` that sorts in log order.
 pub fn resume_token(seq: u64) -> Document {
     doc! {"_data": format!("{seq:016X}")}
@@ -218,28 +288,51 @@ pub fn token_seq(token: &Document) -> Option<u64> {
 
 #[derive(Debug, Default)]
 struct Inner {
-    events: VecDeque<Arc<ChangeEvent>>,
+    /// Each event with its counted size.
+    events: VecDeque<(Arc<ChangeEvent>, usize)>,
+    /// The sum of the counted sizes of `events`.
+    bytes: usize,
     /// Sequence number the next event gets; events start at 1.
     next_seq: u64,
+}
+
+impl Inner {
+    fn first_seq(&self) -> u64 {
+        self.events.front().map_or(self.next_seq, |(e, _)| e.seq)
+    }
 }
 
 /// The server-wide change log.
 #[derive(Debug)]
 pub struct ChangeLog {
     clock: Clock,
+    /// The most events kept.
+    max_events: usize,
+    /// The most bytes of events kept (see [`ChangeEvent::counted_size`]).
+    max_bytes: usize,
     counter: AtomicU32,
     inner: Mutex<Inner>,
     appended: Notify,
 }
 
 impl ChangeLog {
-    /// An empty log reading time from `clock`.
+    /// An empty log reading time from `clock`, keeping [`WINDOW`] events or [`WINDOW_BYTES`]
+    /// of them at most.
     pub fn new(clock: Clock) -> Self {
+        Self::with_window(clock, WINDOW, WINDOW_BYTES)
+    }
+
+    /// An empty log that keeps at most `max_events` events and `max_bytes` of them (counted
+    /// by [`ChangeEvent::counted_size`]); the newest event is always kept.
+    pub fn with_window(clock: Clock, max_events: usize, max_bytes: usize) -> Self {
         Self {
             clock,
+            max_events: max_events.max(1),
+            max_bytes,
             counter: AtomicU32::new(1),
             inner: Mutex::new(Inner {
                 events: VecDeque::new(),
+                bytes: 0,
                 next_seq: 1,
             }),
             appended: Notify::new(),
@@ -263,7 +356,7 @@ impl ChangeLog {
             let mut inner = self.inner.lock();
             let seq = inner.next_seq;
             inner.next_seq += 1;
-            inner.events.push_back(Arc::new(ChangeEvent {
+            let event = ChangeEvent {
                 seq,
                 cluster_time,
                 wall_time,
@@ -271,9 +364,17 @@ impl ChangeLog {
                 coll: coll.to_string(),
                 collection_uuid,
                 kind,
-            }));
-            if inner.events.len() > WINDOW {
-                inner.events.pop_front();
+            };
+            let size = event.counted_size();
+            inner.events.push_back((Arc::new(event), size));
+            inner.bytes += size;
+            while inner.events.len() > self.max_events
+                || (inner.bytes > self.max_bytes && inner.events.len() > 1)
+            {
+                let Some((_, size)) = inner.events.pop_front() else {
+                    break;
+                };
+                inner.bytes -= size;
             }
         }
         self.appended.notify_waiters();
@@ -286,8 +387,13 @@ impl ChangeLog {
 
     /// The oldest sequence number still in the window.
     pub fn first_seq(&self) -> u64 {
+        self.inner.lock().first_seq()
+    }
+
+    /// The number of events kept and their counted size in bytes.
+    pub fn window(&self) -> (usize, usize) {
         let inner = self.inner.lock();
-        inner.events.front().map_or(inner.next_seq, |e| e.seq)
+        (inner.events.len(), inner.bytes)
     }
 
     /// The first sequence number whose cluster time is at or after `time`.
@@ -296,24 +402,30 @@ impl ChangeLog {
         inner
             .events
             .iter()
-            .find(|e| {
+            .find(|(e, _)| {
                 (e.cluster_time.time, e.cluster_time.increment) >= (time.time, time.increment)
             })
-            .map_or(inner.next_seq, |e| e.seq)
+            .map_or(inner.next_seq, |(e, _)| e.seq)
     }
 
-    /// Events with `seq >= from`, at most `limit`.
-    pub fn read_from(&self, from: u64, limit: usize) -> Vec<Arc<ChangeEvent>> {
+    /// Events with `seq >= from`, at most `limit`; `None` when events from `from` on are no
+    /// longer all in the window (the history a reader needs was lost).
+    pub fn read_from(&self, from: u64, limit: usize) -> Option<Vec<Arc<ChangeEvent>>> {
         let inner = self.inner.lock();
-        let first = inner.events.front().map_or(inner.next_seq, |e| e.seq);
-        let skip = from.saturating_sub(first) as usize;
-        inner
-            .events
-            .iter()
-            .skip(skip)
-            .take(limit)
-            .cloned()
-            .collect()
+        let first = inner.first_seq();
+        if from < first {
+            return None;
+        }
+        let skip = (from - first) as usize;
+        Some(
+            inner
+                .events
+                .iter()
+                .skip(skip)
+                .take(limit)
+                .map(|(e, _)| e.clone())
+                .collect(),
+        )
     }
 
     /// Waits until an event is appended after this call started, or `timeout` passes.
@@ -386,5 +498,46 @@ fn diff_values(
             }
         }
         (_, new) => out.updated.push((path.clone(), new.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insert(n: i32, pad: usize) -> ChangeKind {
+        ChangeKind::Insert {
+            doc: doc! {"_id": n, "pad": "x".repeat(pad)},
+        }
+    }
+
+    #[test]
+    fn the_window_is_bounded_by_count_and_by_size() {
+        let log = ChangeLog::with_window(Clock::default(), 3, usize::MAX);
+        for n in 0..5 {
+            log.append("d", "c", None, insert(n, 0));
+        }
+        assert_eq!((log.first_seq(), log.last_seq()), (3, 5));
+        assert!(log.read_from(2, 10).is_none());
+        let seqs: Vec<u64> = log
+            .read_from(3, 10)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [3, 4, 5]);
+
+        let log = ChangeLog::with_window(Clock::default(), usize::MAX, 2_000);
+        for n in 0..10 {
+            log.append("d", "c", None, insert(n, 500));
+        }
+        let (events, bytes) = log.window();
+        assert!(bytes <= 2_000, "{bytes}");
+        assert_eq!(events, 2); // 782 bytes each
+        assert_eq!(log.first_seq(), 9);
+        // An event larger than the whole window is still kept (the newest always is).
+        log.append("d", "c", None, insert(10, 5_000));
+        assert_eq!(log.window().0, 1);
+        assert_eq!(log.read_from(11, 10).unwrap()[0].seq, 11);
     }
 }

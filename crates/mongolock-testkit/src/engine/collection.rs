@@ -158,10 +158,10 @@ impl Collection {
         Ok(record)
     }
 
-    /// Replaces the document stored as `record` (its `_id` must not change). `replacement`
-    /// says whether a replacement document did it (a `replace` change event) or update
-    /// operators or a pipeline (an `update` event).
-    pub fn replace(&mut self, record: u64, doc: Document, replacement: bool) -> Result<()> {
+    /// Replaces the document stored as `record` (its `_id` must not change) and returns the
+    /// document it replaced. `replacement` says whether a replacement document did it (a
+    /// `replace` change event) or update operators or a pipeline (an `update` event).
+    pub fn replace(&mut self, record: u64, doc: Document, replacement: bool) -> Result<Document> {
         let old = self
             .records
             .get(&record)
@@ -169,9 +169,8 @@ impl Collection {
         for index in &self.indexes[1..] {
             index.check_unique(&doc, record, &self.ns)?;
         }
-        let old = old.clone();
         for index in &mut self.indexes[1..] {
-            index.remove(&old, record);
+            index.remove(old, record);
             index.add(&doc, record);
         }
         let images = self.pre_and_post_images;
@@ -183,14 +182,15 @@ impl Collection {
         } else {
             ChangeKind::Update {
                 id: doc.get("_id").cloned().unwrap_or(Bson::Null),
-                description: diff(&old, &doc),
+                description: diff(old, &doc),
                 pre_image: images.then(|| old.clone()),
                 post_image: images.then(|| doc.clone()),
             }
         };
-        self.record(change);
-        self.records.insert(record, doc);
-        Ok(())
+        self.changes
+            .append(&self.db, &self.name, Some(self.uuid), change);
+        let old = self.records.insert(record, doc);
+        old.ok_or_else(|| CommandError::internal("replacing a missing record"))
     }
 
     /// Removes the document stored as `record`.

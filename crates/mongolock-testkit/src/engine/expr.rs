@@ -991,12 +991,6 @@ fn type_name(v: &Val) -> &'static str {
     v.as_ref().map(type_alias).unwrap_or("missing")
 }
 
-/// Compares two evaluated values; missing sorts with undefined, below null.
-fn cmp_vals(a: &Val, b: &Val) -> Ordering {
-    let undef = Bson::Undefined;
-    compare(a.as_ref().unwrap_or(&undef), b.as_ref().unwrap_or(&undef))
-}
-
 fn int_arg(v: &Bson) -> Option<i64> {
     match v {
         Bson::Int32(i) => Some(i64::from(*i)),
@@ -1004,6 +998,104 @@ fn int_arg(v: &Bson) -> Option<i64> {
         Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.2e18 => Some(*d as i64),
         _ => None,
     }
+}
+
+/// A value evaluated without copying it where it can be borrowed: from the root document, a
+/// constant of the expression, the command's `let` variables or a variable bound by an
+/// enclosing expression. Operators that only inspect an operand (`$type`, `$eq`, `$in`,
+/// `$size`, truthiness, ...) read it through [`Env::get`], so a field path to a large
+/// sub-document or array is never cloned to be looked at.
+enum Ref<'a> {
+    /// A missing value.
+    Missing,
+    /// A value that lives as long as the evaluation.
+    Borrowed(&'a Bson),
+    /// A path into the bound variable at this index of `Env::locals` (its value was there
+    /// when the reference was made; evaluations in between restore the stack's depth).
+    Local(usize, &'a [String]),
+    /// A value computed for this reference.
+    Owned(Bson),
+}
+
+impl Ref<'_> {
+    fn from_val(v: Val) -> Self {
+        match v {
+            Some(v) => Ref::Owned(v),
+            None => Ref::Missing,
+        }
+    }
+}
+
+/// Where a field path leads inside a value, without copying.
+enum Walk<'v> {
+    Found(&'v Bson),
+    Missing,
+    /// The path crosses an array: the value is built by [`lookup_path`].
+    Traverse,
+}
+
+/// Follows `path` into `value` through sub-documents only, as [`lookup_path`] does.
+fn walk<'v>(value: &'v Bson, path: &[String]) -> Walk<'v> {
+    let mut current = value;
+    for step in path {
+        match current {
+            Bson::Document(d) => match d.get(step) {
+                Some(v) => current = v,
+                None => return Walk::Missing,
+            },
+            Bson::Array(_) => return Walk::Traverse,
+            _ => return Walk::Missing,
+        }
+    }
+    Walk::Found(current)
+}
+
+/// A reference to `value` at `path` when the path does not cross an array.
+fn borrow_path<'v>(value: &'v Bson, path: &[String]) -> Ref<'v> {
+    match walk(value, path) {
+        Walk::Found(v) => Ref::Borrowed(v),
+        Walk::Missing => Ref::Missing,
+        Walk::Traverse => Ref::from_val(lookup_path(value, path)),
+    }
+}
+
+/// `$type`'s answers, built once: `$type` is evaluated often (document-shape checks) and
+/// usually compared at once, so it lends its result instead of allocating it.
+fn type_name_value(name: &'static str) -> &'static Bson {
+    static NAMES: std::sync::LazyLock<Vec<Bson>> = std::sync::LazyLock::new(|| {
+        [
+            "double",
+            "string",
+            "object",
+            "array",
+            "binData",
+            "undefined",
+            "objectId",
+            "bool",
+            "date",
+            "null",
+            "regex",
+            "dbPointer",
+            "javascript",
+            "symbol",
+            "javascriptWithScope",
+            "int",
+            "timestamp",
+            "long",
+            "decimal",
+            "minKey",
+            "maxKey",
+            "missing",
+        ]
+        .into_iter()
+        .map(Bson::from)
+        .collect()
+    });
+    static MISSING: std::sync::LazyLock<Bson> = std::sync::LazyLock::new(|| Bson::from("missing"));
+    NAMES
+        .iter()
+        .find(|v| v.as_str() == Some(name))
+        .unwrap_or(&MISSING)
 }
 
 impl<'a> Env<'a> {
@@ -1034,7 +1126,7 @@ impl<'a> Env<'a> {
             }
             Node::And(args) => {
                 for a in args {
-                    if !truthy(self.eval(a)?.as_ref()) {
+                    if !self.eval_truthy(a)? {
                         return Ok(Some(Bson::Boolean(false)));
                     }
                 }
@@ -1042,7 +1134,7 @@ impl<'a> Env<'a> {
             }
             Node::Or(args) => {
                 for a in args {
-                    if truthy(self.eval(a)?.as_ref()) {
+                    if self.eval_truthy(a)? {
                         return Ok(Some(Bson::Boolean(true)));
                     }
                 }
@@ -1062,7 +1154,7 @@ impl<'a> Env<'a> {
             }
             Node::Cond(parts) => {
                 let [i, t, e] = &**parts;
-                if truthy(self.eval(i)?.as_ref()) {
+                if self.eval_truthy(i)? {
                     self.eval(t)
                 } else {
                     self.eval(e)
@@ -1070,7 +1162,7 @@ impl<'a> Env<'a> {
             }
             Node::Switch { branches, default } => {
                 for (case, then) in branches {
-                    if truthy(self.eval(case)?.as_ref()) {
+                    if self.eval_truthy(case)? {
                         return self.eval(then);
                     }
                 }
@@ -1152,17 +1244,20 @@ impl<'a> Env<'a> {
                 on_error,
                 on_null,
             } => self.eval_convert(input, to, on_error.as_deref(), on_null.as_deref()),
-            Node::GetField { field, input } => match self.eval(input)? {
-                None | Some(Bson::Null | Bson::Undefined) => Ok(Some(Bson::Null)),
-                Some(Bson::Document(d)) => Ok(d.get(field).cloned()),
-                v => Err(err(
-                    3041705,
-                    format!(
-                        "$getField requires 'input' to evaluate to type Object, but got {}",
-                        type_name(&v)
-                    ),
-                )),
-            },
+            Node::GetField { field, input } => {
+                let r = self.eval_ref(input)?;
+                match self.get(&r) {
+                    None | Some(Bson::Null | Bson::Undefined) => Ok(Some(Bson::Null)),
+                    Some(Bson::Document(d)) => Ok(d.get(field).cloned()),
+                    v => Err(err(
+                        3041705,
+                        format!(
+                            "$getField requires 'input' to evaluate to type Object, but got {}",
+                            v.map_or("missing", type_alias)
+                        ),
+                    )),
+                }
+            }
             Node::SetField {
                 field,
                 input,
@@ -1274,6 +1369,63 @@ impl<'a> Env<'a> {
             }
             Node::Op(op, args) => self.eval_op(*op, args),
         }
+    }
+
+    /// Evaluates `node`, borrowing the result where it can (see [`Ref`]).
+    fn eval_ref(&mut self, node: &'a Node) -> Result<Ref<'a>> {
+        Ok(match node {
+            Node::Const(v) => Ref::Borrowed(v),
+            Node::Path(p) if !p.is_empty() => match self.root.get(&p[0]) {
+                Some(v) => borrow_path(v, &p[1..]),
+                None => Ref::Missing,
+            },
+            Node::Var(Var::User(name), path) => {
+                if let Some(i) = self.locals.iter().rposition(|(n, _)| *n == name) {
+                    let v = &self.locals[i].1;
+                    if matches!(v, Bson::Undefined) && path.is_empty() {
+                        Ref::Missing
+                    } else {
+                        match walk(v, path) {
+                            Walk::Found(_) => Ref::Local(i, path),
+                            Walk::Missing => Ref::Missing,
+                            Walk::Traverse => Ref::from_val(lookup_path(v, path)),
+                        }
+                    }
+                } else {
+                    match self.ctx.vars.get(name) {
+                        Some(v) => borrow_path(v, path),
+                        None => {
+                            return Err(err(17276, format!("Use of undefined variable: {name}")));
+                        }
+                    }
+                }
+            }
+            Node::Op(Op::Type, args) => {
+                let r = self.eval_ref(&args[0])?;
+                let name = self.get(&r).map_or("missing", type_alias);
+                Ref::Borrowed(type_name_value(name))
+            }
+            _ => Ref::from_val(self.eval(node)?),
+        })
+    }
+
+    /// The value a [`Ref`] stands for (`None` when missing).
+    fn get<'s>(&'s self, r: &'s Ref<'a>) -> Option<&'s Bson> {
+        match r {
+            Ref::Missing => None,
+            Ref::Borrowed(v) => Some(v),
+            Ref::Owned(v) => Some(v),
+            Ref::Local(i, path) => match walk(&self.locals[*i].1, path) {
+                Walk::Found(v) => Some(v),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether `node` evaluates to a true value, without copying it.
+    fn eval_truthy(&mut self, node: &'a Node) -> Result<bool> {
+        let r = self.eval_ref(node)?;
+        Ok(truthy(self.get(&r)))
     }
 
     fn eval_var(&mut self, var: &Var, path: &[String]) -> Result<Val> {
@@ -1419,9 +1571,13 @@ impl<'a> Env<'a> {
         use Op::*;
         match op {
             Eq | Ne | Gt | Gte | Lt | Lte | Cmp => {
-                let a = self.eval(&args[0])?;
-                let b = self.eval(&args[1])?;
-                let ord = cmp_vals(&a, &b);
+                let a = self.eval_ref(&args[0])?;
+                let b = self.eval_ref(&args[1])?;
+                let undef = Bson::Undefined;
+                let ord = compare(
+                    self.get(&a).unwrap_or(&undef),
+                    self.get(&b).unwrap_or(&undef),
+                );
                 Ok(Some(match op {
                     Eq => Bson::Boolean(ord == Ordering::Equal),
                     Ne => Bson::Boolean(ord != Ordering::Equal),
@@ -1432,7 +1588,7 @@ impl<'a> Env<'a> {
                     _ => Bson::Int32(ord as i32),
                 }))
             }
-            Not => Ok(Some(Bson::Boolean(!truthy(self.eval(&args[0])?.as_ref())))),
+            Not => Ok(Some(Bson::Boolean(!self.eval_truthy(&args[0])?))),
             Add => self.eval_add(args),
             Subtract => {
                 let a = self.eval(&args[0])?;
@@ -1581,28 +1737,38 @@ impl<'a> Env<'a> {
                     .map(Some)
                     .map_err(|e| err(CONVERSION_FAILURE, e.message()))
             }
-            Type => Ok(Some(Bson::String(
-                type_name(&self.eval(&args[0])?).to_string(),
-            ))),
-            IsArray => Ok(Some(Bson::Boolean(matches!(
-                self.eval(&args[0])?,
-                Some(Bson::Array(_))
-            )))),
-            IsNumber => Ok(Some(Bson::Boolean(
-                self.eval(&args[0])?
-                    .as_ref()
-                    .is_some_and(super::compare::is_number),
-            ))),
-            Size => match self.eval(&args[0])? {
-                Some(Bson::Array(a)) => Ok(Some(size_bson(a.len()))),
-                v => Err(err(
-                    17124,
-                    format!(
-                        "The argument to $size must be an array, but was of type: {}",
-                        type_name(&v)
-                    ),
-                )),
-            },
+            Type => {
+                let r = self.eval_ref(&args[0])?;
+                Ok(Some(Bson::String(
+                    self.get(&r).map_or("missing", type_alias).to_string(),
+                )))
+            }
+            IsArray => {
+                let r = self.eval_ref(&args[0])?;
+                Ok(Some(Bson::Boolean(matches!(
+                    self.get(&r),
+                    Some(Bson::Array(_))
+                ))))
+            }
+            IsNumber => {
+                let r = self.eval_ref(&args[0])?;
+                Ok(Some(Bson::Boolean(
+                    self.get(&r).is_some_and(super::compare::is_number),
+                )))
+            }
+            Size => {
+                let r = self.eval_ref(&args[0])?;
+                match self.get(&r) {
+                    Some(Bson::Array(a)) => Ok(Some(size_bson(a.len()))),
+                    v => Err(err(
+                        17124,
+                        format!(
+                            "The argument to $size must be an array, but was of type: {}",
+                            v.map_or("missing", type_alias)
+                        ),
+                    )),
+                }
+            }
             ConcatArrays => {
                 let mut out = Vec::new();
                 // Operands are evaluated lazily: the first null one ends the evaluation.
@@ -1630,7 +1796,8 @@ impl<'a> Env<'a> {
                 } else {
                     ("$anyElementTrue", 17041)
                 };
-                match self.eval(&args[0])? {
+                let r = self.eval_ref(&args[0])?;
+                match self.get(&r) {
                     Some(Bson::Array(items)) => {
                         let mut truths = items.iter().map(|v| truthy(Some(v)));
                         Ok(Some(Bson::Boolean(if op == AllElementsTrue {
@@ -1643,7 +1810,7 @@ impl<'a> Env<'a> {
                         code,
                         format!(
                             "{name}'s argument must be an array, but is {}",
-                            type_name(&v)
+                            v.map_or("missing", type_alias)
                         ),
                     )),
                 }
@@ -1671,11 +1838,12 @@ impl<'a> Env<'a> {
                 Ok(Some(Bson::Array(out)))
             }
             In => {
-                let needle = self.eval(&args[0])?;
-                match self.eval(&args[1])? {
+                let needle = self.eval_ref(&args[0])?;
+                let haystack = self.eval_ref(&args[1])?;
+                match self.get(&haystack) {
                     Some(Bson::Array(items)) => {
                         let undef = Bson::Undefined;
-                        let n = needle.as_ref().unwrap_or(&undef);
+                        let n = self.get(&needle).unwrap_or(&undef);
                         Ok(Some(Bson::Boolean(
                             items.iter().any(|i| values_equal(i, n)),
                         )))
@@ -1684,7 +1852,7 @@ impl<'a> Env<'a> {
                         40081,
                         format!(
                             "$in requires an array as a second argument, found: {}",
-                            type_name(&v)
+                            v.map_or("missing", type_alias)
                         ),
                     )),
                 }
@@ -2100,6 +2268,19 @@ impl Expr {
     /// object of expressions).
     pub fn parse(value: &Bson) -> Result<Expr> {
         Self::parse_with_vars(value, &[])
+    }
+
+    /// Parses an operator expression given as its name and argument (`{name: arg}`), as
+    /// [`Expr::parse`] would parse that one-field document, without building it.
+    pub fn parse_operator(name: &str, arg: &Bson) -> Result<Expr> {
+        let mut scope = Scope {
+            bound: Vec::new(),
+            depth: 1,
+            strict: false,
+        };
+        Ok(Expr {
+            node: scope.parse_operator(name, arg)?,
+        })
     }
 
     /// Parses an expression in which the variables `bound` are defined by the caller (for

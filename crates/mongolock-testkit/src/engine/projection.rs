@@ -226,6 +226,17 @@ fn parse_expression(value: &Bson) -> Result<Expr> {
     })
 }
 
+/// [`parse_expression`] of the one-field operator document `{name: arg}`, without copying it.
+fn parse_operator_expression(name: &str, arg: &Bson) -> Result<Expr> {
+    Expr::parse_operator(name, arg).map_err(|e| {
+        if e.code == crate::engine::error::codes::INVALID_PIPELINE_OPERATOR {
+            CommandError::new(31325, format!("Unknown expression {name}"))
+        } else {
+            e
+        }
+    })
+}
+
 /// Where the first positional operator is in a projection key: `(begin, end)` of `.$.`,
 /// of a trailing `.$`, or the whole key when it is `$`.
 fn first_positional(name: &str) -> Option<(usize, usize)> {
@@ -466,7 +477,7 @@ impl Parser<'_> {
                     )));
                 }
                 _ => {
-                    let expr = parse_expression(&Bson::Document(spec.clone()))?;
+                    let expr = parse_operator_expression(first, arg)?;
                     self.expression_mode()?;
                     return self
                         .root

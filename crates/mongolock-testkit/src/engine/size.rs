@@ -56,7 +56,7 @@ fn string_size(s: &str) -> usize {
     4 + s.len() + 1
 }
 
-fn value_size(value: &Bson) -> usize {
+pub(crate) fn value_size(value: &Bson) -> usize {
     match value {
         Bson::Double(_) | Bson::DateTime(_) | Bson::Timestamp(_) | Bson::Int64(_) => 8,
         Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => string_size(s),
