@@ -7,11 +7,9 @@
 pub mod recorder;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bson::Document;
-use mongodb::event::command::CommandEvent;
 use mongodb::{Collection, Database};
 use mongolock::LockClient;
 
@@ -66,29 +64,13 @@ impl Env {
     }
 
     /// A client on the same server and database whose commands are recorded (the driver's
-    /// command monitoring), with its own connection pool; `collection` is the lock collection
-    /// as that client sees it.
+    /// command monitoring), with its own connection pool.
     pub async fn monitored(&self) -> (Monitor, Database) {
         let uri = match &self.server {
             Some(server) => server.uri(),
             None => std::env::var("MONGODB_URI").expect("a real server is configured"),
         };
-        let mut options = mongodb::options::ClientOptions::parse(&uri)
-            .await
-            .expect("a valid URI");
-        let monitor = Monitor::default();
-        let started = monitor.started.clone();
-        options.command_event_handler = Some(mongodb::event::EventHandler::callback(
-            move |event: CommandEvent| {
-                if let CommandEvent::Started(started_event) = event {
-                    started
-                        .lock()
-                        .unwrap()
-                        .push((started_event.command_name, started_event.command));
-                }
-            },
-        ));
-        let client = mongodb::Client::with_options(options).expect("a client");
+        let (monitor, client) = recorder::recorded_client(&uri, None).await;
         (monitor, client.database(self.db.name()))
     }
 
@@ -106,26 +88,8 @@ impl Env {
     }
 }
 
-/// The commands a monitored client started, in order: name and document.
-#[derive(Clone, Default)]
-pub struct Monitor {
-    started: Arc<Mutex<Vec<(String, Document)>>>,
-}
-
-impl Monitor {
-    /// Takes the commands recorded so far (handshakes and session ends left out).
-    pub fn take(&self) -> Vec<(String, Document)> {
-        std::mem::take(&mut *self.started.lock().unwrap())
-            .into_iter()
-            .filter(|(name, _)| !matches!(name.as_str(), "hello" | "isMaster" | "endSessions"))
-            .collect()
-    }
-
-    /// The names of the commands recorded so far (see [`Monitor::take`]).
-    pub fn take_names(&self) -> Vec<String> {
-        self.take().into_iter().map(|(name, _)| name).collect()
-    }
-}
+/// The commands a monitored client started, in order.
+pub type Monitor = recorder::Recorder;
 
 /// Where a test that builds its own clients connects: the server named by `MONGODB_URI`, or a
 /// fresh emulator (returned too, so that it lives as long as the test holds it).

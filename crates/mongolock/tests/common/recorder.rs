@@ -113,6 +113,19 @@ impl Recorder {
         self.commands.lock().unwrap().clone()
     }
 
+    /// Takes the commands recorded so far, as name and document.
+    pub fn take(&self) -> Vec<(String, Document)> {
+        std::mem::take(&mut *self.commands.lock().unwrap())
+            .into_iter()
+            .map(|c| (c.name, c.body))
+            .collect()
+    }
+
+    /// The names of the commands recorded so far (see [`Recorder::take`]).
+    pub fn take_names(&self) -> Vec<String> {
+        self.take().into_iter().map(|(name, _)| name).collect()
+    }
+
     /// Forgets the commands that have ended (one still running, such as the stream's
     /// waiting `getMore`, is kept, to see its reply).
     pub fn clear(&self) {
