@@ -283,8 +283,10 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 /// The first and the longest pause before a failed chore is tried again.
 const CHORE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
 
-/// How many chores run at once.
-const CHORES_AT_ONCE: usize = 16;
+/// How many chores run at once: the keeper's retries, and apart from them the releases of
+/// dropped guards and acquires (see `LockClient::finish_in_background`). A chore on its way
+/// holds a driver operation; one waiting for its turn is a small queued item.
+pub(crate) const CHORES_AT_ONCE: usize = 16;
 
 impl Keeper {
     pub(crate) fn new(ctx: Arc<Context>) -> Self {
