@@ -156,6 +156,7 @@ pub struct Contention {
     pub(crate) wait: Option<Duration>,
     pub(crate) free_at: Option<DateTime>,
     pub(crate) writer_waiting: bool,
+    pub(crate) place: Option<u64>,
 }
 
 impl Contention {
@@ -202,6 +203,18 @@ impl Contention {
     /// ```
     pub fn writer_waiting(&self) -> bool {
         self.writer_waiting
+    }
+
+    /// This attempt's place in the resource's line, after it: how many waiters stand before
+    /// it (0: it is next). Waiters are served in the order they joined, so it is granted
+    /// only once it is at the head (and the holders are gone). A waiting acquire joins the
+    /// line with its first refused attempt; `None` for an attempt that holds no place: a
+    /// single attempt (`try_acquire`, [`LockClient::acquire`]) joins no line, and every
+    /// waiter stands before it.
+    ///
+    /// [`LockClient::acquire`]: crate::LockClient::acquire
+    pub fn place_in_line(&self) -> Option<u64> {
+        self.place
     }
 
     pub(crate) fn into_error(self) -> Error {

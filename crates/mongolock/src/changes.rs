@@ -497,11 +497,24 @@ impl Drop for Subscription {
     }
 }
 
-/// The stages after `$changeStream`: only what a wake-up needs. `_id` (the resume token)
-/// must stay: the server refuses to deliver events whose `_id` a stage changed.
+/// The stages after `$changeStream`: only the changes that may let a waiter in, and only
+/// what a wake-up needs of them. A change that may let a waiter in (a release, a withdrawal,
+/// a waiter leaving the line) moves the document's `freed` field on; a grant, a renewal or a
+/// waiter joining the line does not, so none of them wakes anybody (a client that holds
+/// leases and waits for nothing gets no events for its own renewals). A deleted or replaced
+/// document passes too. An expiry changes nothing on the server: waiters' timers see to it.
+/// `_id` (the resume token) must stay: the server refuses to deliver events whose `_id` a
+/// stage changed.
 fn pipeline() -> Vec<Document> {
+    let freed = format!(
+        "updateDescription.updatedFields.{}",
+        crate::command::expr::FREED
+    );
     vec![
-        doc! {"$match": {"operationType": {"$in": ["insert", "update", "replace", "delete"]}}},
+        doc! {"$match": {"$or": [
+            {"operationType": {"$in": ["replace", "delete"]}},
+            {"operationType": "update", freed: {"$exists": true}},
+        ]}},
         doc! {"$project": {"_id": 1, "documentKey": 1}},
     ]
 }
@@ -808,6 +821,28 @@ mod tests {
         (client, monitor)
     }
 
+    /// A change that may let a waiter in, as a release makes it: it moves the document's
+    /// `freed` field on (creating the document first if need be, which wakes nobody).
+    async fn free(collection: &Collection<Document>, id: &str) {
+        static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+        let freed = bson::DateTime::from_millis(NEXT.fetch_add(1, Ordering::SeqCst));
+        let set = doc! {"$set": {crate::command::expr::FREED: freed}};
+        let found = collection
+            .update_one(doc! {"_id": id}, set.clone())
+            .await
+            .expect("update");
+        if found.matched_count == 0 {
+            collection
+                .insert_one(doc! {"_id": id})
+                .await
+                .expect("insert");
+            collection
+                .update_one(doc! {"_id": id}, set)
+                .await
+                .expect("update");
+        }
+    }
+
     /// Waits (up to [`HANG_GUARD`]) until `condition` holds.
     async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
         let deadline = tokio::time::Instant::now() + HANG_GUARD;
@@ -864,15 +899,16 @@ mod tests {
         let (wakeups, other, _) = streaming(&server, "wake_own").await;
         let mut a = wakeups.subscribe("a");
         let mut b = wakeups.subscribe("b");
-        other
-            .insert_one(doc! {"_id": "a", "n": 0})
-            .await
-            .expect("insert");
+        free(&other, "a").await;
         assert_eq!(woken(&mut a).await, WakeCause::Change);
+        // A change that lets nobody in (a grant, a renewal, a waiter joining the line) wakes
+        // nobody.
         other
             .update_one(doc! {"_id": "a"}, doc! {"$inc": {"n": 1}})
             .await
             .expect("update");
+        stays_pending(&mut a).await;
+        free(&other, "a").await;
         assert_eq!(woken(&mut a).await, WakeCause::Change);
         // Both events were dispatched (a saw them): b is not woken by them.
         stays_pending(&mut b).await;
@@ -894,7 +930,7 @@ mod tests {
         let server = TestServer::start().await.expect("server");
         let (wakeups, other, _) = streaming(&server, "wake_between").await;
         let mut subscription = wakeups.subscribe("r");
-        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        free(&other, "r").await;
         // Let the event be dispatched before anybody waits.
         let events = || wakeups.stats().events;
         eventually("the event is dispatched", || events() == 1).await;
@@ -926,7 +962,7 @@ mod tests {
         let mut elsewhere: Vec<_> = (0..5)
             .map(|i| wakeups.subscribe(&format!("cold{i}")))
             .collect();
-        other.insert_one(doc! {"_id": "hot"}).await.expect("insert");
+        free(&other, "hot").await;
         for subscription in &mut subscriptions {
             assert_eq!(woken(subscription).await, WakeCause::Change);
         }
@@ -1012,7 +1048,7 @@ mod tests {
         let mut subscription = wakeups.subscribe("r");
         let mut unrelated = wakeups.subscribe("s");
         // An event first, so that the stream resumes after its token.
-        other.insert_one(doc! {"_id": "z"}).await.expect("insert");
+        free(&other, "z").await;
         eventually("the event is read", || wakeups.stats().events == 1).await;
         // 91 without labels: a server error the driver does not resume from.
         fail_command(
@@ -1030,7 +1066,7 @@ mod tests {
         })
         .await;
         // The change happens while there is no stream.
-        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        free(&other, "r").await;
         fail_command(&server, Bson::String("off".into()), doc! {}).await;
         assert_eq!(woken(&mut subscription).await, WakeCause::Change);
         stays_pending(&mut unrelated).await;
@@ -1043,10 +1079,7 @@ mod tests {
         );
         assert!(wakeups.stats().resumes >= 1);
         // And the stream goes on.
-        other
-            .update_one(doc! {"_id": "r"}, doc! {"$set": {"x": 1}})
-            .await
-            .expect("update");
+        free(&other, "r").await;
         assert_eq!(woken(&mut subscription).await, WakeCause::Change);
     }
 
@@ -1070,7 +1103,7 @@ mod tests {
                 && wakeups.availability() == Availability::Streaming
         })
         .await;
-        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        free(&other, "r").await;
         assert_eq!(woken(&mut subscription).await, WakeCause::Change);
         let opens = monitor.change_stream_opens();
         assert!(opens.len() >= 3, "{opens:?}");
@@ -1137,7 +1170,7 @@ mod tests {
         assert_eq!(opens.len(), 2, "{opens:?}");
         assert_eq!(opens[1], doc! {}, "a fresh stream: {opens:?}");
         stays_pending(&mut a).await;
-        other.insert_one(doc! {"_id": "b"}).await.expect("insert");
+        free(&other, "b").await;
         assert_eq!(woken(&mut b).await, WakeCause::Change);
         stays_pending(&mut a).await;
     }
@@ -1148,7 +1181,7 @@ mod tests {
     async fn a_dropped_collection_reopens_the_stream_and_wakes_everybody() {
         let server = TestServer::start().await.expect("server");
         let (wakeups, other, monitor) = streaming(&server, "wake_drop").await;
-        other.insert_one(doc! {"_id": "x"}).await.expect("insert");
+        free(&other, "x").await;
         let mut a = wakeups.subscribe("a");
         other.drop().await.expect("drop");
         assert_eq!(woken(&mut a).await, WakeCause::Resync);
@@ -1160,7 +1193,7 @@ mod tests {
             wakeups.wait_ready(HANG_GUARD).await,
             Availability::Streaming
         );
-        other.insert_one(doc! {"_id": "a"}).await.expect("insert");
+        free(&other, "a").await;
         assert_eq!(woken(&mut a).await, WakeCause::Change);
     }
 
@@ -1179,7 +1212,7 @@ mod tests {
         drop(third);
         assert_eq!(wakeups.tracked_resources(), 0);
         // Events for resources nobody waits for leave nothing behind either.
-        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        free(&other, "r").await;
         let events = || wakeups.stats().events;
         eventually("the event is read", || events() == 1).await;
         assert_eq!(wakeups.tracked_resources(), 0);
@@ -1218,7 +1251,7 @@ mod tests {
         })
         .await;
         // Nothing reopens the stream by itself: a change now reaches nobody.
-        other.insert_one(doc! {"_id": "r"}).await.expect("insert");
+        free(&other, "r").await;
         stays_pending(&mut before).await;
         assert_eq!(wakeups.stats().opens, 1);
 
@@ -1230,10 +1263,7 @@ mod tests {
         );
         assert_eq!(woken(&mut before).await, WakeCause::Resync);
         assert_eq!(woken(&mut after).await, WakeCause::Resync);
-        other
-            .update_one(doc! {"_id": "r"}, doc! {"$set": {"x": 1}})
-            .await
-            .expect("update");
+        free(&other, "r").await;
         assert_eq!(woken(&mut before).await, WakeCause::Change);
         assert_eq!(woken(&mut after).await, WakeCause::Change);
         let stats = wakeups.stats();

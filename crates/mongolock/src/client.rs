@@ -38,10 +38,6 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// ```
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = command::DEFAULT_COMMAND_TIMEOUT;
 
-/// The longest command time limit accepted: `i32::MAX` milliseconds, the most `maxTimeMS` a
-/// server takes.
-const MAX_COMMAND_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
-
 /// Locks stored in one MongoDB collection: one document per resource.
 ///
 /// Cheap to clone (an `Arc`), `Send` and `Sync`, so background tasks can own one. Every
@@ -348,19 +344,7 @@ impl LockClient {
 
     /// Checks the settings every call depends on.
     fn ready(&self) -> Result<&Context> {
-        if self.ctx.timeout.is_zero() {
-            return Err(Error::invalid("command_timeout", "must be positive"));
-        }
-        if self.ctx.timeout > MAX_COMMAND_TIMEOUT {
-            return Err(Error::invalid(
-                "command_timeout",
-                format!(
-                    "{:?} is longer than the server's limit of {MAX_COMMAND_TIMEOUT:?} (maxTimeMS is an i32)",
-                    self.ctx.timeout
-                ),
-            ));
-        }
-        Ok(&self.ctx)
+        self.ctx.ready()
     }
 
     /// Creates the indexes the lock commands use, and the TTL index that deletes idle resource

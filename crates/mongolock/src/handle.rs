@@ -13,7 +13,6 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::LockKind;
 use crate::request::AcquireRequest;
-use crate::request::MAX_TTL;
 use crate::wait::{self, LeaseOptions, LeaseTiming, Wait};
 
 /// The handles are made by the lock client.
@@ -203,7 +202,7 @@ impl Mutex {
     /// The request of one acquire call, and its lease's timing.
     fn request(&self) -> Result<(AcquireRequest, LeaseTiming)> {
         self.options
-            .request(LockKind::Exclusive, &self.resource, None, None)
+            .request(LockKind::Exclusive, &self.resource, None)
     }
 
     lease_settings!();
@@ -301,16 +300,13 @@ impl RwLock {
 
     /// The request of one read call, and its lease's timing.
     fn reader(&self) -> Result<(AcquireRequest, LeaseTiming)> {
-        self.options
-            .request(LockKind::Shared, &self.resource, None, None)
+        self.options.request(LockKind::Shared, &self.resource, None)
     }
 
     /// The request of one write call, and its lease's timing.
     fn writer(&self) -> Result<(AcquireRequest, LeaseTiming)> {
-        // Twice the TTL, within what a TTL may be (so any legal TTL is taken).
-        let announce = self.options.ttl.saturating_mul(2).min(MAX_TTL);
         self.options
-            .request(LockKind::Exclusive, &self.resource, None, Some(announce))
+            .request(LockKind::Exclusive, &self.resource, None)
     }
 
     lease_settings!();
@@ -386,7 +382,7 @@ impl Semaphore {
     /// The request of one permit call, and its lease's timing.
     fn permit(&self) -> Result<(AcquireRequest, LeaseTiming)> {
         self.options
-            .request(LockKind::Shared, &self.resource, Some(self.permits), None)
+            .request(LockKind::Shared, &self.resource, Some(self.permits))
     }
 
     /// The number of permits.

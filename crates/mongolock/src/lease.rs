@@ -215,13 +215,15 @@ pub(crate) enum Chore {
     Release(Grant),
     /// Withdraw this attempt (by resource, lock id and nonce), leaving its tombstone.
     Withdraw(AcquireRequest),
+    /// Take this attempt's lock id out of its resource's line: every copy of it was refused.
+    Leave(AcquireRequest),
 }
 
 impl Chore {
     pub(crate) fn resource(&self) -> &str {
         match self {
             Chore::Release(grant) => grant.resource(),
-            Chore::Withdraw(request) => request.resource(),
+            Chore::Withdraw(request) | Chore::Leave(request) => request.resource(),
         }
     }
 
@@ -233,13 +235,17 @@ impl Chore {
                 grant.holder.ttl.unwrap_or(Duration::from_secs(60)) + command_timeout
             }
             Chore::Withdraw(_) => crate::schema::TOMBSTONE_MIN_LIFE,
+            // The place lapses by itself by then.
+            Chore::Leave(request) => request.announce.unwrap_or_default() + command_timeout,
         }
     }
 
     pub(crate) async fn run(&self, ctx: &Context) -> crate::Result<()> {
+        let ctx = ctx.ready()?;
         match self {
             Chore::Release(grant) => release::release(ctx, grant).await.map(drop),
             Chore::Withdraw(request) => release::release_attempt(ctx, request).await.map(drop),
+            Chore::Leave(request) => release::leave_line(ctx, request).await,
         }
     }
 }

@@ -57,6 +57,17 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// The first backoff without change streams; it doubles each time, with jitter.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 
+/// The longest the head of a resource's line sleeps between attempts without change
+/// streams: only it can take the lock next, so it polls briskly, and each place behind it
+/// twice as slowly (up to [`MAX_BACKOFF`]), so the line costs the server little.
+const HEAD_POLL: Duration = Duration::from_millis(25);
+
+/// The longest sleep between polls for a waiter with `ahead` waiters before it.
+fn poll_cap(ahead: u64) -> Duration {
+    let doublings = u32::try_from(ahead.min(16)).unwrap_or(16);
+    HEAD_POLL.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+}
+
 /// The shortest renewal period a lease accepts: a shorter one would be a renewal storm.
 pub(crate) const MIN_EXTEND_EVERY: Duration = Duration::from_millis(10);
 
@@ -66,6 +77,15 @@ pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_millis(50);
 
 /// The default TTL of a lease: thirty seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// How long a waiter's place in a resource's line lasts from its last attempt: twice the
+/// lease's TTL, within what a TTL may be (so any legal TTL is taken). A waiter attempts again
+/// before half of it is gone, so it keeps its place while it waits; a waiter that died
+/// leaves the line when its place lapses, and holds up the waiters behind it that long at
+/// most.
+pub(crate) fn place_life(ttl: Duration) -> Duration {
+    ttl.saturating_mul(2).min(crate::request::MAX_TTL)
+}
 
 /// How a lease is held: settings shared by the mutex, reader-writer lock and semaphore
 /// handles.
@@ -92,15 +112,15 @@ impl Default for LeaseOptions {
 
 impl LeaseOptions {
     /// The request of one acquire call of `kind` on `resource` (`max`: a semaphore's
-    /// permits; `announce`: a writer's announcement), by the lock id set or a random one, and
-    /// the timing of its lease. Every setting is checked here, once per call: the attempts
-    /// of the call repeat this request with fresh nonces.
+    /// permits), by the lock id set or a random one, and the timing of its lease. Every
+    /// setting is checked here, once per call: the attempts of the call repeat this request
+    /// with fresh nonces. A waiting call holds its place in the resource's line for
+    /// [`place_life`] from each attempt (a single attempt joins no line, see [`acquire`]).
     pub(crate) fn request(
         &self,
         kind: LockKind,
         resource: &str,
         max: Option<u32>,
-        announce: Option<Duration>,
     ) -> Result<(AcquireRequest, LeaseTiming)> {
         let timing = self.timing()?;
         if max == Some(0) {
@@ -121,7 +141,7 @@ impl LeaseOptions {
             LockKind::Exclusive => AcquireRequest::exclusive(resource, lock_id, details),
             LockKind::Shared => AcquireRequest::shared(resource, lock_id, details, max),
         };
-        request.announce = announce;
+        request.announce = Some(place_life(self.ttl));
         request.validate()?;
         Ok((request, timing))
     }
@@ -201,8 +221,8 @@ struct Pending {
     open: bool,
     /// A copy was sent whose outcome the waiter never learnt.
     uncertain: bool,
-    /// A writer's attempt was sent: it may have announced itself among the waiters, which
-    /// keeps readers out until withdrawn.
+    /// A waiting attempt was sent: it may hold a place in the resource's line, which keeps
+    /// the waiters behind it out until it leaves (or the place lapses).
     announced: bool,
 }
 
@@ -247,11 +267,16 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if !self.open && !self.announced {
+        // An attempt that may be granted is withdrawn for good (with a tombstone); one that
+        // was refused only leaves the line.
+        let chore = if self.open {
+            Chore::Withdraw(self.request.clone())
+        } else if self.announced {
+            Chore::Leave(self.request.clone())
+        } else {
             return;
-        }
-        self.client
-            .finish_in_background(Chore::Withdraw(self.request.clone()));
+        };
+        self.client.finish_in_background(chore);
     }
 }
 
@@ -288,8 +313,12 @@ async fn acquire_in_span(
     // start now at the latest.
     shared.keeper.resume_chores();
     request.keeper = Some(shared.keeper.id.clone());
-    // Only a writer that will wait announces itself: one attempt must not keep readers out.
-    if matches!(wait, Wait::Once) {
+    // Only a call that will wait joins the resource's line: a single attempt (or a call with
+    // no time left to wait) must not keep anybody out.
+    let no_time = wait
+        .deadline()
+        .is_some_and(|deadline| deadline <= Instant::now());
+    if matches!(wait, Wait::Once) || no_time {
         request.announce = None;
     }
     let resource = request.resource.clone();
@@ -325,8 +354,13 @@ async fn acquire_in_span(
         pending.sending();
         let sent_at = shared.keeper.clock().now();
         let outcome = client.acquire(&pending.request).await;
-        if outcome.is_err() {
-            pending.failed();
+        match &outcome {
+            // Refused before anything was sent: there is nothing to withdraw.
+            Err(error) if matches!(error.kind(), ErrorKind::InvalidArgument { .. }) => {
+                pending.settled();
+            }
+            Err(_) => pending.failed(),
+            Ok(_) => {}
         }
         let contention = match outcome {
             Ok(Attempt::Granted(grant)) => {
@@ -416,12 +450,15 @@ async fn acquire_in_span(
         let sleep = if streaming {
             until_free.unwrap_or(RECHECK).min(RECHECK)
         } else {
+            // Polling: the head of the line briskly, each place behind it half as often.
+            let cap = poll_cap(contention.place_in_line().unwrap_or(0));
+            backoff = backoff.min(cap);
             let pause = jitter(backoff);
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            backoff = (backoff * 2).min(cap);
             until_free.map_or(pause, |free| free.min(pause))
         };
-        // A waiting writer's announcement lapses after `announce`: attempt again well before,
-        // whatever the holders have left, so readers stay out while it waits.
+        // A waiter's place lapses after `announce`: attempt again well before, whatever the
+        // holders have left, so it keeps its place while it waits.
         let sleep = match announce {
             Some(announce) => sleep.min(announce / 2),
             None => sleep,
@@ -527,7 +564,7 @@ mod tests {
         assert_eq!(timing.every, Duration::from_secs(10));
         assert_eq!(timing.margin, Duration::from_secs(2));
         let bad = |options: LeaseOptions| match options
-            .request(LockKind::Exclusive, "r", None, None)
+            .request(LockKind::Exclusive, "r", None)
             .unwrap_err()
             .kind()
         {
@@ -596,7 +633,7 @@ mod tests {
             }),
             "lock_id"
         );
-        let no_permits = ok.request(LockKind::Shared, "r", Some(0), None);
+        let no_permits = ok.request(LockKind::Shared, "r", Some(0));
         assert!(matches!(
             no_permits.unwrap_err().kind(),
             ErrorKind::InvalidArgument {
@@ -604,7 +641,7 @@ mod tests {
                 ..
             }
         ));
-        let empty = ok.request(LockKind::Exclusive, "", None, None);
+        let empty = ok.request(LockKind::Exclusive, "", None);
         assert!(matches!(
             empty.unwrap_err().kind(),
             ErrorKind::InvalidArgument {

@@ -1661,7 +1661,8 @@ const FOREIGN_CALLS: [(&str, bool, bool); 24] = [
     ("purge", false, false),
     ("purge_abandoned_groups", false, false),
     ("mutex.try_acquire", true, false),
-    ("mutex.acquire_timeout", true, false),
+    // A waiting acquire joins the line, and leaves it when its time is up.
+    ("mutex.acquire_timeout", true, true),
     ("mutex.acquire", true, true),
     ("rwlock.try_read", true, false),
     ("rwlock.try_write", true, false),

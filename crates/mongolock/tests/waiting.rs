@@ -157,18 +157,6 @@ impl Recorder {
         (opens.len(), ok)
     }
 
-    /// Whether the client's change stream has delivered an event about `resource`.
-    fn stream_saw(&self, resource: &str) -> bool {
-        self.all().iter().any(|c| c.delivered(resource))
-    }
-
-    /// Waits until the client's change stream has delivered the event of a change of
-    /// `resource` made before: a waiter that subscribes from now on is not woken by it.
-    async fn settle(&self, resource: &str) {
-        self.wait_until("the stream delivers the change", |r| r.stream_saw(resource))
-            .await;
-    }
-
     /// Waits until `done` holds for the recorded commands (a hang guard, not a time bound).
     async fn wait_until(&self, what: &str, done: impl Fn(&Recorder) -> bool) {
         let started = Instant::now();
@@ -239,7 +227,6 @@ async fn a_waiter_is_woken_by_the_release() {
         .xlock("job", "holder", LockDetails::default())
         .await
         .unwrap();
-    recorder.settle("job").await;
 
     let patience = Duration::from_secs(5);
     assert!(patience < RECHECK);
@@ -274,52 +261,67 @@ async fn a_waiter_is_woken_by_the_release() {
     guard.release().await.unwrap();
 }
 
-/// On a standalone server (no change streams) the waiter still gets the lock, by retrying
-/// with an exponential backoff (10 ms, doubling, with jitter): its attempts thin out instead
-/// of hammering the server.
+/// On a standalone server (no change streams) waiters poll, and the line says how briskly:
+/// the head, which alone can take the lock next, at most every 25 ms (backoff from 10 ms,
+/// doubling, with jitter); the waiter behind it at most every 50 ms, and so on, doubling
+/// with each place. Neither hammers the server, and both get the lock in turn.
 #[tokio::test]
-async fn without_change_streams_a_waiter_backs_off() {
+async fn without_change_streams_the_head_polls_briskly_and_the_line_slowly() {
     let setup = Setup::emulator("standalone", true).await;
-    let (recorder, waiter) = setup.recorded("waiter").await;
+    let (head_recorder, head) = setup.recorded("head").await;
+    let (second_recorder, second) = setup.recorded("second").await;
     let _held = setup
         .locks
         .xlock("job", "holder", LockDetails::default())
         .await
         .unwrap();
 
-    let waiting = tokio::spawn({
-        let mutex = waiter.mutex("job");
+    let head_waiting = tokio::spawn({
+        let mutex = head.mutex("job");
         async move { mutex.acquire_timeout(Duration::from_secs(15)).await }
     });
-    recorder
-        .wait_until("the waiter's first attempt", |r| !r.attempts().is_empty())
+    head_recorder
+        .wait_until("the head's first attempt", |r| !r.attempts().is_empty())
         .await;
+    let second_waiting = tokio::spawn({
+        let mutex = second.mutex("job");
+        async move { mutex.acquire_timeout(Duration::from_secs(15)).await }
+    });
+    second_recorder
+        .wait_until("the second's first attempt", |r| !r.attempts().is_empty())
+        .await;
+    let (head_before, second_before) = (
+        head_recorder.attempts().len(),
+        second_recorder.attempts().len(),
+    );
     sleep(Duration::from_millis(1500)).await;
-    let while_held = recorder.attempts();
+    let head_polls = head_recorder.attempts().len() - head_before;
+    let second_polls = second_recorder.attempts().len() - second_before;
     assert_eq!(setup.locks.unlock("holder").await.unwrap(), 1);
 
-    let guard = timeout(HANG_GUARD, waiting)
-        .await
-        .expect("acquire_timeout ends by its deadline")
-        .unwrap()
-        .unwrap()
-        .expect("the waiter's backoff brings it back to a free lock within 15 s");
-    guard.release().await.unwrap();
+    for waiting in [head_waiting, second_waiting] {
+        let guard = timeout(HANG_GUARD, waiting)
+            .await
+            .expect("acquire_timeout ends by its deadline")
+            .unwrap()
+            .unwrap()
+            .expect("polling brings each waiter to the free lock in turn");
+        guard.release().await.unwrap();
+    }
 
-    let (asked, opened) = recorder.change_streams();
+    let (asked, opened) = head_recorder.change_streams();
     assert!(asked >= 1, "the waiter tried to open a change stream");
     assert_eq!(opened, 0, "a standalone server opens no change stream");
-    // 1.5 s of backoff starting at 10 ms and doubling is about 8 attempts; a busy loop on a
-    // local server would make hundreds. The spacing grows: the longest gap is many times the
-    // first.
+    // 1.5 s at one poll every 25 to 37 ms is about 50 polls; a busy loop on a local server
+    // would make hundreds. The second waiter, at one every 50 to 75 ms, about half as many.
     assert!(
-        (3..=20).contains(&while_held.len()),
-        "{} attempts in 1.5 s of holding",
-        while_held.len()
+        (5..=80).contains(&head_polls),
+        "the head polled {head_polls} times in 1.5 s of holding"
     );
-    let gaps: Vec<Duration> = while_held.windows(2).map(|w| w[1] - w[0]).collect();
-    let longest = *gaps.iter().max().unwrap();
-    assert!(longest >= gaps[0] * 4, "the backoff grows: gaps {gaps:?}");
+    assert!(
+        second_polls < head_polls,
+        "the second waiter polled {second_polls} times, the head {head_polls}"
+    );
 }
 
 /// The stream's `getMore` fails three times (a resumable error); the holder releases while
@@ -339,7 +341,6 @@ async fn emulator_only_a_waiter_is_woken_through_a_resumed_change_stream() {
         .xlock("job", "holder", LockDetails::default())
         .await
         .unwrap();
-    recorder.settle("job").await;
 
     let patience = Duration::from_secs(8);
     assert!(patience < RECHECK);
@@ -424,9 +425,6 @@ async fn a_held_lock_costs_its_waiter_almost_nothing() {
         .acquire()
         .await
         .unwrap();
-    if streaming {
-        recorder.settle("job").await;
-    }
 
     let waiting = tokio::spawn({
         let mutex = waiter.mutex("job");
@@ -451,8 +449,9 @@ async fn a_held_lock_costs_its_waiter_almost_nothing() {
         // make dozens.
         assert!(attempts <= 3, "{attempts} attempts in 3 s of waiting");
     } else {
-        // No change streams (a real standalone server): backoff from 10 ms, doubling.
-        assert!(attempts <= 12, "{attempts} attempts in 3 s of waiting");
+        // No change streams (a real standalone server): the head of the line polls at most
+        // every 25 ms.
+        assert!(attempts <= 120, "{attempts} attempts in 3 s of waiting");
     }
     holder.release().await.unwrap();
 }
@@ -475,7 +474,6 @@ async fn a_waiting_writer_costs_almost_nothing() {
         .read()
         .await
         .unwrap();
-    recorder.settle("config").await;
 
     let waiting = tokio::spawn({
         let rwlock = writer.rwlock("config");
@@ -498,11 +496,12 @@ async fn a_waiting_writer_costs_almost_nothing() {
     reader.release().await.unwrap();
 }
 
-/// A waiter's refused attempts leave the document as it was: a change stream opened by the
-/// test on the collection sees no event while the waiter waits (the holder has no TTL, so
-/// there are no renewals either).
+/// A waiter writes its place in the resource's line, and nothing else: a change stream
+/// opened by the test on the collection sees it join (one write) and leave when it gives up
+/// (one write); its other refused attempts leave the document as it was (the holder has no
+/// TTL, so there are no renewals either).
 #[tokio::test]
-async fn a_waiter_writes_nothing() {
+async fn a_waiter_writes_only_its_place_in_line() {
     let setup = Setup::new("quiet").await;
     if !setup.has_change_streams().await {
         return;
@@ -547,9 +546,28 @@ async fn a_waiter_writes_nothing() {
         }
         before_marker.push(event);
     }
-    assert!(
-        before_marker.is_empty(),
-        "the waiter changed the collection: {before_marker:?}"
+    // Two writes: it joined the line with its first attempt (its place, and nothing else),
+    // and left it when it gave up. Its other attempts, its place still fresh, wrote nothing.
+    let changed: Vec<Vec<String>> = before_marker
+        .iter()
+        .map(|event| {
+            let description = event.update_description.as_ref().expect("an update");
+            description.updated_fields.keys().cloned().collect()
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        [vec!["queue.0".to_owned()], vec!["freed".to_owned()]],
+        "the waiter's writes: {before_marker:?}"
+    );
+    let left = before_marker[1].update_description.as_ref().unwrap();
+    assert_eq!(
+        left.truncated_arrays.as_ref().map(|t| t
+            .iter()
+            .map(|t| (t.field.clone(), t.new_size))
+            .collect::<Vec<_>>()),
+        Some(vec![("queue".to_owned(), 0)]),
+        "leaving, it took its place out of the line"
     );
     assert!(
         !document_text(&collection, "job")
@@ -574,9 +592,6 @@ async fn local_waiters_take_turns() {
         .xlock("job", "holder", LockDetails::default())
         .await
         .unwrap();
-    if streaming {
-        recorder.settle("job").await;
-    }
 
     let inside = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicUsize::new(0));
@@ -599,7 +614,8 @@ async fn local_waiters_take_turns() {
     // One waiter at a time asks: the head of the line, once (it then sleeps until a change
     // or the 10 s re-check), with spares for a reopened stream. Without the gate every one
     // of the 20 would ask at least once.
-    let budget = if streaming { 3 } else { 12 };
+    // Without change streams the head of the line polls at most every 25 ms.
+    let budget = if streaming { 3 } else { 80 };
     assert!(
         (1..=budget).contains(&while_held),
         "{while_held} attempts by 20 waiters in 2 s of holding"

@@ -79,12 +79,9 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         Some(max) => Bson::Int64(i64::from(max)),
         None => Bson::Null,
     };
-    let announce = match request.announce {
-        Some(bound) if request.kind == LockKind::Exclusive => {
-            Some(i64::try_from(bound.as_millis()).unwrap_or(i64::MAX))
-        }
-        _ => None,
-    };
+    let announce = request
+        .announce
+        .map(|bound| i64::try_from(bound.as_millis()).unwrap_or(i64::MAX));
 
     // 2. Live entries, tombstones and waiters only; `l`, the lock id, written once.
     let live = bson!({
@@ -106,7 +103,13 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         bson!({ "$eq": ["$$x", null] }),
     ];
     match request.kind {
-        LockKind::Exclusive => terms.push(bson!({ "$eq": [{ "$size": "$$s" }, 0] })),
+        // Nobody holds it, and nobody waits ahead.
+        LockKind::Exclusive => {
+            terms.push(bson!({ "$eq": [{ "$size": "$$s" }, 0] }));
+            terms.push(bson!({ "$eq": [{ "$size": "$$a" }, 0] }));
+        }
+        // Only readers wait ahead (they share with this one), and with a cap, the slots left
+        // are more than the permits they wait for.
         LockKind::Shared => {
             terms.push(bson!({ "$not": [{ "$in": [lock_id.clone(), "$$s.lockId"] }] }));
             terms.push(bson!({ "$or": [
@@ -114,24 +117,38 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
                 { "$eq": [{ "$ifNull": ["$cap", null] }, requested_cap.clone()] },
             ]}));
             terms.push(bson!({ "$allElementsTrue": [{ "$map": {
-                "input": "$$q", "as": "q", "in": { "$eq": ["$$q.lockId", lock_id.clone()] },
+                "input": "$$a", "as": "q", "in": { "$eq": ["$$q.kind", "shared"] },
             }}]}));
             if let Some(max) = request.max_shared {
-                terms.push(bson!({ "$lt": [{ "$size": "$$s" }, i64::from(max)] }));
+                terms.push(bson!({ "$lt": [
+                    { "$add": [{ "$size": "$$s" }, { "$size": "$$a" }] },
+                    i64::from(max),
+                ]}));
             }
         }
     }
-    // For an announcing writer, one level more: was it withdrawn, and does this lock id hold
-    // the resource already (then it is not waiting)?
-    let seen = announce.map(|_| {
-        bson!({
-            "w": withdrawn,
-            "h": { "$or": [
+    // `a`: the live waiters ahead of this attempt, in arrival order: those before its own
+    // place in the queue, or all of them if it has none (a first or a single attempt).
+    let mut seen = doc! {
+        "a": { "$cond": [
+            { "$in": [lock_id.clone(), "$$q.lockId"] },
+            { "$slice": ["$$q", { "$indexOfArray": ["$$q.lockId", lock_id.clone()] }] },
+            "$$q",
+        ]},
+    };
+    // For a waiting attempt: was it withdrawn, and does this lock id hold the resource
+    // already (then it is not waiting)?
+    if announce.is_some() {
+        seen.insert("w", withdrawn);
+        seen.insert(
+            "h",
+            bson!({ "$or": [
                 { "$eq": ["$$x.lockId", lock_id.clone()] },
                 { "$in": [lock_id.clone(), "$$s.lockId"] },
-            ]},
-        })
-    });
+            ]}),
+        );
+    }
+    let seen = Some(Bson::Document(seen));
     // 4. The fencing token if granted: above every earlier one, even if the document was
     //    deleted.
     let grant = bson!({
@@ -169,7 +186,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         LockKind::Shared => (
             bson!("$$x"),
             bson!({ "$cond": ["$$g", { "$concatArrays": ["$$s", [entry]] }, "$$s"] }),
-            bson!({ "$cond": ["$$g", requested_cap, kept_cap] }),
+            bson!({ "$cond": ["$$g", requested_cap.clone(), kept_cap] }),
         ),
     };
     // A grant ends this lock id's wait; a refused announcing writer renews its place.
@@ -178,30 +195,43 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     }});
     let queue = match announce {
         Some(bound_ms) => {
-            // Refreshed only when less than half of it is left: most refused attempts of a
-            // waiting writer then change nothing, and wake nobody (itself included).
-            let fresh = bson!({ "$anyElementTrue": [{ "$map": {
+            let kind = request.kind.to_string();
+            let mine = bson!({ "$eq": ["$$q.lockId", lock_id.clone()] });
+            let until = bson!({ "$add": ["$$NOW", bound_ms] });
+            // Refreshed where it stands (a waiter keeps its place in the line), and only when
+            // less than half of it is left: most refused attempts of a waiter then leave the
+            // line as it was, so the document is unchanged, and they wake nobody (themselves
+            // included).
+            let refreshed = bson!({ "$map": {
                 "input": "$$q", "as": "q",
-                "in": { "$and": [
-                    { "$eq": ["$$q.lockId", lock_id.clone()] },
-                    { "$gt": ["$$q.until", { "$add": ["$$NOW", bound_ms / 2] }] },
-                ]},
-            }}]});
-            // A withdrawn attempt (a late copy of a dropped one) never announces: its waiter is
-            // gone. Nor does a lock id that holds the resource already: it is not waiting (the
-            // attempt is answered with that lock), and an announcement would keep readers out
-            // after it releases.
-            bson!({ "$cond": [
-                { "$or": ["$$g", "$$w", "$$h"] },
-                others_waiting.clone(),
-                { "$cond": [
-                    fresh,
+                "in": { "$cond": [
+                    { "$and": [mine, { "$lte": ["$$q.until", { "$add": ["$$NOW", bound_ms / 2] }] }] },
+                    { "$mergeObjects": ["$$q", { "until": until.clone() }] },
                     "$$q",
-                    { "$concatArrays": [others_waiting, [{
-                        "lockId": lock_id, "kind": "exclusive", "until": { "$add": ["$$NOW", bound_ms] },
-                    }]] },
                 ]},
-            ]})
+            }});
+            // A withdrawn attempt (a late copy of a dropped one) never joins: its waiter is
+            // gone. Nor does a lock id that holds the resource already: it is not waiting (the
+            // attempt is answered with that lock), and a place would keep others out after it
+            // releases.
+            // Nor does a shared request refused for asking another cap than the live shared
+            // locks': it is answered with an error, not made to wait.
+            let mut stop = vec![bson!("$$g"), bson!("$$w"), bson!("$$h")];
+            if request.kind == LockKind::Shared {
+                stop.push(bson!({ "$and": [
+                    { "$gt": [{ "$size": "$$s" }, 0] },
+                    { "$ne": [{ "$ifNull": ["$cap", null] }, requested_cap.clone()] },
+                ]}));
+            }
+            bson!({ "$switch": {
+                "branches": [
+                    { "case": { "$or": stop }, "then": others_waiting },
+                    { "case": { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] }, "then": { "$concatArrays": ["$$q", [{
+                        "lockId": lock_id, "kind": kind, "until": until,
+                    }]] } },
+                ],
+                "default": refreshed,
+            }})
         }
         None => bson!({ "$cond": ["$$g", others_waiting, "$$q"] }),
     };
@@ -212,6 +242,9 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         released: bson!("$$t"),
         cap,
         queue,
+        // An acquire lets nobody in: an expired entry it drops already let waiters in, by
+        // their timers.
+        frees: false,
     }
     .document();
 
@@ -251,8 +284,13 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
         "w": { "$in": [request.nonce.0, "$released.nonce"] },
         "q": { "$anyElementTrue": [{ "$map": {
             "input": "$queue", "as": "q",
-            "in": { "$and": [{ "$ne": ["$$q.lockId", lock_id] }, { "$gt": ["$$q.until", "$$NOW"] }] },
+            "in": { "$and": [
+                { "$ne": ["$$q.lockId", lock_id.clone()] },
+                { "$ne": ["$$q.kind", "shared"] },
+                { "$gt": ["$$q.until", "$$NOW"] },
+            ]},
         }}]},
+        "p": { "$indexOfArray": ["$queue.lockId", lock_id] },
     };
     match request.kind {
         // Every holder must go: the latest end, unless one has no TTL.
@@ -421,6 +459,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         wait,
         free_at,
         writer_waiting: fields.get_bool("q") == Ok(true),
+        place: int("p").and_then(|n| u64::try_from(n).ok()),
     }))
 }
 
@@ -482,7 +521,11 @@ mod tests {
             text.contains(r#"{"$multiply":[{"$toLong":"$$NOW"},1000]}"#),
             "{text}"
         );
-        assert!(text.contains(r#"{"$lt":[{"$size":"$$s"},3]}"#), "{text}");
+        // The cap counts the holders and the readers waiting ahead.
+        assert!(
+            text.contains(r#"{"$lt":[{"$add":[{"$size":"$$s"},{"$size":"$$a"}]},3]}"#),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -102,6 +102,7 @@ fn shape(check_id: bool) -> Bson {
     terms.extend([
         type_in("$fence", &["long", "int", "missing"]),
         type_in("$idleSince", &["date", "null", "missing"]),
+        type_in("$freed", &["date", "missing"]),
         type_in("$cap", &["long", "int", "null", "missing"]),
         type_in("$exclusive", &["object", "null", "missing"]),
         bson!({ "$allElementsTrue": [{ "$map": {
@@ -234,6 +235,9 @@ pub(crate) struct NextDocument {
     /// The shared entries' cap; cleared whatever it says when no shared entry is left.
     pub(crate) cap: Bson,
     pub(crate) queue: Bson,
+    /// Whether this change may let a waiter in (it removes entries or places in the line):
+    /// then it moves `freed` on, which is what wakes waiters (see [`FREED`]).
+    pub(crate) frees: bool,
 }
 
 impl NextDocument {
@@ -247,6 +251,7 @@ impl NextDocument {
             released,
             cap: bson!({ "$ifNull": ["$cap", null] }),
             queue: live_queue(),
+            frees: false,
         }
     }
 
@@ -259,8 +264,25 @@ impl NextDocument {
     /// time it became free (kept, unless it lies ahead: an early release); then pushed to the
     /// end of the last live tombstone. `$max` and `$min` pass over null and missing values.
     pub(crate) fn document(self) -> Bson {
+        // Moved on when an entry or a place in the line went, strictly later than before, so
+        // that the field changes even twice in a millisecond. Otherwise kept (a missing field
+        // stays missing).
+        let freed = if self.frees {
+            let before = format!("${FREED}");
+            let lost = bson!({ "$or": [
+                { "$gt": [{ "$size": all_entries() }, { "$size": "$$ne" }] },
+                { "$gt": [{ "$size": { "$ifNull": ["$queue", []] } }, { "$size": "$$nq" }] },
+            ]});
+            bson!({ FREED: { "$cond": [
+                lost,
+                { "$max": ["$$NOW", { "$add": [before.clone(), 1_i64] }] },
+                before,
+            ]}})
+        } else {
+            bson!({})
+        };
         bson!({ "$let": {
-            "vars": { "nx": self.exclusive, "ns": self.shared, "nt": self.released },
+            "vars": { "nx": self.exclusive, "ns": self.shared, "nt": self.released, "nq": self.queue },
             "in": { "$let": {
                 "vars": { "ne": { "$map": {
                     "input": { "$concatArrays": [
@@ -270,13 +292,13 @@ impl NextDocument {
                     "as": "e",
                     "in": { "$ifNull": ["$$e.expiresAt", null] },
                 }}},
-                "in": { "$mergeObjects": ["$$ROOT", {
+                "in": { "$mergeObjects": ["$$ROOT", freed, {
                     "fence": self.fence,
                     "exclusive": "$$nx",
                     "shared": "$$ns",
                     "released": "$$nt",
                     "cap": { "$cond": [{ "$eq": [{ "$size": "$$ns" }, 0] }, null, self.cap] },
-                    "queue": self.queue,
+                    "queue": "$$nq",
                     "idleSince": { "$cond": [
                         { "$in": [null, "$$ne"] },
                         null,
@@ -297,12 +319,20 @@ pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
     NextDocument::entries(exclusive, shared, live_tombstones()).document()
 }
 
+/// The field a change that may let a waiter in moves on (a release, a withdrawal, a waiter
+/// leaving the line): the date of the last such change, strictly increasing. The change
+/// stream that wakes waiters passes only the updates that set it (and deletes), never a
+/// grant, a renewal or a waiter joining the line (see `crate::changes`).
+pub(crate) const FREED: &str = "freed";
+
 /// The document without every entry for which `matches` (a function from an entry path such
 /// as `"$exclusive"` or `"$$e"` to a condition on it) is true.
 pub(crate) fn without_entries(matches: impl Fn(&str) -> Bson) -> Bson {
     let exclusive = exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
     let shared = shared_where(bson!({ "$not": [matches("$$e")] }));
-    with_entries(exclusive, shared)
+    let mut next = NextDocument::entries(exclusive, shared, live_tombstones());
+    next.frees = true;
+    next.document()
 }
 
 #[cfg(test)]
@@ -331,6 +361,6 @@ mod tests {
         let size = bson::to_vec(&doc! { "c": is_lock_document() })
             .unwrap()
             .len();
-        assert!(size < 2_100, "{size} bytes");
+        assert!(size < 2_200, "{size} bytes");
     }
 }

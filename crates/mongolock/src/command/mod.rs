@@ -46,6 +46,10 @@ pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// MongoDB's duplicate key error: two upserts raced to create the same resource document.
 const DUPLICATE_KEY: i32 = 11000;
 
+/// The longest command time limit accepted: `i32::MAX` milliseconds, the most `maxTimeMS` a
+/// server takes.
+pub(crate) const MAX_COMMAND_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 /// Everything a command needs besides its own arguments.
 #[derive(Debug, Clone)]
 pub(crate) struct Context {
@@ -64,6 +68,24 @@ pub(crate) enum Upsert {
 }
 
 impl Context {
+    /// Checks the settings every command depends on (the time limit), so that no call sends
+    /// anything with a bad one, whether a caller's or one left to the background.
+    pub(crate) fn ready(&self) -> Result<&Context> {
+        if self.timeout.is_zero() {
+            return Err(Error::invalid("command_timeout", "must be positive"));
+        }
+        if self.timeout > MAX_COMMAND_TIMEOUT {
+            return Err(Error::invalid(
+                "command_timeout",
+                format!(
+                    "{:?} is longer than the server's limit of {MAX_COMMAND_TIMEOUT:?} (maxTimeMS is an i32)",
+                    self.timeout
+                ),
+            ));
+        }
+        Ok(self)
+    }
+
     pub(crate) fn new(collection: Collection<Document>) -> Self {
         Context {
             collection,

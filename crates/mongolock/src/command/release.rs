@@ -170,6 +170,7 @@ pub(crate) fn release_attempt_command(
     }});
     let mut next = expr::NextDocument::entries(exclusive, shared, tombstones);
     next.queue = queue;
+    next.frees = true;
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": &request.resource },
@@ -197,7 +198,7 @@ pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> 
 pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Document {
     let repeat = bson!({ "$in": [op, "$$t.nonce"] });
     let life_ms = schema::TOMBSTONE_MIN_LIFE.as_millis() as i64;
-    let next = expr::NextDocument::entries(
+    let mut next = expr::NextDocument::entries(
         bson!({ "$cond": ["$$r", { "$ifNull": ["$exclusive", null] }, null] }),
         bson!({ "$cond": ["$$r", expr::shared_or_empty(), []] }),
         bson!({ "$cond": [
@@ -206,6 +207,7 @@ pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Docu
             { "$concatArrays": ["$$t", [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }]] },
         ]}),
     );
+    next.frees = true;
     let document = bson!({ "$let": {
         "vars": { "t": expr::live_tombstones() },
         "in": { "$let": { "vars": { "r": repeat.clone() }, "in": next.document() } },
@@ -281,6 +283,50 @@ pub(crate) async fn unlock(ctx: &Context, lock_id: &str) -> Result<u64> {
     let released = count(&reply, "nModified");
     tracing::debug!(lock_id, released, "unlocked");
     Ok(released)
+}
+
+/// The command that takes `lock_id`'s place out of the line of `resource`, for a waiter that
+/// stops waiting and whose attempts were all refused: no grant of it can land later, so it
+/// needs no tombstone (see [`release_attempt_command`] for one that may). Expired places of
+/// others go too.
+///
+/// ```text
+/// update: <collection>, updates: [{
+///   q: { _id: <resource>, "queue.lockId": <id>, $expr: <a lock document> },
+///   u: [ { $replaceWith: <the document, its line without <id>'s place> } ] }], ...
+/// ```
+pub(crate) fn leave_line_command(ctx: &Context, resource: &str, lock_id: &str) -> Document {
+    let mut next = expr::NextDocument::entries(
+        expr::exclusive_where(Bson::Boolean(true)),
+        expr::shared_or_empty(),
+        expr::live_tombstones(),
+    );
+    next.queue = bson!({ "$filter": {
+        "input": expr::live_queue(), "as": "q",
+        "cond": { "$ne": ["$$q.lockId", literal(lock_id)] },
+    }});
+    next.frees = true;
+    doc! {
+        "update": ctx.collection_name(),
+        "updates": [{
+            "q": expr::checked(doc! { "_id": resource, "queue.lockId": lock_id }, None),
+            "u": [expr::replace_stage(next.document())],
+            "collation": Context::collation(),
+        }],
+    }
+}
+
+/// Takes the place of `request`'s lock id out of its resource's line (see
+/// [`leave_line_command`]).
+pub(crate) async fn leave_line(ctx: &Context, request: &AcquireRequest) -> Result<()> {
+    request.validate()?;
+    let command = leave_line_command(ctx, &request.resource, &request.lock_id);
+    let reply = ctx.write(command, Upsert::No).await?;
+    tracing::debug!(
+        resource = %request.resource, lock_id = %request.lock_id, left = count(&reply, "nModified"),
+        "left the line"
+    );
+    Ok(())
 }
 
 #[cfg(test)]
