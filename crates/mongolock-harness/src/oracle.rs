@@ -300,13 +300,16 @@ pub enum ServerCheck {
     Orphans,
     /// A release returned `Ok` for a grant the server had removed before it began.
     ReleaseOk,
+    /// A grant went to a lock id while a waiter that had joined the resource's line before
+    /// it still had its place (a live one, by the server's clock at the grant).
+    Order,
     /// The log is not complete (the stream failed).
     Incomplete,
 }
 
 impl ServerCheck {
     /// Every check, in report order.
-    pub const ALL: [ServerCheck; 9] = [
+    pub const ALL: [ServerCheck; 10] = [
         ServerCheck::Exclusion,
         ServerCheck::Fencing,
         ServerCheck::Caps,
@@ -315,6 +318,7 @@ impl ServerCheck {
         ServerCheck::Unbelieved,
         ServerCheck::Orphans,
         ServerCheck::ReleaseOk,
+        ServerCheck::Order,
         ServerCheck::Incomplete,
     ];
 }
@@ -330,6 +334,7 @@ impl fmt::Display for ServerCheck {
             ServerCheck::Unbelieved => "(S6) unbelieved grants end",
             ServerCheck::Orphans => "(S7) no orphan outlives its holders",
             ServerCheck::ReleaseOk => "(S8) release Ok only if held",
+            ServerCheck::Order => "(S9) waiters served in line order",
             ServerCheck::Incomplete => "(S0) change stream complete",
         })
     }
@@ -454,6 +459,89 @@ fn entry(value: &Document, exclusive: bool) -> Result<Entry, String> {
     })
 }
 
+/// One place in a resource's line: a waiter's lock id, whether it waits for a shared lock,
+/// and until when (server time) the place lasts.
+#[derive(Debug, Clone, PartialEq)]
+struct Place {
+    lock_id: String,
+    shared: bool,
+    until_ms: i64,
+}
+
+/// The line of a lock document, in order (a document without one has an empty line).
+fn line(doc: &Document) -> Result<Vec<Place>, String> {
+    let Some(Bson::Array(queue)) = doc.get("queue") else {
+        return Ok(Vec::new());
+    };
+    queue
+        .iter()
+        .map(|value| {
+            let Bson::Document(place) = value else {
+                return Err(format!("a place in line is {value:?}"));
+            };
+            let lock_id = match place.get("lockId") {
+                Some(Bson::String(id)) => id.clone(),
+                other => return Err(format!("a place's lockId is {other:?}")),
+            };
+            let until_ms = millis(place, "until")?.ok_or("a place without until")?;
+            Ok(Place {
+                lock_id,
+                shared: place.get_str("kind") == Ok("shared"),
+                until_ms,
+            })
+        })
+        .collect()
+}
+
+/// (S9): the grant of `new`, decided at `at` on a document whose line was `before` and whose
+/// entries were `held`, went past nobody who had joined the line before it: for an exclusive
+/// grant, no live place stood before its own (or at all, without one); for a shared one, no
+/// live exclusive place did, and under a cap, the live shared entries and the shared places
+/// before it left a permit.
+fn order(
+    out: &mut Outcome,
+    resource: &str,
+    new: &Entry,
+    before: &[Place],
+    held: &HashMap<String, Entry>,
+    cap: Option<u32>,
+) {
+    let at = new.created_ms;
+    let own = before.iter().position(|p| p.lock_id == new.lock_id);
+    let ahead: Vec<&Place> = before[..own.unwrap_or(before.len())]
+        .iter()
+        .filter(|p| p.lock_id != new.lock_id && p.until_ms > at)
+        .collect();
+    let jumped = if new.exclusive {
+        ahead.first().copied()
+    } else {
+        ahead.iter().copied().find(|p| !p.shared).or_else(|| {
+            let live = held
+                .values()
+                .filter(|e| !e.exclusive && e.live_at(at))
+                .count();
+            match cap {
+                Some(cap) if live + ahead.len() >= cap as usize => ahead.first().copied(),
+                _ => None,
+            }
+        })
+    };
+    if let Some(place) = jumped {
+        out.violations.push((
+            ServerCheck::Order,
+            format!(
+                "{resource}: {} token {} granted to {} at {at} while {} waited before it in \
+                 line (place until {})",
+                kind(new),
+                new.token,
+                new.lock_id,
+                place.lock_id,
+                place.until_ms
+            ),
+        ));
+    }
+}
+
 /// The entries of a lock document, by [`Entry::key`].
 fn entries(doc: &Document) -> Result<HashMap<String, Entry>, String> {
     let mut out = HashMap::new();
@@ -517,6 +605,7 @@ pub fn check(
         ..Outcome::default()
     };
     let mut current: HashMap<&str, HashMap<String, Entry>> = HashMap::new();
+    let mut lines: HashMap<&str, Vec<Place>> = HashMap::new();
     let mut max_token: HashMap<&str, i64> = HashMap::new();
     let mut grants: Vec<Granted> = Vec::new();
     // Index into `grants` of each live entry, by resource and key.
@@ -534,6 +623,15 @@ pub fn check(
                 }
             },
         };
+        let line_after = match event.doc.as_ref().map(line) {
+            None => Vec::new(),
+            Some(Ok(places)) => places,
+            Some(Err(why)) => {
+                unreadable(&mut out, resource, &why);
+                continue;
+            }
+        };
+        let line_before = lines.insert(resource, line_after).unwrap_or_default();
         let before = current.remove(resource).unwrap_or_default();
         for (key, old) in &before {
             let Some(new) = after.get(key) else {
@@ -589,6 +687,14 @@ pub fn check(
                 ));
             }
             *highest = (*highest).max(new.token);
+            order(
+                &mut out,
+                resource,
+                new,
+                &line_before,
+                &before,
+                permits.get(resource).copied(),
+            );
             for other in before.values().filter(|o| o.live_at(at)) {
                 if new.exclusive || other.exclusive {
                     out.violations.push((
@@ -934,6 +1040,131 @@ mod tests {
             Duration::from_secs(10),
         )
         .by_check()
+    }
+
+    /// A place in line for `token`'s lock id (see [`entry`]), until `until` (ms).
+    fn place(token: i64, kind: &str, until: i64) -> Bson {
+        Bson::Document(doc! {
+            "lockId": format!("id-{token}"),
+            "kind": kind,
+            "until": DateTime::from_millis(until),
+        })
+    }
+
+    /// [`event`], with a line.
+    fn queued(
+        at_ms: i64,
+        exclusive: Option<Bson>,
+        shared: Vec<Bson>,
+        line: Vec<Bson>,
+    ) -> ServerEvent {
+        let mut event = event(at_ms, exclusive, shared);
+        if let Some(doc) = event.doc.as_mut() {
+            doc.insert("queue", line);
+        }
+        event
+    }
+
+    #[test]
+    fn a_grant_past_a_live_place_in_line_is_caught_and_one_in_order_passes() {
+        let (a, b, c) = (ObjectId::new(), ObjectId::new(), ObjectId::new());
+        // A holds; B (token 11's lock id) then C (12) join the line.
+        let waiting = queued(
+            1_000,
+            Some(entry(&a, 10, 1_000, 1_000, 5_000)),
+            vec![],
+            vec![place(11, "exclusive", 9_000), place(12, "exclusive", 9_000)],
+        );
+        // A released; B, the head, is granted: in order.
+        let released = queued(
+            2_000,
+            None,
+            vec![],
+            vec![place(11, "exclusive", 9_000), place(12, "exclusive", 9_000)],
+        );
+        let to_b = queued(
+            2_100,
+            Some(entry(&b, 11, 2_100, 2_100, 5_000)),
+            vec![],
+            vec![place(12, "exclusive", 9_000)],
+        );
+        assert!(run(&[waiting.clone(), released.clone(), to_b]).is_empty());
+        // C granted while B still waits before it: caught.
+        let to_c = queued(
+            2_100,
+            Some(entry(&c, 12, 2_100, 2_100, 5_000)),
+            vec![],
+            vec![place(11, "exclusive", 9_000)],
+        );
+        assert_eq!(
+            run(&[waiting.clone(), released.clone(), to_c]),
+            BTreeMap::from([(ServerCheck::Order, 1)])
+        );
+        // Unless B's place had lapsed.
+        let lapsed = queued(
+            2_000,
+            None,
+            vec![],
+            vec![place(11, "exclusive", 2_050), place(12, "exclusive", 9_000)],
+        );
+        let to_c = queued(
+            2_100,
+            Some(entry(&c, 12, 2_100, 2_100, 5_000)),
+            vec![],
+            vec![],
+        );
+        assert!(run(&[waiting, lapsed, to_c]).is_empty());
+    }
+
+    #[test]
+    fn readers_share_past_readers_but_not_past_a_writer_or_the_cap() {
+        let (r1, r2, r3) = (ObjectId::new(), ObjectId::new(), ObjectId::new());
+        // Free, with a reader (11) in line before another (12): 12 may go first.
+        let line = vec![place(11, "shared", 9_000), place(12, "shared", 9_000)];
+        let free = queued(1_000, None, vec![], line.clone());
+        let to_12 = queued(
+            1_100,
+            None,
+            vec![entry(&r2, 12, 1_100, 1_100, 5_000)],
+            vec![place(11, "shared", 9_000)],
+        );
+        assert!(run(&[free.clone(), to_12.clone()]).is_empty());
+        // But not past a writer.
+        let writer_first = queued(
+            1_000,
+            None,
+            vec![],
+            vec![place(11, "exclusive", 9_000), place(12, "shared", 9_000)],
+        );
+        assert_eq!(
+            run(&[writer_first, to_12]),
+            BTreeMap::from([(ServerCheck::Order, 1)])
+        );
+        // Under the cap of 2 (see `run`), with one permit held, the one left is the head's.
+        let one_held = queued(1_000, None, vec![entry(&r1, 10, 900, 900, 5_000)], line);
+        let to_12 = queued(
+            1_100,
+            None,
+            vec![
+                entry(&r1, 10, 900, 900, 5_000),
+                entry(&r2, 12, 1_100, 1_100, 5_000),
+            ],
+            vec![place(11, "shared", 9_000)],
+        );
+        assert_eq!(
+            run(&[one_held.clone(), to_12]),
+            BTreeMap::from([(ServerCheck::Order, 1)])
+        );
+        let to_11 = queued(
+            1_100,
+            None,
+            vec![
+                entry(&r1, 10, 900, 900, 5_000),
+                entry(&r3, 11, 1_100, 1_100, 5_000),
+            ],
+            vec![place(12, "shared", 9_000)],
+        );
+        assert!(run(&[one_held, to_11]).is_empty());
     }
 
     #[test]
