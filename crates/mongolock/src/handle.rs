@@ -261,11 +261,12 @@ where
 /// A distributed reader-writer lock: many readers or one writer. Made by
 /// [`LockClient::rwlock`].
 ///
-/// A waiting writer keeps new readers out, so a steady stream of readers cannot starve it.
-/// It announces itself in the resource's document for twice its TTL, refreshed while it
-/// waits; a writer that stops waiting withdraws it, and if the writer dies while waiting,
-/// readers are let in again once it lapses. A single attempt (`try_write`) announces
-/// nothing.
+/// Waiters are served in the order they joined the resource's line: a reader that came
+/// before a waiting writer goes before it (with the other readers), and one that came after
+/// waits for the writer, so a steady stream of readers cannot starve it. A waiter's place
+/// lasts twice its TTL and is refreshed while it waits; a waiter that stops waiting leaves
+/// the line, and if it dies while waiting, its place lapses. A single attempt (`try_read`,
+/// `try_write`) joins no line, and is refused while anybody waits.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {

@@ -69,13 +69,16 @@
 //! # Waiting
 //!
 //! `acquire` waits as long as needed, `acquire_timeout` up to a deadline, `try_acquire` makes
-//! one attempt. A refused attempt learns from the server how long the current lease has left
-//! and never sleeps past it. On a replica set, one change stream per client wakes waiters as
-//! soon as their resource changes, with a re-check every [`RECHECK`] at most as a safety net;
-//! on a standalone server, waiters back off exponentially with jitter (up to
+//! one attempt. Waiters are served in the order they joined the resource's line, whatever
+//! their client: a waiting acquire joins with its first refused attempt, keeps its place
+//! while it waits and leaves it when it gives up; a single attempt joins no line and is
+//! refused while anybody waits. A refused attempt learns from the server how long the
+//! current lease has left and never sleeps past it. On a replica set, one change stream per
+//! client wakes waiters when a change may have let them in (a release, a waiter leaving the
+//! line), with a re-check every [`RECHECK`] at most as a safety net; on a standalone server,
+//! the head of the line polls briskly and each place behind it less often (up to
 //! [`MAX_BACKOFF`]). Waiters of one client on one resource take turns, so they do not all
-//! ask the server at once, and a refused attempt writes nothing. Dropping an acquire at any
-//! point leaves no lock behind.
+//! ask the server at once. Dropping an acquire at any point leaves no lock behind.
 //!
 //! # The low-level API
 //!

@@ -11,7 +11,8 @@
 //!   shared:    [ <entry>, ... ],
 //!   released:  [ { nonce: ObjectId, until: Date }, ... ],  // withdrawn attempts (tombstones)
 //!   cap:       Int64 | null,          // the cap of the live shared entries (null: none)
-//!   queue:     [ { lockId: String, kind: "exclusive", until: Date }, ... ],  // waiters
+//!   queue:     [ { lockId: String, kind: "exclusive" | "shared", until: Date }, ... ],  // the line
+//!   freed:     Date,                  // the last change that may have let a waiter in
 //!   idleSince: Date | null }          // see below
 //!
 //! <entry> = { lockId: String, nonce: ObjectId, owner: String|null, host: String|null,
@@ -25,11 +26,20 @@
 //! request with another cap is refused while any shared entry is live (a second, silent limit
 //! would be worse). It is cleared when the last shared entry goes.
 //!
-//! `queue` holds waiters that announced themselves, each with a heartbeat (`until`): today a
-//! reader-writer lock's waiting writer, which keeps new shared grants out until it holds the
-//! lock or its announcement lapses (so a crashed writer cannot block readers for longer than
-//! that). An entry whose `until` has passed is ignored and dropped by the next write. The
-//! shape leaves room for a FIFO queue of every waiter.
+//! `queue` is the resource's line: the waiters, in the order they joined, each with the kind
+//! it waits for and a heartbeat (`until`). A waiting acquire joins with its first refused
+//! attempt and refreshes its place in situ (when less than half of it is left); a grant goes
+//! only past places that let it: an exclusive grant to the head of the live line, a shared
+//! one when only readers stand before it (and, under a cap, fewer than the free permits). A
+//! place whose `until` has passed counts for nothing and is dropped by the next write, so a
+//! crashed waiter holds up the line only until then; one that gives up takes its place out.
+//! A single attempt joins no line. Places do not count in `idleSince`: a line keeps no
+//! document from the TTL index or `purge`.
+//!
+//! `freed` moves on (strictly later, from `$$NOW`) with every change that may let a waiter
+//! in: a release, a withdrawal, a force release, an unlock or purge that removed an entry,
+//! a waiter leaving the line. Waiters' change streams pass only those changes (and
+//! deletes), so grants, renewals and joins wake nobody.
 //!
 //! `keeper` names the process-local lease keeper that renews the entry: one command renews
 //! every entry of a keeper, whatever their number.

@@ -13,12 +13,17 @@
 //!    renews it from then on ([`crate::lease`]), and the guard is returned. A grant whose
 //!    reply came back after its own deadline is not trusted: it is withdrawn and the waiter
 //!    tries again.
-//! 5. Refused: the reply says how long the current lease has left, computed by the server.
-//!    The waiter sleeps until then at most, and wakes earlier when its resource changes. On a
-//!    replica set the sleep is also capped by a safety-net re-check ([`RECHECK`]), since
+//! 5. Refused: the first refused attempt of a waiting call also joined the resource's line
+//!    (waiters are granted in the order they joined; see [`crate::schema`]). The reply says
+//!    how long the current lease has left, computed by the server, and the waiter's place in
+//!    line. The waiter sleeps until then at most, and wakes earlier when a change may have
+//!    let it in (a release, a waiter leaving the line: not a grant, a renewal or a join). On
+//!    a replica set the sleep is also capped by a safety-net re-check ([`RECHECK`]), since
 //!    notifications can be lost and expiry produces none. Where change streams are not
-//!    available (a standalone server), it backs off exponentially with jitter, up to
-//!    [`MAX_BACKOFF`]. A refused attempt writes nothing.
+//!    available (a standalone server), it polls with a backoff from 10 ms with jitter,
+//!    capped by its place: every 25 ms at most at the head of the line, twice as long for
+//!    each place behind, up to [`MAX_BACKOFF`]. A waiter attempts again before half of its
+//!    place's life is gone, to keep it; its other refused attempts write nothing.
 //! 6. The same attempt (same nonce) is sent again, so an attempt whose outcome was unknown
 //!    is resolved by the server, never granted twice at once: a repeat returns the grant
 //!    still in force, and only if that first grant expired unseen is the attempt granted
@@ -26,9 +31,9 @@
 //!
 //! Dropping the future at any point never leaves a grant that nobody holds: once an attempt
 //! was sent and until its outcome is settled, a drop withdraws it in the background
-//! ([`LockClient::release_attempt`], which also refuses a late copy of it). A writer that
-//! stops waiting without the lock (its deadline passed, its future was dropped) withdraws its
-//! announcement the same way, so it keeps no reader out.
+//! ([`LockClient::release_attempt`], which also refuses a late copy of it). A waiter that
+//! stops waiting without the lock (its deadline passed, its future was dropped) leaves the
+//! line the same way, so it holds up nobody behind it.
 
 use std::sync::Arc;
 use std::time::Duration;
