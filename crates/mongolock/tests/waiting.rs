@@ -677,3 +677,49 @@ async fn a_wait_that_outlives_its_deadline_gives_up_cleanly() {
     assert_eq!(guard.lock_id(), "the-waiter");
     guard.release().await.unwrap();
 }
+
+/// A client whose stream is open (it waited once) and that now holds leases and waits for
+/// nothing gets no event for its own renewals, nor for its grants: only a change that may
+/// let a waiter in (a release) reaches the waiters' stream.
+#[tokio::test]
+async fn renewals_and_grants_reach_no_waiter() {
+    let setup = Setup::new("renewals_quiet").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let (recorder, holder) = setup.recorded("holder").await;
+    open_stream(&holder, &recorder).await;
+    let mut guards = Vec::new();
+    for i in 0..5 {
+        let guard = holder
+            .mutex(format!("kept-{i}"))
+            .ttl(Duration::from_millis(300))
+            .acquire()
+            .await
+            .unwrap();
+        guards.push(guard);
+    }
+    // Renewed every 100 ms: about ten renewals of each in a second.
+    sleep(Duration::from_secs(1)).await;
+    let renewed = recorder.count("update", Some(true));
+    assert!(renewed >= 3, "the leases were renewed ({renewed} updates)");
+    let about_them = |r: &Recorder| {
+        r.all()
+            .iter()
+            .filter(|c| (0..5).any(|i| c.delivered(&format!("kept-{i}"))))
+            .count()
+    };
+    assert_eq!(
+        about_them(&recorder),
+        0,
+        "the stream delivered grants or renewals"
+    );
+    // A release does reach it.
+    guards.pop().unwrap().release().await.unwrap();
+    recorder
+        .wait_until("the release reaches the stream", |r| about_them(r) == 1)
+        .await;
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
