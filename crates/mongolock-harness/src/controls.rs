@@ -12,6 +12,7 @@
 //! | polling writer | a writer that waits by polling `try_write` (which announces nothing), starved by a stream of readers | (5) writer preference |
 //! | keeper by id alone | a holder of two leases under one lock id renews with `renew(lock_id)` (everything of the id) and stops believing in one without releasing it: the server keeps renewing it | (S7) no orphan outlives its holders |
 //! | trusting keeper | the same holder believes every lease renewed when `renew` counts as many as it tracks: one lease became an orphan, the other is force-released and taken by another client, and the orphan's renewal makes up the count | (1) exclusion |
+//! | line jumper | a client that takes a free lock by writing its entry, as a library without a line grants, while a waiter stands in line | (S9) waiters served in line order |
 //!
 //! The last two model, on the low-level API (`xlock`, `renew`, `unlock`, `force_release`),
 //! the keeper bugs of issue 17; they run the server-side oracle too, since (S7) reads the
@@ -98,7 +99,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the eight controls, each on a fresh emulator.
+/// Runs the nine controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -112,6 +113,7 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         polling_writer().await?,
         keeper_by_id().await?,
         trusting_keeper().await?,
+        line_jumper().await?,
     ])
 }
 
@@ -725,4 +727,92 @@ async fn trusting_keeper() -> Result<ControlResult, Box<dyn std::error::Error>> 
             &[X, Y],
         )
         .await
+}
+
+/// A waiter stands in the resource's line; the holder releases; a client that ignores the
+/// line takes the free lock by writing its own entry (a grant as a library without a line
+/// makes it, token and server times included) while the waiter's place is live. The
+/// waiter's client is cut off from the moment it stands in line, so that it cannot take the
+/// lock first; healed, it gets the lock once the jumper's entry expires.
+async fn line_jumper() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let stage = Watched::start().await?;
+    let collection = stage
+        .server
+        .new_client()
+        .database(DB)
+        .collection::<bson::Document>(COLLECTION);
+    let proxy = FaultProxy::start(stage.server.addr()).await?;
+    let waiter_locks = locks(proxy.client());
+    let holder = stage.locks.mutex(RESOURCE).ttl(TTL).acquire().await?;
+    let waiting = tokio::spawn({
+        let waiter_locks = waiter_locks.clone();
+        async move {
+            waiter_locks
+                .mutex(RESOURCE)
+                .ttl(TTL)
+                .acquire_timeout(Duration::from_secs(10))
+                .await
+        }
+    });
+    let in_line = async {
+        loop {
+            let document = collection.find_one(bson::doc! { "_id": RESOURCE }).await?;
+            let places = document
+                .as_ref()
+                .and_then(|d| d.get_array("queue").ok())
+                .map_or(0, Vec::len);
+            if places == 1 {
+                return Ok::<(), mongodb::error::Error>(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), in_line)
+        .await
+        .map_err(|_| "the waiter never stood in line")??;
+    proxy.blackhole();
+    holder.release().await?;
+
+    // The bug: the free lock taken without a look at the line.
+    let jump = vec![
+        bson::doc! { "$set": { "fence": { "$add": [{ "$ifNull": ["$fence", 0_i64] }, 1_i64] } } },
+        bson::doc! { "$set": { "exclusive": {
+            "lockId": "jumper",
+            "nonce": bson::oid::ObjectId::new(),
+            "token": "$fence",
+            "createdAt": "$$NOW",
+            "renewedAt": "$$NOW",
+            "expiresAt": { "$add": ["$$NOW", 300_i64] },
+            "ttlMs": 300_i64,
+        } } },
+    ];
+    let jumped = collection
+        .update_one(bson::doc! { "_id": RESOURCE, "exclusive": null }, jump)
+        .await?;
+    if jumped.modified_count != 1 {
+        return Err("the jumper found the lock taken".into());
+    }
+    proxy.heal();
+    if let Some(guard) = waiting.await?? {
+        guard.release().await?;
+    }
+    waiter_locks.shutdown().await;
+    stage
+        .finish(
+            "line jumper",
+            Expected::Server(ServerCheck::Order),
+            &[RESOURCE],
+        )
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_past_a_waiter_in_line_is_caught() {
+        let result = line_jumper().await.expect("the control runs");
+        assert!(result.caught(), "not caught: {:?}", result.found());
+    }
 }

@@ -7,7 +7,7 @@
 //! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
 //! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
 //! connected directly. Faults are drawn from the seed ([`faults`]); the history
-//! ([`history`]) is checked ([`check`]); eight negative controls ([`controls`]) prove that
+//! ([`history`]) is checked ([`check`]); nine negative controls ([`controls`]) prove that
 //! the checker catches the bugs it looks for; [`report`] prints it all.
 //!
 //! ```no_run
