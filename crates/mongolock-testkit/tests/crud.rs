@@ -446,6 +446,61 @@ async fn aggregate_groups_and_counts() {
 }
 
 #[tokio::test]
+async fn aggregate_leading_match_by_id_then_computed_stages() {
+    let t = common::target("aggregate_by_id").await;
+    let coll = t.coll("c");
+    coll.insert_many((0..10).map(|i| doc! {"_id": i, "k": i % 3}))
+        .await
+        .unwrap();
+    let run = |pipeline: Vec<Document>| {
+        let coll = coll.clone();
+        async move {
+            coll.aggregate(pipeline)
+                .await
+                .unwrap()
+                .try_collect::<Vec<Document>>()
+                .await
+                .unwrap()
+        }
+    };
+    // `$in` on `_id`: every listed value that exists (a numeric value of another type
+    // included), in the order the documents were stored, each once.
+    let found = run(vec![
+        doc! {"$match": {"_id": {"$in": [7, 2.0, 2, 42, "2"]}, "k": {"$gte": 0}}},
+        doc! {"$project": {"_id": 0, "id": "$_id", "double": {"$multiply": ["$k", 2]}}},
+    ])
+    .await;
+    assert_eq!(
+        found,
+        vec![doc! {"id": 2, "double": 4}, doc! {"id": 7, "double": 2}]
+    );
+    // The other conditions of the `$match` still apply.
+    let found = run(vec![
+        doc! {"$match": {"_id": {"$in": [3, 4]}, "k": 1}},
+        doc! {"$replaceWith": {"k": "$k"}},
+    ])
+    .await;
+    assert_eq!(found, vec![doc! {"k": 1}]);
+    // `_id` equality, then a computed first stage and more stages.
+    let found = run(vec![
+        doc! {"$match": {"_id": 5}},
+        doc! {"$set": {"n": 1}},
+        doc! {"$unwind": {"path": "$n", "preserveNullAndEmptyArrays": true}},
+        doc! {"$count": "c"},
+    ])
+    .await;
+    assert_eq!(found, vec![doc! {"c": 1}]);
+    // A computed first stage over the whole collection.
+    let found = run(vec![
+        doc! {"$set": {"even": {"$eq": [{"$mod": ["$_id", 2]}, 0]}}},
+        doc! {"$match": {"even": true}},
+        doc! {"$count": "c"},
+    ])
+    .await;
+    assert_eq!(found, vec![doc! {"c": 5}]);
+}
+
+#[tokio::test]
 async fn concurrent_increments_are_never_lost() {
     let t = common::target("concurrent_inc").await;
     let coll = t.coll("c");

@@ -109,8 +109,20 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let output = output
         .map(|stage| Output::parse(stage, ctx.db, &command_vars))
         .transpose()?;
-    let pipeline = Pipeline::parse(rest)?;
+    let mut pipeline = Pipeline::parse(rest)?;
+    // A leading `$match` runs as the documents are read: only the matching ones are copied,
+    // and an `_id` equality or `$in` looks them up by `_id`.
+    let leading_match = pipeline.take_leading_match().map(|matcher| {
+        let filter = rest
+            .first()
+            .and_then(Bson::as_document)
+            .and_then(|stage| stage.get_document("$match").ok())
+            .cloned()
+            .unwrap_or_default();
+        (filter, matcher)
+    });
     let eval = ctx.eval_context(cmd, "aggregate")?;
+    let mut first_stage_done = false;
     let (ns, input) = match (&collection, source) {
         (None, None) => {
             return Err(CommandError::new(
@@ -132,11 +144,20 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
                 .as_document()
                 .and_then(|d| d.iter().next())
                 .ok_or_else(|| CommandError::internal("source stage"))?;
-            let input = if name == "$listLocalSessions" {
+            let mut input = if name == "$listLocalSessions" {
                 local_sessions::list_local_sessions(&ctx.state.local_sessions, spec, ctx.now)?
             } else {
                 documents_stage(spec, &eval)?
             };
+            if let Some((_, matcher)) = &leading_match {
+                let mut kept = Vec::with_capacity(input.len());
+                for doc in input {
+                    if matcher.matches(&doc, &eval)? {
+                        kept.push(doc);
+                    }
+                }
+                input = kept;
+            }
             (format!("{}.$cmd.aggregate", ctx.db), input)
         }
         (Some(collection), None) => {
@@ -145,13 +166,41 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
                 Some(coll) => {
                     let coll = coll.lock();
                     check_hint(Some(&coll), cmd.get("hint"))?;
-                    coll.iter().map(|(_, d)| d.clone()).collect()
+                    let mut read = Vec::new();
+                    match &leading_match {
+                        Some((filter, matcher)) => {
+                            for record in coll.candidates(filter) {
+                                let doc = coll.get(record).expect("candidate records exist");
+                                if matcher.matches(doc, &eval)? {
+                                    read.push(doc);
+                                }
+                            }
+                        }
+                        None => read.extend(coll.iter().map(|(_, d)| d)),
+                    }
+                    // A first stage that computes each document from one reads them in
+                    // place: only its output is built, no copy of the stored documents.
+                    let mut input = Vec::with_capacity(read.len());
+                    for doc in read {
+                        match pipeline.first_stage_of(doc, &eval) {
+                            Some(computed) => {
+                                input.push(computed?);
+                                first_stage_done = true;
+                            }
+                            None => input.push(doc.clone()),
+                        }
+                    }
+                    input
                 }
             };
             (format!("{}.{collection}", ctx.db), input)
         }
     };
-    let results = pipeline.run(input, &eval)?;
+    let results = if first_stage_done {
+        pipeline.run_after_first(input, &eval)?
+    } else {
+        pipeline.run(input, &eval)?
+    };
     if let Some(output) = output {
         output.write(ctx, &eval, results)?;
         return Ok(cursor_reply(0, &ns, Vec::new(), true));

@@ -112,23 +112,33 @@ impl Collection {
         self.records.iter().map(|(r, d)| (*r, d))
     }
 
-    /// The records a filter can possibly match, in record order: a point lookup when the
-    /// filter pins `_id` to a plain value, every record otherwise.
+    /// The records a filter can possibly match, in record order: point lookups when the
+    /// filter pins `_id` to a plain value or to one of a `$in` list of plain values, every
+    /// record otherwise.
     pub fn candidates(&self, filter: &Document) -> Vec<u64> {
-        if let Some(id) = filter.get("_id") {
-            let plain = match id {
-                Bson::Document(d) => !d.keys().any(|k| k.starts_with('$')),
-                Bson::Array(_) | Bson::RegularExpression(_) => false,
-                _ => true,
-            };
-            // A scratch collection may hold documents the `_id` map does not cover.
-            if plain && self.ids.len() == self.records.len() {
+        // A scratch collection may hold documents the `_id` map does not cover.
+        let indexed = self.ids.len() == self.records.len();
+        if let Some(id) = filter.get("_id").filter(|_| indexed) {
+            if is_plain(id) {
                 return self
                     .ids
                     .get(&OrdBson(id.clone()))
                     .copied()
                     .into_iter()
                     .collect();
+            }
+            if let Bson::Document(condition) = id
+                && condition.len() == 1
+                && let Ok(values) = condition.get_array("$in")
+                && values.iter().all(is_plain)
+            {
+                let mut found: Vec<u64> = values
+                    .iter()
+                    .filter_map(|v| self.ids.get(&OrdBson(v.clone())).copied())
+                    .collect();
+                found.sort_unstable();
+                found.dedup();
+                return found;
             }
         }
         self.records.keys().copied().collect()
@@ -347,6 +357,16 @@ pub struct Catalog {
     databases: RwLock<BTreeMap<String, BTreeMap<String, CollectionRef>>>,
     /// Every committed write, for change streams.
     pub changes: Arc<ChangeLog>,
+}
+
+/// Whether an `_id` condition is a plain value that equality on the `_id` map decides: not
+/// an operator document, an array or a regular expression (which match otherwise).
+fn is_plain(id: &Bson) -> bool {
+    match id {
+        Bson::Document(d) => !d.keys().any(|k| k.starts_with('$')),
+        Bson::Array(_) | Bson::RegularExpression(_) => false,
+        _ => true,
+    }
 }
 
 /// Checks a database name as mongod does.

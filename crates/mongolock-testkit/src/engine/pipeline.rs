@@ -976,6 +976,77 @@ fn replace_root(expr: &Expr, with: bool, doc: &Document, ctx: &EvalContext) -> R
     }
 }
 
+/// Runs `stages` over `input`.
+fn run_stages(stages: &[Stage], input: Vec<Document>, ctx: &EvalContext) -> Result<Vec<Document>> {
+    let mut docs = input;
+    for stage in stages {
+        docs = match stage {
+            Stage::Match(m) => {
+                let mut kept = Vec::with_capacity(docs.len());
+                for d in docs {
+                    if m.matches(&d, ctx)? {
+                        kept.push(d);
+                    }
+                }
+                kept
+            }
+            Stage::Project(_) | Stage::AddFields(_) | Stage::ReplaceRoot { .. } => docs
+                .iter()
+                .map(|d| project_one(stage, d, ctx))
+                .collect::<Result<_>>()?,
+            Stage::Unwind(u) => {
+                let mut out = Vec::with_capacity(docs.len());
+                unwind(u, docs, &mut out);
+                out
+            }
+            Stage::Group(g) => run_group(g, docs, ctx)?,
+            Stage::Sort(spec) => {
+                docs.sort_by(|a, b| spec.compare(a, b));
+                docs
+            }
+            Stage::Skip(n) => docs
+                .into_iter()
+                .skip(usize::try_from(*n).unwrap_or(usize::MAX))
+                .collect(),
+            Stage::Limit(n) => docs
+                .into_iter()
+                .take(usize::try_from(*n).unwrap_or(usize::MAX))
+                .collect(),
+            Stage::Count(name) => {
+                if docs.is_empty() {
+                    Vec::new()
+                } else {
+                    let n = docs.len();
+                    let count = i32::try_from(n)
+                        .map(Bson::Int32)
+                        .unwrap_or(Bson::Int64(n as i64));
+                    let mut d = Document::new();
+                    d.insert(name.clone(), count);
+                    vec![d]
+                }
+            }
+            Stage::SortByCount(expr) => {
+                let group = Group {
+                    id: expr.clone(),
+                    accumulators: vec![(
+                        "count".to_string(),
+                        AccKind::Sum,
+                        Expr::parse(&Bson::Int32(1))?,
+                    )],
+                };
+                let mut out = run_group(&group, docs, ctx)?;
+                out.sort_by(|a, b| {
+                    let ca = a.get("count").cloned().unwrap_or(Bson::Null);
+                    let cb = b.get("count").cloned().unwrap_or(Bson::Null);
+                    compare(&cb, &ca)
+                });
+                out
+            }
+        };
+    }
+    Ok(docs)
+}
+
 fn project_one(stage: &Stage, doc: &Document, ctx: &EvalContext) -> Result<Document> {
     match stage {
         Stage::Project(Projection::Inclusion(tree)) => {
@@ -1102,75 +1173,45 @@ impl Pipeline {
         Ok(Pipeline { stages: parsed })
     }
 
+    /// Removes a leading `$match` stage and returns its matcher, so that the caller can
+    /// filter the documents before it copies them (the rest of the pipeline then runs on the
+    /// matching ones only, as it would have).
+    pub fn take_leading_match(&mut self) -> Option<Matcher> {
+        match self.stages.first() {
+            Some(Stage::Match(_)) => match self.stages.remove(0) {
+                Stage::Match(matcher) => Some(matcher),
+                _ => unreachable!("checked above"),
+            },
+            _ => None,
+        }
+    }
+
+    /// The first stage's output for one input document, when that stage computes each
+    /// output document from one input document (`$project`, `$addFields`/`$set`,
+    /// `$replaceRoot`/`$replaceWith`): the caller can then read its documents in place
+    /// instead of copying them, and go on with [`Pipeline::run_after_first`].
+    pub fn first_stage_of(&self, doc: &Document, ctx: &EvalContext) -> Option<Result<Document>> {
+        match self.stages.first() {
+            Some(stage @ (Stage::Project(_) | Stage::AddFields(_) | Stage::ReplaceRoot { .. })) => {
+                Some(project_one(stage, doc, ctx))
+            }
+            _ => None,
+        }
+    }
+
+    /// Runs the stages after the first over `input`, the first stage's output (see
+    /// [`Pipeline::first_stage_of`]).
+    pub fn run_after_first(
+        &self,
+        input: Vec<Document>,
+        ctx: &EvalContext,
+    ) -> Result<Vec<Document>> {
+        run_stages(self.stages.get(1..).unwrap_or_default(), input, ctx)
+    }
+
     /// Runs the pipeline over `input`.
     pub fn run(&self, input: Vec<Document>, ctx: &EvalContext) -> Result<Vec<Document>> {
-        let mut docs = input;
-        for stage in &self.stages {
-            docs = match stage {
-                Stage::Match(m) => {
-                    let mut kept = Vec::with_capacity(docs.len());
-                    for d in docs {
-                        if m.matches(&d, ctx)? {
-                            kept.push(d);
-                        }
-                    }
-                    kept
-                }
-                Stage::Project(_) | Stage::AddFields(_) | Stage::ReplaceRoot { .. } => docs
-                    .iter()
-                    .map(|d| project_one(stage, d, ctx))
-                    .collect::<Result<_>>()?,
-                Stage::Unwind(u) => {
-                    let mut out = Vec::with_capacity(docs.len());
-                    unwind(u, docs, &mut out);
-                    out
-                }
-                Stage::Group(g) => run_group(g, docs, ctx)?,
-                Stage::Sort(spec) => {
-                    docs.sort_by(|a, b| spec.compare(a, b));
-                    docs
-                }
-                Stage::Skip(n) => docs
-                    .into_iter()
-                    .skip(usize::try_from(*n).unwrap_or(usize::MAX))
-                    .collect(),
-                Stage::Limit(n) => docs
-                    .into_iter()
-                    .take(usize::try_from(*n).unwrap_or(usize::MAX))
-                    .collect(),
-                Stage::Count(name) => {
-                    if docs.is_empty() {
-                        Vec::new()
-                    } else {
-                        let n = docs.len();
-                        let count = i32::try_from(n)
-                            .map(Bson::Int32)
-                            .unwrap_or(Bson::Int64(n as i64));
-                        let mut d = Document::new();
-                        d.insert(name.clone(), count);
-                        vec![d]
-                    }
-                }
-                Stage::SortByCount(expr) => {
-                    let group = Group {
-                        id: expr.clone(),
-                        accumulators: vec![(
-                            "count".to_string(),
-                            AccKind::Sum,
-                            Expr::parse(&Bson::Int32(1))?,
-                        )],
-                    };
-                    let mut out = run_group(&group, docs, ctx)?;
-                    out.sort_by(|a, b| {
-                        let ca = a.get("count").cloned().unwrap_or(Bson::Null);
-                        let cb = b.get("count").cloned().unwrap_or(Bson::Null);
-                        compare(&cb, &ca)
-                    });
-                    out
-                }
-            };
-        }
-        Ok(docs)
+        run_stages(&self.stages, input, ctx)
     }
 
     /// Runs an update pipeline on one document and returns the new document.
