@@ -253,10 +253,12 @@ fn a_guard_dropped_without_a_runtime_is_released_by_the_client_long_before_its_t
     // block. The release is queued on the client, whose keeper sends it from the runtime.
     drop(guard);
     runtime.block_on(async {
+        // Half the TTL: long enough for the waiter's 10 s re-check to come once, should a
+        // wake-up be missed; the promise here is the release, not the wake-up.
         let other = env.other_client().await;
         let got = other
             .mutex("r")
-            .acquire_timeout(std::time::Duration::from_secs(10))
+            .acquire_timeout(std::time::Duration::from_secs(30))
             .await
             .unwrap();
         assert!(
