@@ -94,7 +94,7 @@ impl Lib {
     pub(crate) fn waiting_standalone(self) -> Option<&'static str> {
         match self {
             Lib::Mongolock => Some(
-                "jittered exponential backoff, never sleeping past the lease end the server reports",
+                "polls with a jittered backoff, every 25 ms at most at the head of the line and twice as long per place behind it, never sleeping past the lease end the server reports",
             ),
             _ => None,
         }
