@@ -17,28 +17,34 @@
 //!    client reports [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)).
 //!    This is the only check of the document's shape in the command (see `command/expr.rs`).
 //! 2. `x`, `s`, `t`, `q`: the live exclusive entry (or null), the live shared entries, the
-//!    tombstones and the waiters still in force. Expired entries are dropped here, so they
-//!    never block anybody, whatever their kind.
-//! 3. For an announcing writer only: `w`, whether this attempt's nonce was given up by
-//!    `release_attempt`, and `h`, whether this lock id already holds the resource.
-//! 4. `g` (grant): the nonce not withdrawn, no live exclusive entry, and for an exclusive
-//!    lock no live shared entry; for a shared lock no live shared entry of this lock id, the
-//!    cap of the live shared entries (if any) the requested one, no other writer waiting,
-//!    and fewer than `max` live shared entries. Only the terms of the request's kind are
-//!    sent (an exclusive request needs no "held by this lock id" term: any live entry
-//!    refuses it). `f`: the token a grant gets, `max(fence + 1, toLong($$NOW) * 1000)`.
+//!    tombstones and the live places of the resource's line, in the order they joined.
+//!    Expired entries and places are dropped here, so they never block anybody.
+//! 3. `a`: the places before this lock id's own in the line, or every place if it has none
+//!    (a first or a single attempt). For a waiting attempt also `w`, whether this attempt's
+//!    nonce was given up by `release_attempt`, and `h`, whether this lock id already holds
+//!    the resource.
+//! 4. `g` (grant): the nonce not withdrawn, no live exclusive entry; for an exclusive lock
+//!    no live shared entry and nobody before it in line; for a shared lock no live shared
+//!    entry of this lock id, the cap of the live shared entries (if any) the requested one,
+//!    only readers before it in line, and the live shared entries plus those readers fewer
+//!    than `max`. Only the terms of the request's kind are sent. `f`: the token a grant
+//!    gets, `max(fence + 1, toLong($$NOW) * 1000)`.
 //! 5. The new document: on a grant the new entry (token `f`, `expiresAt = $$NOW + ttl` or
-//!    null) as the exclusive entry or added to the shared ones, and `fence = f`; otherwise
-//!    the live entries only, the fence unchanged.
+//!    null) as the exclusive entry or added to the shared ones, `fence = f`, and this lock
+//!    id's place out of the line; otherwise the live entries only, the fence unchanged, and
+//!    for a waiting attempt its place: added at the end of the line if it had none,
+//!    refreshed where it stands if less than half of its life is left.
 //!
-//! A refused attempt whose document had nothing expired to drop leaves it unchanged: no
-//! write, no change event.
+//! A refused attempt whose document had nothing expired to drop and whose place (if any)
+//! was fresh leaves it unchanged: no write, no change event. An acquire never moves `freed`:
+//! it lets nobody in.
 //!
 //! The projection reads the document after the change, which the stage wrote as a lock
 //! document (so it needs no check of its own), and returns only raw, bounded facts whatever
 //! the number of holders (see [`projection`]): the server's `$$NOW`, the exclusive entry,
 //! this lock id's shared entry, the first [`MAX_NAMED_HOLDERS`] shared entries and their
-//! number, whether the nonce was withdrawn, whether another writer waits, and the latest (or
+//! number, whether the nonce was withdrawn, whether an exclusive waiter of another lock id
+//! stands in line, this lock id's place in it, and the latest (or
 //! for a shared request the earliest) shared `expiresAt`. [`interpret`] derives the outcome
 //! from them: granted now if this lock id's entry carries this attempt's nonce, held from
 //! before, or refused with the blockers and how long until they are gone (an `expiresAt`
@@ -189,7 +195,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             bson!({ "$cond": ["$$g", requested_cap.clone(), kept_cap] }),
         ),
     };
-    // A grant ends this lock id's wait; a refused announcing writer renews its place.
+    // A grant ends this lock id's wait; a refused waiting attempt keeps its place.
     let others_waiting = bson!({ "$filter": {
         "input": "$$q", "as": "q", "cond": { "$ne": ["$$q.lockId", lock_id.clone()] },
     }});
@@ -267,7 +273,8 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
 ///
 /// `{ now: $$NOW, x: <the exclusive entry or null>, m: <this lock id's shared entry>,
 ///    s: <the first MAX_NAMED_HOLDERS shared entries>, n: <their number>,
-///    w: <this nonce was withdrawn>, q: <a live waiter of another lock id>,
+///    w: <this nonce was withdrawn>, q: <a live exclusive waiter of another lock id>,
+///    p: <this lock id's place in line, -1 if none>,
 ///    e: <the latest shared expiresAt> | <the earliest>, f: <a shared entry without TTL>,
 ///    cap }`
 pub(crate) fn projection(request: &AcquireRequest) -> Document {
