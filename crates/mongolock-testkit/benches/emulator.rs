@@ -16,13 +16,16 @@
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
 
+#[path = "../examples/support/pairs.rs"]
+mod pairs;
+
 use std::time::{Duration, Instant};
 
 use bson::{Document, doc};
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_util::StreamExt;
 use mongodb::Collection;
-use mongolock::{LockClient, LockDetails};
+use mongolock::LockClient;
 use mongolock_testkit::TestServer;
 use tokio::runtime::Runtime;
 
@@ -196,18 +199,7 @@ fn lock_pairs(c: &mut Criterion, runtime: &Runtime, client: &mongodb::Client) {
             let (plain, round) = (plain.clone(), round.clone());
             async move {
                 let id = format!("r{}", round.fetch_add(1, Ordering::Relaxed));
-                plain
-                    .find_one_and_update(
-                        doc! {"_id": &id},
-                        doc! {"$set": {"owner": "bench", "at": "x"}},
-                    )
-                    .upsert(true)
-                    .await
-                    .expect("findOneAndUpdate");
-                plain
-                    .delete_one(doc! {"_id": &id})
-                    .await
-                    .expect("deleteOne");
+                pairs::plain_pair(&plain, &id).await;
             }
         }
     };
@@ -217,11 +209,7 @@ fn lock_pairs(c: &mut Criterion, runtime: &Runtime, client: &mongodb::Client) {
             let (locks, round) = (locks.clone(), round.clone());
             async move {
                 let resource = format!("r{}", round.fetch_add(1, Ordering::Relaxed));
-                let grant = locks
-                    .xlock(&resource, "bench-lock-id", LockDetails::default())
-                    .await
-                    .expect("acquire");
-                assert!(locks.release(&grant).await.expect("release"));
+                pairs::lock_pair(&locks, &resource).await;
             }
         }
     };

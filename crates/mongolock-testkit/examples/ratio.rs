@@ -11,11 +11,14 @@
 //! cargo run --release -p mongolock-testkit --example ratio [ROUNDS]
 //! ```
 
+#[path = "support/pairs.rs"]
+mod pairs;
+
 use std::time::{Duration, Instant};
 
-use bson::{Document, doc};
+use bson::Document;
 use mongodb::Collection;
-use mongolock::{LockClient, LockDetails};
+use mongolock::LockClient;
 use mongolock_testkit::TestServer;
 
 /// Rounds of each pair per batch; batches alternate between the two.
@@ -37,27 +40,11 @@ async fn main() {
     let mut next = 0u64;
     let plain_pair = async |next: &mut u64| {
         *next += 1;
-        let id = format!("r{next}");
-        plain
-            .find_one_and_update(
-                doc! {"_id": &id},
-                doc! {"$set": {"owner": "ratio", "at": "x"}},
-            )
-            .upsert(true)
-            .await
-            .expect("findOneAndUpdate");
-        plain
-            .delete_one(doc! {"_id": &id})
-            .await
-            .expect("deleteOne");
+        pairs::plain_pair(&plain, &format!("r{next}")).await;
     };
     let lock_pair = async |next: &mut u64| {
         *next += 1;
-        let grant = locks
-            .xlock(&format!("r{next}"), "ratio-lock-id", LockDetails::default())
-            .await
-            .expect("acquire");
-        assert!(locks.release(&grant).await.expect("release"));
+        pairs::lock_pair(&locks, &format!("r{next}")).await;
     };
 
     // Warm-up: connections, allocator, the first documents of each collection.
