@@ -33,14 +33,23 @@ struct Inner {
     deletes_done: watch::Sender<u64>,
 }
 
-/// Commands started between two snapshots, by name.
+/// Commands started between two snapshots, by name, and under [`EVENTS`] the change events
+/// their `getMore`s received.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Counts(pub(crate) BTreeMap<String, u64>);
 
+/// The key under which [`Counts`] holds the change events received (in the batches of
+/// `getMore` replies): they are not commands, so [`Counts::total`] leaves them out.
+pub(crate) const EVENTS: &str = "events received";
+
 impl Counts {
-    /// The number of commands.
+    /// The number of commands (`getMore`s included, the events they received not).
     pub(crate) fn total(&self) -> u64 {
-        self.0.values().sum()
+        self.0
+            .iter()
+            .filter(|(name, _)| name.as_str() != EVENTS)
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// `b - a`, per command name.
@@ -125,8 +134,21 @@ impl Monitor {
                 *lock(&inner.started).entry(e.command_name).or_default() += 1;
                 lock(&inner.pending).insert(e.request_id);
             }
-            CommandEvent::Succeeded(e) => inner.finished(e.request_id, &e.command_name),
-            CommandEvent::Failed(e) => inner.finished(e.request_id, &e.command_name),
+            CommandEvent::Succeeded(e) => {
+                let ours = inner.finished(e.request_id, &e.command_name);
+                let events = match e.reply.get_document("cursor") {
+                    Ok(cursor) if ours && e.command_name == "getMore" => cursor
+                        .get_array("nextBatch")
+                        .map_or(0, |batch| batch.len() as u64),
+                    _ => 0,
+                };
+                if events > 0 {
+                    *lock(&inner.started).entry(EVENTS.to_owned()).or_default() += events;
+                }
+            }
+            CommandEvent::Failed(e) => {
+                inner.finished(e.request_id, &e.command_name);
+            }
             _ => {}
         })
     }
@@ -166,13 +188,16 @@ fn deleted_object_id(command: &Document) -> Option<ObjectId> {
 }
 
 impl Inner {
-    fn finished(&self, request_id: i32, name: &str) {
-        if lock(&self.pending).remove(&request_id) && name == "delete" {
+    /// A command ended; true if it was one of `db`'s.
+    fn finished(&self, request_id: i32, name: &str) -> bool {
+        let ours = lock(&self.pending).remove(&request_id);
+        if ours && name == "delete" {
             if let Some(id) = lock(&self.deleting).remove(&request_id) {
                 lock(&self.deleted).insert(id);
             }
             self.deletes_done.send_modify(|n| *n += 1);
         }
+        ours
     }
 }
 
@@ -200,6 +225,16 @@ mod tests {
         assert_eq!(d.describe_rate(2.0), "2.0/s findAndModify + 1.0/s getMore");
         assert_eq!(per_op(1, 40), "0.03");
         assert_eq!(per_op(1, 0), "-");
+    }
+
+    #[test]
+    fn events_received_are_described_and_not_counted_as_commands() {
+        let counts = Counts(BTreeMap::from([
+            ("getMore".to_string(), 2),
+            (EVENTS.to_string(), 3),
+        ]));
+        assert_eq!(counts.total(), 2);
+        assert_eq!(counts.describe(1), "3 events received + 2 getMore");
     }
 
     #[test]

@@ -170,6 +170,8 @@ struct Shared {
     availability: watch::Sender<Availability>,
     /// Counters for [`Wakeups::stats`].
     counters: Counters,
+    /// The lock client's keeper id: the stream passes the changes that name it in `wake`.
+    keeper: String,
 }
 
 impl Shared {
@@ -273,9 +275,10 @@ impl fmt::Debug for Wakeups {
 
 #[allow(dead_code)]
 impl Wakeups {
-    /// Prepares wake-ups for `collection` without starting anything: no task, no stream, no
-    /// command is sent until the first [`subscribe`](Self::subscribe).
-    pub(crate) fn new(collection: Collection<Document>) -> Self {
+    /// Prepares wake-ups for `collection`, for the waiters of the lock client whose keeper is
+    /// `keeper` (the id its waiters' places in line carry), without starting anything: no
+    /// task, no stream, no command is sent until the first [`subscribe`](Self::subscribe).
+    pub(crate) fn new(collection: Collection<Document>, keeper: impl Into<String>) -> Self {
         let (availability, _) = watch::channel(Availability::Unknown);
         Self {
             collection,
@@ -283,6 +286,7 @@ impl Wakeups {
                 resources: Mutex::new(HashMap::new()),
                 availability,
                 counters: Counters::default(),
+                keeper: keeper.into(),
             }),
             task: Mutex::new(None),
         }
@@ -497,29 +501,43 @@ impl Drop for Subscription {
     }
 }
 
-/// The stages after `$changeStream`: only the changes that may let a waiter in, and only
-/// what a wake-up needs of them. A change that may let a waiter in (a release, a withdrawal,
-/// a waiter leaving the line) moves the document's `freed` field on; a grant, a renewal or a
-/// waiter joining the line does not, so none of them wakes anybody (a client that holds
-/// leases and waits for nothing gets no events for its own renewals). A deleted or replaced
-/// document passes too. An expiry changes nothing on the server: waiters' timers see to it.
-/// `_id` (the resume token) must stay: the server refuses to deliver events whose `_id` a
-/// stage changed.
-fn pipeline() -> Vec<Document> {
-    let freed = format!(
+/// The stages after `$changeStream`: only the changes that wake one of this client's
+/// waiters, and only what a wake-up needs of them. A change that lets the head of a
+/// resource's line in (a release, a withdrawal, a waiter ahead leaving the line, a shared
+/// grant with a reader next) names the head's keeper in the document's `wake` field (see
+/// `command/expr.rs`); this stream passes the updates that set it to `keeper`'s name, so a
+/// release wakes the one client whose waiter can take the lock, and a grant, a renewal or a
+/// waiter joining the line wakes nobody (a client that holds leases and waits for nothing
+/// gets no events for its own renewals). A deleted or replaced document passes too. An
+/// expiry changes nothing on the server: waiters' timers see to it. `_id` (the resume token)
+/// must stay: the server refuses to deliver events whose `_id` a stage changed.
+fn pipeline(keeper: &str) -> Vec<Document> {
+    let wake = format!(
         "updateDescription.updatedFields.{}",
-        crate::command::expr::FREED
+        crate::command::expr::WAKE
     );
     vec![
         doc! {"$match": {"$or": [
             {"operationType": {"$in": ["replace", "delete"]}},
-            {"operationType": "update", freed: {"$exists": true}},
+            {"operationType": "update", wake: {"$regex": format!("^{} ", regex_escaped(keeper))}},
         ]}},
         doc! {"$project": {"_id": 1, "documentKey": 1}},
     ]
 }
 
-/// The server's error code, when the error is a command error.
+/// `text` with every character but ASCII letters and digits escaped, to match itself in a
+/// regular expression.
+fn regex_escaped(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if !c.is_ascii_alphanumeric() {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
 fn server_code(error: &mongodb::error::Error) -> Option<i32> {
     match error.kind.as_ref() {
         mongodb::error::ErrorKind::Command(command) => Some(command.code),
@@ -590,6 +608,7 @@ enum StreamEnd {
 async fn open(
     collection: &Collection<Document>,
     point: &ResumePoint,
+    keeper: &str,
 ) -> mongodb::error::Result<(ClientSession, SessionCursor<Document>)> {
     let mut session = collection
         .client()
@@ -597,7 +616,7 @@ async fn open(
         .causal_consistency(false)
         .await?;
     let mut stages = vec![point.stage()];
-    stages.extend(pipeline());
+    stages.extend(pipeline(keeper));
     let cursor = collection.aggregate(stages).session(&mut session).await?;
     Ok((session, cursor))
 }
@@ -638,7 +657,7 @@ async fn stream(collection: &Collection<Document>, shared: &Shared, cancel: &Can
     // Failures since the stream last delivered an event or stayed up for a while.
     let mut failures: u32 = 0;
     loop {
-        let (mut session, mut cursor) = match open(collection, &resume).await {
+        let (mut session, mut cursor) = match open(collection, &resume, &shared.keeper).await {
             Ok(opened) => opened,
             Err(error) => {
                 shared.counters.failures.fetch_add(1, Ordering::Relaxed);
@@ -821,12 +840,21 @@ mod tests {
         (client, monitor)
     }
 
-    /// A change that may let a waiter in, as a release makes it: it moves the document's
-    /// `freed` field on (creating the document first if need be, which wakes nobody).
+    /// The keeper id of the tests' `Wakeups`.
+    const KEEPER: &str = "test-keeper";
+
+    /// A change that lets in a waiter of [`KEEPER`], as a release makes it: it names the
+    /// keeper in the document's `wake` field with a new stamp (creating the document first
+    /// if need be, which wakes nobody).
     async fn free(collection: &Collection<Document>, id: &str) {
+        wake(collection, id, KEEPER).await;
+    }
+
+    /// A change that lets in a waiter of `keeper` (see [`free`]).
+    async fn wake(collection: &Collection<Document>, id: &str, keeper: &str) {
         static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
-        let freed = bson::DateTime::from_millis(NEXT.fetch_add(1, Ordering::SeqCst));
-        let set = doc! {"$set": {crate::command::expr::FREED: freed}};
+        let stamp = NEXT.fetch_add(1, Ordering::SeqCst);
+        let set = doc! {"$set": {crate::command::expr::WAKE: format!("{keeper} {stamp}")}};
         let found = collection
             .update_one(doc! {"_id": id}, set.clone())
             .await
@@ -872,7 +900,7 @@ mod tests {
     /// A `Wakeups` on `db.locks` of a monitored client, with its stream open.
     async fn streaming(server: &TestServer, db: &str) -> (Wakeups, Collection<Document>, Monitor) {
         let (client, monitor) = monitored_client(server).await;
-        let wakeups = Wakeups::new(client.database(db).collection("locks"));
+        let wakeups = Wakeups::new(client.database(db).collection("locks"), KEEPER);
         assert_eq!(wakeups.availability(), Availability::Unknown);
         assert_eq!(
             wakeups.wait_ready(HANG_GUARD).await,
@@ -925,6 +953,30 @@ mod tests {
         assert_eq!(stats.opens, 1, "{stats:?}");
     }
 
+    /// A change that lets in a waiter of another client (another keeper) does not reach this
+    /// client: one release wakes one client, whatever the number of clients waiting. A
+    /// keeper whose name starts like this one's is another keeper.
+    #[tokio::test]
+    async fn a_change_for_another_client_wakes_nobody_here() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, monitor) = streaming(&server, "wake_other").await;
+        let mut a = wakeups.subscribe("a");
+        wake(&other, "a", "another-keeper").await;
+        wake(&other, "a", &format!("{KEEPER}2")).await;
+        wake(&other, "a", &format!("x{KEEPER}")).await;
+        stays_pending(&mut a).await;
+        wake(&other, "a", KEEPER).await;
+        assert_eq!(woken(&mut a).await, WakeCause::Change);
+        assert_eq!(wakeups.stats().events, 1, "{:?}", wakeups.stats());
+        assert_eq!(monitor.failed_count("getMore"), 0);
+    }
+
+    #[test]
+    fn regex_escaping_keeps_letters_and_digits() {
+        assert_eq!(regex_escaped("a1b2"), "a1b2");
+        assert_eq!(regex_escaped("a.b*"), "a\\.b\\*");
+    }
+
     #[tokio::test]
     async fn a_change_between_subscribe_and_changed_is_not_missed() {
         let server = TestServer::start().await.expect("server");
@@ -942,7 +994,7 @@ mod tests {
     async fn subscribers_from_before_the_stream_opened_are_woken_when_it_opens() {
         let server = TestServer::start().await.expect("server");
         let (client, _) = monitored_client(&server).await;
-        let wakeups = Wakeups::new(client.database("wake_first").collection("locks"));
+        let wakeups = Wakeups::new(client.database("wake_first").collection("locks"), KEEPER);
         let mut early = wakeups.subscribe("r");
         assert_eq!(
             wakeups.wait_ready(HANG_GUARD).await,
@@ -982,7 +1034,7 @@ mod tests {
         let stages = aggregate.get_array("pipeline").expect("pipeline");
         assert_eq!(
             &stages[1..],
-            &pipeline()
+            &pipeline(KEEPER)
                 .into_iter()
                 .map(Bson::Document)
                 .collect::<Vec<_>>()[..]
@@ -997,7 +1049,10 @@ mod tests {
             .await
             .expect("server");
         let (client, monitor) = monitored_client(&server).await;
-        let wakeups = Wakeups::new(client.database("wake_standalone").collection("locks"));
+        let wakeups = Wakeups::new(
+            client.database("wake_standalone").collection("locks"),
+            KEEPER,
+        );
         let mut subscription = wakeups.subscribe("r");
         assert_eq!(
             wakeups.wait_ready(HANG_GUARD).await,
@@ -1020,6 +1075,7 @@ mod tests {
         let server = TestServer::start().await.expect("server");
         let wakeups = Arc::new(Wakeups::new(
             server.client().database("wake_no_rt").collection("locks"),
+            KEEPER,
         ));
         let shared = wakeups.clone();
         let availability = std::thread::spawn(move || {
@@ -1287,7 +1343,10 @@ mod tests {
     async fn stopping_what_never_started_does_nothing() {
         let server = TestServer::start().await.expect("server");
         let (client, monitor) = monitored_client(&server).await;
-        let wakeups = Wakeups::new(client.database("wake_stop_idle").collection("locks"));
+        let wakeups = Wakeups::new(
+            client.database("wake_stop_idle").collection("locks"),
+            KEEPER,
+        );
         wakeups.stop().await;
         assert_eq!(wakeups.availability(), Availability::Unknown);
         assert_eq!(wakeups.stats(), WakeStats::default());
@@ -1301,6 +1360,7 @@ mod tests {
             resources: Mutex::new(HashMap::new()),
             availability,
             counters: Counters::default(),
+            keeper: KEEPER.to_owned(),
         };
         let cancel = CancellationToken::new();
         shared.report_availability(&cancel, Availability::Streaming);

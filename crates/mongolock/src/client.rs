@@ -96,9 +96,10 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn new(ctx: &Arc<Context>) -> Self {
+        let keeper = Arc::new(Keeper::new(ctx.clone()));
         Shared {
-            keeper: Arc::new(Keeper::new(ctx.clone())),
-            wakeups: Wakeups::new(ctx.collection.clone()),
+            wakeups: Wakeups::new(ctx.collection.clone(), keeper.id.clone()),
+            keeper,
             tasks: TaskTracker::new(),
             turns: Arc::new(tokio::sync::Semaphore::new(CHORES_AT_ONCE)),
             gates: std::sync::Mutex::new(HashMap::new()),

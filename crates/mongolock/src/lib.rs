@@ -73,11 +73,12 @@
 //! their client: a waiting acquire joins with its first refused attempt, keeps its place
 //! while it waits and leaves it when it gives up; a single attempt joins no line and is
 //! refused while anybody waits. A refused attempt learns from the server how long the
-//! current lease has left and never sleeps past it. On a replica set, one change stream per
-//! client wakes waiters when a change may have let them in (a release, a waiter leaving the
-//! line), with a re-check every [`RECHECK`] at most as a safety net; on a standalone server,
-//! the head of the line polls briskly and each place behind it less often (up to
-//! [`MAX_BACKOFF`]). Waiters of one client on one resource take turns, so they do not all
+//! current lease has left and never sleeps past it. On a replica set, a change that lets the
+//! head of the line in (a release, a waiter ahead leaving the line, a reader granted just
+//! ahead of another) names the head's client, and only that client's change stream (one per
+//! client) delivers it: one release wakes one waiter. A re-check every [`RECHECK`] at most
+//! is the safety net. On a standalone server, the head of the line polls briskly and each
+//! place behind it less often (up to [`MAX_BACKOFF`]). Waiters of one client on one resource take turns, so they do not all
 //! ask the server at once. Dropping an acquire at any point leaves no lock behind.
 //!
 //! # The low-level API

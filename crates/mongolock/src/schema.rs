@@ -11,8 +11,10 @@
 //!   shared:    [ <entry>, ... ],
 //!   released:  [ { nonce: ObjectId, until: Date }, ... ],  // withdrawn attempts (tombstones)
 //!   cap:       Int64 | null,          // the cap of the live shared entries (null: none)
-//!   queue:     [ { lockId: String, kind: "exclusive" | "shared", until: Date }, ... ],  // the line
-//!   freed:     Date,                  // the last change that may have let a waiter in
+//!   queue:     [ { lockId: String, kind: "exclusive" | "shared", until: Date,
+//!                  keeper: String }, ... ],         // the line
+//!   freed:     Date,                  // the last change that let the head of the line in
+//!   wake:      String,                // "<the head's keeper> <freed>": whom it woke
 //!   idleSince: Date | null }          // see below
 //!
 //! <entry> = { lockId: String, nonce: ObjectId, owner: String|null, host: String|null,
@@ -36,13 +38,19 @@
 //! A single attempt joins no line. Places do not count in `idleSince`: a line keeps no
 //! document from the TTL index or `purge`.
 //!
-//! `freed` moves on (strictly later, from `$$NOW`) with every change that may let a waiter
-//! in: a release, a withdrawal, a force release, an unlock or purge that removed an entry,
-//! a waiter leaving the line. Waiters' change streams pass only those changes (and
-//! deletes), so grants, renewals and joins wake nobody.
+//! `freed` and `wake` name the waiter to wake. A change that may let the head of the line
+//! in (a release, a withdrawal, a force release, an unlock or purge, a waiter leaving the
+//! line, a shared grant with a reader next in line) and that leaves the resource open to it
+//! (no exclusive entry, and no shared entry either or a reader at the head with a permit
+//! left) moves `freed` on (strictly later, from `$$NOW`) and sets `wake` to the head place's
+//! `keeper` and that stamp. Each lock client's change stream passes only the changes that
+//! name its own keeper (and deletes), so one release wakes one waiter, and grants, renewals
+//! and joins wake nobody. A waiter whose turn comes otherwise (the head's place lapsed, the
+//! holder's lease ran out) is woken by its timer.
 //!
-//! `keeper` names the process-local lease keeper that renews the entry: one command renews
-//! every entry of a keeper, whatever their number.
+//! `keeper` names the process-local lease keeper that renews the entry (one command renews
+//! every entry of a keeper, whatever their number), and in a place in line the lock client
+//! the waiter waits in.
 //!
 //! `released` holds the nonces of attempts withdrawn by `release_attempt`: an acquire that
 //! carries one of them is never granted, so a late copy of a dropped acquire cannot land

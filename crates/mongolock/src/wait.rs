@@ -17,12 +17,15 @@
 //!    (waiters are granted in the order they joined; see [`crate::schema`]). The reply says
 //!    how long the current lease has left, computed by the server, and the waiter's place in
 //!    line. The waiter sleeps until then at most, and wakes earlier when a change may have
-//!    let it in (a release, a waiter leaving the line: not a grant, a renewal or a join). On
-//!    a replica set the sleep is also capped by a safety-net re-check ([`RECHECK`]), since
-//!    notifications can be lost and expiry produces none. Where change streams are not
-//!    available (a standalone server), it polls with a backoff from 10 ms with jitter,
-//!    capped by its place: every 25 ms at most at the head of the line, twice as long for
-//!    each place behind, up to [`MAX_BACKOFF`]. A waiter attempts again before half of its
+//!    let it in. Such a change (a release, a waiter ahead leaving the line, a reader granted
+//!    before it: never a renewal or a join) names the keeper of the waiter at the head of
+//!    the line, and only that client's change stream passes it ([`crate::changes`]): one
+//!    release wakes one waiter. On a replica set the sleep is also capped by a safety-net
+//!    re-check ([`RECHECK`]), since notifications can be lost and expiry produces none; only
+//!    the head of the line also wakes when the holders' leases run out. Where change streams
+//!    are not available (a standalone server), it polls with a backoff from 10 ms with
+//!    jitter, capped by its place: every 25 ms at most at the head of the line, 25 ms more
+//!    for each place behind, up to [`MAX_BACKOFF`]. A waiter attempts again before half of its
 //!    place's life is gone, to keep it; its other refused attempts write nothing.
 //! 6. The same attempt (same nonce) is sent again, so an attempt whose outcome was unknown
 //!    is resolved by the server, never granted twice at once: a repeat returns the grant
@@ -64,13 +67,15 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 
 /// The longest the head of a resource's line sleeps between attempts without change
 /// streams: only it can take the lock next, so it polls briskly, and each place behind it
-/// twice as slowly (up to [`MAX_BACKOFF`]), so the line costs the server little.
+/// a step more slowly (up to [`MAX_BACKOFF`]): the waiter at place `n` polls every
+/// `(n + 1) × HEAD_POLL` at most, so the line costs the server little, and a waiter that
+/// moved up to the head while it slept learns it within a few steps.
 const HEAD_POLL: Duration = Duration::from_millis(25);
 
 /// The longest sleep between polls for a waiter with `ahead` waiters before it.
 fn poll_cap(ahead: u64) -> Duration {
-    let doublings = u32::try_from(ahead.min(16)).unwrap_or(16);
-    HEAD_POLL.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+    let steps = u32::try_from(ahead.saturating_add(1)).unwrap_or(u32::MAX);
+    HEAD_POLL.saturating_mul(steps).min(MAX_BACKOFF)
 }
 
 /// The shortest renewal period a lease accepts: a shorter one would be a renewal storm.
@@ -449,14 +454,19 @@ async fn acquire_in_span(
         };
         // How long until the server could decide otherwise, and how long to sleep at most.
         let streaming = shared.wakeups.availability() == Availability::Streaming;
+        let place = contention.place_in_line();
         let until_free = contention
             .wait()
             .map(|wait| wait + Duration::from_millis(2));
         let sleep = if streaming {
+            // When the holders' leases run out, only the head of the line can take the lock:
+            // the waiters behind it are woken when a change lets them in (they are then the
+            // head), and otherwise by the re-check.
+            let until_free = until_free.filter(|_| place.unwrap_or(0) == 0);
             until_free.unwrap_or(RECHECK).min(RECHECK)
         } else {
-            // Polling: the head of the line briskly, each place behind it half as often.
-            let cap = poll_cap(contention.place_in_line().unwrap_or(0));
+            // Polling: the head of the line briskly, each place behind it a step slower.
+            let cap = poll_cap(place.unwrap_or(0));
             backoff = backoff.min(cap);
             let pause = jitter(backoff);
             backoff = (backoff * 2).min(cap);
@@ -654,6 +664,15 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_poll_cap_grows_a_step_per_place_and_stays_bounded() {
+        assert_eq!(poll_cap(0), HEAD_POLL);
+        assert_eq!(poll_cap(1), HEAD_POLL * 2);
+        assert_eq!(poll_cap(63), HEAD_POLL * 64);
+        assert_eq!(poll_cap(10_000), MAX_BACKOFF);
+        assert_eq!(poll_cap(u64::MAX), MAX_BACKOFF);
     }
 
     #[test]

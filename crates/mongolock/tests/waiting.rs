@@ -547,7 +547,8 @@ async fn a_waiter_writes_only_its_place_in_line() {
         before_marker.push(event);
     }
     // Two writes: it joined the line with its first attempt (its place, and nothing else),
-    // and left it when it gave up. Its other attempts, its place still fresh, wrote nothing.
+    // and left it when it gave up (nobody else waited, so leaving woke nobody). Its other
+    // attempts, its place still fresh, wrote nothing.
     let changed: Vec<Vec<String>> = before_marker
         .iter()
         .map(|event| {
@@ -557,7 +558,7 @@ async fn a_waiter_writes_only_its_place_in_line() {
         .collect();
     assert_eq!(
         changed,
-        [vec!["queue.0".to_owned()], vec!["freed".to_owned()]],
+        [vec!["queue.0".to_owned()], Vec::<String>::new()],
         "the waiter's writes: {before_marker:?}"
     );
     let left = before_marker[1].update_description.as_ref().unwrap();
@@ -574,6 +575,122 @@ async fn a_waiter_writes_only_its_place_in_line() {
             .await
             .contains("the-waiter")
     );
+}
+
+/// Whether `recorder`'s change stream delivered an event about `resource`.
+fn delivered(recorder: &Recorder, resource: &str) -> bool {
+    recorder.all().iter().any(|c| c.delivered(resource))
+}
+
+/// Three clients wait in line for a held mutex. Each release wakes the client whose waiter is
+/// at the head of the line, and no other: the others' streams deliver nothing and they send
+/// nothing, until their turn.
+#[tokio::test]
+async fn a_release_wakes_only_the_client_at_the_head_of_the_line() {
+    let setup = Setup::new("wake_one").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let mut clients = Vec::new();
+    for name in ["w0", "w1", "w2"] {
+        let (recorder, locks) = setup.recorded(name).await;
+        open_stream(&locks, &recorder).await;
+        clients.push((recorder, locks));
+    }
+    let _held = setup
+        .locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+    let mut waiting = Vec::new();
+    for (recorder, locks) in &clients {
+        let mutex = locks.mutex("job");
+        waiting.push(tokio::spawn(async move {
+            mutex.acquire_timeout(HANG_GUARD).await
+        }));
+        // Answered, so that `clear` below forgets it.
+        recorder
+            .wait_until("the waiter's first attempt", |r| {
+                r.count("findAndModify", Some(true)) == 1
+            })
+            .await;
+    }
+    for (recorder, _) in &clients {
+        recorder.clear();
+    }
+    assert_eq!(setup.locks.unlock("holder").await.unwrap(), 1);
+    let mut waiting = waiting.into_iter();
+    for turn in 0..clients.len() {
+        let guard = timeout(HANG_GUARD, waiting.next().unwrap())
+            .await
+            .expect("the head is woken")
+            .unwrap()
+            .unwrap()
+            .expect("the head takes the lock");
+        let (head, _) = &clients[turn];
+        assert!(delivered(head, "job"), "w{turn} was woken by the release");
+        // A wrongly woken waiter would ask within a round trip; give it plenty.
+        sleep(Duration::from_millis(300)).await;
+        for (i, (recorder, _)) in clients.iter().enumerate().skip(turn + 1) {
+            assert!(
+                !delivered(recorder, "job"),
+                "w{i} was woken while w{turn} was at the head"
+            );
+            assert!(
+                recorder.attempts().is_empty(),
+                "w{i} asked while w{turn} was at the head"
+            );
+        }
+        guard.release().await.unwrap();
+    }
+}
+
+/// Three readers of three clients wait behind a writer. Released, the writer's lock goes to
+/// the first reader, whose grant wakes the second, whose grant wakes the third: every reader
+/// is woken by a change (its stream delivers it), none waits for its re-check.
+#[tokio::test]
+async fn a_line_of_readers_is_let_in_one_after_another() {
+    let setup = Setup::new("wake_readers").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let mut clients = Vec::new();
+    for name in ["r0", "r1", "r2"] {
+        let (recorder, locks) = setup.recorded(name).await;
+        open_stream(&locks, &recorder).await;
+        clients.push((recorder, locks));
+    }
+    let writing = setup.locks.rwlock("doc").write().await.unwrap();
+    let mut waiting = Vec::new();
+    for (recorder, locks) in &clients {
+        let rwlock = locks.rwlock("doc");
+        // Shorter than the re-check: a reader left to its timer misses it.
+        let patience = RECHECK - Duration::from_secs(2);
+        waiting.push(tokio::spawn(
+            async move { rwlock.read_timeout(patience).await },
+        ));
+        recorder
+            .wait_until("the reader's first attempt", |r| r.attempts().len() == 1)
+            .await;
+    }
+    writing.release().await.unwrap();
+    let mut readers = Vec::new();
+    for (i, reader) in waiting.into_iter().enumerate() {
+        let guard = timeout(HANG_GUARD, reader)
+            .await
+            .expect("no hang")
+            .unwrap()
+            .unwrap();
+        let guard = guard.unwrap_or_else(|| panic!("r{i} was never woken"));
+        assert!(
+            delivered(&clients[i].0, "doc"),
+            "r{i} was woken by a change"
+        );
+        readers.push(guard);
+    }
+    for guard in readers {
+        guard.release().await.unwrap();
+    }
 }
 
 /// Twenty tasks of one client wait for one held resource. They queue behind a local gate,
@@ -714,11 +831,36 @@ async fn renewals_and_grants_reach_no_waiter() {
         0,
         "the stream delivered grants or renewals"
     );
-    // A release does reach it.
+    // Releasing its own leases wakes nobody here (it has no waiter). A release that lets
+    // one of its waiters in does reach it.
     guards.pop().unwrap().release().await.unwrap();
+    let elsewhere = setup.locks.mutex("other").acquire().await.unwrap();
+    let sent = recorder.count("findAndModify", Some(true));
+    let waiting = tokio::spawn({
+        let mutex = holder.mutex("other");
+        async move { mutex.acquire_timeout(HANG_GUARD).await }
+    });
     recorder
-        .wait_until("the release reaches the stream", |r| about_them(r) == 1)
+        .wait_until("the waiter's first attempt", |r| {
+            r.count("findAndModify", Some(true)) > sent
+        })
         .await;
+    elsewhere.release().await.unwrap();
+    let taken = timeout(HANG_GUARD, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(taken.is_some(), "the waiter takes it");
+    assert!(
+        recorder.all().iter().any(|c| c.delivered("other")),
+        "the release reached the waiter's stream"
+    );
+    assert_eq!(
+        about_them(&recorder),
+        0,
+        "its own release reached its stream"
+    );
     for guard in guards {
         guard.release().await.unwrap();
     }

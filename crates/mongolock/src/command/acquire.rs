@@ -32,12 +32,15 @@
 //! 5. The new document: on a grant the new entry (token `f`, `expiresAt = $$NOW + ttl` or
 //!    null) as the exclusive entry or added to the shared ones, `fence = f`, and this lock
 //!    id's place out of the line; otherwise the live entries only, the fence unchanged, and
-//!    for a waiting attempt its place: added at the end of the line if it had none,
-//!    refreshed where it stands if less than half of its life is left.
+//!    for a waiting attempt its place (naming its keeper): added at the end of the line if
+//!    it had none, refreshed where it stands if less than half of its life is left. A shared
+//!    grant that leaves a reader at the head of the line, with a permit left for it, wakes
+//!    it (`freed` and `wake`, see [`crate::schema`]): a line of readers is let in one after
+//!    another.
 //!
 //! A refused attempt whose document had nothing expired to drop and whose place (if any)
-//! was fresh leaves it unchanged: no write, no change event. An acquire never moves `freed`:
-//! it lets nobody in.
+//! was fresh leaves it unchanged: no write, no change event. An exclusive grant wakes
+//! nobody: nobody can follow it in.
 //!
 //! The projection reads the document after the change, which the stage wrote as a lock
 //! document (so it needs no check of its own), and returns only raw, bounded facts whatever
@@ -229,12 +232,16 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
                     { "$ne": [{ "$ifNull": ["$cap", null] }, requested_cap.clone()] },
                 ]}));
             }
+            // The place names the waiter's keeper (its lock client), whom a change that lets
+            // it in wakes.
+            let mut place = doc! { "lockId": lock_id, "kind": kind, "until": until };
+            if let Some(keeper) = &request.keeper {
+                place.insert(schema::KEEPER, literal(keeper.as_str()));
+            }
             bson!({ "$switch": {
                 "branches": [
                     { "case": { "$or": stop }, "then": others_waiting },
-                    { "case": { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] }, "then": { "$concatArrays": ["$$q", [{
-                        "lockId": lock_id, "kind": kind, "until": until,
-                    }]] } },
+                    { "case": { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] }, "then": { "$concatArrays": ["$$q", [place]] } },
                 ],
                 "default": refreshed,
             }})
@@ -248,9 +255,13 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         released: bson!("$$t"),
         cap,
         queue,
-        // An acquire lets nobody in: an expired entry it drops already let waiters in, by
-        // their timers.
-        frees: false,
+        // An exclusive grant lets nobody in, nor does a refusal (an expired entry it drops
+        // already let the waiters in, by their timers). A shared grant may let the next
+        // reader in line in: then it wakes it, and so on down a line of readers.
+        frees: match request.kind {
+            LockKind::Exclusive => None,
+            LockKind::Shared => Some(bson!("$$g")),
+        },
     }
     .document();
 

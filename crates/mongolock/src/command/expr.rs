@@ -235,9 +235,12 @@ pub(crate) struct NextDocument {
     /// The shared entries' cap; cleared whatever it says when no shared entry is left.
     pub(crate) cap: Bson,
     pub(crate) queue: Bson,
-    /// Whether this change may let a waiter in (it removes entries or places in the line):
-    /// then it moves `freed` on, which is what wakes waiters (see [`FREED`]).
-    pub(crate) frees: bool,
+    /// When this change may let the waiter at the head of the line in (a condition; `true`
+    /// for a change that only removes entries or places): if the new document then lets it
+    /// in, the change names its keeper in [`WAKE`], which is what wakes it. `None`: this
+    /// change lets nobody in. A removal that removed nothing (a repeated release) may wake
+    /// the head too, if it can take the lock: it then does, so that costs one attempt.
+    pub(crate) frees: Option<Bson>,
 }
 
 impl NextDocument {
@@ -251,7 +254,7 @@ impl NextDocument {
             released,
             cap: bson!({ "$ifNull": ["$cap", null] }),
             queue: live_queue(),
-            frees: false,
+            frees: None,
         }
     }
 
@@ -263,41 +266,68 @@ impl NextDocument {
     /// else the latest `expiresAt`, or when there is no entry (`$max` of nothing is null) the
     /// time it became free (kept, unless it lies ahead: an early release); then pushed to the
     /// end of the last live tombstone. `$max` and `$min` pass over null and missing values.
+    ///
+    /// `freed` and `wake` (see [`WAKE`]): when the change [`frees`](Self::frees) and the new
+    /// document lets the head of the line in, `freed` moves on (strictly later than before,
+    /// so that it changes even twice in a millisecond) and `wake` names the head's keeper with
+    /// that stamp. Otherwise both are kept (a missing field stays missing). The head is let
+    /// in when there is no exclusive entry and either no shared entry, or the head waits for
+    /// a shared lock and the shared entries leave a permit under the cap.
     pub(crate) fn document(self) -> Bson {
-        // Moved on when an entry or a place in the line went, strictly later than before, so
-        // that the field changes even twice in a millisecond. Otherwise kept (a missing field
-        // stays missing).
-        let freed = if self.frees {
-            let before = format!("${FREED}");
-            let lost = bson!({ "$or": [
-                { "$gt": [{ "$size": all_entries() }, { "$size": "$$ne" }] },
-                { "$gt": [{ "$size": { "$ifNull": ["$queue", []] } }, { "$size": "$$nq" }] },
-            ]});
-            bson!({ FREED: { "$cond": [
-                lost,
-                { "$max": ["$$NOW", { "$add": [before.clone(), 1_i64] }] },
-                before,
-            ]}})
-        } else {
-            bson!({})
+        let wake = match self.frees {
+            Some(frees) => {
+                // The shared entries leave a permit: MaxKey sorts after every number.
+                let room =
+                    bson!({ "$lt": [{ "$size": "$$ns" }, { "$ifNull": ["$$nc", Bson::MaxKey] }] });
+                let head_let_in = bson!({ "$and": [
+                    frees,
+                    { "$eq": [{ "$type": format!("$$h.{KEEPER}") }, "string"] },
+                    { "$eq": ["$$nx", null] },
+                    { "$or": [
+                        { "$eq": [{ "$size": "$$ns" }, 0] },
+                        { "$and": [{ "$eq": ["$$h.kind", "shared"] }, room] },
+                    ]},
+                ]});
+                bson!({ "$let": {
+                    "vars": {
+                        "m": head_let_in,
+                        "st": { "$max": ["$$NOW", { "$add": [format!("${FREED}"), 1_i64] }] },
+                    },
+                    "in": {
+                        FREED: { "$cond": ["$$m", "$$st", format!("${FREED}")] },
+                        WAKE: { "$cond": [
+                            "$$m",
+                            { "$concat": [format!("$$h.{KEEPER}"), " ", { "$toString": "$$st" }] },
+                            format!("${WAKE}"),
+                        ]},
+                    },
+                }})
+            }
+            None => bson!({}),
         };
         bson!({ "$let": {
-            "vars": { "nx": self.exclusive, "ns": self.shared, "nt": self.released, "nq": self.queue },
+            "vars": {
+                "nx": self.exclusive, "ns": self.shared, "nt": self.released, "nq": self.queue,
+                "nc": self.cap,
+            },
             "in": { "$let": {
-                "vars": { "ne": { "$map": {
-                    "input": { "$concatArrays": [
-                        { "$cond": [{ "$eq": ["$$nx", null] }, [], ["$$nx"]] },
-                        "$$ns",
-                    ]},
-                    "as": "e",
-                    "in": { "$ifNull": ["$$e.expiresAt", null] },
-                }}},
-                "in": { "$mergeObjects": ["$$ROOT", freed, {
+                "vars": {
+                    "ne": { "$map": {
+                        "input": { "$concatArrays": [
+                            { "$cond": [{ "$eq": ["$$nx", null] }, [], ["$$nx"]] },
+                            "$$ns",
+                        ]},
+                        "as": "e",
+                        "in": { "$ifNull": ["$$e.expiresAt", null] },
+                    }},
+                    "h": { "$arrayElemAt": ["$$nq", 0] },
+                },
+                "in": { "$mergeObjects": ["$$ROOT", wake, {
                     "fence": self.fence,
                     "exclusive": "$$nx",
                     "shared": "$$ns",
                     "released": "$$nt",
-                    "cap": { "$cond": [{ "$eq": [{ "$size": "$$ns" }, 0] }, null, self.cap] },
+                    "cap": { "$cond": [{ "$eq": [{ "$size": "$$ns" }, 0] }, null, "$$nc"] },
                     "queue": "$$nq",
                     "idleSince": { "$cond": [
                         { "$in": [null, "$$ne"] },
@@ -319,11 +349,17 @@ pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
     NextDocument::entries(exclusive, shared, live_tombstones()).document()
 }
 
-/// The field a change that may let a waiter in moves on (a release, a withdrawal, a waiter
-/// leaving the line): the date of the last such change, strictly increasing. The change
-/// stream that wakes waiters passes only the updates that set it (and deletes), never a
-/// grant, a renewal or a waiter joining the line (see `crate::changes`).
+/// The date of the last change that let the head of a line in (a release, a withdrawal, a
+/// waiter leaving the line, a shared grant with a reader next in line): strictly
+/// increasing, the stamp of [`WAKE`].
 pub(crate) const FREED: &str = "freed";
+
+/// Who the last change that let the head of a line in woke: the head's keeper (the lock
+/// client it waits in), a space and the new [`FREED`] as a string. Each client's change
+/// stream passes only the updates that set it to its own keeper (and deletes), so a release
+/// wakes the one waiter that can take the lock, never a grant, a renewal or a waiter joining
+/// the line (see `crate::changes`).
+pub(crate) const WAKE: &str = "wake";
 
 /// The document without every entry for which `matches` (a function from an entry path such
 /// as `"$exclusive"` or `"$$e"` to a condition on it) is true.
@@ -331,7 +367,7 @@ pub(crate) fn without_entries(matches: impl Fn(&str) -> Bson) -> Bson {
     let exclusive = exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
     let shared = shared_where(bson!({ "$not": [matches("$$e")] }));
     let mut next = NextDocument::entries(exclusive, shared, live_tombstones());
-    next.frees = true;
+    next.frees = Some(Bson::Boolean(true));
     next.document()
 }
 

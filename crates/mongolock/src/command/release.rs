@@ -170,7 +170,7 @@ pub(crate) fn release_attempt_command(
     }});
     let mut next = expr::NextDocument::entries(exclusive, shared, tombstones);
     next.queue = queue;
-    next.frees = true;
+    next.frees = Some(Bson::Boolean(true));
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": &request.resource },
@@ -207,7 +207,7 @@ pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Docu
             { "$concatArrays": ["$$t", [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }]] },
         ]}),
     );
-    next.frees = true;
+    next.frees = Some(Bson::Boolean(true));
     let document = bson!({ "$let": {
         "vars": { "t": expr::live_tombstones() },
         "in": { "$let": { "vars": { "r": repeat.clone() }, "in": next.document() } },
@@ -297,7 +297,7 @@ pub(crate) async fn unlock(ctx: &Context, lock_id: &str) -> Result<u64> {
 /// ```
 pub(crate) fn leave_line_command(ctx: &Context, resource: &str, lock_id: &str) -> Document {
     let mut next = expr::NextDocument::entries(
-        expr::exclusive_where(Bson::Boolean(true)),
+        bson!({ "$ifNull": ["$exclusive", null] }),
         expr::shared_or_empty(),
         expr::live_tombstones(),
     );
@@ -305,7 +305,7 @@ pub(crate) fn leave_line_command(ctx: &Context, resource: &str, lock_id: &str) -
         "input": expr::live_queue(), "as": "q",
         "cond": { "$ne": ["$$q.lockId", literal(lock_id)] },
     }});
-    next.frees = true;
+    next.frees = Some(Bson::Boolean(true));
     doc! {
         "update": ctx.collection_name(),
         "updates": [{
