@@ -78,6 +78,11 @@ const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// A stream that stayed open this long before it failed counts as healthy: the next reopen
 /// starts from the shortest backoff again.
 const HEALTHY_STREAM: Duration = Duration::from_secs(10);
+/// How long the server holds a read of the stream while nothing happens (each `getMore`'s
+/// `maxTimeMS`; an event ends it at once). The server's default is one second: one
+/// `getMore` a second for every idle client. At ten seconds an idle stream costs the server
+/// one command per [`crate::RECHECK`], as an idle waiter does.
+const IDLE_READ: Duration = Duration::from_secs(10);
 /// How long to wait before asking again a server that refused change streams (code 40573):
 /// it only changes its mind when it is restarted as a replica set member.
 const UNSUPPORTED_RETRY: Duration = Duration::from_secs(60);
@@ -617,7 +622,11 @@ async fn open(
         .await?;
     let mut stages = vec![point.stage()];
     stages.extend(pipeline(keeper));
-    let cursor = collection.aggregate(stages).session(&mut session).await?;
+    let cursor = collection
+        .aggregate(stages)
+        .max_await_time(IDLE_READ)
+        .session(&mut session)
+        .await?;
     Ok((session, cursor))
 }
 
@@ -969,6 +978,25 @@ mod tests {
         assert_eq!(woken(&mut a).await, WakeCause::Change);
         assert_eq!(wakeups.stats().events, 1, "{:?}", wakeups.stats());
         assert_eq!(monitor.failed_count("getMore"), 0);
+    }
+
+    /// An idle stream asks the server once per [`IDLE_READ`], not once a second (the
+    /// server's default): an idle client is one command per ten seconds.
+    #[tokio::test]
+    async fn an_idle_stream_reads_rarely() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, _other, monitor) = streaming(&server, "wake_idle").await;
+        let _subscription = wakeups.subscribe("r");
+        let before = monitor.started_count("getMore");
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let reads = monitor.started_count("getMore") - before;
+        assert!(reads <= 1, "{reads} reads in 2.5 s of nothing");
+        let started = monitor.started.lock().expect("monitor lock").clone();
+        let (_, read) = started
+            .iter()
+            .find(|(name, _)| name == "getMore")
+            .expect("a read");
+        assert_eq!(read.get("maxTimeMS"), Some(&Bson::Int32(10_000)), "{read}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::attempt::Attempt;
 use crate::changes::Wakeups;
 use crate::command::{self, Context};
 use crate::error::{Error, Result};
-use crate::lease::{CHORES_AT_ONCE, Chore, Keeper};
+use crate::lease::{Chore, Keeper};
 use crate::lock::Grant;
 use crate::query::{Filter, LockStatus, Purged};
 use crate::request::{AcquireRequest, LockDetails};
@@ -88,9 +88,6 @@ pub(crate) struct Shared {
     pub(crate) keeper: Arc<Keeper>,
     pub(crate) wakeups: Wakeups,
     tasks: TaskTracker,
-    /// Turns for the chores sent in the background ([`CHORES_AT_ONCE`] at once): a burst of
-    /// dropped guards queues here rather than as as many driver operations.
-    turns: Arc<tokio::sync::Semaphore>,
     gates: std::sync::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
 }
 
@@ -101,7 +98,6 @@ impl Shared {
             wakeups: Wakeups::new(ctx.collection.clone(), keeper.id.clone()),
             keeper,
             tasks: TaskTracker::new(),
-            turns: Arc::new(tokio::sync::Semaphore::new(CHORES_AT_ONCE)),
             gates: std::sync::Mutex::new(HashMap::new()),
         }
     }
@@ -155,8 +151,9 @@ impl LockClient {
 
     /// Sends `chore` (a release or a withdrawal that its owner cannot wait for) in the
     /// background, tracked so that [`shutdown`](LockClient::shutdown) waits for it. At most
-    /// [`CHORES_AT_ONCE`] are sent at once; the others wait for their turn. If it fails, or
-    /// no tokio runtime runs here, the keeper retries it.
+    /// [`CHORES_AT_ONCE`](crate::lease::CHORES_AT_ONCE) chores are on their way at once, the keeper's retries included; the
+    /// others wait for their turn. If it fails, or no tokio runtime runs here, the keeper
+    /// retries it.
     pub(crate) fn finish_in_background(&self, chore: Chore) {
         let keeper = self.shared.keeper.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -168,7 +165,7 @@ impl LockClient {
             return;
         };
         let ctx = self.ctx.clone();
-        let turns = self.shared.turns.clone();
+        let turns = keeper.turns.clone();
         let task = async move {
             // The semaphore is never closed, so a turn always comes.
             let _turn = turns.acquire_owned().await;

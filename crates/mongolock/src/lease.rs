@@ -271,6 +271,11 @@ pub(crate) struct Keeper {
     added: Notify,
     /// Wakes the chores task when a chore is queued.
     queued: Notify,
+    /// Turns for the chores on their way to the server, [`CHORES_AT_ONCE`] in all: the
+    /// keeper's retries and the releases of dropped guards and acquires
+    /// (`LockClient::finish_in_background`) take them alike, so a burst of either queues here
+    /// rather than as as many driver operations.
+    pub(crate) turns: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Debug, Default)]
@@ -289,9 +294,9 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 /// The first and the longest pause before a failed chore is tried again.
 const CHORE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
 
-/// How many chores run at once: the keeper's retries, and apart from them the releases of
-/// dropped guards and acquires (see `LockClient::finish_in_background`). A chore on its way
-/// holds a driver operation; one waiting for its turn is a small queued item.
+/// How many chores run at once, in all: the keeper's retries and the releases of dropped
+/// guards and acquires (see `LockClient::finish_in_background`) share these turns. A chore on
+/// its way holds a driver operation; one waiting for its turn is a small queued item.
 pub(crate) const CHORES_AT_ONCE: usize = 16;
 
 impl Keeper {
@@ -303,6 +308,7 @@ impl Keeper {
             state: Mutex::new(Registry::default()),
             added: Notify::new(),
             queued: Notify::new(),
+            turns: Arc::new(tokio::sync::Semaphore::new(CHORES_AT_ONCE)),
         }
     }
 
@@ -591,7 +597,10 @@ async fn do_chores(keeper: Weak<Keeper>) {
         let results: Vec<(Queued, crate::Result<()>)> =
             futures_util::stream::iter(due.into_iter().map(|queued| {
                 let ctx = keeper.ctx.clone();
+                let turns = keeper.turns.clone();
                 async move {
+                    // The semaphore is never closed, so a turn always comes.
+                    let _turn = turns.acquire_owned().await;
                     let result = queued.chore.run(&ctx).await;
                     (queued, result)
                 }

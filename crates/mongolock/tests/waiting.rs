@@ -360,6 +360,33 @@ async fn emulator_only_a_waiter_is_woken_through_a_resumed_change_stream() {
         doc! { "failCommands": ["getMore"], "errorCode": 6, "appName": "waiter" },
     )
     .await;
+    // The stream's read in flight waits up to ten seconds for an event: end it with one for
+    // this client (a change naming its keeper, which its place in line carries), so that the
+    // next read meets the fail point.
+    let keeper = setup
+        .collection()
+        .find_one(doc! { "_id": "job" })
+        .await
+        .unwrap()
+        .and_then(|job| {
+            let queue = job.get_array("queue").ok()?.clone();
+            let place = queue.first()?.as_document()?.clone();
+            place.get_str("keeper").ok().map(str::to_owned)
+        })
+        .expect("the waiter's place names its keeper");
+    setup
+        .collection()
+        .insert_one(doc! { "_id": "poke" })
+        .await
+        .unwrap();
+    setup
+        .collection()
+        .update_one(
+            doc! { "_id": "poke" },
+            doc! { "$set": { "wake": format!("{keeper} 1") } },
+        )
+        .await
+        .unwrap();
     recorder
         .wait_until("the stream's getMore fails", |r| {
             r.count("getMore", Some(false)) >= 1
