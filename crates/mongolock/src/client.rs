@@ -18,6 +18,7 @@ use crate::command::{self, Context};
 use crate::error::{Error, Result};
 use crate::lease::{Chore, Keeper};
 use crate::lock::Grant;
+use crate::places::Places;
 use crate::query::{Filter, LockStatus, Purged};
 use crate::request::{AcquireRequest, LockDetails};
 
@@ -86,6 +87,8 @@ pub struct LockClient {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) keeper: Arc<Keeper>,
+    /// Keeps the places of this client's waiters in their lines.
+    pub(crate) places: Arc<Places>,
     pub(crate) wakeups: Wakeups,
     tasks: TaskTracker,
     gates: std::sync::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
@@ -97,6 +100,7 @@ impl Shared {
         Shared {
             wakeups: Wakeups::new(ctx.collection.clone(), keeper.id.clone()),
             keeper,
+            places: Arc::new(Places::new(ctx.clone())),
             tasks: TaskTracker::new(),
             gates: std::sync::Mutex::new(HashMap::new()),
         }

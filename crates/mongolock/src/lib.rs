@@ -215,6 +215,7 @@ mod handle;
 mod lease;
 mod lock;
 mod observe;
+mod places;
 mod query;
 mod request;
 mod schema;

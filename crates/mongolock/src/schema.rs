@@ -30,7 +30,8 @@
 //!
 //! `queue` is the resource's line: the waiters, in the order they joined, each with the kind
 //! it waits for and a heartbeat (`until`). A waiting acquire joins with its first refused
-//! attempt and refreshes its place in situ (when less than half of it is left); a grant goes
+//! attempt; its client refreshes its place where it stands (`crate::places`), and so does
+//! one of its attempts that finds less than half of the place's life left; a grant goes
 //! only past places that let it: an exclusive grant to the head of the live line, a shared
 //! one when only readers stand before it (and, under a cap, fewer than the free permits). A
 //! place whose `until` has passed counts for nothing and is dropped by the next write, so a

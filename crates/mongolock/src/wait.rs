@@ -26,8 +26,9 @@
 //!    line also wakes when the holders' leases run out. Where change streams
 //!    are not available (a standalone server), it polls with a backoff from 10 ms with
 //!    jitter, capped by its place: every 25 ms at most at the head of the line, 25 ms more
-//!    for each place behind, up to [`MAX_BACKOFF`]. A waiter attempts again before half of its
-//!    place's life is gone, to keep it; its other refused attempts write nothing.
+//!    for each place behind, up to [`MAX_BACKOFF`]. The client keeps the waiter's place in
+//!    line ([`crate::places`]): one command refreshes the places of all its waiters, so a
+//!    waiter's refused attempts write nothing.
 //! 6. The same attempt (same nonce) is sent again, so an attempt whose outcome was unknown
 //!    is resolved by the server, never granted twice at once: a repeat returns the grant
 //!    still in force, and only if that first grant expired unseen is the attempt granted
@@ -54,6 +55,7 @@ use crate::guard::LockGuard;
 use crate::lease::{Chore, Lease, default_margin};
 use crate::lock::LockKind;
 use crate::observe::{self, Wakeup};
+use crate::places::Place;
 use crate::request::{AcquireRequest, LockDetails, Nonce, ttl_millis};
 
 /// The longest the head of a resource's line sleeps without asking the server again while
@@ -99,13 +101,12 @@ pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_millis(50);
 /// The default TTL of a lease: thirty seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
-/// How long a waiter's place in a resource's line lasts from its last attempt: twice the
-/// lease's TTL, within what a TTL may be (so any legal TTL is taken). A waiter attempts again
-/// before half of it is gone, so it keeps its place while it waits; a waiter that died
-/// leaves the line when its place lapses, and holds up the waiters behind it that long at
-/// most.
+/// How long a waiter's place in a resource's line lasts from its last refresh: the lease's
+/// TTL. The client refreshes the places of its waiters three times in a life, in one
+/// command whatever their number ([`crate::places`]); a waiter that died leaves the line
+/// when its place lapses, and holds up the waiters behind it that long at most.
 pub(crate) fn place_life(ttl: Duration) -> Duration {
-    ttl.saturating_mul(2).min(crate::request::MAX_TTL)
+    ttl
 }
 
 /// How a lease is held: settings shared by the mutex, reader-writer lock and semaphore
@@ -370,6 +371,8 @@ async fn acquire_in_span(
     };
 
     let mut pending = Pending::new(client, request.clone());
+    // This call's place in line, kept by the client while it waits (see `crate::places`).
+    let mut place: Option<crate::places::Held> = None;
     let mut backoff = FIRST_BACKOFF;
     loop {
         pending.sending();
@@ -427,6 +430,15 @@ async fn acquire_in_span(
             }
             Ok(Attempt::Contended(contention)) => {
                 pending.refused();
+                // In line: the client keeps the place from now on, until this call ends.
+                if let (None, Some(life), Some(_)) = (&place, announce, contention.place_in_line())
+                {
+                    place = Some(shared.places.hold(Place {
+                        resource: resource.clone(),
+                        lock_id: pending.request.lock_id.clone(),
+                        life,
+                    }));
+                }
                 contention
             }
             Ok(Attempt::AlreadyHeld(_)) => {
@@ -484,12 +496,6 @@ async fn acquire_in_span(
             let pause = jitter(backoff);
             backoff = (backoff * 2).min(cap);
             until_free.map_or(pause, |free| free.min(pause))
-        };
-        // A waiter's place lapses after `announce`: attempt again well before, whatever the
-        // holders have left, so it keeps its place while it waits.
-        let sleep = match announce {
-            Some(announce) => sleep.min(announce / 2),
-            None => sleep,
         };
         let sleep = spread(sleep);
         let waited = async {

@@ -720,6 +720,79 @@ async fn a_line_of_readers_is_let_in_one_after_another() {
     }
 }
 
+/// The place in line of a waiter, as stored: `(lockId, until)` of the first place.
+async fn first_place(
+    collection: &Collection<Document>,
+    resource: &str,
+) -> (String, bson::DateTime) {
+    let document = collection
+        .find_one(doc! { "_id": resource })
+        .await
+        .unwrap()
+        .expect("the resource's document");
+    let queue = document.get_array("queue").expect("a line");
+    let place = queue.first().and_then(Bson::as_document).expect("a place");
+    (
+        place.get_str("lockId").unwrap().to_owned(),
+        *place.get_datetime("until").unwrap(),
+    )
+}
+
+/// A waiter keeps its place in line for many times its life without attempting again: its
+/// client refreshes it, in one command for all of its waiters.
+#[tokio::test]
+async fn the_client_keeps_its_waiters_places() {
+    let setup = Setup::new("places_kept").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let (recorder, waiter) = setup.recorded("waiter").await;
+    open_stream(&waiter, &recorder).await;
+    let _held = setup
+        .locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+    // A place lasts the TTL; the holder has none, so the waiter sleeps for its re-check.
+    let ttl = Duration::from_millis(600);
+    let waiting = tokio::spawn({
+        let mutex = waiter.mutex("job").lock_id("the-waiter").ttl(ttl);
+        async move { mutex.acquire_timeout(HANG_GUARD).await }
+    });
+    recorder
+        .wait_until("the waiter's first attempt", |r| {
+            r.count("findAndModify", Some(true)) == 1
+        })
+        .await;
+    let (lock_id, joined) = first_place(&setup.collection(), "job").await;
+    assert_eq!(lock_id, "the-waiter");
+    sleep(Duration::from_secs(3)).await;
+    let (lock_id, until) = first_place(&setup.collection(), "job").await;
+    assert_eq!(lock_id, "the-waiter", "it kept its place");
+    assert!(
+        until.timestamp_millis() - joined.timestamp_millis() >= 2_000,
+        "the place was refreshed: {joined} then {until}"
+    );
+    assert_eq!(
+        recorder.attempts().len(),
+        1,
+        "the waiter itself did not attempt again"
+    );
+    let refreshes = recorder.count("update", Some(true));
+    assert!(
+        (3..=20).contains(&refreshes),
+        "{refreshes} refreshes in 3 s, one every 200 ms"
+    );
+    assert_eq!(setup.locks.unlock("holder").await.unwrap(), 1);
+    let guard = timeout(HANG_GUARD, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .expect("woken by the release");
+    guard.release().await.unwrap();
+}
+
 /// Twenty tasks of one client wait for one held resource. They queue behind a local gate,
 /// so only the head of the line asks the server while the lock is held. Released, the lock
 /// goes to each of them in turn (each releases right away), never to two at once.

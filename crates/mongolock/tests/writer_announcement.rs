@@ -20,8 +20,8 @@ async fn a_writer_with_a_short_ttl_keeps_readers_out_while_it_waits() {
         .read()
         .await
         .expect("read");
-    // The writer announces itself for twice its TTL (400 ms) at each attempt; the reader
-    // ahead has 30 s left.
+    // The writer's place lasts its TTL (200 ms), refreshed by its client; the reader ahead
+    // has 30 s left.
     let waiting = tokio::spawn(async move {
         writers
             .rwlock("config")

@@ -208,9 +208,9 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             let mine = bson!({ "$eq": ["$$q.lockId", lock_id.clone()] });
             let until = bson!({ "$add": ["$$NOW", bound_ms] });
             // Refreshed where it stands (a waiter keeps its place in the line), and only when
-            // less than half of it is left: most refused attempts of a waiter then leave the
-            // line as it was, so the document is unchanged, and they wake nobody (themselves
-            // included).
+            // less than half of it is left: its client keeps it fresher than that
+            // (`crate::places`), so a refused attempt leaves the line as it was, the document
+            // unchanged; this is the fallback when those refreshes fail.
             let refreshed = bson!({ "$map": {
                 "input": "$$q", "as": "q",
                 "in": { "$cond": [

@@ -46,6 +46,7 @@ use crate::command::expr::{self, literal};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Error, Result};
 use crate::lock::{Grant, LockKind};
+use crate::places::Place;
 use crate::schema;
 
 /// `{ $or: [{ "exclusive.keeper": k }, { "shared.keeper": k }] }`: the documents where the
@@ -134,6 +135,12 @@ pub(crate) fn commands<'a>(
     ctx: &Context,
     leases: impl IntoIterator<Item = &'a Grant>,
 ) -> Vec<Document> {
+    batched(ctx, leases.into_iter().map(statement))
+}
+
+/// Unordered `update` commands carrying `statements`, in order: one, unless they pass
+/// [`MAX_COMMAND_BYTES`], then as few as keep each under it.
+fn batched(ctx: &Context, statements: impl Iterator<Item = Document>) -> Vec<Document> {
     let command = |updates: Vec<Document>| {
         doc! {
             "update": ctx.collection_name(),
@@ -143,8 +150,7 @@ pub(crate) fn commands<'a>(
     };
     let mut commands = Vec::new();
     let (mut batch, mut bytes) = (Vec::new(), 0);
-    for lease in leases {
-        let statement = statement(lease);
+    for statement in statements {
         // The statement's size, and its array key (up to 6 digits and a type byte).
         let size = bson::to_vec(&statement).map_or(0, |b| b.len()) + 8;
         if !batch.is_empty() && bytes + size > MAX_COMMAND_BYTES {
@@ -170,6 +176,53 @@ pub(crate) async fn renew(ctx: &Context, leases: &[&Grant], limit: Duration) -> 
         renewed += count(&reply, "n");
     }
     Ok(renewed)
+}
+
+/// The statement that refreshes one waiter's place in line, matching only while it is live
+/// (see [`crate::places`]).
+fn place_statement(place: &Place) -> Document {
+    let life_ms = i64::try_from(place.life.as_millis()).unwrap_or(i64::MAX);
+    let lock_id = literal(place.lock_id.as_str());
+    let this = bson!({ "$eq": ["$$q.lockId", lock_id] });
+    doc! {
+        "q": {
+            "_id": &place.resource,
+            "queue": { "$elemMatch": { "lockId": &place.lock_id } },
+            "$expr": { "$anyElementTrue": [{ "$map": {
+                "input": "$queue", "as": "q",
+                "in": { "$and": [this.clone(), { "$gt": ["$$q.until", "$$NOW"] }] },
+            }}]},
+        },
+        "u": [{ "$set": { "queue": { "$map": {
+            "input": "$queue", "as": "q",
+            "in": { "$cond": [
+                this,
+                { "$mergeObjects": ["$$q", { "until": { "$add": ["$$NOW", life_ms] } }] },
+                "$$q",
+            ]},
+        }}}}],
+        "collation": Context::collation(),
+    }
+}
+
+/// The command(s) that refresh `places` (see [`crate::places`]): one, unless its statements
+/// pass [`MAX_COMMAND_BYTES`].
+pub(crate) fn places_commands(ctx: &Context, places: &[Place]) -> Vec<Document> {
+    batched(ctx, places.iter().map(place_statement))
+}
+
+/// Refreshes `places` within `limit`; returns how many were live and refreshed.
+pub(crate) async fn refresh_places(
+    ctx: &Context,
+    places: &[Place],
+    limit: Duration,
+) -> Result<u64> {
+    let mut refreshed = 0;
+    for command in places_commands(ctx, places) {
+        let reply = ctx.write_within(command, Upsert::No, limit).await?;
+        refreshed += count(&reply, "n");
+    }
+    Ok(refreshed)
 }
 
 /// The aggregation listing the live entries of `keeper` as `{resource, lockId, token,
@@ -287,6 +340,34 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(r#""multi":true"#), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_place_is_refreshed_only_while_it_is_live_and_only_that_place() {
+        let ctx = crate::command::test_context();
+        let places = [Place {
+            resource: "$r".into(),
+            lock_id: "$w".into(),
+            life: Duration::from_millis(1_500),
+        }];
+        let commands = places_commands(&ctx, &places);
+        assert_eq!(commands.len(), 1);
+        let text = Bson::Document(commands[0].clone())
+            .into_relaxed_extjson()
+            .to_string();
+        // Found by its resource and the place's lock id (never upserted: an update without
+        // `upsert`), only while live, and the lock id is data, not a path.
+        assert!(
+            text.contains(r#""_id":"$r","queue":{"$elemMatch":{"lockId":"$w"}}"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"{"$gt":["$$q.until","$$NOW"]}"#), "{text}");
+        assert!(text.contains(r#"{"$literal":"$w"}"#), "{text}");
+        assert!(
+            text.contains(r#""until":{"$add":["$$NOW",1500]}"#),
+            "{text}"
+        );
+        assert!(!text.contains("upsert"), "{text}");
     }
 
     #[tokio::test]
