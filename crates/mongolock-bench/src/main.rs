@@ -159,7 +159,9 @@ fn settings(quick: bool) -> Settings {
             throughput_for: Duration::from_secs(3),
             throughput_tasks: 64,
             load_waiters: 8,
-            load_window: Duration::from_secs(1),
+            // Twice the longest period of a waiter's commands (mongolock's re-check, idle
+            // stream read and place refresh: 10 s), so that periodic work is counted.
+            load_window: Duration::from_secs(20),
             keepalive_leases: vec![1, 100, 10_000],
             keepalive_ttl: Duration::from_secs(15),
             keepalive_window: Duration::from_secs(15),

@@ -141,6 +141,11 @@ impl LockClient {
         &self.shared
     }
 
+    /// How long one command may take, retries included.
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.ctx.timeout
+    }
+
     /// The turn-taking gate of the local waiters on `resource`.
     pub(crate) fn gate(&self, resource: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut gates = self.shared.gates.lock().unwrap_or_else(|e| e.into_inner());

@@ -16,7 +16,10 @@
 //!
 //! A waiter holds its place through a [`Held`]: dropping it (the waiter got the lock, gave
 //! up, or its future was dropped) stops the refreshes at once, so a place is never kept for
-//! a waiter that is gone. A refresh only ever extends a live place: a place that lapsed (its
+//! a waiter that is gone. A waiter also says until when it is surely back
+//! ([`Held::keep_until`]: the end of its sleep or attempt, and a life more): a waiter whose
+//! future is no longer polled (forgotten, or stuck behind something else) stops being
+//! refreshed then, and its place lapses a life later, as if its process had died. A refresh only ever extends a live place: a place that lapsed (its
 //! waiter's client was cut off longer than a life) stays lapsed, and the waiter's next
 //! attempt joins the line again at its end. A failed refresh is logged and tried again at
 //! the next period; the waiter's own attempts also refresh a place with less than half of
@@ -27,6 +30,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::command::Context;
 use crate::command::keepalive;
@@ -58,7 +62,8 @@ pub(crate) struct Places {
 
 #[derive(Debug, Default)]
 struct Registry {
-    places: HashMap<u64, Place>,
+    /// Each place, with the instant after which it is no longer refreshed.
+    places: HashMap<u64, (Place, Instant)>,
     next_key: u64,
     /// The refreshing task runs.
     running: bool,
@@ -69,6 +74,16 @@ struct Registry {
 pub(crate) struct Held {
     places: Arc<Places>,
     key: u64,
+}
+
+impl Held {
+    /// Refreshes the place until `until` at most (see the module docs); a later call moves
+    /// it.
+    pub(crate) fn keep_until(&self, until: Instant) {
+        if let Some((_, kept)) = self.places.registry().places.get_mut(&self.key) {
+            *kept = until;
+        }
+    }
 }
 
 impl Drop for Held {
@@ -90,13 +105,14 @@ impl Places {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps `place` refreshed until the returned [`Held`] is dropped, starting the task if
-    /// needed. Call it inside a tokio runtime.
-    pub(crate) fn hold(self: &Arc<Self>, place: Place) -> Held {
+    /// Keeps `place` refreshed until the returned [`Held`] is dropped, or `until` passes
+    /// (see [`Held::keep_until`]), starting the task if needed. Call it inside a tokio
+    /// runtime.
+    pub(crate) fn hold(self: &Arc<Self>, place: Place, until: Instant) -> Held {
         let mut registry = self.registry();
         let key = registry.next_key;
         registry.next_key += 1;
-        registry.places.insert(key, place);
+        registry.places.insert(key, (place, until));
         if !registry.running {
             registry.running = true;
             tokio::spawn(refresh_all(Arc::downgrade(self)));
@@ -115,14 +131,23 @@ impl Places {
         self.registry().places.len()
     }
 
-    /// The places held, or None (and the task marked stopped) when there are none.
+    /// The places held, or None (and the task marked stopped) when there are none. A place
+    /// whose waiter is overdue ([`Held::keep_until`]) is held but not listed.
     fn snapshot(&self) -> Option<Vec<Place>> {
         let mut registry = self.registry();
         if registry.places.is_empty() {
             registry.running = false;
             return None;
         }
-        Some(registry.places.values().cloned().collect())
+        let now = Instant::now();
+        Some(
+            registry
+                .places
+                .values()
+                .filter(|(_, until)| *until >= now)
+                .map(|(place, _)| place.clone())
+                .collect(),
+        )
     }
 }
 
@@ -130,7 +155,7 @@ impl Places {
 /// ends when no place is held, or the client is gone.
 async fn refresh_all(places: Weak<Places>) {
     // The first refresh of a place comes a period after it joined.
-    let mut due: Option<tokio::time::Instant> = None;
+    let mut due: Option<Instant> = None;
     loop {
         let Some(keeper) = places.upgrade() else {
             return;
@@ -143,27 +168,30 @@ async fn refresh_all(places: Weak<Places>) {
             .map(Place::period)
             .min()
             .unwrap_or(Duration::from_secs(1));
-        let now = tokio::time::Instant::now();
+        let now = Instant::now();
         let next = *due.get_or_insert(now + period);
         if now >= next {
-            // A refresh may take a period: a later one would come too late to matter.
-            match keepalive::refresh_places(&keeper.ctx, &held, period).await {
-                Ok(refreshed) => {
-                    tracing::debug!(places = held.len(), refreshed, "places in line refreshed")
+            // Places of overdue waiters only: nothing to send this period.
+            if !held.is_empty() {
+                // A refresh may take a period: a later one would come too late to matter.
+                match keepalive::refresh_places(&keeper.ctx, &held, period).await {
+                    Ok(refreshed) => {
+                        tracing::debug!(places = held.len(), refreshed, "places in line refreshed")
+                    }
+                    Err(error) => tracing::warn!(
+                        %error, places = held.len(),
+                        "could not refresh the places in line; trying again next period"
+                    ),
                 }
-                Err(error) => tracing::warn!(
-                    %error, places = held.len(),
-                    "could not refresh the places in line; trying again next period"
-                ),
             }
-            due = Some(tokio::time::Instant::now() + period);
+            due = Some(Instant::now() + period);
             continue;
         }
         // Until the next refresh, or a new place (whose period may be shorter).
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}
             _ = keeper.added.notified() => {
-                due = Some(next.min(tokio::time::Instant::now() + period));
+                due = Some(next.min(Instant::now() + period));
             }
         }
     }
@@ -184,8 +212,9 @@ mod tests {
     #[tokio::test]
     async fn a_place_is_kept_while_it_is_held_and_no_longer() {
         let places = Arc::new(Places::new(Arc::new(crate::command::test_context())));
-        let a = places.hold(place("a"));
-        let b = places.hold(place("b"));
+        let later = Instant::now() + Duration::from_secs(60);
+        let a = places.hold(place("a"), later);
+        let b = places.hold(place("b"), later);
         assert_eq!(places.len(), 2);
         drop(a);
         assert_eq!(places.len(), 1);
@@ -193,6 +222,19 @@ mod tests {
         drop(b);
         assert_eq!(places.len(), 0);
         assert_eq!(places.snapshot(), None, "nothing left to refresh");
+    }
+
+    /// A waiter that is not back when it said (its future is not polled any more) is no
+    /// longer refreshed; one that comes back is again.
+    #[tokio::test]
+    async fn an_overdue_waiters_place_is_not_refreshed() {
+        let places = Arc::new(Places::new(Arc::new(crate::command::test_context())));
+        let held = places.hold(place("a"), Instant::now() - Duration::from_millis(1));
+        assert_eq!(places.snapshot(), Some(vec![]), "held, not refreshed");
+        held.keep_until(Instant::now() + Duration::from_secs(60));
+        assert_eq!(places.snapshot(), Some(vec![place("a")]));
+        drop(held);
+        assert_eq!(places.snapshot(), None);
     }
 
     #[test]

@@ -372,7 +372,7 @@ async fn acquire_in_span(
 
     let mut pending = Pending::new(client, request.clone());
     // This call's place in line, kept by the client while it waits (see `crate::places`).
-    let mut place: Option<crate::places::Held> = None;
+    let mut in_line: Option<crate::places::Held> = None;
     let mut backoff = FIRST_BACKOFF;
     loop {
         pending.sending();
@@ -431,13 +431,18 @@ async fn acquire_in_span(
             Ok(Attempt::Contended(contention)) => {
                 pending.refused();
                 // In line: the client keeps the place from now on, until this call ends.
-                if let (None, Some(life), Some(_)) = (&place, announce, contention.place_in_line())
+                if let (None, Some(life), Some(_)) =
+                    (&in_line, announce, contention.place_in_line())
                 {
-                    place = Some(shared.places.hold(Place {
-                        resource: resource.clone(),
-                        lock_id: pending.request.lock_id.clone(),
-                        life,
-                    }));
+                    // Back from this attempt by now, at the latest.
+                    in_line = Some(shared.places.hold(
+                        Place {
+                            resource: resource.clone(),
+                            lock_id: pending.request.lock_id.clone(),
+                            life,
+                        },
+                        Instant::now() + life,
+                    ));
                 }
                 contention
             }
@@ -498,6 +503,15 @@ async fn acquire_in_span(
             until_free.map_or(pause, |free| free.min(pause))
         };
         let sleep = spread(sleep);
+        // Back from this sleep and the next attempt by then: a waiter whose future is no
+        // longer polled stops being kept in line (see `crate::places`).
+        if let (Some(in_line), Some(life)) = (&in_line, announce) {
+            let back = sleep
+                .saturating_add(client.command_timeout())
+                .saturating_add(life);
+            let now = Instant::now();
+            in_line.keep_until(now.checked_add(back).unwrap_or(now + MAX_BACKOFF));
+        }
         let waited = async {
             let wake_at = Instant::now() + sleep;
             let (wake_at, at_deadline) = match wait.deadline() {

@@ -793,6 +793,50 @@ async fn the_client_keeps_its_waiters_places() {
     guard.release().await.unwrap();
 }
 
+/// A waiter whose future is no longer polled (forgotten here; stuck behind something else in
+/// an application) is not kept in line for ever: its client stops refreshing its place once
+/// the waiter is overdue (its sleep, a command's time limit and a life), and the place
+/// lapses.
+#[tokio::test]
+async fn a_forgotten_waiters_place_is_no_longer_kept() {
+    let setup = Setup::new("places_forgotten").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let (recorder, waiter) = setup.recorded("waiter").await;
+    let waiter = waiter.with_command_timeout(Duration::from_secs(1));
+    open_stream(&waiter, &recorder).await;
+    // Held (and renewed) with a 2 s TTL: the waiter sleeps about that long between attempts.
+    let _held = setup
+        .locks
+        .mutex("job")
+        .ttl(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    let mut waiting = Box::pin({
+        let mutex = waiter
+            .mutex("job")
+            .lock_id("forgotten")
+            .ttl(Duration::from_millis(300));
+        async move { mutex.acquire().await }
+    });
+    tokio::select! {
+        outcome = &mut waiting => panic!("the lock is held: {outcome:?}"),
+        () = recorder.wait_until("the waiter's first attempt", |r| {
+            r.count("findAndModify", Some(true)) == 1
+        }) => {}
+    }
+    std::mem::forget(waiting);
+    // Overdue after its sleep (about 2 s), the time limit (1 s) and a life (0.3 s).
+    sleep(Duration::from_secs(5)).await;
+    let (lock_id, until) = first_place(&setup.collection(), "job").await;
+    assert_eq!(lock_id, "forgotten");
+    sleep(Duration::from_secs(1)).await;
+    let (_, still) = first_place(&setup.collection(), "job").await;
+    assert_eq!(until, still, "the place is no longer refreshed");
+}
+
 /// Twenty tasks of one client wait for one held resource. They queue behind a local gate,
 /// so only the head of the line asks the server while the lock is held. Released, the lock
 /// goes to each of them in turn (each releases right away), never to two at once.
