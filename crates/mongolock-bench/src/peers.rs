@@ -76,7 +76,7 @@ impl Lib {
     pub(crate) fn waiting(self) -> &'static str {
         match self {
             Lib::Mongolock => {
-                "`acquire()`: change stream wake-up (replica set), re-check at the lease end"
+                "`acquire()`: a release wakes the head of the line only, through its client's change stream (replica set); the head re-checks at the lease end"
             }
             Lib::MongodbLock => {
                 "`lock(.., DEFAULT_WAIT, ..)`: insert retried every 500 ms (its default)"
@@ -94,7 +94,7 @@ impl Lib {
     pub(crate) fn waiting_standalone(self) -> Option<&'static str> {
         match self {
             Lib::Mongolock => Some(
-                "polls with a jittered backoff, every 25 ms at most at the head of the line and twice as long per place behind it, never sleeping past the lease end the server reports",
+                "polls with a jittered backoff, every 25 ms at most at the head of the line and 25 ms more per place behind it, never sleeping past the lease end the server reports",
             ),
             _ => None,
         }

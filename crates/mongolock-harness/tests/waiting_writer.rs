@@ -1,7 +1,7 @@
 //! A writer whose process dies while it waits for a reader-writer lock, as the harness's
 //! "kill while acquiring" does it: the acquire future is dropped together with its runtime,
 //! so the withdrawal the drop spawns never runs. Its announcement keeps readers out until
-//! it lapses (a TTL after its last refresh), then no longer: the liveness probe's reader check sees both.
+//! it lapses (twice the TTL after its last refresh), then no longer: the liveness probe's reader check sees both.
 
 use std::time::{Duration, Instant};
 
@@ -64,8 +64,7 @@ async fn a_writer_killed_while_waiting_keeps_readers_out_only_until_its_announce
         kept_out.is_some(),
         "a reader got in at once: the writer's announcement was withdrawn or never made"
     );
-    // ...until it lapses: a TTL after its last refresh, which was before the death (twice
-    // the TTL leaves room).
+    // ...until it lapses: twice the TTL after its last refresh, which was before the death.
     tokio::time::sleep_until((died + ttl * 2 + Duration::from_millis(300)).into()).await;
     assert_eq!(
         readers_let_in(&observer, RESOURCE, Mode::ReadWrite, ttl).await,

@@ -264,7 +264,7 @@ where
 /// Waiters are served in the order they joined the resource's line: a reader that came
 /// before a waiting writer goes before it (with the other readers), and one that came after
 /// waits for the writer, so a steady stream of readers cannot starve it. A waiter's place
-/// lasts its TTL and is refreshed by its client while it waits; a waiter that stops waiting
+/// lasts twice its TTL and is refreshed by its client while it waits; a waiter that stops waiting
 /// leaves the line, and if it dies while waiting, its place lapses. A single attempt (`try_read`,
 /// `try_write`) joins no line, and is refused while anybody waits.
 ///

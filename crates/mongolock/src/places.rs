@@ -3,7 +3,7 @@
 //! A waiting acquire joins its resource's line with its first refused attempt (see
 //! `command/acquire.rs`), and its place lasts [`place_life`](crate::wait) from then. Rather
 //! than each waiter attempting again to keep its place, the client's [`Places`] refreshes
-//! every place its waiters hold, in one `update` a third of a life apart
+//! every place its waiters hold, in one `update` a sixth of a life apart (a third of the TTL)
 //! ([`places_commands`](crate::command::keepalive::places_commands)):
 //!
 //! ```text
@@ -45,9 +45,10 @@ pub(crate) struct Place {
 }
 
 impl Place {
-    /// How often the place is refreshed: three times in a life.
+    /// How often the place is refreshed: six times in a life, so that a place outlives a
+    /// few failed refreshes.
     fn period(&self) -> Duration {
-        self.life / 3
+        self.life / 6
     }
 }
 
@@ -238,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn a_place_is_refreshed_three_times_a_life() {
-        assert_eq!(place("a").period(), Duration::from_secs(10));
+    fn a_place_is_refreshed_six_times_a_life() {
+        assert_eq!(place("a").period(), Duration::from_secs(5));
     }
 }

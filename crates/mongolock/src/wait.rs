@@ -101,12 +101,14 @@ pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_millis(50);
 /// The default TTL of a lease: thirty seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
-/// How long a waiter's place in a resource's line lasts from its last refresh: the lease's
-/// TTL. The client refreshes the places of its waiters three times in a life, in one
-/// command whatever their number ([`crate::places`]); a waiter that died leaves the line
-/// when its place lapses, and holds up the waiters behind it that long at most.
+/// How long a waiter's place in a resource's line lasts from its last refresh: twice the
+/// lease's TTL, within what a TTL may be (so any legal TTL is taken). The client refreshes
+/// the places of its waiters six times in a life (every third of the TTL), in one command
+/// whatever their number ([`crate::places`]), so a place survives a few failed refreshes; a
+/// waiter that died leaves the line when its place lapses, and holds up the waiters behind
+/// it that long at most.
 pub(crate) fn place_life(ttl: Duration) -> Duration {
-    ttl
+    ttl.saturating_mul(2).min(crate::request::MAX_TTL)
 }
 
 /// How a lease is held: settings shared by the mutex, reader-writer lock and semaphore

@@ -11,7 +11,7 @@
 //! - **Reader-writer lock.** Any number of readers at once; a writer excludes readers and
 //!   writers. Writers go first: once a writer waits, new readers are refused while the old
 //!   ones still hold, and the writer gets the lock when they release. A writer that crashes
-//!   while waiting keeps readers out only until its announcement lapses (its TTL).
+//!   while waiting keeps readers out only until its announcement lapses (twice its TTL).
 //! - **Semaphore.** At most its number of permits at once; a semaphore on the same resource
 //!   with another number is refused with [`ErrorKind::CapMismatch`]; a released permit can
 //!   be taken again.
@@ -314,7 +314,7 @@ async fn a_waiting_writer_goes_before_new_readers() {
 
 /// A writer (TTL 1 s) crashes while waiting: its future is forgotten, so not even a drop
 /// handler runs, as when the process dies. Its announcement keeps new readers out until it
-/// lapses, a TTL after its last refresh; then readers come in again.
+/// lapses, twice the TTL after its last refresh; then readers come in again.
 #[tokio::test]
 async fn emulator_only_a_crashed_writers_announcement_lapses() {
     let Some(env) = emulator_env("writer_crash").await else {

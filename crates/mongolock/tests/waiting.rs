@@ -604,6 +604,17 @@ async fn a_waiter_writes_only_its_place_in_line() {
     );
 }
 
+/// One recorded client per name, each with its change stream open.
+async fn streaming_clients(setup: &Setup, names: &[&str]) -> Vec<(Recorder, LockClient)> {
+    let mut clients = Vec::new();
+    for name in names {
+        let (recorder, locks) = setup.recorded(name).await;
+        open_stream(&locks, &recorder).await;
+        clients.push((recorder, locks));
+    }
+    clients
+}
+
 /// Whether `recorder`'s change stream delivered an event about `resource`.
 fn delivered(recorder: &Recorder, resource: &str) -> bool {
     recorder.all().iter().any(|c| c.delivered(resource))
@@ -618,12 +629,7 @@ async fn a_release_wakes_only_the_client_at_the_head_of_the_line() {
     if !setup.has_change_streams().await {
         return;
     }
-    let mut clients = Vec::new();
-    for name in ["w0", "w1", "w2"] {
-        let (recorder, locks) = setup.recorded(name).await;
-        open_stream(&locks, &recorder).await;
-        clients.push((recorder, locks));
-    }
+    let clients = streaming_clients(&setup, &["w0", "w1", "w2"]).await;
     let _held = setup
         .locks
         .xlock("job", "holder", LockDetails::default())
@@ -681,12 +687,7 @@ async fn a_line_of_readers_is_let_in_one_after_another() {
     if !setup.has_change_streams().await {
         return;
     }
-    let mut clients = Vec::new();
-    for name in ["r0", "r1", "r2"] {
-        let (recorder, locks) = setup.recorded(name).await;
-        open_stream(&locks, &recorder).await;
-        clients.push((recorder, locks));
-    }
+    let clients = streaming_clients(&setup, &["r0", "r1", "r2"]).await;
     let writing = setup.locks.rwlock("doc").write().await.unwrap();
     let mut waiting = Vec::new();
     for (recorder, locks) in &clients {
@@ -753,7 +754,8 @@ async fn the_client_keeps_its_waiters_places() {
         .xlock("job", "holder", LockDetails::default())
         .await
         .unwrap();
-    // A place lasts the TTL; the holder has none, so the waiter sleeps for its re-check.
+    // A place lasts twice the TTL; the holder has none, so the waiter sleeps for its
+    // re-check.
     let ttl = Duration::from_millis(600);
     let waiting = tokio::spawn({
         let mutex = waiter.mutex("job").lock_id("the-waiter").ttl(ttl);

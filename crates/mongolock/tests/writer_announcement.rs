@@ -20,7 +20,7 @@ async fn a_writer_with_a_short_ttl_keeps_readers_out_while_it_waits() {
         .read()
         .await
         .expect("read");
-    // The writer's place lasts its TTL (200 ms), refreshed by its client; the reader ahead
+    // The writer's place lasts twice its TTL (400 ms), refreshed by its client; the reader ahead
     // has 30 s left.
     let waiting = tokio::spawn(async move {
         writers
