@@ -77,7 +77,7 @@
 //! head of the line in (a release, a waiter ahead leaving the line, a reader granted just
 //! ahead of another) names the head's client, and only that client's change stream (one per
 //! client) delivers it: one release wakes one waiter. A re-check every [`RECHECK`] at most
-//! at the head of the line (less often behind it) is the safety net. On a standalone
+//! is the safety net. On a standalone
 //! server, the head of the line polls briskly and each place behind it less often (up to
 //! [`MAX_BACKOFF`]). Waiters of one client on one resource take turns, so they do not all
 //! ask the server at once. Dropping an acquire at any point leaves no lock behind.

@@ -21,9 +21,9 @@
 //!    before it: never a renewal or a join) names the keeper of the waiter at the head of
 //!    the line, and only that client's change stream passes it ([`crate::changes`]): one
 //!    release wakes one waiter. On a replica set the sleep is also capped by a safety-net
-//!    re-check ([`RECHECK`] at the head of the line, a step more per place behind it, up to
-//!    six), since notifications can be lost and expiry produces none; only the head of the
-//!    line also wakes when the holders' leases run out. Where change streams
+//!    re-check ([`RECHECK`], and half of the place's life), since notifications can be lost
+//!    and a dead waiter's place or an expiry produces none; only the head of the line also
+//!    wakes when the holders' leases run out. Where change streams
 //!    are not available (a standalone server), it polls with a backoff from 10 ms with
 //!    jitter, capped by its place: every 25 ms at most at the head of the line, 25 ms more
 //!    for each place behind, up to [`MAX_BACKOFF`]. The client keeps the waiter's place in
@@ -58,19 +58,10 @@ use crate::observe::{self, Wakeup};
 use crate::places::Place;
 use crate::request::{AcquireRequest, LockDetails, Nonce, ttl_millis};
 
-/// The longest the head of a resource's line sleeps without asking the server again while
-/// change streams are on: notifications can be lost, so this bounds how late a missed one
-/// is noticed. A waiter behind the head sleeps up to six times as long (a step of this per
-/// place): it is woken when it becomes the head.
+/// The longest a waiter sleeps without asking the server again while change streams are
+/// on: notifications can be lost, and a waiter ahead may be gone without a word, so this
+/// bounds how late either is noticed.
 pub const RECHECK: Duration = Duration::from_secs(10);
-
-/// The safety-net re-check of a waiter with `ahead` waiters before it, on a replica set:
-/// [`RECHECK`] at the head of the line, a step more for each place behind it, up to six
-/// steps. Only the head can take the lock next, and a waiter behind it is woken when it
-/// becomes the head; so the line's re-checks cost the server little whatever its length.
-fn recheck(ahead: u64) -> Duration {
-    RECHECK.saturating_mul(u32::try_from(ahead.min(5)).unwrap_or(5) + 1)
-}
 
 /// The longest backoff between attempts without change streams.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -492,10 +483,8 @@ async fn acquire_in_span(
             // When the holders' leases run out, only the head of the line can take the lock:
             // the waiters behind it are woken when a change lets them in (they are then the
             // head), and otherwise by the re-check.
-            let ahead = place.unwrap_or(0);
-            let until_free = until_free.filter(|_| ahead == 0);
-            let cap = recheck(ahead);
-            until_free.map_or(cap, |free| free.min(cap))
+            let until_free = until_free.filter(|_| place.unwrap_or(0) == 0);
+            until_free.map_or(RECHECK, |free| free.min(RECHECK))
         } else {
             // Polling: the head of the line briskly, each place behind it a step slower.
             let cap = poll_cap(place.unwrap_or(0));
@@ -503,6 +492,14 @@ async fn acquire_in_span(
             let pause = jitter(backoff);
             backoff = (backoff * 2).min(cap);
             until_free.map_or(pause, |free| free.min(pause))
+        };
+        // A waiter attempts again at least every half of its place's life, whatever the
+        // holders have left: if the waiters ahead of it are gone without a word (their client
+        // died, or was cut off), it finds out by then that it heads the line. Its client keeps
+        // its place fresh, so these attempts write nothing.
+        let sleep = match announce {
+            Some(announce) => sleep.min(announce / 2),
+            None => sleep,
         };
         let sleep = spread(sleep);
         // Back from this sleep and the next attempt by then: a waiter whose future is no
@@ -699,14 +696,6 @@ mod tests {
                 ..
             }
         ));
-    }
-
-    #[test]
-    fn the_recheck_grows_a_step_per_place_and_stays_bounded() {
-        assert_eq!(recheck(0), RECHECK);
-        assert_eq!(recheck(1), RECHECK * 2);
-        assert_eq!(recheck(5), RECHECK * 6);
-        assert_eq!(recheck(u64::MAX), RECHECK * 6);
     }
 
     #[test]
