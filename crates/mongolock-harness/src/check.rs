@@ -25,9 +25,11 @@
 //! counted against the cap instead.
 //!
 //! **Writer preference** (a reader-writer lock's promise that a waiting writer keeps new
-//! readers out): a reader whose granted attempt was sent more than [`ANNOUNCE_ALLOWANCE`]
-//! after a writer began waiting, and that was granted before the writer got the lock or gave
-//! up, jumped the queue. A wait during which the writer's client was hit by a fault, or the
+//! readers out): a reader whose call began more than [`ANNOUNCE_ALLOWANCE`] after a writer
+//! began waiting, and that was granted before the writer got the lock or gave up, jumped the
+//! queue. A reader's call, not its granted attempt, is what counts: waiters are served in
+//! the order they joined the line, so a reader that stood in line before the writer goes
+//! first even when the attempt that got it the lock came long after the writer's call. A wait during which the writer's client was hit by a fault, or the
 //! resource was force-released, or the server's clock jumped, is excused (the announcement
 //! may not have been made or may have lapsed), and so is a reader whose own client was hit
 //! while it acquired (the copy of its attempt that was granted may have been sent earlier
@@ -644,7 +646,7 @@ impl<'a> Checker<'a> {
             .map(|list| {
                 list.iter()
                     .filter(|r| r.mode == Mode::ReadWrite && r.access == Access::Shared)
-                    .filter(|r| r.attempt_sent_at > announced_by && r.granted_at < end)
+                    .filter(|r| r.invoked_at > announced_by && r.granted_at < end)
                     .copied()
                     .collect()
             })
@@ -654,12 +656,13 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let detail = format!(
-                "{}: reader {} (client {}, token {}) sent its attempt at {:.0} ms and was granted at \
-                 {:.0} ms, while the writer of client {} waited from {:.0} ms ({})",
+                "{}: reader {} (client {}, token {}, called at {:.0} ms) sent its attempt at {:.0} ms \
+                 and was granted at {:.0} ms, while the writer of client {} waited from {:.0} ms ({})",
                 w.resource,
                 r.id,
                 r.client,
                 r.token,
+                self.ms(r.invoked_at),
                 self.ms(r.attempt_sent_at),
                 self.ms(r.granted_at),
                 w.client,
@@ -954,6 +957,16 @@ mod tests {
             vec![wait(t0, 9, 0, Some(2_500))],
         );
         assert_eq!(count(&bad, Check::WriterPreference), 1);
+        // A reader that called at 300 ms (it stood in line before the writer's place) and
+        // whose granted attempt came at 1,500 ms went first by right.
+        let mut in_line_first = late.clone();
+        in_line_first.invoked_at = t0 + Duration::from_millis(300);
+        let first = rw_history(
+            t0,
+            vec![in_line_first, writer.clone()],
+            vec![wait(t0, 9, 0, Some(2_500))],
+        );
+        assert!(!check(&first).has(Check::WriterPreference));
         // ... unless a fault hit the writer's client while it waited.
         let mut excused = rw_history(t0, vec![late, writer], vec![wait(t0, 9, 0, Some(2_500))]);
         excused.faults.push(crate::history::FaultEvent {
