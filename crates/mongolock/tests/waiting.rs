@@ -739,8 +739,9 @@ async fn first_place(
     )
 }
 
-/// A waiter keeps its place in line for many times its life without attempting again: its
-/// client refreshes it, in one command for all of its waiters.
+/// A waiter keeps its place in line for many times its life: its client refreshes it, in one
+/// command for all of its waiters (without those refreshes the place would move only with
+/// the waiter's own attempts, and no `update` would be sent).
 #[tokio::test]
 async fn the_client_keeps_its_waiters_places() {
     let setup = Setup::new("places_kept").await;
@@ -775,11 +776,10 @@ async fn the_client_keeps_its_waiters_places() {
         until.timestamp_millis() - joined.timestamp_millis() >= 2_000,
         "the place was refreshed: {joined} then {until}"
     );
-    assert_eq!(
-        recorder.attempts().len(),
-        1,
-        "the waiter itself did not attempt again"
-    );
+    // The waiter still re-checks every half of its place's life (0.6 s here), but those
+    // attempts find the place fresh and write nothing: the refreshes are the client's.
+    let attempts = recorder.attempts().len();
+    assert!(attempts <= 8, "{attempts} attempts in 3 s");
     let refreshes = recorder.count("update", Some(true));
     assert!(
         (3..=20).contains(&refreshes),
