@@ -513,8 +513,9 @@ impl LockClient {
     /// included) and returns how many it released. One round trip: an `update` of every
     /// document where the lock id holds an entry, found by index, that removes its entries;
     /// the server decides what goes, so a lock the client never saw is released too.
-    /// Releasing nothing is not an error. A document of another shape is left alone and not
-    /// counted ([`status`](LockClient::status) reports it).
+    /// Releasing nothing is not an error. Another application's document (one without the
+    /// mark, `mongolock: 1`, that every write sets) is left alone and not counted
+    /// ([`status`](LockClient::status) reports it).
     ///
     /// # Cancel safety
     ///

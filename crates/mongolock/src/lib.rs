@@ -194,8 +194,9 @@
 //! the resource frees, computed by the server ([`LockClient::acquire`] reports the same as a
 //! value, [`Contention`], for callers that wait). A lock id asking for the kind of lock other
 //! than the one it holds gets [`ErrorKind::HeldWithOtherKind`].
-//! Bad input is [`ErrorKind::InvalidArgument`] and nothing is sent. A document of another
-//! shape in the collection is never changed and is reported as
+//! Bad input is [`ErrorKind::InvalidArgument`] and nothing is sent. Every write marks the
+//! document it writes (`mongolock: 1`); another application's document in the collection
+//! (one without the mark) is never changed and is reported as
 //! [`ErrorKind::UnexpectedDocument`].
 //!
 //! # Storage

@@ -1,11 +1,12 @@
 //! The stored document: its fields and decoding. The expressions the commands' pipelines
-//! share over it (the shape check, the live entries, the document after a change) are in
+//! share over it (whose document it is, the live entries, the document after a change) are in
 //! `command/expr.rs`.
 //!
 //! One document per resource:
 //!
 //! ```text
 //! { _id:       <resource name>,
+//!   mongolock: 1,                     // the mark: written by this crate (the format's version)
 //!   fence:     Int64,                 // the last fencing token granted on this resource
 //!   exclusive: null | <entry>,
 //!   shared:    [ <entry>, ... ],
@@ -69,10 +70,14 @@
 //! `$$NOW` in microseconds (`toLong($$NOW) * 1000`): a deleted counter is replaced by the
 //! clock, which has moved on by at least the retention period.
 //!
-//! Every write rewrites the fields above and keeps any other top-level field as it is, and
-//! first checks the document's shape (once per command, see `command/expr.rs`): a document
-//! of another shape is left unchanged, and the command then reports
-//! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument).
+//! Every write rewrites the fields above and keeps any other top-level field as it is. It
+//! sets the mark, `mongolock: 1`, and changes only documents that carry it (or are just
+//! seeded by an upsert, with nothing but an `_id`): a document without it is another
+//! application's, and is left unchanged; the command then reports
+//! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) (see
+//! `command/expr.rs`). The client decodes every entry it reads and reports a field of the
+//! wrong type the same way, so a marked document changed by hand is a typed error too, though
+//! the write that read it may have been applied.
 
 use std::time::Duration;
 
@@ -83,6 +88,11 @@ use crate::lock::{Holder, LockKind};
 use crate::query::LockStatus;
 
 pub(crate) const ID: &str = "_id";
+/// The field every write sets on a lock document: the mark that tells this crate's
+/// documents from any other. Its value is the stored format's version, [`FORMAT`].
+pub(crate) const MARK: &str = "mongolock";
+/// The version of the stored format, the value of [`MARK`].
+pub(crate) const FORMAT: i32 = 1;
 pub(crate) const IDLE_SINCE: &str = "idleSince";
 
 pub(crate) const LOCK_ID: &str = "lockId";

@@ -159,3 +159,105 @@ async fn odd_but_harmless_documents_do_not_panic() {
         "nothing granted"
     );
 }
+
+/// A lock document (it carries the mark) changed by hand, field by field, is outside what the
+/// mark tells apart (see `command/expr.rs`): every call on it still comes back, with a value
+/// or a typed error (the lock's, the document's or the server's), and never panics.
+#[tokio::test]
+async fn a_marked_document_changed_by_hand_is_a_typed_error_never_a_panic() {
+    let env = env("bad_marked").await;
+    let collection = env.collection();
+    let now = bson::DateTime::now();
+    let entry = doc! {
+        "lockId": "a", "nonce": bson::oid::ObjectId::new(), "owner": "o", "host": "h",
+        "keeper": Bson::Null, "token": 7_i64, "createdAt": now, "renewedAt": now,
+        "expiresAt": Bson::Null, "ttlMs": Bson::Null,
+    };
+    let mut bad_token = entry.clone();
+    bad_token.insert("token", 1.5);
+    let mut bad_expiry = entry.clone();
+    bad_expiry.insert("expiresAt", "tomorrow");
+    let documents = [
+        doc! { "_id": "x-string", "mongolock": 1, "fence": 7_i64, "exclusive": "a", "shared": [] },
+        doc! { "_id": "s-object", "mongolock": 1, "fence": 7_i64, "exclusive": Bson::Null, "shared": entry.clone() },
+        doc! { "_id": "fence-string", "mongolock": 1, "fence": "seven", "exclusive": Bson::Null, "shared": [] },
+        doc! { "_id": "token-double", "mongolock": 1, "fence": 7_i64, "exclusive": bad_token, "shared": [] },
+        doc! { "_id": "expiry-string", "mongolock": 1, "fence": 7_i64, "exclusive": Bson::Null, "shared": [bad_expiry] },
+        doc! { "_id": "queue-numbers", "mongolock": 1, "fence": 7_i64, "exclusive": entry, "shared": [], "queue": [1, 2] },
+    ];
+    collection.insert_many(documents.clone()).await.unwrap();
+    // A hand-made entry may count as expired (an `expiresAt` that is not a date), and the
+    // lock is then granted past it: any outcome of a lock call is allowed but a panic, a hang
+    // or an error that blames the call's arguments.
+    let typed = |what: String, error: mongolock::Error| {
+        assert!(
+            !matches!(
+                error.kind(),
+                ErrorKind::InvalidArgument { .. } | ErrorKind::Timeout { .. }
+            ),
+            "{what}: {error:?}"
+        );
+    };
+    for document in &documents {
+        let resource = document.get_str("_id").unwrap().to_owned();
+        let locks = env.locks.clone();
+        // Each resource in a task of its own: a panic fails the test with its name.
+        let outcome = tokio::spawn(async move {
+            let d = LockDetails::default;
+            let mut errors = Vec::new();
+            let mut note = |call: &str, result: Result<(), mongolock::Error>| {
+                if let Err(error) = result {
+                    errors.push((format!("{resource} / {call}"), error));
+                }
+            };
+            note("xlock", locks.xlock(&resource, "z", d()).await.map(drop));
+            note(
+                "slock",
+                locks.slock(&resource, "z", d(), Some(3)).await.map(drop),
+            );
+            let mutex = locks.mutex(&resource).ttl(secs(5));
+            note(
+                "mutex.acquire_timeout",
+                mutex
+                    .acquire_timeout(Duration::from_millis(100))
+                    .await
+                    .map(drop),
+            );
+            note(
+                "force_release",
+                locks.force_release(&resource).await.map(drop),
+            );
+            note(
+                "status",
+                locks
+                    .status(&Filter::default().resource(&resource))
+                    .await
+                    .map(drop),
+            );
+            errors
+        })
+        .await
+        .expect("no call panics");
+        for (what, error) in outcome {
+            typed(what, error);
+        }
+    }
+    // The calls over every document, once the others are done (an unlock of `a` frees the
+    // documents above of their entries of `a`).
+    let locks = env.locks.clone();
+    let outcome = tokio::spawn(async move {
+        [
+            ("status", locks.status(&Filter::default()).await.map(drop)),
+            ("renew", locks.renew("a", secs(5)).await.map(drop)),
+            ("purge", locks.purge().await.map(drop)),
+            ("unlock", locks.unlock("a").await.map(drop)),
+        ]
+    })
+    .await
+    .expect("no call panics");
+    for (call, result) in outcome {
+        if let Err(error) = result {
+            typed(call.to_owned(), error);
+        }
+    }
+}

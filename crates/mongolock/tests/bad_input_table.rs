@@ -1615,15 +1615,29 @@ fn foreign_documents() -> Vec<Foreign> {
         Foreign {
             id: "\"f\"",
             name: "a lock document with extra fields (valid)",
-            document: doc! { "_id": "f", "fence": 7_i64, "exclusive": entry_with("note", vec![1_i32, 2_i32]), "shared": [], "released": [], "cap": Bson::Null, "queue": [], "idleSince": Bson::Null, "note": { "by": "hand" } },
+            document: doc! { "_id": "f", "mongolock": 1, "fence": 7_i64, "exclusive": entry_with("note", vec![1_i32, 2_i32]), "shared": [], "released": [], "cap": Bson::Null, "queue": [], "idleSince": Bson::Null, "note": { "by": "hand" } },
             lock_shaped: true,
             found_by_lock_id: true,
         },
         Foreign {
             id: "\"f\"",
             name: "a lock document with a negative token (valid)",
-            document: doc! { "_id": "f", "fence": -5_i64, "exclusive": entry_with("token", -5_i64), "shared": [], "released": [], "cap": Bson::Null, "queue": [], "idleSince": Bson::Null },
+            document: doc! { "_id": "f", "mongolock": 1, "fence": -5_i64, "exclusive": entry_with("token", -5_i64), "shared": [], "released": [], "cap": Bson::Null, "queue": [], "idleSince": Bson::Null },
             lock_shaped: true,
+            found_by_lock_id: true,
+        },
+        Foreign {
+            id: "\"f\"",
+            name: "a lock document without the mark (another application's)",
+            document: doc! { "_id": "f", "fence": 7_i64, "exclusive": entry(), "shared": [], "released": [], "cap": Bson::Null, "queue": [], "idleSince": Bson::Null },
+            lock_shaped: false,
+            found_by_lock_id: true,
+        },
+        Foreign {
+            id: "\"f\"",
+            name: "the mark of another version",
+            document: doc! { "_id": "f", "mongolock": 2, "fence": 7_i64, "exclusive": entry(), "shared": [], "released": [], "cap": Bson::Null, "queue": [], "idleSince": Bson::Null },
+            lock_shaped: false,
             found_by_lock_id: true,
         },
         Foreign {

@@ -13,9 +13,10 @@
 //! ```
 //!
 //! The stage, in words (each step is one `$let` level of [`pipeline`]):
-//! 1. If the document is not a lock document, fail the command (it writes nothing; the
-//!    client reports [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)).
-//!    This is the only check of the document's shape in the command (see `command/expr.rs`).
+//! 1. If the document is not a lock document (it has not the mark, and is not just seeded),
+//!    fail the command (it writes nothing; the client reports
+//!    [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)). This is the
+//!    only check of whose document it is in the command (see `command/expr.rs`).
 //! 2. `x`, `s`, `t`, `q`: the live exclusive entry (or null), the live shared entries, the
 //!    tombstones and the live places of the resource's line, in the order they joined.
 //!    Expired entries and places are dropped here, so they never block anybody.
@@ -278,7 +279,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
 
 /// The projection of the document after the change: a bounded reply whatever the number of
 /// holders, from which [`interpret`] derives the outcome. It only ever reads a lock document
-/// as the pipeline wrote it (a document of another shape fails the command first):
+/// as the pipeline wrote it (another application's document fails the command first):
 /// `exclusive` is an entry or null, `shared`, `released` and `queue` are arrays, and every
 /// entry is live (the pipeline dropped the expired ones).
 ///

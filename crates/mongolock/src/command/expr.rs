@@ -1,48 +1,46 @@
-//! The expressions the commands share: the check of a document's shape, the live entries,
-//! the document after a change, and how a lock id's entries are found. The stored document
-//! itself (its fields and decoding) is described in [`crate::schema`].
+//! The expressions the commands share: whose document it is, the live entries, the document
+//! after a change, and how a lock id's entries are found. The stored document itself (its
+//! fields and decoding) is described in [`crate::schema`].
 //!
-//! # The shape check, once per command
+//! # Whose document: the mark, once per command
 //!
-//! Every write checks [`is_lock_document`] once, where it decides, and nothing after it
-//! checks again:
+//! Every write sets the mark ([`schema::MARK`](crate::schema::MARK), `mongolock: 1`) and
+//! changes a document only if it carries it, or has nothing but an `_id` (one just seeded by
+//! an upsert). Each command checks it once, where it decides, and nothing after it checks
+//! again:
 //!
 //! - A `findAndModify` (acquire, release, withdraw, force release) changes one document, in
-//!   one stage: [`guarded`] replaces it if it is a lock document, and otherwise makes the
-//!   command fail with [`REFUSED`] (evaluating [`refusal`]). A failed command writes nothing,
-//!   so the document is left exactly as it is, and its projection is never evaluated on a
-//!   document of another shape: it reads a lock document only, and needs no check of its own.
-//!   The caller turns that error into
+//!   one stage: [`guarded`] replaces it if [`is_ours`], and otherwise makes the command fail
+//!   with [`REFUSED`] (evaluating [`refusal`]). A failed command writes nothing, so the
+//!   document is left exactly as it is, and its projection is never evaluated on another
+//!   application's document. The caller turns that error into
 //!   [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) (or, for a
 //!   release, "nothing removed") with [`is_refusal`].
 //! - An `update` of many documents (unlock, renew, purge) must not fail on one of them: its
-//!   query's `$expr` starts with the check, so a document of another shape is not matched,
-//!   not changed and not counted, and the update ([`replace_stage`]) runs only on the
-//!   documents the query matched (the server matches a document again if it changed in
-//!   between).
-//! - The status aggregation checks each document once and reports one marked row for a
-//!   document of another shape (see `command/status.rs`).
+//!   query asks for the mark ([`checked`]), so another document is not matched, not changed
+//!   and not counted, and the update ([`replace_stage`]) runs only on the documents the query
+//!   matched. The keepalive's and the places' statements ask for it too.
+//! - The status aggregation reports one marked row for a document without the mark (see
+//!   `command/status.rs`), and so does the keeper's read of its live leases skip it.
 //!
-//! # What the check costs
+//! # Why a mark, not a check of every field
 //!
-//! About 2.0 KB of every write (`tests/command_size.rs` prints the sizes): a mutex acquire
-//! is 5.5 KB with it and would be about 3.4 KB without; a release 4.7 KB, about 2.6 KB
-//! without. Measured alternatives that keep the same promise: one `$regexMatch` over the
-//! document's type signature is about 1.5 KB (500 B saved), and one- or two-letter stored
-//! field names save about 400 B a command while making the documents unreadable to an
-//! operator. Neither brings an acquire under 4 KiB or a release under 2 KiB, so the check
-//! stays as it is, readable. The way to those sizes is to move it out of the commands: a
-//! collection validator (`$expr` of this check) installed by `create_indexes` makes the
-//! server refuse any write that leaves a document of another shape, whoever sends it; a
-//! client that finds it in place could then send its commands without the check, and one
-//! that lacks the privilege keeps sending it.
+//! Until the mark, every write checked the document's shape: the type of every field the
+//! decoder reads, about 2.0 KB of aggregation expression in every command (a mutex acquire
+//! weighed 6.9 KB with it, a release 5.5 KB). The mark costs about 90 bytes. What it tells
+//! apart is what happens: the collection shared with another application's documents, or a
+//! resource name taken by one. What it does not catch is a document of this crate changed by
+//! hand, field by field; the client still decodes every entry it reads and reports a field
+//! of the wrong type as
+//! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument), but the command
+//! that read it may have written (`tests/bad_input.rs` holds such documents to a typed error
+//! and no panic). No promise to a holder depends on the check: only the commands of this
+//! crate write lock documents, and they write them whole.
 
 use bson::{Bson, Document, bson, doc};
 
 use crate::error::{Error, ErrorKind};
-use crate::schema::{
-    CREATED_AT, EXPIRES_AT, HOST, KEEPER, LOCK_ID, OWNER, RENEWED_AT, TOKEN, TTL_MS,
-};
+use crate::schema::{EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK};
 
 /// The server's error code when a single-document write meets a document of another shape:
 /// `ConversionFailure`, raised by [`refusal`]. Nothing else in a lock command converts a
@@ -55,78 +53,20 @@ pub(crate) fn literal(value: impl Into<Bson>) -> Bson {
     bson!({ "$literal": value.into() })
 }
 
-/// `{ $type: path }`.
-fn type_of(path: &str) -> Bson {
-    bson!({ "$type": path })
-}
-
-/// True when the value at `path` has one of `types` (`"missing"` for an absent field).
-fn type_in(path: &str, types: &[&str]) -> Bson {
-    bson!({ "$in": [type_of(path), types] })
-}
-
-/// True when the current document (`$$ROOT`) has this crate's shape, or none of its fields
-/// yet (a document just seeded by an upsert). It checks every field the decoder reads, so a
-/// document the client would reject is never changed. `$and` stops at the first false term,
-/// so the entries are only looked at once `shared` is known to be an array.
-pub(crate) fn is_lock_document() -> Bson {
-    shape(true)
-}
-
-/// [`is_lock_document`], leaving out the `_id` term when `check_id` is false: for a command
-/// that finds its document by `_id` equal to a string, which only a string `_id` matches.
-fn shape(check_id: bool) -> Bson {
-    let entry_ok = bson!({ "$and": [
-        { "$eq": [
-            [
-                type_of("$$e"),
-                type_of(&format!("$$e.{LOCK_ID}")),
-                type_of(&format!("$$e.{CREATED_AT}")),
-                type_of(&format!("$$e.{RENEWED_AT}")),
-            ],
-            ["object", "string", "date", "date"],
-        ]},
-        type_in(&format!("$$e.{TOKEN}"), &["long", "int"]),
-        type_in(&format!("$$e.{EXPIRES_AT}"), &["date", "null", "missing"]),
-        type_in(&format!("$$e.{TTL_MS}"), &["long", "int", "null", "missing"]),
-        { "$allElementsTrue": [{ "$map": {
-            "input": [type_of(&format!("$$e.{OWNER}")), type_of(&format!("$$e.{HOST}")), type_of(&format!("$$e.{KEEPER}"))],
-            "as": "y",
-            "in": { "$in": ["$$y", ["string", "null", "missing"]] },
-        }}]},
-    ]});
-    let mut terms = Vec::new();
-    if check_id {
-        terms.push(bson!({ "$eq": [type_of("$_id"), "string"] }));
-    }
-    terms.extend([
-        type_in("$fence", &["long", "int", "missing"]),
-        type_in("$idleSince", &["date", "null", "missing"]),
-        type_in("$freed", &["date", "missing"]),
-        type_in("$cap", &["long", "int", "null", "missing"]),
-        type_in("$exclusive", &["object", "null", "missing"]),
-        bson!({ "$allElementsTrue": [{ "$map": {
-            "input": [type_of("$shared"), type_of("$queue"), type_of("$released")],
-            "as": "y",
-            "in": { "$in": ["$$y", ["array", "missing"]] },
-        }}]}),
-        bson!({ "$allElementsTrue": [{ "$map": { "input": all_entries(), "as": "e", "in": entry_ok }}]}),
-        bson!({ "$allElementsTrue": [{ "$map": {
-            "input": { "$ifNull": ["$queue", []] }, "as": "q",
-            "in": { "$eq": [[type_of("$$q.until"), type_of("$$q.lockId")], ["date", "string"]] },
-        }}]}),
-        bson!({ "$allElementsTrue": [{ "$map": {
-            "input": { "$ifNull": ["$released", []] }, "as": "t",
-            "in": { "$eq": [type_of("$$t.until"), "date"] },
-        }}]}),
-    ]);
-    bson!({ "$and": terms })
+/// True when the current document (`$$ROOT`) is this crate's: it carries the mark, or it
+/// has nothing but an `_id` yet (a document just seeded by an upsert, which every write of
+/// this crate then fills and marks).
+pub(crate) fn is_ours() -> Bson {
+    bson!({ "$or": [
+        { "$eq": [format!("${MARK}"), FORMAT] },
+        { "$eq": ["$$ROOT", { "_id": "$_id" }] },
+    ]})
 }
 
 /// An expression that fails with [`REFUSED`] when evaluated. It reads the document (its
 /// `_id`'s type), so the server cannot evaluate it ahead of time, and its message says why.
 pub(crate) fn refusal() -> Bson {
-    bson!({ "$toInt": { "$concat": ["mongolock: not a lock document; _id is a ", type_of("$_id")] } })
+    bson!({ "$toInt": { "$concat": ["mongolock: not a lock document; _id is a ", { "$type": "$_id" }] } })
 }
 
 /// Whether `error` is the server refusing a document of another shape (see [`refusal`]).
@@ -142,11 +82,11 @@ pub(crate) fn is_refusal(error: &Error) -> bool {
 /// The one stage of a single-document write: replace the document with `then` if it is a
 /// lock document, else fail the command (nothing is written).
 pub(crate) fn guarded(then: Bson) -> Document {
-    doc! { "$replaceWith": { "$cond": [shape(false), then, refusal()] } }
+    doc! { "$replaceWith": { "$cond": [is_ours(), then, refusal()] } }
 }
 
-/// The one stage of an update whose query checked the shape: replace the document with
-/// `then`.
+/// The one stage of an update whose query asked for the mark ([`checked`]): replace the
+/// document with `then`.
 pub(crate) fn replace_stage(then: Bson) -> Document {
     doc! { "$replaceWith": then }
 }
@@ -174,11 +114,12 @@ pub(crate) fn shared_where(keep: Bson) -> Bson {
     bson!({ "$filter": { "input": shared_or_empty(), "as": "e", "cond": keep } })
 }
 
-/// Every entry, exclusive first, as one array.
+/// Every entry, exclusive first, as one array. It reads only an object as the exclusive entry
+/// and only an array as the shared ones, so a marked document changed by hand fails no read.
 pub(crate) fn all_entries() -> Bson {
     bson!({ "$concatArrays": [
-        { "$cond": [{ "$eq": [type_of("$exclusive"), "object"] }, ["$exclusive"], []] },
-        shared_or_empty(),
+        { "$cond": [{ "$eq": [{ "$type": "$exclusive" }, "object"] }, ["$exclusive"], []] },
+        { "$cond": [{ "$isArray": "$shared" }, "$shared", []] },
     ]})
 }
 
@@ -200,15 +141,14 @@ pub(crate) fn live_queue() -> Bson {
     }})
 }
 
-/// `query` narrowed to lock documents for which `also` (if any) is true: an update of many
-/// documents checks the shape in its query, so one of another shape is not matched, not
-/// changed and not counted (see the module docs).
+/// `query` narrowed to lock documents (those with the mark) for which `also` (if any) is
+/// true: an update of many documents asks for the mark in its query, so another
+/// application's document is not matched, not changed and not counted (see the module docs).
 pub(crate) fn checked(mut query: Document, also: Option<Bson>) -> Document {
-    let condition = match also {
-        None => is_lock_document(),
-        Some(also) => bson!({ "$and": [is_lock_document(), also] }),
-    };
-    query.insert("$expr", condition);
+    query.insert(MARK, FORMAT);
+    if let Some(also) = also {
+        query.insert("$expr", also);
+    }
     query
 }
 
@@ -258,8 +198,8 @@ impl NextDocument {
         }
     }
 
-    /// The new document: the fields above, `idleSince` derived (see [`crate::schema`]),
-    /// every other field kept. A change that changes nothing is a no-op on the server (no
+    /// The new document: the mark, the fields above, `idleSince` derived (see
+    /// [`crate::schema`]), every other field kept. A change that changes nothing is a no-op on the server (no
     /// write, no change event).
     ///
     /// `idleSince`: null when some entry has no TTL (`null` among the entries' `expiresAt`);
@@ -323,6 +263,7 @@ impl NextDocument {
                     "h": { "$arrayElemAt": ["$$nq", 0] },
                 },
                 "in": { "$mergeObjects": ["$$ROOT", wake, {
+                    MARK: FORMAT,
                     "fence": self.fence,
                     "exclusive": "$$nx",
                     "shared": "$$ns",
@@ -388,15 +329,21 @@ mod tests {
             .unwrap()
             .get_array("$cond")
             .unwrap();
-        assert_eq!(cond[0], shape(false));
+        assert_eq!(cond[0], is_ours());
         assert_eq!(cond[2], refusal());
     }
 
     #[test]
-    fn the_shape_check_is_small() {
-        let size = bson::to_vec(&doc! { "c": is_lock_document() })
-            .unwrap()
-            .len();
-        assert!(size < 2_200, "{size} bytes");
+    fn an_update_of_many_documents_asks_for_the_mark() {
+        let query = checked(doc! { "_id": "r" }, Some(bson!(true)));
+        assert_eq!(query, doc! { "_id": "r", MARK: FORMAT, "$expr": true });
+        assert_eq!(checked(doc! {}, None), doc! { MARK: FORMAT });
+    }
+
+    #[test]
+    fn every_write_sets_the_mark() {
+        let next = with_entries(bson!(null), bson!([]));
+        let text = next.into_relaxed_extjson().to_string();
+        assert!(text.contains(&format!(r#""{MARK}":{FORMAT}"#)), "{text}");
     }
 }

@@ -4,11 +4,11 @@
 //!
 //! ```text
 //! update: <collection>, ordered: false, updates: [                  // one per lease
-//!   { q: { _id: <resource>, "exclusive.lockId": <id>, "exclusive.token": <token>,
+//!   { q: { _id: <resource>, mongolock: 1, "exclusive.lockId": <id>, "exclusive.token": <token>,
 //!          $expr: { $gt: ["$exclusive.expiresAt", "$$NOW"] } },     // live: never revived
 //!     u: [ { $set: { exclusive: <the entry, expiresAt = $$NOW + ttlMs> } },
 //!          { $set: { idleSince: <at least the entry's new expiresAt, if not null> } } ] },
-//!   { q: { _id: <resource>, shared: { $elemMatch: { lockId: <id>, token: <token> } },
+//!   { q: { _id: <resource>, mongolock: 1, shared: { $elemMatch: { lockId: <id>, token: <token> } },
 //!          $expr: <that shared entry is live> },
 //!     u: [ { $set: { shared: <that entry renewed, the others as they are> } },
 //!          { $set: { idleSince: <at least its new expiresAt, if not null> } } ] },
@@ -27,8 +27,9 @@
 //!
 //! ```text
 //! aggregate: <collection>, readConcern: majority, pipeline: [
-//!   { $match: { $or: [{ "exclusive.keeper": <k> }, { "shared.keeper": <k> }] } },  // by index
-//!   { $match: <a lock document> }, { $project: entries }, { $unwind },
+//!   { $match: { $or: [{ "exclusive.keeper": <k> }, { "shared.keeper": <k> }],   // by index
+//!               mongolock: 1 } },                                         // the mark
+//!   { $project: entries }, { $unwind },
 //!   { $match: <entry of <k>, live> },
 //!   { $project: { resource, lockId, token, remainingMs: expiresAt - $$NOW } } ]
 //! ```
@@ -47,7 +48,7 @@ use crate::command::{Context, Upsert, count};
 use crate::error::{Error, Result};
 use crate::lock::{Grant, LockKind};
 use crate::places::Place;
-use crate::schema;
+use crate::schema::{self, FORMAT, MARK};
 
 /// `{ $or: [{ "exclusive.keeper": k }, { "shared.keeper": k }] }`: the documents where the
 /// keeper has an entry, found by index.
@@ -81,7 +82,8 @@ fn statement(grant: &Grant) -> Document {
     let (query, update) = match grant.kind() {
         LockKind::Exclusive => (
             doc! {
-                "_id": resource, "exclusive.lockId": lock_id, "exclusive.token": token,
+                "_id": resource, MARK: FORMAT,
+                "exclusive.lockId": lock_id, "exclusive.token": token,
                 "$expr": { "$gt": ["$exclusive.expiresAt", "$$NOW"] },
             },
             vec![
@@ -95,7 +97,7 @@ fn statement(grant: &Grant) -> Document {
             let this = |entry: &str| bson!({ "$eq": [format!("{entry}.token"), token] });
             (
                 doc! {
-                    "_id": resource,
+                    "_id": resource, MARK: FORMAT,
                     "shared": { "$elemMatch": { "lockId": lock_id, "token": token } },
                     "$expr": { "$anyElementTrue": [{ "$map": {
                         "input": "$shared", "as": "e",
@@ -186,7 +188,7 @@ fn place_statement(place: &Place) -> Document {
     let this = bson!({ "$eq": ["$$q.lockId", lock_id] });
     doc! {
         "q": {
-            "_id": &place.resource,
+            "_id": &place.resource, MARK: FORMAT,
             "queue": { "$elemMatch": { "lockId": &place.lock_id } },
             "$expr": { "$anyElementTrue": [{ "$map": {
                 "input": "$queue", "as": "q",
@@ -229,8 +231,7 @@ pub(crate) async fn refresh_places(
 /// remainingMs}`.
 pub(crate) fn live_leases(keeper: &str) -> Vec<Document> {
     vec![
-        doc! { "$match": kept_by(keeper) },
-        doc! { "$match": { "$expr": expr::is_lock_document() } },
+        doc! { "$match": { "$and": [kept_by(keeper), { MARK: FORMAT }] } },
         doc! { "$project": { "e": expr::all_entries() } },
         doc! { "$unwind": "$e" },
         doc! { "$match": { "$expr": { "$and": [
@@ -328,7 +329,7 @@ mod tests {
             .into_relaxed_extjson()
             .to_string();
         assert!(
-            text.contains(r#""_id":"a","exclusive.lockId":"00000000000000000000000000000007","exclusive.token":7"#),
+            text.contains(r#""_id":"a","mongolock":1,"exclusive.lockId":"00000000000000000000000000000007","exclusive.token":7"#),
             "{text}"
         );
         assert!(
@@ -336,7 +337,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#""_id":"$b","shared":{"$elemMatch""#),
+            text.contains(r#""_id":"$b","mongolock":1,"shared":{"$elemMatch""#),
             "{text}"
         );
         assert!(!text.contains(r#""multi":true"#), "{text}");
@@ -355,10 +356,10 @@ mod tests {
         let text = Bson::Document(commands[0].clone())
             .into_relaxed_extjson()
             .to_string();
-        // Found by its resource and the place's lock id (never upserted: an update without
-        // `upsert`), only while live, and the lock id is data, not a path.
+        // Found by its resource, the mark and the place's lock id (never upserted: an update
+        // without `upsert`), only while live, and the lock id is data, not a path.
         assert!(
-            text.contains(r#""_id":"$r","queue":{"$elemMatch":{"lockId":"$w"}}"#),
+            text.contains(r#""_id":"$r","mongolock":1,"queue":{"$elemMatch":{"lockId":"$w"}}"#),
             "{text}"
         );
         assert!(text.contains(r#"{"$gt":["$$q.until","$$NOW"]}"#), "{text}");

@@ -1,5 +1,5 @@
 //! The commands sent to the server, one file per operation, the expressions they share
-//! (`expr.rs`: the shape check, live entries, the document after a change), and the
+//! (`expr.rs`: whose document it is, live entries, the document after a change), and the
 //! [`Context`] every one of them is sent through.
 //!
 //! The context pins everything that decides what a command means, so that no setting of the

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! update: <collection>, updates: [{
-//!   q: { $expr: <a lock document with an expired entry> },     // scans the collection
+//!   q: { mongolock: 1, $expr: <an expired entry> },            // scans the collection
 //!   u: [ { $replaceWith: <the document without its expired entries> } ],   // no 2nd check
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
@@ -21,7 +21,7 @@
 //! 1. aggregate: the lock ids with an expired entry, each with the earliest such expiresAt T
 //! 2. update: one statement per lock id L (up to GROUPS_PER_COMMAND a command):
 //!      q: { $or: [{ "exclusive.lockId": L }, { "shared.lockId": L }],           // by index
-//!           $expr: <a lock document> },
+//!           mongolock: 1 },
 //!      u: remove every entry that is expired, or is L's and was created before T
 //! ```
 //!

@@ -29,9 +29,9 @@
 //!   fields: { removed: <the number of entries before> }, ...
 //! ```
 //!
-//! The shape of the document is checked once, in the stage: on a document of another shape
-//! the command fails and writes nothing, so the projection (read from the document before
-//! the change) only ever sees a lock document. A release or a withdrawal then reports that
+//! Whose document it is is checked once, in the stage: on another application's document
+//! (one without the mark) the command fails and writes nothing, so the projection (read
+//! from the document before the change) only ever sees a lock document. A release or a withdrawal then reports that
 //! nothing was removed, and a force release reports
 //! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument).
 //!
@@ -40,7 +40,7 @@
 //! ```text
 //! update: <collection>, updates: [{
 //!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }],   // by index
-//!        $expr: <a lock document> },                                      // the one check
+//!        mongolock: 1 },                                                  // the mark
 //!   u: [ { $replaceWith: <the document without the entries of <id>> } ],
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
@@ -292,7 +292,7 @@ pub(crate) async fn unlock(ctx: &Context, lock_id: &str) -> Result<u64> {
 ///
 /// ```text
 /// update: <collection>, updates: [{
-///   q: { _id: <resource>, "queue.lockId": <id>, $expr: <a lock document> },
+///   q: { _id: <resource>, "queue.lockId": <id>, mongolock: 1 },
 ///   u: [ { $replaceWith: <the document, its line without <id>'s place> } ] }], ...
 /// ```
 pub(crate) fn leave_line_command(ctx: &Context, resource: &str, lock_id: &str) -> Document {

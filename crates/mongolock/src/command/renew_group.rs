@@ -3,7 +3,7 @@
 //! ```text
 //! update: <collection>, updates: [{
 //!   q: { $or: [{ "exclusive.lockId": <id> }, { "shared.lockId": <id> }],   // by index
-//!        $expr: <the document is a lock document with a live entry of <id>> },
+//!        mongolock: 1, $expr: <a live entry of <id>> },
 //!   u: [ { $replaceWith: <the document, each live entry of <id> renewed> } ],  // no 2nd check
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```

@@ -111,7 +111,7 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
             "_id": 0,
             "resource": "$_id",
             "entries": { "$cond": [
-                expr::is_lock_document(),
+                expr::is_ours(),
                 { "$concatArrays": [
                     { "$cond": [
                         { "$eq": [{ "$type": "$exclusive" }, "object"] },
