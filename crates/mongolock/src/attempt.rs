@@ -187,7 +187,8 @@ impl Contention {
     }
 
     /// Whether a writer of a reader-writer lock waits for this resource and keeps new shared
-    /// locks out until it has had its turn (or its announcement lapsed).
+    /// locks out until it has had its turn (or its place in line lapsed). Told to shared
+    /// requests, whom it concerns; always false for an exclusive one.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {

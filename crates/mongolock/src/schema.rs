@@ -70,14 +70,16 @@
 //! `$$NOW` in microseconds (`toLong($$NOW) * 1000`): a deleted counter is replaced by the
 //! clock, which has moved on by at least the retention period.
 //!
-//! Every write rewrites the fields above and keeps any other top-level field as it is. It
-//! sets the mark, `mongolock: 1`, and changes only documents that carry it (or are just
-//! seeded by an upsert, with nothing but an `_id`): a document without it is another
-//! application's, and is left unchanged; the command then reports
+//! Every write rewrites the fields it changes (an acquire all of the above; a release its
+//! entry's side, the line, `idleSince` and the wake; expired tombstones stay until an
+//! acquire drops them) and keeps any other top-level field as it is. It sets the mark,
+//! `mongolock: 1`, and changes only documents that carry it (or are just seeded by an
+//! upsert, with nothing but an `_id`): a document without it is another application's, and
+//! is left unchanged; the command then reports
 //! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) (see
 //! `command/expr.rs`). The client decodes every entry it reads and reports a field of the
-//! wrong type the same way, so a marked document changed by hand is a typed error too, though
-//! the write that read it may have been applied.
+//! wrong type the same way, so a marked document changed by hand is a typed error too,
+//! though the write that read it may have been applied.
 
 use std::time::Duration;
 

@@ -47,9 +47,9 @@
 //! document (so it needs no check of its own), and returns only raw, bounded facts whatever
 //! the number of holders (see [`projection`]): the server's `$$NOW`, the exclusive entry,
 //! this lock id's shared entry, the first [`MAX_NAMED_HOLDERS`] shared entries and their
-//! number, whether the nonce was withdrawn, whether an exclusive waiter of another lock id
-//! stands in line, this lock id's place in it, and the latest (or
-//! for a shared request the earliest) shared `expiresAt`. [`interpret`] derives the outcome
+//! number, whether the nonce was withdrawn, this lock id's place in line, and the latest (or
+//! for a shared request the earliest) shared `expiresAt`; for a shared request also whether a
+//! writer stands in line. [`interpret`] derives the outcome
 //! from them: granted now if this lock id's entry carries this attempt's nonce, held from
 //! before, or refused with the blockers and how long until they are gone (an `expiresAt`
 //! minus the server's `$$NOW`, both server times, so no client clock is read).
@@ -93,14 +93,31 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         .announce
         .map(|bound| i64::try_from(bound.as_millis()).unwrap_or(i64::MAX));
 
-    // 2. Live entries, tombstones and waiters only; `l`, the lock id, written once.
-    let live = bson!({
+    // 2. Live entries, tombstones and waiters only; `l`, the lock id, written once, and for a
+    //    shared request `c`, the stored cap, read more than once.
+    let mut live = doc! {
         "l": lock_id,
         "x": expr::exclusive_where(expr::is_live("$exclusive")),
         "s": expr::shared_where(expr::is_live("$$e")),
         "t": expr::live_tombstones(),
         "q": expr::live_queue(),
-    });
+    };
+    let stored_cap = match request.kind {
+        LockKind::Exclusive => bson!({ "$ifNull": ["$cap", null] }),
+        LockKind::Shared => {
+            live.insert("c", bson!({ "$ifNull": ["$cap", null] }));
+            bson!("$$c")
+        }
+    };
+    // The keeper, named by the entry and by a waiting attempt's place: written once.
+    let keeper = match (&request.keeper, announce) {
+        (Some(keeper), Some(_)) => {
+            live.insert("k", literal(keeper.as_str()));
+            bson!("$$k")
+        }
+        (keeper, _) => keeper.as_deref().map_or(Bson::Null, literal),
+    };
+    let live = Bson::Document(live);
     let lock_id = bson!("$$l");
     // 3. Was this attempt withdrawn? Is it free for this kind? No live exclusive entry, and
     //    for an exclusive lock no live shared entry; for a shared lock not held by this
@@ -124,11 +141,9 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             terms.push(bson!({ "$not": [{ "$in": [lock_id.clone(), "$$s.lockId"] }] }));
             terms.push(bson!({ "$or": [
                 { "$eq": [{ "$size": "$$s" }, 0] },
-                { "$eq": [{ "$ifNull": ["$cap", null] }, requested_cap.clone()] },
+                { "$eq": [stored_cap.clone(), requested_cap.clone()] },
             ]}));
-            terms.push(bson!({ "$allElementsTrue": [{ "$map": {
-                "input": "$$a", "as": "q", "in": { "$eq": ["$$q.kind", "shared"] },
-            }}]}));
+            terms.push(bson!({ "$not": [{ "$in": ["exclusive", "$$a.kind"] }] }));
             if let Some(max) = request.max_shared {
                 terms.push(bson!({ "$lt": [
                     { "$add": [{ "$size": "$$s" }, { "$size": "$$a" }] },
@@ -179,14 +194,14 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         "nonce": nonce,
         "owner": details.owner_value().map_or(Bson::Null, literal),
         "host": literal(details.host_value()),
-        "keeper": request.keeper.as_deref().map_or(Bson::Null, literal),
+        "keeper": keeper.clone(),
         "token": "$$f",
         "createdAt": "$$NOW",
         "renewedAt": "$$NOW",
         "expiresAt": expires_at,
         "ttlMs": ttl,
     });
-    let kept_cap = bson!({ "$ifNull": ["$cap", null] });
+    let kept_cap = stored_cap.clone();
     let (exclusive, shared, cap) = match request.kind {
         LockKind::Exclusive => (
             bson!({ "$cond": ["$$g", entry, "$$x"] }),
@@ -230,14 +245,14 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             if request.kind == LockKind::Shared {
                 stop.push(bson!({ "$and": [
                     { "$gt": [{ "$size": "$$s" }, 0] },
-                    { "$ne": [{ "$ifNull": ["$cap", null] }, requested_cap.clone()] },
+                    { "$ne": [stored_cap, requested_cap.clone()] },
                 ]}));
             }
             // The place names the waiter's keeper (its lock client), whom a change that lets
             // it in wakes.
             let mut place = doc! { "lockId": lock_id, "kind": kind, "until": until };
-            if let Some(keeper) = &request.keeper {
-                place.insert(schema::KEEPER, literal(keeper.as_str()));
+            if request.keeper.is_some() {
+                place.insert(schema::KEEPER, keeper);
             }
             bson!({ "$switch": {
                 "branches": [
@@ -250,10 +265,10 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         None => bson!({ "$cond": ["$$g", others_waiting, "$$q"] }),
     };
     let result = expr::NextDocument {
-        fence: bson!({ "$cond": ["$$g", "$$f", { "$ifNull": ["$fence", 0_i64] }] }),
-        exclusive,
-        shared,
-        released: bson!("$$t"),
+        fence: Some(bson!({ "$cond": ["$$g", "$$f", { "$ifNull": ["$fence", 0_i64] }] })),
+        exclusive: Some(exclusive),
+        shared: Some(shared),
+        released: Some(bson!("$$t")),
         cap,
         queue,
         // An exclusive grant lets nobody in, nor does a refusal (an expired entry it drops
@@ -263,6 +278,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             LockKind::Exclusive => None,
             LockKind::Shared => Some(bson!("$$g")),
         },
+        shared_grant: request.kind == LockKind::Shared,
     }
     .document();
 
@@ -285,10 +301,9 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
 ///
 /// `{ now: $$NOW, x: <the exclusive entry or null>, m: <this lock id's shared entry>,
 ///    s: <the first MAX_NAMED_HOLDERS shared entries>, n: <their number>,
-///    w: <this nonce was withdrawn>, q: <a live exclusive waiter of another lock id>,
-///    p: <this lock id's place in line, -1 if none>,
-///    e: <the latest shared expiresAt> | <the earliest>, f: <a shared entry without TTL>,
-///    cap }`
+///    w: <this nonce was withdrawn>, p: <this lock id's place in line, -1 if none>,
+///    exclusive request: e: <the latest shared expiresAt>, f: <a shared entry without TTL>,
+///    shared request: e: <the earliest shared expiresAt>, q: <a writer waits>, cap }`
 pub(crate) fn projection(request: &AcquireRequest) -> Document {
     let lock_id = literal(request.lock_id.as_str());
     let mut reply = doc! {
@@ -301,30 +316,20 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
         "s": { "$slice": ["$shared", MAX_NAMED_HOLDERS as i64] },
         "n": { "$size": "$shared" },
         "w": { "$in": [request.nonce.0, "$released.nonce"] },
-        "q": { "$anyElementTrue": [{ "$map": {
-            "input": "$queue", "as": "q",
-            "in": { "$and": [
-                { "$ne": ["$$q.lockId", lock_id.clone()] },
-                { "$ne": ["$$q.kind", "shared"] },
-                { "$gt": ["$$q.until", "$$NOW"] },
-            ]},
-        }}]},
         "p": { "$indexOfArray": ["$queue.lockId", lock_id] },
     };
     match request.kind {
-        // Every holder must go: the latest end, unless one has no TTL.
+        // Every holder must go: the latest end, unless one has no TTL (every entry has an
+        // `expiresAt`, null without TTL).
         LockKind::Exclusive => {
             reply.insert("e", bson!({ "$max": "$shared.expiresAt" }));
-            reply.insert(
-                "f",
-                bson!({ "$in": [null, { "$map": {
-                    "input": "$shared", "as": "e", "in": { "$ifNull": ["$$e.expiresAt", null] },
-                }}]}),
-            );
+            reply.insert("f", bson!({ "$in": [null, "$shared.expiresAt"] }));
         }
-        // The first shared lease to end frees a slot.
+        // The first shared lease to end frees a slot. A writer waits if a place in line is
+        // for an exclusive lock: this request's own place, if any, is for a shared one.
         LockKind::Shared => {
             reply.insert("e", bson!({ "$min": "$shared.expiresAt" }));
+            reply.insert("q", bson!({ "$in": ["exclusive", "$queue.kind"] }));
             reply.insert("cap", "$cap");
         }
     }

@@ -164,16 +164,23 @@ pub(crate) fn is_of(entry: &str, lock_id: &str) -> Bson {
 }
 
 /// Every stored field of the document after a change, as expressions over the current one.
+/// A field left `None` is not written: the change keeps it as it is, and says nothing of it
+/// on the wire.
 pub(crate) struct NextDocument {
-    pub(crate) fence: Bson,
-    /// The exclusive entry, or null.
-    pub(crate) exclusive: Bson,
-    /// The shared entries, an array.
-    pub(crate) shared: Bson,
-    /// The tombstones, an array.
-    pub(crate) released: Bson,
-    /// The shared entries' cap; cleared whatever it says when no shared entry is left.
+    /// The last token granted; `None`: unchanged (only a grant changes it).
+    pub(crate) fence: Option<Bson>,
+    /// The exclusive entry, or null; `None`: unchanged.
+    pub(crate) exclusive: Option<Bson>,
+    /// The shared entries, an array; `None`: unchanged, and so is their cap.
+    pub(crate) shared: Option<Bson>,
+    /// The tombstones, an array; `None`: unchanged (expired ones stay until a write that
+    /// rewrites them drops them: they count for nothing).
+    pub(crate) released: Option<Bson>,
+    /// The shared entries' cap, written with them; cleared whatever it says when no shared
+    /// entry is left.
     pub(crate) cap: Bson,
+    /// The line. Always rewritten: a change that may wake its head must see its live places
+    /// only.
     pub(crate) queue: Bson,
     /// When this change may let the waiter at the head of the line in (a condition; `true`
     /// for a change that only removes entries or places): if the new document then lets it
@@ -181,31 +188,47 @@ pub(crate) struct NextDocument {
     /// change lets nobody in. A removal that removed nothing (a repeated release) may wake
     /// the head too, if it can take the lock: it then does, so that costs one attempt.
     pub(crate) frees: Option<Bson>,
+    /// Whether [`frees`](Self::frees) is a shared grant: then there is no exclusive entry
+    /// and there is a shared one, so only a reader at the head, with a permit left for it,
+    /// can be let in (the check says no more).
+    pub(crate) shared_grant: bool,
 }
 
 impl NextDocument {
-    /// The entries and tombstones kept (expressions over the current document), the fence,
-    /// the cap and the live waiters kept.
-    pub(crate) fn entries(exclusive: Bson, shared: Bson, released: Bson) -> Self {
+    /// Only the line rewritten (its live places kept), and every other field as it is.
+    pub(crate) fn unchanged() -> Self {
         NextDocument {
-            fence: bson!({ "$ifNull": ["$fence", 0_i64] }),
-            exclusive,
-            shared,
-            released,
+            fence: None,
+            exclusive: None,
+            shared: None,
+            released: None,
             cap: bson!({ "$ifNull": ["$cap", null] }),
             queue: live_queue(),
             frees: None,
+            shared_grant: false,
+        }
+    }
+
+    /// The entries replaced by `exclusive` and `shared` (expressions over the current
+    /// document), the rest as in [`unchanged`](Self::unchanged).
+    pub(crate) fn entries(exclusive: Bson, shared: Bson) -> Self {
+        NextDocument {
+            exclusive: Some(exclusive),
+            shared: Some(shared),
+            ..Self::unchanged()
         }
     }
 
     /// The new document: the mark, the fields above, `idleSince` derived (see
-    /// [`crate::schema`]), every other field kept. A change that changes nothing is a no-op on the server (no
-    /// write, no change event).
+    /// [`crate::schema`]), every other field kept. A change that changes nothing is a no-op
+    /// on the server (no write, no change event).
     ///
     /// `idleSince`: null when some entry has no TTL (`null` among the entries' `expiresAt`);
     /// else the latest `expiresAt`, or when there is no entry (`$max` of nothing is null) the
     /// time it became free (kept, unless it lies ahead: an early release); then pushed to the
-    /// end of the last live tombstone. `$max` and `$min` pass over null and missing values.
+    /// end of the last tombstone. `$max` and `$min` pass over null and missing values. A
+    /// tombstone kept as it is may have expired: its end is in the past, and `idleSince` was
+    /// pushed to it when it was written, so it changes nothing then.
     ///
     /// `freed` and `wake` (see [`WAKE`]): when the change [`frees`](Self::frees) and the new
     /// document lets the head of the line in, `freed` moves on (strictly later than before,
@@ -214,80 +237,109 @@ impl NextDocument {
     /// in when there is no exclusive entry and either no shared entry, or the head waits for
     /// a shared lock and the shared entries leave a permit under the cap.
     pub(crate) fn document(self) -> Bson {
-        let wake = match self.frees {
-            Some(frees) => {
-                // The shared entries leave a permit: MaxKey sorts after every number.
-                let room =
-                    bson!({ "$lt": [{ "$size": "$$ns" }, { "$ifNull": ["$$nc", Bson::MaxKey] }] });
-                let head_let_in = bson!({ "$and": [
-                    frees,
-                    { "$eq": [{ "$type": format!("$$h.{KEEPER}") }, "string"] },
-                    { "$eq": ["$$nx", null] },
-                    { "$or": [
+        let mut vars = doc! {
+            "nx": self.exclusive.clone().unwrap_or_else(|| bson!({ "$ifNull": ["$exclusive", null] })),
+            "ns": self.shared.clone().unwrap_or_else(shared_or_empty),
+            "nq": self.queue,
+        };
+        // The cap the entries are under: read as stored when they do not change.
+        let cap = if self.shared.is_some() {
+            vars.insert("nc", self.cap);
+            "$$nc"
+        } else {
+            "$cap"
+        };
+        let ends = match &self.released {
+            Some(released) => {
+                vars.insert("nt", released.clone());
+                "$$nt.until"
+            }
+            None => "$released.until",
+        };
+        let mut fields = doc! { MARK: FORMAT };
+        if let Some(fence) = self.fence {
+            fields.insert("fence", fence);
+        }
+        if self.exclusive.is_some() {
+            fields.insert("exclusive", "$$nx");
+        }
+        if self.shared.is_some() {
+            fields.insert("shared", "$$ns");
+            fields.insert(
+                "cap",
+                bson!({ "$cond": [{ "$eq": [{ "$size": "$$ns" }, 0] }, null, "$$nc"] }),
+            );
+        }
+        if self.released.is_some() {
+            fields.insert("released", "$$nt");
+        }
+        fields.insert("queue", "$$nq");
+        fields.insert(
+            "idleSince",
+            bson!({ "$cond": [
+                { "$in": [null, "$$ne"] },
+                null,
+                { "$max": [
+                    { "$ifNull": [{ "$max": "$$ne" }, { "$min": ["$idleSince", "$$NOW"] }] },
+                    { "$max": ends },
+                ]},
+            ]}),
+        );
+        let mut inner = doc! {
+            // Every entry has an `expiresAt` (null without TTL).
+            "ne": { "$concatArrays": [
+                { "$cond": [{ "$eq": ["$$nx", null] }, [], ["$$nx.expiresAt"]] },
+                "$$ns.expiresAt",
+            ]},
+        };
+        let mut merged = vec![bson!("$$ROOT")];
+        if let Some(frees) = self.frees {
+            inner.insert("h", bson!({ "$arrayElemAt": ["$$nq", 0] }));
+            // The shared entries leave a permit: MaxKey sorts after every number.
+            let room = bson!({ "$lt": [{ "$size": "$$ns" }, { "$ifNull": [cap, Bson::MaxKey] }] });
+            let mut terms = Vec::new();
+            if frees != Bson::Boolean(true) {
+                terms.push(frees);
+            }
+            terms.push(bson!({ "$eq": [{ "$type": format!("$$h.{KEEPER}") }, "string"] }));
+            if self.shared_grant {
+                terms.extend([bson!({ "$eq": ["$$h.kind", "shared"] }), room]);
+            } else {
+                terms.extend([
+                    bson!({ "$eq": ["$$nx", null] }),
+                    bson!({ "$or": [
                         { "$eq": [{ "$size": "$$ns" }, 0] },
                         { "$and": [{ "$eq": ["$$h.kind", "shared"] }, room] },
-                    ]},
-                ]});
-                bson!({ "$let": {
-                    "vars": {
-                        "m": head_let_in,
-                        "st": { "$max": ["$$NOW", { "$add": [format!("${FREED}"), 1_i64] }] },
-                    },
-                    "in": {
-                        FREED: { "$cond": ["$$m", "$$st", format!("${FREED}")] },
-                        WAKE: { "$cond": [
-                            "$$m",
-                            { "$concat": [format!("$$h.{KEEPER}"), " ", { "$toString": "$$st" }] },
-                            format!("${WAKE}"),
-                        ]},
-                    },
-                }})
+                    ]}),
+                ]);
             }
-            None => bson!({}),
-        };
-        bson!({ "$let": {
-            "vars": {
-                "nx": self.exclusive, "ns": self.shared, "nt": self.released, "nq": self.queue,
-                "nc": self.cap,
-            },
-            "in": { "$let": {
+            merged.push(bson!({ "$let": {
                 "vars": {
-                    "ne": { "$map": {
-                        "input": { "$concatArrays": [
-                            { "$cond": [{ "$eq": ["$$nx", null] }, [], ["$$nx"]] },
-                            "$$ns",
-                        ]},
-                        "as": "e",
-                        "in": { "$ifNull": ["$$e.expiresAt", null] },
-                    }},
-                    "h": { "$arrayElemAt": ["$$nq", 0] },
+                    "m": { "$and": terms },
+                    "st": { "$max": ["$$NOW", { "$add": [format!("${FREED}"), 1_i64] }] },
                 },
-                "in": { "$mergeObjects": ["$$ROOT", wake, {
-                    MARK: FORMAT,
-                    "fence": self.fence,
-                    "exclusive": "$$nx",
-                    "shared": "$$ns",
-                    "released": "$$nt",
-                    "cap": { "$cond": [{ "$eq": [{ "$size": "$$ns" }, 0] }, null, "$$nc"] },
-                    "queue": "$$nq",
-                    "idleSince": { "$cond": [
-                        { "$in": [null, "$$ne"] },
-                        null,
-                        { "$max": [
-                            { "$ifNull": [{ "$max": "$$ne" }, { "$min": ["$idleSince", "$$NOW"] }] },
-                            { "$max": "$$nt.until" },
-                        ]},
+                "in": {
+                    FREED: { "$cond": ["$$m", "$$st", format!("${FREED}")] },
+                    WAKE: { "$cond": [
+                        "$$m",
+                        { "$concat": [format!("$$h.{KEEPER}"), " ", { "$toString": "$$st" }] },
+                        format!("${WAKE}"),
                     ]},
-                }]},
-            }},
+                },
+            }}));
+        }
+        merged.push(Bson::Document(fields));
+        bson!({ "$let": {
+            "vars": vars,
+            "in": { "$let": { "vars": inner, "in": { "$mergeObjects": merged } } },
         }})
     }
 }
 
 /// The document with its entries replaced by `exclusive` and `shared` (expressions over the
-/// current document), the fence kept and expired tombstones dropped.
+/// current document), everything else kept.
 pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
-    NextDocument::entries(exclusive, shared, live_tombstones()).document()
+    NextDocument::entries(exclusive, shared).document()
 }
 
 /// The date of the last change that let the head of a line in (a release, a withdrawal, a
@@ -307,7 +359,7 @@ pub(crate) const WAKE: &str = "wake";
 pub(crate) fn without_entries(matches: impl Fn(&str) -> Bson) -> Bson {
     let exclusive = exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
     let shared = shared_where(bson!({ "$not": [matches("$$e")] }));
-    let mut next = NextDocument::entries(exclusive, shared, live_tombstones());
+    let mut next = NextDocument::entries(exclusive, shared);
     next.frees = Some(Bson::Boolean(true));
     next.document()
 }

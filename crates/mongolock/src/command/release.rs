@@ -56,21 +56,47 @@ use bson::{Bson, Document, bson, doc};
 use crate::command::expr::{self, held_by, is_of, literal};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Effect, Error, Result};
-use crate::lock::Grant;
+use crate::lock::{Grant, LockKind};
 use crate::request::{AcquireRequest, check_id};
 use crate::schema;
 
-/// The projection `{r: {removed: <whether an entry matching `matches` is in the document>,
-/// live: <whether such an entry was live>}}`, evaluated on the document before the change,
-/// which the update's stage checked to be a lock document.
-fn removed_projection(matches: impl Fn(&str) -> Bson) -> Document {
-    doc! { "_id": 0, "r": { "$let": {
-        "vars": { "m": { "$filter": { "input": expr::all_entries(), "as": "e", "cond": matches("$$e") } } },
-        "in": {
-            "removed": { "$gt": [{ "$size": "$$m" }, 0] },
-            "live": { "$anyElementTrue": [{ "$map": { "input": "$$m", "as": "e", "in": expr::is_live("$$e") } }] },
-        },
-    }}}
+/// The document without the entry of kind `kind` for which `matches` (a function from an
+/// entry path, `"$exclusive"` or `"$$e"`, to a condition on it) is true: only that kind's
+/// side is rewritten, the other is kept as it is. A removal may let the head of the line in.
+fn without(kind: LockKind, matches: impl Fn(&str) -> Bson) -> expr::NextDocument {
+    let mut next = expr::NextDocument::unchanged();
+    match kind {
+        LockKind::Exclusive => {
+            next.exclusive = Some(expr::exclusive_where(
+                bson!({ "$not": [matches("$exclusive")] }),
+            ));
+        }
+        LockKind::Shared => {
+            next.shared = Some(expr::shared_where(bson!({ "$not": [matches("$$e")] })));
+        }
+    }
+    next.frees = Some(Bson::Boolean(true));
+    next
+}
+
+/// The projection `{r: {removed: <whether an entry of kind `kind` matching `matches` is in
+/// the document>, live: <whether such an entry was live>}}`, evaluated on the document before
+/// the change, which the update's stage found to be a lock document.
+fn removed_projection(kind: LockKind, matches: impl Fn(&str) -> Bson) -> Document {
+    let found = match kind {
+        LockKind::Exclusive => bson!({ "$let": {
+            "vars": { "m": matches("$exclusive") },
+            "in": { "removed": "$$m", "live": { "$and": ["$$m", expr::is_live("$exclusive")] } },
+        }}),
+        LockKind::Shared => bson!({ "$let": {
+            "vars": { "m": expr::shared_where(matches("$$e")) },
+            "in": {
+                "removed": { "$gt": [{ "$size": "$$m" }, 0] },
+                "live": { "$anyElementTrue": [{ "$map": { "input": "$$m", "as": "e", "in": expr::is_live("$$e") } }] },
+            },
+        }}),
+    };
+    doc! { "_id": 0, "r": found }
 }
 
 /// What a release found: whether it removed the entry, and whether that entry was still
@@ -119,9 +145,9 @@ pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": grant.resource() },
-        "update": [expr::guarded(expr::without_entries(matches))],
+        "update": [expr::guarded(without(grant.kind(), matches).document())],
         "new": false,
-        "fields": removed_projection(matches),
+        "fields": removed_projection(grant.kind(), matches),
         "collation": Context::collation(),
     }
 }
@@ -161,23 +187,28 @@ pub(crate) fn release_attempt_command(
         }},
         [{ "nonce": nonce, "until": { "$add": ["$$NOW", life_ms] } }],
     ]});
-    let exclusive = expr::exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
-    let shared = expr::shared_where(bson!({ "$not": [matches("$$e")] }));
-    // A withdrawn attempt stops waiting too: its announcement (a writer's) goes.
-    let queue = bson!({ "$filter": {
+    // Unlike a release, it may seed the document (an upsert, for the tombstone): then it
+    // writes every field an acquire writes, so that a late copy of the attempt, refused,
+    // finds nothing to change.
+    let mut next = expr::NextDocument::entries(
+        expr::exclusive_where(bson!({ "$not": [matches("$exclusive")] })),
+        expr::shared_where(bson!({ "$not": [matches("$$e")] })),
+    );
+    next.fence = Some(bson!({ "$ifNull": ["$fence", 0_i64] }));
+    next.frees = Some(Bson::Boolean(true));
+    next.released = Some(tombstones);
+    // A withdrawn attempt stops waiting too: its place in line goes.
+    next.queue = bson!({ "$filter": {
         "input": { "$ifNull": ["$queue", []] }, "as": "q",
         "cond": { "$and": [{ "$gt": ["$$q.until", "$$NOW"] }, { "$ne": ["$$q.lockId", literal(lock_id)] }] },
     }});
-    let mut next = expr::NextDocument::entries(exclusive, shared, tombstones);
-    next.queue = queue;
-    next.frees = Some(Bson::Boolean(true));
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": { "_id": &request.resource },
         "update": [expr::guarded(next.document())],
         "upsert": true,
         "new": false,
-        "fields": removed_projection(matches),
+        "fields": removed_projection(request.kind, matches),
         "collation": Context::collation(),
     }
 }
@@ -201,12 +232,12 @@ pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Docu
     let mut next = expr::NextDocument::entries(
         bson!({ "$cond": ["$$r", { "$ifNull": ["$exclusive", null] }, null] }),
         bson!({ "$cond": ["$$r", expr::shared_or_empty(), []] }),
-        bson!({ "$cond": [
-            "$$r",
-            "$$t",
-            { "$concatArrays": ["$$t", [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }]] },
-        ]}),
     );
+    next.released = Some(bson!({ "$cond": [
+        "$$r",
+        "$$t",
+        { "$concatArrays": ["$$t", [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }]] },
+    ]}));
     next.frees = Some(Bson::Boolean(true));
     let document = bson!({ "$let": {
         "vars": { "t": expr::live_tombstones() },
@@ -296,11 +327,7 @@ pub(crate) async fn unlock(ctx: &Context, lock_id: &str) -> Result<u64> {
 ///   u: [ { $replaceWith: <the document, its line without <id>'s place> } ] }], ...
 /// ```
 pub(crate) fn leave_line_command(ctx: &Context, resource: &str, lock_id: &str) -> Document {
-    let mut next = expr::NextDocument::entries(
-        bson!({ "$ifNull": ["$exclusive", null] }),
-        expr::shared_or_empty(),
-        expr::live_tombstones(),
-    );
+    let mut next = expr::NextDocument::unchanged();
     next.queue = bson!({ "$filter": {
         "input": expr::live_queue(), "as": "q",
         "cond": { "$ne": ["$$q.lockId", literal(lock_id)] },
