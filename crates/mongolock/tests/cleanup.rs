@@ -78,3 +78,72 @@ async fn emulator_only_an_early_release_makes_the_document_idle_from_the_release
         "idle since the release, not since the lease would have ended"
     );
 }
+
+/// A shared lock without TTL keeps its document from the TTL index whatever the other shared
+/// locks' ends (`idleSince` null), through grants, a release of another and a renewal;
+/// once it goes, the document is idle from the latest end. Read from the stored document, so
+/// it runs on a real server too.
+#[tokio::test]
+async fn a_shared_lock_without_ttl_keeps_the_document_whatever_the_others_ends() {
+    let env = common::env("cleanup_shared_no_ttl").await;
+    let locks = &env.locks;
+    let idle_since = || async {
+        env.collection()
+            .find_one(bson::doc! { "_id": "r" })
+            .await
+            .unwrap()
+            .expect("the document")
+            .get("idleSince")
+            .cloned()
+    };
+    let forever = locks
+        .slock("r", "forever", LockDetails::default(), None)
+        .await
+        .unwrap();
+    let short = locks
+        .slock("r", "short", LockDetails::default().ttl(secs(60)), None)
+        .await
+        .unwrap();
+    let _other = locks
+        .slock("r", "other", LockDetails::default().ttl(secs(120)), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        idle_since().await,
+        Some(bson::Bson::Null),
+        "after the grants"
+    );
+    assert!(locks.release(&short).await.unwrap(), "released");
+    assert_eq!(
+        idle_since().await,
+        Some(bson::Bson::Null),
+        "after a release"
+    );
+    assert_eq!(locks.renew("other", secs(120)).await.unwrap(), 1);
+    assert_eq!(
+        idle_since().await,
+        Some(bson::Bson::Null),
+        "after a renewal"
+    );
+    assert!(locks.release(&forever).await.unwrap(), "released");
+    let Some(bson::Bson::DateTime(at)) = idle_since().await else {
+        panic!("idle from the last end once the lock without TTL is gone")
+    };
+    assert_eq!(Some(at), other_end(&env, "other").await);
+}
+
+/// The stored `expiresAt` of `lock_id`'s shared entry on `r`.
+async fn other_end(env: &common::Env, lock_id: &str) -> Option<bson::DateTime> {
+    let document = env
+        .collection()
+        .find_one(bson::doc! { "_id": "r" })
+        .await
+        .unwrap()?;
+    document
+        .get_array("shared")
+        .ok()?
+        .iter()
+        .filter_map(|e| e.as_document())
+        .find(|e| e.get_str("lockId") == Ok(lock_id))
+        .and_then(|e| e.get_datetime("expiresAt").ok().copied())
+}
