@@ -4,11 +4,13 @@
 //!
 //! ```text
 //! update: <collection>, ordered: false, updates: [                  // one per lease
-//!   { q: { _id: <resource>, mongolock: 1, "exclusive.lockId": <id>, "exclusive.token": <token>,
+//!   { q: { _id: <resource>, mongolock: 1,
+//!          "exclusive.lockId": <id>, "exclusive.token": <token>,
 //!          $expr: { $gt: ["$exclusive.expiresAt", "$$NOW"] } },     // live: never revived
 //!     u: [ { $set: { exclusive: <the entry, expiresAt = $$NOW + ttlMs> } },
 //!          { $set: { idleSince: <at least the entry's new expiresAt, if not null> } } ] },
-//!   { q: { _id: <resource>, mongolock: 1, shared: { $elemMatch: { lockId: <id>, token: <token> } },
+//!   { q: { _id: <resource>, mongolock: 1,
+//!          shared: { $elemMatch: { lockId: <id>, token: <token> } },
 //!          $expr: <that shared entry is live> },
 //!     u: [ { $set: { shared: <that entry renewed, the others as they are> } },
 //!          { $set: { idleSince: <at least its new expiresAt, if not null> } } ] },
@@ -34,7 +36,7 @@
 //!   { $project: { resource, lockId, token, remainingMs: expiresAt - $$NOW } } ]
 //! ```
 //!
-//! The command grows with the leases: about 590 bytes each for an exclusive lease and 1,100
+//! The command grows with the leases: about 600 bytes each for an exclusive lease and 990
 //! for a shared one, with 32-character names. Up to [`MAX_COMMAND_BYTES`] (half of the
 //! 16 MiB limit of a command: about 14,000 exclusive or 7,000 shared leases) it is one
 //! command; beyond, the statements are split over as few commands as keep each under it.

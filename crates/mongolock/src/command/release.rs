@@ -31,9 +31,13 @@
 //!
 //! Whose document it is is checked once, in the stage: on another application's document
 //! (one without the mark) the command fails and writes nothing, so the projection (read
-//! from the document before the change) only ever sees a lock document. A release or a withdrawal then reports that
-//! nothing was removed, and a force release reports
+//! from the document before the change) only ever sees a lock document. A release or a
+//! withdrawal then reports that nothing was removed, and a force release reports
 //! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument).
+//!
+//! A release rewrites only its grant's side of the document (the exclusive entry, or the
+//! shared ones and their cap), the line, `idleSince` and the wake; a withdrawal, which may
+//! seed the document, writes every field an acquire writes.
 //!
 //! A whole lock id (unlock):
 //!
