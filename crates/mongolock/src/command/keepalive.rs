@@ -38,7 +38,7 @@
 //!
 //! The command grows with the leases: about 600 bytes each for an exclusive lease and 990
 //! for a shared one, with 32-character names. Up to [`MAX_COMMAND_BYTES`] (half of the
-//! 16 MiB limit of a command: about 14,000 exclusive or 7,000 shared leases) it is one
+//! 16 MiB limit of a command: about 14,000 exclusive or 8,000 shared leases) it is one
 //! command; beyond, the statements are split over as few commands as keep each under it.
 
 use std::time::Duration;
@@ -129,7 +129,7 @@ fn statement(grant: &Grant) -> Document {
 }
 
 /// The most statements one keepalive command carries, in bytes: half of MongoDB's 16 MiB
-/// limit of a command. About 14,000 exclusive or 7,000 shared leases fit (with 32-character
+/// limit of a command. About 14,000 exclusive or 8,000 shared leases fit (with 32-character
 /// names); more leases than that are renewed by as few commands as keep each under it.
 pub(crate) const MAX_COMMAND_BYTES: usize = 8 * 1024 * 1024;
 
