@@ -1,14 +1,14 @@
 //! Keeping waiters' places in line: one command per client, whatever the number of waiters.
 //!
 //! A waiting acquire joins its resource's line with its first refused attempt (see
-//! `command/acquire.rs`), and its place lasts [`place_life`](crate::wait) from then. Rather
+//! `command/acquire.rs`), and its place lasts [`place_life`](crate::wait::place_life) from then. Rather
 //! than each waiter attempting again to keep its place, the client's [`Places`] refreshes
 //! every place its waiters hold, in one `update` a sixth of a life apart (a third of the TTL)
 //! ([`places_commands`](crate::command::keepalive::places_commands)):
 //!
 //! ```text
 //! update: <collection>, ordered: false, updates: [                   // one per place
-//!   { q: { _id: <resource>, queue: { $elemMatch: { lockId: <id> } },
+//!   { q: { _id: <resource>, mongolock: 1, queue: { $elemMatch: { lockId: <id> } },
 //!          $expr: <that place is live> },                              // never revived
 //!     u: [ { $set: { queue: <the line, that place's until = $$NOW + life> } } ] },
 //!   ... ]
@@ -19,9 +19,10 @@
 //! a waiter that is gone. A waiter also says until when it is surely back
 //! ([`Held::keep_until`]: the end of its sleep or attempt, and a life more): a waiter whose
 //! future is no longer polled (forgotten, or stuck behind something else) stops being
-//! refreshed then, and its place lapses a life later, as if its process had died. A refresh only ever extends a live place: a place that lapsed (its
-//! waiter's client was cut off longer than a life) stays lapsed, and the waiter's next
-//! attempt joins the line again at its end. A failed refresh is logged and tried again at
+//! refreshed then, and its place lapses a life later, as if its process had died. A refresh
+//! only ever extends a live place: a place that lapsed (its waiter's client was cut off
+//! longer than a life) stays lapsed, and the waiter's next attempt joins the line again at
+//! its end. A failed refresh is logged and tried again at
 //! the next period; the waiter's own attempts also refresh a place with less than half of
 //! its life left, so a place outlives a short outage.
 
