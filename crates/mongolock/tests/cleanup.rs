@@ -87,15 +87,7 @@ async fn emulator_only_an_early_release_makes_the_document_idle_from_the_release
 async fn a_shared_lock_without_ttl_keeps_the_document_whatever_the_others_ends() {
     let env = common::env("cleanup_shared_no_ttl").await;
     let locks = &env.locks;
-    let idle_since = || async {
-        env.collection()
-            .find_one(bson::doc! { "_id": "r" })
-            .await
-            .unwrap()
-            .expect("the document")
-            .get("idleSince")
-            .cloned()
-    };
+    let idle_since = || async { stored(&env).await.get("idleSince").cloned() };
     let forever = locks
         .slock("r", "forever", LockDetails::default(), None)
         .await
@@ -126,19 +118,24 @@ async fn a_shared_lock_without_ttl_keeps_the_document_whatever_the_others_ends()
         "after a renewal"
     );
     assert!(locks.release(&forever).await.unwrap(), "released");
-    let Some(bson::Bson::DateTime(at)) = idle_since().await else {
-        panic!("idle from the last end once the lock without TTL is gone")
+    let document = stored(&env).await;
+    let Some(bson::Bson::DateTime(at)) = document.get("idleSince") else {
+        panic!("idle from the last end once the lock without TTL is gone: {document}")
     };
-    assert_eq!(Some(at), other_end(&env, "other").await);
+    assert_eq!(Some(*at), shared_end(&document, "other"), "{document}");
 }
 
-/// The stored `expiresAt` of `lock_id`'s shared entry on `r`.
-async fn other_end(env: &common::Env, lock_id: &str) -> Option<bson::DateTime> {
-    let document = env
-        .collection()
+/// The stored document of `r`.
+async fn stored(env: &common::Env) -> bson::Document {
+    env.collection()
         .find_one(bson::doc! { "_id": "r" })
         .await
-        .unwrap()?;
+        .unwrap()
+        .expect("the document")
+}
+
+/// The `expiresAt` of `lock_id`'s shared entry in `document`.
+fn shared_end(document: &bson::Document, lock_id: &str) -> Option<bson::DateTime> {
     document
         .get_array("shared")
         .ok()?
