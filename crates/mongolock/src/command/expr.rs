@@ -219,6 +219,18 @@ impl NextDocument {
         }
     }
 
+    /// Both sides' entries without every entry for which `matches` (a function from an
+    /// entry path such as `"$exclusive"` or `"$$e"` to a condition on it) is true: a removal,
+    /// which may let the head of the line in.
+    pub(crate) fn without_entries(matches: impl Fn(&str) -> Bson) -> Self {
+        let mut next = Self::entries(
+            exclusive_where(bson!({ "$not": [matches("$exclusive")] })),
+            shared_where(bson!({ "$not": [matches("$$e")] })),
+        );
+        next.frees = Some(Bson::Boolean(true));
+        next
+    }
+
     /// The new document: the mark, the fields above, `idleSince` derived (see
     /// [`crate::schema`]), every other field kept. A change that changes nothing is a no-op
     /// on the server (no write, no change event).
@@ -357,11 +369,7 @@ pub(crate) const WAKE: &str = "wake";
 /// The document without every entry for which `matches` (a function from an entry path such
 /// as `"$exclusive"` or `"$$e"` to a condition on it) is true.
 pub(crate) fn without_entries(matches: impl Fn(&str) -> Bson) -> Bson {
-    let exclusive = exclusive_where(bson!({ "$not": [matches("$exclusive")] }));
-    let shared = shared_where(bson!({ "$not": [matches("$$e")] }));
-    let mut next = NextDocument::entries(exclusive, shared);
-    next.frees = Some(Bson::Boolean(true));
-    next.document()
+    NextDocument::without_entries(matches).document()
 }
 
 #[cfg(test)]

@@ -194,12 +194,8 @@ pub(crate) fn release_attempt_command(
     // Unlike a release, it may seed the document (an upsert, for the tombstone): then it
     // writes every field an acquire writes, so that a late copy of the attempt, refused,
     // finds nothing to change.
-    let mut next = expr::NextDocument::entries(
-        expr::exclusive_where(bson!({ "$not": [matches("$exclusive")] })),
-        expr::shared_where(bson!({ "$not": [matches("$$e")] })),
-    );
+    let mut next = expr::NextDocument::without_entries(matches);
     next.fence = Some(bson!({ "$ifNull": ["$fence", 0_i64] }));
-    next.frees = Some(Bson::Boolean(true));
     next.released = Some(tombstones);
     // A withdrawn attempt stops waiting too: its place in line goes.
     next.queue = bson!({ "$filter": {
