@@ -23,8 +23,8 @@
 //! only ever extends a live place: a place that lapsed (its waiter's client was cut off
 //! longer than a life) stays lapsed, and the waiter's next attempt joins the line again at
 //! its end. A failed refresh is logged and tried again at
-//! the next period; the waiter's own attempts also refresh a place with less than half of
-//! its life left, so a place outlives a short outage.
+//! the next period, so a place outlives an outage of up to five periods; the waiter's own
+//! attempts leave its place as it is.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

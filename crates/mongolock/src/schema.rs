@@ -14,8 +14,8 @@
 //!   cap:       Int64 | null,          // the cap of the live shared entries (null: none)
 //!   queue:     [ { lockId: String, kind: "exclusive" | "shared", until: Date,
 //!                  keeper: String }, ... ],         // the line
-//!   freed:     Date,                  // the last change that let the head of the line in
-//!   wake:      String,                // "<the head's keeper> <freed>": whom it woke
+//!   wake:      String,                // "<the head's keeper> <stamp>": whom the last
+//!                                     // change that let the head of the line in woke
 //!   idleSince: Date | null }          // see below
 //!
 //! <entry> = { lockId: String, nonce: ObjectId, owner: String|null, host: String|null,
@@ -31,8 +31,7 @@
 //!
 //! `queue` is the resource's line: the waiters, in the order they joined, each with the kind
 //! it waits for and a heartbeat (`until`). A waiting acquire joins with its first refused
-//! attempt; its client refreshes its place where it stands (`crate::places`), and so does
-//! one of its attempts that finds less than half of the place's life left; a grant goes
+//! attempt; its client refreshes its place where it stands (`crate::places`); a grant goes
 //! only past places that let it: an exclusive grant to the head of the live line, a shared
 //! one when only readers stand before it (and, under a cap, fewer than the free permits). A
 //! place whose `until` has passed counts for nothing and is dropped by the next write, so a
@@ -40,12 +39,13 @@
 //! A single attempt joins no line. Places do not count in `idleSince`: a line keeps no
 //! document from the TTL index or `purge`.
 //!
-//! `freed` and `wake` name the waiter to wake. A change that may let the head of the line
+//! `wake` names the waiter to wake. A change that may let the head of the line
 //! in (a release, a withdrawal, a force release, an unlock or purge, a waiter leaving the
 //! line, a shared grant with a reader next in line) and that leaves the resource open to it
 //! (no exclusive entry, and no shared entry either or a reader at the head with a permit
-//! left) moves `freed` on (strictly later, from `$$NOW`) and sets `wake` to the head place's
-//! `keeper` and that stamp. Each lock client's change stream passes only the changes that
+//! left) sets `wake` to the head place's `keeper` and a stamp new to that change (the hex of
+//! an `ObjectId` made for the command), so that it changes even when the same waiter is
+//! woken twice. Each lock client's change stream passes only the changes that
 //! name its own keeper (and deletes), so one release wakes one waiter, and grants, renewals
 //! and joins wake nobody. A waiter whose turn comes otherwise (the head's place lapsed, the
 //! holder's lease ran out) is woken by its timer.

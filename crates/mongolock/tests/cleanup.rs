@@ -125,6 +125,32 @@ async fn a_shared_lock_without_ttl_keeps_the_document_whatever_the_others_ends()
     assert_eq!(Some(*at), shared_end(&document, "other"), "{document}");
 }
 
+/// A grant only ever pushes `idleSince` later: a shorter lease granted beside a longer one
+/// leaves it at the longer one's end (the TTL index must not delete the document while the
+/// longer lease lives), and one granted after an expired entry moves it to its own end. An
+/// acquire computes `idleSince` only when it grants, from the stored one (see
+/// `command/acquire.rs`), so this holds it to what it must cover. Needs no clock of its own:
+/// it runs on a real server too.
+#[tokio::test]
+async fn a_shorter_grant_never_pulls_idle_since_before_a_longer_lease() {
+    let env = common::env("cleanup_shorter_grant").await;
+    let locks = &env.locks;
+    let _long = locks
+        .slock("r", "long", LockDetails::default().ttl(secs(3600)), None)
+        .await
+        .unwrap();
+    let _short = locks
+        .slock("r", "short", LockDetails::default().ttl(secs(60)), None)
+        .await
+        .unwrap();
+    let document = stored(&env).await;
+    let Some(bson::Bson::DateTime(at)) = document.get("idleSince") else {
+        panic!("an idleSince date: {document}")
+    };
+    assert_eq!(Some(*at), shared_end(&document, "long"), "{document}");
+    assert!(Some(*at) > shared_end(&document, "short"), "{document}");
+}
+
 /// The stored document of `r`.
 async fn stored(env: &common::Env) -> bson::Document {
     env.collection()

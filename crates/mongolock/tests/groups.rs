@@ -72,3 +72,25 @@ async fn a_stale_grant_does_not_release_a_newer_one() {
     let held = locks.status(&Filter::default()).await.unwrap();
     assert_eq!(held[0].fencing_token(), new.fencing_token());
 }
+
+/// The same for a shared lock: the release of the earlier grant finds no entry of its
+/// token, removes nothing and says so, and the newer entry of the same lock id stays.
+#[tokio::test]
+async fn a_stale_shared_grant_does_not_release_a_newer_one() {
+    let env = env("groups_stale_shared").await;
+    let locks = &env.locks;
+    let old = locks
+        .slock("a", "g", LockDetails::default(), None)
+        .await
+        .unwrap();
+    locks.unlock("g").await.unwrap();
+    let new = locks
+        .slock("a", "g", LockDetails::default(), None)
+        .await
+        .unwrap();
+    assert!(!locks.release(&old).await.unwrap());
+    let held = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].fencing_token(), new.fencing_token());
+    assert!(locks.release(&new).await.unwrap());
+}

@@ -235,7 +235,10 @@ async fn a_waiter_is_woken_by_the_release() {
         async move { mutex.acquire_timeout(patience).await }
     });
     recorder
-        .wait_until("the waiter's first attempt", |r| r.attempts().len() == 1)
+        .wait_until("the waiter's first attempt", |r| {
+            // Answered: the waiter stands in line.
+            r.count("findAndModify", Some(true)) == 1
+        })
         .await;
     // Held for a while: a polling waiter would ask several times by now (its backoff starts
     // at 10 ms and doubles); a waiter that sleeps until the change asks once.
@@ -281,14 +284,19 @@ async fn without_change_streams_the_head_polls_briskly_and_the_line_slowly() {
         async move { mutex.acquire_timeout(Duration::from_secs(15)).await }
     });
     head_recorder
-        .wait_until("the head's first attempt", |r| !r.attempts().is_empty())
+        .wait_until("the head's first attempt", |r| {
+            // Answered: the head stands in line before the second is sent.
+            r.count("findAndModify", Some(true)) >= 1
+        })
         .await;
     let second_waiting = tokio::spawn({
         let mutex = second.mutex("job");
         async move { mutex.acquire_timeout(Duration::from_secs(15)).await }
     });
     second_recorder
-        .wait_until("the second's first attempt", |r| !r.attempts().is_empty())
+        .wait_until("the second's first attempt", |r| {
+            r.count("findAndModify", Some(true)) >= 1
+        })
         .await;
     let (head_before, second_before) = (
         head_recorder.attempts().len(),
@@ -349,7 +357,10 @@ async fn emulator_only_a_waiter_is_woken_through_a_resumed_change_stream() {
         async move { mutex.acquire_timeout(patience).await }
     });
     recorder
-        .wait_until("the waiter's first attempt", |r| r.attempts().len() == 1)
+        .wait_until("the waiter's first attempt", |r| {
+            // Answered: the waiter stands in line.
+            r.count("findAndModify", Some(true)) == 1
+        })
         .await;
     // HostUnreachable (6): resumable, and not a state-change error that would make the
     // driver drop its pool. Only the waiter's client is affected.
@@ -698,7 +709,11 @@ async fn a_line_of_readers_is_let_in_one_after_another() {
             async move { rwlock.read_timeout(patience).await },
         ));
         recorder
-            .wait_until("the reader's first attempt", |r| r.attempts().len() == 1)
+            // Answered, not only sent: a reader whose first attempt reached the server after
+            // the writer's release would be let in by it, not woken.
+            .wait_until("the reader's first attempt", |r| {
+                r.count("findAndModify", Some(true)) == 1
+            })
             .await;
     }
     writing.release().await.unwrap();

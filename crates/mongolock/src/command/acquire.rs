@@ -34,9 +34,9 @@
 //!    null) as the exclusive entry or added to the shared ones, `fence = f`, and this lock
 //!    id's place out of the line; otherwise the live entries only, the fence unchanged, and
 //!    for a waiting attempt its place (naming its keeper): added at the end of the line if
-//!    it had none, refreshed where it stands if less than half of its life is left. A shared
+//!    it had none, kept as it is if it has one (its client refreshes it). A shared
 //!    grant that leaves a reader at the head of the line, with a permit left for it, wakes
-//!    it (`freed` and `wake`, see [`crate::schema`]): a line of readers is let in one after
+//!    it (`wake`, see [`crate::schema`]): a line of readers is let in one after
 //!    another.
 //!
 //! A refused attempt whose document had nothing expired to drop and whose place (if any)
@@ -102,13 +102,8 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         "t": expr::live_tombstones(),
         "q": expr::live_queue(),
     };
-    let stored_cap = match request.kind {
-        LockKind::Exclusive => bson!({ "$ifNull": ["$cap", null] }),
-        LockKind::Shared => {
-            live.insert("c", bson!({ "$ifNull": ["$cap", null] }));
-            bson!("$$c")
-        }
-    };
+    // The cap of the stored shared entries: a document that holds any has it.
+    let stored_cap = bson!("$cap");
     // The keeper, named by the entry and by a waiting attempt's place: written once.
     let keeper = match (&request.keeper, announce) {
         (Some(keeper), Some(_)) => {
@@ -125,6 +120,11 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     //    under the cap. An exclusive request needs no `held` term: any live entry, this lock
     //    id's or not, refuses it.
     let withdrawn = bson!({ "$in": [nonce.clone(), "$$t.nonce"] });
+    // A shared request asks for the cap of the live shared entries, if there are any.
+    let cap_agrees = bson!({ "$or": [
+        { "$eq": [{ "$size": "$$s" }, 0] },
+        { "$eq": [stored_cap.clone(), requested_cap.clone()] },
+    ]});
     let mut terms = vec![
         bson!({ "$not": [if announce.is_some() { bson!("$$w") } else { withdrawn.clone() }] }),
         bson!({ "$eq": ["$$x", null] }),
@@ -138,11 +138,15 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         // Only readers wait ahead (they share with this one), and with a cap, the slots left
         // are more than the permits they wait for.
         LockKind::Shared => {
-            terms.push(bson!({ "$not": [{ "$in": [lock_id.clone(), "$$s.lockId"] }] }));
-            terms.push(bson!({ "$or": [
-                { "$eq": [{ "$size": "$$s" }, 0] },
-                { "$eq": [stored_cap.clone(), requested_cap.clone()] },
-            ]}));
+            // Not held by this lock id (for a waiting attempt, `h` says it: `x` is null).
+            terms.push(match announce {
+                Some(_) => bson!({ "$not": ["$$h"] }),
+                None => bson!({ "$not": [{ "$in": [lock_id.clone(), "$$s.lockId"] }] }),
+            });
+            terms.push(match announce {
+                Some(_) => bson!("$$y"),
+                None => cap_agrees.clone(),
+            });
             terms.push(bson!({ "$not": [{ "$in": ["exclusive", "$$a.kind"] }] }));
             if let Some(max) = request.max_shared {
                 terms.push(bson!({ "$lt": [
@@ -153,17 +157,20 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         }
     }
     // `a`: the live waiters ahead of this attempt, in arrival order: those before its own
-    // place in the queue, or all of them if it has none (a first or a single attempt).
+    // place in the queue, or all of them if it has none (a first or a single attempt): the
+    // line up to the first place of its lock id in the line with that lock id added last.
     let mut seen = doc! {
-        "a": { "$cond": [
-            { "$in": [lock_id.clone(), "$$q.lockId"] },
-            { "$slice": ["$$q", { "$indexOfArray": ["$$q.lockId", lock_id.clone()] }] },
+        "a": { "$slice": [
             "$$q",
+            { "$indexOfArray": [{ "$concatArrays": ["$$q.lockId", [lock_id.clone()]] }, lock_id.clone()] },
         ]},
     };
     // For a waiting attempt: was it withdrawn, and does this lock id hold the resource
     // already (then it is not waiting)?
     if announce.is_some() {
+        if request.kind == LockKind::Shared {
+            seen.insert("y", cap_agrees);
+        }
         seen.insert("w", withdrawn);
         seen.insert(
             "h",
@@ -188,6 +195,24 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         Some(ms) => (bson!({ "$add": ["$$NOW", ms] }), Bson::Int64(ms)),
         None => (Bson::Null, Bson::Null),
     };
+    // `idleSince` changes only with a grant (see `crate::schema`): dropping expired entries
+    // and tombstones never lowers what it must cover, and it already covers the live ones.
+    // A grant without TTL makes it null; one with a TTL pushes it to the entry's end, unless
+    // it is null (a live entry has no TTL: no entry without TTL expires, and the change that
+    // removes one computes it again).
+    let idle_since = bson!({ "$cond": [
+        "$$g",
+        if ttl_ms.is_some() {
+            bson!({ "$cond": [
+                { "$eq": [{ "$type": "$idleSince" }, "null"] },
+                null,
+                { "$max": ["$idleSince", expires_at.clone()] },
+            ]})
+        } else {
+            Bson::Null
+        },
+        "$idleSince",
+    ]});
     let details = &request.details;
     let entry = bson!({
         "lockId": lock_id.clone(),
@@ -221,20 +246,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     let queue = match announce {
         Some(bound_ms) => {
             let kind = request.kind.to_string();
-            let mine = bson!({ "$eq": ["$$q.lockId", lock_id.clone()] });
             let until = bson!({ "$add": ["$$NOW", bound_ms] });
-            // Refreshed where it stands (a waiter keeps its place in the line), and only when
-            // less than half of it is left: its client keeps it fresher than that
-            // (`crate::places`), so a refused attempt leaves the line as it was, the document
-            // unchanged; this is the fallback when those refreshes fail.
-            let refreshed = bson!({ "$map": {
-                "input": "$$q", "as": "q",
-                "in": { "$cond": [
-                    { "$and": [mine, { "$lte": ["$$q.until", { "$add": ["$$NOW", bound_ms / 2] }] }] },
-                    { "$mergeObjects": ["$$q", { "until": until.clone() }] },
-                    "$$q",
-                ]},
-            }});
             // A withdrawn attempt (a late copy of a dropped one) never joins: its waiter is
             // gone. Nor does a lock id that holds the resource already: it is not waiting (the
             // attempt is answered with that lock), and a place would keep others out after it
@@ -243,10 +255,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             // locks': it is answered with an error, not made to wait.
             let mut stop = vec![bson!("$$g"), bson!("$$w"), bson!("$$h")];
             if request.kind == LockKind::Shared {
-                stop.push(bson!({ "$and": [
-                    { "$gt": [{ "$size": "$$s" }, 0] },
-                    { "$ne": [stored_cap, requested_cap.clone()] },
-                ]}));
+                stop.push(bson!({ "$not": ["$$y"] }));
             }
             // The place names the waiter's keeper (its lock client), whom a change that lets
             // it in wakes.
@@ -259,7 +268,9 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
                     { "case": { "$or": stop }, "then": others_waiting },
                     { "case": { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] }, "then": { "$concatArrays": ["$$q", [place]] } },
                 ],
-                "default": refreshed,
+                // A place it has stays as it is: its client refreshes it (`crate::places`),
+                // so a refused attempt leaves the line, and the document, unchanged.
+                "default": "$$q",
             }})
         }
         None => bson!({ "$cond": ["$$g", others_waiting, "$$q"] }),
@@ -278,7 +289,16 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             LockKind::Exclusive => None,
             LockKind::Shared => Some(bson!("$$g")),
         },
-        shared_grant: request.kind == LockKind::Shared,
+        // A permit is left for the next reader: the cap, if any, is the requested one.
+        shared_grant: match (request.kind, request.max_shared) {
+            (LockKind::Exclusive, _) => None,
+            (LockKind::Shared, None) => Some(Bson::Boolean(true)),
+            (LockKind::Shared, Some(max)) => {
+                Some(bson!({ "$lt": [{ "$size": "$$ns" }, i64::from(max)] }))
+            }
+        },
+        no_exclusive: false,
+        idle_since: Some(idle_since),
     }
     .document();
 
@@ -299,9 +319,10 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
 /// `exclusive` is an entry or null, `shared`, `released` and `queue` are arrays, and every
 /// entry is live (the pipeline dropped the expired ones).
 ///
-/// `{ now: $$NOW, x: <the exclusive entry or null>, m: <this lock id's shared entry>,
+/// `{ now: $$NOW, x: <the exclusive entry or null>, m: <this lock id's shared entries (one at most)>,
 ///    s: <the first MAX_NAMED_HOLDERS shared entries>, n: <their number>,
-///    w: <this nonce was withdrawn>, p: <this lock id's place in line, -1 if none>,
+///    w: <this nonce was withdrawn>,
+///    waiting attempt: p: <this lock id's place in line, -1 if none>,
 ///    exclusive request: e: <the latest shared expiresAt>, f: <a shared entry without TTL>,
 ///    shared request: e: <the earliest shared expiresAt>, q: <a writer waits>, cap }`
 pub(crate) fn projection(request: &AcquireRequest) -> Document {
@@ -309,15 +330,15 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
     let mut reply = doc! {
         "now": "$$NOW",
         "x": "$exclusive",
-        "m": { "$arrayElemAt": [
-            { "$filter": { "input": "$shared", "as": "e", "cond": { "$eq": ["$$e.lockId", lock_id.clone()] } } },
-            0,
-        ]},
+        "m": { "$filter": { "input": "$shared", "cond": { "$eq": ["$$this.lockId", lock_id.clone()] } } },
         "s": { "$slice": ["$shared", MAX_NAMED_HOLDERS as i64] },
         "n": { "$size": "$shared" },
         "w": { "$in": [request.nonce.0, "$released.nonce"] },
-        "p": { "$indexOfArray": ["$queue.lockId", lock_id] },
     };
+    // A single attempt holds no place in line.
+    if request.announce.is_some() {
+        reply.insert("p", bson!({ "$indexOfArray": ["$queue.lockId", lock_id] }));
+    }
     match request.kind {
         // Every holder must go: the latest end, unless one has no TTL (every entry has an
         // `expiresAt`, null without TTL).
@@ -385,7 +406,21 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     let exclusive = entry("x", LockKind::Exclusive)?;
     let mine = match &exclusive {
         Some(x) if x.lock_id == request.lock_id => Some(x.clone()),
-        _ => entry("m", LockKind::Shared)?,
+        // This lock id's shared entries: one at most.
+        _ => match fields.get("m") {
+            Some(Bson::Array(found)) => match found.first() {
+                Some(Bson::Document(entry)) => Some(schema::decode_entry(
+                    &id,
+                    resource,
+                    LockKind::Shared,
+                    entry,
+                )?),
+                None => None,
+                Some(_) => return Err(Error::unexpected(&id, "m is not an entry")),
+            },
+            None | Some(Bson::Null) => None,
+            Some(_) => return Err(Error::unexpected(&id, "m is not a list of entries")),
+        },
     };
     let now = match fields.get("now") {
         Some(Bson::DateTime(now)) => Some(*now),
@@ -597,7 +632,7 @@ mod tests {
         };
         assert!(!grant.is_new());
 
-        let other_kind = reply(doc! { "m": entry("me", 9, "shared", Some(Nonce::new())) });
+        let other_kind = reply(doc! { "m": [entry("me", 9, "shared", Some(Nonce::new()))] });
         let Attempt::HeldWithOtherKind(held) = interpret(&request, &other_kind).unwrap() else {
             panic!()
         };

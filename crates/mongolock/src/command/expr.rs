@@ -47,10 +47,15 @@ use crate::schema::{EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK};
 /// value that can fail (`$toLong` of `$$NOW` cannot), so the code says which it was.
 pub(crate) const REFUSED: i32 = 241;
 
-/// A value the server must take as data, never as a field path or operator (a lock id may
-/// well start with `$`).
-pub(crate) fn literal(value: impl Into<Bson>) -> Bson {
-    bson!({ "$literal": value.into() })
+/// A string the server must take as data, never as a field path or variable (a lock id may
+/// well start with `$`): in an aggregation expression only a string that starts with `$` is
+/// read as a path, so such a string is wrapped in `$literal`, and any other is sent as it is.
+pub(crate) fn literal(value: &str) -> Bson {
+    if value.starts_with('$') {
+        bson!({ "$literal": value })
+    } else {
+        Bson::String(value.to_owned())
+    }
 }
 
 /// True when the current document (`$$ROOT`) is this crate's: it carries the mark, or it
@@ -185,13 +190,22 @@ pub(crate) struct NextDocument {
     /// When this change may let the waiter at the head of the line in (a condition; `true`
     /// for a change that only removes entries or places): if the new document then lets it
     /// in, the change names its keeper in [`WAKE`], which is what wakes it. `None`: this
-    /// change lets nobody in. A removal that removed nothing (a repeated release) may wake
+    /// change lets nobody in. A removal that removed nothing (a repeated withdrawal) may wake
     /// the head too, if it can take the lock: it then does, so that costs one attempt.
     pub(crate) frees: Option<Bson>,
-    /// Whether [`frees`](Self::frees) is a shared grant: then there is no exclusive entry
-    /// and there is a shared one, so only a reader at the head, with a permit left for it,
-    /// can be let in (the check says no more).
-    pub(crate) shared_grant: bool,
+    /// When [`frees`](Self::frees) is a shared grant, whether the shared entries leave a
+    /// permit (a condition): then there is no exclusive entry and there is a shared one, so
+    /// only a reader at the head, with a permit left for it, can be let in (the check says no
+    /// more). `None`: another change.
+    pub(crate) shared_grant: Option<Bson>,
+    /// The new document is known to hold no exclusive entry: the change is a release of a
+    /// grant (of the exclusive entry, or of a shared one: a document holds shared entries
+    /// only without an exclusive one, since each grant requires it). The expressions that
+    /// would look for one are left out.
+    pub(crate) no_exclusive: bool,
+    /// `idleSince` as the change computes it; `None`: derived from the new entries (see
+    /// [`document`](Self::document)).
+    pub(crate) idle_since: Option<Bson>,
 }
 
 impl NextDocument {
@@ -205,7 +219,9 @@ impl NextDocument {
             cap: bson!({ "$ifNull": ["$cap", null] }),
             queue: live_queue(),
             frees: None,
-            shared_grant: false,
+            shared_grant: None,
+            no_exclusive: false,
+            idle_since: None,
         }
     }
 
@@ -242,109 +258,142 @@ impl NextDocument {
     /// tombstone kept as it is may have expired: its end is in the past, and `idleSince` was
     /// pushed to it when it was written, so it changes nothing then.
     ///
-    /// `freed` and `wake` (see [`WAKE`]): when the change [`frees`](Self::frees) and the new
-    /// document lets the head of the line in, `freed` moves on (strictly later than before,
-    /// so that it changes even twice in a millisecond) and `wake` names the head's keeper with
-    /// that stamp. Otherwise both are kept (a missing field stays missing). The head is let
-    /// in when there is no exclusive entry and either no shared entry, or the head waits for
-    /// a shared lock and the shared entries leave a permit under the cap.
+    /// `wake` (see [`WAKE`]): when the change [`frees`](Self::frees) and the new document
+    /// lets the head of the line in, it names the head's keeper and a stamp new to this
+    /// command (an `ObjectId` made for it), so that it changes even when the same waiter is
+    /// woken twice. Otherwise it is kept (a missing field stays missing). The head is let in
+    /// when there is no exclusive entry and either no shared entry, or the head waits for a
+    /// shared lock and the shared entries leave a permit under the cap.
+    ///
     pub(crate) fn document(self) -> Bson {
-        let mut vars = doc! {
-            "nx": self.exclusive.clone().unwrap_or_else(|| bson!({ "$ifNull": ["$exclusive", null] })),
-            "ns": self.shared.clone().unwrap_or_else(shared_or_empty),
-            "nq": self.queue,
-        };
-        // The cap the entries are under: read as stored when they do not change.
-        let cap = if self.shared.is_some() {
-            vars.insert("nc", self.cap);
-            "$$nc"
+        let no_exclusive = self.no_exclusive;
+        let mut vars = doc! {};
+        let nx = if no_exclusive {
+            String::new()
         } else {
-            "$cap"
+            let exclusive = (self.exclusive.clone())
+                .unwrap_or_else(|| bson!({ "$ifNull": ["$exclusive", null] }));
+            bind(&mut vars, "nx", exclusive)
         };
-        let ends = match &self.released {
-            Some(released) => {
-                vars.insert("nt", released.clone());
-                "$$nt.until"
-            }
-            None => "$released.until",
+        let ns = bind(
+            &mut vars,
+            "ns",
+            self.shared.clone().unwrap_or_else(shared_or_empty),
+        );
+        let nq = bind(&mut vars, "nq", self.queue);
+        // The cap the entries are under: read as stored when they do not change.
+        let cap = match self.shared {
+            Some(_) => bind(&mut vars, "nc", self.cap),
+            None => "$cap".to_owned(),
         };
+        let nt = (self.released.clone()).map(|released| bind(&mut vars, "nt", released));
         let mut fields = doc! { MARK: FORMAT };
         if let Some(fence) = self.fence {
             fields.insert("fence", fence);
         }
-        if self.exclusive.is_some() {
-            fields.insert("exclusive", "$$nx");
-        }
-        if self.shared.is_some() {
-            fields.insert("shared", "$$ns");
+        if let Some(exclusive) = self.exclusive {
             fields.insert(
-                "cap",
-                bson!({ "$cond": [{ "$eq": [{ "$size": "$$ns" }, 0] }, null, "$$nc"] }),
+                "exclusive",
+                if no_exclusive { exclusive } else { bson!(&nx) },
             );
         }
-        if self.released.is_some() {
-            fields.insert("released", "$$nt");
+        if self.shared.is_some() {
+            fields.insert("shared", &ns);
+            fields.insert(
+                "cap",
+                bson!({ "$cond": [{ "$eq": [{ "$size": &ns }, 0] }, null, &cap] }),
+            );
         }
-        fields.insert("queue", "$$nq");
-        fields.insert(
-            "idleSince",
-            bson!({ "$cond": [
-                { "$in": [null, "$$ne"] },
-                null,
-                { "$max": [
-                    { "$ifNull": [{ "$max": "$$ne" }, { "$min": ["$idleSince", "$$NOW"] }] },
-                    { "$max": ends },
-                ]},
-            ]}),
-        );
-        let mut inner = doc! {
-            // Every entry has an `expiresAt` (null without TTL).
-            "ne": { "$concatArrays": [
-                { "$cond": [{ "$eq": ["$$nx", null] }, [], ["$$nx.expiresAt"]] },
-                "$$ns.expiresAt",
-            ]},
+        if let Some(nt) = &nt {
+            fields.insert("released", nt);
+        }
+        fields.insert("queue", &nq);
+        let mut inner = doc! {};
+        let idle_since = match self.idle_since {
+            Some(given) => given,
+            None => {
+                // Every entry has an `expiresAt` (null without TTL).
+                let shared_ends = format!("{ns}.expiresAt");
+                let ends = if no_exclusive {
+                    bson!(shared_ends)
+                } else {
+                    bson!({ "$concatArrays": [
+                        { "$cond": [{ "$eq": [&nx, null] }, [], [format!("{nx}.expiresAt")]] },
+                        shared_ends,
+                    ]})
+                };
+                let ne = bind(&mut inner, "ne", ends);
+                let tombstone_ends = match &nt {
+                    Some(nt) => format!("{nt}.until"),
+                    None => "$released.until".to_owned(),
+                };
+                bson!({ "$cond": [
+                    { "$in": [null, &ne] },
+                    null,
+                    { "$max": [
+                        { "$ifNull": [{ "$max": &ne }, { "$min": ["$idleSince", "$$NOW"] }] },
+                        { "$max": tombstone_ends },
+                    ]},
+                ]})
+            }
         };
-        let mut merged = vec![bson!("$$ROOT")];
+        fields.insert("idleSince", idle_since);
         if let Some(frees) = self.frees {
-            inner.insert("h", bson!({ "$arrayElemAt": ["$$nq", 0] }));
-            // The shared entries leave a permit: MaxKey sorts after every number.
-            let room = bson!({ "$lt": [{ "$size": "$$ns" }, { "$ifNull": [cap, Bson::MaxKey] }] });
+            let head = format!("$$h.{KEEPER}");
+            inner.insert("h", bson!({ "$arrayElemAt": [&nq, 0] }));
             let mut terms = Vec::new();
             if frees != Bson::Boolean(true) {
                 terms.push(frees);
             }
-            terms.push(bson!({ "$eq": [{ "$type": format!("$$h.{KEEPER}") }, "string"] }));
-            if self.shared_grant {
+            if let Some(room) = self.shared_grant {
+                // A grant writes anyway: with nobody at the head, `wake` becomes null, which
+                // wakes nobody.
                 terms.extend([bson!({ "$eq": ["$$h.kind", "shared"] }), room]);
             } else {
-                terms.extend([
-                    bson!({ "$eq": ["$$nx", null] }),
-                    bson!({ "$or": [
-                        { "$eq": [{ "$size": "$$ns" }, 0] },
-                        { "$and": [{ "$eq": ["$$h.kind", "shared"] }, room] },
-                    ]}),
-                ]);
+                // The head names a keeper (a string, which is true; missing is false).
+                terms.push(bson!(&head));
+                if !no_exclusive {
+                    terms.push(bson!({ "$eq": [&nx, null] }));
+                }
+                // The shared entries leave a permit: MaxKey sorts after every number.
+                let room =
+                    bson!({ "$lt": [{ "$size": &ns }, { "$ifNull": [&cap, Bson::MaxKey] }] });
+                terms.push(bson!({ "$or": [
+                    { "$eq": [{ "$size": &ns }, 0] },
+                    { "$and": [{ "$eq": ["$$h.kind", "shared"] }, room] },
+                ]}));
             }
-            merged.push(bson!({ "$let": {
-                "vars": {
-                    "m": { "$and": terms },
-                    "st": { "$max": ["$$NOW", { "$add": [format!("${FREED}"), 1_i64] }] },
-                },
-                "in": {
-                    FREED: { "$cond": ["$$m", "$$st", format!("${FREED}")] },
-                    WAKE: { "$cond": [
-                        "$$m",
-                        { "$concat": [format!("$$h.{KEEPER}"), " ", { "$toString": "$$st" }] },
-                        format!("${WAKE}"),
-                    ]},
-                },
-            }}));
+            let stamp = format!(" {}", bson::oid::ObjectId::new().to_hex());
+            fields.insert(
+                WAKE,
+                bson!({ "$cond": [
+                    { "$and": terms },
+                    { "$concat": [&head, stamp] },
+                    format!("${WAKE}"),
+                ]}),
+            );
         }
-        merged.push(Bson::Document(fields));
-        bson!({ "$let": {
-            "vars": vars,
-            "in": { "$let": { "vars": inner, "in": { "$mergeObjects": merged } } },
-        }})
+        let mut document = bson!({ "$mergeObjects": ["$$ROOT", fields] });
+        if !inner.is_empty() {
+            document = bson!({ "$let": { "vars": inner, "in": document } });
+        }
+        if vars.is_empty() {
+            document
+        } else {
+            bson!({ "$let": { "vars": vars, "in": document } })
+        }
+    }
+}
+
+/// A reference to `value` in the expressions that follow: `value` itself when it is a
+/// variable (`"$$x"`), which needs no binding of its own, else `"$$name"`, bound in `vars`.
+fn bind(vars: &mut Document, name: &str, value: Bson) -> String {
+    match value {
+        Bson::String(variable) if variable.starts_with("$$") => variable,
+        value => {
+            vars.insert(name, value);
+            format!("$${name}")
+        }
     }
 }
 
@@ -354,13 +403,8 @@ pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
     NextDocument::entries(exclusive, shared).document()
 }
 
-/// The date of the last change that let the head of a line in (a release, a withdrawal, a
-/// waiter leaving the line, a shared grant with a reader next in line): strictly
-/// increasing, the stamp of [`WAKE`].
-pub(crate) const FREED: &str = "freed";
-
 /// Who the last change that let the head of a line in woke: the head's keeper (the lock
-/// client it waits in), a space and the new [`FREED`] as a string. Each client's change
+/// client it waits in), a space and a stamp new to that change (an `ObjectId`'s hex). Each client's change
 /// stream passes only the updates that set it to its own keeper (and deletes), so a release
 /// wakes the one waiter that can take the lock, never a grant, a renewal or a waiter joining
 /// the line (see `crate::changes`).
@@ -379,6 +423,10 @@ mod tests {
     #[test]
     fn user_strings_are_sent_as_literals() {
         assert_eq!(literal("$$NOW"), bson!({ "$literal": "$$NOW" }));
+        assert_eq!(literal("$x"), bson!({ "$literal": "$x" }));
+        // Only a leading `$` makes a path: any other string is data as it is.
+        assert_eq!(literal("a$b"), bson!("a$b"));
+        assert_eq!(literal(""), bson!(""));
     }
 
     #[test]

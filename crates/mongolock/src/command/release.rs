@@ -4,13 +4,18 @@
 //! One grant (by resource, lock id and token):
 //!
 //! ```text
-//! findAndModify: <collection>, query: { _id: <resource> }, new: false,
-//!   update: [ { $replaceWith: <a lock document> ? <the document without the entry
-//!                             {lockId, token}> : <fail the command> } ],
-//!   fields: { r: { removed: <whether the document before had that entry>,
-//!                  live: <whether that entry was live> } },
+//! findAndModify: <collection>, new: false,
+//!   query: { _id: <resource>, mongolock: 1,                  // the mark
+//!            "exclusive.lockId": <id>, "exclusive.token": <token> },
+//!       or { ..., shared: { $elemMatch: { lockId: <id>, token: <token> } } },
+//!   update: [ { $replaceWith: <the document without the entry of that token> } ],
+//!   fields: { live: <whether that entry was live> },
 //!   collation: { locale: "simple" }, writeConcern, maxTimeMS
 //! ```
+//!
+//! The query finds the entry, so the reply says whether it was removed (a document, or
+//! none), and the stage, which runs only on a document that has it, takes it out by its token
+//! without looking again.
 //!
 //! One attempt (by resource, lock id and nonce), whatever became of it:
 //!
@@ -29,10 +34,12 @@
 //!   fields: { removed: <the number of entries before> }, ...
 //! ```
 //!
-//! Whose document it is is checked once, in the stage: on another application's document
-//! (one without the mark) the command fails and writes nothing, so the projection (read
-//! from the document before the change) only ever sees a lock document. A release or a
-//! withdrawal then reports that nothing was removed, and a force release reports
+//! Whose document it is is checked once: a release asks for the mark in its query; a
+//! withdrawal and a force release, which find the document by `_id` alone, check it in the
+//! stage, and on another application's document (one without the mark) the command fails
+//! and writes nothing, so the projection (read from the document before the change) only
+//! ever sees a lock document. A release or a withdrawal then reports that nothing was
+//! removed, and a force release reports
 //! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument).
 //!
 //! A release rewrites only its grant's side of the document (the exclusive entry, or the
@@ -63,25 +70,6 @@ use crate::error::{Effect, Error, Result};
 use crate::lock::{Grant, LockKind};
 use crate::request::{AcquireRequest, check_id};
 use crate::schema;
-
-/// The document without the entry of kind `kind` for which `matches` (a function from an
-/// entry path, `"$exclusive"` or `"$$e"`, to a condition on it) is true: only that kind's
-/// side is rewritten, the other is kept as it is. A removal may let the head of the line in.
-fn without(kind: LockKind, matches: impl Fn(&str) -> Bson) -> expr::NextDocument {
-    let mut next = expr::NextDocument::unchanged();
-    match kind {
-        LockKind::Exclusive => {
-            next.exclusive = Some(expr::exclusive_where(
-                bson!({ "$not": [matches("$exclusive")] }),
-            ));
-        }
-        LockKind::Shared => {
-            next.shared = Some(expr::shared_where(bson!({ "$not": [matches("$$e")] })));
-        }
-    }
-    next.frees = Some(Bson::Boolean(true));
-    next
-}
 
 /// The projection `{r: {removed: <whether an entry of kind `kind` matching `matches` is in
 /// the document>, live: <whether such an entry was live>}}`, evaluated on the document before
@@ -142,23 +130,83 @@ fn removed(reply: Result<Document>) -> Result<Released> {
     })
 }
 
-/// The command that releases one grant.
-pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
+/// The query that finds the document holding `grant`: its resource, the mark, and the
+/// grant's entry by lock id and token. A release changes nothing else, so it needs no check
+/// of its own in the update: a document without the mark, or without that entry (released
+/// already, or never granted), is not matched, and nothing is written.
+fn holding(grant: &Grant) -> Document {
     let (lock_id, token) = (grant.lock_id(), grant.fencing_token());
-    let matches = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.token"), token] }] });
+    let mut query = doc! { "_id": grant.resource() };
+    match grant.kind() {
+        LockKind::Exclusive => {
+            query.insert("exclusive.lockId", lock_id);
+            query.insert("exclusive.token", token);
+        }
+        LockKind::Shared => {
+            query.insert(
+                "shared",
+                doc! { "$elemMatch": { "lockId": lock_id, "token": token } },
+            );
+        }
+    }
+    expr::checked(query, None)
+}
+
+/// The command that releases one grant: the query finds the document that holds it (see
+/// [`holding`]), the stage takes the entry out (a fencing token is granted once on a
+/// resource, so it names the entry), and the projection says whether the entry was live.
+pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
+    let token = grant.fencing_token();
+    let mut next = expr::NextDocument::unchanged();
+    next.no_exclusive = true;
+    let live = match grant.kind() {
+        LockKind::Exclusive => {
+            next.exclusive = Some(Bson::Null);
+            expr::is_live("$exclusive")
+        }
+        LockKind::Shared => {
+            next.shared = Some(bson!({ "$filter": {
+                "input": "$shared", "as": "e", "cond": { "$ne": ["$$e.token", token] },
+            }}));
+            // A document that holds shared entries has their cap.
+            next.cap = bson!("$cap");
+            bson!({ "$anyElementTrue": [{ "$map": {
+                "input": "$shared", "as": "e",
+                "in": { "$and": [{ "$eq": ["$$e.token", token] }, expr::is_live("$$e")] },
+            }}] })
+        }
+    };
+    next.frees = Some(Bson::Boolean(true));
     doc! {
         "findAndModify": ctx.collection_name(),
-        "query": { "_id": grant.resource() },
-        "update": [expr::guarded(without(grant.kind(), matches).document())],
+        "query": holding(grant),
+        "update": [expr::replace_stage(next.document())],
         "new": false,
-        "fields": removed_projection(grant.kind(), matches),
+        "fields": { "_id": 0, "live": live },
         "collation": Context::collation(),
+    }
+}
+
+/// Reads the reply of a grant's release: no document means nothing was removed, and a
+/// document (the one before the change, projected) says whether the entry was live.
+fn released(reply: Document) -> Result<Released> {
+    let bad = |what: &str| Error::bad_reply(Effect::Write, format!("the release reply {what}"));
+    match reply.get("value") {
+        None | Some(Bson::Null) => Ok(NOTHING),
+        Some(Bson::Document(before)) => match before.get("live") {
+            Some(Bson::Boolean(live)) => Ok(Released {
+                removed: true,
+                live: *live,
+            }),
+            _ => Err(bad("has no 'live'")),
+        },
+        Some(_) => Err(bad("is not a document")),
     }
 }
 
 /// Releases one grant: whether this call removed it, and whether it was live then.
 pub(crate) async fn release(ctx: &Context, grant: &Grant) -> Result<Released> {
-    let released = removed(ctx.write(release_command(ctx, grant), Upsert::No).await)?;
+    let released = released(ctx.write(release_command(ctx, grant), Upsert::No).await?)?;
     tracing::debug!(
         resource = grant.resource(),
         lock_id = grant.lock_id(),
