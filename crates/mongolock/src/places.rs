@@ -4,7 +4,7 @@
 //! `command/acquire.rs`), and its place lasts [`place_life`](crate::wait::place_life) from then. Rather
 //! than each waiter attempting again to keep its place, the client's [`Places`] refreshes
 //! every place its waiters hold, in one `update` a sixth of a life apart (a third of the TTL)
-//! ([`places_commands`](crate::command::keepalive::places_commands)):
+//! ([`refresh_places`](crate::command::refresh_places)):
 //!
 //! ```text
 //! update: <collection>, ordered: false, updates: [                   // one per place
@@ -34,16 +34,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::command::Context;
-use crate::command::keepalive;
-
-/// One waiter's place: the resource, the lock id it waits as, and how long a refresh makes it
-/// last.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Place {
-    pub(crate) resource: String,
-    pub(crate) lock_id: String,
-    pub(crate) life: Duration,
-}
+use crate::command::refresh_places::{self, Place};
 
 impl Place {
     /// How often the place is refreshed: six times in a life, so that a place outlives a
@@ -176,7 +167,7 @@ async fn refresh_all(places: Weak<Places>) {
             // Places of overdue waiters only: nothing to send this period.
             if !held.is_empty() {
                 // A refresh may take a period: a later one would come too late to matter.
-                match keepalive::refresh_places(&keeper.ctx, &held, period).await {
+                match refresh_places::refresh(&keeper.ctx, &held, period).await {
                     Ok(refreshed) => {
                         tracing::debug!(places = held.len(), refreshed, "places in line refreshed")
                     }

@@ -50,12 +50,12 @@ use tracing::Instrument;
 use crate::attempt::Attempt;
 use crate::changes::{Availability, WakeCause};
 use crate::client::LockClient;
+use crate::command::refresh_places::Place;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::lease::{Chore, Lease, default_margin};
 use crate::lock::LockKind;
 use crate::observe::{self, Wakeup};
-use crate::places::Place;
 use crate::request::{AcquireRequest, LockDetails, Nonce, ttl_millis};
 
 /// The longest a waiter sleeps without asking the server again while change streams are

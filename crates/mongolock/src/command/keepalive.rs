@@ -37,7 +37,7 @@
 //! ```
 //!
 //! The command grows with the leases: about 600 bytes each for an exclusive lease and 990
-//! for a shared one, with 32-character names. Up to [`MAX_COMMAND_BYTES`] (half of the
+//! for a shared one, with 32-character names. Up to [`MAX_COMMAND_BYTES`](crate::command::MAX_COMMAND_BYTES) (half of the
 //! 16 MiB limit of a command: about 14,000 exclusive or 8,000 shared leases) it is one
 //! command; beyond, the statements are split over as few commands as keep each under it.
 
@@ -46,10 +46,9 @@ use std::time::Duration;
 use bson::{Bson, Document, bson, doc};
 
 use crate::command::expr::{self, literal};
-use crate::command::{Context, Upsert, count};
+use crate::command::{Context, batched, send_batched};
 use crate::error::{Error, Result};
 use crate::lock::{Grant, LockKind};
-use crate::places::Place;
 use crate::schema::{self, FORMAT, MARK};
 
 /// `{ $or: [{ "exclusive.keeper": k }, { "shared.keeper": k }] }`: the documents where the
@@ -128,13 +127,8 @@ fn statement(grant: &Grant) -> Document {
     }
 }
 
-/// The most statements one keepalive command carries, in bytes: half of MongoDB's 16 MiB
-/// limit of a command. About 14,000 exclusive or 8,000 shared leases fit (with 32-character
-/// names); more leases than that are renewed by as few commands as keep each under it.
-pub(crate) const MAX_COMMAND_BYTES: usize = 8 * 1024 * 1024;
-
 /// The command(s) that renew exactly `leases`: one, unless its statements pass
-/// [`MAX_COMMAND_BYTES`].
+/// [`MAX_COMMAND_BYTES`](crate::command::MAX_COMMAND_BYTES).
 pub(crate) fn commands<'a>(
     ctx: &Context,
     leases: impl IntoIterator<Item = &'a Grant>,
@@ -142,91 +136,11 @@ pub(crate) fn commands<'a>(
     batched(ctx, leases.into_iter().map(statement))
 }
 
-/// Unordered `update` commands carrying `statements`, in order: one, unless they pass
-/// [`MAX_COMMAND_BYTES`], then as few as keep each under it.
-fn batched(ctx: &Context, statements: impl Iterator<Item = Document>) -> Vec<Document> {
-    let command = |updates: Vec<Document>| {
-        doc! {
-            "update": ctx.collection_name(),
-            "updates": updates,
-            "ordered": false,
-        }
-    };
-    let mut commands = Vec::new();
-    let (mut batch, mut bytes) = (Vec::new(), 0);
-    for statement in statements {
-        // The statement's size, and its array key (up to 6 digits and a type byte).
-        let size = bson::to_vec(&statement).map_or(0, |b| b.len()) + 8;
-        if !batch.is_empty() && bytes + size > MAX_COMMAND_BYTES {
-            commands.push(command(std::mem::take(&mut batch)));
-            bytes = 0;
-        }
-        bytes += size;
-        batch.push(statement);
-    }
-    if !batch.is_empty() || commands.is_empty() {
-        commands.push(command(batch));
-    }
-    commands
-}
-
 /// Renews `leases` within `limit`; returns how many the server renewed (each at most once).
-/// Beyond [`MAX_COMMAND_BYTES`] of statements, the commands are sent one after the other,
+/// Beyond [`MAX_COMMAND_BYTES`](crate::command::MAX_COMMAND_BYTES) of statements, the commands are sent one after the other,
 /// and the first that fails fails the renewal.
 pub(crate) async fn renew(ctx: &Context, leases: &[&Grant], limit: Duration) -> Result<u64> {
-    let mut renewed = 0;
-    for command in commands(ctx, leases.iter().copied()) {
-        let reply = ctx.write_within(command, Upsert::No, limit).await?;
-        renewed += count(&reply, "n");
-    }
-    Ok(renewed)
-}
-
-/// The statement that refreshes one waiter's place in line, matching only while it is live
-/// (see [`crate::places`]).
-fn place_statement(place: &Place) -> Document {
-    let life_ms = i64::try_from(place.life.as_millis()).unwrap_or(i64::MAX);
-    let lock_id = literal(place.lock_id.as_str());
-    let this = bson!({ "$eq": ["$$q.lockId", lock_id] });
-    doc! {
-        "q": {
-            "_id": &place.resource, MARK: FORMAT,
-            "queue": { "$elemMatch": { "lockId": &place.lock_id } },
-            "$expr": { "$anyElementTrue": [{ "$map": {
-                "input": "$queue", "as": "q",
-                "in": { "$and": [this.clone(), { "$gt": ["$$q.until", "$$NOW"] }] },
-            }}]},
-        },
-        "u": [{ "$set": { "queue": { "$map": {
-            "input": "$queue", "as": "q",
-            "in": { "$cond": [
-                this,
-                { "$mergeObjects": ["$$q", { "until": { "$add": ["$$NOW", life_ms] } }] },
-                "$$q",
-            ]},
-        }}}}],
-        "collation": Context::collation(),
-    }
-}
-
-/// The command(s) that refresh `places` (see [`crate::places`]): one, unless its statements
-/// pass [`MAX_COMMAND_BYTES`].
-pub(crate) fn places_commands(ctx: &Context, places: &[Place]) -> Vec<Document> {
-    batched(ctx, places.iter().map(place_statement))
-}
-
-/// Refreshes `places` within `limit`; returns how many were live and refreshed.
-pub(crate) async fn refresh_places(
-    ctx: &Context,
-    places: &[Place],
-    limit: Duration,
-) -> Result<u64> {
-    let mut refreshed = 0;
-    for command in places_commands(ctx, places) {
-        let reply = ctx.write_within(command, Upsert::No, limit).await?;
-        refreshed += count(&reply, "n");
-    }
-    Ok(refreshed)
+    send_batched(ctx, commands(ctx, leases.iter().copied()), limit).await
 }
 
 /// The aggregation listing the live entries of `keeper` as `{resource, lockId, token,
@@ -291,6 +205,7 @@ pub(crate) async fn live(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::MAX_COMMAND_BYTES;
     use crate::lock::Holder;
     use bson::DateTime;
 
@@ -343,34 +258,6 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(r#""multi":true"#), "{text}");
-    }
-
-    #[tokio::test]
-    async fn a_place_is_refreshed_only_while_it_is_live_and_only_that_place() {
-        let ctx = crate::command::test_context();
-        let places = [Place {
-            resource: "$r".into(),
-            lock_id: "$w".into(),
-            life: Duration::from_millis(1_500),
-        }];
-        let commands = places_commands(&ctx, &places);
-        assert_eq!(commands.len(), 1);
-        let text = Bson::Document(commands[0].clone())
-            .into_relaxed_extjson()
-            .to_string();
-        // Found by its resource, the mark and the place's lock id (never upserted: an update
-        // without `upsert`), only while live, and the lock id is data, not a path.
-        assert!(
-            text.contains(r#""_id":"$r","mongolock":1,"queue":{"$elemMatch":{"lockId":"$w"}}"#),
-            "{text}"
-        );
-        assert!(text.contains(r#"{"$gt":["$$q.until","$$NOW"]}"#), "{text}");
-        assert!(text.contains(r#"{"$literal":"$w"}"#), "{text}");
-        assert!(
-            text.contains(r#""until":{"$add":["$$NOW",1500]}"#),
-            "{text}"
-        );
-        assert!(!text.contains("upsert"), "{text}");
     }
 
     #[tokio::test]
