@@ -6,7 +6,7 @@
 //! document) and any number of kind-1 sections (document sequences, merged into the command
 //! as arrays), then an optional CRC-32C checksum.
 
-use bson::{Bson, Document, RawDocument};
+use bson::{Bson, Document, RawBsonRef, RawDocument};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::engine::error::CommandError;
@@ -174,9 +174,75 @@ fn first_duplicate_key(raw: &bson::RawDocument) -> Option<String> {
 /// Reads one BSON document at `at`, returning it and the offset after it.
 fn read_document(bytes: &[u8], at: usize) -> Result<(Document, usize), WireError> {
     let (raw, next) = read_raw_slice(bytes, at)?;
-    let doc =
-        Document::try_from(raw).map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
-    Ok((doc, next))
+    Ok((decode(raw)?, next))
+}
+
+/// The [`Document`] a received BSON document holds.
+fn decode(raw: &RawDocument) -> Result<Document, WireError> {
+    to_document(raw).map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))
+}
+
+/// Converts a raw document to a [`Document`] in one pass over its bytes.
+///
+/// The same result as `Document::try_from(raw)`, which copies every sub-document into a
+/// buffer of its own before converting it (and so copies a value once per level it is
+/// nested in: an aggregation pipeline's inner expressions many times over).
+pub fn to_document(raw: &RawDocument) -> bson::raw::Result<Document> {
+    let mut doc = Document::new();
+    for element in raw {
+        let (key, value) = element?;
+        doc.insert(key, to_bson(value)?);
+    }
+    Ok(doc)
+}
+
+/// Converts a raw value to a [`Bson`], as `Bson::try_from(value.to_raw_bson())` does.
+fn to_bson(value: RawBsonRef<'_>) -> bson::raw::Result<Bson> {
+    Ok(match value {
+        RawBsonRef::Double(d) => Bson::Double(d),
+        RawBsonRef::String(s) => Bson::String(s.to_string()),
+        RawBsonRef::Document(d) => Bson::Document(to_document(d)?),
+        RawBsonRef::Array(items) => Bson::Array(
+            items
+                .into_iter()
+                .map(|item| to_bson(item?))
+                .collect::<bson::raw::Result<_>>()?,
+        ),
+        RawBsonRef::Boolean(b) => Bson::Boolean(b),
+        RawBsonRef::Null => Bson::Null,
+        RawBsonRef::RegularExpression(re) => {
+            // Options in alphabetical order, as the library stores them.
+            let mut options: Vec<char> = re.options.chars().collect();
+            options.sort_unstable();
+            Bson::RegularExpression(bson::Regex {
+                pattern: re.pattern.to_string(),
+                options: options.into_iter().collect(),
+            })
+        }
+        RawBsonRef::JavaScriptCode(code) => Bson::JavaScriptCode(code.to_string()),
+        RawBsonRef::JavaScriptCodeWithScope(code) => {
+            Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope {
+                code: code.code.to_string(),
+                scope: to_document(code.scope)?,
+            })
+        }
+        RawBsonRef::Int32(i) => Bson::Int32(i),
+        RawBsonRef::Int64(i) => Bson::Int64(i),
+        RawBsonRef::Timestamp(t) => Bson::Timestamp(t),
+        RawBsonRef::Binary(b) => Bson::Binary(bson::Binary {
+            subtype: b.subtype,
+            bytes: b.bytes.to_vec(),
+        }),
+        RawBsonRef::ObjectId(id) => Bson::ObjectId(id),
+        RawBsonRef::DateTime(dt) => Bson::DateTime(dt),
+        RawBsonRef::Symbol(s) => Bson::Symbol(s.to_string()),
+        RawBsonRef::Decimal128(d) => Bson::Decimal128(d),
+        RawBsonRef::Undefined => Bson::Undefined,
+        RawBsonRef::MaxKey => Bson::MaxKey,
+        RawBsonRef::MinKey => Bson::MinKey,
+        // Its fields are private; it holds no document, so the library's copy is cheap.
+        other @ RawBsonRef::DbPointer(_) => Bson::try_from(other.to_raw_bson())?,
+    })
 }
 
 /// Borrows the BSON document at `at` (checked for well-formedness, not copied).
@@ -254,9 +320,7 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Parsed), WireError> {
                     command = Some(Document::new());
                 } else {
                     duplicate_field = first_duplicate_key(raw);
-                    let doc = Document::try_from(raw)
-                        .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
-                    command = Some(doc);
+                    command = Some(decode(raw)?);
                 }
                 at = next;
             }
@@ -277,9 +341,7 @@ fn parse_op_msg(body: &[u8]) -> Result<(u32, Parsed), WireError> {
                     if let Some(too_large) = oversized(raw) {
                         error.get_or_insert(too_large);
                     } else if error.is_none() {
-                        let doc = Document::try_from(raw)
-                            .map_err(|e| WireError::Malformed(format!("invalid BSON: {e}")))?;
-                        docs.push(doc);
+                        docs.push(decode(raw)?);
                     }
                     cursor = next;
                 }
@@ -399,4 +461,74 @@ pub async fn write_message<W: AsyncWrite + Unpin>(
 ) -> std::io::Result<()> {
     writer.write_all(bytes).await?;
     writer.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::spec::BinarySubtype;
+    use bson::{Binary, Decimal128, JavaScriptCodeWithScope, Regex, Timestamp, doc, oid};
+
+    use super::*;
+
+    /// `{p: DBPointer("db.c", id)}`, written by hand: `doc!` cannot make one.
+    fn db_pointer_document() -> Vec<u8> {
+        let mut element = vec![0x0C, b'p', 0];
+        element.extend_from_slice(&5i32.to_le_bytes());
+        element.extend_from_slice(b"db.c\0");
+        element.extend_from_slice(&oid::ObjectId::new().bytes());
+        let mut bytes = ((4 + element.len() + 1) as i32).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&element);
+        bytes.push(0);
+        bytes
+    }
+
+    #[test]
+    fn to_document_reads_every_type_as_the_library_does() {
+        let nested = doc! {"a": [1, {"b": [[2.5], {"c": "deep"}]}], "d": {"e": {"f": null}}};
+        let pointer = db_pointer_document();
+        let pointer = Document::try_from(RawDocument::from_bytes(&pointer).unwrap()).unwrap();
+        let original = doc! {
+            "double": 1.5,
+            "string": "text",
+            "document": nested.clone(),
+            "array": [1, "two", {"three": 3}, [4]],
+            "binary": Binary { subtype: BinarySubtype::Uuid, bytes: vec![1; 16] },
+            "undefined": Bson::Undefined,
+            "objectId": oid::ObjectId::new(),
+            "bool": true,
+            "date": bson::DateTime::from_millis(1_700_000_000_000),
+            "null": Bson::Null,
+            "regex": Regex { pattern: "^a.b$".into(), options: "xmi".into() },
+            "js": Bson::JavaScriptCode("return 1".into()),
+            "jsScope": JavaScriptCodeWithScope { code: "x".into(), scope: nested },
+            "int": 7,
+            "timestamp": Timestamp { time: 5, increment: 6 },
+            "long": 8i64,
+            "decimal": Decimal128::from_bytes([3; 16]),
+            "symbol": Bson::Symbol("sym".into()),
+            "dbPointer": pointer.get("p").unwrap().clone(),
+            "maxKey": Bson::MaxKey,
+            "minKey": Bson::MinKey,
+        };
+        let bytes = bson::to_vec(&original).unwrap();
+        let raw = RawDocument::from_bytes(&bytes).unwrap();
+        let ours = to_document(raw).unwrap();
+        assert_eq!(ours, Document::try_from(raw).unwrap());
+        // The regex's options come back sorted, as the library sorts them.
+        assert_eq!(
+            ours.get("regex"),
+            Some(&Bson::RegularExpression(Regex { pattern: "^a.b$".into(), options: "imx".into() }))
+        );
+    }
+
+    #[test]
+    fn to_document_refuses_what_the_library_refuses() {
+        // A string whose bytes are not UTF-8, nested two levels down.
+        let mut bytes = bson::to_vec(&doc! {"a": {"b": ["xy"]}}).unwrap();
+        let at = bytes.windows(2).position(|w| w == b"xy").unwrap();
+        bytes[at] = 0xFF;
+        let raw = RawDocument::from_bytes(&bytes).unwrap();
+        assert!(Document::try_from(raw).is_err());
+        assert!(to_document(raw).is_err());
+    }
 }
