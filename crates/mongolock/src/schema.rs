@@ -20,9 +20,10 @@
 //!
 //! <entry> = { lockId: String, nonce: ObjectId, owner: String|null, host: String|null,
 //!             keeper: String|null,    // the lease keeper renewing it (see `lease`)
-//!             token: Int64, createdAt: Date, renewedAt: Date,
+//!             token: Int64, createdAt: Date,
+//!             renewedAt: Date,        // the last renewal; missing until the first
 //!             expiresAt: Date|null,   // null: no TTL
-//!             ttlMs: Int64|null }
+//!             ttlMs: Int32|Int64|null }
 //! ```
 //!
 //! `cap` is stored with the shared entries: the first shared grant sets it, and a shared
@@ -43,8 +44,8 @@
 //! in (a release, a withdrawal, a force release, an unlock or purge, a waiter leaving the
 //! line, a shared grant with a reader next in line) and that leaves the resource open to it
 //! (no exclusive entry, and no shared entry either or a reader at the head with a permit
-//! left) sets `wake` to the head place's `keeper` and a stamp new to that change (the hex of
-//! an `ObjectId` made for the command), so that it changes even when the same waiter is
+//! left) sets `wake` to the head place's `keeper` and a stamp new to that change (64 random
+//! bits, in hex), so that it changes even when the same waiter is
 //! woken twice. Each lock client's change stream passes only the changes that
 //! name its own keeper (and deletes), so one release wakes one waiter, and grants, renewals
 //! and joins wake nobody. A waiter whose turn comes otherwise (the head's place lapsed, the
@@ -197,7 +198,11 @@ pub(crate) fn decode_entry(
         token,
         nonce,
         created_at: date(CREATED_AT)?,
-        renewed_at: date(RENEWED_AT)?,
+        // Written by the first renewal: until then, the entry's creation.
+        renewed_at: match entry.get(RENEWED_AT) {
+            None => date(CREATED_AT)?,
+            Some(_) => date(RENEWED_AT)?,
+        },
         expires_at,
         ttl,
     })
@@ -291,6 +296,20 @@ mod tests {
         let mut bad_ttl = entry("a", 1);
         bad_ttl.insert("ttlMs", "30s");
         assert!(unexpected(bad_ttl).contains("ttlMs"));
+        let mut bad_renewal = entry("a", 1);
+        bad_renewal.insert("renewedAt", Bson::Null);
+        assert!(unexpected(bad_renewal).contains("renewedAt"));
+    }
+
+    #[test]
+    fn an_entry_not_yet_renewed_was_renewed_when_it_was_created() {
+        let id = Bson::String("r".into());
+        let mut fresh = entry("a", 5);
+        fresh.remove("renewedAt");
+        fresh.insert("ttlMs", 30_000_i32);
+        let holder = decode_entry(&id, "r", LockKind::Exclusive, &fresh).unwrap();
+        assert_eq!(holder.renewed_at(), DateTime::from_millis(1_000));
+        assert_eq!(holder.ttl(), Some(Duration::from_secs(30)));
     }
 
     #[test]

@@ -1635,6 +1635,14 @@ fn foreign_documents() -> Vec<Foreign> {
         },
         Foreign {
             id: "\"f\"",
+            // Written by someone else (an acquire seeds `{_id, mongolock: 1}`): not ours.
+            name: "a document with nothing but an _id",
+            document: doc! { "_id": "f" },
+            lock_shaped: false,
+            found_by_lock_id: false,
+        },
+        Foreign {
+            id: "\"f\"",
             name: "the mark of another version",
             document: doc! { "_id": "f", "mongolock": 2, "fence": 7_i64, "exclusive": entry(), "shared": [], "released": [], "cap": Bson::Null, "queue": [], "idleSince": Bson::Null },
             lock_shaped: false,

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! findAndModify: <collection>
-//!   query:  { _id: <resource> }            // only _id: $expr is refused in an upsert's filter
+//!   query:  { _id: <resource>, mongolock: 1 }   // the mark: a lock document, or none yet
 //!   update: [ { $replaceWith: ... } ]      // the pipeline below, one stage
 //!   upsert: true, new: true
 //!   fields: { ... }                        // the projection below: a bounded reply
@@ -12,25 +12,31 @@
 //!   writeConcern: { w: "majority", j: true, wtimeout: <limit> }, maxTimeMS: <limit>
 //! ```
 //!
+//! Whose document it is, the query says, once: it matches the resource's document only if it
+//! carries the mark; when there is none, the upsert seeds `{_id, mongolock: 1}` and the stage
+//! fills it. When a document with that `_id` exists without the mark (another
+//! application's), the query matches nothing and the upsert's insert meets a duplicate key:
+//! the command writes nothing, and after one repeat (the first may be a racing upsert's
+//! doing) the client reports
+//! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) (see
+//! `command/expr.rs`).
+//!
 //! The stage, in words (each step is one `$let` level of [`pipeline`]):
-//! 1. If the document is not a lock document (it has not the mark, and is not just seeded),
-//!    fail the command (it writes nothing; the client reports
-//!    [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument)). This is the
-//!    only check of whose document it is in the command (see `command/expr.rs`).
-//! 2. `x`, `s`, `t`, `q`: the live exclusive entry (or null), the live shared entries, the
+//! 1. `x`, `s`, `t`, `q`: the live exclusive entry (or null), the live shared entries, the
 //!    tombstones and the live places of the resource's line, in the order they joined.
 //!    Expired entries and places are dropped here, so they never block anybody.
-//! 3. `a`: the places before this lock id's own in the line, or every place if it has none
-//!    (a first or a single attempt). For a waiting attempt also `w`, whether this attempt's
-//!    nonce was given up by `release_attempt`, and `h`, whether this lock id already holds
-//!    the resource.
-//! 4. `g` (grant): the nonce not withdrawn, no live exclusive entry; for an exclusive lock
+//! 2. `a`: the places before this lock id's own in the line, or every place if it has none
+//!    (a first or a single attempt). For a waiting attempt also `o` (out of the line):
+//!    whether this attempt's nonce was given up by `release_attempt`, or this lock id
+//!    already holds the resource; for a waiting shared one `y`, whether the requested cap is
+//!    the live shared entries' (or there are none).
+//! 3. `g` (grant): the nonce not withdrawn, no live exclusive entry; for an exclusive lock
 //!    no live shared entry and nobody before it in line; for a shared lock no live shared
 //!    entry of this lock id, the cap of the live shared entries (if any) the requested one,
 //!    only readers before it in line, and the live shared entries plus those readers fewer
 //!    than `max`. Only the terms of the request's kind are sent. `f`: the token a grant
 //!    gets, `max(fence + 1, toLong($$NOW) * 1000)`.
-//! 5. The new document: on a grant the new entry (token `f`, `expiresAt = $$NOW + ttl` or
+//! 4. The new document: on a grant the new entry (token `f`, `expiresAt = $$NOW + ttl` or
 //!    null) as the exclusive entry or added to the shared ones, `fence = f`, and this lock
 //!    id's place out of the line; otherwise the live entries only, the fence unchanged, and
 //!    for a waiting attempt its place (naming its keeper): added at the end of the line if
@@ -39,8 +45,8 @@
 //!    it (`wake`, see [`crate::schema`]): a line of readers is let in one after
 //!    another.
 //!
-//! A refused attempt whose document had nothing expired to drop and whose place (if any)
-//! was fresh leaves it unchanged: no write, no change event. An exclusive grant wakes
+//! A refused attempt whose document had nothing expired to drop leaves it unchanged: no
+//! write, no change event. An exclusive grant wakes
 //! nobody: nobody can follow it in.
 //!
 //! The projection reads the document after the change, which the stage wrote as a lock
@@ -68,7 +74,7 @@ use crate::schema;
 pub(crate) fn command(ctx: &Context, request: &AcquireRequest, ttl_ms: Option<i64>) -> Document {
     doc! {
         "findAndModify": ctx.collection_name(),
-        "query": { "_id": &request.resource },
+        "query": expr::checked(doc! { "_id": &request.resource }, None),
         "update": pipeline(request, ttl_ms),
         "upsert": true,
         "new": true,
@@ -86,7 +92,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     // An ObjectId is a constant in an expression: it needs no `$literal`.
     let nonce = Bson::ObjectId(request.nonce.0);
     let requested_cap = match request.max_shared {
-        Some(max) => Bson::Int64(i64::from(max)),
+        Some(max) => expr::int(i64::from(max)),
         None => Bson::Null,
     };
     let announce = request
@@ -98,7 +104,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     let mut live = doc! {
         "l": lock_id,
         "x": expr::exclusive_where(expr::is_live("$exclusive")),
-        "s": expr::shared_where(expr::is_live("$$e")),
+        "s": expr::live_shared(),
         "t": expr::live_tombstones(),
         "q": expr::live_queue(),
     };
@@ -125,8 +131,10 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         { "$eq": [{ "$size": "$$s" }, 0] },
         { "$eq": [stored_cap.clone(), requested_cap.clone()] },
     ]});
+    // A waiting attempt binds `o` (see below): withdrawn, or held already by this lock id.
     let mut terms = vec![
-        bson!({ "$not": [if announce.is_some() { bson!("$$w") } else { withdrawn.clone() }] }),
+        // `$not` of one expression needs no argument list (nor does any one-argument operator).
+        bson!({ "$not": if announce.is_some() { bson!("$$o") } else { withdrawn.clone() } }),
         bson!({ "$eq": ["$$x", null] }),
     ];
     match request.kind {
@@ -138,20 +146,19 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         // Only readers wait ahead (they share with this one), and with a cap, the slots left
         // are more than the permits they wait for.
         LockKind::Shared => {
-            // Not held by this lock id (for a waiting attempt, `h` says it: `x` is null).
-            terms.push(match announce {
-                Some(_) => bson!({ "$not": ["$$h"] }),
-                None => bson!({ "$not": [{ "$in": [lock_id.clone(), "$$s.lockId"] }] }),
-            });
+            // Not held by this lock id (for a waiting attempt, `o` says it).
+            if announce.is_none() {
+                terms.push(bson!({ "$not": { "$in": [lock_id.clone(), "$$s.lockId"] } }));
+            }
             terms.push(match announce {
                 Some(_) => bson!("$$y"),
                 None => cap_agrees.clone(),
             });
-            terms.push(bson!({ "$not": [{ "$in": ["exclusive", "$$a.kind"] }] }));
+            terms.push(bson!({ "$not": { "$in": ["exclusive", "$$a.kind"] } }));
             if let Some(max) = request.max_shared {
                 terms.push(bson!({ "$lt": [
                     { "$add": [{ "$size": "$$s" }, { "$size": "$$a" }] },
-                    i64::from(max),
+                    expr::int(i64::from(max)),
                 ]}));
             }
         }
@@ -165,18 +172,18 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             { "$indexOfArray": [{ "$concatArrays": ["$$q.lockId", [lock_id.clone()]] }, lock_id.clone()] },
         ]},
     };
-    // For a waiting attempt: was it withdrawn, and does this lock id hold the resource
-    // already (then it is not waiting)?
+    // For a waiting attempt, `o` (out of the line): it was withdrawn, or this lock id holds
+    // the resource already (then it is not waiting). An exclusive grant needs no `held`
+    // term (any live entry refuses it), so `o` adds nothing to its grant.
     if announce.is_some() {
         if request.kind == LockKind::Shared {
             seen.insert("y", cap_agrees);
         }
-        seen.insert("w", withdrawn);
         seen.insert(
-            "h",
+            "o",
             bson!({ "$or": [
-                { "$eq": ["$$x.lockId", lock_id.clone()] },
-                { "$in": [lock_id.clone(), "$$s.lockId"] },
+                withdrawn,
+                { "$in": [lock_id.clone(), { "$concatArrays": [["$$x.lockId"], "$$s.lockId"] }] },
             ]}),
         );
     }
@@ -186,13 +193,14 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     let grant = bson!({
         "g": { "$and": terms },
         "f": { "$max": [
-            { "$add": [{ "$ifNull": ["$fence", 0_i64] }, 1_i64] },
-            { "$multiply": [{ "$toLong": "$$NOW" }, 1000_i64] },
+            // No fence yet (a document just seeded): `$add` gives null, which `$max` passes.
+            { "$add": ["$fence", 1] },
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1000] },
         ]},
     });
     // 5. The entry, and where it goes.
     let (expires_at, ttl) = match ttl_ms {
-        Some(ms) => (bson!({ "$add": ["$$NOW", ms] }), Bson::Int64(ms)),
+        Some(ms) => (bson!({ "$add": ["$$NOW", expr::int(ms)] }), expr::int(ms)),
         None => (Bson::Null, Bson::Null),
     };
     // `idleSince` changes only with a grant (see `crate::schema`): dropping expired entries
@@ -200,19 +208,14 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     // A grant without TTL makes it null; one with a TTL pushes it to the entry's end, unless
     // it is null (a live entry has no TTL: no entry without TTL expires, and the change that
     // removes one computes it again).
-    let idle_since = bson!({ "$cond": [
-        "$$g",
-        if ttl_ms.is_some() {
-            bson!({ "$cond": [
-                { "$eq": [{ "$type": "$idleSince" }, "null"] },
-                null,
-                { "$max": ["$idleSince", expires_at.clone()] },
-            ]})
-        } else {
-            Bson::Null
-        },
-        "$idleSince",
-    ]});
+    let idle_since = match ttl_ms {
+        Some(_) => bson!({ "$cond": [
+            { "$and": ["$$g", { "$ne": [{ "$type": "$idleSince" }, "null"] }] },
+            { "$max": ["$idleSince", expires_at.clone()] },
+            "$idleSince",
+        ]}),
+        None => bson!({ "$cond": ["$$g", null, "$idleSince"] }),
+    };
     let details = &request.details;
     let entry = bson!({
         "lockId": lock_id.clone(),
@@ -221,8 +224,8 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         "host": literal(details.host_value()),
         "keeper": keeper.clone(),
         "token": "$$f",
+        // `renewedAt` comes with the first renewal (see `crate::schema`).
         "createdAt": "$$NOW",
-        "renewedAt": "$$NOW",
         "expiresAt": expires_at,
         "ttlMs": ttl,
     });
@@ -241,21 +244,21 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     };
     // A grant ends this lock id's wait; a refused waiting attempt keeps its place.
     let others_waiting = bson!({ "$filter": {
-        "input": "$$q", "as": "q", "cond": { "$ne": ["$$q.lockId", lock_id.clone()] },
+        "input": "$$q", "cond": { "$ne": ["$$this.lockId", lock_id.clone()] },
     }});
     let queue = match announce {
         Some(bound_ms) => {
             let kind = request.kind.to_string();
-            let until = bson!({ "$add": ["$$NOW", bound_ms] });
+            let until = bson!({ "$add": ["$$NOW", expr::int(bound_ms)] });
             // A withdrawn attempt (a late copy of a dropped one) never joins: its waiter is
             // gone. Nor does a lock id that holds the resource already: it is not waiting (the
             // attempt is answered with that lock), and a place would keep others out after it
             // releases.
             // Nor does a shared request refused for asking another cap than the live shared
             // locks': it is answered with an error, not made to wait.
-            let mut stop = vec![bson!("$$g"), bson!("$$w"), bson!("$$h")];
+            let mut stop = vec![bson!("$$g"), bson!("$$o")];
             if request.kind == LockKind::Shared {
-                stop.push(bson!({ "$not": ["$$y"] }));
+                stop.push(bson!({ "$not": "$$y" }));
             }
             // The place names the waiter's keeper (its lock client), whom a change that lets
             // it in wakes.
@@ -263,20 +266,25 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             if request.keeper.is_some() {
                 place.insert(schema::KEEPER, keeper);
             }
-            bson!({ "$switch": {
-                "branches": [
-                    { "case": { "$or": stop }, "then": others_waiting },
-                    { "case": { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] }, "then": { "$concatArrays": ["$$q", [place]] } },
-                ],
-                // A place it has stays as it is: its client refreshes it (`crate::places`),
-                // so a refused attempt leaves the line, and the document, unchanged.
-                "default": "$$q",
-            }})
+            // Out of the line when it stops waiting; else joined at its end if it has no
+            // place yet; else its place stays as it is: its client refreshes it
+            // (`crate::places`), so a refused attempt leaves the line, and the document,
+            // unchanged.
+            bson!({ "$cond": [
+                { "$or": stop },
+                others_waiting,
+                { "$cond": [
+                    { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] },
+                    { "$concatArrays": ["$$q", [place]] },
+                    "$$q",
+                ]},
+            ]})
         }
         None => bson!({ "$cond": ["$$g", others_waiting, "$$q"] }),
     };
     let result = expr::NextDocument {
-        fence: Some(bson!({ "$cond": ["$$g", "$$f", { "$ifNull": ["$fence", 0_i64] }] })),
+        // A refusal keeps it (a document just seeded is never refused: it holds nothing).
+        fence: Some(bson!({ "$cond": ["$$g", "$$f", "$fence"] })),
         exclusive: Some(exclusive),
         shared: Some(shared),
         released: Some(bson!("$$t")),
@@ -294,7 +302,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             (LockKind::Exclusive, _) => None,
             (LockKind::Shared, None) => Some(Bson::Boolean(true)),
             (LockKind::Shared, Some(max)) => {
-                Some(bson!({ "$lt": [{ "$size": "$$ns" }, i64::from(max)] }))
+                Some(bson!({ "$lt": [{ "$size": "$$ns" }, expr::int(i64::from(max))] }))
             }
         },
         no_exclusive: false,
@@ -310,12 +318,12 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
             result,
             |inner, vars| bson!({ "$let": { "vars": vars, "in": inner } }),
         );
-    vec![expr::guarded(nested)]
+    vec![expr::replace_stage(nested)]
 }
 
 /// The projection of the document after the change: a bounded reply whatever the number of
 /// holders, from which [`interpret`] derives the outcome. It only ever reads a lock document
-/// as the pipeline wrote it (another application's document fails the command first):
+/// as the pipeline wrote it (another application's document is never matched):
 /// `exclusive` is an entry or null, `shared`, `released` and `queue` are arrays, and every
 /// entry is live (the pipeline dropped the expired ones).
 ///
@@ -354,14 +362,15 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
             reply.insert("cap", "$cap");
         }
     }
-    doc! { "_id": 1, "r": reply }
+    // `_id` comes too: a projection keeps it unless it says otherwise.
+    doc! { "r": reply }
 }
 
 /// Sends one attempt.
 pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attempt> {
     let ttl_ms = request.validate()?;
     let reply = match ctx.write(command(ctx, request, ttl_ms), Upsert::Yes).await {
-        Err(error) if expr::is_refusal(&error) => {
+        Err(error) if crate::command::is_not_ours(&error) => {
             let id = Bson::String(request.resource.clone());
             return Err(schema::not_a_lock_document(&id));
         }
@@ -592,7 +601,10 @@ mod tests {
         let ctx = crate::command::test_context();
         let request = AcquireRequest::exclusive("r", "id", LockDetails::default());
         let command = command(&ctx, &request, None);
-        assert_eq!(command.get_document("query").unwrap(), &doc! { "_id": "r" });
+        assert_eq!(
+            command.get_document("query").unwrap(),
+            &doc! { "_id": "r", "mongolock": 1 }
+        );
         assert_eq!(
             command.get_document("collation").unwrap(),
             &doc! { "locale": "simple" }

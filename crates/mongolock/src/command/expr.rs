@@ -5,21 +5,27 @@
 //! # Whose document: the mark, once per command
 //!
 //! Every write sets the mark ([`schema::MARK`](crate::schema::MARK), `mongolock: 1`) and
-//! changes a document only if it carries it, or has nothing but an `_id` (one just seeded by
-//! an upsert). Each command checks it once, where it decides, and nothing after it checks
-//! again:
+//! changes a document only if it carries it. Each command checks it once, where it decides,
+//! and nothing after it checks again:
 //!
-//! - A `findAndModify` (acquire, release, withdraw, force release) changes one document, in
-//!   one stage: [`guarded`] replaces it if [`is_ours`], and otherwise makes the command fail
-//!   with [`REFUSED`] (evaluating [`refusal`]). A failed command writes nothing, so the
-//!   document is left exactly as it is, and its projection is never evaluated on another
-//!   application's document. The caller turns that error into
-//!   [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) (or, for a
-//!   release, "nothing removed") with [`is_refusal`].
-//! - An `update` of many documents (unlock, renew, purge) must not fail on one of them: its
-//!   query asks for the mark ([`checked`]), so another document is not matched, not changed
-//!   and not counted, and the update ([`replace_stage`]) runs only on the documents the query
-//!   matched. The keepalive's and the places' statements ask for it too.
+//! - Most writes ask for the mark in their query ([`checked`]), so another application's
+//!   document is not matched, not changed and not counted, and the stage
+//!   ([`replace_stage`]) runs only on the documents the query matched:
+//!   - an acquire and a withdrawal, which are upserts: where no document exists the upsert
+//!     seeds `{_id, mongolock: 1}` from the query, and where one exists without the mark the
+//!     upsert's insert meets a duplicate key, which the client, after one repeat (the first
+//!     may be a racing upsert's), reads as "not a lock document"
+//!     ([`is_not_ours`](crate::command::is_not_ours));
+//!   - a release of a grant, whose query names the entry too;
+//!   - the `update`s of many documents (unlock, renew, purge), which must not fail on one of
+//!     them; the keepalive's and the places' statements.
+//! - A force release finds the document by `_id` alone, in one stage: [`guarded`] replaces
+//!   it if [`is_ours`], and otherwise makes the command fail with [`REFUSED`] (evaluating
+//!   [`refusal`]). A failed command writes nothing, so the document is left exactly as it
+//!   is, and its projection is never evaluated on another application's document. The
+//!   caller turns that error into
+//!   [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) with
+//!   [`is_refusal`].
 //! - The status aggregation reports one marked row for a document without the mark (see
 //!   `command/status.rs`), and so does the keeper's read of its live leases skip it.
 //!
@@ -42,7 +48,7 @@ use bson::{Bson, Document, bson, doc};
 use crate::error::{Error, ErrorKind};
 use crate::schema::{EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK};
 
-/// The server's error code when a single-document write meets a document of another shape:
+/// The server's error code when a force release meets a document of another shape:
 /// `ConversionFailure`, raised by [`refusal`]. Nothing else in a lock command converts a
 /// value that can fail (`$toLong` of `$$NOW` cannot), so the code says which it was.
 pub(crate) const REFUSED: i32 = 241;
@@ -58,14 +64,17 @@ pub(crate) fn literal(value: &str) -> Bson {
     }
 }
 
-/// True when the current document (`$$ROOT`) is this crate's: it carries the mark, or it
-/// has nothing but an `_id` yet (a document just seeded by an upsert, which every write of
-/// this crate then fills and marks).
+/// `n` as the smallest BSON integer that holds it: an `Int32` (4 bytes) when it fits, else an
+/// `Int64`. The server's arithmetic and comparisons mix the two freely (`$add` of a date and
+/// either is a date, of a long and an int a long), and the decoders read both.
+pub(crate) fn int(n: i64) -> Bson {
+    i32::try_from(n).map_or(Bson::Int64(n), Bson::Int32)
+}
+
+/// True when the current document (`$$ROOT`) is this crate's: it carries the mark. (An upsert
+/// that seeds a document asks for the mark in its query, so the seed carries it too.)
 pub(crate) fn is_ours() -> Bson {
-    bson!({ "$or": [
-        { "$eq": [format!("${MARK}"), FORMAT] },
-        { "$eq": ["$$ROOT", { "_id": "$_id" }] },
-    ]})
+    bson!({ "$eq": [format!("${MARK}"), FORMAT] })
 }
 
 /// An expression that fails with [`REFUSED`] when evaluated. It reads the document (its
@@ -119,6 +128,11 @@ pub(crate) fn shared_where(keep: Bson) -> Bson {
     bson!({ "$filter": { "input": shared_or_empty(), "as": "e", "cond": keep } })
 }
 
+/// The live shared entries (see [`is_live`]).
+pub(crate) fn live_shared() -> Bson {
+    bson!({ "$filter": { "input": shared_or_empty(), "cond": is_live("$$this") } })
+}
+
 /// Every entry, exclusive first, as one array. It reads only an object as the exclusive entry
 /// and only an array as the shared ones, so a marked document changed by hand fails no read.
 pub(crate) fn all_entries() -> Bson {
@@ -132,8 +146,7 @@ pub(crate) fn all_entries() -> Bson {
 pub(crate) fn live_tombstones() -> Bson {
     bson!({ "$filter": {
         "input": { "$ifNull": ["$released", []] },
-        "as": "t",
-        "cond": { "$gt": ["$$t.until", "$$NOW"] },
+        "cond": { "$gt": ["$$this.until", "$$NOW"] },
     }})
 }
 
@@ -141,8 +154,7 @@ pub(crate) fn live_tombstones() -> Bson {
 pub(crate) fn live_queue() -> Bson {
     bson!({ "$filter": {
         "input": { "$ifNull": ["$queue", []] },
-        "as": "q",
-        "cond": { "$gt": ["$$q.until", "$$NOW"] },
+        "cond": { "$gt": ["$$this.until", "$$NOW"] },
     }})
 }
 
@@ -260,7 +272,7 @@ impl NextDocument {
     ///
     /// `wake` (see [`WAKE`]): when the change [`frees`](Self::frees) and the new document
     /// lets the head of the line in, it names the head's keeper and a stamp new to this
-    /// command (an `ObjectId` made for it), so that it changes even when the same waiter is
+    /// command (64 random bits, in hex), so that it changes even when the same waiter is
     /// woken twice. Otherwise it is kept (a missing field stays missing). The head is let in
     /// when there is no exclusive entry and either no shared entry, or the head waits for a
     /// shared lock and the shared entries leave a permit under the cap.
@@ -363,7 +375,7 @@ impl NextDocument {
                     { "$and": [{ "$eq": ["$$h.kind", "shared"] }, room] },
                 ]}));
             }
-            let stamp = format!(" {}", bson::oid::ObjectId::new().to_hex());
+            let stamp = format!(" {:016x}", rand::random::<u64>());
             fields.insert(
                 WAKE,
                 bson!({ "$cond": [
@@ -404,7 +416,7 @@ pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
 }
 
 /// Who the last change that let the head of a line in woke: the head's keeper (the lock
-/// client it waits in), a space and a stamp new to that change (an `ObjectId`'s hex). Each client's change
+/// client it waits in), a space and a stamp new to that change (64 random bits, in hex). Each client's change
 /// stream passes only the updates that set it to its own keeper (and deletes), so a release
 /// wakes the one waiter that can take the lock, never a grant, a renewal or a waiter joining
 /// the line (see `crate::changes`).

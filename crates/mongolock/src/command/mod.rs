@@ -44,8 +44,23 @@ use crate::error::{Effect, Error, ErrorKind, Result};
 /// How long a command may take by default, retries included.
 pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// MongoDB's duplicate key error: two upserts raced to create the same resource document.
+/// MongoDB's duplicate key error. For an upsert whose query names the document by `_id` and
+/// the mark, it means the query matched nothing though a document with that `_id` exists:
+/// once, a racing upsert created it in between; again after a repeat, the document is not a
+/// lock document (see [`is_not_ours`]).
 const DUPLICATE_KEY: i32 = 11000;
+
+/// Whether `error`, the final error of an upsert whose query asks for the mark, says the
+/// document with that `_id` is not a lock document: the upsert met a duplicate key twice
+/// ([`Context::write`] repeats it once), so a document exists that its query does not match.
+pub(crate) fn is_not_ours(error: &Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::Database {
+            code: Some(DUPLICATE_KEY)
+        }
+    )
+}
 
 /// The longest command time limit accepted: `i32::MAX` milliseconds, the most `maxTimeMS` a
 /// server takes.
@@ -207,9 +222,11 @@ impl Context {
     /// its concerns and limits, which this adds) to the primary and returns the reply.
     ///
     /// One attempt, and one more if the first failed in a way that repeating can fix (a
-    /// step-down, a dropped connection, a write concern error, and for an upsert a duplicate
-    /// key from a racing upsert), both within the command time limit. If any attempt may
-    /// have been applied, the error says the outcome is unknown.
+    /// step-down, a dropped connection, a write concern error), all within the command time
+    /// limit; for an upsert, also one more after its first duplicate key (a racing upsert
+    /// created the document: the repeat finds it), whichever attempt met it, so that a second
+    /// one says the document is not ours ([`is_not_ours`]). If any attempt may have been
+    /// applied, the error says the outcome is unknown.
     pub(crate) async fn write(&self, command: Document, upsert: Upsert) -> Result<Document> {
         self.write_within(command, upsert, self.timeout).await
     }
@@ -226,6 +243,7 @@ impl Context {
         let deadline = Instant::now() + limit;
         let mut unknown = false;
         let mut attempt = 0;
+        let mut duplicates = 0;
         loop {
             attempt += 1;
             let error = match self.write_once(command.clone(), deadline, limit).await {
@@ -240,7 +258,13 @@ impl Context {
                         code: Some(DUPLICATE_KEY)
                     }
                 );
-            if attempt >= 2 || !(error.is_retryable() || duplicate_key) {
+            duplicates += u32::from(duplicate_key);
+            let again = if duplicate_key {
+                duplicates < 2
+            } else {
+                attempt < 2 && error.is_retryable()
+            };
+            if !again {
                 return Err(if unknown {
                     error.with_unknown_outcome()
                 } else {

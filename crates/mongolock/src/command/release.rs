@@ -20,9 +20,10 @@
 //! One attempt (by resource, lock id and nonce), whatever became of it:
 //!
 //! ```text
-//! findAndModify: <collection>, query: { _id: <resource> }, new: false, upsert: true,
-//!   update: [ { $replaceWith: <a lock document> ? <the document without the entry
-//!                             {lockId, nonce}, with a tombstone for the nonce> : <fail> } ],
+//! findAndModify: <collection>, query: { _id: <resource>, mongolock: 1 }, new: false,
+//!   upsert: true,
+//!   update: [ { $replaceWith: <the document without the entry {lockId, nonce}, with a
+//!                              tombstone for the nonce> } ],
 //!   fields: { r: { removed, live } }, ...
 //! ```
 //!
@@ -34,12 +35,13 @@
 //!   fields: { removed: <the number of entries before> }, ...
 //! ```
 //!
-//! Whose document it is is checked once: a release asks for the mark in its query; a
-//! withdrawal and a force release, which find the document by `_id` alone, check it in the
-//! stage, and on another application's document (one without the mark) the command fails
-//! and writes nothing, so the projection (read from the document before the change) only
-//! ever sees a lock document. A release or a withdrawal then reports that nothing was
-//! removed, and a force release reports
+//! Whose document it is is checked once. A release and a withdrawal ask for the mark in their
+//! query: another application's document (one without the mark) is never matched; a
+//! release then finds nothing, and a withdrawal's upsert meets a duplicate key (see
+//! `command/acquire.rs`); both report that nothing was removed. A force release finds the
+//! document by `_id` alone and checks it in the stage: on another application's document
+//! the command fails and writes nothing, so its projection (read from the document before
+//! the change) only ever sees a lock document, and it reports
 //! [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument).
 //!
 //! A release rewrites only its grant's side of the document (the exclusive entry, or the
@@ -105,10 +107,10 @@ const NOTHING: Released = Released {
     live: false,
 };
 
-/// Reads the reply of a release, or of its refusal of a document of another shape.
+/// Reads the reply of a withdrawal, or of its meeting a document that is not a lock document.
 fn removed(reply: Result<Document>) -> Result<Released> {
     let reply = match reply {
-        Err(error) if expr::is_refusal(&error) => return Ok(NOTHING),
+        Err(error) if crate::command::is_not_ours(&error) => return Ok(NOTHING),
         reply => reply?,
     };
     let bad = |what: &str| Error::bad_reply(Effect::Write, format!("the release reply {what}"));
@@ -252,8 +254,9 @@ pub(crate) fn release_attempt_command(
     }});
     doc! {
         "findAndModify": ctx.collection_name(),
-        "query": { "_id": &request.resource },
-        "update": [expr::guarded(next.document())],
+        // The mark, as in an acquire: another application's document is never matched.
+        "query": expr::checked(doc! { "_id": &request.resource }, None),
+        "update": [expr::replace_stage(next.document())],
         "upsert": true,
         "new": false,
         "fields": removed_projection(request.kind, matches),
