@@ -358,14 +358,18 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let statements = write_batch(cmd, "update", "updates")?;
     check_update_statement_fields(statements, "update")?;
     let eval = ctx.eval_context(cmd, "update")?;
-    let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
-    let mut coll = coll.lock();
+    ctx.state.catalog.get_or_create(ctx.db, &name)?;
     let (mut n, mut modified) = (0u64, 0u64);
     let mut upserted = Vec::new();
     let mut errors = Vec::new();
     for (index, raw) in statements.iter().enumerate() {
+        // Each statement is a write of its own, as in mongod: it is parsed before the
+        // collection is locked, and other commands may run between two statements (a batch
+        // of thousands, such as a keepalive's, never holds the collection for its whole run).
         let result = match raw {
             Bson::Document(raw) => parse_update_statement(raw, "update").and_then(|statement| {
+                let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
+                let mut coll = coll.lock();
                 check_hint(Some(&coll), raw.get("hint"))?;
                 run_update(&mut coll, &statement, &eval)
             }),

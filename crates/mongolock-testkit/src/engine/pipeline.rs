@@ -976,29 +976,74 @@ fn replace_root(expr: &Expr, with: bool, doc: &Document, ctx: &EvalContext) -> R
     }
 }
 
+/// Whether a stage turns each document into zero or more documents on its own, so that
+/// documents can go through a run of such stages one at a time.
+fn is_per_document(stage: &Stage) -> bool {
+    matches!(
+        stage,
+        Stage::Match(_)
+            | Stage::Project(_)
+            | Stage::AddFields(_)
+            | Stage::ReplaceRoot { .. }
+            | Stage::Unwind(_)
+    )
+}
+
+/// Takes one document through `stages` (all per-document stages) and appends what comes
+/// out to `out`. Documents go through a run of such stages one at a time, as in mongod,
+/// so no stage's output is held for every document at once.
+fn stream_one(
+    stages: &[Stage],
+    doc: Document,
+    ctx: &EvalContext,
+    out: &mut Vec<Document>,
+) -> Result<()> {
+    let Some((stage, rest)) = stages.split_first() else {
+        out.push(doc);
+        return Ok(());
+    };
+    match stage {
+        Stage::Match(m) => {
+            if m.matches(&doc, ctx)? {
+                stream_one(rest, doc, ctx, out)?;
+            }
+        }
+        Stage::Unwind(u) => {
+            let mut unwound = Vec::new();
+            unwind(u, vec![doc], &mut unwound);
+            for d in unwound {
+                stream_one(rest, d, ctx, out)?;
+            }
+        }
+        _ => {
+            let d = project_one(stage, &doc, ctx)?;
+            drop(doc);
+            stream_one(rest, d, ctx, out)?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `stages` over `input`.
 fn run_stages(stages: &[Stage], input: Vec<Document>, ctx: &EvalContext) -> Result<Vec<Document>> {
     let mut docs = input;
-    for stage in stages {
-        docs = match stage {
-            Stage::Match(m) => {
-                let mut kept = Vec::with_capacity(docs.len());
-                for d in docs {
-                    if m.matches(&d, ctx)? {
-                        kept.push(d);
-                    }
-                }
-                kept
-            }
-            Stage::Project(_) | Stage::AddFields(_) | Stage::ReplaceRoot { .. } => docs
+    let mut at = 0;
+    while let Some(stage) = stages.get(at) {
+        if is_per_document(stage) {
+            let run = stages[at..]
                 .iter()
-                .map(|d| project_one(stage, d, ctx))
-                .collect::<Result<_>>()?,
-            Stage::Unwind(u) => {
-                let mut out = Vec::with_capacity(docs.len());
-                unwind(u, docs, &mut out);
-                out
+                .take_while(|s| is_per_document(s))
+                .count();
+            let mut out = Vec::with_capacity(docs.len());
+            for d in docs {
+                stream_one(&stages[at..at + run], d, ctx, &mut out)?;
             }
+            docs = out;
+            at += run;
+            continue;
+        }
+        at += 1;
+        docs = match stage {
             Stage::Group(g) => run_group(g, docs, ctx)?,
             Stage::Sort(spec) => {
                 docs.sort_by(|a, b| spec.compare(a, b));
@@ -1042,6 +1087,11 @@ fn run_stages(stages: &[Stage], input: Vec<Document>, ctx: &EvalContext) -> Resu
                 });
                 out
             }
+            Stage::Match(_)
+            | Stage::Project(_)
+            | Stage::AddFields(_)
+            | Stage::ReplaceRoot { .. }
+            | Stage::Unwind(_) => unreachable!("per-document stages run above"),
         };
     }
     Ok(docs)
