@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use bson::{Bson, Document, Timestamp, doc};
+use bson::{Bson, Document, RawDocumentBuf, Timestamp, doc};
 
 use super::{Ctx, admin};
 use crate::engine::EvalContext;
-use crate::engine::changes::{ChangeEvent, ChangeKind, resume_token, token_seq};
+use crate::engine::changes::{ChangeEvent, ChangeKind, resume_token, token_seq, unstored};
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::pipeline::Pipeline;
 use crate::server::ServerState;
@@ -364,13 +364,13 @@ impl ChangeStream {
     fn add_pre_image(
         &self,
         out: &mut Document,
-        pre_image: &Option<Document>,
+        pre_image: &Option<RawDocumentBuf>,
         event: &ChangeEvent,
     ) -> Result<()> {
         match (self.before_change, pre_image) {
             (BeforeChange::Off, _) => {}
             (_, Some(doc)) => {
-                out.insert("fullDocumentBeforeChange", doc.clone());
+                out.insert("fullDocumentBeforeChange", unstored(doc));
             }
             (BeforeChange::WhenAvailable, None) => {
                 out.insert("fullDocumentBeforeChange", Bson::Null);
@@ -401,22 +401,20 @@ impl ChangeStream {
         let mut invalidate = false;
         match &event.kind {
             ChangeKind::Insert { doc } => {
+                let doc = unstored(doc);
+                let key = doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)};
                 out.insert("operationType", "insert");
-                out.insert("fullDocument", doc.clone());
+                out.insert("fullDocument", doc);
                 out.insert("ns", ns);
-                out.insert(
-                    "documentKey",
-                    doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)},
-                );
+                out.insert("documentKey", key);
             }
             ChangeKind::Replace { doc, pre_image } => {
+                let doc = unstored(doc);
+                let key = doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)};
                 out.insert("operationType", "replace");
-                out.insert("fullDocument", doc.clone());
+                out.insert("fullDocument", doc);
                 out.insert("ns", ns);
-                out.insert(
-                    "documentKey",
-                    doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)},
-                );
+                out.insert("documentKey", key);
                 self.add_pre_image(&mut out, pre_image, event)?;
             }
             ChangeKind::Update {
@@ -443,7 +441,7 @@ impl ChangeStream {
                         out.insert("fullDocument", current);
                     }
                     (_, Some(doc)) => {
-                        out.insert("fullDocument", doc.clone());
+                        out.insert("fullDocument", unstored(doc));
                     }
                     (FullDocument::WhenAvailable, None) => {
                         out.insert("fullDocument", Bson::Null);
@@ -454,7 +452,11 @@ impl ChangeStream {
                 }
                 out.insert("ns", ns);
                 out.insert("documentKey", doc! {"_id": id.clone()});
-                out.insert("updateDescription", description.to_document(self.expanded));
+                let mut description = unstored(description);
+                if !self.expanded {
+                    description.remove("disambiguatedPaths");
+                }
+                out.insert("updateDescription", description);
                 self.add_pre_image(&mut out, pre_image, event)?;
             }
             ChangeKind::Delete { id, pre_image } => {

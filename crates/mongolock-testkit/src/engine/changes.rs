@@ -5,12 +5,17 @@
 //! newest [`WINDOW`] events at most, and no more than [`WINDOW_BYTES`] of them. A stream that
 //! resumes from before the window, or whose cursor falls behind it, fails with
 //! `ChangeStreamHistoryLost` (286), as mongod does when the oplog rolled over.
+//!
+//! The documents an event holds (an inserted document, an update's description, pre- and
+//! post-images) are kept as BSON bytes, as an oplog keeps them: the window's byte count is
+//! then what the log really holds in memory, not a fraction of it (a parsed document takes
+//! several times its BSON size), and streams read them back when they deliver the event.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use bson::{Bson, DateTime, Document, Timestamp, Uuid, doc};
+use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, Uuid, doc};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -21,8 +26,10 @@ pub const WINDOW: usize = 100_000;
 
 /// The size of the events kept, at most, counted as their documents' BSON size plus a fixed
 /// overhead per event ([`ChangeEvent::counted_size`]), as an oplog is capped by its size.
-/// 8 MiB keeps about 25,000 renewals of a lock document (2.5 renewals of 10,000 leases)
-/// and bounds the log to a few tens of megabytes in memory.
+/// Events keep their documents as BSON bytes, so this is about what the log holds in
+/// memory. 8 MiB keeps about 25,000 renewals of a lock document (2.5 renewals of 10,000
+/// leases, two and a half seconds of history for a client holding them, at least ten times
+/// what a stream of a live client lags behind).
 pub const WINDOW_BYTES: usize = 8 * 1024 * 1024;
 
 /// The fixed part of an event's counted size: what an oplog entry holds besides the
@@ -123,32 +130,34 @@ pub enum ChangeKind {
     /// A document was inserted (also by an upsert).
     Insert {
         /// The new document.
-        doc: Document,
+        doc: RawDocumentBuf,
     },
     /// A document was modified by an update with operators or a pipeline.
     Update {
         /// The document's `_id`.
         id: Bson,
-        /// What changed.
-        description: UpdateDescription,
+        /// What changed: the `updateDescription` with `disambiguatedPaths`
+        /// ([`UpdateDescription::to_document`] expanded); a stream without
+        /// `showExpandedEvents` leaves that field out.
+        description: RawDocumentBuf,
         /// The document before, when the collection records pre- and post-images.
-        pre_image: Option<Document>,
+        pre_image: Option<RawDocumentBuf>,
         /// The document after, when the collection records pre- and post-images.
-        post_image: Option<Document>,
+        post_image: Option<RawDocumentBuf>,
     },
     /// A document was replaced by a replacement update.
     Replace {
         /// The new document.
-        doc: Document,
+        doc: RawDocumentBuf,
         /// The document before, when the collection records pre-images.
-        pre_image: Option<Document>,
+        pre_image: Option<RawDocumentBuf>,
     },
     /// A document was deleted (also by the TTL monitor).
     Delete {
         /// The document's `_id`.
         id: Bson,
         /// The document before, when the collection records pre-images.
-        pre_image: Option<Document>,
+        pre_image: Option<RawDocumentBuf>,
     },
     /// The collection was dropped.
     Drop,
@@ -222,47 +231,25 @@ impl ChangeEvent {
     /// fixed overhead.
     pub fn counted_size(&self) -> usize {
         use super::size::{document_size, value_size};
-        let docs = |docs: &[Option<&Document>]| -> usize {
-            docs.iter().flatten().map(|d| document_size(d)).sum()
+        let raw = |docs: &[Option<&RawDocumentBuf>]| -> usize {
+            docs.iter().flatten().map(|d| d.as_bytes().len()).sum()
         };
         let held = match &self.kind {
-            ChangeKind::Insert { doc } => document_size(doc),
+            ChangeKind::Insert { doc } => doc.as_bytes().len(),
             ChangeKind::Update {
                 id,
                 description,
                 pre_image,
                 post_image,
             } => {
-                let paths = |path: &FieldPath| {
-                    path.iter()
-                        .map(|p| match p {
-                            PathPart::Field(f) => f.len() + 1,
-                            PathPart::Index(_) => 4,
-                        })
-                        .sum::<usize>()
-                };
                 value_size(id)
-                    + description
-                        .updated
-                        .iter()
-                        .map(|(p, v)| paths(p) + 2 + value_size(v))
-                        .sum::<usize>()
-                    + description
-                        .removed
-                        .iter()
-                        .map(|p| paths(p) + 2)
-                        .sum::<usize>()
-                    + description
-                        .truncated
-                        .iter()
-                        .map(|(p, _)| paths(p) + 8)
-                        .sum::<usize>()
-                    + docs(&[pre_image.as_ref(), post_image.as_ref()])
+                    + description.as_bytes().len()
+                    + raw(&[pre_image.as_ref(), post_image.as_ref()])
             }
             ChangeKind::Replace { doc, pre_image } => {
-                document_size(doc) + docs(&[pre_image.as_ref()])
+                doc.as_bytes().len() + raw(&[pre_image.as_ref()])
             }
-            ChangeKind::Delete { id, pre_image } => value_size(id) + docs(&[pre_image.as_ref()]),
+            ChangeKind::Delete { id, pre_image } => value_size(id) + raw(&[pre_image.as_ref()]),
             ChangeKind::Create { description } | ChangeKind::Modify { description } => {
                 document_size(description)
             }
@@ -273,6 +260,19 @@ impl ChangeEvent {
         };
         EVENT_OVERHEAD + self.db.len() + self.coll.len() + held
     }
+}
+
+/// A document as an event keeps it: its BSON bytes.
+pub fn stored(doc: &Document) -> RawDocumentBuf {
+    // Every stored document was received or built as BSON, so it encodes; an empty
+    // document stands for one that does not (a key with a NUL byte cannot be sent either).
+    RawDocumentBuf::from_document(doc).unwrap_or_default()
+}
+
+/// A document an event keeps, parsed again for delivery.
+pub fn unstored(raw: &RawDocumentBuf) -> Document {
+    // The bytes were written by `stored`, so they parse.
+    crate::wire::to_document(raw).unwrap_or_default()
 }
 
 /// The resume token of the event at `seq`: an opaque `{_data: hex}` that sorts in log order.
@@ -507,7 +507,7 @@ mod tests {
 
     fn insert(n: i32, pad: usize) -> ChangeKind {
         ChangeKind::Insert {
-            doc: doc! {"_id": n, "pad": "x".repeat(pad)},
+            doc: stored(&doc! {"_id": n, "pad": "x".repeat(pad)}),
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bson::{Bson, Document, Uuid, doc};
 use parking_lot::{Mutex, RwLock};
 
-use super::changes::{ChangeKind, ChangeLog, diff};
+use super::changes::{ChangeKind, ChangeLog, diff, stored};
 use super::compare::OrdBson;
 use super::error::{CommandError, Result, codes};
 use super::index::Index;
@@ -162,7 +162,7 @@ impl Collection {
             index.add(&doc, record);
         }
         self.ids.insert(OrdBson(id), record);
-        self.record(ChangeKind::Insert { doc: doc.clone() });
+        self.record(ChangeKind::Insert { doc: stored(&doc) });
         self.records.insert(record, doc);
         self.next_record += 1;
         Ok(record)
@@ -186,15 +186,15 @@ impl Collection {
         let images = self.pre_and_post_images;
         let change = if replacement {
             ChangeKind::Replace {
-                doc: doc.clone(),
-                pre_image: images.then(|| old.clone()),
+                doc: stored(&doc),
+                pre_image: images.then(|| stored(old)),
             }
         } else {
             ChangeKind::Update {
                 id: doc.get("_id").cloned().unwrap_or(Bson::Null),
-                description: diff(old, &doc),
-                pre_image: images.then(|| old.clone()),
-                post_image: images.then(|| doc.clone()),
+                description: stored(&diff(old, &doc).to_document(true)),
+                pre_image: images.then(|| stored(old)),
+                post_image: images.then(|| stored(&doc)),
             }
         };
         self.changes
@@ -213,7 +213,7 @@ impl Collection {
             index.remove(&doc, record);
         }
         let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-        let pre_image = self.pre_and_post_images.then(|| doc.clone());
+        let pre_image = self.pre_and_post_images.then(|| stored(&doc));
         self.record(ChangeKind::Delete { id, pre_image });
         Some(doc)
     }
