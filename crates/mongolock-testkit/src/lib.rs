@@ -3,6 +3,7 @@
 // on the error path only, so their size costs nothing where it matters.
 #![allow(clippy::result_large_err)]
 
+pub mod arena;
 pub mod commands;
 pub mod engine;
 pub mod faults;

@@ -19,6 +19,8 @@ fn parse_number(flag: &str, value: Option<String>) -> Result<u64, String> {
 }
 
 fn main() -> ExitCode {
+    // Resident memory near what the server uses (see the module's docs).
+    mongolock_testkit::arena::use_one_arena();
     let mut builder = TestServer::builder();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -50,9 +52,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    // Commands run on the blocking pool. A few threads are enough for a test server, and
-    // each thread the allocator sees gets an arena of its own: with tokio's default (up to
-    // 512 threads) 10,000 held leases took four times the memory they need.
+    // Commands run on the blocking pool. A few threads are enough for a test server (and
+    // with tokio's default of up to 512 threads, a burst of commands would start hundreds).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS)
