@@ -517,7 +517,10 @@ mod tests {
         // The regex's options come back sorted, as the library sorts them.
         assert_eq!(
             ours.get("regex"),
-            Some(&Bson::RegularExpression(Regex { pattern: "^a.b$".into(), options: "imx".into() }))
+            Some(&Bson::RegularExpression(Regex {
+                pattern: "^a.b$".into(),
+                options: "imx".into()
+            }))
         );
     }
 
