@@ -437,7 +437,8 @@ fn entry(value: &Document, exclusive: bool) -> Result<Entry, String> {
         other => return Err(format!("entry token is {other:?}")),
     };
     let created_ms = millis(value, "createdAt")?.ok_or("entry without createdAt")?;
-    let renewed_ms = millis(value, "renewedAt")?.ok_or("entry without renewedAt")?;
+    // An entry gets `renewedAt` with its first renewal: until then it is its creation.
+    let renewed_ms = millis(value, "renewedAt")?.unwrap_or(created_ms);
     let lock_id = match value.get("lockId") {
         Some(Bson::String(id)) => id.clone(),
         other => return Err(format!("entry lockId is {other:?}")),
@@ -1017,6 +1018,22 @@ mod tests {
             "renewedAt": DateTime::from_millis(renewed),
             "expiresAt": DateTime::from_millis(expires),
         })
+    }
+
+    #[test]
+    fn an_entry_not_yet_renewed_reads_as_renewed_at_its_creation() {
+        let nonce = ObjectId::new();
+        let Bson::Document(mut stored) = entry(&nonce, 7, 1_000, 2_000, 31_000) else {
+            unreachable!()
+        };
+        stored.remove("renewedAt");
+        let read = super::entry(&stored, true).expect("readable without renewedAt");
+        assert_eq!((read.created_ms, read.renewed_ms), (1_000, 1_000));
+        stored.insert("renewedAt", "soon");
+        assert!(
+            super::entry(&stored, true).is_err(),
+            "a renewedAt of another type"
+        );
     }
 
     fn event(at_ms: i64, exclusive: Option<Bson>, shared: Vec<Bson>) -> ServerEvent {
