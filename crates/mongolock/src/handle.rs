@@ -71,7 +71,7 @@ macro_rules! lease_settings {
         /// outlives its holder if the holder dies. The lease is renewed in the background
         /// every third of it.
         pub fn ttl(mut self, ttl: Duration) -> Self {
-            self.options.ttl = ttl;
+            self.options.details = self.options.details.ttl(ttl);
             self
         }
 
@@ -95,7 +95,14 @@ macro_rules! lease_settings {
         /// A label stored with the lock, shown by status queries (for example the job or the
         /// host).
         pub fn owner(mut self, owner: impl Into<String>) -> Self {
-            self.options.owner = Some(owner.into());
+            self.options.details = self.options.details.owner(owner);
+            self
+        }
+
+        /// The host recorded with the lock, shown by status queries (default: this
+        /// machine's host name, see [`LockDetails::host_value`](crate::LockDetails::host_value)).
+        pub fn host(mut self, host: impl Into<String>) -> Self {
+            self.options.details = self.options.details.host(host);
             self
         }
 

@@ -102,30 +102,35 @@ pub(crate) fn place_life(ttl: Duration) -> Duration {
     ttl.saturating_mul(2).min(crate::request::MAX_TTL)
 }
 
-/// How a lease is held: settings shared by the mutex, reader-writer lock and semaphore
-/// handles.
+/// How a lease is held: the settings shared by the mutex, reader-writer lock and semaphore
+/// handles, in the low-level API's words. Who holds it and for how long are the
+/// [`LockDetails`] every acquire carries (here always with a TTL, [`DEFAULT_LEASE_TTL`]
+/// unless set); the rest is the lease's own: its lock id and how it is kept.
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseOptions {
-    pub(crate) ttl: Duration,
+    pub(crate) details: LockDetails,
+    pub(crate) lock_id: Option<String>,
     pub(crate) every: Option<Duration>,
     pub(crate) margin: Option<Duration>,
-    pub(crate) owner: Option<String>,
-    pub(crate) lock_id: Option<String>,
 }
 
 impl Default for LeaseOptions {
     fn default() -> Self {
         LeaseOptions {
-            ttl: DEFAULT_LEASE_TTL,
+            details: LockDetails::default().ttl(DEFAULT_LEASE_TTL),
+            lock_id: None,
             every: None,
             margin: None,
-            owner: None,
-            lock_id: None,
         }
     }
 }
 
 impl LeaseOptions {
+    /// The lease's TTL.
+    fn ttl(&self) -> Duration {
+        self.details.ttl_value().unwrap_or(DEFAULT_LEASE_TTL)
+    }
+
     /// The request of one acquire call of `kind` on `resource` (`max`: a semaphore's
     /// permits), by the lock id set or a random one, and the timing of its lease. Every
     /// setting is checked here, once per call: the attempts of the call repeat this request
@@ -148,50 +153,44 @@ impl LeaseOptions {
             .lock_id
             .clone()
             .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
-        let mut details = LockDetails::default().ttl(self.ttl);
-        if let Some(owner) = &self.owner {
-            details = details.owner(owner.clone());
-        }
+        let details = self.details.clone();
         let mut request = match kind {
             LockKind::Exclusive => AcquireRequest::exclusive(resource, lock_id, details),
             LockKind::Shared => AcquireRequest::shared(resource, lock_id, details, max),
         };
-        request.announce = Some(place_life(self.ttl));
+        request.announce = Some(place_life(timing.ttl));
         request.validate()?;
         Ok((request, timing))
     }
 
     /// Checks the lease's settings.
     fn timing(&self) -> Result<LeaseTiming> {
-        if self.ttl.is_zero() {
+        let ttl = self.ttl();
+        if ttl.is_zero() {
             return Err(Error::invalid("ttl", "a lease needs a positive TTL"));
         }
-        ttl_millis(self.ttl)?;
-        if self.ttl < MIN_LEASE_TTL {
+        ttl_millis(ttl)?;
+        if ttl < MIN_LEASE_TTL {
             return Err(Error::invalid("ttl", "a lease needs at least 50 ms"));
         }
-        let margin = self.margin.unwrap_or_else(|| default_margin(self.ttl));
-        if margin >= self.ttl {
+        let margin = self.margin.unwrap_or_else(|| default_margin(ttl));
+        if margin >= ttl {
             return Err(Error::invalid(
                 "safety_margin",
-                format!("{margin:?} leaves nothing of the TTL {:?}", self.ttl),
+                format!("{margin:?} leaves nothing of the TTL {:?}", ttl),
             ));
         }
-        let every = self.every.unwrap_or(self.ttl / 3);
-        if every < MIN_EXTEND_EVERY || every >= self.ttl - margin {
+        let every = self.every.unwrap_or(ttl / 3);
+        if every < MIN_EXTEND_EVERY || every >= ttl - margin {
             return Err(Error::invalid(
                 "extend_every",
                 format!(
                     "{every:?} must be at least {MIN_EXTEND_EVERY:?} (no renewal storm) and shorter than the TTL less the safety margin ({:?})",
-                    self.ttl - margin
+                    ttl - margin
                 ),
             ));
         }
-        Ok(LeaseTiming {
-            ttl: self.ttl,
-            every,
-            margin,
-        })
+        Ok(LeaseTiming { ttl, every, margin })
     }
 }
 
@@ -620,14 +619,14 @@ mod tests {
         };
         assert_eq!(
             bad(LeaseOptions {
-                ttl: Duration::ZERO,
+                details: LockDetails::default().ttl(Duration::ZERO),
                 ..ok.clone()
             }),
             "ttl"
         );
         assert_eq!(
             bad(LeaseOptions {
-                ttl: Duration::from_millis(5),
+                details: LockDetails::default().ttl(Duration::from_millis(5)),
                 ..ok.clone()
             }),
             "ttl"
@@ -659,7 +658,7 @@ mod tests {
         };
         assert_eq!(floor.timing().unwrap().every, MIN_EXTEND_EVERY);
         let shortest = LeaseOptions {
-            ttl: MIN_LEASE_TTL,
+            details: LockDetails::default().ttl(MIN_LEASE_TTL),
             ..ok.clone()
         };
         assert!(

@@ -145,13 +145,14 @@ async fn two_guards_of_a_mutex_are_never_held_at_once() {
 }
 
 #[tokio::test]
-async fn the_lock_id_and_owner_settings_are_honoured() {
+async fn the_lock_id_owner_and_host_settings_are_honoured() {
     let env = env("lock_id").await;
     let guard = env
         .locks
         .mutex("job")
         .lock_id("worker-7")
         .owner("cron@host-a")
+        .host("batch-runner")
         .acquire()
         .await
         .unwrap();
@@ -164,6 +165,7 @@ async fn the_lock_id_and_owner_settings_are_honoured() {
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].resource(), "job");
     assert_eq!(held[0].owner(), Some("cron@host-a"));
+    assert_eq!(held[0].host(), Some("batch-runner"));
     guard.release().await.unwrap();
     assert!(
         env.locks
