@@ -350,7 +350,7 @@ impl LockClient {
     }
 
     /// Checks the settings every call depends on.
-    fn ready(&self) -> Result<&Context> {
+    pub(crate) fn ready(&self) -> Result<&Context> {
         self.ctx.ready()
     }
 

@@ -128,6 +128,11 @@ impl LockGuard {
         self.lease.lost().await
     }
 
+    /// The server said it no longer holds this grant live: the lease is lost, revoked.
+    pub(crate) fn revoked(&self) {
+        self.lease.lose(LossReason::Revoked);
+    }
+
     /// Releases the lock now, in one round trip, and stops its keepalive.
     ///
     /// `Ok` means the lease was held throughout, as far as the server knows: the server

@@ -115,6 +115,8 @@ macro_rules! lease_settings {
     };
 }
 
+pub(crate) use lease_settings;
+
 /// The three ways to acquire, for one kind of lock.
 macro_rules! acquire_methods {
     ($acquire:ident, $try_acquire:ident, $acquire_timeout:ident, $request:ident, $what:literal) => {

@@ -102,6 +102,11 @@ pub(crate) fn place_life(ttl: Duration) -> Duration {
     ttl.saturating_mul(2).min(crate::request::MAX_TTL)
 }
 
+/// A lock id of its own for a holder that was given none: 128 random bits, in hex.
+pub(crate) fn fresh_lock_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// How a lease is held: the settings shared by the mutex, reader-writer lock and semaphore
 /// handles, in the low-level API's words. Who holds it and for how long are the
 /// [`LockDetails`] every acquire carries (here always with a TTL, [`DEFAULT_LEASE_TTL`]
@@ -149,10 +154,7 @@ impl LeaseOptions {
                 "a semaphore needs at least one permit",
             ));
         }
-        let lock_id = self
-            .lock_id
-            .clone()
-            .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
+        let lock_id = self.lock_id.clone().unwrap_or_else(fresh_lock_id);
         let details = self.details.clone();
         let mut request = match kind {
             LockKind::Exclusive => AcquireRequest::exclusive(resource, lock_id, details),

@@ -23,6 +23,7 @@ pub(crate) mod acquire;
 pub(crate) mod expr;
 pub(crate) mod indexes;
 pub(crate) mod keepalive;
+pub(crate) mod proclaim;
 pub(crate) mod purge;
 pub(crate) mod refresh_places;
 pub(crate) mod release;

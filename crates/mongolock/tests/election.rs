@@ -1,0 +1,236 @@
+//! Leader election ([`LockClient::election`]):
+//!
+//! - **One leader at a time**, each new term greater than the last; a campaigner waiting
+//!   leads as soon as the leader resigns.
+//! - **Proclaim** changes the advertised value and keeps the term; a deposed leader's
+//!   proclaim is refused and tells it that it lost, and never touches the new leader's
+//!   value.
+//! - **Loss is told**: a leader whose leadership was revoked learns it from `lost()`.
+//! - **Observe** yields the leader now, then every change (a new leader, a new value, nobody
+//!   leading), with change streams and, on a standalone server, by polling; a leader whose
+//!   lease ran out is seen to go although no write says so.
+//!
+//! Tests that move the emulator's clock are named `emulator_only_...`; the others also run
+//! against the real MongoDB named by `MONGODB_URI`. Time bounds are hang guards, never
+//! assertions that something is fast.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{env, invalid_argument};
+use futures_util::{Stream, StreamExt};
+use mongolock::{ErrorKind, Leader, LockClient, LossReason};
+use mongolock_testkit::{FaultProxy, TestServer};
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// The next item of an observer, within a hang guard.
+async fn next_leader(
+    changes: &mut (impl Stream<Item = mongolock::Result<Option<Leader>>> + Unpin),
+) -> Option<(String, i64)> {
+    tokio::time::timeout(Duration::from_secs(20), changes.next())
+        .await
+        .expect("the observer yields within the hang guard")
+        .expect("an observer never ends")
+        .expect("no error")
+        .map(|leader| (leader.value().to_owned(), leader.term()))
+}
+
+#[tokio::test]
+async fn one_leader_at_a_time_and_every_term_greater() {
+    let env = env("election_one_leader").await;
+    let other = env.other_client().await;
+    let election = env.locks.election("scheduler");
+    let a = election.campaign("host-a").await.unwrap();
+    assert_eq!(a.value(), "host-a");
+    let rival = other.election("scheduler");
+    assert!(rival.try_campaign("host-b").await.unwrap().is_none());
+    let leader = election.leader().await.unwrap().expect("a leads");
+    assert_eq!((leader.value(), leader.term()), ("host-a", a.term()));
+    assert_eq!(leader.lock_id(), a.guard().lock_id());
+
+    let campaign = tokio::spawn(async move { rival.campaign("host-b").await });
+    tokio::time::sleep(ms(100)).await;
+    assert!(!campaign.is_finished(), "b waits while a leads");
+    let first_term = a.term();
+    a.resign().await.unwrap();
+    let b = tokio::time::timeout(Duration::from_secs(20), campaign)
+        .await
+        .expect("b leads once a resigned")
+        .unwrap()
+        .unwrap();
+    assert!(b.term() > first_term);
+    let leader = election.leader().await.unwrap().expect("b leads");
+    assert_eq!((leader.value(), leader.term()), ("host-b", b.term()));
+    b.resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn proclaim_changes_the_value_and_keeps_the_term() {
+    let env = env("election_proclaim").await;
+    let election = env.locks.election("scheduler");
+    let leading = election.campaign("starting").await.unwrap();
+    leading.proclaim("serving on :8080").await.unwrap();
+    assert_eq!(leading.value(), "serving on :8080");
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!(
+        (leader.value(), leader.term()),
+        ("serving on :8080", leading.term())
+    );
+    assert!(!leading.is_lost());
+    let error = leading
+        .proclaim("v".repeat(mongolock::MAX_LABEL_LEN + 1))
+        .await
+        .unwrap_err();
+    assert_eq!(invalid_argument(&error), "value");
+    let error = election
+        .try_campaign("v".repeat(mongolock::MAX_LABEL_LEN + 1))
+        .await
+        .unwrap_err();
+    assert_eq!(invalid_argument(&error), "value");
+    assert_eq!(
+        election.leader().await.unwrap().unwrap().value(),
+        "serving on :8080"
+    );
+    leading.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deposed_leader_learns_it_and_cannot_proclaim_over_the_next() {
+    let env = env("election_deposed").await;
+    let other = env.other_client().await;
+    let election = env.locks.election("scheduler");
+    let old = election.campaign("old").await.unwrap();
+    // An operator breaks the leadership; someone else is elected.
+    assert_eq!(other.force_release("scheduler").await.unwrap(), 1);
+    let new = other
+        .election("scheduler")
+        .try_campaign("new")
+        .await
+        .unwrap()
+        .expect("free after the force release");
+    assert!(new.term() > old.term());
+    let error = old.proclaim("stale").await.unwrap_err();
+    assert!(
+        matches!(
+            error.kind(),
+            ErrorKind::LeaseLost {
+                reason: LossReason::Revoked,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(old.is_lost(), "told at once, not at the next renewal");
+    assert_eq!(old.value(), "old");
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!((leader.value(), leader.term()), ("new", new.term()));
+    assert!(
+        old.resign().await.is_err(),
+        "resigning a lost leadership says so"
+    );
+    new.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_revoked_leader_is_told_by_lost() {
+    let env = env("election_lost").await;
+    let leading = env
+        .locks
+        .election("scheduler")
+        .ttl(ms(3_000))
+        .extend_every(ms(100))
+        .campaign("me")
+        .await
+        .unwrap();
+    let operator = env.other_client().await;
+    operator.force_release("scheduler").await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(10), leading.lost())
+        .await
+        .expect("the keeper's next renewal finds the leadership gone");
+    assert_eq!(reason, LossReason::Revoked);
+    assert!(leading.is_lost());
+}
+
+/// Observes `election` through a leader, a new value, nobody, and another leader.
+async fn observe_every_change(locks: &LockClient, other: &LockClient) {
+    let election = locks.election("scheduler");
+    let mut changes = Box::pin(election.observe());
+    assert_eq!(
+        next_leader(&mut changes).await,
+        None,
+        "nobody leads at first"
+    );
+    let a = election.campaign("a").await.unwrap();
+    assert_eq!(
+        next_leader(&mut changes).await,
+        Some(("a".to_owned(), a.term()))
+    );
+    a.proclaim("a, draining").await.unwrap();
+    assert_eq!(
+        next_leader(&mut changes).await,
+        Some(("a, draining".to_owned(), a.term()))
+    );
+    a.resign().await.unwrap();
+    assert_eq!(next_leader(&mut changes).await, None);
+    let b = other.election("scheduler").campaign("b").await.unwrap();
+    assert_eq!(
+        next_leader(&mut changes).await,
+        Some(("b".to_owned(), b.term()))
+    );
+    b.resign().await.unwrap();
+    assert_eq!(next_leader(&mut changes).await, None);
+}
+
+#[tokio::test]
+async fn observe_yields_every_change_of_leader() {
+    let env = env("election_observe").await;
+    let other = env.other_client().await;
+    observe_every_change(&env.locks, &other).await;
+}
+
+#[tokio::test]
+async fn observe_polls_a_standalone_server() {
+    let server = TestServer::builder()
+        .standalone(true)
+        .start()
+        .await
+        .expect("emulator starts");
+    let locks = LockClient::new(server.client().database("observe").collection("locks"));
+    let other = LockClient::new(server.new_client().database("observe").collection("locks"));
+    observe_every_change(&locks, &other).await;
+}
+
+#[tokio::test]
+async fn emulator_only_observe_sees_a_dead_leaders_lease_run_out() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: needs the emulator's clock and a fault proxy");
+        return;
+    }
+    let server = TestServer::start().await.expect("emulator starts");
+    let proxy = FaultProxy::start(server.addr())
+        .await
+        .expect("proxy starts");
+    let leader = LockClient::new(proxy.client().database("dead").collection("locks"));
+    let watcher = LockClient::new(server.new_client().database("dead").collection("locks"));
+    let leading = leader
+        .election("scheduler")
+        .ttl(ms(1_000))
+        .campaign("doomed")
+        .await
+        .unwrap();
+    let mut changes = Box::pin(watcher.election("scheduler").observe());
+    assert_eq!(
+        next_leader(&mut changes).await,
+        Some(("doomed".to_owned(), leading.term()))
+    );
+    // The leader is cut off: nothing renews it, and no write will say that it is gone.
+    proxy.blackhole();
+    server.clock().advance(ms(1_500));
+    assert_eq!(next_leader(&mut changes).await, None);
+    drop(leading);
+}
