@@ -21,7 +21,7 @@ use std::time::Duration;
 use common::{env, invalid_argument};
 use futures_util::{Stream, StreamExt};
 use mongolock::{ErrorKind, Leader, LockClient, LossReason};
-use mongolock_testkit::{FaultProxy, TestServer};
+use mongolock_testkit::TestServer;
 
 fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
@@ -207,16 +207,15 @@ async fn observe_polls_a_standalone_server() {
 
 #[tokio::test]
 async fn emulator_only_observe_sees_a_dead_leaders_lease_run_out() {
-    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
-        eprintln!("skipped: needs the emulator's clock and a fault proxy");
+    let Some(common::Proxied {
+        server,
+        proxy,
+        cut_off: leader,
+        direct: watcher,
+    }) = common::proxied("dead").await
+    else {
         return;
-    }
-    let server = TestServer::start().await.expect("emulator starts");
-    let proxy = FaultProxy::start(server.addr())
-        .await
-        .expect("proxy starts");
-    let leader = LockClient::new(proxy.client().database("dead").collection("locks"));
-    let watcher = LockClient::new(server.new_client().database("dead").collection("locks"));
+    };
     let leading = leader
         .election("scheduler")
         .ttl(ms(1_000))

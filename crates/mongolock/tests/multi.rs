@@ -24,7 +24,6 @@ use std::time::Duration;
 use bson::doc;
 use common::{env, invalid_argument};
 use mongolock::{Filter, LockClient, LossReason};
-use mongolock_testkit::{FaultProxy, TestServer};
 
 fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
@@ -243,16 +242,15 @@ async fn the_set_is_lost_when_any_member_is() {
 
 #[tokio::test]
 async fn emulator_only_a_crash_mid_acquire_leaves_nothing_past_the_ttl() {
-    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
-        eprintln!("skipped: multi_crash needs the emulator's clock and a fault proxy");
+    let Some(common::Proxied {
+        server,
+        proxy,
+        cut_off: crashing,
+        direct,
+    }) = common::proxied("crash").await
+    else {
         return;
-    }
-    let server = TestServer::start().await.expect("emulator starts");
-    let proxy = FaultProxy::start(server.addr())
-        .await
-        .expect("proxy starts");
-    let crashing = LockClient::new(proxy.client().database("crash").collection("locks"));
-    let direct = LockClient::new(server.new_client().database("crash").collection("locks"));
+    };
     let blocker = direct.mutex("b").acquire().await.unwrap();
     let set = crashing
         .multi(["a", "b"])

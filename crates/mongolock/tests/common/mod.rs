@@ -179,3 +179,39 @@ pub async fn assert_xlock_refused(locks: &LockClient, resource: &str, lock_id: &
         "refused for another reason: {error:?}"
     );
 }
+
+/// An emulator, a lock client that reaches it through a fault proxy (cut it off to make its
+/// process as good as dead), and one that goes straight to it, both on the database `db`:
+/// `None` (the test skips, and says so) on a real server, which has no movable clock.
+pub async fn proxied(db: &str) -> Option<Proxied> {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: {db} needs the emulator's clock and a fault proxy");
+        return None;
+    }
+    let server = mongolock_testkit::TestServer::start()
+        .await
+        .expect("emulator starts");
+    let proxy = mongolock_testkit::FaultProxy::start(server.addr())
+        .await
+        .expect("proxy starts");
+    let cut_off = LockClient::new(proxy.client().database(db).collection("locks"));
+    let direct = LockClient::new(server.new_client().database(db).collection("locks"));
+    Some(Proxied {
+        server,
+        proxy,
+        cut_off,
+        direct,
+    })
+}
+
+/// What [`proxied`] starts.
+pub struct Proxied {
+    /// The emulator (its clock moves).
+    pub server: mongolock_testkit::TestServer,
+    /// The fault proxy in front of it.
+    pub proxy: mongolock_testkit::FaultProxy,
+    /// A client through the proxy: the one to cut off.
+    pub cut_off: LockClient,
+    /// A client straight to the server.
+    pub direct: LockClient,
+}
