@@ -20,7 +20,8 @@
 //!   [`ErrorKind::LeaseLost`].
 //! - **`LockGuard::release` after a loss** reports it: [`ErrorKind::LeaseLost`].
 //! - **Send and Sync.** The handles and guards are `Send + Sync`, and the futures of every
-//!   acquire, of `run`, `release`, `lost` and `shutdown` are `Send`, so they can be spawned.
+//!   acquire, of `run`, `release`, `lost` and `shutdown` are `Send`, so they can be spawned;
+//!   so are the election's and the multi-lock's.
 //! - **Bad settings** are [`ErrorKind::InvalidArgument`] naming the setting, and nothing is
 //!   written.
 //!
@@ -649,6 +650,29 @@ async fn handles_guards_and_their_futures_are_send() {
     let guard = mutex.acquire().await.unwrap();
     assert_send(&guard.lost());
     assert_send(&guard.release());
+
+    // The recipes: leader election and several resources at once.
+    assert_send_sync::<mongolock::Election>();
+    assert_send_sync::<mongolock::Leadership>();
+    assert_send_sync::<mongolock::MultiLock>();
+    assert_send_sync::<mongolock::MultiGuard>();
+    let election = locks.election("e");
+    assert_send(&election.campaign("v"));
+    assert_send(&election.try_campaign("v"));
+    assert_send(&election.campaign_timeout("v", Duration::from_secs(1)));
+    assert_send(&election.leader());
+    assert_send(&election.observe());
+    let leading = election.campaign("v").await.unwrap();
+    assert_send(&leading.proclaim("w"));
+    assert_send(&leading.lost());
+    assert_send(&leading.resign());
+    let set = locks.multi(["a", "b"]);
+    assert_send(&set.acquire());
+    assert_send(&set.try_acquire());
+    assert_send(&set.acquire_timeout(Duration::from_secs(1)));
+    let both = set.acquire().await.unwrap();
+    assert_send(&both.lost());
+    assert_send(&both.release());
 }
 
 // ---------------------------------------------------------------------------------------
