@@ -9,6 +9,8 @@
 //! | one holder at a time (a cron job on one host only, a migration) | [`LockClient::mutex`] | exclusive |
 //! | many readers or one writer, writers not starved (a config, a cache rebuild) | [`LockClient::rwlock`] | shared (read) or exclusive (write) |
 //! | at most N holders at once (GPUs, API quota, connections) | [`LockClient::semaphore`] | shared, counted against N |
+//! | one leader among replicas, with a term, a value and a way to watch it | [`LockClient::election`] | a [`Leadership`]: exclusive |
+//! | several resources at once, all or nothing, without deadlock | [`LockClient::multi`] | a [`MultiGuard`]: exclusive on each |
 //! | to decide yourself, one command per call (groups of locks, your own waiting) | [`LockClient::xlock`], [`LockClient::slock`], [`LockClient::acquire`] and the table below | a [`Grant`]; nothing is renewed for you |
 //!
 //! ```
