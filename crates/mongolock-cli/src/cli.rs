@@ -1,23 +1,24 @@
-//! The command line: global options, subcommands, exit codes, and the connection every
-//! command that needs a server opens.
+//! The command line: global options, subcommands, the checks clap cannot express, exit
+//! codes, and the connection every command that needs a server opens.
 
 use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use mongolock::LockClient;
 
 /// Exit statuses, documented in `mongolock --help` and the README.
 pub mod exit {
     /// A command failed (bad input, a database error).
     pub const ERROR: u8 = 1;
-    /// The lock was not acquired in time (`exec --no-wait`, or `--wait` elapsed).
+    /// The lock was not acquired, or leadership not won, in time (`exec` or `elect` with
+    /// `--no-wait`, or `--wait` elapsed).
     pub const NOT_ACQUIRED: u8 = 75;
     /// No server was given: no `--uri` and no `MONGODB_URI`.
     pub const NO_SERVER: u8 = 78;
-    /// The lease was lost while the child ran; the child was stopped.
+    /// The lease (or the leadership) was lost while the child ran; the child was stopped.
     pub const LEASE_LOST: u8 = 79;
     /// The demo found a broken promise.
     pub const DEMO_VIOLATION: u8 = 80;
@@ -25,16 +26,18 @@ pub mod exit {
 
 const AFTER_HELP: &str = "\
 Exit status:
-  exec      the child's own status (128+N if it was killed by signal N);
-            127: COMMAND not found, 126: COMMAND could not be run
-  75        the lock was not acquired in time (--no-wait, or --wait elapsed)
-  78        no server given: pass --uri or set MONGODB_URI
-  79        the lease was lost while the child ran; the child was stopped
-  80        demo: a promise was broken
-  1         any other error; 2: bad usage";
+  exec, elect  the child's own status (128+N if it was killed by signal N);
+               127: COMMAND not found, 126: COMMAND could not be run
+  75           the lock (elect: leadership) was not acquired in time
+               (--no-wait, or --wait elapsed)
+  78           no server given: pass --uri or set MONGODB_URI
+  79           the lease (elect: leadership) was lost while the child ran;
+               the child was stopped
+  80           demo: a promise was broken
+  1            any other error; 2: bad usage";
 
-/// Distributed locks stored in MongoDB: run a command under a lock, see who holds what,
-/// release what a dead host left.
+/// Distributed locks stored in MongoDB: run a command under a lock or while leading an
+/// election, see who holds what and who leads, release what a dead host left.
 #[derive(Debug, Parser)]
 #[command(name = "mongolock", version, after_help = AFTER_HELP)]
 pub struct Cli {
@@ -58,7 +61,8 @@ pub struct Global {
     /// The lock collection.
     #[arg(long, default_value = "locks", global = true, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub collection: String,
-    /// Machine-readable output (one JSON document) instead of text.
+    /// Machine-readable output (one JSON document; `leader --watch`: one per line) instead
+    /// of text.
     #[arg(long, global = true)]
     pub json: bool,
     /// Log what happens to stderr (repeat for more). Quiet by default.
@@ -69,10 +73,24 @@ pub struct Global {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Acquire a lock, run COMMAND while it is held and kept alive, release it when COMMAND
-    /// exits. The child gets MONGOLOCK_RESOURCE, MONGOLOCK_LOCK_ID and
-    /// MONGOLOCK_FENCING_TOKEN; if the lease is lost, it gets SIGTERM, then SIGKILL.
+    /// Acquire a lock (on one resource, or on several at once), run COMMAND while it is held
+    /// and kept alive, release it when COMMAND exits.
+    ///
+    /// The child gets MONGOLOCK_RESOURCE, MONGOLOCK_LOCK_ID and MONGOLOCK_FENCING_TOKEN. With
+    /// several --resource, all are locked at once (all or nothing, exclusive) and the child
+    /// gets MONGOLOCK_RESOURCES (sorted, comma-separated), MONGOLOCK_LOCK_ID (one for the
+    /// set) and MONGOLOCK_FENCING_TOKENS (res=token,res=token) instead. If the lease (of any
+    /// resource) is lost, the child gets SIGTERM, then SIGKILL after --kill-after.
     Exec(ExecArgs),
+    /// Campaign to lead an election, run COMMAND while leading, resign when COMMAND exits.
+    ///
+    /// The child gets MONGOLOCK_ELECTION, MONGOLOCK_TERM (greater for every new leader: pass
+    /// it with every write) and MONGOLOCK_LOCK_ID. If leadership is lost, the child gets
+    /// SIGTERM, then SIGKILL after --kill-after.
+    Elect(ElectArgs),
+    /// Show who leads an election (value, term, lock id, host), or that nobody does; with
+    /// --watch, every change until interrupted.
+    Leader(LeaderArgs),
     /// List live locks with their remaining TTL (computed by the server).
     Status(StatusArgs),
     /// Release every lock of a lock id.
@@ -91,10 +109,11 @@ pub enum Command {
 /// `mongolock exec`.
 #[derive(Debug, Clone, Args)]
 pub struct ExecArgs {
-    /// The resource to lock.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
-    pub resource: String,
-    /// Take a shared lock instead of an exclusive one.
+    /// The resource to lock. Repeat it to lock several resources at once, all or nothing
+    /// (exclusive only; a name must then not contain ',' or '=').
+    #[arg(long, required = true, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub resource: Vec<String>,
+    /// Take a shared lock instead of an exclusive one (one resource only).
     #[arg(long)]
     pub shared: bool,
     /// With --shared: at most this many holders at once (a semaphore).
@@ -118,6 +137,78 @@ pub struct ExecArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
+}
+
+impl ExecArgs {
+    /// The resources named, sorted and without duplicates.
+    pub fn resources(&self) -> Vec<String> {
+        let sorted: std::collections::BTreeSet<&String> = self.resource.iter().collect();
+        sorted.into_iter().cloned().collect()
+    }
+
+    /// What is wrong with these arguments that clap cannot see: `--shared` with several
+    /// resources, or a resource of a set whose name the child's environment cannot list.
+    pub fn usage_error(&self) -> Option<String> {
+        let resources = self.resources();
+        if resources.len() < 2 {
+            return None;
+        }
+        if self.shared {
+            return Some(
+                "--shared takes one --resource: several resources are locked exclusively, \
+                 all at once"
+                    .to_owned(),
+            );
+        }
+        resources
+            .iter()
+            .find(|name| name.contains([',', '=']))
+            .map(|name| {
+                format!(
+                    "--resource {name:?}: with several resources, a name must not contain ',' \
+                     or '=' (MONGOLOCK_RESOURCES and MONGOLOCK_FENCING_TOKENS list them with \
+                     those)"
+                )
+            })
+    }
+}
+
+/// `mongolock elect`.
+#[derive(Debug, Clone, Args)]
+pub struct ElectArgs {
+    /// The election: the resource whose exclusive holder leads.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub name: String,
+    /// The value advertised while leading (an address, a host name), shown by `leader`.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub value: String,
+    /// The leadership's TTL: how long a leader that died keeps the others from leading.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub ttl: Duration,
+    /// How long to wait to lead (default: as long as it takes).
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Fail at once (status 75) if someone else leads.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// After SIGTERM, how long the child has before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub kill_after: Duration,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+/// `mongolock leader`.
+#[derive(Debug, Clone, Args)]
+pub struct LeaderArgs {
+    /// The election.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub name: String,
+    /// Print the leader now and then every change, until interrupted (SIGINT or SIGTERM end
+    /// it with status 0).
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// `mongolock status`.
@@ -165,6 +256,26 @@ pub struct DemoArgs {
     /// How long the demo runs, in seconds (at most a day).
     #[arg(long, default_value_t = 8)]
     pub seconds: u64,
+}
+
+impl Cli {
+    /// Checks what clap cannot express; a usage error (status 2, with the subcommand's
+    /// usage) if something is wrong.
+    pub fn check(&self) -> Result<(), clap::Error> {
+        let Command::Exec(args) = &self.command else {
+            return Ok(());
+        };
+        let Some(message) = args.usage_error() else {
+            return Ok(());
+        };
+        let mut command = Cli::command();
+        command.build();
+        let error = match command.find_subcommand_mut("exec") {
+            Some(exec) => exec.error(clap::error::ErrorKind::ArgumentConflict, message),
+            None => command.error(clap::error::ErrorKind::ArgumentConflict, message),
+        };
+        Err(error)
+    }
 }
 
 /// Logs to stderr at the level asked for with `-v`; nothing by default.

@@ -233,6 +233,95 @@ fn cases() -> Vec<CliCase> {
             &["--max"],
         ),
         c(
+            "exec --shared with several --resource",
+            &[
+                "exec",
+                "--resource",
+                "a",
+                "--resource",
+                "b",
+                "--shared",
+                "--",
+                "true",
+            ],
+            2,
+            &["--shared takes one --resource", "Usage: mongolock exec"],
+        ),
+        c(
+            "exec with several --resource, one with a comma",
+            &["exec", "--resource", "a,b", "--resource", "c", "--", "true"],
+            2,
+            &["\"a,b\"", "must not contain"],
+        ),
+        c(
+            "exec with several --resource, one empty",
+            &["exec", "--resource", "a", "--resource", "", "--", "true"],
+            2,
+            &["--resource"],
+        ),
+        c(
+            "elect without --value",
+            &["elect", "--name", "n", "--", "true"],
+            2,
+            &["--value"],
+        ),
+        c(
+            "elect with an empty --value",
+            &["elect", "--name", "n", "--value", "", "--", "true"],
+            2,
+            &["--value"],
+        ),
+        c(
+            "elect without --name",
+            &["elect", "--value", "v", "--", "true"],
+            2,
+            &["--name"],
+        ),
+        c(
+            "elect with an empty --name",
+            &["elect", "--name", "", "--value", "v", "--", "true"],
+            2,
+            &["--name"],
+        ),
+        c(
+            "elect without COMMAND",
+            &["elect", "--name", "n", "--value", "v"],
+            2,
+            &["<COMMAND>"],
+        ),
+        c(
+            "elect --wait with --no-wait",
+            &[
+                "elect",
+                "--name",
+                "n",
+                "--value",
+                "v",
+                "--wait",
+                "1s",
+                "--no-wait",
+                "--",
+                "true",
+            ],
+            2,
+            &["cannot be used with"],
+        ),
+        c(
+            "elect --ttl abc",
+            &[
+                "elect", "--name", "n", "--value", "v", "--ttl", "abc", "--", "true",
+            ],
+            2,
+            &["--ttl"],
+        ),
+        c("leader without --name", &["leader"], 2, &["--name"]),
+        c(
+            "leader with an empty --name",
+            &["leader", "--name", ""],
+            2,
+            &["--name"],
+        ),
+        c(
             "status --resource without a value",
             &["status", "--resource"],
             2,
@@ -431,6 +520,58 @@ fn cases() -> Vec<CliCase> {
             1,
             &["--seconds must be at most"],
         ),
+        c(
+            "elect --ttl 0s",
+            &[
+                "elect", "--name", "n", "--value", "v", "--ttl", "0s", "--", "true",
+            ],
+            1,
+            &["--ttl", "zero"],
+        ),
+        c(
+            "elect --ttl below 50 ms",
+            &[
+                "elect",
+                "--name",
+                "n",
+                "--value",
+                "v",
+                "--ttl",
+                "5ms",
+                "--no-wait",
+                "--",
+                "true",
+            ],
+            1,
+            &["invalid ttl", "50 ms"],
+        ),
+        c(
+            "elect --value over the library's limit",
+            &[
+                "elect",
+                "--name",
+                "n",
+                "--value",
+                &long_label,
+                "--no-wait",
+                "--",
+                "true",
+            ],
+            1,
+            &["cannot campaign in n", "invalid value"],
+        ),
+        c(
+            "elect --name over the library's limit",
+            &["elect", "--name", &long_id, "--value", "v", "--", "true"],
+            1,
+            &["cannot campaign in", "invalid resource"],
+        ),
+        c(
+            "leader --name over the library's limit",
+            &["leader", "--name", &long_id],
+            1,
+            &["cannot read the leader of", "invalid resource"],
+        ),
         // Held by another: not acquired, nothing written, status 75.
         c(
             "exec --no-wait on a held resource",
@@ -443,6 +584,44 @@ fn cases() -> Vec<CliCase> {
             &["exec", "--resource", "held", "--wait", "0s", "--", "true"],
             75,
             &["held by others", "within"],
+        ),
+        c(
+            "exec --no-wait on a set with a held member",
+            &[
+                "exec",
+                "--resource",
+                "zz",
+                "--resource",
+                "held",
+                "--no-wait",
+                "--",
+                "true",
+            ],
+            75,
+            &["held, zz: at least one is held by others"],
+        ),
+        c(
+            "elect --no-wait on an election someone leads",
+            &[
+                "elect",
+                "--name",
+                "held",
+                "--value",
+                "v",
+                "--no-wait",
+                "--",
+                "true",
+            ],
+            75,
+            &["held is led by others"],
+        ),
+        c(
+            "elect --wait 0s on an election someone leads",
+            &[
+                "elect", "--name", "held", "--value", "v", "--wait", "0s", "--", "true",
+            ],
+            75,
+            &["led by others", "within"],
         ),
     ];
 
@@ -471,6 +650,24 @@ fn cases() -> Vec<CliCase> {
             ..c(
                 "release --force --json of a missing resource",
                 &["--json", "release", "--resource", "missing", "--force"],
+                0,
+                &[],
+            )
+        },
+        CliCase {
+            stdout: &["held: led by (no value) (term "],
+            ..c(
+                "leader of an election held by a plain lock without an owner",
+                &["leader", "--name", "held"],
+                0,
+                &[],
+            )
+        },
+        CliCase {
+            stdout: &["\"has_leader\":false"],
+            ..c(
+                "leader --json of an election nobody leads",
+                &["--json", "leader", "--name", "missing"],
                 0,
                 &[],
             )
@@ -539,6 +736,33 @@ fn cases() -> Vec<CliCase> {
             1,
             &["cannot acquire a lock on f", "not a mongolock document"],
         )),
+        foreign(c(
+            "exec of a set with the foreign document",
+            &[
+                "exec",
+                "--resource",
+                "g",
+                "--resource",
+                "f",
+                "--no-wait",
+                "--",
+                "true",
+            ],
+            1,
+            &["cannot acquire a lock on f, g", "not a mongolock document"],
+        )),
+        foreign(c(
+            "elect in the foreign document",
+            &["elect", "--name", "f", "--value", "v", "--", "true"],
+            1,
+            &["cannot campaign in f", "not a mongolock document"],
+        )),
+        foreign(c(
+            "leader of the foreign document",
+            &["leader", "--name", "f"],
+            1,
+            &["cannot read the leader of f", "not a mongolock document"],
+        )),
         foreign(CliCase {
             stdout: &["removed expired locks from 0 resource(s)"],
             ..c(
@@ -568,6 +792,16 @@ fn cases() -> Vec<CliCase> {
         ("purge", &["purge"]),
         ("indexes", &["indexes"]),
         ("exec", &["exec", "--resource", "r", "--", "true"]),
+        (
+            "exec of a set",
+            &["exec", "--resource", "r", "--resource", "s", "--", "true"],
+        ),
+        (
+            "elect",
+            &["elect", "--name", "n", "--value", "v", "--", "true"],
+        ),
+        ("leader", &["leader", "--name", "n"]),
+        ("leader --watch", &["leader", "--name", "n", "--watch"]),
     ] {
         let name = |s: &str| format!("{what}: {s}");
         cases.push(aimed(

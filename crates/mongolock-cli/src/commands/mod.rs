@@ -1,6 +1,9 @@
-//! One file per subcommand.
+//! One file per subcommand (`elect.rs` holds `elect` and `leader`), and `child.rs`, what
+//! `exec` and `elect` share: waiting for a lease and running a child under it.
 
+mod child;
 mod demo;
+mod elect;
 mod exec;
 mod inspect;
 
@@ -13,6 +16,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = cli.global;
     let outcome = match cli.command {
         Command::Exec(args) => exec::run(&global, args).await,
+        Command::Elect(args) => elect::elect(&global, args).await,
+        Command::Leader(args) => elect::leader(&global, args).await,
         Command::Status(args) => inspect::status(&global, args).await,
         Command::Unlock(args) => inspect::unlock(&global, args).await,
         Command::Release(args) => inspect::release(&global, args).await,

@@ -1,0 +1,280 @@
+//! `mongolock elect` and `mongolock leader`: leader election, with the library's
+//! [`Election`].
+//!
+//! `elect` campaigns (waiting in line, as `--wait`/`--no-wait` say), then runs the child
+//! while leading, as [`child`] describes: its exit status passed through, signals forwarded,
+//! stopped (status 79) if leadership is lost; it resigns when the child exits, so that the
+//! next campaigner leads at once. The child gets `MONGOLOCK_ELECTION` (the name),
+//! `MONGOLOCK_TERM` (the leadership's term: greater for every new leader, to pass with every
+//! write the leader makes) and `MONGOLOCK_LOCK_ID`.
+//!
+//! `leader` reads the leader once, or with `--watch` follows [`Election::observe`] and
+//! prints every change until SIGINT or SIGTERM.
+
+use std::pin::pin;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use futures_util::StreamExt as _;
+use mongolock::{Election, Leader};
+use serde::Serialize;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::{self, ElectArgs, Global, LeaderArgs, exit};
+use crate::commands::child::{
+    self, Child, Forwarded, Held, Patience, Waited, finish, loss_name, signal_status,
+};
+
+/// The JSON document `elect --json` prints on stdout when it is done.
+#[derive(Debug, Serialize)]
+struct ElectReport {
+    /// The election's name.
+    election: String,
+    /// The value advertised while leading.
+    value: String,
+    /// Whether this process led (false: the exit status is 75, or 128+N after a signal
+    /// while waiting).
+    elected: bool,
+    /// The term it led in.
+    term: Option<i64>,
+    /// The lock id it led with.
+    lock_id: Option<String>,
+    /// mongolock's own exit status.
+    exit_status: u8,
+    /// The child's exit code, if it exited.
+    child_exit_code: Option<i32>,
+    /// The signal that ended the child, if one did.
+    child_signal: Option<i32>,
+    /// Whether leadership was lost while the child ran.
+    lost: bool,
+    /// Why it was lost.
+    loss_reason: Option<&'static str>,
+    /// Signals mongolock received and forwarded to the child, by name.
+    forwarded_signals: Vec<&'static str>,
+    /// Whether this process resigned (false if leadership was lost, or the resignation
+    /// failed and the TTL will end it).
+    resigned: bool,
+}
+
+/// One line of `leader --json`.
+#[derive(Debug, Serialize)]
+struct LeaderLine {
+    /// The election's name.
+    election: String,
+    /// Whether someone leads; the other fields are `null` if not.
+    has_leader: bool,
+    /// The value the leader advertises.
+    value: Option<String>,
+    /// The leader's term.
+    term: Option<i64>,
+    /// The lock id the leader holds the election with.
+    lock_id: Option<String>,
+    /// The leader's host, as recorded.
+    host: Option<String>,
+}
+
+impl LeaderLine {
+    /// The line for `leader` of `election`.
+    fn new(election: &str, leader: Option<&Leader>) -> Self {
+        LeaderLine {
+            election: election.to_owned(),
+            has_leader: leader.is_some(),
+            value: leader.map(|l| l.value().to_owned()),
+            term: leader.map(Leader::term),
+            lock_id: leader.map(|l| l.lock_id().to_owned()),
+            host: leader.and_then(|l| l.host().map(str::to_owned)),
+        }
+    }
+}
+
+/// Runs `elect`: campaigns, runs the child while leading, resigns, and returns the exit
+/// status (see the crate's `AFTER_HELP`).
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled (it is the whole process); if it is dropped, the child's
+/// process group is killed and leadership resigned in the background.
+pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode> {
+    if args.name.is_empty() {
+        anyhow::bail!("--name must not be empty");
+    }
+    if args.value.is_empty() {
+        anyhow::bail!("--value must not be empty");
+    }
+    if args.ttl.is_zero() {
+        anyhow::bail!("--ttl must be longer than zero");
+    }
+    if args.command.is_empty() {
+        anyhow::bail!("no COMMAND given after --");
+    }
+    let name = args.name.clone();
+    let locks = cli::connect(global).await?;
+    if !args.no_wait {
+        child::check_reachable(&locks, std::slice::from_ref(&name), |name| {
+            format!("cannot campaign in {name}")
+        })
+        .await?;
+    }
+    // Installed before waiting: a Ctrl-C while waiting withdraws the campaign cleanly.
+    let mut signals = Forwarded::install()?;
+
+    let election = locks.election(name.clone()).ttl(args.ttl);
+    let patience = Patience::new(args.no_wait, args.wait);
+    let mut report = ElectReport {
+        election: name.clone(),
+        value: args.value.clone(),
+        elected: false,
+        term: None,
+        lock_id: None,
+        exit_status: 0,
+        child_exit_code: None,
+        child_signal: None,
+        lost: false,
+        loss_reason: None,
+        forwarded_signals: Vec::new(),
+        resigned: false,
+    };
+
+    tracing::info!(election = %name, ?patience, "campaigning");
+    let waiting = format!("waiting to lead {name}");
+    let names = [name.clone()];
+    let progress = child::shows_progress(patience).then_some((waiting.as_str(), &names[..]));
+    let campaign = async {
+        let value = args.value.clone();
+        match patience {
+            Patience::Once => election.try_campaign(value).await,
+            Patience::Upto(wait) => election.campaign_timeout(value, wait).await,
+            Patience::Forever => election.campaign(value).await.map(Some),
+        }
+    };
+    let leadership = match child::wait_for(&locks, campaign, &mut signals, progress).await {
+        Ok(Waited::Acquired(leadership)) => leadership,
+        Ok(Waited::NotInTime) => {
+            eprintln!(
+                "mongolock: {name} is led by others: not leading{}",
+                patience.within()
+            );
+            report.exit_status = exit::NOT_ACQUIRED;
+            return finish(&locks, global, &report, exit::NOT_ACQUIRED).await;
+        }
+        Ok(Waited::Signal(signal)) => {
+            eprintln!("mongolock: {signal} received while waiting to lead {name}: gave up");
+            let status = signal_status(signal as i32);
+            report.exit_status = status;
+            return finish(&locks, global, &report, status).await;
+        }
+        Err(error) => {
+            locks.shutdown().await;
+            return Err(anyhow::Error::new(error).context(format!("cannot campaign in {name}")));
+        }
+    };
+    let lock_id = leadership.guard().lock_id().to_owned();
+    tracing::info!(election = %name, term = leadership.term(), lock_id = %lock_id, "leading");
+    report.elected = true;
+    report.term = Some(leadership.term());
+    report.lock_id = Some(lock_id.clone());
+    let to_run = Child {
+        command: &args.command,
+        env: vec![
+            ("MONGOLOCK_ELECTION", name.clone()),
+            ("MONGOLOCK_TERM", leadership.term().to_string()),
+            ("MONGOLOCK_LOCK_ID", lock_id),
+        ],
+        env_remove: &[],
+        kill_after: args.kill_after,
+    };
+    let outcome = child::run_under(
+        Held::Leading(leadership),
+        to_run,
+        &mut signals,
+        &mut report.forwarded_signals,
+    )
+    .await?;
+    report.child_exit_code = outcome.child_exit_code;
+    report.child_signal = outcome.child_signal;
+    report.lost = outcome.lost.is_some();
+    report.loss_reason = outcome.lost.map(loss_name);
+    report.resigned = outcome.released;
+    report.exit_status = outcome.status;
+    finish(&locks, global, &report, outcome.status).await
+}
+
+/// Runs `leader`: prints the leader (or that nobody leads) once, or with `--watch` every
+/// change until SIGINT or SIGTERM, then exits 0.
+///
+/// # Cancel safety
+///
+/// Reads only.
+pub async fn leader(global: &Global, args: LeaderArgs) -> anyhow::Result<ExitCode> {
+    if args.name.is_empty() {
+        anyhow::bail!("--name must not be empty");
+    }
+    let locks = cli::connect(global).await?;
+    let election = locks.election(args.name.clone());
+    let cannot = || format!("cannot read the leader of {}", args.name);
+    if !args.watch {
+        let leader = election.leader().await.with_context(cannot)?;
+        print_leader(global, &election, leader.as_ref())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Installed before the first read: an interruption ends the watch with status 0.
+    let mut interrupt =
+        signal(SignalKind::interrupt()).context("cannot install a signal handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("cannot install a signal handler")?;
+    let mut changes = pin!(election.observe());
+    let mut printed = false;
+    loop {
+        tokio::select! {
+            change = changes.next() => match change {
+                Some(Ok(leader)) => {
+                    print_leader(global, &election, leader.as_ref())?;
+                    printed = true;
+                }
+                // The first read failing is an error (a bad name, a document that is not a
+                // lock, a server that cannot be reached); later ones are reported, and the
+                // observer reads again after a pause.
+                Some(Err(error)) if !printed => {
+                    return Err(anyhow::Error::new(error).context(cannot()));
+                }
+                Some(Err(error)) => {
+                    eprintln!("mongolock: {} ({error}); reading again", cannot());
+                }
+                None => break,
+            },
+            _ = interrupt.recv() => break,
+            _ = terminate.recv() => break,
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints `leader` of `election`: one line of text, or one JSON document on one line.
+fn print_leader(
+    global: &Global,
+    election: &Election,
+    leader: Option<&Leader>,
+) -> anyhow::Result<()> {
+    if global.json {
+        println!(
+            "{}",
+            serde_json::to_string(&LeaderLine::new(election.name(), leader))?
+        );
+        return Ok(());
+    }
+    match leader {
+        Some(leader) => println!(
+            "{}: led by {} (term {}, lock id {}, host {})",
+            election.name(),
+            match leader.value() {
+                "" => "(no value)",
+                value => value,
+            },
+            leader.term(),
+            leader.lock_id(),
+            leader.host().unwrap_or("unknown"),
+        ),
+        None => println!("{}: nobody leads", election.name()),
+    }
+    Ok(())
+}
