@@ -34,6 +34,12 @@
 //! may not have been made or may have lapsed), and so is a reader whose own client was hit
 //! while it acquired (the copy of its attempt that was granted may have been sent earlier
 //! than the send the guard reports).
+//!
+//! **Elections**: a leader is an exclusive holder of the election's resource whose token is
+//! its term, so (1)–(3) judge leaders as they judge mutex holders; (6) adds that every
+//! leader's term is above the terms of all leaders whose grants reached them earlier
+//! ([`Check::ElectionTerms`]). The members of a multi-lock are exclusive holders of their
+//! resources, each with its own token: "no two holders of any member" is (1).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -79,11 +85,14 @@ pub enum Check {
     Liveness,
     /// (5) A waiting writer keeps new readers out (no starvation by a stream of readers).
     WriterPreference,
+    /// (6) An election has at most one leader per term, and terms strictly increase from
+    /// leader to leader in the order their grants reached them.
+    ElectionTerms,
 }
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 10] = [
+    pub const ALL: [Check; 11] = [
         Check::Exclusion,
         Check::GuardedWrites,
         Check::Fencing,
@@ -94,6 +103,7 @@ impl Check {
         Check::Caps,
         Check::Liveness,
         Check::WriterPreference,
+        Check::ElectionTerms,
     ];
 
     /// The name in the report.
@@ -109,6 +119,7 @@ impl Check {
             Check::Caps => "(4) caps",
             Check::Liveness => "(5) liveness",
             Check::WriterPreference => "(5) writer preference",
+            Check::ElectionTerms => "(6) one leader per term, terms increase",
         }
     }
 }
@@ -169,6 +180,12 @@ pub struct Outcome {
     /// Holders whose lease was force-released after their grant (judged by
     /// [`Check::RevocationNoticed`]).
     pub revocations: usize,
+    /// Leaders judged by [`Check::ElectionTerms`] against the leaders before them.
+    pub leaders_checked: usize,
+    /// Of those, leaders whose term was not above every earlier one, excused by an event
+    /// that ended a lease without its holder's consent (a force-release of the election, a
+    /// clock jump: see the check).
+    pub leaders_excused: usize,
 }
 
 /// The grants of one role, and how many of them were handoffs: grants that followed a
@@ -365,7 +382,9 @@ impl<'a> Checker<'a> {
                 .or_default() += 1;
         }
         for l in &self.h.holders {
-            if let (Some(result), false) = (l.release, l.mode == Mode::Group) {
+            // A group's members share one unlock, a multi-lock's one release: not counted.
+            let set = matches!(l.mode, Mode::Group | Mode::Multi);
+            if let (Some(result), false) = (l.release, set) {
                 *self.out.releases.entry(result.name()).or_default() += 1;
             }
         }
@@ -380,10 +399,16 @@ impl<'a> Checker<'a> {
             self.fencing(resource);
             self.count_roles(resource);
             match mode {
-                Mode::Exclusive | Mode::Group | Mode::ReadWrite => {
+                Mode::Exclusive | Mode::Group | Mode::Multi | Mode::ReadWrite => {
                     self.exclusion(resource);
                     self.guarded_writes(resource);
                     self.next_grant(resource);
+                }
+                Mode::Election => {
+                    self.exclusion(resource);
+                    self.guarded_writes(resource);
+                    self.next_grant(resource);
+                    self.election_terms(resource);
                 }
                 Mode::Shared { permits } => self.caps(resource, permits),
             }
@@ -588,6 +613,52 @@ impl<'a> Checker<'a> {
                     next.token
                 );
                 self.violation(Check::LossBeforeNextGrant, detail);
+            }
+        }
+    }
+
+    /// (6) On an election: every leader's term is above the term of every leader whose
+    /// grant reached it earlier (so no two leaders share a term, and terms strictly increase
+    /// from leader to leader in grant order).
+    ///
+    /// (2) fencing gives part of it: it finds a term granted twice, and a term not above
+    /// those of the leaders granted before the later campaign *began*; but a campaigner
+    /// waiting in line while the leader before it was elected is compared with nobody
+    /// there, and (1) exclusion compares times, not terms. This compares every leader with
+    /// all those granted before it. A leader's grant can reach it after a later leader's
+    /// only if its lease ended on the server while its reply travelled: a force-release of
+    /// the election (or a clock jump) in the window that excuses overlaps
+    /// ([`Checker::excused_at`]) excuses that, and is counted; a term granted twice never is.
+    fn election_terms(&mut self, resource: &str) {
+        let list = self.by_resource[resource].clone();
+        let mut highest: Option<&HolderLog> = None;
+        for b in list {
+            if let Some(a) = highest {
+                self.out.leaders_checked += 1;
+                if b.token <= a.token {
+                    let excused = b.token < a.token
+                        && (self.excused_at(a, b.granted_at) || self.excused_at(b, b.granted_at));
+                    if excused {
+                        self.out.leaders_excused += 1;
+                    } else {
+                        let what = if b.token == a.token {
+                            "a second leader in the same term"
+                        } else {
+                            "a lower term after a higher one"
+                        };
+                        let detail = format!(
+                            "{resource}: {what}: {} led from {:.0} ms, after {} led from {:.0} ms",
+                            holder(b),
+                            self.ms(b.granted_at),
+                            holder(a),
+                            self.ms(a.granted_at)
+                        );
+                        self.violation(Check::ElectionTerms, detail);
+                    }
+                }
+            }
+            if highest.is_none_or(|a| b.token > a.token) {
+                highest = Some(b);
             }
         }
     }
@@ -1031,6 +1102,85 @@ mod tests {
         assert_eq!(outcome.revocations, 0);
         assert!(!outcome.has(Check::RevocationNoticed));
         assert!(outcome.has(Check::Exclusion), "{:?}", outcome.violations);
+    }
+
+    /// A leader of the election "e" with `term`, campaigning from `sent`, leading from
+    /// `granted` to `released` (ms after `t0`).
+    fn leader(
+        t0: Instant,
+        id: u64,
+        term: i64,
+        sent: u64,
+        granted: u64,
+        released: u64,
+    ) -> HolderLog {
+        let mut l = holder(t0, id, sent, granted, released);
+        l.resource = "e".into();
+        l.mode = Mode::Election;
+        l.token = term;
+        l.invoked_at = t0 + Duration::from_millis(sent);
+        l
+    }
+
+    fn election_history(t0: Instant, holders: Vec<HolderLog>) -> History {
+        let mut h = history(t0, (0, 0));
+        h.ops.clear();
+        h.holders = holders;
+        h.modes = HashMap::from([("e".to_owned(), Mode::Election)]);
+        h
+    }
+
+    #[test]
+    fn terms_must_increase_from_leader_to_leader_in_grant_order() {
+        let t0 = Instant::now();
+        // Leader 1 (term 5) leads from 10 to 300 ms; leader 2, campaigning since 5 ms (in
+        // line before leader 1 was elected), leads from 400 ms.
+        let first = leader(t0, 1, 5, 0, 10, 300);
+        let ok = check(&election_history(
+            t0,
+            vec![first.clone(), leader(t0, 2, 7, 5, 400, 600)],
+        ));
+        assert_eq!(ok.by_check(), BTreeMap::new(), "{:?}", ok.violations);
+        assert_eq!(ok.leaders_checked, 1);
+        // Term 4 after term 5: (2) fencing does not see it (leader 2's campaign began
+        // before leader 1 was elected), (6) does.
+        let lower = election_history(t0, vec![first.clone(), leader(t0, 2, 4, 5, 400, 600)]);
+        assert_eq!(
+            check(&lower).by_check(),
+            BTreeMap::from([(Check::ElectionTerms, 1)])
+        );
+        // Two leaders in term 5.
+        let same = election_history(t0, vec![first, leader(t0, 2, 5, 5, 400, 600)]);
+        assert_eq!(count(&same, Check::ElectionTerms), 1);
+        assert!(check(&same).has(Check::Fencing));
+    }
+
+    #[test]
+    fn a_lower_term_whose_grant_was_force_released_on_its_way_is_excused() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        // Leader 1's attempt (term 8) was sent at 100 ms and its reply came at 700 ms; the
+        // operator force-released the election at 200-250 ms, and leader 2 (term 9) led
+        // from 320 to 500 ms meanwhile.
+        let holders = vec![
+            leader(t0, 1, 8, 100, 700, 900),
+            leader(t0, 2, 9, 280, 320, 500),
+        ];
+        let unexcused = election_history(t0, holders.clone());
+        assert_eq!(count(&unexcused, Check::ElectionTerms), 1);
+        let mut excused = election_history(t0, holders);
+        excused.ops.push(OpEvent {
+            kind: OpKind::ForceRelease("e".into()),
+            start: ms(200),
+            end: ms(250),
+        });
+        let outcome = check(&excused);
+        assert!(
+            !outcome.has(Check::ElectionTerms),
+            "{:?}",
+            outcome.violations
+        );
+        assert_eq!(outcome.leaders_excused, 1);
     }
 
     #[test]

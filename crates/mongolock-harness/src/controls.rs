@@ -13,10 +13,11 @@
 //! | keeper by id alone | a holder of two leases under one lock id renews with `renew(lock_id)` (everything of the id) and stops believing in one without releasing it: the server keeps renewing it | (S7) no orphan outlives its holders |
 //! | trusting keeper | the same holder believes every lease renewed when `renew` counts as many as it tracks: one lease became an orphan, the other is force-released and taken by another client, and the orphan's renewal makes up the count | (1) exclusion |
 //! | line jumper | a client that takes a free lock by writing its entry, as a library without a line grants, while a waiter stands in line | (S9) waiters served in line order |
+//! | stale term | a campaigner that reads the leader's term when it begins campaigning (`leader()`) and, once elected, leads under that term instead of its own: two leaders in one term | (6) one leader per term, terms increase |
 //!
-//! The last two model, on the low-level API (`xlock`, `renew`, `unlock`, `force_release`),
-//! the keeper bugs of issue 17; they run the server-side oracle too, since (S7) reads the
-//! server's log.
+//! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
+//! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
+//! oracle too, since (S7) reads the server's log.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -99,7 +100,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the nine controls, each on a fresh emulator.
+/// Runs the ten controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -114,6 +115,7 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         keeper_by_id().await?,
         trusting_keeper().await?,
         line_jumper().await?,
+        stale_term().await?,
     ])
 }
 
@@ -330,6 +332,52 @@ async fn counter_reset() -> Result<ControlResult, Box<dyn std::error::Error>> {
     b.release().await?;
     recorder.holder(b_log);
     Ok(finish("counter reset", Check::Fencing, &recorder))
+}
+
+/// A campaigner that reads the leader's term when it begins campaigning and, once elected,
+/// leads (and writes) under that term instead of the one its grant carries: two leaders in
+/// one term, the second after the first in grant order.
+async fn stale_term() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let server = TestServer::start().await?;
+    let recorder = Recorder::new();
+    let a_locks = locks(server.new_client());
+    a_locks.create_indexes().await?;
+    let b_locks = locks(server.new_client());
+
+    let invoked = Instant::now();
+    let a = a_locks.election(RESOURCE).ttl(TTL).campaign("a").await?;
+    let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Election, invoked, a.guard());
+    write(&recorder, &mut a_log, a.term());
+    // B begins campaigning while A leads, and keeps the term it read then.
+    let b_election = b_locks.election(RESOURCE).ttl(TTL);
+    let seen = b_election.leader().await?.map_or(0, |leader| leader.term());
+    let b_invoked = Instant::now();
+    let b_task = tokio::spawn(async move { b_election.campaign("b").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a_log.sample(a.guard());
+    a_log.check_lost(a.guard());
+    a_log.lets_go(LetGo::Released);
+    a_log.release = Some(ReleaseResult::of(&a.resign().await));
+    recorder.holder(a_log);
+
+    let b = b_task.await??;
+    let mut b_log = HolderLog::new(recorder.next_id(), 1, Mode::Election, b_invoked, b.guard());
+    b_log.fake = true;
+    b_log.token = seen; // not b.term()
+    write(&recorder, &mut b_log, seen);
+    b_log.lets_go(LetGo::Released);
+    b.resign().await?;
+    recorder.holder(b_log);
+    // Close B's change stream (it waited) and the background tasks before the emulator goes.
+    b_locks.shutdown().await;
+    a_locks.shutdown().await;
+    server.shutdown().await;
+    Ok(finish_as(
+        "stale term",
+        Check::ElectionTerms,
+        &recorder,
+        Mode::Election,
+    ))
 }
 
 /// A holder that judges expiry by a skewed clock: it believes (and writes) for `TTL` more

@@ -29,12 +29,22 @@ pub enum Mode {
     /// One of a pool of resources taken in groups under one lock id with the low-level API
     /// (`xlock`, `renew` and `unlock` by lock id): exclusive, renewed by its holder.
     Group,
+    /// One of a pool of resources taken several at a time with `LockClient::multi` (all
+    /// or nothing, one lock id for the set): each member is an exclusive lease of its own.
+    Multi,
+    /// An election (`LockClient::election`): its leader holds the resource exclusively,
+    /// and the grant's fencing token is the leader's term.
+    Election,
 }
 
 impl Mode {
-    /// True if every holder of the resource holds it exclusively (a mutex, a group member).
+    /// True if every holder of the resource holds it exclusively (a mutex, a group or
+    /// multi-lock member, a leader).
     pub fn is_exclusive(self) -> bool {
-        matches!(self, Mode::Exclusive | Mode::Group)
+        matches!(
+            self,
+            Mode::Exclusive | Mode::Group | Mode::Multi | Mode::Election
+        )
     }
 }
 
@@ -71,16 +81,22 @@ pub enum Role {
     Writer,
     /// `xlock` under a group's lock id.
     Group,
+    /// A member of a set taken with `multi(..)`.
+    Multi,
+    /// A leader of an election (`election(..).campaign_timeout(..)`).
+    Leader,
 }
 
 impl Role {
     /// Every role, in report order.
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 7] = [
         Role::Mutex,
         Role::Semaphore,
         Role::Reader,
         Role::Writer,
         Role::Group,
+        Role::Multi,
+        Role::Leader,
     ];
 
     /// The role of a holder with `access` on a resource locked as `mode`.
@@ -91,6 +107,8 @@ impl Role {
             (Mode::ReadWrite, Access::Shared) => Role::Reader,
             (Mode::ReadWrite, Access::Exclusive) => Role::Writer,
             (Mode::Group, _) => Role::Group,
+            (Mode::Multi, _) => Role::Multi,
+            (Mode::Election, _) => Role::Leader,
         }
     }
 
@@ -102,6 +120,8 @@ impl Role {
             Role::Reader => "rwlock readers",
             Role::Writer => "rwlock writers",
             Role::Group => "lock groups (low-level)",
+            Role::Multi => "multi-lock members",
+            Role::Leader => "election leaders",
         }
     }
 }
@@ -225,7 +245,8 @@ pub struct HolderLog {
     pub access: Access,
     /// The lock id it held the lock with.
     pub lock_id: String,
-    /// For a member of a lock group: the group's number (shared by its members).
+    /// For a member of a lock group or of a multi-lock: the set's number (shared by its
+    /// members).
     pub group: Option<u64>,
     /// When the acquire call that granted it began.
     pub invoked_at: Instant,
@@ -433,8 +454,8 @@ struct RecordState {
 /// The in-process store the locks protect: one record per resource, shared by every
 /// worker, fenced by tokens as a real store would be.
 ///
-/// - A mutex or group member: a write is rejected if its token is lower than the highest
-///   accepted.
+/// - A mutex, a group or multi-lock member, an election (its leader writes with its term):
+///   a write is rejected if its token is lower than the highest accepted.
 /// - A semaphore: every write is accepted (concurrent permit holders are fine; the checker
 ///   counts them against the cap instead).
 /// - A reader-writer lock: a reader's read is rejected if a write with a higher token was
@@ -466,7 +487,9 @@ impl GuardedRecord {
             (Mode::ReadWrite, Access::Exclusive) => {
                 above(record.highest) && above(record.highest_read)
             }
-            (Mode::Exclusive | Mode::Group, _) => above(record.highest),
+            (Mode::Exclusive | Mode::Group | Mode::Multi | Mode::Election, _) => {
+                above(record.highest)
+            }
         };
         if accepted && !matches!(mode, Mode::Shared { .. }) {
             let slot = match access {

@@ -1,13 +1,14 @@
 //! A fault-injection harness for mongolock: it runs lock workloads on the emulator while
 //! injecting faults, records what every holder did and saw, and checks the history against
 //! the library's promises (exclusion, fencing, loss notification, caps, liveness, writer
-//! preference) for the handles (mutex, reader-writer lock, semaphore) and for lock groups
-//! held with the low-level API.
+//! preference, one leader per term) for the handles (mutex, reader-writer lock, semaphore),
+//! for lock groups held with the low-level API, and for the recipes: multi-locks and
+//! elections.
 //!
 //! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
 //! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
 //! connected directly. Faults are drawn from the seed ([`faults`]); the history
-//! ([`history`]) is checked ([`check`]); nine negative controls ([`controls`]) prove that
+//! ([`history`]) is checked ([`check`]); ten negative controls ([`controls`]) prove that
 //! the checker catches the bugs it looks for; [`report`] prints it all.
 //!
 //! ```no_run

@@ -171,6 +171,15 @@ impl fmt::Display for Report {
                 self.sum(|r| r.outcome.writer_waits_excused)
             ),
         );
+        row(
+            &mut t,
+            "election leaders judged for terms (excused)",
+            format!(
+                "{} ({})",
+                self.sum(|r| r.outcome.leaders_checked),
+                self.sum(|r| r.outcome.leaders_excused)
+            ),
+        );
         let _ = writeln!(t, "faults injected");
         let mut faults: BTreeMap<FaultKind, u64> = BTreeMap::new();
         for r in &self.runs {

@@ -14,6 +14,13 @@
 //! A group has no keeper: its holder renews it and keeps its own local deadline (the
 //! `group` submodule).
 //!
+//! Two recipes of the library have targets of their own (the `recipes` submodule): a
+//! *multi-lock* (`LockClient::multi`: two or three resources of the multi-lock pool at once,
+//! all or nothing, each member an exclusive lease with its own token, one loss signal) and
+//! an *election* (`LockClient::election`: the leader holds the election's resource, its
+//! term is the grant's fencing token, and it writes with it). Each member of a multi-lock,
+//! and each leader, is logged as an exclusive holder of its resource.
+//!
 //! A worker may also take a *pair*: two of the handle resources at once (in name order, so
 //! pair holders never wait on each other in a cycle), and work under both. The `hold`
 //! submodule holds one lease or a pair, and carries out the nemeses aimed at a holder's
@@ -49,6 +56,7 @@ use crate::history::{HolderLog, Mode, Recorder, WriteLog};
 
 mod group;
 mod hold;
+mod recipes;
 
 use group::attach_acquiring_pauses;
 
@@ -74,6 +82,8 @@ pub struct Workload {
     pub step_ms: (u64, u64),
     /// How many members of the group pool one group takes (inclusive range).
     pub group_size: (usize, usize),
+    /// How many members of the multi-lock pool one multi-lock takes (inclusive range).
+    pub multi_size: (usize, usize),
     /// The chance that a holder of a reader-writer lock is a writer.
     pub writer_share: f64,
     /// The chance that a worker goes for a pair of handle resources (two held at once)
@@ -81,7 +91,8 @@ pub struct Workload {
     pub pair_share: f64,
 }
 
-/// What a worker goes for: one resource, or a group of the group pool.
+/// What a worker goes for: one resource through its handle, a group of the group pool, a
+/// multi-lock of the multi-lock pool, an election, or a pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// A resource that is not in the group pool, and its mode.
@@ -90,12 +101,17 @@ pub enum Target {
     Group(Vec<String>),
     /// Two of these resources (outside the group pool), held at once.
     Pair(Vec<(String, Mode)>),
+    /// Some members of the multi-lock pool, taken at once with `LockClient::multi`.
+    Multi(Vec<String>),
+    /// An election to campaign in: its resource.
+    Election(String),
 }
 
 impl Workload {
-    /// Two mutexes, a semaphore with two permits, two reader-writer locks, and a pool of
-    /// four resources taken two or three at a time in groups; six clients, TTL 1.5 s; one
-    /// pick in four is a pair of handle resources held at once.
+    /// Two mutexes, a semaphore with two permits, two reader-writer locks, a pool of four
+    /// resources taken two or three at a time in groups, a pool of four taken two or three
+    /// at a time as multi-locks, and an election; six clients, TTL 1.5 s; one pick in four
+    /// is a pair of handle resources held at once.
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -111,10 +127,16 @@ impl Workload {
                 ("g1".into(), Mode::Group),
                 ("g2".into(), Mode::Group),
                 ("g3".into(), Mode::Group),
+                ("x0".into(), Mode::Multi),
+                ("x1".into(), Mode::Multi),
+                ("x2".into(), Mode::Multi),
+                ("x3".into(), Mode::Multi),
+                ("e0".into(), Mode::Election),
             ],
             steps: (2, 5),
             step_ms: (40, 200),
             group_size: (2, 3),
+            multi_size: (2, 3),
             writer_share: 0.35,
             pair_share: 0.25,
         }
@@ -125,29 +147,34 @@ impl Workload {
         self.resources.iter().cloned().collect()
     }
 
-    /// What workers pick from: every resource outside the group pool, and the pool (if
-    /// any) as one target.
+    /// What workers pick from: every handle resource, the group pool and the multi-lock
+    /// pool (if any) as one target each, and every election.
     pub fn targets(&self) -> Vec<Target> {
         let mut targets: Vec<Target> = self
             .resources
             .iter()
-            .filter(|(_, mode)| *mode != Mode::Group)
+            .filter(|(_, mode)| is_handle(*mode))
             .map(|(r, mode)| Target::Resource(r.clone(), *mode))
             .collect();
         let pool = self.group_pool();
         if !pool.is_empty() {
             targets.push(Target::Group(pool));
         }
+        let pool = self.pool(Mode::Multi);
+        if !pool.is_empty() {
+            targets.push(Target::Multi(pool));
+        }
+        targets.extend(self.pool(Mode::Election).into_iter().map(Target::Election));
         targets
     }
 
-    /// What a pair is taken from ([`Workload::pair_share`] of the picks): the resources
-    /// outside the group pool, if there are two; else `None`.
+    /// What a pair is taken from ([`Workload::pair_share`] of the picks): the handle
+    /// resources (mutexes, semaphores, reader-writer locks), if there are two; else `None`.
     pub fn pair_target(&self) -> Option<Target> {
         let singles: Vec<(String, Mode)> = self
             .resources
             .iter()
-            .filter(|(_, mode)| *mode != Mode::Group)
+            .filter(|(_, mode)| is_handle(*mode))
             .cloned()
             .collect();
         (singles.len() >= 2).then_some(Target::Pair(singles))
@@ -155,26 +182,41 @@ impl Workload {
 
     /// The resources of the group pool.
     pub fn group_pool(&self) -> Vec<String> {
+        self.pool(Mode::Group)
+    }
+
+    /// The resources locked as `mode`, in order.
+    pub fn pool(&self, mode: Mode) -> Vec<String> {
         self.resources
             .iter()
-            .filter(|(_, mode)| *mode == Mode::Group)
+            .filter(|(_, m)| *m == mode)
             .map(|(r, _)| r.clone())
             .collect()
     }
 
     /// The sets of resources the liveness probe expects a grant on after healing: each
-    /// resource outside the group pool, and the pool as a whole (a group takes only some of
-    /// its members).
+    /// handle resource and each election, and the group pool and the multi-lock pool each
+    /// as a whole (a group or a multi-lock takes only some of their members).
     pub fn liveness_sets(&self) -> Vec<Vec<String>> {
         self.targets()
             .into_iter()
             .filter_map(|t| match t {
                 Target::Resource(r, _) => Some(vec![r]),
-                Target::Group(pool) => Some(pool),
+                Target::Group(pool) | Target::Multi(pool) => Some(pool),
+                Target::Election(r) => Some(vec![r]),
                 Target::Pair(_) => None,
             })
             .collect()
     }
+}
+
+/// True for the resources taken through a handle (mutex, semaphore, reader-writer lock):
+/// single targets, and what pairs are made of.
+pub fn is_handle(mode: Mode) -> bool {
+    matches!(
+        mode,
+        Mode::Exclusive | Mode::Shared { .. } | Mode::ReadWrite
+    )
 }
 
 /// How many holders `mode` admits at once: the number of locks the observer takes to show
@@ -225,7 +267,9 @@ pub async fn try_take(
     ttl: Duration,
 ) -> mongolock::Result<Option<LockGuard>> {
     match mode {
-        Mode::Exclusive | Mode::Group => observer.mutex(resource).ttl(ttl).try_acquire().await,
+        Mode::Exclusive | Mode::Group | Mode::Multi | Mode::Election => {
+            observer.mutex(resource).ttl(ttl).try_acquire().await
+        }
         Mode::Shared { permits } => {
             observer
                 .semaphore(resource, permits)
@@ -248,7 +292,8 @@ pub struct ClientCtl {
     pub stop: AtomicBool,
     /// Set while the worker holds a guard (faults prefer holders).
     pub holding: AtomicBool,
-    /// Set while the worker is in an acquire call (or taking a group).
+    /// Set while the worker is in an acquire call (or taking a group, a multi-lock, or
+    /// campaigning).
     pub acquiring: AtomicBool,
     /// Pause the whole client for this many milliseconds while it is acquiring (0: none).
     pub pause_acquiring_ms: AtomicU64,
@@ -604,7 +649,8 @@ struct Worker {
     workload: Workload,
     recorder: Recorder,
     rng: StdRng,
-    /// Handle acquire calls made so far (each gets a lock id of its own).
+    /// Handle acquire calls, multi-lock acquires and campaigns made so far (each gets a lock
+    /// id of its own).
     calls: u64,
 }
 
@@ -645,6 +691,8 @@ impl Worker {
                     self.group(locks, &pool, groups).await
                 }
                 Target::Pair(pool) => self.pair(locks, &pool).await,
+                Target::Multi(pool) => self.multi(locks, &pool).await,
+                Target::Election(resource) => self.lead(locks, resource).await,
             };
             if let Held::Killed = held {
                 return Exit::Killed;

@@ -19,11 +19,11 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
         violations.len(),
         violations
     );
-    assert_eq!(report.controls.len(), 9, "nine negative controls ran");
+    assert_eq!(report.controls.len(), 10, "ten negative controls ran");
     assert_eq!(
         report.controls_caught(),
-        9,
-        "controls caught: {}/9",
+        10,
+        "controls caught: {}/10",
         report.controls_caught()
     );
     assert!(report.passed());

@@ -46,7 +46,7 @@ async fn acquire_call(
     timeout: Duration,
 ) -> mongolock::Result<Option<LockGuard>> {
     match mode {
-        Mode::Exclusive | Mode::Group => {
+        Mode::Exclusive | Mode::Group | Mode::Multi | Mode::Election => {
             let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
             mutex.lock_id(lock_id).acquire_timeout(timeout).await
         }
