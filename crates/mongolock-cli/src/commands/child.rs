@@ -324,6 +324,36 @@ pub struct Child<'a> {
     pub kill_after: Duration,
 }
 
+/// What the `--json` reports of `exec` and `elect` say of the child's run, flattened into
+/// each.
+#[derive(Debug, Default, Serialize)]
+pub struct RunReport {
+    /// mongolock's own exit status.
+    pub exit_status: u8,
+    /// The child's exit code, if it exited.
+    pub child_exit_code: Option<i32>,
+    /// The signal that ended the child, if one did.
+    pub child_signal: Option<i32>,
+    /// Whether the lease (of any member of a set, or the leadership) was lost while the
+    /// child ran.
+    pub lost: bool,
+    /// Why it was lost.
+    pub loss_reason: Option<&'static str>,
+    /// Signals mongolock received and forwarded to the child, by name.
+    pub forwarded_signals: Vec<&'static str>,
+}
+
+impl RunReport {
+    /// Records how the run ended.
+    pub fn record(&mut self, outcome: &Outcome) {
+        self.child_exit_code = outcome.child_exit_code;
+        self.child_signal = outcome.child_signal;
+        self.lost = outcome.lost.is_some();
+        self.loss_reason = outcome.lost.map(loss_name);
+        self.exit_status = outcome.status;
+    }
+}
+
 /// How a child's run under a lease ended.
 #[derive(Debug, Default)]
 pub struct Outcome {

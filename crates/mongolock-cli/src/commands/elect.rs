@@ -22,7 +22,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{self, ElectArgs, Global, LeaderArgs, exit};
 use crate::commands::child::{
-    self, Child, Forwarded, Held, Patience, Waited, finish, loss_name, signal_status,
+    self, Child, Forwarded, Held, Patience, RunReport, Waited, finish, signal_status,
 };
 
 /// The JSON document `elect --json` prints on stdout when it is done.
@@ -39,18 +39,9 @@ struct ElectReport {
     term: Option<i64>,
     /// The lock id it led with.
     lock_id: Option<String>,
-    /// mongolock's own exit status.
-    exit_status: u8,
-    /// The child's exit code, if it exited.
-    child_exit_code: Option<i32>,
-    /// The signal that ended the child, if one did.
-    child_signal: Option<i32>,
-    /// Whether leadership was lost while the child ran.
-    lost: bool,
-    /// Why it was lost.
-    loss_reason: Option<&'static str>,
-    /// Signals mongolock received and forwarded to the child, by name.
-    forwarded_signals: Vec<&'static str>,
+    /// How the child ran, and mongolock's exit status.
+    #[serde(flatten)]
+    run: RunReport,
     /// Whether this process resigned (false if leadership was lost, or the resignation
     /// failed and the TTL will end it).
     resigned: bool,
@@ -126,12 +117,7 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
         elected: false,
         term: None,
         lock_id: None,
-        exit_status: 0,
-        child_exit_code: None,
-        child_signal: None,
-        lost: false,
-        loss_reason: None,
-        forwarded_signals: Vec::new(),
+        run: RunReport::default(),
         resigned: false,
     };
 
@@ -154,13 +140,13 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
                 "mongolock: {name} is led by others: not leading{}",
                 patience.within()
             );
-            report.exit_status = exit::NOT_ACQUIRED;
+            report.run.exit_status = exit::NOT_ACQUIRED;
             return finish(&locks, global, &report, exit::NOT_ACQUIRED).await;
         }
         Ok(Waited::Signal(signal)) => {
             eprintln!("mongolock: {signal} received while waiting to lead {name}: gave up");
             let status = signal_status(signal as i32);
-            report.exit_status = status;
+            report.run.exit_status = status;
             return finish(&locks, global, &report, status).await;
         }
         Err(error) => {
@@ -187,15 +173,11 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
         Held::Leading(leadership),
         to_run,
         &mut signals,
-        &mut report.forwarded_signals,
+        &mut report.run.forwarded_signals,
     )
     .await?;
-    report.child_exit_code = outcome.child_exit_code;
-    report.child_signal = outcome.child_signal;
-    report.lost = outcome.lost.is_some();
-    report.loss_reason = outcome.lost.map(loss_name);
+    report.run.record(&outcome);
     report.resigned = outcome.released;
-    report.exit_status = outcome.status;
     finish(&locks, global, &report, outcome.status).await
 }
 

@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::cli::{self, ExecArgs, Global, exit};
 use crate::commands::child::{
-    self, Child, Forwarded, Held, Patience, Waited, finish, loss_name, signal_status,
+    self, Child, Forwarded, Held, Patience, RunReport, Waited, finish, signal_status,
 };
 use crate::commands::inspect::kind_name;
 
@@ -50,18 +50,9 @@ struct Report {
     fencing_token: Option<i64>,
     /// Each resource's fencing token, once acquired.
     fencing_tokens: Option<BTreeMap<String, i64>>,
-    /// mongolock's own exit status.
-    exit_status: u8,
-    /// The child's exit code, if it exited.
-    child_exit_code: Option<i32>,
-    /// The signal that ended the child, if one did.
-    child_signal: Option<i32>,
-    /// Whether the lease (of any member of a set) was lost while the child ran.
-    lost: bool,
-    /// Why it was lost.
-    loss_reason: Option<&'static str>,
-    /// Signals mongolock received and forwarded to the child, by name.
-    forwarded_signals: Vec<&'static str>,
+    /// How the child ran, and mongolock's exit status.
+    #[serde(flatten)]
+    run: RunReport,
     /// Whether the lock (every lock of a set) was released by this process (false if it was
     /// lost, or the release failed and the TTL will end it).
     released: bool,
@@ -179,12 +170,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
         lock_id: None,
         fencing_token: None,
         fencing_tokens: None,
-        exit_status: 0,
-        child_exit_code: None,
-        child_signal: None,
-        lost: false,
-        loss_reason: None,
-        forwarded_signals: Vec::new(),
+        run: RunReport::default(),
         released: false,
     };
 
@@ -201,13 +187,13 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
                 format!("{label} is held by others")
             };
             eprintln!("mongolock: {who}: not acquired{}", patience.within());
-            report.exit_status = exit::NOT_ACQUIRED;
+            report.run.exit_status = exit::NOT_ACQUIRED;
             return finish(&locks, global, &report, exit::NOT_ACQUIRED).await;
         }
         Ok(Waited::Signal(signal)) => {
             eprintln!("mongolock: {signal} received while waiting for {label}: gave up");
             let status = signal_status(signal as i32);
-            report.exit_status = status;
+            report.run.exit_status = status;
             return finish(&locks, global, &report, status).await;
         }
         Err(error) => {
@@ -269,13 +255,14 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
         env_remove,
         kill_after: args.kill_after,
     };
-    let outcome =
-        child::run_under(held, to_run, &mut signals, &mut report.forwarded_signals).await?;
-    report.child_exit_code = outcome.child_exit_code;
-    report.child_signal = outcome.child_signal;
-    report.lost = outcome.lost.is_some();
-    report.loss_reason = outcome.lost.map(loss_name);
+    let outcome = child::run_under(
+        held,
+        to_run,
+        &mut signals,
+        &mut report.run.forwarded_signals,
+    )
+    .await?;
+    report.run.record(&outcome);
     report.released = outcome.released;
-    report.exit_status = outcome.status;
     finish(&locks, global, &report, outcome.status).await
 }
