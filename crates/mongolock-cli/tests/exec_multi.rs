@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Env, MONGOLOCK, eventually, run, temp_dir, text, wait_output};
+use common::{Env, eventually, run, temp_dir, text, wait_output};
 use mongolock::Filter;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
@@ -17,18 +17,11 @@ const SOON: Duration = Duration::from_secs(15);
 /// `mongolock --uri URI --db DB ARGS...` started with `MONGOLOCK_RESOURCE` and
 /// `MONGOLOCK_FENCING_TOKEN` set as an outer single-resource `exec` would have set them.
 fn spawn_inside_an_outer_exec(env: &Env, args: &[&str]) -> tokio::process::Child {
-    tokio::process::Command::new(MONGOLOCK)
-        .env_remove("MONGODB_URI")
-        .env("MONGOLOCK_RESOURCE", "outer")
-        .env("MONGOLOCK_FENCING_TOKEN", "-1")
-        .args(["--uri", &env.server.uri(), "--db", &env.db])
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("mongolock starts")
+    let outer = [
+        ("MONGOLOCK_RESOURCE", "outer"),
+        ("MONGOLOCK_FENCING_TOKEN", "-1"),
+    ];
+    env.spawn_with_env(&outer, args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,8 +53,14 @@ impl Env {
     /// `mongolock --uri URI --db DB ARGS...` as a tokio command (for processes the test
     /// signals or runs in parallel), with stdout and stderr piped and killed on drop.
     pub fn spawn(&self, args: &[&str]) -> tokio::process::Child {
+        self.spawn_with_env(&[], args)
+    }
+
+    /// As [`Env::spawn`], with `vars` set in mongolock's environment.
+    pub fn spawn_with_env(&self, vars: &[(&str, &str)], args: &[&str]) -> tokio::process::Child {
         tokio::process::Command::new(MONGOLOCK)
             .env_remove("MONGODB_URI")
+            .envs(vars.iter().copied())
             .args(["--uri", &self.server.uri(), "--db", &self.db])
             .args(args)
             .stdin(std::process::Stdio::null())
