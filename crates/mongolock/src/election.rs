@@ -81,7 +81,7 @@ impl LockClient {
 /// Made by [`LockClient::election`].
 ///
 /// The settings are the lease's, as on a [`Mutex`]: TTL (how long a dead leader keeps
-/// leading), renewal period, safety margin, host and lock id.
+/// leading), lock-delay, renewal period, safety margin, host and lock id.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -114,6 +114,14 @@ impl Election {
     /// that died keeps the others from leading. Renewed in the background every third of it.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.mutex = self.mutex.ttl(ttl);
+        self
+    }
+
+    /// After a leader's lease ends without a resignation (it died, stalled past its TTL, or
+    /// was revoked), nobody leads for `delay` more (as [`Mutex::lock_delay`]): a leader that
+    /// was only slow stops before the next one starts. A resignation hands over at once.
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.mutex = self.mutex.lock_delay(delay);
         self
     }
 

@@ -75,6 +75,16 @@ macro_rules! lease_settings {
             self
         }
 
+        /// After a lease that ends without a release (its TTL ran out, or an operator
+        /// revoked it with a force release), nobody is granted the lock for `delay` more,
+        /// by the server's clock: a holder that was only slow cannot race its successor
+        /// (Chubby's and Consul's lock-delay). A release frees it at once. Default: none.
+        /// See [`LockDetails::lock_delay`](crate::LockDetails::lock_delay).
+        pub fn lock_delay(mut self, delay: Duration) -> Self {
+            self.options.details = self.options.details.lock_delay(delay);
+            self
+        }
+
         /// Renews the lease this often instead of every third of the TTL. Must be at least
         /// 10 ms (a shorter period would be a renewal storm) and shorter than the TTL less
         /// the safety margin; otherwise acquiring fails with

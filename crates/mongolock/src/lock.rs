@@ -72,6 +72,7 @@ pub struct Holder {
     pub(crate) renewed_at: DateTime,
     pub(crate) expires_at: Option<DateTime>,
     pub(crate) ttl: Option<Duration>,
+    pub(crate) lock_delay: Option<Duration>,
 }
 
 impl Holder {
@@ -116,6 +117,20 @@ impl Holder {
     /// The TTL of the last grant or renewal; `None` without TTL.
     pub fn ttl(&self) -> Option<Duration> {
         self.ttl
+    }
+    /// The lock-delay given at acquire time, if any (see
+    /// [`LockDetails::lock_delay`](crate::LockDetails::lock_delay)).
+    pub fn lock_delay(&self) -> Option<Duration> {
+        self.lock_delay
+    }
+    /// Until when the entry keeps the resource from others (server time): its lease's end
+    /// plus its lock-delay; `None` without TTL.
+    pub fn in_force_until(&self) -> Option<DateTime> {
+        let delay = self.lock_delay.map_or(0, |delay| {
+            i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)
+        });
+        self.expires_at
+            .map(|end| DateTime::from_millis(end.timestamp_millis().saturating_add(delay)))
     }
 }
 
@@ -168,6 +183,7 @@ impl Grant {
                 renewed_at: bson::DateTime::from_millis(0),
                 expires_at: None,
                 ttl: None,
+                lock_delay: None,
             },
             new: true,
             remaining: None,

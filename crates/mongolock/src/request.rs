@@ -33,7 +33,7 @@ pub const MAX_ID_LEN: usize = 512;
 /// ```
 pub const MAX_LABEL_LEN: usize = 1024;
 
-/// The longest TTL accepted: 100 years (of 365 days). It keeps `$$NOW + ttl` far inside the
+/// The longest TTL (and lock-delay) accepted: 100 years (of 365 days). It keeps `$$NOW + ttl` far inside the
 /// range of a BSON date and of the server's date arithmetic.
 ///
 /// ```
@@ -43,10 +43,11 @@ pub const MAX_LABEL_LEN: usize = 1024;
 /// ```
 pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
-/// Who asks for a lock and for how long: owner, host and TTL, all optional.
+/// Who asks for a lock and for how long: owner, host, TTL and lock-delay, all optional.
 ///
 /// Without a TTL the lock never expires and only an explicit unlock frees it. The host
-/// defaults to this machine's host name.
+/// defaults to this machine's host name. Without a lock-delay, a lease that ends without
+/// a release frees the resource at once.
 ///
 /// ```
 /// use std::time::Duration;
@@ -62,6 +63,7 @@ pub struct LockDetails {
     owner: Option<String>,
     host: Option<String>,
     ttl: Option<Duration>,
+    lock_delay: Option<Duration>,
 }
 
 impl LockDetails {
@@ -98,6 +100,39 @@ impl LockDetails {
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
+    }
+
+    /// Sets the lock-delay: when this lock's lease ends without a release (its TTL ran out
+    /// or it was revoked by a force release), nobody is granted the resource, this lock id
+    /// included, until the delay has passed by the server's clock. A holder that was only
+    /// slow, and still acts on what it believes it holds, then cannot race a successor for
+    /// that long. A release by the holder frees the resource at once, even within the
+    /// delay: the holder says it has stopped. Kept in whole milliseconds, rounded up; zero
+    /// is no delay.
+    ///
+    /// The entry stays in the document during its delay (its `expiresAt` is the end of the
+    /// delay, see `schema.rs`), so status shows who caused it, and a purge keeps it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let details = mongolock::LockDetails::default()
+    ///     .ttl(Duration::from_secs(30))
+    ///     .lock_delay(Duration::from_secs(10));
+    /// assert_eq!(details.lock_delay_value(), Some(Duration::from_secs(10)));
+    /// assert!(details.validate().is_ok());
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = (!delay.is_zero()).then_some(delay);
+        self
+    }
+
+    /// The lock-delay, if set (see [`lock_delay`](Self::lock_delay)).
+    ///
+    /// ```
+    /// assert_eq!(mongolock::LockDetails::default().lock_delay_value(), None);
+    /// ```
+    pub fn lock_delay_value(&self) -> Option<Duration> {
+        self.lock_delay
     }
 
     /// The owner, if set.
@@ -145,7 +180,22 @@ impl LockDetails {
         if let Some(ttl) = self.ttl {
             ttl_millis(ttl)?;
         }
+        self.delay_millis()?;
         Ok(())
+    }
+
+    /// The lock-delay in whole milliseconds, rounded up, if set; an error above
+    /// [`MAX_TTL`].
+    pub(crate) fn delay_millis(&self) -> Result<Option<i64>> {
+        match self.lock_delay {
+            None => Ok(None),
+            Some(delay) if delay > MAX_TTL => Err(Error::invalid(
+                "lock_delay",
+                format!("{delay:?} is longer than the limit of {MAX_TTL:?}"),
+            )),
+            // MAX_TTL keeps this far below i64::MAX.
+            Some(delay) => Ok(Some(delay.as_nanos().div_ceil(1_000_000) as i64)),
+        }
     }
 }
 

@@ -22,8 +22,10 @@
 //!             keeper: String|null,    // the lease keeper renewing it (see `lease`)
 //!             token: Int64, createdAt: Date,
 //!             renewedAt: Date,        // the last renewal; missing until the first
-//!             expiresAt: Date|null,   // null: no TTL
-//!             ttlMs: Int32|Int64|null }
+//!             expiresAt: Date|null,   // null: no TTL; the end of the lease plus its
+//!                                     // lock-delay, if any (see below)
+//!             ttlMs: Int32|Int64|null,
+//!             delayMs: Int32|Int64 }  // the lock-delay; missing: none
 //! ```
 //!
 //! `cap` is stored with the shared entries: the first shared grant sets it, and a shared
@@ -50,6 +52,18 @@
 //! name its own keeper (and deletes), so one release wakes one waiter, and grants, renewals
 //! and joins wake nobody. A waiter whose turn comes otherwise (the head's place lapsed, the
 //! holder's lease ran out) is woken by its timer.
+//!
+//! `delayMs` is the entry's lock-delay ([`LockDetails::lock_delay`](crate::LockDetails::lock_delay)).
+//! An entry with one stays in force for that long after its lease ends, so a lease that ends
+//! without a release keeps the resource from everybody until the delay has passed. Its
+//! `expiresAt` is therefore the end of the delay, and the lease ends `delayMs` before it:
+//! the expressions that ask whether an entry is in force (acquire, purge, `idleSince`, the
+//! TTL index) read `expiresAt` as it is, and those that ask whether its holder still holds
+//! the lease (renewals, a release's report, proclaim, the keeper's read of its leases,
+//! status) subtract the delay (`command/expr.rs`: `is_live` and `holds`). The client
+//! decodes the lease's end ([`Holder::expires_at`](crate::Holder::expires_at)). A force
+//! release ends such an entry's lease at once instead of removing it; a release by its
+//! holder removes it, delay or not.
 //!
 //! `keeper` names the process-local lease keeper that renews the entry (one command renews
 //! every entry of a keeper, whatever their number), and in a place in line the lock client
@@ -108,6 +122,7 @@ pub(crate) const RENEWED_AT: &str = "renewedAt";
 pub(crate) const EXPIRES_AT: &str = "expiresAt";
 pub(crate) const TTL_MS: &str = "ttlMs";
 pub(crate) const KEEPER: &str = "keeper";
+pub(crate) const DELAY_MS: &str = "delayMs";
 
 /// Fields added by the status aggregation to each reported entry.
 pub(crate) const RESOURCE: &str = "resource";
@@ -179,11 +194,22 @@ pub(crate) fn decode_entry(
         Some(Bson::DateTime(d)) => Some(*d),
         _ => return Err(what(EXPIRES_AT, "a date or null")),
     };
-    let ttl = match entry.get(TTL_MS) {
-        None | Some(Bson::Null) => None,
-        Some(Bson::Int64(v)) => u64::try_from(*v).ok().map(Duration::from_millis),
-        Some(Bson::Int32(v)) => u64::try_from(*v).ok().map(Duration::from_millis),
-        _ => return Err(what(TTL_MS, "an integer or null")),
+    let millis = |field: &str| match entry.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Int64(v)) => Ok(u64::try_from(*v).ok().map(Duration::from_millis)),
+        Some(Bson::Int32(v)) => Ok(u64::try_from(*v).ok().map(Duration::from_millis)),
+        _ => Err(what(field, "an integer or null")),
+    };
+    let ttl = millis(TTL_MS)?;
+    let lock_delay = millis(DELAY_MS)?.filter(|delay| !delay.is_zero());
+    // The stored `expiresAt` is the end of the entry's lock-delay: its lease ends that
+    // much earlier.
+    let expires_at = match (expires_at, lock_delay) {
+        (Some(end), Some(delay)) => Some(bson::DateTime::from_millis(
+            end.timestamp_millis()
+                .saturating_sub(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+        )),
+        (end, _) => end,
     };
     let nonce = match entry.get(NONCE) {
         Some(Bson::ObjectId(oid)) => Some(*oid),
@@ -205,6 +231,7 @@ pub(crate) fn decode_entry(
         },
         expires_at,
         ttl,
+        lock_delay,
     })
 }
 

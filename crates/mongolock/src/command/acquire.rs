@@ -37,7 +37,8 @@
 //!    than `max`. Only the terms of the request's kind are sent. `f`: the token a grant
 //!    gets, `max(fence + 1, toLong($$NOW) * 1000)`.
 //! 4. The new document: on a grant the new entry (token `f`, `expiresAt = $$NOW + ttl` or
-//!    null) as the exclusive entry or added to the shared ones, `fence = f`, and this lock
+//!    null; with a lock-delay, `$$NOW + ttl + delay` and `delayMs`: the entry stays in
+//!    force, and refuses everybody, for the delay after its lease) as the exclusive entry or added to the shared ones, `fence = f`, and this lock
 //!    id's place out of the line; otherwise the live entries only, the fence unchanged, and
 //!    for a waiting attempt its place (naming its keeper): added at the end of the line if
 //!    it had none, kept as it is if it has one (its client refreshes it). A shared
@@ -199,8 +200,14 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         ]},
     });
     // 5. The entry, and where it goes.
+    // An entry with a lock-delay is in force that much longer than its lease (see
+    // `crate::schema`): its `expiresAt` is the end of the delay.
+    let delay_ms = request.details.delay_millis().ok().flatten();
     let (expires_at, ttl) = match ttl_ms {
-        Some(ms) => (bson!({ "$add": ["$$NOW", expr::int(ms)] }), expr::int(ms)),
+        Some(ms) => (
+            bson!({ "$add": ["$$NOW", expr::int(ms.saturating_add(delay_ms.unwrap_or(0)))] }),
+            expr::int(ms),
+        ),
         None => (Bson::Null, Bson::Null),
     };
     // `idleSince` changes only with a grant (see `crate::schema`): dropping expired entries
@@ -217,7 +224,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         None => bson!({ "$cond": ["$$g", null, "$idleSince"] }),
     };
     let details = &request.details;
-    let entry = bson!({
+    let mut entry = doc! {
         "lockId": lock_id.clone(),
         "nonce": nonce,
         "owner": details.owner_value().map_or(Bson::Null, literal),
@@ -228,7 +235,11 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         "createdAt": "$$NOW",
         "expiresAt": expires_at,
         "ttlMs": ttl,
-    });
+    };
+    if let Some(delay_ms) = delay_ms {
+        entry.insert(schema::DELAY_MS, expr::int(delay_ms));
+    }
+    let entry = Bson::Document(entry);
     let kept_cap = stored_cap.clone();
     let (exclusive, shared, cap) = match request.kind {
         LockKind::Exclusive => (
@@ -443,6 +454,9 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     // What the server's clock left of the grant when it executed this copy of the attempt.
     let remaining =
         |holder: &crate::lock::Holder| until(holder.expires_at).map(schema::millis_left);
+    // This lock id's entry holds nothing once its lease has ended: within its lock-delay it
+    // is only in force, keeping the resource from everybody, this lock id included.
+    let mine = mine.filter(|mine| until(mine.expires_at).is_none_or(|left| left > 0));
     if let Some(mine) = &mine
         && mine.nonce == Some(request.nonce.0)
     {
@@ -497,7 +511,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     let (holders, holder_count, wait_ms) = match (request.kind, exclusive) {
         // An exclusive holder blocks alone a shared request.
         (LockKind::Shared, Some(x)) => {
-            let wait = until(x.expires_at);
+            let wait = until(x.in_force_until());
             (vec![x], 1, wait)
         }
         // Otherwise the cap does, and the first shared lease to end frees a slot.
@@ -506,7 +520,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         (LockKind::Exclusive, x) => {
             let forever = fields.get_bool("f") == Ok(true)
                 || x.as_ref().is_some_and(|x| x.expires_at.is_none());
-            let end = x.as_ref().and_then(|x| x.expires_at).max(shared_end);
+            let end = x.as_ref().and_then(|x| x.in_force_until()).max(shared_end);
             let count = shared_count + u64::from(x.is_some());
             let mut holders: Vec<_> = x.into_iter().chain(shared).collect();
             holders.truncate(MAX_NAMED_HOLDERS);

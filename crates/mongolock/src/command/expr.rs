@@ -46,7 +46,7 @@
 use bson::{Bson, Document, bson, doc};
 
 use crate::error::{Error, ErrorKind};
-use crate::schema::{EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK};
+use crate::schema::{DELAY_MS, EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK};
 
 /// The server's error code when a force release meets a document of another shape:
 /// `ConversionFailure`, raised by [`refusal`]. Nothing else in a lock command converts a
@@ -105,12 +105,24 @@ pub(crate) fn replace_stage(then: Bson) -> Document {
     doc! { "$replaceWith": then }
 }
 
-/// True when the entry at `entry` (a path such as `"$exclusive"` or `"$$e"`) is live at
-/// `$$NOW`: it has no TTL (`expiresAt` null or missing), or its `expiresAt` is still ahead.
-/// Only for entries of a lock document, whose `expiresAt` is a date, null or missing.
+/// True when the entry at `entry` (a path such as `"$exclusive"` or `"$$e"`) is in force at
+/// `$$NOW`, keeping the resource from others: it has no TTL (`expiresAt` null or missing),
+/// or its `expiresAt` is still ahead. For an entry with a lock-delay that is the end of the
+/// delay, not of the lease (see [`holds`]). Only for entries of a lock document, whose
+/// `expiresAt` is a date, null or missing.
 pub(crate) fn is_live(entry: &str) -> Bson {
     // MaxKey sorts after every date.
     bson!({ "$gt": [{ "$ifNull": [format!("{entry}.{EXPIRES_AT}"), Bson::MaxKey] }, "$$NOW"] })
+}
+
+/// True when the holder of the entry at `entry` still holds its lease at `$$NOW`: as
+/// [`is_live`], but an entry with a lock-delay (`delayMs`) counts its lease as ended that
+/// long before its `expiresAt`. What renewals, a release's report and proclaim ask.
+pub(crate) fn holds(entry: &str) -> Bson {
+    bson!({ "$gt": [
+        { "$ifNull": [format!("{entry}.{EXPIRES_AT}"), Bson::MaxKey] },
+        { "$add": ["$$NOW", { "$ifNull": [format!("{entry}.{DELAY_MS}"), 0] }] },
+    ]})
 }
 
 /// `$shared` as an array (missing becomes empty).

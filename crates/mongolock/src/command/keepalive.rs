@@ -8,6 +8,7 @@
 //!          "exclusive.lockId": <id>, "exclusive.token": <token>,
 //!          $expr: { $gt: ["$exclusive.expiresAt", "$$NOW"] } },     // live: never revived
 //!     u: [ { $set: { exclusive: <the entry, expiresAt = $$NOW + ttlMs> } },
+//!          // with a lock-delay d: $$NOW + d in the $expr, $$NOW + ttlMs + d here
 //!          { $set: { idleSince: <at least the entry's new expiresAt, if not null> } } ] },
 //!   { q: { _id: <resource>, mongolock: 1,
 //!          shared: { $elemMatch: { lockId: <id>, token: <token> } },
@@ -57,12 +58,24 @@ fn kept_by(keeper: &str) -> Document {
     doc! { "$or": [{ "exclusive.keeper": keeper }, { "shared.keeper": keeper }] }
 }
 
-/// `entry` (a path) renewed by its own TTL from `$$NOW`.
-fn renewed(entry: &str) -> Bson {
+/// `entry` (a path) renewed by its own TTL from `$$NOW`, its lock-delay (`delay_ms`, the
+/// grant's) added: the entry stays in force that long after its lease (see `crate::schema`).
+fn renewed(entry: &str, delay_ms: Option<i64>) -> Bson {
+    let mut end = vec![bson!("$$NOW"), bson!(format!("{entry}.ttlMs"))];
+    end.extend(delay_ms.map(expr::int));
     bson!({ "$mergeObjects": [entry, {
         "renewedAt": "$$NOW",
-        "expiresAt": { "$add": ["$$NOW", format!("{entry}.ttlMs")] },
+        "expiresAt": { "$add": end },
     }]})
+}
+
+/// `$$NOW`, or for a lease with a lock-delay `$$NOW` plus the delay: an entry's lease is
+/// live while its `expiresAt` is after it.
+fn lease_now(delay_ms: Option<i64>) -> Bson {
+    match delay_ms {
+        None => bson!("$$NOW"),
+        Some(ms) => bson!({ "$add": ["$$NOW", expr::int(ms)] }),
+    }
 }
 
 /// The second stage of a renewal: `idleSince` after the entries were renewed. Null stays
@@ -80,15 +93,19 @@ fn idle_since(renewed_expiry: Bson) -> Document {
 /// entry renewed, then `idleSince` moved to its new expiry.
 fn statement(grant: &Grant) -> Document {
     let (resource, lock_id, token) = (grant.resource(), grant.lock_id(), grant.fencing_token());
+    // A lease with a lock-delay pays for it here; the others' statements are as before.
+    let delay_ms =
+        (grant.holder.lock_delay).map(|delay| i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+    let now = lease_now(delay_ms);
     let (query, update) = match grant.kind() {
         LockKind::Exclusive => (
             doc! {
                 "_id": resource, MARK: FORMAT,
                 "exclusive.lockId": lock_id, "exclusive.token": token,
-                "$expr": { "$gt": ["$exclusive.expiresAt", "$$NOW"] },
+                "$expr": { "$gt": ["$exclusive.expiresAt", now] },
             },
             vec![
-                doc! { "$set": { "exclusive": renewed("$exclusive") } },
+                doc! { "$set": { "exclusive": renewed("$exclusive", delay_ms) } },
                 idle_since(bson!("$exclusive.expiresAt")),
             ],
         ),
@@ -102,13 +119,13 @@ fn statement(grant: &Grant) -> Document {
                     "shared": { "$elemMatch": { "lockId": lock_id, "token": token } },
                     "$expr": { "$anyElementTrue": [{ "$map": {
                         "input": "$shared", "as": "e",
-                        "in": { "$and": [this("$$e"), { "$gt": ["$$e.expiresAt", "$$NOW"] }] },
+                        "in": { "$and": [this("$$e"), { "$gt": ["$$e.expiresAt", now] }] },
                     }}]},
                 },
                 vec![
                     doc! { "$set": { "shared": { "$map": {
                         "input": "$shared", "as": "e",
-                        "in": { "$cond": [this("$$e"), renewed("$$e"), "$$e"] },
+                        "in": { "$cond": [this("$$e"), renewed("$$e", delay_ms), "$$e"] },
                     }}}},
                     // The renewed entry is the one renewed at `$$NOW`: the others of the
                     // document were renewed earlier.
@@ -152,11 +169,15 @@ pub(crate) fn live_leases(keeper: &str) -> Vec<Document> {
         doc! { "$unwind": "$e" },
         doc! { "$match": { "$expr": { "$and": [
             { "$eq": ["$e.keeper", literal(keeper)] },
-            expr::is_live("$e"),
+            expr::holds("$e"),
         ]}}},
         doc! { "$project": {
             "_id": 0, "resource": "$_id", "lockId": "$e.lockId", "token": "$e.token",
-            "remainingMs": { "$subtract": ["$e.expiresAt", "$$NOW"] },
+            // The lease's end: its lock-delay, if any, before `expiresAt`.
+            "remainingMs": { "$subtract": [
+                "$e.expiresAt",
+                { "$add": ["$$NOW", { "$ifNull": [format!("$e.{}", schema::DELAY_MS), 0] }] },
+            ]},
         }},
     ]
 }
@@ -223,6 +244,7 @@ mod tests {
                 renewed_at: DateTime::from_millis(0),
                 expires_at: None,
                 ttl: None,
+                lock_delay: None,
             },
             new: true,
             remaining: None,

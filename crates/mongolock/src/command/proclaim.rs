@@ -38,7 +38,7 @@ pub(crate) fn command(
     doc! {
         "update": ctx.collection_name(),
         "updates": [{
-            "q": checked(query, Some(expr::is_live("$exclusive"))),
+            "q": checked(query, Some(expr::holds("$exclusive"))),
             "u": { "$set": { format!("exclusive.{OWNER}"): value } },
             "collation": Context::collation(),
         }],

@@ -80,13 +80,13 @@ fn removed_projection(kind: LockKind, matches: impl Fn(&str) -> Bson) -> Documen
     let found = match kind {
         LockKind::Exclusive => bson!({ "$let": {
             "vars": { "m": matches("$exclusive") },
-            "in": { "removed": "$$m", "live": { "$and": ["$$m", expr::is_live("$exclusive")] } },
+            "in": { "removed": "$$m", "live": { "$and": ["$$m", expr::holds("$exclusive")] } },
         }}),
         LockKind::Shared => bson!({ "$let": {
             "vars": { "m": expr::shared_where(matches("$$e")) },
             "in": {
                 "removed": { "$gt": [{ "$size": "$$m" }, 0] },
-                "live": { "$anyElementTrue": [{ "$map": { "input": "$$m", "as": "e", "in": expr::is_live("$$e") } }] },
+                "live": { "$anyElementTrue": [{ "$map": { "input": "$$m", "as": "e", "in": expr::holds("$$e") } }] },
             },
         }}),
     };
@@ -164,7 +164,7 @@ pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
     let live = match grant.kind() {
         LockKind::Exclusive => {
             next.exclusive = Some(Bson::Null);
-            expr::is_live("$exclusive")
+            expr::holds("$exclusive")
         }
         LockKind::Shared => {
             next.shared = Some(bson!({ "$filter": {
@@ -174,7 +174,7 @@ pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
             next.cap = bson!("$cap");
             bson!({ "$anyElementTrue": [{ "$map": {
                 "input": "$shared", "as": "e",
-                "in": { "$and": [{ "$eq": ["$$e.token", token] }, expr::is_live("$$e")] },
+                "in": { "$and": [{ "$eq": ["$$e.token", token] }, expr::holds("$$e")] },
             }}] })
         }
     };
@@ -274,15 +274,43 @@ pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> 
 }
 
 /// The command that breaks every lock on `resource`, whoever holds it, as the operation
-/// `op`: the first copy to run removes every entry and leaves a tombstone for `op`; a copy
+/// `op`: the first copy to run ends every lease and leaves a tombstone for `op`; a copy
 /// that finds that tombstone (the write repeated after an unknown outcome) changes nothing,
 /// so it never breaks a lock granted between the two.
+///
+/// Ending a lease removes its entry, unless the entry has a lock-delay and is in force: then
+/// its lease ends now and it stays in force for its delay (`expiresAt` becomes at most
+/// `$$NOW + delayMs`), so that its revoked holder cannot race a successor (see
+/// `crate::schema`). A delay under way is never cut short, nor made longer.
 pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Document {
     let repeat = bson!({ "$in": [op, "$$t.nonce"] });
     let life_ms = schema::TOMBSTONE_MIN_LIFE.as_millis() as i64;
+    // The entry at `entry` after the break: its delay, or nothing.
+    let delayed = |entry: &str| {
+        let delay = format!("{entry}.{}", schema::DELAY_MS);
+        bson!({ "$cond": [
+            { "$and": [{ "$gt": [{ "$ifNull": [&delay, 0] }, 0] }, expr::is_live(entry)] },
+            { "$mergeObjects": [entry, { "expiresAt": {
+                // `$min` passes over null: an entry without TTL gets the delay's end.
+                "$min": [format!("{entry}.expiresAt"), { "$add": ["$$NOW", &delay] }],
+            }}]},
+            null,
+        ]})
+    };
     let mut next = expr::NextDocument::entries(
-        bson!({ "$cond": ["$$r", { "$ifNull": ["$exclusive", null] }, null] }),
-        bson!({ "$cond": ["$$r", expr::shared_or_empty(), []] }),
+        bson!({ "$cond": [
+            "$$r",
+            { "$ifNull": ["$exclusive", null] },
+            { "$cond": [{ "$eq": [{ "$type": "$exclusive" }, "object"] }, delayed("$exclusive"), null] },
+        ]}),
+        bson!({ "$cond": [
+            "$$r",
+            expr::shared_or_empty(),
+            { "$filter": {
+                "input": { "$map": { "input": expr::shared_or_empty(), "as": "e", "in": delayed("$$e") } },
+                "cond": { "$ne": ["$$this", null] },
+            }},
+        ]}),
     );
     next.released = Some(bson!({ "$cond": [
         "$$r",
@@ -299,10 +327,13 @@ pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Docu
         "query": { "_id": resource },
         "update": [expr::guarded(document)],
         "new": false,
-        // On the document before, which the stage checked: 0 for a repeated copy.
+        // On the document before, which the stage checked: the leases it ended (an entry
+        // already within its lock-delay held none); 0 for a repeated copy.
         "fields": { "_id": 0, "removed": { "$let": {
             "vars": { "t": expr::live_tombstones() },
-            "in": { "$cond": [repeat, 0, { "$size": expr::all_entries() }] },
+            "in": { "$cond": [repeat, 0, { "$size": { "$filter": {
+                "input": expr::all_entries(), "as": "e", "cond": expr::holds("$$e"),
+            }}}]},
         }}},
         "collation": Context::collation(),
     }

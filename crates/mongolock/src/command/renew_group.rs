@@ -8,7 +8,8 @@
 //!   multi: true, collation: { locale: "simple" } }], writeConcern, maxTimeMS
 //! ```
 //!
-//! A renewed entry gets `renewedAt = $$NOW`, `expiresAt = $$NOW + ttl` and `ttlMs = ttl`. An
+//! A renewed entry gets `renewedAt = $$NOW`, `expiresAt = $$NOW + ttl` (plus its lock-delay,
+//! if it has one) and `ttlMs = ttl`. An
 //! entry without TTL keeps none (it is held, so it counts as renewed). An expired entry is
 //! never revived: its holder lost it, and must acquire again and get a new token. The reply's
 //! `n` (documents matched) is the number of locks renewed, since the query matches exactly
@@ -26,12 +27,15 @@ use crate::request::{check_id, ttl_millis};
 
 /// The command that renews every live lock of `lock_id` for `ttl_ms`.
 pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
-    let live_of_id = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), expr::is_live(entry)] });
+    // Held: an entry whose lease ended is never renewed, within its lock-delay or not.
+    let live_of_id = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), expr::holds(entry)] });
     let renewed = |entry: &str| {
         let has_ttl = bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
+        // An entry with a lock-delay stays in force that long after its lease.
+        let delay = bson!({ "$ifNull": [format!("{entry}.{}", crate::schema::DELAY_MS), 0] });
         bson!({ "$mergeObjects": [entry, {
             "renewedAt": "$$NOW",
-            "expiresAt": { "$cond": [has_ttl.clone(), { "$add": ["$$NOW", ttl_ms] }, null] },
+            "expiresAt": { "$cond": [has_ttl.clone(), { "$add": ["$$NOW", ttl_ms, delay] }, null] },
             "ttlMs": { "$cond": [has_ttl, ttl_ms, null] },
         }]})
     };
@@ -95,11 +99,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"{"$gt":[{"$ifNull":["$$e.expiresAt",{"$maxKey":1}]},"$$NOW"]}"#),
+            text.contains(r#"{"$gt":[{"$ifNull":["$$e.expiresAt",{"$maxKey":1}]},{"$add":["$$NOW",{"$ifNull":["$$e.delayMs",0]}]}]}"#),
             "{text}"
         );
         assert!(
-            text.contains(r#""expiresAt":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$add":["$$NOW",2000]},null]}"#),
+            text.contains(r#""expiresAt":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$add":["$$NOW",2000,{"$ifNull":["$$e.delayMs",0]}]},null]}"#),
             "{text}"
         );
         let update = command.get_array("updates").unwrap()[0]

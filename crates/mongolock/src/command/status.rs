@@ -11,7 +11,7 @@
 //!                 entries: <a lock document> ? [<exclusive + kind>, ...<shared + kind>]
 //!                                            : [{ kind: "not a lock document" }] } },
 //!   { $unwind: "$entries" },
-//!   { $replaceWith: { ...entry, resource, kind, remainingMs: expiresAt - $$NOW | null } },
+//!   { $replaceWith: { ...entry, resource, kind, remainingMs: expiresAt - delayMs - $$NOW | null } },
 //!   { $match: { $or: [{ kind: "not a lock document" }, <entry-level conditions>] } },
 //! ]
 //! ```
@@ -132,7 +132,11 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
             "resource": "$resource",
             "remainingMs": { "$cond": [
                 { "$eq": [{ "$type": "$entries.expiresAt" }, "date"] },
-                { "$subtract": ["$entries.expiresAt", "$$NOW"] },
+                // The lease's: an entry with a lock-delay stays in force that much longer.
+                { "$subtract": [
+                    "$entries.expiresAt",
+                    { "$add": ["$$NOW", { "$ifNull": ["$entries.delayMs", 0] }] },
+                ]},
                 null,
             ]},
         }]}},

@@ -1,0 +1,212 @@
+//! Lock-delay: after a lease ends without a release (its TTL ran out, or it was revoked),
+//! nobody is granted the resource until the delay has passed by the server's clock; a
+//! release frees it at once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{emulator_env, env, secs};
+use mongolock::{Attempt, Filter, LeaseState, LockDetails, LossReason};
+
+fn delayed(ttl: u64, delay: u64) -> LockDetails {
+    LockDetails::default()
+        .ttl(secs(ttl))
+        .lock_delay(secs(delay))
+}
+
+#[tokio::test]
+async fn emulator_only_an_expired_lease_keeps_the_resource_for_its_delay() {
+    let Some(env) = emulator_env("delay_expired").await else {
+        return;
+    };
+    let locks = &env.locks;
+    let old = locks.xlock("r", "a", delayed(10, 5)).await.unwrap();
+    // The grant counts its lease, not its delay.
+    let lease_end = old.holder().expires_at().unwrap();
+    assert_eq!(
+        lease_end.timestamp_millis() - old.holder().created_at().timestamp_millis(),
+        10_000
+    );
+    assert_eq!(old.holder().lock_delay(), Some(secs(5)));
+
+    env.advance(secs(11));
+    // The lease ended: it cannot be renewed, and its lock id holds nothing.
+    assert_eq!(locks.renew("a", secs(10)).await.unwrap(), 0);
+    let status = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(status.len(), 1, "the entry stays for its delay: {status:?}");
+    assert!(status[0].is_expired());
+    // Nobody is granted it within the delay: not another lock id, not a reader, not the
+    // lock id that lost it.
+    let error = locks
+        .xlock("r", "b", LockDetails::default())
+        .await
+        .unwrap_err();
+    assert!(error.is_already_locked(), "{error}");
+    assert!(
+        locks
+            .slock("r", "reader", LockDetails::default(), None)
+            .await
+            .unwrap_err()
+            .is_already_locked()
+    );
+    let again = mongolock::AcquireRequest::exclusive("r", "a", delayed(10, 5));
+    let Attempt::Contended(contention) = locks.acquire(&again).await.unwrap() else {
+        panic!("the lock id that lost its lease must not get it back within the delay");
+    };
+    // The wait the server gives is until the delay's end (the emulator's clock runs on
+    // between the two calls).
+    let wait = contention.wait().unwrap();
+    assert!(
+        wait > Duration::from_millis(3_500) && wait <= secs(4),
+        "{wait:?}"
+    );
+
+    env.advance(Duration::from_millis(3_900));
+    common::assert_xlock_refused(locks, "r", "b").await;
+    env.advance(Duration::from_millis(200));
+    let next = locks.xlock("r", "b", LockDetails::default()).await.unwrap();
+    assert!(next.fencing_token() > old.fencing_token());
+}
+
+#[tokio::test]
+async fn a_release_frees_the_resource_at_once() {
+    let env = env("delay_release").await;
+    let locks = &env.locks;
+    let grant = locks.xlock("r", "a", delayed(30, 60)).await.unwrap();
+    assert!(locks.release(&grant).await.unwrap());
+    let next = locks.xlock("r", "b", LockDetails::default()).await.unwrap();
+    assert!(next.fencing_token() > grant.fencing_token());
+
+    // So does the unlock of a group, and the release of a guard.
+    let _ = locks.xlock("s", "g", delayed(30, 60)).await.unwrap();
+    assert_eq!(locks.unlock("g").await.unwrap(), 1);
+    let _ = locks.xlock("s", "h", LockDetails::default()).await.unwrap();
+    let mutex = locks.mutex("m").ttl(secs(30)).lock_delay(secs(60));
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    assert!(locks.mutex("m").try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn emulator_only_a_late_release_by_the_holder_ends_its_delay() {
+    // The holder says it has stopped: nothing is left for the delay to guard against.
+    let Some(env) = emulator_env("delay_late_release").await else {
+        return;
+    };
+    let locks = &env.locks;
+    let grant = locks.xlock("r", "a", delayed(10, 30)).await.unwrap();
+    env.advance(secs(11));
+    common::assert_xlock_refused(locks, "r", "b").await;
+    assert!(locks.release(&grant).await.unwrap());
+    let _ = locks.xlock("r", "b", LockDetails::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn emulator_only_a_revoked_lease_keeps_the_resource_for_its_delay() {
+    let Some(env) = emulator_env("delay_revoked").await else {
+        return;
+    };
+    let locks = &env.locks;
+    let mutex = (locks.mutex("r").ttl(secs(30)).lock_delay(secs(10)))
+        .extend_every(Duration::from_millis(200));
+    let guard = mutex.acquire().await.unwrap();
+    let token = guard.fencing_token();
+    assert_eq!(locks.force_release("r").await.unwrap(), 1);
+    // A second break finds no lease left to end, and does not stretch the delay.
+    assert_eq!(locks.force_release("r").await.unwrap(), 0);
+    // The holder learns that it lost the lease: it was revoked.
+    let reason = tokio::time::timeout(secs(30), guard.lost()).await.unwrap();
+    assert_eq!(reason, LossReason::Revoked);
+    assert!(matches!(guard.state(), LeaseState::Lost(_)));
+    // Nobody gets it within the delay, counted from the break.
+    env.advance(secs(9));
+    assert!(locks.mutex("r").try_acquire().await.unwrap().is_none());
+    env.advance(Duration::from_millis(1_100));
+    let next = locks.mutex("r").try_acquire().await.unwrap().unwrap();
+    assert!(next.fencing_token() > token);
+}
+
+#[tokio::test]
+async fn emulator_only_a_lock_without_ttl_is_delayed_only_when_revoked() {
+    let Some(env) = emulator_env("delay_no_ttl").await else {
+        return;
+    };
+    let locks = &env.locks;
+    let details = LockDetails::default().lock_delay(secs(5));
+    let _ = locks.xlock("r", "a", details).await.unwrap();
+    env.advance(secs(3600));
+    common::assert_xlock_refused(locks, "r", "b").await;
+    assert_eq!(locks.force_release("r").await.unwrap(), 1);
+    common::assert_xlock_refused(locks, "r", "b").await;
+    env.advance(Duration::from_millis(5_100));
+    let _ = locks.xlock("r", "b", LockDetails::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn emulator_only_a_readers_delay_keeps_writers_out_not_readers() {
+    // A slow reader may still read: another reader cannot race it, a writer can.
+    let Some(env) = emulator_env("delay_shared").await else {
+        return;
+    };
+    let locks = &env.locks;
+    let _ = locks
+        .slock("r", "a", delayed(10, 5), Some(2))
+        .await
+        .unwrap();
+    env.advance(secs(11));
+    common::assert_xlock_refused(locks, "r", "w").await;
+    // Its permit still counts under the cap.
+    let _ = locks
+        .slock("r", "b", LockDetails::default(), Some(2))
+        .await
+        .unwrap();
+    assert!(
+        locks
+            .slock("r", "c", LockDetails::default(), Some(2))
+            .await
+            .unwrap_err()
+            .is_already_locked()
+    );
+    locks.unlock("b").await.unwrap();
+    env.advance(secs(5));
+    let _ = locks.xlock("r", "w", LockDetails::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn emulator_only_a_leader_that_stalls_past_its_lease_leads_nobody_for_the_delay() {
+    let Some(env) = emulator_env("delay_election").await else {
+        return;
+    };
+    let election = env.locks.election("e").ttl(secs(10)).lock_delay(secs(5));
+    let leading = election.campaign("a").await.unwrap();
+    assert_eq!(election.leader().await.unwrap().unwrap().value(), "a");
+    env.advance(secs(11));
+    assert!(election.leader().await.unwrap().is_none(), "no leader");
+    assert!(election.try_campaign("b").await.unwrap().is_none());
+    env.advance(secs(5));
+    let next = election.try_campaign("b").await.unwrap().unwrap();
+    assert!(next.term() > leading.term());
+}
+
+#[tokio::test]
+async fn a_delay_too_long_is_a_typed_error() {
+    let env = env("delay_invalid").await;
+    let details = LockDetails::default().lock_delay(mongolock::MAX_TTL * 2);
+    let error = env.locks.xlock("r", "a", details).await.unwrap_err();
+    assert_eq!(common::invalid_argument(&error), "lock_delay");
+    let error = env
+        .locks
+        .mutex("r")
+        .lock_delay(mongolock::MAX_TTL * 2)
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(common::invalid_argument(&error), "lock_delay");
+    // Zero is no delay.
+    assert_eq!(
+        LockDetails::default()
+            .lock_delay(Duration::ZERO)
+            .lock_delay_value(),
+        None
+    );
+}
