@@ -117,7 +117,19 @@ macro_rules! lease_settings {
         }
 
         /// Holds the lock with this lock id instead of a random one. A lock id belongs to one
-        /// holder: never give two guards, or two processes, the same one.
+        /// holder: never give two guards, or two live processes, the same one.
+        ///
+        /// A lock id taken from the process's own persistent identity lets it **resume after
+        /// a restart**: when the lock id holds the lock already, granted to another client
+        /// (this process before it died), acquiring gets that lease back at once, with its
+        /// fencing token and what is left of its TTL, instead of waiting for the TTL. The
+        /// lease is adopted first: its entry names this client's keeper from then on, so a
+        /// client that held it before (still alive after all) finds it gone at its next
+        /// renewal and reports it lost ([`LossReason::Revoked`](crate::LossReason::Revoked)).
+        /// The TTL must be the one the lease was granted with, else acquiring fails with
+        /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming `ttl`; a
+        /// second guard in the same client fails naming `lock_id`. A lease that ended (within
+        /// its lock-delay, say) is not resumed.
         pub fn lock_id(mut self, lock_id: impl Into<String>) -> Self {
             self.options.lock_id = Some(lock_id.into());
             self

@@ -342,6 +342,13 @@ impl Keeper {
         self.registry().leases.remove(&key);
     }
 
+    /// Whether this keeper keeps a lease of `lock_id` on `resource` (lost or not): then a
+    /// guard of this client stands for it.
+    pub(crate) fn holds(&self, resource: &str, lock_id: &str) -> bool {
+        (self.registry().leases.values())
+            .any(|lease| lease.grant.resource() == resource && lease.grant.lock_id() == lock_id)
+    }
+
     /// The number of leases kept alive.
     pub(crate) fn len(&self) -> usize {
         self.registry().leases.len()
@@ -487,7 +494,7 @@ async fn tick(keeper: &Arc<Keeper>, leases: Vec<Arc<Lease>>) -> bool {
     };
     let grants: Vec<&Grant> = live.iter().map(|l| &l.grant).collect();
     let sent_at = keeper.clock.now();
-    let renewed = keepalive::renew(ctx, &grants, limit).await;
+    let renewed = keepalive::renew(ctx, &keeper.id, &grants, limit).await;
     crate::observe::renewal(renewed.is_ok());
     match &renewed {
         Ok(count) if *count == live.len() as u64 => {

@@ -50,11 +50,12 @@ use tracing::Instrument;
 use crate::attempt::Attempt;
 use crate::changes::{Availability, WakeCause};
 use crate::client::LockClient;
+use crate::command::keepalive;
 use crate::command::refresh_places::Place;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::lease::{Chore, Lease, default_margin};
-use crate::lock::LockKind;
+use crate::lock::{Grant, LockKind};
 use crate::observe::{self, Wakeup};
 use crate::request::{AcquireRequest, LockDetails, Nonce, ttl_millis};
 
@@ -440,15 +441,28 @@ async fn acquire_in_span(
                 }
                 contention
             }
-            Ok(Attempt::AlreadyHeld(_)) => {
+            Ok(Attempt::AlreadyHeld(grant)) => {
                 pending.settled();
-                return Err(Error::invalid(
-                    "lock_id",
-                    format!(
-                        "{:?} already holds {:?}: a lock id belongs to one holder; leave it unset for a fresh one",
-                        pending.request.lock_id, resource
-                    ),
-                ));
+                // This lock id holds the resource from before: its holder restarted, and
+                // resumes its lease.
+                if let Some(lease) = resume(client, grant, &timing, sent_at).await? {
+                    let key = shared.keeper.add(lease.clone());
+                    observe::acquired(kind, started.elapsed());
+                    tracing::info!(
+                        resource = %resource, kind = %kind, token = lease.grant.fencing_token(),
+                        "lease resumed"
+                    );
+                    return Ok(Some(LockGuard::new(client.clone(), lease, key)));
+                }
+                // It ended meanwhile, or too little of it is left to trust: a new attempt,
+                // after a pause.
+                if matches!(wait, Wait::Once) || !sleep_within(jitter(backoff), wait).await {
+                    observe::timed_out(kind);
+                    return Ok(None);
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                pending = Pending::new(client, request.clone().nonce(Nonce::new()));
+                continue;
             }
             Ok(other) => {
                 pending.settled();
@@ -544,6 +558,60 @@ async fn acquire_in_span(
             return Ok(None);
         }
     }
+}
+
+/// Resumes a lease that `grant`'s lock id holds from before this call: granted to the same
+/// lock id in another process (this one, before it restarted), or in another client. The
+/// lease keeps its fencing token and what the server has left of it. Its entry is adopted
+/// first (`command/keepalive.rs`: [`adopt`](keepalive::adopt)): it names this client's keeper
+/// from then on, so that only this client renews it, and a keeper that renewed it before
+/// finds it gone and reports it lost.
+///
+/// `Ok(None)` when the lease ended before it was adopted, or too little of it is left to
+/// trust (less than the safety margin). An error when this client keeps a lease of that lock
+/// id on that resource already (a second guard for one holder), or when the lease's TTL is
+/// not `timing`'s (its keepalive renews it by the TTL it was granted with).
+async fn resume(
+    client: &LockClient,
+    grant: Grant,
+    timing: &LeaseTiming,
+    sent_at: Instant,
+) -> Result<Option<Arc<Lease>>> {
+    let keeper = &client.shared().keeper;
+    if keeper.holds(grant.resource(), grant.lock_id()) {
+        return Err(Error::invalid(
+            "lock_id",
+            format!(
+                "{:?} already holds {:?} through a guard of this client: a lock id belongs to one holder; leave it unset for a fresh one",
+                grant.lock_id(),
+                grant.resource()
+            ),
+        ));
+    }
+    if grant.holder.ttl != Some(timing.ttl) {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{:?} holds {:?} with a TTL of {:?}: resume it with that TTL, not {:?}",
+                grant.lock_id(),
+                grant.resource(),
+                grant.holder.ttl,
+                timing.ttl
+            ),
+        ));
+    }
+    if !keepalive::adopt(client.ready()?, &grant, &keeper.id).await? {
+        return Ok(None);
+    }
+    let lease = Lease::new(
+        grant,
+        timing.ttl,
+        timing.margin,
+        timing.every,
+        sent_at,
+        keeper.clock().clone(),
+    );
+    Ok((!lease.is_lost()).then(|| Arc::new(lease)))
 }
 
 /// Withdraws an attempt whose grant is not trusted, retrying a transient failure with backoff

@@ -1027,8 +1027,8 @@ fn state_cases(cases: &mut Vec<Case>) {
     );
     case!(
         cases,
-        "mutex.try_acquire: a lock id that holds it already",
-        Expect::Invalid("lock_id"),
+        "mutex.try_acquire: a lock id that holds it already, without TTL: not resumable",
+        Expect::Invalid("ttl"),
         |p| {
             let _held = p.locks.xlock("r", "holder", d()).await?;
             p.mark().await;
@@ -1037,8 +1037,8 @@ fn state_cases(cases: &mut Vec<Case>) {
     );
     case!(
         cases,
-        "mutex.acquire_timeout: Duration::MAX, a lock id that holds it already",
-        Expect::Invalid("lock_id"),
+        "mutex.acquire_timeout: Duration::MAX, a lock id that holds it already, without TTL: not resumable",
+        Expect::Invalid("ttl"),
         |p| {
             let _held = p.locks.xlock("r", "holder", d()).await?;
             p.mark().await;
@@ -1048,8 +1048,8 @@ fn state_cases(cases: &mut Vec<Case>) {
     );
     case!(
         cases,
-        "rwlock.write_timeout: ttl MAX_TTL (legal), a lock id that holds it already",
-        Expect::Invalid("lock_id"),
+        "rwlock.write_timeout: ttl MAX_TTL (legal), a lock id that holds it already, without TTL: not resumable",
+        Expect::Invalid("ttl"),
         |p| {
             let _held = p.locks.xlock("r", "holder", d()).await?;
             p.mark().await;
@@ -1059,8 +1059,8 @@ fn state_cases(cases: &mut Vec<Case>) {
     );
     case!(
         cases,
-        "rwlock.write_timeout: a lock id that holds it already (announces nothing)",
-        Expect::Invalid("lock_id"),
+        "rwlock.write_timeout: a lock id that holds it already (announces nothing), without TTL: not resumable",
+        Expect::Invalid("ttl"),
         |p| {
             let _held = p.locks.xlock("r", "holder", d()).await?;
             p.mark().await;

@@ -6,12 +6,13 @@
 //! update: <collection>, ordered: false, updates: [                  // one per lease
 //!   { q: { _id: <resource>, mongolock: 1,
 //!          "exclusive.lockId": <id>, "exclusive.token": <token>,
+//!          "exclusive.keeper": <this keeper>,       // adopted by another: not ours to renew
 //!          $expr: { $gt: ["$exclusive.expiresAt", "$$NOW"] } },     // live: never revived
 //!     u: [ { $set: { exclusive: <the entry, expiresAt = $$NOW + ttlMs> } },
 //!          // with a lock-delay d: $$NOW + d in the $expr, $$NOW + ttlMs + d here
 //!          { $set: { idleSince: <at least the entry's new expiresAt, if not null> } } ] },
 //!   { q: { _id: <resource>, mongolock: 1,
-//!          shared: { $elemMatch: { lockId: <id>, token: <token> } },
+//!          shared: { $elemMatch: { lockId: <id>, token: <token>, keeper: <this keeper> } },
 //!          $expr: <that shared entry is live> },
 //!     u: [ { $set: { shared: <that entry renewed, the others as they are> } },
 //!          { $set: { idleSince: <at least its new expiresAt, if not null> } } ] },
@@ -37,7 +38,7 @@
 //!   { $project: { resource, lockId, token, remainingMs: expiresAt - $$NOW } } ]
 //! ```
 //!
-//! The command grows with the leases: about 600 bytes each for an exclusive lease and 990
+//! The command grows with the leases: about 660 bytes each for an exclusive lease and 1,030
 //! for a shared one, with 32-character names. Up to [`MAX_COMMAND_BYTES`](crate::command::MAX_COMMAND_BYTES) (half of the
 //! 16 MiB limit of a command: about 14,000 exclusive or 8,000 shared leases) it is one
 //! command; beyond, the statements are split over as few commands as keep each under it.
@@ -89,75 +90,150 @@ fn idle_since(renewed_expiry: Bson) -> Document {
     ]}}}
 }
 
-/// The statement that renews one lease, matching only while it is live. Two stages: the
-/// entry renewed, then `idleSince` moved to its new expiry.
-fn statement(grant: &Grant) -> Document {
+/// The query that finds one lease's entry while its holder holds it: by resource, lock id,
+/// token and, when `keeper` is given, the keeper it names.
+fn lease_query(grant: &Grant, keeper: Option<&str>) -> Document {
     let (resource, lock_id, token) = (grant.resource(), grant.lock_id(), grant.fencing_token());
-    // A lease with a lock-delay pays for it here; the others' statements are as before.
-    let delay_ms =
-        (grant.holder.lock_delay).map(|delay| i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
-    let now = lease_now(delay_ms);
-    let (query, update) = match grant.kind() {
-        LockKind::Exclusive => (
-            doc! {
+    let now = lease_now(delay_millis(grant));
+    match grant.kind() {
+        LockKind::Exclusive => {
+            let mut query = doc! {
                 "_id": resource, MARK: FORMAT,
                 "exclusive.lockId": lock_id, "exclusive.token": token,
-                "$expr": { "$gt": ["$exclusive.expiresAt", now] },
-            },
-            vec![
-                doc! { "$set": { "exclusive": renewed("$exclusive", delay_ms) } },
-                idle_since(bson!("$exclusive.expiresAt")),
-            ],
-        ),
+            };
+            if let Some(keeper) = keeper {
+                query.insert("exclusive.keeper", keeper);
+            }
+            query.insert("$expr", bson!({ "$gt": ["$exclusive.expiresAt", now] }));
+            query
+        }
         LockKind::Shared => {
             // Within a document a token names one entry (every grant takes `fence + 1`), and
-            // the query's `$elemMatch` found it holding this lock id.
-            let this = |entry: &str| bson!({ "$eq": [format!("{entry}.token"), token] });
-            (
-                doc! {
-                    "_id": resource, MARK: FORMAT,
-                    "shared": { "$elemMatch": { "lockId": lock_id, "token": token } },
-                    "$expr": { "$anyElementTrue": [{ "$map": {
-                        "input": "$shared", "as": "e",
-                        "in": { "$and": [this("$$e"), { "$gt": ["$$e.expiresAt", now] }] },
-                    }}]},
-                },
-                vec![
-                    doc! { "$set": { "shared": { "$map": {
-                        "input": "$shared", "as": "e",
-                        "in": { "$cond": [this("$$e"), renewed("$$e", delay_ms), "$$e"] },
-                    }}}},
-                    // The renewed entry is the one renewed at `$$NOW`: the others of the
-                    // document were renewed earlier.
-                    idle_since(bson!({ "$max": { "$map": {
-                        "input": "$shared", "as": "e",
-                        "in": { "$cond": [{ "$eq": ["$$e.renewedAt", "$$NOW"] }, "$$e.expiresAt", null] },
-                    }}})),
-                ],
-            )
+            // the query's `$elemMatch` finds it holding this lock id.
+            let mut entry = doc! { "lockId": lock_id, "token": token };
+            if let Some(keeper) = keeper {
+                entry.insert(schema::KEEPER, keeper);
+            }
+            doc! {
+                "_id": resource, MARK: FORMAT,
+                "shared": { "$elemMatch": entry },
+                "$expr": { "$anyElementTrue": [{ "$map": {
+                    "input": "$shared", "as": "e",
+                    "in": { "$and": [this_token("$$e", token), { "$gt": ["$$e.expiresAt", now] }] },
+                }}]},
+            }
         }
+    }
+}
+
+/// An expression: is the entry at `entry` the one of `token`?
+fn this_token(entry: &str, token: i64) -> Bson {
+    bson!({ "$eq": [format!("{entry}.token"), token] })
+}
+
+/// The grant's lock-delay in milliseconds, if any: only such a lease's statements pay for it.
+fn delay_millis(grant: &Grant) -> Option<i64> {
+    (grant.holder.lock_delay).map(|delay| i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The statement that renews one lease of `keeper`, matching only while it is live and
+/// names `keeper`: a lease another keeper adopted (see [`adopt_command`]) is no longer this
+/// keeper's to renew, so its renewal comes up short and the keeper's read reports it lost.
+/// Two stages: the entry renewed, then `idleSince` moved to its new expiry.
+fn statement(grant: &Grant, keeper: &str) -> Document {
+    let token = grant.fencing_token();
+    let delay_ms = delay_millis(grant);
+    let update = match grant.kind() {
+        LockKind::Exclusive => vec![
+            doc! { "$set": { "exclusive": renewed("$exclusive", delay_ms) } },
+            idle_since(bson!("$exclusive.expiresAt")),
+        ],
+        LockKind::Shared => vec![
+            doc! { "$set": { "shared": { "$map": {
+                "input": "$shared", "as": "e",
+                "in": { "$cond": [this_token("$$e", token), renewed("$$e", delay_ms), "$$e"] },
+            }}}},
+            // The renewed entry is the one renewed at `$$NOW`: the others of the document
+            // were renewed earlier.
+            idle_since(bson!({ "$max": { "$map": {
+                "input": "$shared", "as": "e",
+                "in": { "$cond": [{ "$eq": ["$$e.renewedAt", "$$NOW"] }, "$$e.expiresAt", null] },
+            }}})),
+        ],
     };
     doc! {
-        "q": query,
+        "q": lease_query(grant, Some(keeper)),
         "u": update,
         "collation": Context::collation(),
     }
 }
 
-/// The command(s) that renew exactly `leases`: one, unless its statements pass
+/// The command(s) that renew exactly `leases` of `keeper`: one, unless its statements pass
 /// [`MAX_COMMAND_BYTES`](crate::command::MAX_COMMAND_BYTES).
 pub(crate) fn commands<'a>(
     ctx: &Context,
+    keeper: &str,
     leases: impl IntoIterator<Item = &'a Grant>,
 ) -> Vec<Document> {
-    batched(ctx, leases.into_iter().map(statement))
+    batched(
+        ctx,
+        leases.into_iter().map(|grant| statement(grant, keeper)),
+    )
 }
 
-/// Renews `leases` within `limit`; returns how many the server renewed (each at most once).
-/// Beyond [`MAX_COMMAND_BYTES`](crate::command::MAX_COMMAND_BYTES) of statements, the commands are sent one after the other,
-/// and the first that fails fails the renewal.
-pub(crate) async fn renew(ctx: &Context, leases: &[&Grant], limit: Duration) -> Result<u64> {
-    send_batched(ctx, commands(ctx, leases.iter().copied()), limit).await
+/// Renews `leases` of `keeper` within `limit`; returns how many the server renewed (each at
+/// most once). Beyond [`MAX_COMMAND_BYTES`](crate::command::MAX_COMMAND_BYTES) of
+/// statements, the commands are sent one after the other, and the first that fails fails the
+/// renewal.
+pub(crate) async fn renew(
+    ctx: &Context,
+    keeper: &str,
+    leases: &[&Grant],
+    limit: Duration,
+) -> Result<u64> {
+    send_batched(ctx, commands(ctx, keeper, leases.iter().copied()), limit).await
+}
+
+/// The command that makes `keeper` the keeper of a lease granted to another (a process
+/// that held the same lock id and restarted): one `update` whose query is the lease's while
+/// its holder holds it (whatever keeper it names), and whose stage names `keeper` in its
+/// entry. From then on only `keeper` renews it, and the keeper named before finds it gone.
+///
+/// ```text
+/// update: <collection>, updates: [{ q: <the lease, live>,
+///   u: [ { $set: { exclusive: <the entry, keeper = <keeper>> } } ] }]   // or that shared entry
+/// ```
+pub(crate) fn adopt_command(ctx: &Context, grant: &Grant, keeper: &str) -> Document {
+    let token = grant.fencing_token();
+    let adopted =
+        |entry: &str| bson!({ "$mergeObjects": [entry, { schema::KEEPER: literal(keeper) }] });
+    let update = match grant.kind() {
+        LockKind::Exclusive => doc! { "$set": { "exclusive": adopted("$exclusive") } },
+        LockKind::Shared => doc! { "$set": { "shared": { "$map": {
+            "input": "$shared", "as": "e",
+            "in": { "$cond": [this_token("$$e", token), adopted("$$e"), "$$e"] },
+        }}}},
+    };
+    doc! {
+        "update": ctx.collection_name(),
+        "updates": [{
+            "q": lease_query(grant, None),
+            "u": [update],
+            "collation": Context::collation(),
+        }],
+    }
+}
+
+/// Makes `keeper` the keeper of the lease `grant` (see [`adopt_command`]); false if its
+/// holder no longer holds it.
+pub(crate) async fn adopt(ctx: &Context, grant: &Grant, keeper: &str) -> Result<bool> {
+    let reply = ctx
+        .write(
+            adopt_command(ctx, grant, keeper),
+            crate::command::Upsert::No,
+        )
+        .await?;
+    Ok(crate::command::count(&reply, "n") == 1)
 }
 
 /// The aggregation listing the live entries of `keeper` as `{resource, lockId, token,
@@ -258,7 +334,7 @@ mod tests {
             grant("a", LockKind::Exclusive, 7),
             grant("$b", LockKind::Shared, 8),
         ];
-        let commands = commands(&ctx, &leases);
+        let commands = commands(&ctx, "k", &leases);
         assert_eq!(commands.len(), 1, "one command");
         let command = &commands[0];
         assert_eq!(command.get_bool("ordered"), Ok(false));
@@ -289,13 +365,13 @@ mod tests {
             let leases: Vec<Grant> = (0..n)
                 .map(|i| grant(&format!("{i:032}"), kind, i))
                 .collect();
-            let commands = commands(&ctx, &leases);
+            let commands = commands(&ctx, "k", &leases);
             assert_eq!(commands.len(), 1, "one command for {n} leases");
             bson::to_vec(&commands[0]).unwrap().len()
         };
         let per_lease = |kind| (size(101, kind) - size(1, kind)) / 100;
         let exclusive = per_lease(LockKind::Exclusive);
-        assert!(exclusive < 620, "{exclusive} bytes an exclusive lease");
+        assert!(exclusive < 680, "{exclusive} bytes an exclusive lease");
         let shared = per_lease(LockKind::Shared);
         assert!(shared < 1_150, "{shared} bytes a shared lease");
         assert!(size(10_000, LockKind::Exclusive) < MAX_COMMAND_BYTES);
@@ -307,7 +383,7 @@ mod tests {
         let leases: Vec<Grant> = (0..10_000)
             .map(|i| grant(&format!("{i:032}"), LockKind::Shared, i))
             .collect();
-        let commands = commands(&ctx, &leases);
+        let commands = commands(&ctx, "k", &leases);
         assert!(commands.len() >= 2, "10,000 shared leases pass 8 MiB");
         let mut named = Vec::new();
         for command in &commands {

@@ -63,6 +63,14 @@ impl Env {
         false
     }
 
+    /// The server's URI: the emulator's, or `MONGODB_URI`.
+    pub fn uri(&self) -> String {
+        match &self.server {
+            Some(server) => server.uri(),
+            None => std::env::var("MONGODB_URI").expect("a real server is configured"),
+        }
+    }
+
     /// A client on the same server and database whose commands are recorded (the driver's
     /// command monitoring), with its own connection pool.
     pub async fn monitored(&self) -> (Monitor, Database) {

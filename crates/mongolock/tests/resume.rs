@@ -1,0 +1,165 @@
+//! Resuming after a restart: a process that asks again, with the lock id it held a lease
+//! under, gets that lease back with the same fencing token instead of waiting for its TTL;
+//! a keeper that renewed it before then finds it gone and reports it lost.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use common::{env, invalid_argument, secs};
+use mongolock::{Filter, LockClient, LossReason};
+
+/// The child process of [`a_killed_process_started_again_resumes_its_lease`]: holds a
+/// lease under the lock id `svc-1`, says its token, and waits to be killed.
+#[tokio::test]
+#[ignore = "the child process of a_killed_process_started_again_resumes_its_lease"]
+async fn child_holds_a_lease_until_killed() {
+    let (Ok(uri), Ok(db)) = (
+        std::env::var("MONGOLOCK_CHILD_URI"),
+        std::env::var("MONGOLOCK_CHILD_DB"),
+    ) else {
+        return;
+    };
+    let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+    let locks = LockClient::new(client.database(&db).collection("locks"));
+    let guard = (locks.mutex("job").lock_id("svc-1").ttl(secs(30)))
+        .acquire()
+        .await
+        .unwrap();
+    println!("TOKEN {}", guard.fencing_token());
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test]
+async fn a_killed_process_started_again_resumes_its_lease() {
+    let env = env("resume_killed").await;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_holds_a_lease_until_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("MONGOLOCK_CHILD_URI", env.uri())
+        .env("MONGOLOCK_CHILD_DB", env.db.name())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Read without blocking the runtime: the emulator runs on it.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let token: i64 = tokio::time::timeout(secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(token) = line.strip_prefix("TOKEN ") {
+                return token.parse().unwrap();
+            }
+        }
+        panic!("the child ended without saying its token");
+    })
+    .await
+    .expect("the child says its token");
+    // Killed (SIGKILL): no release, no renewal from here on.
+    child.kill().await.unwrap();
+
+    // Another lock id is refused: the dead process's lease lives for its TTL.
+    common::assert_xlock_refused(&env.locks, "job", "other").await;
+    // Started again, with the same lock id: its lease is back at once, with its token.
+    let mutex = env.locks.mutex("job").lock_id("svc-1").ttl(secs(30));
+    let guard = mutex.try_acquire().await.unwrap().expect("resumed at once");
+    assert_eq!(guard.fencing_token(), token);
+    assert!(!guard.is_lost());
+    // Its entry names this client's keeper now.
+    let held = env.locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].fencing_token(), token);
+    guard.release().await.unwrap();
+    let next = env.locks.mutex("job").try_acquire().await.unwrap().unwrap();
+    assert!(next.fencing_token() > token);
+}
+
+#[tokio::test]
+async fn a_resumed_lease_is_kept_alive_by_its_new_client() {
+    let env = env("resume_kept").await;
+    let ttl = Duration::from_millis(1_500);
+    // The first incarnation: its own runtime, which dies with everything in it, the guard
+    // forgotten so that nothing is released.
+    let (uri, db) = (env.uri(), env.db.name().to_owned());
+    // On a blocking thread: the emulator runs on this test's runtime, which goes on.
+    let token = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+            let locks = LockClient::new(client.database(&db).collection("locks"));
+            let guard = (locks.rwlock("r").lock_id("svc").ttl(ttl))
+                .read()
+                .await
+                .unwrap();
+            let token = guard.fencing_token();
+            std::mem::forget(guard);
+            token
+        })
+    })
+    .await
+    .unwrap();
+    let lock = env.locks.rwlock("r").lock_id("svc").ttl(ttl);
+    let guard = lock.try_read().await.unwrap().expect("resumed");
+    assert_eq!(guard.fencing_token(), token);
+    // Twice its TTL later it is still held: the new client renews it.
+    tokio::time::sleep(ttl * 2).await;
+    assert!(!guard.is_lost(), "{:?}", guard.state());
+    assert!(
+        (env.locks.mutex("r").try_acquire().await.unwrap()).is_none(),
+        "still held"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_client_that_held_it_before_learns_that_it_lost_it() {
+    let env = env("resume_old_loses").await;
+    let ttl = secs(10);
+    let every = Duration::from_millis(100);
+    let first = env
+        .locks
+        .mutex("r")
+        .lock_id("svc")
+        .ttl(ttl)
+        .extend_every(every);
+    let old = first.acquire().await.unwrap();
+    // Another client, with the same lock id: the same holder to the server.
+    let other = env.other_client().await;
+    let second = other.mutex("r").lock_id("svc").ttl(ttl).extend_every(every);
+    let new = second.try_acquire().await.unwrap().expect("resumed");
+    assert_eq!(new.fencing_token(), old.fencing_token());
+    let reason = tokio::time::timeout(secs(10), old.lost())
+        .await
+        .expect("the old guard learns that it lost its lease");
+    assert_eq!(reason, LossReason::Revoked);
+    // The new one keeps it.
+    tokio::time::sleep(every * 5).await;
+    assert!(!new.is_lost(), "{:?}", new.state());
+    new.release().await.unwrap();
+    other.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_second_guard_in_one_client_or_another_ttl_is_refused() {
+    let env = env("resume_refused").await;
+    let mutex = env.locks.mutex("r").lock_id("svc").ttl(secs(30));
+    let guard = mutex.acquire().await.unwrap();
+    let error = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(invalid_argument(&error), "lock_id");
+    // Another client, with another TTL: its keepalive would renew it by the granted one.
+    let other = env.other_client().await;
+    let error = (other.mutex("r").lock_id("svc").ttl(secs(60)))
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(invalid_argument(&error), "ttl");
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+}
