@@ -39,14 +39,40 @@
 //! its term, so (1)–(3) judge leaders as they judge mutex holders; (6) adds that every
 //! leader's term is above the terms of all leaders whose grants reached them earlier
 //! ([`Check::ElectionTerms`]). The members of a multi-lock are exclusive holders of their
-//! resources, each with its own token: "no two holders of any member" is (1).
+//! resources, each with its own token: "no two holders of any member" is (1). Recipe holders
+//! are targets of the nemeses on a holder's let-go too, so (3) and the oracle judge a
+//! multi-lock's set or a leadership dropped, cancelled mid-release or released under faults.
+//!
+//! **Proclaims** (7): a proclaim that returned `Ok` was applied while the server held the
+//! leader's grant live, at some moment between its call and its return; a later term whose
+//! grant reached its leader before the call began had ended that grant for good, so such a
+//! proclaim is a breach ([`Check::ProclaimWhileLeading`], judged by intervals as (2) is).
+//! One refused as lost must leave `is_lost()` true right after it, and the leader leading
+//! no more ([`Check::ProclaimRefused`]).
+//!
+//! **Observers** (8): every read behind an observation was made between its `from` and
+//! `at` (a stream reads only while it is polled for its next item). The terms one stream,
+//! or one poller, reports never decrease ([`Check::ObservedTerms`]); two changes closer than
+//! one read may be seen as one, so skipped terms and values are fine. Every leader reported
+//! was elected under that lock id (or is a campaign's grant its campaigner never heard of),
+//! advertising its campaign's value or a value proclaimed in its term by a call begun before
+//! `at` (a proclaim in flight or failed may have landed); none is reported after a later
+//! term reached its leader before `from`, and nobody is reported while an unexcused leader
+//! believed throughout the read ([`Check::ObservedLeaders`]). At the end of a run, once the
+//! election is quiet, a fresh `leader()` and each stream's last item must be the leader the
+//! history shows, with its last value, or nobody ([`Check::FinalLeader`]: the stream ends
+//! on the latest leader).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::faults::FaultKind;
-use crate::history::{Access, History, HolderLog, Mode, OpKind, Role, WriterWait};
+use crate::history::{
+    Access, CampaignLog, FinalRead, History, HolderLog, Mode, Observation, OpKind, ProclaimLog,
+    ProclaimOutcome, Role, SeenLeader, Source, WriterWait,
+};
+use crate::observers::QUIET;
 
 /// How late past its last sampled local deadline a holder may learn of a loss by deadline:
 /// the sampling period (10 ms) plus scheduling delays on a loaded machine.
@@ -88,11 +114,28 @@ pub enum Check {
     /// (6) An election has at most one leader per term, and terms strictly increase from
     /// leader to leader in the order their grants reached them.
     ElectionTerms,
+    /// (7) A proclaim that returned `Ok` did not begin after a later term's grant reached
+    /// its leader.
+    ProclaimWhileLeading,
+    /// (7) A proclaim refused as lost leaves the leadership lost: `is_lost()` right after,
+    /// and the leader leads no longer.
+    ProclaimRefused,
+    /// (8) The terms an observer sees (one `observe()` stream, or one poller's reads in
+    /// turn) never decrease.
+    ObservedTerms,
+    /// (8) Every leader an observer reports was elected (a term granted to that lock id, or
+    /// a campaign's grant it never heard of), advertising a value that term's leader held,
+    /// and was not superseded before the read; nobody is reported while a leader surely
+    /// led.
+    ObservedLeaders,
+    /// (8) Once the election is quiet, a fresh `leader()` and every observer's last item
+    /// are the leader the history shows (its term, lock id and last value), or nobody.
+    FinalLeader,
 }
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 11] = [
+    pub const ALL: [Check; 16] = [
         Check::Exclusion,
         Check::GuardedWrites,
         Check::Fencing,
@@ -104,6 +147,11 @@ impl Check {
         Check::Liveness,
         Check::WriterPreference,
         Check::ElectionTerms,
+        Check::ProclaimWhileLeading,
+        Check::ProclaimRefused,
+        Check::ObservedTerms,
+        Check::ObservedLeaders,
+        Check::FinalLeader,
     ];
 
     /// The name in the report.
@@ -120,6 +168,11 @@ impl Check {
             Check::Liveness => "(5) liveness",
             Check::WriterPreference => "(5) writer preference",
             Check::ElectionTerms => "(6) one leader per term, terms increase",
+            Check::ProclaimWhileLeading => "(7) proclaim Ok only while leading",
+            Check::ProclaimRefused => "(7) refused proclaim means lost",
+            Check::ObservedTerms => "(8) observed terms never decrease",
+            Check::ObservedLeaders => "(8) observed leaders were elected",
+            Check::FinalLeader => "(8) final leader matches the history",
         }
     }
 }
@@ -186,6 +239,23 @@ pub struct Outcome {
     /// that ended a lease without its holder's consent (a force-release of the election, a
     /// clock jump: see the check).
     pub leaders_excused: usize,
+    /// Leaders' proclaims, by outcome.
+    pub proclaims: BTreeMap<&'static str, usize>,
+    /// Proclaims judged by (7): those that returned `Ok` or were refused as lost.
+    pub proclaims_checked: usize,
+    /// Observations judged by (8), by source (stream items, polls).
+    pub observations: BTreeMap<&'static str, usize>,
+    /// Errors the observers met.
+    pub observer_errors: u64,
+    /// Fresh end-of-run reads judged by [`Check::FinalLeader`], with how many observers'
+    /// last items were compared with them.
+    pub final_reads_checked: usize,
+    /// See [`Outcome::final_reads_checked`].
+    pub final_items_checked: usize,
+    /// Fresh end-of-run reads not judged: the election was not quiet then.
+    pub final_reads_unjudged: usize,
+    /// Let-go nemeses carried out on recipe holders: on multi-lock sets, and on leaders.
+    pub recipe_let_gos: (usize, usize),
 }
 
 /// The grants of one role, and how many of them were handoffs: grants that followed a
@@ -369,9 +439,15 @@ impl<'a> Checker<'a> {
         for f in self.h.faults.iter().filter(|f| !f.kind.is_nemesis()) {
             *self.out.carried_out.entry(f.kind).or_default() += 1;
         }
+        let modes: HashMap<u64, Mode> = self.h.holders.iter().map(|l| (l.id, l.mode)).collect();
         for n in &self.h.nemeses {
             if n.ended.carried_out() {
                 *self.out.carried_out.entry(n.kind).or_default() += 1;
+                match n.holder.and_then(|id| modes.get(&id)) {
+                    Some(Mode::Multi) if n.kind.is_let_go() => self.out.recipe_let_gos.0 += 1,
+                    Some(Mode::Election) if n.kind.is_let_go() => self.out.recipe_let_gos.1 += 1,
+                    _ => {}
+                }
             }
             *self
                 .out
@@ -423,6 +499,11 @@ impl<'a> Checker<'a> {
         }
         for problem in self.h.liveness.clone() {
             self.violation(Check::Liveness, problem);
+        }
+        self.proclaims();
+        self.observations();
+        for read in &self.h.final_reads {
+            self.final_read(read);
         }
         self.out
     }
@@ -663,6 +744,378 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The leaders of the election `resource` (its holders), in grant order.
+    fn leaders(&self, resource: &str) -> Vec<&'a HolderLog> {
+        self.by_resource
+            .get(resource)
+            .map(|list| {
+                list.iter()
+                    .filter(|l| l.mode == Mode::Election)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The campaign made under `lock_id` in the election `resource`, if the history has it.
+    fn campaign(&self, resource: &str, lock_id: &str) -> Option<&'a CampaignLog> {
+        self.h
+            .campaigns
+            .iter()
+            .find(|c| c.resource == resource && c.lock_id == lock_id)
+    }
+
+    /// When campaign `c` could be granted last: when its call returned (or was dropped),
+    /// or else (its client was killed while campaigning) when it would have given up.
+    fn campaign_end(&self, c: &CampaignLog) -> Instant {
+        self.h
+            .acquire_calls
+            .iter()
+            .find(|a| a.resource == c.resource && a.lock_id == c.lock_id)
+            .map_or(c.gives_up_at, |a| a.ended_at.min(c.gives_up_at))
+    }
+
+    /// (7) Proclaims. One that returned `Ok` was applied by the server, at some moment
+    /// between its call and its return, while it held the leader's grant live; a later
+    /// term's grant that reached its leader before the call began had ended that grant for
+    /// good (the server grants one leader at a time, in term order), so the proclaim cannot
+    /// have been applied. No excuse applies: a force-release or a clock jump ends a grant
+    /// sooner, never revives it. One refused as lost must leave the leadership lost:
+    /// `is_lost()` true right after it returned, and the leader's belief over by then
+    /// (+ [`DEADLINE_TOLERANCE`]).
+    fn proclaims(&mut self) {
+        let holders: HashMap<u64, &HolderLog> = self.h.holders.iter().map(|l| (l.id, l)).collect();
+        for p in &self.h.proclaims {
+            *self.out.proclaims.entry(p.outcome.name()).or_default() += 1;
+            match p.outcome {
+                ProclaimOutcome::Ok => {
+                    self.out.proclaims_checked += 1;
+                    let later = self
+                        .leaders(&p.resource)
+                        .into_iter()
+                        .filter(|l| l.token > p.term && l.granted_at < p.invoked_at)
+                        .min_by_key(|l| l.granted_at);
+                    if let Some(l) = later {
+                        let detail = format!(
+                            "{}: a proclaim of {:?} in term {} (client {}) returned Ok; it began \
+                             at {:.0} ms, after {} led from {:.0} ms",
+                            p.resource,
+                            p.value,
+                            p.term,
+                            p.client,
+                            self.ms(p.invoked_at),
+                            holder(l),
+                            self.ms(l.granted_at)
+                        );
+                        self.violation(Check::ProclaimWhileLeading, detail);
+                    }
+                }
+                ProclaimOutcome::Lost => {
+                    self.out.proclaims_checked += 1;
+                    if !p.lost_after {
+                        let detail = format!(
+                            "{}: a proclaim of {:?} in term {} (client {}) was refused as lost \
+                             at {:.0} ms, and is_lost() was false right after",
+                            p.resource,
+                            p.value,
+                            p.term,
+                            p.client,
+                            self.ms(p.returned_at)
+                        );
+                        self.violation(Check::ProclaimRefused, detail);
+                    }
+                    if let Some(l) = holders.get(&p.holder) {
+                        let end = self.end(l);
+                        if end > p.returned_at + DEADLINE_TOLERANCE {
+                            let detail = format!(
+                                "{}: {} led on until {:.0} ms after its proclaim of {:?} was \
+                                 refused as lost at {:.0} ms",
+                                p.resource,
+                                holder(l),
+                                self.ms(end),
+                                p.value,
+                                self.ms(p.returned_at)
+                            );
+                            self.violation(Check::ProclaimRefused, detail);
+                        }
+                    }
+                }
+                ProclaimOutcome::Failed | ProclaimOutcome::Dropped => {}
+            }
+        }
+    }
+
+    /// (8) What the observers saw: per stream (and per poller), terms never decrease; every
+    /// observation is judged by [`Checker::observed`].
+    fn observations(&mut self) {
+        self.out.observer_errors = self.h.observer_errors;
+        let mut sequences: BTreeMap<(Source, usize, &str), Vec<&Observation>> = BTreeMap::new();
+        for o in &self.h.observations {
+            sequences
+                .entry((o.source, o.observer, o.resource.as_str()))
+                .or_default()
+                .push(o);
+        }
+        for ((source, observer, resource), mut list) in sequences {
+            list.sort_by_key(|o| o.at);
+            let mut highest: Option<&Observation> = None;
+            for o in list {
+                let Some(seen) = &o.leader else {
+                    continue;
+                };
+                if let Some(h) = highest
+                    && let Some(top) = &h.leader
+                    && seen.term < top.term
+                {
+                    let detail = format!(
+                        "{resource}: {} {observer} reported term {} ({:?}) at {:.0} ms, after \
+                         term {} ({:?}) at {:.0} ms",
+                        source_name(source),
+                        seen.term,
+                        seen.value,
+                        self.ms(o.at),
+                        top.term,
+                        top.value,
+                        self.ms(h.at)
+                    );
+                    self.violation(Check::ObservedTerms, detail);
+                }
+                if highest
+                    .and_then(|h| h.leader.as_ref())
+                    .is_none_or(|top| seen.term > top.term)
+                {
+                    highest = Some(o);
+                }
+            }
+        }
+        for o in &self.h.observations {
+            self.observed(o);
+        }
+    }
+
+    /// (8) One observation, whose read was made between `o.from` and `o.at`.
+    ///
+    /// A leader reported must be explained by the history: its term granted to its lock
+    /// id (a leader's log with that token, whose granted attempt was sent before `o.at`),
+    /// or, for a term no leader's log has, a campaign under its lock id begun before
+    /// `o.at` (a grant whose reply never reached its campaigner, or whose campaigner was
+    /// killed; if that lock id led, only with a lower term than it led with: an earlier
+    /// grant of its attempt that expired unseen). Its value must be one that term's leader held by then: the campaign's
+    /// value, or a value proclaimed in that term by a call begun before `o.at` (whatever
+    /// the call returned: a proclaim in flight, failed or even refused may have been
+    /// applied). And no later term may have reached its leader before `o.from`: that
+    /// grant had ended this one for good before the read began.
+    ///
+    /// Nobody reported: no leader may have led throughout the read, that is, have been
+    /// granted before `o.from` and believed past `o.at` (+ [`DEADLINE_TOLERANCE`]) with
+    /// nothing that ends a lease without its holder's consent (a force-release of the
+    /// election, a clock jump) before `o.at`: a leader's belief ends before its lease does.
+    fn observed(&mut self, o: &Observation) {
+        *self
+            .out
+            .observations
+            .entry(source_name(o.source))
+            .or_default() += 1;
+        let leaders = self.leaders(&o.resource);
+        let what = format!(
+            "{}: {} {} reported {} at {:.0} ms (read from {:.0} ms)",
+            o.resource,
+            source_name(o.source),
+            o.observer,
+            match &o.leader {
+                Some(seen) => format!(
+                    "term {} by {} advertising {:?}",
+                    seen.term, seen.lock_id, seen.value
+                ),
+                None => "nobody".to_owned(),
+            },
+            self.ms(o.at),
+            self.ms(o.from)
+        );
+        let Some(seen) = &o.leader else {
+            let led = leaders.iter().find(|l| {
+                l.granted_at < o.from
+                    && self.end(l) > o.at + DEADLINE_TOLERANCE
+                    && self.excuses(l).iter().all(|(start, _, _)| *start > o.at)
+            });
+            if let Some(l) = led {
+                let detail = format!(
+                    "{what}, while {} led from {:.0} to {:.0} ms",
+                    holder(l),
+                    self.ms(l.granted_at),
+                    self.ms(self.end(l))
+                );
+                self.violation(Check::ObservedLeaders, detail);
+            }
+            return;
+        };
+        let superseded = leaders
+            .iter()
+            .filter(|l| l.token > seen.term && l.granted_at < o.from)
+            .min_by_key(|l| l.granted_at);
+        if let Some(l) = superseded {
+            let detail = format!(
+                "{what}: superseded, {} led from {:.0} ms",
+                holder(l),
+                self.ms(l.granted_at)
+            );
+            self.violation(Check::ObservedLeaders, detail);
+        }
+        let campaign = self
+            .campaign(&o.resource, &seen.lock_id)
+            .filter(|c| c.invoked_at < o.at);
+        match leaders.iter().find(|l| l.token == seen.term) {
+            Some(l) if l.lock_id != seen.lock_id => {
+                let detail = format!("{what}: term {} was granted to {}", l.token, l.lock_id);
+                self.violation(Check::ObservedLeaders, detail);
+                return;
+            }
+            Some(l) if l.attempt_sent_at >= o.at => {
+                let detail = format!(
+                    "{what}: before the attempt that was granted that term was sent, at \
+                     {:.0} ms",
+                    self.ms(l.attempt_sent_at)
+                );
+                self.violation(Check::ObservedLeaders, detail);
+                return;
+            }
+            Some(_) => {}
+            // A grant its campaigner never heard of: if the campaign's lock id led later
+            // (its attempt repeated after that grant expired unseen), with a greater term.
+            None if campaign.is_some()
+                && leaders
+                    .iter()
+                    .filter(|l| l.lock_id == seen.lock_id)
+                    .all(|l| l.token > seen.term) => {}
+            None => {
+                let detail = format!(
+                    "{what}: no leader had that term, nor could a campaign under that lock id \
+                     have been granted it unseen"
+                );
+                self.violation(Check::ObservedLeaders, detail);
+                return;
+            }
+        }
+        let held = campaign.is_some_and(|c| c.value == seen.value)
+            || self.h.proclaims.iter().any(|p| {
+                p.resource == o.resource
+                    && p.term == seen.term
+                    && p.value == seen.value
+                    && p.invoked_at < o.at
+            });
+        if !held {
+            let detail = format!(
+                "{what}: the leader of term {} never advertised that value by then",
+                seen.term
+            );
+            self.violation(Check::ObservedLeaders, detail);
+        }
+    }
+
+    /// (8) A fresh read at the end of a run (see [`FinalRead`]). The leader the history
+    /// shows at the read is the one whose grant reached it before the read and who still
+    /// believed when it returned, with its campaign's value or the value of its last
+    /// proclaim (which returned `Ok`); or nobody. The read is judged only if the election
+    /// was quiet: no other leader believed, or campaigned (before the read returned),
+    /// within twice the TTL plus
+    /// [`QUIET`] of the read (a dead leader's lease, or a grant nobody heard of, lasts at
+    /// most about that much longer; a campaign counts until its call returned, see
+    /// [`Checker::campaign_end`]), and the current leader's grant and proclaims (all
+    /// `Ok`) were over [`QUIET`] before it. Then the read and each stream observer's last
+    /// item before it must be that leader: the stream ends on the latest leader.
+    fn final_read(&mut self, r: &FinalRead) {
+        let leaders = self.leaders(&r.resource);
+        let ttl = leaders.iter().filter_map(|l| l.ttl).max().unwrap_or(QUIET);
+        let settle = ttl * 2 + QUIET;
+        let believing: Vec<&HolderLog> = leaders
+            .iter()
+            .filter(|l| l.granted_at <= r.from && self.end(l) >= r.at)
+            .copied()
+            .collect();
+        let current = match believing.as_slice() {
+            [] => None,
+            [l] => Some(*l),
+            _ => {
+                self.out.final_reads_unjudged += 1;
+                return;
+            }
+        };
+        let others_quiet = leaders
+            .iter()
+            .filter(|l| current.is_none_or(|c| c.id != l.id) && l.invoked_at < r.at)
+            .all(|l| self.end(l) + settle <= r.from)
+            && self
+                .h
+                .campaigns
+                .iter()
+                .filter(|c| c.resource == r.resource)
+                .filter(|c| current.is_none_or(|l| l.lock_id != c.lock_id))
+                .filter(|c| c.invoked_at < r.at)
+                .all(|c| self.campaign_end(c) + settle <= r.from);
+        let expected = match current {
+            None => Some(None),
+            Some(l) => {
+                let proclaims: Vec<&ProclaimLog> = self
+                    .h
+                    .proclaims
+                    .iter()
+                    .filter(|p| p.resource == r.resource && p.term == l.token)
+                    .filter(|p| p.invoked_at < r.at)
+                    .collect();
+                let settled = l.granted_at + QUIET <= r.from
+                    && proclaims.iter().all(|p| {
+                        p.outcome == ProclaimOutcome::Ok && p.returned_at + QUIET <= r.from
+                    });
+                let value = match proclaims.iter().max_by_key(|p| p.returned_at) {
+                    Some(p) => Some(p.value.clone()),
+                    None => self
+                        .campaign(&r.resource, &l.lock_id)
+                        .map(|c| c.value.clone()),
+                };
+                value.filter(|_| settled).map(|value| {
+                    Some(SeenLeader {
+                        term: l.token,
+                        value,
+                        lock_id: l.lock_id.clone(),
+                    })
+                })
+            }
+        };
+        let Some(expected) = expected.filter(|_| others_quiet) else {
+            self.out.final_reads_unjudged += 1;
+            return;
+        };
+        self.out.final_reads_checked += 1;
+        let show = |l: &Option<SeenLeader>| match l {
+            Some(l) => format!("term {} by {} advertising {:?}", l.term, l.lock_id, l.value),
+            None => "nobody".to_owned(),
+        };
+        if r.leader != expected {
+            let detail = format!(
+                "{}: a fresh leader() at {:.0} ms read {}; the history shows {}",
+                r.resource,
+                self.ms(r.from),
+                show(&r.leader),
+                show(&expected)
+            );
+            self.violation(Check::FinalLeader, detail);
+        }
+        for (observer, last) in &r.observers {
+            self.out.final_items_checked += 1;
+            if *last != expected {
+                let detail = format!(
+                    "{}: stream observer {observer}'s last item before {:.0} ms was {}; the \
+                     history shows {}",
+                    r.resource,
+                    self.ms(r.from),
+                    show(last),
+                    show(&expected)
+                );
+                self.violation(Check::FinalLeader, detail);
+            }
+        }
+    }
+
     /// Counts grants by role, and handoffs: grants that followed a conflicting grant to
     /// another holder (for a semaphore, none are counted).
     fn count_roles(&mut self, resource: &str) {
@@ -821,6 +1274,14 @@ impl<'a> Checker<'a> {
     }
 }
 
+/// The name of an observation's source in violation details and the report.
+fn source_name(source: Source) -> &'static str {
+    match source {
+        Source::Stream => "stream observer",
+        Source::Poll => "poller",
+    }
+}
+
 /// A holder as violation details name it: id, role, client and token.
 fn holder(l: &HolderLog) -> String {
     format!(
@@ -890,6 +1351,11 @@ mod tests {
             nemeses: Vec::new(),
             acquire_calls: Vec::new(),
             server_clock: Vec::new(),
+            campaigns: Vec::new(),
+            proclaims: Vec::new(),
+            observations: Vec::new(),
+            observer_errors: 0,
+            final_reads: Vec::new(),
             end: ms(1_000),
         }
     }
@@ -1181,6 +1647,113 @@ mod tests {
             outcome.violations
         );
         assert_eq!(outcome.leaders_excused, 1);
+    }
+
+    /// Leader 1 (term 5, lock id "id-1", campaigning with "a") leads from 10 to 300 ms and
+    /// proclaims "v" at 100-105 ms; leader 2 (term 7, "id-2", "b") leads from 400 to 600 ms.
+    fn proclaimed(t0: Instant) -> History {
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut h = election_history(
+            t0,
+            vec![leader(t0, 1, 5, 0, 10, 300), leader(t0, 2, 7, 5, 400, 600)],
+        );
+        h.campaigns = [(1, "a"), (2, "b")]
+            .into_iter()
+            .map(|(id, value)| CampaignLog {
+                client: id,
+                resource: "e".into(),
+                lock_id: format!("id-{id}"),
+                value: value.into(),
+                invoked_at: ms(0),
+                gives_up_at: ms(3_000),
+            })
+            .collect();
+        h.proclaims = vec![ProclaimLog {
+            client: 1,
+            holder: 1,
+            resource: "e".into(),
+            term: 5,
+            value: "v".into(),
+            invoked_at: ms(100),
+            returned_at: ms(105),
+            outcome: ProclaimOutcome::Ok,
+            lost_after: false,
+        }];
+        h
+    }
+
+    /// A stream observer's report of `(term, lock id, value)` read between `from` and `at`.
+    fn seen(t0: Instant, from: u64, at: u64, leader: Option<(i64, &str, &str)>) -> Observation {
+        Observation {
+            observer: 0,
+            source: Source::Stream,
+            resource: "e".into(),
+            from: t0 + Duration::from_millis(from),
+            at: t0 + Duration::from_millis(at),
+            leader: leader.map(|(term, lock_id, value)| SeenLeader {
+                term,
+                value: value.into(),
+                lock_id: lock_id.into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn an_ok_proclaim_begun_after_a_later_term_was_granted_is_caught() {
+        let t0 = Instant::now();
+        let ok = proclaimed(t0);
+        assert_eq!(check(&ok).by_check(), BTreeMap::new());
+        let mut late = proclaimed(t0);
+        late.proclaims[0].invoked_at = t0 + Duration::from_millis(450);
+        assert_eq!(count(&late, Check::ProclaimWhileLeading), 1);
+        // Refused as lost: is_lost() must be true after, and the belief over.
+        let mut refused = proclaimed(t0);
+        refused.proclaims[0].outcome = ProclaimOutcome::Lost;
+        refused.proclaims[0].invoked_at = t0 + Duration::from_millis(40);
+        refused.proclaims[0].returned_at = t0 + Duration::from_millis(50);
+        assert_eq!(count(&refused, Check::ProclaimRefused), 2);
+        refused.proclaims[0].lost_after = true;
+        refused.holders[0].released_at = Some(t0 + Duration::from_millis(60));
+        assert_eq!(count(&refused, Check::ProclaimRefused), 0);
+    }
+
+    #[test]
+    fn observers_must_report_elected_leaders_in_term_order() {
+        let t0 = Instant::now();
+        let mut h = proclaimed(t0);
+        h.observations = vec![
+            seen(t0, 0, 5, None),
+            seen(t0, 5, 60, Some((5, "id-1", "a"))),
+            seen(t0, 60, 150, Some((5, "id-1", "v"))),
+            seen(t0, 150, 350, None),
+            seen(t0, 350, 450, Some((7, "id-2", "b"))),
+        ];
+        let outcome = check(&h);
+        assert_eq!(
+            outcome.by_check(),
+            BTreeMap::new(),
+            "{:?}",
+            outcome.violations
+        );
+        // Back to term 5 after term 7 (superseded too, since 7 led before the read).
+        let mut back = h.clone();
+        back.observations
+            .push(seen(t0, 450, 500, Some((5, "id-1", "v"))));
+        assert_eq!(
+            check(&back).by_check(),
+            BTreeMap::from([(Check::ObservedTerms, 1), (Check::ObservedLeaders, 1)])
+        );
+        // A term nobody was granted; a value before it was proclaimed; nobody while leader 1
+        // surely led.
+        let mut invented = h.clone();
+        invented.observations = vec![seen(t0, 20, 60, Some((6, "id-1", "a")))];
+        assert_eq!(count(&invented, Check::ObservedLeaders), 1);
+        let mut early = h.clone();
+        early.observations = vec![seen(t0, 20, 60, Some((5, "id-1", "v")))];
+        assert_eq!(count(&early, Check::ObservedLeaders), 1);
+        let mut nobody = h;
+        nobody.observations = vec![seen(t0, 20, 60, None)];
+        assert_eq!(count(&nobody, Check::ObservedLeaders), 1);
     }
 
     #[test]

@@ -14,6 +14,11 @@
 //! | trusting keeper | the same holder believes every lease renewed when `renew` counts as many as it tracks: one lease became an orphan, the other is force-released and taken by another client, and the orphan's renewal makes up the count | (1) exclusion |
 //! | line jumper | a client that takes a free lock by writing its entry, as a library without a line grants, while a waiter stands in line | (S9) waiters served in line order |
 //! | stale term | a campaigner that reads the leader's term when it begins campaigning (`leader()`) and, once elected, leads under that term instead of its own: two leaders in one term | (6) one leader per term, terms increase |
+//! | unguarded proclaim | a leader cut off past its lease proclaims with an update that does not check its grant (`_id` alone), after the next leader was elected: the update lands on the new leader's entry and returns `Ok` | (7) proclaim Ok only while leading |
+//! | refusal ignored | a leader whose lease an operator force-released proclaims, is refused as lost, and its leadership forgets it: `is_lost()` stays false and it leads on | (7) refused proclaim means lost |
+//! | stale cache | an observer that answers from a cache another reader refreshes late: after the second leader it yields the first one again | (8) observed terms never decrease |
+//! | next term | a poller that reports the next term (the fence counter) instead of the leader's own | (8) observed leaders were elected |
+//! | deaf to proclaims | an observer that yields only when the term changes: it misses the leader's proclaimed value and ends on the campaign's | (8) final leader matches the history |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
@@ -27,9 +32,11 @@ use mongolock_testkit::{FaultProxy, TestServer};
 
 use crate::check::{self, Check, Outcome};
 use crate::history::{
-    Access, History, HolderLog, LetGo, LossKind, Mode, OpKind, Recorder, ReleaseResult, WriteLog,
+    Access, CampaignLog, FinalRead, History, HolderLog, LetGo, LossKind, Mode, Observation, OpKind,
+    ProclaimLog, ProclaimOutcome, Recorder, ReleaseResult, SeenLeader, Source, WriteLog,
     WriterWait,
 };
+use crate::observers::{self, QUIET};
 use crate::oracle::{self, ServerCheck};
 use crate::workload::{COLLECTION, DB};
 
@@ -100,7 +107,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the ten controls, each on a fresh emulator.
+/// Runs the fifteen controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -116,6 +123,11 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         trusting_keeper().await?,
         line_jumper().await?,
         stale_term().await?,
+        unguarded_proclaim().await?,
+        refusal_ignored().await?,
+        stale_cache().await?,
+        next_term().await?,
+        deaf_to_proclaims().await?,
     ])
 }
 
@@ -375,6 +387,353 @@ async fn stale_term() -> Result<ControlResult, Box<dyn std::error::Error>> {
     Ok(finish_as(
         "stale term",
         Check::ElectionTerms,
+        &recorder,
+        Mode::Election,
+    ))
+}
+
+/// A campaign as [`CampaignLog`] records it: `lock_id` advertising `value` on
+/// [`RESOURCE`], begun now by `client`.
+fn campaign_log(recorder: &Recorder, client: usize, lock_id: &str, value: &str) -> Instant {
+    let invoked_at = Instant::now();
+    recorder.campaign(CampaignLog {
+        client,
+        resource: RESOURCE.to_owned(),
+        lock_id: lock_id.to_owned(),
+        value: value.to_owned(),
+        invoked_at,
+        gives_up_at: invoked_at + Duration::from_secs(5),
+    });
+    invoked_at
+}
+
+/// Campaigns on `locks` under `lock_id` advertising `value` (logged), and logs the leader
+/// as client `client`'s: its log (token: its term) and the leadership.
+async fn lead(
+    recorder: &Recorder,
+    locks: &LockClient,
+    client: usize,
+    lock_id: &str,
+    value: &str,
+) -> Result<(mongolock::Leadership, HolderLog), Box<dyn std::error::Error>> {
+    let invoked = campaign_log(recorder, client, lock_id, value);
+    let election = locks.election(RESOURCE).ttl(TTL).lock_id(lock_id);
+    let leading = election
+        .campaign_timeout(value, Duration::from_secs(5))
+        .await?
+        .ok_or_else(|| format!("{lock_id} was not elected"))?;
+    let mut log = HolderLog::new(
+        recorder.next_id(),
+        client,
+        Mode::Election,
+        invoked,
+        leading.guard(),
+    );
+    log.token = leading.term();
+    write(recorder, &mut log, leading.term());
+    Ok((leading, log))
+}
+
+/// Resigns `leading`, whose log is `log`, and hands the log to the recorder.
+async fn resign(recorder: &Recorder, leading: mongolock::Leadership, mut log: HolderLog) {
+    log.sample(leading.guard());
+    log.check_lost(leading.guard());
+    log.lets_go(LetGo::Released);
+    log.release = Some(ReleaseResult::of(&leading.resign().await));
+    recorder.holder(log);
+}
+
+/// Proclaims `value` with `leading` (logged as what it returned), client `client`'s leader
+/// of log `log`.
+async fn proclaim(
+    recorder: &Recorder,
+    leading: &mongolock::Leadership,
+    log: &HolderLog,
+    value: &str,
+) -> mongolock::Result<()> {
+    let invoked_at = Instant::now();
+    let result = leading.proclaim(value).await;
+    recorder.proclaim(ProclaimLog {
+        client: log.client,
+        holder: log.id,
+        resource: RESOURCE.to_owned(),
+        term: leading.term(),
+        value: value.to_owned(),
+        invoked_at,
+        returned_at: Instant::now(),
+        outcome: ProclaimOutcome::of(&result),
+        lost_after: leading.is_lost(),
+    });
+    result
+}
+
+/// A leader (A) is cut off, notices its loss, and another (B) is elected once the server
+/// lets its lease go. A then "proclaims" with an update that names the election alone, not
+/// its grant: the server applies it to B's entry, and A takes the `Ok` as its own.
+async fn unguarded_proclaim() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let stage = Stage::start().await?;
+    let recorder = &stage.recorder;
+    let (a, mut a_log) = lead(recorder, &stage.a_locks, 0, "a", "a").await?;
+    a_log.fake = true;
+    stage.proxy.blackhole();
+    wait_for_loss(&mut a_log, a.guard()).await;
+    let (b, b_log) = lead(recorder, &stage.b_locks, 1, "b", "b").await?;
+
+    // The bug: the proclaim's update does not name A's grant (lock id, term, live).
+    let collection = stage
+        .server
+        .new_client()
+        .database(DB)
+        .collection::<bson::Document>(COLLECTION);
+    let invoked_at = Instant::now();
+    let done = collection
+        .update_one(
+            bson::doc! { "_id": RESOURCE },
+            bson::doc! { "$set": { "exclusive.owner": "a/late" } },
+        )
+        .await?;
+    recorder.proclaim(ProclaimLog {
+        client: 0,
+        holder: a_log.id,
+        resource: RESOURCE.to_owned(),
+        term: a.term(),
+        value: "a/late".to_owned(),
+        invoked_at,
+        returned_at: Instant::now(),
+        outcome: if done.matched_count == 1 {
+            ProclaimOutcome::Ok
+        } else {
+            ProclaimOutcome::Failed
+        },
+        lost_after: a.is_lost(),
+    });
+    recorder.holder(a_log);
+    std::mem::forget(a);
+    resign(recorder, b, b_log).await;
+    stage.b_locks.shutdown().await;
+    Ok(finish_as(
+        "unguarded proclaim",
+        Check::ProclaimWhileLeading,
+        recorder,
+        Mode::Election,
+    ))
+}
+
+/// An operator force-releases the election while A leads; A proclaims and is refused as
+/// lost. The bug: its leadership forgets the refusal (`is_lost()` stays false) and A leads
+/// on, writing with its term, for 300 ms.
+async fn refusal_ignored() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let server = TestServer::start().await?;
+    let recorder = Recorder::new();
+    let locks = locks(server.new_client());
+    locks.create_indexes().await?;
+    let operator = self::locks(server.new_client());
+    let (a, mut a_log) = lead(&recorder, &locks, 0, "a", "a").await?;
+    a_log.fake = true;
+    let start = Instant::now();
+    operator.force_release(RESOURCE).await?;
+    recorder.op(
+        OpKind::ForceRelease(RESOURCE.to_owned()),
+        start,
+        Instant::now(),
+    );
+
+    let invoked_at = Instant::now();
+    let result = a.proclaim("a/1").await;
+    let outcome = ProclaimOutcome::of(&result);
+    if outcome != ProclaimOutcome::Lost {
+        return Err(format!("A's proclaim was not refused as lost: {result:?}").into());
+    }
+    recorder.proclaim(ProclaimLog {
+        client: 0,
+        holder: a_log.id,
+        resource: RESOURCE.to_owned(),
+        term: a.term(),
+        value: "a/1".to_owned(),
+        invoked_at,
+        returned_at: Instant::now(),
+        outcome,
+        // The bug: the leadership does not count itself lost.
+        lost_after: false,
+    });
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        write(&recorder, &mut a_log, a.term());
+    }
+    a_log.lets_go(LetGo::Released);
+    a_log.release = Some(ReleaseResult::of(&a.resign().await));
+    recorder.holder(a_log);
+    locks.shutdown().await;
+    server.shutdown().await;
+    Ok(finish_as(
+        "refusal ignored",
+        Check::ProclaimRefused,
+        &recorder,
+        Mode::Election,
+    ))
+}
+
+/// Runs `scenario` while a stream observer (number 0) follows the election on its own
+/// connection, logging the items `keep` keeps; stops it afterwards.
+async fn observed<T>(
+    server: &TestServer,
+    recorder: &Recorder,
+    keep: impl FnMut(&Option<mongolock::Leader>) -> bool + Send + 'static,
+    scenario: impl Future<Output = T>,
+) -> T {
+    let election = locks(server.new_client()).election(RESOURCE);
+    let task = tokio::spawn(observers::follow_keeping(
+        election,
+        0,
+        recorder.clone(),
+        keep,
+    ));
+    // The stream's first item, before anything happens.
+    let _ = reported(recorder, |_| true).await;
+    let out = scenario.await;
+    task.abort();
+    let _ = task.await;
+    out
+}
+
+/// Waits (up to 10 s) until an observer has reported a leader (or nobody) that `seen`
+/// accepts; false if none did.
+async fn reported(recorder: &Recorder, seen: impl Fn(&Option<SeenLeader>) -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        if recorder.observations().iter().any(|o| seen(&o.leader)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// A leads and resigns, then B; an observer follows. The bug: the observer answers from a
+/// cache another reader refreshes late, and after B it yields A again.
+async fn stale_cache() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let server = TestServer::start().await?;
+    let recorder = Recorder::new();
+    let locks = locks(server.new_client());
+    locks.create_indexes().await?;
+    let scenario = async {
+        let (a, a_log) = lead(&recorder, &locks, 0, "a", "a").await?;
+        let first = locks.election(RESOURCE).leader().await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        resign(&recorder, a, a_log).await;
+        let (b, b_log) = lead(&recorder, &locks, 1, "b", "b").await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The bug: the stale cache answers with A.
+        let now = Instant::now();
+        recorder.observation(Observation {
+            observer: 0,
+            source: Source::Stream,
+            resource: RESOURCE.to_owned(),
+            from: now,
+            at: now,
+            leader: first.as_ref().map(SeenLeader::of),
+        });
+        resign(&recorder, b, b_log).await;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    };
+    observed(&server, &recorder, |_| true, scenario).await?;
+    locks.shutdown().await;
+    server.shutdown().await;
+    Ok(finish_as(
+        "stale cache",
+        Check::ObservedTerms,
+        &recorder,
+        Mode::Election,
+    ))
+}
+
+/// A leads; a poller reads the leader. The bug: it reports the next term (as if it read the
+/// document's fence counter) instead of the leader's own.
+async fn next_term() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let server = TestServer::start().await?;
+    let recorder = Recorder::new();
+    let locks = locks(server.new_client());
+    locks.create_indexes().await?;
+    let poller = self::locks(server.new_client()).election(RESOURCE);
+    let (a, a_log) = lead(&recorder, &locks, 0, "a", "a").await?;
+    for _ in 0..3 {
+        let from = Instant::now();
+        let leader = poller.leader().await?;
+        recorder.observation(Observation {
+            observer: 0,
+            source: Source::Poll,
+            resource: RESOURCE.to_owned(),
+            from,
+            at: Instant::now(),
+            // The bug: one more than the leader's term.
+            leader: leader.as_ref().map(|l| SeenLeader {
+                term: l.term() + 1,
+                ..SeenLeader::of(l)
+            }),
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    resign(&recorder, a, a_log).await;
+    locks.shutdown().await;
+    server.shutdown().await;
+    Ok(finish_as(
+        "next term",
+        Check::ObservedLeaders,
+        &recorder,
+        Mode::Election,
+    ))
+}
+
+/// A leads and proclaims a new value; after [`QUIET`], a fresh read of the leader. The
+/// bug: the observer yields only when the term changes, so it misses the proclaim and ends
+/// on the campaign's value.
+async fn deaf_to_proclaims() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let server = TestServer::start().await?;
+    let recorder = Recorder::new();
+    let locks = locks(server.new_client());
+    locks.create_indexes().await?;
+    let mut last_term = None;
+    // The bug: a new value in the same term is not news.
+    let keep = move |leader: &Option<mongolock::Leader>| {
+        let term = leader.as_ref().map(mongolock::Leader::term);
+        let news = last_term != Some(term);
+        last_term = Some(term);
+        news
+    };
+    let scenario = async {
+        let (a, a_log) = lead(&recorder, &locks, 0, "a", "a").await?;
+        // The observer sees A lead before A proclaims.
+        let term = a.term();
+        if !reported(&recorder, |l| l.as_ref().is_some_and(|l| l.term == term)).await {
+            return Err("the observer never saw A lead".into());
+        }
+        proclaim(&recorder, &a, &a_log, "a/1").await?;
+        tokio::time::sleep(QUIET + Duration::from_millis(100)).await;
+        let from = Instant::now();
+        let leader = locks.election(RESOURCE).leader().await?;
+        let at = Instant::now();
+        let observations = recorder.finish(HashMap::new()).observations;
+        let last = observations
+            .iter()
+            .filter(|o| o.at < from)
+            .max_by_key(|o| o.at)
+            .map(|o| (o.observer, o.leader.clone()));
+        recorder.final_read(FinalRead {
+            resource: RESOURCE.to_owned(),
+            from,
+            at,
+            leader: leader.as_ref().map(SeenLeader::of),
+            observers: last.into_iter().collect(),
+        });
+        resign(&recorder, a, a_log).await;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    };
+    observed(&server, &recorder, keep, scenario).await?;
+    locks.shutdown().await;
+    server.shutdown().await;
+    Ok(finish_as(
+        "deaf to proclaims",
+        Check::FinalLeader,
         &recorder,
         Mode::Election,
     ))

@@ -164,7 +164,10 @@ impl FaultKind {
         self.is_let_go() || matches!(self, FaultKind::AcquireDropped | FaultKind::ForceReleaseOne)
     }
 
-    /// True for the nemeses a holder carries out when it lets go of a lease.
+    /// True for the nemeses a holder carries out when it lets go of a lease: a holder
+    /// through a handle, or a recipe holder (a multi-lock's set, a leadership), which lets
+    /// go of the whole recipe that way (every kind applies to a recipe: each has one
+    /// release, which can be awaited, dropped mid-flight or under a fault, and one drop).
     pub fn is_let_go(self) -> bool {
         matches!(
             self,
@@ -268,7 +271,7 @@ impl Injector {
         let pair_held = fleet
             .slots
             .iter()
-            .any(|s| s.killed_at.is_none() && s.ctl.held().len() > 1);
+            .any(|s| s.killed_at.is_none() && s.ctl.holds_several_or_recipe());
         if pair_held {
             self.waiting = None;
             if self.apply(kind, fleet).await {
@@ -550,22 +553,43 @@ impl Injector {
 
     /// A client that holds two leases through handles, for a nemesis `kind` that may leave
     /// its lease an orphan: the client keeps its other lease for a long tail, during which a
-    /// keeper that renews what it should not shows it. If there is none, the nemesis waits
-    /// for one (up to [`WAIT_FOR_PAIR`]) and `None` is returned.
+    /// keeper that renews what it should not shows it. Or, a third of the time (or when no
+    /// client holds a pair), a recipe holder (a multi-lock's set, a leadership): it lets go
+    /// of the whole recipe that way, which tries the recipe's own drop and release (a set
+    /// dropped without a runtime leaves every member an orphan the keeper must not renew),
+    /// with no tail: a recipe is let go of at once. If there is none, the nemesis waits for
+    /// one (up to [`WAIT_FOR_PAIR`]) and `None` is returned.
     fn pair_holder(&mut self, kind: FaultKind, fleet: &Fleet) -> Option<usize> {
-        let pairs: Vec<usize> = (0..fleet.slots.len())
+        let live: Vec<usize> = (0..fleet.slots.len())
             .filter(|&i| fleet.slots[i].killed_at.is_none())
+            .collect();
+        let recipes: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| fleet.slots[i].ctl.recipe.load(Ordering::SeqCst))
+            .filter(|&i| fleet.slots[i].ctl.holds_several_or_recipe())
+            .collect();
+        let pairs: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| !fleet.slots[i].ctl.recipe.load(Ordering::SeqCst))
             .filter(|&i| fleet.slots[i].ctl.held().len() > 1)
             .collect();
-        let holder = pairs.choose(&mut self.rng).copied();
+        let pool = if pairs.is_empty() || (!recipes.is_empty() && self.rng.random_bool(1.0 / 3.0)) {
+            recipes
+        } else {
+            pairs
+        };
+        let holder = pool.choose(&mut self.rng).copied();
         if holder.is_none() {
             self.waiting = Some((kind, Instant::now()));
         }
         holder
     }
 
-    /// A client that holds a lease through a handle, for a nemesis on its next let-go; with
-    /// `free_proxy`, only clients whose proxy is free. One holding two leases nine times in
+    /// A client that holds a lease through a handle or a recipe (a multi-lock's set, a
+    /// leadership), for a nemesis on its next let-go; with `free_proxy`, only clients whose
+    /// proxy is free. One holding two leases (a pair, or a multi-lock's set) nine times in
     /// ten if there is one; if there is none, half of the time none at all (the nemesis
     /// waits for a better chance), else any holder.
     fn let_go_target(&mut self, fleet: &Fleet, free_proxy: bool) -> Option<usize> {

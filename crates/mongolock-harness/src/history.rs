@@ -642,6 +642,155 @@ pub struct WriterWait {
     pub returned_at: Instant,
 }
 
+/// One campaign in an election, recorded when the call begins (so that a client killed
+/// while campaigning leaves it too): the value it advertises and its lock id, which an
+/// observer may see lead even if the campaigner never heard of its grant.
+#[derive(Debug, Clone)]
+pub struct CampaignLog {
+    /// The campaigner's client.
+    pub client: usize,
+    /// The election (its resource).
+    pub resource: String,
+    /// The lock id it campaigns under (unique in the run).
+    pub lock_id: String,
+    /// The value it advertises once elected (before any proclaim).
+    pub value: String,
+    /// When the call began.
+    pub invoked_at: Instant,
+    /// When it gives up at the latest (its start plus its timeout): no grant of it is made
+    /// later.
+    pub gives_up_at: Instant,
+}
+
+/// What a leader's `Leadership::proclaim` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProclaimOutcome {
+    /// `Ok(())`: the server set the value while it held the leader's grant live.
+    Ok,
+    /// `ErrorKind::LeaseLost`: refused, leadership lost (before the call, or the server no
+    /// longer held the grant).
+    Lost,
+    /// Another error: the value may or may not have been set.
+    Failed,
+    /// The call was raced against a timer and dropped before it returned: the value may
+    /// or may not have been set (it is *in flight*).
+    Dropped,
+}
+
+impl ProclaimOutcome {
+    /// What `result` (of `Leadership::proclaim`) says.
+    pub fn of(result: &mongolock::Result<()>) -> Self {
+        match result {
+            Ok(()) => ProclaimOutcome::Ok,
+            Err(error) if matches!(error.kind(), ErrorKind::LeaseLost { .. }) => {
+                ProclaimOutcome::Lost
+            }
+            Err(_) => ProclaimOutcome::Failed,
+        }
+    }
+
+    /// The name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProclaimOutcome::Ok => "Ok",
+            ProclaimOutcome::Lost => "LeaseLost",
+            ProclaimOutcome::Failed => "error",
+            ProclaimOutcome::Dropped => "dropped in flight",
+        }
+    }
+}
+
+/// One `Leadership::proclaim` call by a leader.
+#[derive(Debug, Clone)]
+pub struct ProclaimLog {
+    /// The leader's client.
+    pub client: usize,
+    /// The leader's holder log ([`HolderLog::id`]).
+    pub holder: u64,
+    /// The election.
+    pub resource: String,
+    /// The leader's term.
+    pub term: i64,
+    /// The value proclaimed (unique in the run).
+    pub value: String,
+    /// When the call began.
+    pub invoked_at: Instant,
+    /// When it returned (or was dropped).
+    pub returned_at: Instant,
+    /// What it returned.
+    pub outcome: ProclaimOutcome,
+    /// `Leadership::is_lost()` right after it returned.
+    pub lost_after: bool,
+}
+
+/// Where an observation of an election's leader came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// An item of `Election::observe()`.
+    Stream,
+    /// A call of `Election::leader()`.
+    Poll,
+}
+
+/// A leader as an observer reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenLeader {
+    /// Its term.
+    pub term: i64,
+    /// The value it advertised.
+    pub value: String,
+    /// Its lock id.
+    pub lock_id: String,
+}
+
+impl SeenLeader {
+    /// What `leader` (as the library returns it) says.
+    pub fn of(leader: &mongolock::Leader) -> Self {
+        SeenLeader {
+            term: leader.term(),
+            value: leader.value().to_owned(),
+            lock_id: leader.lock_id().to_owned(),
+        }
+    }
+}
+
+/// One leader (or nobody) an observer reported. The read behind it was made between
+/// [`Observation::from`] and [`Observation::at`]: for a poll, its call; for a stream item,
+/// from the receipt of the item before it (the stream reads only while it is polled for
+/// the next item) or the stream's opening, to the item's receipt.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// The observer (streams and pollers are numbered apart: see [`Observation::source`]).
+    pub observer: usize,
+    /// A stream item or a poll.
+    pub source: Source,
+    /// The election.
+    pub resource: String,
+    /// The read was made after this.
+    pub from: Instant,
+    /// And before this (when the item was received, or the call returned).
+    pub at: Instant,
+    /// The leader, or `None`: nobody led.
+    pub leader: Option<SeenLeader>,
+}
+
+/// A fresh `Election::leader()` read at the end of a run, once the election was quiet, with
+/// the last item each observer's stream had yielded by then.
+#[derive(Debug, Clone)]
+pub struct FinalRead {
+    /// The election.
+    pub resource: String,
+    /// When the read was made (its call began).
+    pub from: Instant,
+    /// When it returned.
+    pub at: Instant,
+    /// What it returned.
+    pub leader: Option<SeenLeader>,
+    /// Each stream observer's last item received before [`FinalRead::from`], by observer
+    /// (`None`: nobody led; an observer that yielded nothing is left out).
+    pub observers: Vec<(usize, Option<SeenLeader>)>,
+}
+
 /// A finished history, ready for the checker.
 #[derive(Debug, Clone)]
 pub struct History {
@@ -675,6 +824,16 @@ pub struct History {
     /// now and then, and right after every jump of the server's clock: see
     /// [`History::server_ms`].
     pub server_clock: Vec<(Instant, i64)>,
+    /// The campaigns in elections, as they began.
+    pub campaigns: Vec<CampaignLog>,
+    /// The leaders' proclaims.
+    pub proclaims: Vec<ProclaimLog>,
+    /// What the observers of elections reported, streams and polls.
+    pub observations: Vec<Observation>,
+    /// Errors the observers met (yielded by a stream, or returned by a poll).
+    pub observer_errors: u64,
+    /// The fresh reads of each election's leader at the end of the run.
+    pub final_reads: Vec<FinalRead>,
     /// When the run ended.
     pub end: Instant,
 }
@@ -716,6 +875,11 @@ struct Inner {
     nemeses: Vec<NemesisLog>,
     acquire_calls: Vec<AcquireCall>,
     server_clock: Vec<(Instant, i64)>,
+    campaigns: Vec<CampaignLog>,
+    proclaims: Vec<ProclaimLog>,
+    observations: Vec<Observation>,
+    observer_errors: u64,
+    final_reads: Vec<FinalRead>,
 }
 
 /// Collects the history while a run goes on; shared by every client thread.
@@ -798,6 +962,36 @@ impl Recorder {
         self.with(|i| i.server_clock.push((at, ms)));
     }
 
+    /// Records a campaign as it begins.
+    pub fn campaign(&self, log: CampaignLog) {
+        self.with(|i| i.campaigns.push(log));
+    }
+
+    /// Records a leader's proclaim.
+    pub fn proclaim(&self, log: ProclaimLog) {
+        self.with(|i| i.proclaims.push(log));
+    }
+
+    /// Records what an observer reported.
+    pub fn observation(&self, observation: Observation) {
+        self.with(|i| i.observations.push(observation));
+    }
+
+    /// Counts an error an observer met.
+    pub fn observer_error(&self) {
+        self.with(|i| i.observer_errors += 1);
+    }
+
+    /// Records a fresh read of an election's leader at the end of a run.
+    pub fn final_read(&self, read: FinalRead) {
+        self.with(|i| i.final_reads.push(read));
+    }
+
+    /// The observations received so far.
+    pub fn observations(&self) -> Vec<Observation> {
+        self.with(|i| i.observations.clone())
+    }
+
     /// Records when every fault was healed.
     pub fn healed(&self, at: Instant) {
         self.with(|i| i.healed_at = Some(at));
@@ -836,6 +1030,11 @@ impl Recorder {
             nemeses: i.nemeses.clone(),
             acquire_calls: i.acquire_calls.clone(),
             server_clock: i.server_clock.clone(),
+            campaigns: i.campaigns.clone(),
+            proclaims: i.proclaims.clone(),
+            observations: i.observations.clone(),
+            observer_errors: i.observer_errors,
+            final_reads: i.final_reads.clone(),
             end: Instant::now(),
         })
     }

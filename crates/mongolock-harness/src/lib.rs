@@ -1,15 +1,17 @@
 //! A fault-injection harness for mongolock: it runs lock workloads on the emulator while
 //! injecting faults, records what every holder did and saw, and checks the history against
 //! the library's promises (exclusion, fencing, loss notification, caps, liveness, writer
-//! preference, one leader per term) for the handles (mutex, reader-writer lock, semaphore),
+//! preference, one leader per term, proclaims, what observers of an election see) for the handles (mutex, reader-writer lock, semaphore),
 //! for lock groups held with the low-level API, and for the recipes: multi-locks and
 //! elections.
 //!
 //! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
 //! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
 //! connected directly. Faults are drawn from the seed ([`faults`]); the history
-//! ([`history`]) is checked ([`check`]); ten negative controls ([`controls`]) prove that
-//! the checker catches the bugs it looks for; [`report`] prints it all.
+//! ([`history`]) is checked ([`check`]); fifteen negative controls ([`controls`]) prove
+//! that the checker catches the bugs it looks for; [`report`] prints it all. Observers
+//! ([`observers`]) follow each election with `observe()` and poll its `leader()` during the
+//! run, and read it fresh at the end.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,6 +25,7 @@ pub mod check;
 pub mod controls;
 pub mod faults;
 pub mod history;
+pub mod observers;
 pub mod oracle;
 pub mod report;
 pub mod workload;
@@ -125,6 +128,9 @@ pub async fn run_once(
         recorder.server_clock(Instant::now(), ms);
     };
     read_clock();
+    let mut observers =
+        observers::Observers::start(&server, &workload.pool(Mode::Election), &recorder, seed)
+            .await?;
     let mut fleet = Fleet::start(server.addr(), workload, &recorder, seed).await?;
     let mut injector = Injector::new(
         seed,
@@ -139,6 +145,9 @@ pub async fn run_once(
     recorder.healed(healed);
 
     liveness(&mut fleet, &observer, &recorder, workload, healed).await?;
+    observers.calm().await;
+    observers::final_reads(&observer, &observers, &recorder, workload).await?;
+    observers.stop().await;
     read_clock();
 
     let history = recorder.finish(workload.modes());
@@ -236,6 +245,10 @@ async fn liveness(
         }
     }
     for (resource, mode) in &workload.resources {
+        if *mode == Mode::Election {
+            probe_election(observer, recorder, workload, resource).await;
+            continue;
+        }
         let mut guards = Vec::new();
         for _ in 0..workload::capacity(*mode) {
             match workload::try_take(observer, resource, *mode, ttl).await {
@@ -253,4 +266,47 @@ async fn liveness(
         }
     }
     Ok(())
+}
+
+/// The liveness probe's one attempt to lead the election `resource` once every client
+/// stopped, resigning at once; logged as a leader of client number `workload.clients` (with
+/// its campaign), since the observers see it lead.
+async fn probe_election(
+    observer: &LockClient,
+    recorder: &Recorder,
+    workload: &Workload,
+    resource: &str,
+) {
+    let lock_id = format!("harness.probe.{resource}");
+    let invoked_at = Instant::now();
+    recorder.campaign(history::CampaignLog {
+        client: workload.clients,
+        resource: resource.to_owned(),
+        lock_id: lock_id.clone(),
+        value: "harness".to_owned(),
+        invoked_at,
+        gives_up_at: invoked_at,
+    });
+    let election = observer
+        .election(resource)
+        .ttl(workload.ttl)
+        .lock_id(lock_id);
+    match election.try_campaign("harness").await {
+        Ok(Some(leading)) => {
+            let mut log = history::HolderLog::new(
+                recorder.next_id(),
+                workload.clients,
+                Mode::Election,
+                invoked_at,
+                leading.guard(),
+            );
+            log.token = leading.term();
+            log.lets_go(history::LetGo::Released);
+            log.release = Some(history::ReleaseResult::of(&leading.resign().await));
+            recorder.holder(log);
+        }
+        other => recorder.liveness(format!(
+            "{resource}: the observer could not lead once every client stopped: {other:?}"
+        )),
+    }
 }

@@ -180,6 +180,49 @@ impl fmt::Display for Report {
                 self.sum(|r| r.outcome.leaders_excused)
             ),
         );
+        let mut proclaims: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut observations: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &self.runs {
+            for (outcome, n) in &r.outcome.proclaims {
+                *proclaims.entry(outcome).or_default() += n;
+            }
+            for (source, n) in &r.outcome.observations {
+                *observations.entry(source).or_default() += n;
+            }
+        }
+        let proclaims: Vec<String> = proclaims.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        row(
+            &mut t,
+            "proclaims (judged by (7))",
+            format!(
+                "{} ({})",
+                proclaims.join(", "),
+                self.sum(|r| r.outcome.proclaims_checked)
+            ),
+        );
+        let observations: Vec<String> = observations
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        row(
+            &mut t,
+            "observations judged by (8) (observer errors)",
+            format!(
+                "{} ({})",
+                observations.join(", "),
+                self.sum(|r| r.outcome.observer_errors as usize)
+            ),
+        );
+        row(
+            &mut t,
+            "final reads judged, observers' last items (not)",
+            format!(
+                "{}, {} ({})",
+                self.sum(|r| r.outcome.final_reads_checked),
+                self.sum(|r| r.outcome.final_items_checked),
+                self.sum(|r| r.outcome.final_reads_unjudged)
+            ),
+        );
         let _ = writeln!(t, "faults injected");
         let mut faults: BTreeMap<FaultKind, u64> = BTreeMap::new();
         for r in &self.runs {
@@ -222,6 +265,15 @@ impl fmt::Display for Report {
             };
             row(&mut t, kind.name(), value);
         }
+        row(
+            &mut t,
+            "let-go nemeses on multi-lock sets / leaders",
+            format!(
+                "{} / {}",
+                self.sum(|r| r.outcome.recipe_let_gos.0),
+                self.sum(|r| r.outcome.recipe_let_gos.1)
+            ),
+        );
         let mut releases: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.runs {
             for (result, n) in &r.outcome.releases {

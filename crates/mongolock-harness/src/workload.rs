@@ -18,8 +18,10 @@
 //! *multi-lock* (`LockClient::multi`: two or three resources of the multi-lock pool at once,
 //! all or nothing, each member an exclusive lease with its own token, one loss signal) and
 //! an *election* (`LockClient::election`: the leader holds the election's resource, its
-//! term is the grant's fencing token, and it writes with it). Each member of a multi-lock,
-//! and each leader, is logged as an exclusive holder of its resource.
+//! term is the grant's fencing token, and it writes with it and proclaims new values). Each
+//! member of a multi-lock, and each leader, is logged as an exclusive holder of its
+//! resource; recipe holders publish what they hold, so the nemeses on a holder's let-go
+//! reach them too.
 //!
 //! A worker may also take a *pair*: two of the handle resources at once (in name order, so
 //! pair holders never wait on each other in a cycle), and work under both. The `hold`
@@ -312,8 +314,13 @@ pub struct ClientCtl {
     pub let_go: std::sync::Mutex<Option<FaultKind>>,
     /// Drop the acquire future in flight, as asked.
     pub drop_acquire: std::sync::Mutex<Option<DropAcquire>>,
-    /// The handle resources the worker believes it holds now.
+    /// The resources the worker believes it holds now through handles, or as a recipe
+    /// holder (the members of a multi-lock, an election's resource): what the nemeses on a
+    /// holder's let-go aim at.
     pub held: std::sync::Mutex<Vec<String>>,
+    /// Set while what [`ClientCtl::held`] lists is one recipe's (a multi-lock's set, a
+    /// leadership): all of it is let go of at once, by one release.
+    pub recipe: AtomicBool,
     /// Resources the worker let go of by a nemesis that may have left their entry on the
     /// server, with when.
     pub abandoned: std::sync::Mutex<Vec<(String, Instant)>>,
@@ -341,7 +348,7 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ClientCtl {
-    /// The handle resources the worker believes it holds now.
+    /// The resources the worker believes it holds now (see [`ClientCtl::held`]).
     pub fn held(&self) -> Vec<String> {
         lock(&self.held).clone()
     }
@@ -353,6 +360,13 @@ impl ClientCtl {
             .filter(|(_, at)| *at >= since)
             .map(|(r, _)| r.clone())
             .collect()
+    }
+
+    /// True if the worker holds several leases now, or one recipe's (a let-go of it may
+    /// leave orphans: see [`crate::faults::FaultKind::is_let_go`]).
+    pub fn holds_several_or_recipe(&self) -> bool {
+        let held = lock(&self.held).len();
+        held > 1 || (held > 0 && self.recipe.load(Ordering::SeqCst))
     }
 
     /// Asks the holder to hold on at least until `until`, unless its lease is lost.
@@ -500,11 +514,12 @@ impl Fleet {
         }));
     }
 
-    /// True if `owner` (a status entry's owner label) names a client incarnation that is
-    /// still running.
+    /// True if `owner` (a status entry's owner label, or a value a leader proclaimed: its
+    /// label, a slash, and more) names a client incarnation that is still running.
     pub fn is_live_owner(&self, owner: &str) -> bool {
+        let label = owner.split('/').next().unwrap_or_default();
         self.slots.iter().any(|s| {
-            owner == owner_label(s.index, s.incarnation)
+            label == owner_label(s.index, s.incarnation)
                 && s.killed_at.is_none()
                 && !s.is_finished()
         })

@@ -19,11 +19,11 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
         violations.len(),
         violations
     );
-    assert_eq!(report.controls.len(), 10, "ten negative controls ran");
+    assert_eq!(report.controls.len(), 15, "fifteen negative controls ran");
     assert_eq!(
         report.controls_caught(),
-        10,
-        "controls caught: {}/10",
+        15,
+        "controls caught: {}/15",
         report.controls_caught()
     );
     assert!(report.passed());
@@ -35,6 +35,15 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     assert!(
         run.faults.values().sum::<u64>() > 10,
         "faults were injected"
+    );
+    assert!(run.outcome.proclaims_checked > 0, "leaders proclaimed");
+    assert!(
+        !run.outcome.observations.is_empty(),
+        "observers reported leaders"
+    );
+    assert!(
+        run.outcome.final_reads_checked > 0,
+        "the election was read fresh at the end"
     );
     for role in mongolock_harness::history::Role::ALL {
         let grants = run.outcome.by_role.get(&role).map_or(0, |c| c.grants);

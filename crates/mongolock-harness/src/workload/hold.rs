@@ -129,6 +129,110 @@ async fn watching<T>(
     }
 }
 
+/// What a holder lets go of: a guard, a multi-lock's set, a leadership. Releasing it
+/// awaits the server's answer; dropping it releases in the background.
+pub(super) trait Release: Send + 'static {
+    /// Releases it (a leadership resigns).
+    fn release(self) -> impl Future<Output = mongolock::Result<()>>;
+}
+
+impl Release for LockGuard {
+    fn release(self) -> impl Future<Output = mongolock::Result<()>> {
+        LockGuard::release(self)
+    }
+}
+
+impl Release for mongolock::MultiGuard {
+    fn release(self) -> impl Future<Output = mongolock::Result<()>> {
+        mongolock::MultiGuard::release(self)
+    }
+}
+
+impl Release for mongolock::Leadership {
+    fn release(self) -> impl Future<Output = mongolock::Result<()>> {
+        self.resign()
+    }
+}
+
+/// Lets go of `held`, whose logs are `logs` (one lease's, or every member's of a set): by
+/// awaiting its release, or as the nemesis says ([`FaultKind::is_let_go`]). Marks in every
+/// log how it let go and what an awaited release returned; returns how the nemesis ended,
+/// if one was asked for.
+pub(super) async fn let_go_of(
+    rng: &mut impl Rng,
+    held: impl Release,
+    logs: &mut [HolderLog],
+    nemesis: Option<FaultKind>,
+) -> Option<Ending> {
+    let lets_go = |logs: &mut [HolderLog], how: LetGo| logs.iter_mut().for_each(|l| l.lets_go(how));
+    let returned = |logs: &mut [HolderLog], result: ReleaseResult| {
+        for log in logs.iter_mut() {
+            log.let_go = Some(LetGo::Released);
+            log.release = Some(result);
+        }
+    };
+    match nemesis {
+        None => {
+            lets_go(logs, LetGo::Released);
+            returned(logs, ReleaseResult::of(&held.release().await));
+            None
+        }
+        Some(FaultKind::DropWithoutRuntime) => {
+            lets_go(logs, LetGo::DroppedWithoutRuntime);
+            // A plain thread has no tokio runtime: the drop cannot spawn the release.
+            let _ = std::thread::spawn(move || drop(held)).join();
+            Some(Ending::DroppedWithoutRuntime)
+        }
+        Some(FaultKind::ReleaseCancelled) => {
+            lets_go(logs, LetGo::ReleaseCancelled);
+            let mut release = Box::pin(held.release());
+            let done = match rng.random_range(0..4) {
+                // Polled once: the release begins (the lease leaves the keeper) and waits
+                // for a connection; dropped before anything is sent.
+                0 | 1 => {
+                    match std::future::poll_fn(|cx| Poll::Ready(release.as_mut().poll(cx))).await {
+                        Poll::Ready(released) => Some(released),
+                        Poll::Pending => None,
+                    }
+                }
+                // A timer of 1 µs, which tokio rounds up to its next millisecond: the release
+                // is polled a few times first, and is usually sent.
+                2 => tokio::time::timeout(Duration::from_micros(1), release)
+                    .await
+                    .ok(),
+                _ => {
+                    let timer = Duration::from_millis(rng.random_range(0..=3));
+                    tokio::select! {
+                        biased;
+                        released = &mut release => Some(released),
+                        () = tokio::time::sleep(timer) => None,
+                    }
+                }
+            };
+            match done {
+                Some(released) => {
+                    let result = ReleaseResult::of(&released);
+                    returned(logs, result);
+                    Some(Ending::Released(result))
+                }
+                None => Some(Ending::ReleaseCancelled),
+            }
+        }
+        Some(FaultKind::ReleaseBlip) => {
+            lets_go(logs, LetGo::Dropped);
+            drop(held);
+            Some(Ending::Dropped)
+        }
+        Some(_) => {
+            // Under a partition or lost replies, armed by the injector.
+            lets_go(logs, LetGo::Released);
+            let result = ReleaseResult::of(&held.release().await);
+            returned(logs, result);
+            Some(Ending::Released(result))
+        }
+    }
+}
+
 impl Worker {
     /// Acquires `resource` through its handle, holds it, lets it go.
     pub(super) async fn one(&mut self, locks: &LockClient, resource: String, mode: Mode) -> Held {
@@ -427,72 +531,13 @@ impl Worker {
     async fn let_go(&mut self, lease: Lease, nemesis: Option<FaultKind>) {
         let Lease { guard, mut log } = lease;
         log.check_lost(&guard);
-        let ended = match nemesis {
-            None => {
-                log.lets_go(LetGo::Released);
-                let released = guard.release().await;
-                log.release = Some(ReleaseResult::of(&released));
-                None
-            }
-            Some(FaultKind::DropWithoutRuntime) => {
-                log.lets_go(LetGo::DroppedWithoutRuntime);
-                // A plain thread has no tokio runtime: the guard's drop cannot spawn the
-                // release.
-                let _ = std::thread::spawn(move || drop(guard)).join();
-                Some(Ending::DroppedWithoutRuntime)
-            }
-            Some(FaultKind::ReleaseCancelled) => {
-                log.lets_go(LetGo::ReleaseCancelled);
-                let mut release = Box::pin(guard.release());
-                let done = match self.rng.random_range(0..4) {
-                    // Polled once: the release begins (the lease leaves the keeper) and
-                    // waits for a connection; dropped before anything is sent.
-                    0 | 1 => {
-                        match std::future::poll_fn(|cx| Poll::Ready(release.as_mut().poll(cx)))
-                            .await
-                        {
-                            Poll::Ready(released) => Some(released),
-                            Poll::Pending => None,
-                        }
-                    }
-                    // A timer of 1 µs, which tokio rounds up to its next millisecond: the
-                    // release is polled a few times first, and is usually sent.
-                    2 => tokio::time::timeout(Duration::from_micros(1), release)
-                        .await
-                        .ok(),
-                    _ => {
-                        let timer = Duration::from_millis(self.rng.random_range(0..=3));
-                        tokio::select! {
-                            biased;
-                            released = &mut release => Some(released),
-                            () = tokio::time::sleep(timer) => None,
-                        }
-                    }
-                };
-                match done {
-                    Some(released) => {
-                        let result = ReleaseResult::of(&released);
-                        log.let_go = Some(LetGo::Released);
-                        log.release = Some(result);
-                        Some(Ending::Released(result))
-                    }
-                    None => Some(Ending::ReleaseCancelled),
-                }
-            }
-            Some(FaultKind::ReleaseBlip) => {
-                log.lets_go(LetGo::Dropped);
-                drop(guard);
-                Some(Ending::Dropped)
-            }
-            Some(_) => {
-                // Under a partition or lost replies, armed by the injector.
-                log.lets_go(LetGo::Released);
-                let released = guard.release().await;
-                let result = ReleaseResult::of(&released);
-                log.release = Some(result);
-                Some(Ending::Released(result))
-            }
-        };
+        let ended = let_go_of(
+            &mut self.rng,
+            guard,
+            std::slice::from_mut(&mut log),
+            nemesis,
+        )
+        .await;
         if let (Some(kind), Some(ended)) = (nemesis, ended) {
             let at = log.released_at.unwrap_or_else(Instant::now);
             if !matches!(

@@ -11,14 +11,28 @@
 //!   every member's local deadline, writes under every member, and releases the set.
 //! - **An election**: the worker campaigns with `campaign_timeout`, advertising its owner
 //!   label (the value is stored as the lock's owner, which the liveness probe reads), under
-//!   a lock id of its own per campaign. The leader is logged as an exclusive holder of the
+//!   a lock id of its own per campaign; the campaign is logged as it begins
+//!   ([`CampaignLog`]), so that an observer who sees a campaigner lead whose grant never
+//!   reached it is not taken for a liar. The leader is logged as an exclusive holder of the
 //!   election's resource whose token is its term; it leads in steps while `!is_lost()`,
-//!   writing with its term, then resigns.
+//!   writing with its term and then **proclaiming** a new value (its owner label, a slash,
+//!   the campaign's number and the step: unique in the run, and still its label for the
+//!   liveness probe), then resigns. Each proclaim is raced against the loss (noticed when
+//!   it comes) and against a timer of one TTL (dropped then: its value is in flight), and
+//!   logged ([`ProclaimLog`]) with its term, value, times, outcome and `is_lost()` right
+//!   after; a refusal as lost ends the leadership at once.
 //!
 //! Both are paused and killed at a step as the other holders are (a kill forgets the set or
 //! the leadership); pauses and kills aimed at a client that is acquiring reach them too.
-//! The nemeses on a holder's let-go are not aimed at them: they do not publish what they
-//! hold in [`super::ClientCtl::held`].
+//! They publish what they hold in [`super::ClientCtl::held`] (every member of a set, or the
+//! election's resource) and that it is a recipe ([`super::ClientCtl::recipe`]), so the
+//! nemeses on a holder's let-go ([`FaultKind::is_let_go`]) are aimed at them too: asked for
+//! while they hold, it is carried out within 10 ms, on the whole recipe (a set's members
+//! are let go of together, by the set's one release or drop), with no tail afterwards;
+//! asked for just before their release, with that release. An operator's force-release of
+//! one lease of several reaches a multi-lock's member, and the holder holds on afterwards
+//! unless it notices (the set's one loss signal must fire). The observers of elections
+//! and the end-of-run reads of the leader are in [`crate::observers`].
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -27,12 +41,17 @@ use mongolock::{Leadership, LeaseState, LockClient, LockGuard, LossReason, Multi
 use rand::Rng;
 use rand::seq::{IndexedRandom, SliceRandom};
 
-use super::{Held, Worker, attach_acquiring_pauses, owner_label};
-use crate::history::{AcquireCall, HolderLog, LetGo, LossKind, Mode, PauseLog, ReleaseResult};
+use super::hold::{Release, let_go_of};
+use super::{Held, Worker, attach_acquiring_pauses, lock, owner_label};
+use crate::faults::FaultKind;
+use crate::history::{
+    AcquireCall, CampaignLog, Ending, HolderLog, LossKind, Mode, NemesisLog, PauseLog, ProclaimLog,
+    ProclaimOutcome,
+};
 
 /// What a recipe holder holds, as the steps of work need it: its guards (the members of a
 /// multi-lock, or the one under a leadership), its state and its one loss signal.
-trait Recipe {
+trait Recipe: Release {
     /// The guards under it, in the order of their logs.
     fn guards(&self) -> Vec<&LockGuard>;
     /// Its state: lost as soon as any guard is.
@@ -43,6 +62,10 @@ trait Recipe {
     }
     /// Resolves when it is lost, with the reason.
     async fn lost_reason(&self) -> LossReason;
+    /// The leadership, for an election (its leader proclaims).
+    fn leadership(&self) -> Option<&Leadership> {
+        None
+    }
 }
 
 impl Recipe for MultiGuard {
@@ -73,6 +96,9 @@ impl Recipe for Leadership {
     async fn lost_reason(&self) -> LossReason {
         self.lost().await
     }
+    fn leadership(&self) -> Option<&Leadership> {
+        Some(self)
+    }
 }
 
 /// Records a notice by every log if `held` counts as lost now; true if it does.
@@ -96,7 +122,8 @@ fn sample(held: &impl Recipe, logs: &mut [HolderLog]) {
 
 impl Worker {
     /// Takes some members of `pool` at once with `multi(..).acquire_timeout(..)`, holds
-    /// them for a few steps, and releases the set (or dies).
+    /// them for a few steps, and releases the set (or dies, or lets it go as a nemesis
+    /// asks).
     pub(super) async fn multi(&mut self, locks: &LockClient, pool: &[String]) -> Held {
         let (low, high) = self.workload.multi_size;
         let size = self.rng.random_range(low..=high).clamp(1, pool.len());
@@ -153,29 +180,12 @@ impl Worker {
             })
             .collect();
         attach_acquiring_pauses(&self.ctl, &mut logs);
-        let held = self.steps(&set, &mut logs).await;
-        if let Held::Killed = held {
-            std::mem::forget(set);
-        } else {
-            check_lost(&set, &mut logs);
-            for log in &mut logs {
-                log.lets_go(LetGo::Released);
-            }
-            // `Ok` says every member was held throughout; an error is the set's (the first
-            // member's in resource order), given to every member.
-            let released = ReleaseResult::of(&set.release().await);
-            for log in &mut logs {
-                log.release = Some(released);
-            }
-        }
-        for log in logs {
-            self.recorder.holder(log);
-        }
-        held
+        self.hold_recipe(set, logs).await
     }
 
     /// Campaigns in the election `resource` with `campaign_timeout`, leads for a few steps
-    /// writing with its term, and resigns (or dies).
+    /// writing with its term and proclaiming, and resigns (or dies, or lets go as a nemesis
+    /// asks).
     pub(super) async fn lead(&mut self, locks: &LockClient, resource: String) -> Held {
         let owner = owner_label(self.index, self.incarnation);
         self.calls += 1;
@@ -185,6 +195,14 @@ impl Worker {
             .ttl(self.workload.ttl)
             .lock_id(lock_id.clone());
         let invoked_at = Instant::now();
+        self.recorder.campaign(CampaignLog {
+            client: self.index,
+            resource: resource.clone(),
+            lock_id: lock_id.clone(),
+            value: owner.clone(),
+            invoked_at,
+            gives_up_at: invoked_at + self.workload.acquire_timeout,
+        });
         self.ctl.acquiring.store(true, Ordering::SeqCst);
         let got = election
             .campaign_timeout(owner, self.workload.acquire_timeout)
@@ -219,35 +237,86 @@ impl Worker {
         log.token = leading.term();
         let mut logs = vec![log];
         attach_acquiring_pauses(&self.ctl, &mut logs);
-        let held = self.steps(&leading, &mut logs).await;
-        if let Held::Killed = held {
-            std::mem::forget(leading);
+        self.hold_recipe(leading, logs).await
+    }
+
+    /// Holds `held` (a multi-lock's set, or a leadership) whose guards' logs are `logs`:
+    /// publishes it for the nemeses, works in steps, and lets go of it (as a nemesis asks,
+    /// if one did) or, killed, forgets it. Hands the logs to the recorder.
+    async fn hold_recipe(&mut self, held: impl Recipe, mut logs: Vec<HolderLog>) -> Held {
+        // Requests left from an earlier holding are not for this one.
+        lock(&self.ctl.let_go).take();
+        lock(&self.ctl.hold_until).take();
+        *lock(&self.ctl.held) = logs.iter().map(|l| l.resource.clone()).collect();
+        self.ctl.recipe.store(true, Ordering::SeqCst);
+        let (ended, nemesis) = self.steps(&held, &mut logs).await;
+        // A nemesis asked for just now comes with this let-go.
+        let nemesis = nemesis.or_else(|| lock(&self.ctl.let_go).take());
+        lock(&self.ctl.held).clear();
+        self.ctl.recipe.store(false, Ordering::SeqCst);
+        lock(&self.ctl.hold_until).take();
+        if let Held::Killed = ended {
+            std::mem::forget(held);
         } else {
-            check_lost(&leading, &mut logs);
-            logs[0].lets_go(LetGo::Released);
-            logs[0].release = Some(ReleaseResult::of(&leading.resign().await));
+            check_lost(&held, &mut logs);
+            let ended = let_go_of(&mut self.rng, held, &mut logs, nemesis).await;
+            if let (Some(kind), Some(ended)) = (nemesis, ended) {
+                let at = logs[0].released_at.unwrap_or_else(Instant::now);
+                if !matches!(
+                    ended,
+                    Ending::Released(
+                        crate::history::ReleaseResult::Ok | crate::history::ReleaseResult::Lost(_)
+                    )
+                ) {
+                    // Their entries may still be on the server.
+                    let mut abandoned = lock(&self.ctl.abandoned);
+                    abandoned.extend(logs.iter().map(|l| (l.resource.clone(), at)));
+                }
+                let resources: Vec<&str> = logs.iter().map(|l| l.resource.as_str()).collect();
+                self.recorder.nemesis(NemesisLog {
+                    kind,
+                    client: self.index,
+                    at,
+                    holder: Some(logs[0].id),
+                    resource: Some(resources.join("+")),
+                    ended,
+                });
+            }
         }
         for log in logs {
             self.recorder.holder(log);
         }
-        held
+        ended
     }
 
     /// The steps of work under `held` (a multi-lock, or a leadership), whose guards' logs
     /// are `logs`: before each, a pause or a kill asked for is carried out, and the loss is
-    /// checked; each writes under every guard, then works racing the one loss signal and
-    /// sampling the local deadlines. `Held::Killed` if the client is to die now (the caller
-    /// forgets what it holds).
-    async fn steps(&mut self, held: &impl Recipe, logs: &mut [HolderLog]) -> Held {
+    /// checked; each writes under every guard (a leader then proclaims), then works racing
+    /// the one loss signal and sampling the local deadlines. It holds on past its steps
+    /// while an operator's force-release asks it to ([`super::ClientCtl::hold_on_until`]),
+    /// unless it notices the loss. `Held::Killed` if the client is to die now (the caller
+    /// forgets what it holds); with the nemesis for its let-go, if one was asked for while
+    /// it held.
+    async fn steps(
+        &mut self,
+        held: &impl Recipe,
+        logs: &mut [HolderLog],
+    ) -> (Held, Option<FaultKind>) {
         self.ctl.holding.store(true, Ordering::SeqCst);
         let steps = self
             .rng
             .random_range(self.workload.steps.0..=self.workload.steps.1);
-        let mut ended = Held::Done;
-        'steps: for _ in 0..steps {
+        let mut ended = (Held::Done, None);
+        let mut step = 0;
+        'steps: loop {
             if self.ctl.stop.load(Ordering::SeqCst) {
                 break;
             }
+            let hold_on = lock(&self.ctl.hold_until).is_some_and(|t| Instant::now() < t);
+            if step >= steps && !hold_on {
+                break;
+            }
+            step += 1;
             if !held.is_lost() {
                 sample(held, logs);
                 let before: Vec<Instant> = logs
@@ -272,7 +341,7 @@ impl Worker {
                 for log in logs.iter_mut() {
                     log.killed_at = Some(now);
                 }
-                ended = Held::Killed;
+                ended = (Held::Killed, None);
                 break;
             }
             // Check, then write under every guard at once.
@@ -282,11 +351,20 @@ impl Worker {
             for log in logs.iter_mut() {
                 self.write(log);
             }
+            if let Some(leading) = held.leadership()
+                && self.proclaim(leading, &mut logs[0], step).await
+            {
+                break;
+            }
             let step_end = self.step_end();
             loop {
                 let now = Instant::now();
                 if now >= step_end {
                     break;
+                }
+                if let Some(nemesis) = lock(&self.ctl.let_go).take() {
+                    ended = (Held::Done, Some(nemesis));
+                    break 'steps;
                 }
                 let tick = (step_end - now).min(Duration::from_millis(10));
                 match tokio::time::timeout(tick, held.lost_reason()).await {
@@ -303,5 +381,50 @@ impl Worker {
         }
         self.ctl.holding.store(false, Ordering::SeqCst);
         ended
+    }
+
+    /// The leader of `log` proclaims a new value for its step `step`: raced against the
+    /// loss (noticed when it comes, the call still awaited) and against a timer of one TTL
+    /// (the call dropped then), and logged. True if it was refused as lost: the leadership
+    /// ends now (the refusal is noticed in `log` if `is_lost()` says so).
+    async fn proclaim(&mut self, leading: &Leadership, log: &mut HolderLog, step: u32) -> bool {
+        let owner = owner_label(self.index, self.incarnation);
+        let value = format!("{owner}/{}.{step}", self.calls);
+        let invoked_at = Instant::now();
+        let call = leading.proclaim(value.clone());
+        tokio::pin!(call);
+        let limit = tokio::time::sleep(self.workload.ttl);
+        tokio::pin!(limit);
+        let mut watch = true;
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                result = &mut call => break ProclaimOutcome::of(&result),
+                reason = leading.lost(), if watch => {
+                    log.notice(Instant::now(), LossKind::from(reason));
+                    watch = false;
+                }
+                () = &mut limit => break ProclaimOutcome::Dropped,
+                () = tokio::time::sleep(Duration::from_millis(10)) => log.sample(leading.guard()),
+            }
+        };
+        let returned_at = Instant::now();
+        let lost_after = leading.is_lost();
+        self.recorder.proclaim(ProclaimLog {
+            client: self.index,
+            holder: log.id,
+            resource: log.resource.clone(),
+            term: leading.term(),
+            value,
+            invoked_at,
+            returned_at,
+            outcome,
+            lost_after,
+        });
+        if outcome == ProclaimOutcome::Lost {
+            log.check_lost(leading.guard());
+            return true;
+        }
+        false
     }
 }
