@@ -24,7 +24,8 @@ pub mod exit {
     pub const DEMO_VIOLATION: u8 = 80;
 }
 
-const AFTER_HELP: &str = "\
+/// The end of `mongolock --help`, and the manual pages' EXIT STATUS section.
+pub const AFTER_HELP: &str = "\
 Exit status:
   exec, elect  the child's own status (128+N if it was killed by signal N);
                127: COMMAND not found, 126: COMMAND could not be run
@@ -35,6 +36,17 @@ Exit status:
                the child was stopped
   80           demo: a promise was broken
   1            any other error; 2: bad usage";
+
+/// `mongolock completions --help`: what it does and how each shell loads the script.
+const COMPLETIONS_ABOUT: &str = "\
+Print the completion script for SHELL to stdout.
+
+To install it:
+  bash        mongolock completions bash > ~/.local/share/bash-completion/completions/mongolock
+  zsh         mongolock completions zsh > \"${fpath[1]}/_mongolock\"
+  fish        mongolock completions fish > ~/.config/fish/completions/mongolock.fish
+  elvish      eval (mongolock completions elvish | slurp)
+  powershell  mongolock completions powershell | Out-String | Invoke-Expression";
 
 /// Distributed locks stored in MongoDB: run a command under a lock or while leading an
 /// election, see who holds what and who leads, release what a dead host left.
@@ -104,6 +116,15 @@ pub enum Command {
     /// Watch workers contend for locks on the embedded emulator (or on --uri), with a crash
     /// and a network cut, then verify every promise.
     Demo(DemoArgs),
+    /// Print the completion script for SHELL to stdout (how to install it: --help).
+    #[command(long_about = COMPLETIONS_ABOUT)]
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) to stdout: mongolock(1), or SUBCOMMAND's page.
+    ///
+    /// Read it with `mongolock man | man -l -`, or install it with
+    /// `mongolock man > /usr/local/share/man/man1/mongolock.1` (and
+    /// `mongolock man exec > .../mongolock-exec.1` for each subcommand).
+    Man(ManArgs),
 }
 
 /// `mongolock exec`.
@@ -247,6 +268,21 @@ pub struct ReleaseArgs {
     pub yes: bool,
 }
 
+/// `mongolock completions`.
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `mongolock man`.
+#[derive(Debug, Clone, Args)]
+pub struct ManArgs {
+    /// A subcommand whose page to print (mongolock-SUBCOMMAND(1)) instead of mongolock(1).
+    pub subcommand: Option<String>,
+}
+
 /// `mongolock demo`.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -262,20 +298,49 @@ impl Cli {
     /// Checks what clap cannot express; a usage error (status 2, with the subcommand's
     /// usage) if something is wrong.
     pub fn check(&self) -> Result<(), clap::Error> {
-        let Command::Exec(args) = &self.command else {
-            return Ok(());
-        };
-        let Some(message) = args.usage_error() else {
-            return Ok(());
+        let (subcommand, kind, message) = match &self.command {
+            Command::Exec(args) => match args.usage_error() {
+                Some(message) => ("exec", clap::error::ErrorKind::ArgumentConflict, message),
+                None => return Ok(()),
+            },
+            Command::Man(ManArgs {
+                subcommand: Some(name),
+            }) if !page_names().contains(name) => (
+                "man",
+                clap::error::ErrorKind::InvalidValue,
+                format!(
+                    "no page for {name:?}: [SUBCOMMAND] is one of {}",
+                    page_names().join(", ")
+                ),
+            ),
+            _ => return Ok(()),
         };
         let mut command = Cli::command();
         command.build();
-        let error = match command.find_subcommand_mut("exec") {
-            Some(exec) => exec.error(clap::error::ErrorKind::ArgumentConflict, message),
-            None => command.error(clap::error::ErrorKind::ArgumentConflict, message),
+        let error = match command.find_subcommand_mut(subcommand) {
+            Some(found) => found.error(kind, message),
+            None => command.error(kind, message),
         };
         Err(error)
     }
+}
+
+/// The command line as clap sees it, for the generated manual pages: built
+/// (global options copied into every subcommand, each subcommand named `mongolock-NAME`),
+/// without clap's `help` subcommand.
+pub fn definitions() -> clap::Command {
+    let mut command = Cli::command().disable_help_subcommand(true);
+    command.build();
+    command
+}
+
+/// The subcommands that have a manual page of their own: every visible one.
+pub fn page_names() -> Vec<String> {
+    definitions()
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .map(|sub| sub.get_name().to_owned())
+        .collect()
 }
 
 /// Logs to stderr at the level asked for with `-v`; nothing by default.

@@ -329,6 +329,36 @@ fn cases() -> Vec<CliCase> {
         ),
         c("unlock without --lock-id", &["unlock"], 2, &["--lock-id"]),
         c(
+            "completions without a shell",
+            &["completions"],
+            2,
+            &["<SHELL>"],
+        ),
+        c(
+            "completions for an unknown shell",
+            &["completions", "tcsh"],
+            2,
+            &["invalid value 'tcsh'", "possible values"],
+        ),
+        c(
+            "completions for an empty shell",
+            &["completions", ""],
+            2,
+            &["a value is required for '<SHELL>'"],
+        ),
+        c(
+            "man for an unknown subcommand",
+            &["man", "frobnicate"],
+            2,
+            &["no page for \"frobnicate\"", "Usage: mongolock man"],
+        ),
+        c(
+            "man for clap's help",
+            &["man", "help"],
+            2,
+            &["no page for \"help\""],
+        ),
+        c(
             "unlock with an empty --lock-id",
             &["unlock", "--lock-id", ""],
             2,

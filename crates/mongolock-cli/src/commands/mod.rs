@@ -1,10 +1,12 @@
-//! One file per subcommand (`elect.rs` holds `elect` and `leader`), and `child.rs`, what
-//! `exec` and `elect` share: waiting for a lease and running a child under it.
+//! One file per subcommand (`elect.rs` holds `elect` and `leader`, `generate.rs`
+//! `completions` and `man`), and `child.rs`, what `exec` and `elect` share: waiting for a
+//! lease and running a child under it.
 
 mod child;
 mod demo;
 mod elect;
 mod exec;
+mod generate;
 mod inspect;
 
 use std::process::ExitCode;
@@ -24,6 +26,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Purge => inspect::purge(&global).await,
         Command::Indexes => inspect::indexes(&global).await,
         Command::Demo(args) => demo::run(&global, args).await,
+        Command::Completions(args) => generate::completions(&args),
+        Command::Man(args) => generate::man(&args),
     };
     match outcome {
         Err(error) if error.is::<NoServer>() => {
