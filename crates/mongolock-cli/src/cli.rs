@@ -152,12 +152,29 @@ pub struct ExecArgs {
     /// A label stored with the lock, shown by `status`.
     #[arg(long)]
     pub owner: Option<String>,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
     /// After SIGTERM, how long the child has before SIGKILL.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub kill_after: Duration,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
+}
+
+/// The lease settings `exec` and `elect` share beyond the TTL.
+#[derive(Debug, Clone, Args)]
+pub struct LeaseArgs {
+    /// After a lease that ends without a release (this process stalled past its TTL, or an
+    /// operator ran `release --force`), nobody gets the lock for this long more, by the
+    /// server's clock: a holder that was only slow stops before the next one starts.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub lock_delay: Option<Duration>,
+    /// Hold the lock under this lock id instead of a fresh one: give each host or service
+    /// instance its own, stable one. Started again after a crash, within the TTL and with the
+    /// same --ttl, it takes its lease back at once, with the same fencing token.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub lock_id: Option<String>,
 }
 
 impl ExecArgs {
@@ -212,6 +229,8 @@ pub struct ElectArgs {
     /// Fail at once (status 75) if someone else leads.
     #[arg(long)]
     pub no_wait: bool,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
     /// After SIGTERM, how long the child has before SIGKILL.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub kill_after: Duration,

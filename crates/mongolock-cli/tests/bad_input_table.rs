@@ -168,6 +168,42 @@ fn cases() -> Vec<CliCase> {
             &["--kill-after"],
         ),
         c(
+            "exec --lock-delay abc",
+            &[
+                "exec",
+                "--resource",
+                "r",
+                "--lock-delay",
+                "abc",
+                "--",
+                "true",
+            ],
+            2,
+            &["--lock-delay"],
+        ),
+        c(
+            "exec --lock-id ''",
+            &["exec", "--resource", "r", "--lock-id", "", "--", "true"],
+            2,
+            &["--lock-id"],
+        ),
+        c(
+            "elect --lock-delay abc",
+            &[
+                "elect",
+                "--name",
+                "e",
+                "--value",
+                "v",
+                "--lock-delay",
+                "abc",
+                "--",
+                "true",
+            ],
+            2,
+            &["--lock-delay"],
+        ),
+        c(
             "exec --wait with --no-wait",
             &[
                 "exec",

@@ -109,7 +109,13 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
     // Installed before waiting: a Ctrl-C while waiting withdraws the campaign cleanly.
     let mut signals = Forwarded::install()?;
 
-    let election = locks.election(name.clone()).ttl(args.ttl);
+    let mut election = locks.election(name.clone()).ttl(args.ttl);
+    if let Some(delay) = args.lease.lock_delay {
+        election = election.lock_delay(delay);
+    }
+    if let Some(lock_id) = &args.lease.lock_id {
+        election = election.lock_id(lock_id.clone());
+    }
     let patience = Patience::new(args.no_wait, args.wait);
     let mut report = ElectReport {
         election: name.clone(),

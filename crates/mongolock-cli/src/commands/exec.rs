@@ -74,17 +74,28 @@ impl Handle {
     /// The handle `args` ask for on `resources` (sorted, without duplicates, not empty),
     /// with the lease settings.
     fn new(locks: &LockClient, args: &ExecArgs, resources: &[String], owner: &str) -> Self {
+        // The handles share their settings' names, not a type.
+        macro_rules! settings {
+            ($handle:expr) => {{
+                let mut handle = $handle.ttl(args.ttl).owner(owner);
+                if let Some(delay) = args.lease.lock_delay {
+                    handle = handle.lock_delay(delay);
+                }
+                if let Some(lock_id) = &args.lease.lock_id {
+                    handle = handle.lock_id(lock_id.clone());
+                }
+                handle
+            }};
+        }
         if let [resource] = resources {
             let resource = resource.clone();
             match (args.shared, args.max) {
-                (false, _) => Handle::Mutex(locks.mutex(resource).ttl(args.ttl).owner(owner)),
-                (true, None) => Handle::Read(locks.rwlock(resource).ttl(args.ttl).owner(owner)),
-                (true, Some(max)) => {
-                    Handle::Permit(locks.semaphore(resource, max).ttl(args.ttl).owner(owner))
-                }
+                (false, _) => Handle::Mutex(settings!(locks.mutex(resource))),
+                (true, None) => Handle::Read(settings!(locks.rwlock(resource))),
+                (true, Some(max)) => Handle::Permit(settings!(locks.semaphore(resource, max))),
             }
         } else {
-            Handle::Set(locks.multi(resources).ttl(args.ttl).owner(owner))
+            Handle::Set(settings!(locks.multi(resources)))
         }
     }
 
