@@ -92,6 +92,11 @@ impl Attempt {
     /// [`HeldWithOtherKind`](ErrorKind::HeldWithOtherKind), or
     /// [`InvalidArgument`](ErrorKind::InvalidArgument) for a withdrawn attempt.
     ///
+    /// # Errors
+    ///
+    /// The refusal this attempt stands for, as above, and `CapMismatch` for a cap that
+    /// differs from the stored one.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
     /// # let server = mongolock_testkit::TestServer::start().await.unwrap();

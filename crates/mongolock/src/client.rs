@@ -360,6 +360,14 @@ impl LockClient {
     /// Changing the retention of an existing collection fails (the server refuses a TTL index
     /// that differs only in its options); drop the index `idleSince_ttl` first.
     ///
+    /// # Errors
+    ///
+    /// A database error, such as the server refusing to change the retention of an existing
+    /// TTL index; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future may leave some of the indexes created; calling again completes them.
@@ -485,6 +493,15 @@ impl LockClient {
     /// server), or withdrawn. One round trip. This is what [`xlock`](LockClient::xlock) and
     /// [`slock`](LockClient::slock) call; waiting and leases are built on it.
     ///
+    /// # Errors
+    ///
+    /// Only what no outcome can say: `InvalidArgument` for a bad request (nothing is sent),
+    /// `UnexpectedDocument` when the resource's document is not a lock document, and
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied). A refusal is an [`Attempt`], not an error.
+    ///
     /// # Cancel safety
     ///
     /// If the future is dropped after the command was sent, the attempt may have been
@@ -517,6 +534,13 @@ impl LockClient {
     /// mark, `mongolock: 1`, that every write sets) is left alone and not counted
     /// ([`status`](LockClient::status) reports it).
     ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for an empty or over-long lock id; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
+    ///
     /// # Cancel safety
     ///
     /// If the future is dropped, all, some or none of the locks may have been released;
@@ -541,6 +565,14 @@ impl LockClient {
     /// Releases one grant (its resource, lock id and token), leaving the other locks of its
     /// lock id alone. One round trip. Returns whether this call removed it (false when it was
     /// already released, purged, or cleared after expiring).
+    ///
+    /// # Errors
+    ///
+    /// `UnexpectedDocument` when the grant's entry was changed by hand into another shape;
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
     ///
     /// # Cancel safety
     ///
@@ -575,6 +607,13 @@ impl LockClient {
     /// connection failed) without knowing the fencing token it may have been given. The
     /// tombstone lasts the request's TTL, and at least five minutes.
     ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad request (nothing is sent); [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
+    ///
     /// # Cancel safety
     ///
     /// If the future is dropped, the attempt may or may not have been withdrawn; calling
@@ -607,6 +646,14 @@ impl LockClient {
     /// and gets a new token). A lock without TTL stays without TTL (it is counted). Locks of
     /// `lock_id` on other resources are renewed in the same command.
     ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for an empty or over-long lock id, or a TTL of zero or above
+    /// [`MAX_TTL`](crate::MAX_TTL); [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
+    ///
     /// # Cancel safety
     ///
     /// If the future is dropped, the locks may or may not have been renewed; calling again
@@ -632,6 +679,14 @@ impl LockClient {
     /// Lists the locks matching `filter`, with their remaining TTL computed by the server,
     /// newest first. Expired locks not cleared yet are included (see
     /// [`LockStatus::is_expired`]). One round trip.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad filter; `UnexpectedDocument` when a matching document is not
+    /// a lock document; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
     ///
     /// # Cancel safety
     ///
@@ -664,6 +719,14 @@ impl LockClient {
     /// [`renew`](LockClient::renew) (which renews nothing) or from its fencing token being
     /// refused downstream.
     ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for an empty or over-long resource; `UnexpectedDocument` when its
+    /// document is not a lock document (it is left as it is); [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
+    ///
     /// # Cancel safety
     ///
     /// If the future is dropped, the locks may or may not have been removed; calling again
@@ -689,6 +752,13 @@ impl LockClient {
     /// One round trip (an `update` that scans the collection; the server judges expiry by
     /// its clock inside the write). Expired locks block nobody already; purging keeps the
     /// collection and its status reports tidy.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
     ///
     /// # Cancel safety
     ///
@@ -723,6 +793,13 @@ impl LockClient {
     /// [`purge`](LockClient::purge) is the safe call. A lock granted to the lock id after its
     /// member expired survives: the server compares grant times inside the write. Two round
     /// trips (one read, one `update`; one more per further 1,000 groups).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
+    /// been applied).
     ///
     /// # Cancel safety
     ///

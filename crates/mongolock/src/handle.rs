@@ -215,6 +215,7 @@ macro_rules! acquire_methods {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until it is used"]
 pub struct Mutex {
     client: LockClient,
     resource: String,
@@ -243,6 +244,12 @@ impl Mutex {
     /// fencing token, releases it when `work` is done. If the lease is lost first, `work`
     /// is dropped (stopped at its next `.await`) and the call fails with
     /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost).
+    ///
+    /// # Errors
+    ///
+    /// As acquiring waits (bad settings, a database error waiting cannot fix), and
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
+    /// is done.
     ///
     /// # Cancel safety
     ///
@@ -315,6 +322,7 @@ where
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until it is used"]
 pub struct RwLock {
     client: LockClient,
     resource: String,
@@ -347,6 +355,12 @@ impl RwLock {
 
     /// Runs `work` under a read lock, as [`Mutex::run`] does under the mutex.
     ///
+    /// # Errors
+    ///
+    /// As acquiring waits (bad settings, a database error waiting cannot fix), and
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
+    /// is done.
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future drops `work` and releases the lock in the background.
@@ -359,6 +373,12 @@ impl RwLock {
     }
 
     /// Runs `work` under the write lock, as [`Mutex::run`] does under the mutex.
+    ///
+    /// # Errors
+    ///
+    /// As acquiring waits (bad settings, a database error waiting cannot fix), and
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
+    /// is done.
     ///
     /// # Cancel safety
     ///
@@ -394,6 +414,7 @@ impl RwLock {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until it is used"]
 pub struct Semaphore {
     client: LockClient,
     resource: String,
@@ -426,6 +447,12 @@ impl Semaphore {
     acquire_methods!(acquire, try_acquire, acquire_timeout, permit, "a permit");
 
     /// Runs `work` holding a permit, as [`Mutex::run`] does under the mutex.
+    ///
+    /// # Errors
+    ///
+    /// As acquiring waits (bad settings, a database error waiting cannot fix), and
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
+    /// is done.
     ///
     /// # Cancel safety
     ///

@@ -36,6 +36,7 @@ use crate::client::LockClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::lock::{LeaseState, LockKind, LossReason};
+use crate::request::Nonce;
 use crate::wait::{self, LeaseOptions, Wait, fresh_lock_id};
 
 impl LockClient {
@@ -173,17 +174,16 @@ impl MultiLock {
         }
         let mut options = self.options.clone();
         options.lock_id.get_or_insert_with(fresh_lock_id);
-        // Every member's request is checked before anything is sent.
-        for resource in &self.resources {
-            options.request(LockKind::Exclusive, resource, None)?;
-        }
+        // Every member's request is built, and so checked, before anything is sent; each
+        // attempt at a member is a new one (a nonce of its own).
+        let requests = (self.resources.iter())
+            .map(|resource| options.request(LockKind::Exclusive, resource, None))
+            .collect::<Result<Vec<_>>>()?;
         let attempt = |index: usize, wait: Wait| {
-            let options = &options;
-            async move {
-                let (request, timing) =
-                    options.request(LockKind::Exclusive, &self.resources[index], None)?;
-                wait::acquire(&self.client, request, timing, wait).await
-            }
+            let (request, timing) = &requests[index];
+            let request = request.clone().nonce(Nonce::new());
+            let timing = *timing;
+            async move { wait::acquire(&self.client, request, timing, wait).await }
         };
         let mut blocked: Option<usize> = None;
         loop {

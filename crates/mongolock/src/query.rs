@@ -131,6 +131,7 @@ impl Purged {
 /// # let _ = expiring_soon;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
+#[must_use = "a builder does nothing until it is used"]
 pub struct Filter {
     pub(crate) created_before: Option<DateTime>,
     pub(crate) created_after: Option<DateTime>,

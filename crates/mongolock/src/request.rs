@@ -59,6 +59,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 /// assert!(!details.host_value().is_empty());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use = "a builder does nothing until it is used"]
 pub struct LockDetails {
     owner: Option<String>,
     host: Option<String>,
@@ -164,6 +165,12 @@ impl LockDetails {
     }
 
     /// Checks the details the way every lock call does, without contacting the server.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` naming the setting: an owner or host longer than
+    /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN), a TTL of zero or above [`MAX_TTL`](crate::MAX_TTL), a
+    /// lock-delay above it.
     ///
     /// ```
     /// use std::time::Duration;
@@ -299,6 +306,7 @@ impl Nonce {
 /// assert_eq!(readers.max_shared(), Some(4));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[must_use = "a builder does nothing until it is used"]
 pub struct AcquireRequest {
     pub(crate) resource: String,
     pub(crate) lock_id: String,
