@@ -214,6 +214,40 @@ macro_rules! acquire_methods {
 /// # drop(again);
 /// # Ok(()) }
 /// ```
+///
+/// With a lock-delay, a lease that ends without a release keeps the mutex from everybody
+/// for that long more; with a stable lock id, a process that restarts takes its lease back:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let db = server.client().database("doc");
+/// use std::time::Duration;
+/// use mongolock::LockClient;
+///
+/// let ttl = Duration::from_secs(10);
+/// // A process that holds the mutex under its own lock id, and dies without releasing it.
+/// let before = LockClient::new(db.collection("locks"));
+/// let job = before.mutex("migration").ttl(ttl).lock_id("host-a").lock_delay(Duration::from_secs(5));
+/// let guard = job.acquire().await?;
+/// let token = guard.fencing_token();
+/// std::mem::forget(guard); // no release...
+/// drop(before);            // ...and nothing renews it any more: the process is gone
+///
+/// // Started again, within the TTL: the same lease, the same token, at once.
+/// let after = LockClient::new(db.collection("locks"));
+/// let job = after.mutex("migration").ttl(ttl).lock_id("host-a");
+/// let guard = job.try_acquire().await?.expect("resumed");
+/// assert_eq!(guard.fencing_token(), token);
+/// // It stalls past its TTL (the emulator's clock jumps): nobody gets the mutex for the
+/// // lock-delay.
+/// server.clock().advance(ttl + Duration::from_secs(1));
+/// assert!(after.mutex("migration").try_acquire().await?.is_none(), "within the lock-delay");
+/// server.clock().advance(Duration::from_secs(5));
+/// assert!(after.mutex("migration").try_acquire().await?.is_some(), "after it");
+/// # drop(guard);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until it is used"]
 pub struct Mutex {
