@@ -130,6 +130,14 @@ macro_rules! lease_settings {
         /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming `ttl`; a
         /// second guard in the same client fails naming `lock_id`. A lease that ended (within
         /// its lock-delay, say) is not resumed.
+        ///
+        /// The server cannot tell two processes with one lock id apart: that is what lets a
+        /// restarted process resume. If the first is still alive after all (it was paused or
+        /// cut off, not dead), both believe they hold the lock, with the same fencing token,
+        /// until the first learns it lost it at its next renewal (within its renewal period,
+        /// or its lease's deadline if the server is out of its reach). Resume only from an
+        /// identity that one live process has at a time (a host's, a pod's, under a
+        /// supervisor that starts one), or leave the lock id unset.
         pub fn lock_id(mut self, lock_id: impl Into<String>) -> Self {
             self.options.lock_id = Some(lock_id.into());
             self
