@@ -103,7 +103,8 @@ pub enum Command {
     /// Show who leads an election (value, term, lock id, host), or that nobody does; with
     /// --watch, every change until interrupted.
     Leader(LeaderArgs),
-    /// List live locks with their remaining TTL (computed by the server).
+    /// List locks with their remaining TTL (computed by the server): live ones, those within
+    /// their lock-delay, and expired ones not purged yet.
     Status(StatusArgs),
     /// Release every lock of a lock id.
     Unlock(UnlockArgs),

@@ -89,6 +89,17 @@ async fn a_lock_delay_is_stored_with_the_lock() {
     let held = env.locks().status(&Filter::default()).await.unwrap();
     assert_eq!(held.len(), 1, "{held:?}");
     assert_eq!(held[0].holder().lock_delay(), Some(Duration::from_secs(5)));
+    // Killed without a release, its lease runs out (the server's clock jumps past the TTL):
+    // `status` shows the lock within its lock-delay, not as an expired lock that blocks
+    // nobody.
     exec.kill().await.unwrap();
+    env.server.clock().advance(Duration::from_secs(31));
+    let status = run(env.cmd(&["status"])).await;
+    let out = text(&status.stdout);
+    assert!(out.contains("lock-delay"), "{out}");
+    assert!(out.contains("keep everybody out"), "{out}");
+    assert!(!out.contains("block nobody"), "{out}");
+    let refused = run(env.cmd(&["exec", "--resource", "job", "--no-wait", "--", "true"])).await;
+    assert_eq!(refused.status.code(), Some(75), "{}", text(&refused.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -36,6 +36,7 @@ pub struct LockStatus {
     pub(crate) holder: Holder,
     pub(crate) remaining: Option<Duration>,
     pub(crate) expired: bool,
+    pub(crate) delay_left: Option<Duration>,
 }
 
 impl LockStatus {
@@ -72,10 +73,18 @@ impl LockStatus {
     pub fn ttl_remaining(&self) -> Option<Duration> {
         self.remaining
     }
-    /// Whether the lock had expired when the server answered. An expired lock blocks nobody;
-    /// it stays in the collection until an acquire on its resource or a purge clears it.
+    /// Whether the lock's lease had ended when the server answered: its holder holds
+    /// nothing. Unless it is within its lock-delay ([`lock_delay_remaining`](Self::lock_delay_remaining)),
+    /// it blocks nobody either, and stays in the collection until an acquire on its resource
+    /// or a purge clears it.
     pub fn is_expired(&self) -> bool {
         self.expired
+    }
+    /// For a lease that ended without a release and has a lock-delay: how much of the delay
+    /// was left when the server answered, during which nobody is granted the resource (a
+    /// reader's delay keeps writers out); `None` otherwise.
+    pub fn lock_delay_remaining(&self) -> Option<Duration> {
+        self.delay_left
     }
     /// The fencing token.
     pub fn fencing_token(&self) -> i64 {

@@ -256,10 +256,19 @@ pub(crate) fn decode_status(row: &Document) -> Result<LockStatus> {
             number(value).ok_or_else(|| Error::unexpected(&id, "remainingMs is not a number"))?,
         ),
     };
+    // Within its lock-delay: the lease ended, the entry is still in force for the rest of
+    // the delay (both by the server's clock, as `remainingMs` is).
+    let delay_ms =
+        (holder.lock_delay).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let delay_left = remaining_ms
+        .filter(|&ms| ms <= 0)
+        .map(|ms| ms.saturating_add(delay_ms))
+        .filter(|&left| left > 0);
     Ok(LockStatus {
         holder,
         remaining: remaining_ms.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         expired: remaining_ms.is_some_and(|ms| ms <= 0),
+        delay_left: delay_left.map(|ms| Duration::from_millis(ms as u64)),
     })
 }
 

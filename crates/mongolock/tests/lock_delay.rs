@@ -36,6 +36,9 @@ async fn emulator_only_an_expired_lease_keeps_the_resource_for_its_delay() {
     let status = locks.status(&Filter::default()).await.unwrap();
     assert_eq!(status.len(), 1, "the entry stays for its delay: {status:?}");
     assert!(status[0].is_expired());
+    // What is left of the delay, by the server's clock.
+    let left = status[0].lock_delay_remaining().expect("within its lock-delay");
+    assert!(left > Duration::from_millis(3_500) && left <= secs(4), "{left:?}");
     // Nobody is granted it within the delay: not another lock id, not a reader, not the
     // lock id that lost it.
     let error = locks
@@ -65,6 +68,8 @@ async fn emulator_only_an_expired_lease_keeps_the_resource_for_its_delay() {
     env.advance(Duration::from_millis(3_900));
     common::assert_xlock_refused(locks, "r", "b").await;
     env.advance(Duration::from_millis(200));
+    let status = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(status[0].lock_delay_remaining(), None, "the delay is over");
     let next = locks.xlock("r", "b", LockDetails::default()).await.unwrap();
     assert!(next.fencing_token() > old.fencing_token());
 }

@@ -30,9 +30,12 @@ struct StatusRow {
     fencing_token: i64,
     /// Remaining TTL in milliseconds, computed by the server; `null` for a lock without TTL.
     ttl_remaining_ms: Option<u128>,
-    /// Whether the lock had expired when the server answered (it blocks nobody; `purge`
-    /// removes it).
+    /// Whether the lock's lease had ended when the server answered (it blocks nobody, unless
+    /// within its lock-delay; `purge` removes it after that).
     expired: bool,
+    /// For an ended lease with a lock-delay, the milliseconds of the delay left, during which
+    /// nobody gets the lock; `null` otherwise.
+    lock_delay_remaining_ms: Option<u128>,
     /// When it was granted (server time, RFC 3339).
     created_at: String,
     /// When it was last renewed (server time, RFC 3339).
@@ -53,6 +56,7 @@ impl StatusRow {
             fencing_token: lock.fencing_token(),
             ttl_remaining_ms: lock.ttl_remaining().map(|d| d.as_millis()),
             expired: lock.is_expired(),
+            lock_delay_remaining_ms: lock.lock_delay_remaining().map(|d| d.as_millis()),
             created_at: rfc3339(lock.created_at()),
             renewed_at: rfc3339(lock.renewed_at()),
             expires_at: lock.holder().expires_at().map(rfc3339),
@@ -61,7 +65,8 @@ impl StatusRow {
 }
 
 /// Runs `status`: every lock matching the filters, live ones and expired ones not purged
-/// yet (marked `expired`: they block nobody).
+/// yet (marked `expired`: they block nobody, unless within their lock-delay, shown as
+/// `lock-delay`).
 ///
 /// # Cancel safety
 ///
@@ -92,7 +97,15 @@ pub async fn status(global: &Global, args: StatusArgs) -> anyhow::Result<ExitCod
         return Ok(ExitCode::SUCCESS);
     }
     print!("{}", table(&held));
-    let expired = held.iter().filter(|lock| lock.is_expired()).count();
+    let delayed = (held.iter())
+        .filter(|lock| lock.lock_delay_remaining().is_some())
+        .count();
+    let expired = held.iter().filter(|lock| lock.is_expired()).count() - delayed;
+    if delayed > 0 {
+        println!(
+            "{delayed} lock(s) ended without a release keep everybody out until their lock-delay ends"
+        );
+    }
     if expired > 0 {
         println!("{expired} expired lock(s) block nobody; `mongolock purge` removes them");
     }
@@ -108,7 +121,10 @@ fn table(held: &[LockStatus]) -> String {
         .iter()
         .map(|lock| {
             let ttl = match (lock.is_expired(), lock.ttl_remaining()) {
-                (true, _) => "expired".to_owned(),
+                (true, _) => match lock.lock_delay_remaining() {
+                    Some(left) => format!("lock-delay {}", format_ttl(left)),
+                    None => "expired".to_owned(),
+                },
                 (false, Some(left)) => format_ttl(left),
                 (false, None) => "no TTL".to_owned(),
             };
