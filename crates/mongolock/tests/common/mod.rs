@@ -1,6 +1,8 @@
 //! Where the integration tests run: on a fresh emulator, or on the real MongoDB named by
-//! `MONGODB_URI` (then each test gets a database of its own, dropped first). Tests that move
-//! the server's clock are named `emulator_only_...` and skip themselves on a real server.
+//! `MONGODB_URI` (then each test gets a database of its own, dropped first). Tests that need
+//! the emulator (its clock, fail points or fault proxy) are named `emulator_only_...`: those
+//! that take [`emulator_env`] skip themselves on a real server, and a few start an emulator
+//! of their own whatever `MONGODB_URI` says (they add no coverage of a real server).
 
 #![allow(dead_code)]
 
