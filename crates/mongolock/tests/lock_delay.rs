@@ -37,8 +37,13 @@ async fn emulator_only_an_expired_lease_keeps_the_resource_for_its_delay() {
     assert_eq!(status.len(), 1, "the entry stays for its delay: {status:?}");
     assert!(status[0].is_expired());
     // What is left of the delay, by the server's clock.
-    let left = status[0].lock_delay_remaining().expect("within its lock-delay");
-    assert!(left > Duration::from_millis(3_500) && left <= secs(4), "{left:?}");
+    let left = status[0]
+        .lock_delay_remaining()
+        .expect("within its lock-delay");
+    assert!(
+        left > Duration::from_millis(3_500) && left <= secs(4),
+        "{left:?}"
+    );
     // Nobody is granted it within the delay: not another lock id, not a reader, not the
     // lock id that lost it.
     let error = locks
