@@ -102,6 +102,7 @@ impl LockClient {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until it is used"]
 pub struct Election {
     mutex: Mutex,
     client: LockClient,
@@ -364,6 +365,23 @@ impl Leadership {
     /// The term: this leadership's fencing token, greater than every earlier leader's.
     pub fn term(&self) -> i64 {
         self.guard.fencing_token()
+    }
+
+    /// A [`Fence`](crate::Fence) with the term as its token: the leader's writes to a
+    /// MongoDB collection, which a deposed leader can no longer make once a newer leader
+    /// wrote.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let db = server.client().database("doc");
+    /// # let locks = mongolock::LockClient::new(db.collection("locks"));
+    /// let leading = locks.election("scheduler").campaign("host-a").await?;
+    /// assert_eq!(leading.fence().token(), leading.term());
+    /// # Ok(()) }
+    /// ```
+    pub fn fence(&self) -> crate::Fence {
+        crate::Fence::new(self.term())
     }
 
     /// The value advertised, as last set by the campaign or a successful

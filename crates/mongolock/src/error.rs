@@ -158,6 +158,24 @@ pub enum ErrorKind {
         /// What did not fit.
         reason: String,
     },
+    /// A write through a [`Fence`](crate::Fence) was refused because the document holds a
+    /// newer fencing token than the one presented: a newer holder of the lock wrote it, so
+    /// this holder's lease ended before the write (it was paused, cut off, or revoked).
+    /// Nothing was written. Stop the work the lock protected; repeating the write cannot
+    /// succeed.
+    #[error(
+        "stale fencing token: document {id} holds token {stored}, newer than {presented}; \
+         a newer holder wrote it, so the write was refused"
+    )]
+    #[non_exhaustive]
+    StaleToken {
+        /// The document's `_id`, printed as relaxed extended JSON.
+        id: String,
+        /// The token stored in the document: the newer holder's.
+        stored: i64,
+        /// The token the refused write presented.
+        presented: i64,
+    },
     /// The call did not complete within its time limit (see
     /// [`LockClient::with_command_timeout`](crate::LockClient::with_command_timeout)). For a
     /// write, the server may still have applied it: the outcome is unknown.
@@ -342,6 +360,17 @@ impl Error {
         matches!(self.inner.kind, ErrorKind::AlreadyLocked { .. })
     }
 
+    /// Whether a fenced write was refused because a newer holder had written the document
+    /// ([`ErrorKind::StaleToken`]): the lease this write was made under is over.
+    ///
+    /// ```
+    /// # let error = mongolock::LockDetails::default().ttl(std::time::Duration::ZERO).validate().unwrap_err();
+    /// assert!(!error.is_stale_token());
+    /// ```
+    pub fn is_stale_token(&self) -> bool {
+        matches!(self.inner.kind, ErrorKind::StaleToken { .. })
+    }
+
     /// Whether the same call, repeated with the same arguments, may succeed: the connection
     /// failed, the primary stepped down, a time limit passed, and the like. Every operation
     /// of [`LockClient`](crate::LockClient) is safe to repeat with the same lock id (and
@@ -453,6 +482,22 @@ mod tests {
     fn contention_messages_count_the_unnamed_holders() {
         assert_eq!(describe_holders(&[], 0), "nobody known");
         assert_eq!(describe_holders(&[], 3), "3 more");
+    }
+
+    #[test]
+    fn stale_tokens_read_well() {
+        let error = Error::new(ErrorKind::StaleToken {
+            id: "\"acct-1\"".into(),
+            stored: 9,
+            presented: 7,
+        });
+        assert_eq!(
+            error.to_string(),
+            "stale fencing token: document \"acct-1\" holds token 9, newer than 7; \
+             a newer holder wrote it, so the write was refused"
+        );
+        assert!(error.is_stale_token());
+        assert!(!error.is_retryable() && !error.is_outcome_unknown());
     }
 
     #[test]

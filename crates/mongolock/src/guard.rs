@@ -68,6 +68,26 @@ impl LockGuard {
         self.lease.grant.fencing_token()
     }
 
+    /// A [`Fence`](crate::Fence) with this grant's fencing token: writes to a MongoDB
+    /// collection that a later holder's writes make stale.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let db = server.client().database("doc");
+    /// # let locks = mongolock::LockClient::new(db.collection("locks"));
+    /// let accounts = db.collection::<bson::Document>("accounts");
+    /// let guard = locks.mutex("account-1").acquire().await?;
+    /// assert_eq!(guard.fence().token(), guard.fencing_token());
+    /// let update = bson::doc! {"$inc": {"balance": 1}};
+    /// guard.fence().update_one(&accounts, bson::doc! {"_id": 1}, update).upsert(true).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fence(&self) -> crate::Fence {
+        crate::Fence::new(self.fencing_token())
+    }
+
     /// The locked resource.
     pub fn resource(&self) -> &str {
         self.lease.grant.resource()

@@ -67,6 +67,7 @@
 //! A lease can still be lost while work is under way (a pause longer than the TTL): pass the
 //! fencing token to the store you protect and have it reject tokens lower than the highest it
 //! has seen.
+//! For a store that is a MongoDB collection, [`Fence`] builds writes that do that.
 //!
 //! # Waiting
 //!
@@ -214,6 +215,7 @@ mod clock;
 mod command;
 mod election;
 mod error;
+mod fence;
 mod guard;
 mod handle;
 mod lease;
@@ -230,6 +232,7 @@ pub use attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
 pub use client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_RETENTION, LockClient};
 pub use election::{DEFAULT_OBSERVE_POLL, Election, Leader, Leadership};
 pub use error::{Error, ErrorKind, Result};
+pub use fence::{DEFAULT_FENCE_FIELD, Fence, FencedWrite};
 pub use guard::LockGuard;
 pub use handle::{Mutex, RwLock, Semaphore};
 pub use lock::{Grant, Holder, LeaseState, LockKind, LossReason};

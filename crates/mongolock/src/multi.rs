@@ -98,6 +98,7 @@ impl LockClient {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until it is used"]
 pub struct MultiLock {
     client: LockClient,
     /// Sorted, without duplicates.
@@ -278,6 +279,22 @@ impl MultiGuard {
     /// The fencing token of `resource`'s grant, or `None` if it is not a member.
     pub fn fencing_token(&self, resource: &str) -> Option<i64> {
         self.member(resource).map(LockGuard::fencing_token)
+    }
+
+    /// A [`Fence`](crate::Fence) with `resource`'s fencing token, for the documents that
+    /// resource protects; `None` if it is not a member.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let both = locks.multi(["from", "to"]).acquire().await?;
+    /// assert_eq!(both.fence("to").map(|f| f.token()), both.fencing_token("to"));
+    /// assert!(both.fence("elsewhere").is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn fence(&self, resource: &str) -> Option<crate::Fence> {
+        self.fencing_token(resource).map(crate::Fence::new)
     }
 
     /// Each member's guard, in the order of their resources.
