@@ -24,7 +24,6 @@
 //!   than one read may be seen as one: the observer always ends on the latest leader, and
 //!   the terms it yields never decrease.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bson::Document;
@@ -308,7 +307,7 @@ impl Election {
         Leadership {
             guard,
             client: self.client.clone(),
-            value: Arc::new(std::sync::Mutex::new(value)),
+            value: std::sync::Mutex::new(value),
         }
     }
 }
@@ -358,7 +357,7 @@ impl Leader {
 pub struct Leadership {
     guard: LockGuard,
     client: LockClient,
-    value: Arc<std::sync::Mutex<String>>,
+    value: std::sync::Mutex<String>,
 }
 
 impl Leadership {
