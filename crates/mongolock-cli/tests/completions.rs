@@ -2,37 +2,9 @@
 //! definitions: every subcommand and option is in it, bash completes with it, and a shell it
 //! does not know is a usage error.
 
-use std::process::Output;
+mod common;
 
-use assert_cmd::Command;
-
-/// The subcommands a user types (clap's `help` aside).
-const SUBCOMMANDS: &[&str] = &[
-    "exec",
-    "elect",
-    "leader",
-    "status",
-    "unlock",
-    "release",
-    "purge",
-    "indexes",
-    "demo",
-    "completions",
-    "man",
-];
-
-fn mongolock(args: &[&str]) -> Output {
-    Command::cargo_bin("mongolock")
-        .expect("the binary is built")
-        .env_remove("MONGODB_URI")
-        .args(args)
-        .output()
-        .expect("mongolock runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{SUBCOMMANDS, mongolock_offline as mongolock, text};
 
 /// The script for `shell`, after checking that it was printed with status 0 and nothing on
 /// stderr.

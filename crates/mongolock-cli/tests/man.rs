@@ -3,37 +3,9 @@
 //! subcommand has a page of its own with its options, both end with the exit statuses, and
 //! groff reads them without a warning.
 
-use std::process::Output;
+mod common;
 
-use assert_cmd::Command;
-
-/// The subcommands with a page of their own.
-const SUBCOMMANDS: &[&str] = &[
-    "exec",
-    "elect",
-    "leader",
-    "status",
-    "unlock",
-    "release",
-    "purge",
-    "indexes",
-    "demo",
-    "completions",
-    "man",
-];
-
-fn mongolock(args: &[&str]) -> Output {
-    Command::cargo_bin("mongolock")
-        .expect("the binary is built")
-        .env_remove("MONGODB_URI")
-        .args(args)
-        .output()
-        .expect("mongolock runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{SUBCOMMANDS, mongolock_offline as mongolock, text};
 
 /// The page `args` print, after checking that it was printed with status 0 and nothing on
 /// stderr.

@@ -13,6 +13,32 @@ use mongolock_testkit::TestServer;
 /// The path of the `mongolock` binary under test.
 pub const MONGOLOCK: &str = env!("CARGO_BIN_EXE_mongolock");
 
+/// The subcommands a user types (clap's `help` aside), each with a manual page of its own.
+pub const SUBCOMMANDS: &[&str] = &[
+    "exec",
+    "elect",
+    "leader",
+    "status",
+    "unlock",
+    "release",
+    "purge",
+    "indexes",
+    "demo",
+    "completions",
+    "man",
+];
+
+/// Runs `mongolock ARGS...` to completion with no server named (for what needs none:
+/// completions, manual pages, usage errors).
+pub fn mongolock_offline(args: &[&str]) -> Output {
+    assert_cmd::Command::cargo_bin("mongolock")
+        .expect("the binary is built")
+        .env_remove("MONGODB_URI")
+        .args(args)
+        .output()
+        .expect("mongolock runs")
+}
+
 /// An emulator and a database name of its own for one test.
 pub struct Env {
     /// The emulator; it runs on the test's runtime, so the test must stay on it (a
