@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bson::{Document, doc};
 use mongodb::{Client, Collection};
-use mongolock::LockClient;
+use mongolock::{LockClient, LockGuard};
 
 const DB: &str = "fenced_writes_example";
 const ACCOUNT: &str = "account-42";
@@ -31,6 +31,26 @@ async fn balance(accounts: &Collection<Document>) -> Result<i64, Box<dyn std::er
         .await?
         .ok_or("the account exists")?;
     Ok(account.get_i64("balance")?)
+}
+
+/// Under `guard`, reads the balance and writes it plus `amount`, fenced; returns what it
+/// read.
+async fn deposit(
+    guard: &LockGuard,
+    accounts: &Collection<Document>,
+    amount: i64,
+    by: &str,
+) -> Result<i64, Box<dyn std::error::Error>> {
+    let read = balance(accounts).await?;
+    guard
+        .fence()
+        .update_one(
+            accounts,
+            doc! {"_id": ACCOUNT},
+            doc! {"$set": {"balance": read + amount, "by": by}},
+        )
+        .await?;
+    Ok(read)
 }
 
 /// Worker A, on a thread and runtime of its own (so that blocking the thread stops all of
@@ -88,15 +108,7 @@ fn worker_a(
 
             // Its next turn, with a new token: read again, write, and it goes through.
             let guard = locks.mutex(ACCOUNT).ttl(TTL).acquire().await?;
-            let read = balance(&accounts).await?;
-            guard
-                .fence()
-                .update_one(
-                    &accounts,
-                    doc! {"_id": ACCOUNT},
-                    doc! {"$set": {"balance": read + 10, "by": "worker-a"}},
-                )
-                .await?;
+            let read = deposit(&guard, &accounts, 10, "worker-a").await?;
             println!(
                 "worker-a: takes the lock again (token {}), reads {read}, writes {}",
                 guard.fencing_token(),
@@ -143,15 +155,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .acquire_timeout(Duration::from_secs(30))
         .await?
         .ok_or("worker A's lease never ended")?;
-    let read = balance(&accounts).await?;
-    guard
-        .fence()
-        .update_one(
-            &accounts,
-            doc! {"_id": ACCOUNT},
-            doc! {"$set": {"balance": read + 20, "by": "worker-b"}},
-        )
-        .await?;
+    let read = deposit(&guard, &accounts, 20, "worker-b").await?;
     println!(
         "worker-b: takes the lock after A's lease ended (token {}), reads {read}, writes {}",
         guard.fencing_token(),
