@@ -216,6 +216,11 @@ mod command;
 mod election;
 mod error;
 mod fence;
+
+/// The README's examples, compiled as doc tests (they need a server to run).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 mod guard;
 mod handle;
 mod lease;
