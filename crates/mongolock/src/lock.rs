@@ -73,6 +73,10 @@ pub struct Holder {
     pub(crate) expires_at: Option<DateTime>,
     pub(crate) ttl: Option<Duration>,
     pub(crate) lock_delay: Option<Duration>,
+    /// The lease keeper the entry names (see `crate::schema`), if any: a release or a
+    /// withdrawal by a lease's client matches it, so that it never removes an entry another
+    /// client adopted.
+    pub(crate) keeper: Option<String>,
 }
 
 impl Holder {
@@ -184,6 +188,7 @@ impl Grant {
                 expires_at: None,
                 ttl: None,
                 lock_delay: None,
+                keeper: None,
             },
             new: true,
             remaining: None,

@@ -232,6 +232,7 @@ pub(crate) fn decode_entry(
         expires_at,
         ttl,
         lock_delay,
+        keeper: optional_string(KEEPER)?,
     })
 }
 

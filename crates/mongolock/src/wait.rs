@@ -573,7 +573,7 @@ async fn acquire_in_span(
 /// not `timing`'s (its keepalive renews it by the TTL it was granted with).
 async fn resume(
     client: &LockClient,
-    grant: Grant,
+    mut grant: Grant,
     timing: &LeaseTiming,
     sent_at: Instant,
 ) -> Result<Option<Arc<Lease>>> {
@@ -603,6 +603,8 @@ async fn resume(
     if !keepalive::adopt(client.ready()?, &grant, &keeper.id).await? {
         return Ok(None);
     }
+    // Its entry names this client's keeper now: the release matches that.
+    grant.holder.keeper = Some(keeper.id.clone());
     let lease = Lease::new(
         grant,
         timing.ttl,

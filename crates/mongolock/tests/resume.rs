@@ -147,6 +147,47 @@ async fn the_client_that_held_it_before_learns_that_it_lost_it() {
 }
 
 #[tokio::test]
+async fn the_old_guards_release_leaves_the_resumed_lease_alone() {
+    let env = env("resume_old_release").await;
+    let ttl = secs(10);
+    let every = Duration::from_millis(100);
+    let first = env
+        .locks
+        .mutex("r")
+        .lock_id("svc")
+        .ttl(ttl)
+        .extend_every(every);
+    let old = first.acquire().await.unwrap();
+    let other = env.other_client().await;
+    let second = other.mutex("r").lock_id("svc").ttl(ttl).extend_every(every);
+    let new = second.try_acquire().await.unwrap().expect("resumed");
+    let reason = tokio::time::timeout(secs(10), old.lost()).await.unwrap();
+    assert_eq!(reason, LossReason::Revoked);
+    // The old incarnation releases (same lock id, same token): it removes nothing, and says
+    // it had lost the lease.
+    let error = old.release().await.unwrap_err();
+    assert!(
+        matches!(
+            error.kind(),
+            mongolock::ErrorKind::LeaseLost {
+                reason: LossReason::Revoked,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    // So nobody else is granted the lock the resumed lease holds, and that lease stays.
+    let third = env.other_client().await;
+    assert!(third.mutex("r").try_acquire().await.unwrap().is_none());
+    tokio::time::sleep(every * 5).await;
+    assert!(!new.is_lost(), "{:?}", new.state());
+    new.release().await.unwrap();
+    assert!(third.mutex("r").try_acquire().await.unwrap().is_some());
+    other.shutdown().await;
+    third.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_second_guard_in_one_client_or_another_ttl_is_refused() {
     let env = env("resume_refused").await;
     let mutex = env.locks.mutex("r").lock_id("svc").ttl(secs(30));

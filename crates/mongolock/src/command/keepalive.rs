@@ -321,6 +321,7 @@ mod tests {
                 expires_at: None,
                 ttl: None,
                 lock_delay: None,
+                keeper: None,
             },
             new: true,
             remaining: None,

@@ -133,22 +133,29 @@ fn removed(reply: Result<Document>) -> Result<Released> {
 }
 
 /// The query that finds the document holding `grant`: its resource, the mark, and the
-/// grant's entry by lock id and token. A release changes nothing else, so it needs no check
-/// of its own in the update: a document without the mark, or without that entry (released
-/// already, or never granted), is not matched, and nothing is written.
+/// grant's entry by lock id, token and, for a lease's grant, the keeper it names. A release
+/// changes nothing else, so it needs no check of its own in the update: a document without
+/// the mark, or without that entry (released already, never granted, or adopted by another
+/// client that resumed the lease: see `command/keepalive.rs`), is not matched, and nothing
+/// is written.
 fn holding(grant: &Grant) -> Document {
     let (lock_id, token) = (grant.lock_id(), grant.fencing_token());
+    let keeper = grant.holder.keeper.as_deref();
     let mut query = doc! { "_id": grant.resource() };
     match grant.kind() {
         LockKind::Exclusive => {
             query.insert("exclusive.lockId", lock_id);
             query.insert("exclusive.token", token);
+            if let Some(keeper) = keeper {
+                query.insert("exclusive.keeper", keeper);
+            }
         }
         LockKind::Shared => {
-            query.insert(
-                "shared",
-                doc! { "$elemMatch": { "lockId": lock_id, "token": token } },
-            );
+            let mut entry = doc! { "lockId": lock_id, "token": token };
+            if let Some(keeper) = keeper {
+                entry.insert(schema::KEEPER, keeper);
+            }
+            query.insert("shared", doc! { "$elemMatch": entry });
         }
     }
     expr::checked(query, None)
@@ -228,7 +235,19 @@ pub(crate) fn release_attempt_command(
     ttl_ms: Option<i64>,
 ) -> Document {
     let (lock_id, nonce) = (request.lock_id.as_str(), request.nonce.0);
-    let matches = |entry: &str| bson!({ "$and": [is_of(entry, lock_id), { "$eq": [format!("{entry}.nonce"), nonce] }] });
+    // A handle's attempt names its client's keeper: an entry another client adopted since
+    // (it resumed the lease: see `command/keepalive.rs`) is not this attempt's to remove.
+    let keeper = request.keeper.as_deref().map(literal);
+    let matches = |entry: &str| {
+        let mut terms = vec![
+            is_of(entry, lock_id),
+            bson!({ "$eq": [format!("{entry}.nonce"), nonce] }),
+        ];
+        if let Some(keeper) = &keeper {
+            terms.push(bson!({ "$eq": [format!("{entry}.{}", schema::KEEPER), keeper.clone()] }));
+        }
+        bson!({ "$and": terms })
+    };
     let life_ms = ttl_ms
         .unwrap_or(0)
         .max(schema::TOMBSTONE_MIN_LIFE.as_millis() as i64);
@@ -486,5 +505,45 @@ mod tests {
             text.contains(r#""until":{"$add":["$$NOW",3600000]}"#),
             "{text}"
         );
+    }
+}
+
+#[cfg(test)]
+mod adopted {
+    use super::*;
+    use crate::attempt::Attempt;
+    use crate::command::keepalive;
+    use crate::request::LockDetails;
+
+    /// A late withdrawal by the client that made an attempt leaves the entry alone once
+    /// another client adopted it (resumed the lease), as a release does.
+    #[tokio::test]
+    async fn a_withdrawal_leaves_an_adopted_entry_alone() {
+        let server = mongolock_testkit::TestServer::start().await.unwrap();
+        let collection = server.client().database("d").collection("locks");
+        let ctx = Context::new(collection.clone());
+        let locks = crate::LockClient::new(collection.clone());
+        // A lease: with a TTL (a handle's always has one).
+        let details = LockDetails::default().ttl(std::time::Duration::from_secs(30));
+        let mut first = AcquireRequest::exclusive("r", "svc", details.clone());
+        first.keeper = Some("keeper-a".to_owned());
+        let Attempt::Granted(grant) = locks.acquire(&first).await.unwrap() else {
+            panic!("granted")
+        };
+        assert!(keepalive::adopt(&ctx, &grant, "keeper-b").await.unwrap());
+        // The first client withdraws its attempt (its future was dropped, say): nothing goes.
+        assert!(!release_attempt(&ctx, &first).await.unwrap());
+        let stored = collection
+            .find_one(doc! { "_id": "r" })
+            .await
+            .unwrap()
+            .unwrap();
+        let entry = stored.get_document("exclusive").unwrap();
+        assert_eq!(entry.get_str("keeper"), Ok("keeper-b"), "{stored}");
+        // Without the adoption the same withdrawal removes it: the check above can fail.
+        let mut second = AcquireRequest::exclusive("s", "svc", details);
+        second.keeper = Some("keeper-a".to_owned());
+        let _ = locks.acquire(&second).await.unwrap();
+        assert!(release_attempt(&ctx, &second).await.unwrap());
     }
 }
