@@ -62,6 +62,24 @@
 //! election is quiet, a fresh `leader()` and each stream's last item must be the leader the
 //! history shows, with its last value, or nobody ([`Check::FinalLeader`]: the stream ends
 //! on the latest leader).
+//!
+//! **Lock-delay** (9): after a lease with a lock-delay ends without a release (its TTL ran
+//! out, or a force release revoked it), nobody, its own lock id included, is granted the
+//! resource until the delay has passed by the server's clock; a release by the holder, even
+//! a late one, frees it at once. Every grant's server time (`Holder::created_at`) is compared
+//! with a lower bound of each earlier lease's end (see [`Check::LockDelay`]) plus its delay,
+//! unless that lease's holder may have sent a release before the grant reached its holder.
+//!
+//! **Resumed leases** (10): a holder asking with the lock id of a lease that lives, granted
+//! to another client (its process before a restart, or a twin beside a paused one), gets that
+//! lease back with its token. Such a grant *continues* the lease ([`HolderLog::continued_by`]:
+//! same resource, lock id and token): (1) does not count the two incarnations' overlap, the
+//! guarded record counts them as one writer, (2) accepts the token again, and (3) looks past
+//! it for the next grant. (10) bounds what that allows ([`Check::Resume`]): a lease that
+//! surely lived is resumed, never granted anew with another token; a lease released with `Ok`
+//! is not resumed; and an incarnation still alive stops believing within the TTL
+//! (+ [`DEADLINE_TOLERANCE`]) of the resumed grant, since its next renewal finds the entry
+//! naming another keeper (or its local deadline passes).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -69,14 +87,18 @@ use std::time::{Duration, Instant};
 
 use crate::faults::FaultKind;
 use crate::history::{
-    Access, CampaignLog, FinalRead, History, HolderLog, Mode, Observation, OpKind, ProclaimLog,
-    ProclaimOutcome, Role, SeenLeader, Source, WriterWait,
+    Access, CampaignLog, FinalRead, History, HolderLog, LossKind, Mode, Observation, OpKind,
+    ProclaimLog, ProclaimOutcome, RecordEntry, ReleaseResult, Role, SeenLeader, Source, WriterWait,
 };
 use crate::observers::QUIET;
 
 /// How late past its last sampled local deadline a holder may learn of a loss by deadline:
 /// the sampling period (10 ms) plus scheduling delays on a loaded machine.
 pub const DEADLINE_TOLERANCE: Duration = Duration::from_millis(200);
+
+/// The error allowed, in ms, in (9)'s mapping of our instants to the server's clock (a
+/// millisecond of rounding each way, and drift).
+pub const DELAY_SLACK_MS: i64 = 50;
 
 /// How long after a writer begins waiting its announcement is surely in force, if nothing
 /// hit its client: the round trip of its first attempt, on a loaded machine.
@@ -131,11 +153,17 @@ pub enum Check {
     /// (8) Once the election is quiet, a fresh `leader()` and every observer's last item
     /// are the leader the history shows (its term, lock id and last value), or nobody.
     FinalLeader,
+    /// (9) No grant on a resource within the lock-delay of an earlier lease on it that
+    /// ended without a release, by the server's clock.
+    LockDelay,
+    /// (10) A lease resumed under its lock id while it surely lived keeps its token, and
+    /// the incarnation it continues, if alive, stops believing within the TTL.
+    Resume,
 }
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 16] = [
+    pub const ALL: [Check; 18] = [
         Check::Exclusion,
         Check::GuardedWrites,
         Check::Fencing,
@@ -152,6 +180,8 @@ impl Check {
         Check::ObservedTerms,
         Check::ObservedLeaders,
         Check::FinalLeader,
+        Check::LockDelay,
+        Check::Resume,
     ];
 
     /// The name in the report.
@@ -173,6 +203,8 @@ impl Check {
             Check::ObservedTerms => "(8) observed terms never decrease",
             Check::ObservedLeaders => "(8) observed leaders were elected",
             Check::FinalLeader => "(8) final leader matches the history",
+            Check::LockDelay => "(9) no grant inside a lock-delay",
+            Check::Resume => "(10) resumed lease keeps its token, old incarnation learns",
         }
     }
 }
@@ -256,6 +288,18 @@ pub struct Outcome {
     pub final_reads_unjudged: usize,
     /// Let-go nemeses carried out on recipe holders: on multi-lock sets, and on leaders.
     pub recipe_let_gos: (usize, usize),
+    /// Grants judged by (9) against an earlier lease with a lock-delay that ended without a
+    /// release before them (not excused by that lease's own release).
+    pub delay_grants_checked: usize,
+    /// The shortest margin, in server ms, by which such a grant came after the delay's
+    /// end as (9) bounds it (from below); negative margins are violations.
+    pub delay_margins_ms: Vec<f64>,
+    /// Leases resumed under their lock id (same token), judged by (10): after a kill of the
+    /// incarnation before, and beside a live (paused) one.
+    pub resumes: (usize, usize),
+    /// How the live incarnations learnt that their lease was resumed elsewhere: revoked,
+    /// by their deadline, other (or not at all, if their belief had ended otherwise).
+    pub resume_notices: BTreeMap<&'static str, usize>,
 }
 
 /// The grants of one role, and how many of them were handoffs: grants that followed a
@@ -474,6 +518,10 @@ impl<'a> Checker<'a> {
                 .unwrap_or(Mode::Exclusive);
             self.fencing(resource);
             self.count_roles(resource);
+            self.resume(resource);
+            if !matches!(mode, Mode::Shared { .. }) {
+                self.lock_delay(resource);
+            }
             match mode {
                 Mode::Exclusive | Mode::Group | Mode::Multi | Mode::ReadWrite => {
                     self.exclusion(resource);
@@ -516,7 +564,9 @@ impl<'a> Checker<'a> {
                 if b.granted_at >= a_end {
                     break;
                 }
-                if !conflict(a, b) {
+                // A lease resumed under its lock id is the same lease: (10) bounds how long
+                // the incarnation before may go on believing.
+                if !conflict(a, b) || a.continued_by(b) {
                     continue;
                 }
                 if self.excused_at(a, b.granted_at) || self.excused_at(b, b.granted_at) {
@@ -543,7 +593,21 @@ impl<'a> Checker<'a> {
         let mut finished: HashSet<u64> = HashSet::new();
         let mut current: Option<u64> = None;
         let mut last_token: Option<i64> = None;
+        // The incarnations of one resumed lease write as one writer: the first one's id.
+        let list = self.by_resource.get(resource).cloned().unwrap_or_default();
+        let writer = |id: u64| {
+            let Some(l) = holders.get(&id) else {
+                return id;
+            };
+            list.iter()
+                .find(|a| a.continued_by(l))
+                .map_or(id, |a| a.id.min(id))
+        };
         for e in entries.iter().filter(|e| e.accepted) {
+            let e = RecordEntry {
+                holder: writer(e.holder),
+                ..*e
+            };
             if e.access == Access::Shared {
                 // A reader's read ends the current writer's run.
                 if let Some(writer) = current.take() {
@@ -602,14 +666,17 @@ impl<'a> Checker<'a> {
 
     fn fencing(&mut self, resource: &str) {
         let list = self.by_resource[resource].clone();
-        let mut seen: HashMap<i64, u64> = HashMap::new();
+        let mut seen: HashMap<i64, &HolderLog> = HashMap::new();
         for l in &list {
-            if let Some(other) = seen.insert(l.token, l.id) {
+            // A lease resumed under its lock id keeps its token: (10) judges when.
+            if let Some(other) = seen.insert(l.token, l)
+                && !other.continued_by(l)
+            {
                 self.violation(
                     Check::Fencing,
                     format!(
-                        "{resource}: token {} granted to holders {other} and {}",
-                        l.token, l.id
+                        "{resource}: token {} granted to holders {} and {}",
+                        l.token, other.id, l.id
                     ),
                 );
             }
@@ -630,7 +697,7 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let a = prefix[before - 1];
-            if a.token >= b.token && a.id != b.id {
+            if a.token >= b.token && a.id != b.id && !a.continued_by(b) {
                 let detail = format!(
                     "{resource}: holder {} got token {} at {:.0} ms, after holder {} got token {} at {:.0} ms \
                      (before the later acquire began at {:.0} ms)",
@@ -652,7 +719,7 @@ impl<'a> Checker<'a> {
         for (i, a) in list.iter().enumerate() {
             let Some(next) = list[i + 1..]
                 .iter()
-                .find(|b| b.id != a.id && conflict(a, b))
+                .find(|b| b.id != a.id && conflict(a, b) && !a.continued_by(b))
             else {
                 continue;
             };
@@ -1200,6 +1267,199 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// (9) No grant inside a lock-delay, by the server's clock. For every grant `b` on the
+    /// resource and every earlier conflicting lease `a` with a lock-delay `d` that `b` does
+    /// not continue: unless `a`'s holder may have sent a release before `b`'s grant reached
+    /// it (a release frees the resource at once, even a late one after the lease ended),
+    /// `b`'s server grant time must be at least `a`'s lease end plus `d`.
+    ///
+    /// The lease end is bounded from below, so the check never blames a correct server:
+    /// the grant's own expiry (renewals only move it later), and the server's time at the
+    /// send of the last renewal behind the holder's latest local deadline plus the TTL (the
+    /// local deadline is the renewal's send plus the TTL less the safety margin, and the
+    /// server's clock only jumps forward); a force release of the resource after the
+    /// lease's attempt was sent may have ended it sooner, at its start's server time at the
+    /// earliest. [`DELAY_SLACK_MS`] covers the mapping of our instants to the server's
+    /// clock. A clock jump needs no excuse: the delay counts in the server's time.
+    fn lock_delay(&mut self, resource: &str) {
+        let list = self.by_resource[resource].clone();
+        for (j, b) in list.iter().enumerate() {
+            let Some(b_ms) = b.server_granted_ms else {
+                continue;
+            };
+            let mut margin: Option<(i64, &HolderLog, i64)> = None;
+            for a in &list[..j] {
+                let Some(delay) = a.lock_delay else {
+                    continue;
+                };
+                if !conflict(a, b)
+                    || a.continued_by(b)
+                    || b.continued_by(a)
+                    || a.may_have_released_before(b.granted_at)
+                {
+                    continue;
+                }
+                let Some(end) = self.lease_end_lower_ms(a) else {
+                    continue;
+                };
+                let until = end + delay.as_millis() as i64;
+                if margin.is_none_or(|(m, _, _)| b_ms - until < m) {
+                    margin = Some((b_ms - until, a, until));
+                }
+            }
+            let Some((margin, a, until)) = margin else {
+                continue;
+            };
+            self.out.delay_grants_checked += 1;
+            self.out.delay_margins_ms.push(margin as f64);
+            if margin < 0 {
+                let detail = format!(
+                    "{resource}: {} was granted at server time {b_ms}, {} ms before the \
+                     lock-delay ({:?}) of {} ended at {until} at the earliest (its lease \
+                     ended at {} at the earliest, without a release: let go {:?} at {}, \
+                     notice {} {:?}, death {})",
+                    holder(b),
+                    -margin,
+                    a.lock_delay.unwrap_or_default(),
+                    holder(a),
+                    until - a.lock_delay.unwrap_or_default().as_millis() as i64,
+                    a.let_go,
+                    self.at(a.released_at),
+                    self.at(a.notified.map(|n| n.0)),
+                    a.notified.map(|n| n.1),
+                    self.at(a.killed_at),
+                );
+                self.violation(Check::LockDelay, detail);
+            }
+        }
+    }
+
+    /// A lower bound of the server time at which `a`'s lease ended (see
+    /// [`Checker::lock_delay`]), `None` without a server grant time.
+    fn lease_end_lower_ms(&self, a: &HolderLog) -> Option<i64> {
+        let mut end = a.server_expires_ms.or(a.server_granted_ms)?;
+        if let (Some(deadline), Some(ttl)) = (a.max_deadline, a.ttl)
+            && let Some(sent) = deadline.checked_sub(ttl).and_then(|t| self.h.server_ms(t))
+        {
+            end = end.max(sent + ttl.as_millis() as i64 - DELAY_SLACK_MS);
+        }
+        for op in &self.h.ops {
+            if matches!(&op.kind, OpKind::ForceRelease(r) if *r == a.resource)
+                && op.end > a.attempt_sent_at
+                && let Some(start) = self.h.server_ms(op.start)
+            {
+                end = end.min(start - DELAY_SLACK_MS);
+            }
+        }
+        Some(end)
+    }
+
+    /// (10) Resumed leases. For every holder `b` and the latest holder `a` granted before
+    /// it on the resource under the same lock id:
+    ///
+    /// - if `b`'s token is not `a`'s, `a`'s lease must not have surely lived throughout
+    ///   `b`'s attempt: `a` sent no release before `b`'s grant reached it, its latest local
+    ///   deadline was past that (+ [`DEADLINE_TOLERANCE`]), and no force release of the
+    ///   resource or clock jump came between `a`'s attempt and `b`'s grant. Such a lease is
+    ///   adopted, with its token, never granted anew;
+    /// - if the tokens match (a resume), `a` must not have had a release return `Ok` before
+    ///   `b`'s call began (a removed lease is not resumed), and `a`, unless it was dead by
+    ///   `b`'s grant, must stop believing within the TTL (+ [`DEADLINE_TOLERANCE`]) of that
+    ///   grant: the adoption names `b`'s keeper, so `a`'s next renewal finds the lease gone,
+    ///   and if none gets through its local deadline, at most a TTL after its last renewal
+    ///   (sent before the adoption), passes by then.
+    fn resume(&mut self, resource: &str) {
+        let list = self.by_resource[resource].clone();
+        for (j, b) in list.iter().enumerate() {
+            if b.lock_id.is_empty() {
+                continue;
+            }
+            let Some(a) = list[..j].iter().rev().find(|a| a.lock_id == b.lock_id) else {
+                continue;
+            };
+            if a.token != b.token {
+                let interrupted = self.h.ops.iter().any(|op| {
+                    op.start < b.granted_at
+                        && op.end > a.attempt_sent_at
+                        && match &op.kind {
+                            OpKind::ForceRelease(r) => *r == a.resource,
+                            OpKind::ClockJump(_) => true,
+                            OpKind::Purge => false,
+                        }
+                });
+                let lived = !a.may_have_released_before(b.granted_at)
+                    && a.max_deadline
+                        .is_some_and(|d| d > b.granted_at + DEADLINE_TOLERANCE)
+                    && !interrupted;
+                if lived {
+                    let detail = format!(
+                        "{resource}: {} under lock id {:?} was granted at {:.0} ms with a new \
+                         token, while the lease of {} under that lock id surely lived (its \
+                         local deadline {}, no release sent): it was not resumed",
+                        holder(b),
+                        b.lock_id,
+                        self.ms(b.granted_at),
+                        holder(a),
+                        self.at(a.max_deadline)
+                    );
+                    self.violation(Check::Resume, detail);
+                }
+                continue;
+            }
+            if a.release == Some(ReleaseResult::Ok)
+                && a.released_at.is_some_and(|r| r < b.invoked_at)
+            {
+                let detail = format!(
+                    "{resource}: {} resumed token {} under lock id {:?}, whose release by {} \
+                     had returned Ok before the call began",
+                    holder(b),
+                    b.token,
+                    b.lock_id,
+                    holder(a)
+                );
+                self.violation(Check::Resume, detail);
+                continue;
+            }
+            if a.killed_at.is_some_and(|k| k <= b.granted_at) {
+                self.out.resumes.0 += 1;
+                continue;
+            }
+            self.out.resumes.1 += 1;
+            let end = self.end(a);
+            let how = match a.notified {
+                _ if end <= b.granted_at => "belief had ended before",
+                Some((_, LossKind::Revoked)) => "revoked",
+                Some((_, LossKind::Deadline)) => "deadline",
+                Some((_, LossKind::Other)) => "other",
+                None if a.release == Some(ReleaseResult::Ok) => "released Ok, no notice",
+                None => "no notice",
+            };
+            *self.out.resume_notices.entry(how).or_default() += 1;
+            let Some(ttl) = a.ttl else {
+                continue;
+            };
+            let due = b.granted_at + ttl + DEADLINE_TOLERANCE;
+            if end > due {
+                let detail = format!(
+                    "{resource}: {} resumed the lease (token {}, lock id {:?}) at {:.0} ms, \
+                     and {} still believed it held at {:.0} ms, past the TTL after it \
+                     (notice {} {:?}, let go {:?} at {})",
+                    holder(b),
+                    b.token,
+                    b.lock_id,
+                    self.ms(b.granted_at),
+                    holder(a),
+                    self.ms(end),
+                    self.at(a.notified.map(|n| n.0)),
+                    a.notified.map(|n| n.1),
+                    a.let_go,
+                    self.at(a.released_at)
+                );
+                self.violation(Check::Resume, detail);
+            }
+        }
+    }
+
     fn caps(&mut self, resource: &str, permits: u32) {
         let list = self.by_resource[resource].clone();
         for (j, b) in list.iter().enumerate() {
@@ -1325,6 +1585,10 @@ mod tests {
             release: Some(crate::history::ReleaseResult::Ok),
             killed_at: None,
             believed_until: None,
+            lock_delay: None,
+            server_granted_ms: None,
+            server_expires_ms: None,
+            resumed_from: None,
         }
     }
 

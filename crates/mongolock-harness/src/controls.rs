@@ -19,6 +19,8 @@
 //! | stale cache | an observer that answers from a cache another reader refreshes late: after the second leader it yields the first one again | (8) observed terms never decrease |
 //! | next term | a poller that reports the next term (the fence counter) instead of the leader's own | (8) observed leaders were elected |
 //! | deaf to proclaims | an observer that yields only when the term changes: it misses the leader's proclaimed value and ends on the campaign's | (8) final leader matches the history |
+//! | delay ignored | a holder with a 2 s lock-delay is cut off and its lease runs out; a server that forgets the delay clears the ended entry (written directly), and the next holder is granted at once | (9) no grant inside a lock-delay |
+//! | fresh token | a holder under a fixed lock id dies; its next incarnation, asking with that lock id within the TTL, is granted a new lease (the entry cleared directly, as a server that does not resume would) instead of resuming the live one | (10) resumed lease keeps its token, old incarnation learns |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
@@ -107,7 +109,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the fifteen controls, each on a fresh emulator.
+/// Runs the seventeen controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -128,6 +130,8 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         stale_cache().await?,
         next_term().await?,
         deaf_to_proclaims().await?,
+        delay_ignored().await?,
+        fresh_token().await?,
     ])
 }
 
@@ -737,6 +741,96 @@ async fn deaf_to_proclaims() -> Result<ControlResult, Box<dyn std::error::Error>
         &recorder,
         Mode::Election,
     ))
+}
+
+/// Clears the exclusive entry of the control's resource by writing its document directly,
+/// as a server that forgot what the entry still guards would.
+async fn clear_entry(server: &TestServer) -> Result<(), Box<dyn std::error::Error>> {
+    server
+        .new_client()
+        .database(DB)
+        .collection::<bson::Document>(COLLECTION)
+        .update_one(
+            bson::doc! {"_id": RESOURCE},
+            bson::doc! {"$unset": {"exclusive": ""}},
+        )
+        .await?;
+    Ok(())
+}
+
+/// Records a reading of the server's clock (the lock-delay check maps our instants to it).
+fn read_clock(server: &TestServer, recorder: &Recorder) {
+    recorder.server_clock(Instant::now(), server.clock().now().timestamp_millis());
+}
+
+/// A lease with a 2 s lock-delay runs out without a release (its holder cut off); a server
+/// that ignores the delay lets the next holder in at once, planted here by clearing the
+/// ended entry directly before B asks.
+async fn delay_ignored() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let stage = Stage::start().await?;
+    let (server, recorder) = (&stage.server, &stage.recorder);
+    read_clock(server, recorder);
+    let invoked = Instant::now();
+    let delay = Duration::from_secs(2);
+    let a = (stage.a_locks.mutex(RESOURCE).ttl(TTL))
+        .lock_delay(delay)
+        .acquire()
+        .await?;
+    let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
+    write(recorder, &mut a_log, a.fencing_token());
+    stage.proxy.blackhole();
+    // A learns by its deadline; the server's lease ends a little later.
+    wait_for_loss(&mut a_log, &a).await;
+    std::mem::forget(a);
+    recorder.holder(a_log);
+    tokio::time::sleep(TTL / 2).await;
+    read_clock(server, recorder);
+
+    // The bug: the ended entry is cleared, delay or not; B is granted inside the delay.
+    clear_entry(server).await?;
+    let invoked = Instant::now();
+    let b = (stage.b_locks.mutex(RESOURCE).ttl(TTL))
+        .lock_delay(delay)
+        .acquire_timeout(Duration::from_secs(5))
+        .await?
+        .ok_or("B was not granted the lock")?;
+    let b_log = hold_honestly(recorder, 1, b, invoked, Duration::from_millis(200)).await;
+    recorder.holder(b_log);
+    read_clock(server, recorder);
+    Ok(finish("delay ignored", Check::LockDelay, recorder))
+}
+
+/// A holder under a fixed lock id dies (cut off, its guard forgotten) while its lease lives;
+/// its next incarnation asks with the same lock id and TTL at once, and a server that does
+/// not resume grants it a new lease with a new token (planted by clearing the live entry
+/// directly before it asks).
+async fn fresh_token() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let stage = Stage::start().await?;
+    let (server, recorder) = (&stage.server, &stage.recorder);
+    read_clock(server, recorder);
+    let invoked = Instant::now();
+    let mutex = |locks: &LockClient| locks.mutex(RESOURCE).ttl(TTL).lock_id("svc");
+    let a = mutex(&stage.a_locks).acquire().await?;
+    let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
+    write(recorder, &mut a_log, a.fencing_token());
+    // Killed: cut off, nothing released.
+    stage.proxy.blackhole();
+    a_log.sample(&a);
+    a_log.killed_at = Some(Instant::now());
+    std::mem::forget(a);
+    recorder.holder(a_log);
+
+    // The bug: the live lease is dropped and granted anew to its own lock id.
+    clear_entry(server).await?;
+    let invoked = Instant::now();
+    let b = mutex(&stage.b_locks)
+        .try_acquire()
+        .await?
+        .ok_or("B was not granted the lock")?;
+    let b_log = hold_honestly(recorder, 1, b, invoked, Duration::from_millis(200)).await;
+    recorder.holder(b_log);
+    read_clock(server, recorder);
+    Ok(finish("fresh token", Check::Resume, recorder))
 }
 
 /// A holder that judges expiry by a skewed clock: it believes (and writes) for `TTL` more

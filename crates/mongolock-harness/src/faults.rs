@@ -9,6 +9,9 @@
 //! they are aimed at a client that is acquiring (the acquire in flight). Operators act from
 //! the observer, and the emulator's clock can jump forward.
 //!
+//! Pauses and kills aim at a holder of a resumable lease (see the workload's `resume`
+//! submodule) or of one with a lock-delay half the time, if there is one.
+//!
 //! Every fault aimed at a client is also recorded with its start and end
 //! ([`Recorder::fault`]), for the checks that excuse what a fault explains.
 
@@ -336,11 +339,27 @@ impl Injector {
         let holders: Vec<usize> = (0..fleet.slots.len())
             .filter(|&i| fleet.slots[i].ctl.holding.load(Ordering::SeqCst))
             .collect();
-        let client = if !holders.is_empty() && self.rng.random_bool(0.8) {
+        let mut client = if !holders.is_empty() && self.rng.random_bool(0.8) {
             holders[self.rng.random_range(0..holders.len())]
         } else {
             self.rng.random_range(0..fleet.slots.len())
         };
+        // Pauses and kills hit a holder of a resumable lease or of one with a lock-delay half
+        // the time, if there is one: its next incarnation (after a kill) or a twin (beside a
+        // pause) resumes the first; the second ends unreleased, and its delay must hold.
+        if matches!(kind, FaultKind::Pause | FaultKind::Kill) {
+            let resumable: Vec<usize> = (0..fleet.slots.len())
+                .filter(|&i| {
+                    let held = fleet.slots[i].ctl.held();
+                    held.iter().any(|r| {
+                        self.workload.is_resumable(r) || self.workload.lock_delay(r).is_some()
+                    })
+                })
+                .collect();
+            if !resumable.is_empty() && self.rng.random_bool(0.5) {
+                client = resumable[self.rng.random_range(0..resumable.len())];
+            }
+        }
         let app = fleet.slots[client].app_name.clone();
         // Faults aimed at a client that is acquiring: any such client, or none.
         let acquiring: Vec<usize> = (0..fleet.slots.len())

@@ -211,7 +211,9 @@ pub enum LetGo {
     DroppedWithoutRuntime,
     /// It unlocked its lock id (a lock group on the low-level API).
     Unlocked,
-    /// It stopped believing and did nothing more (a broken holder of a control).
+    /// It stopped believing and did nothing more: a broken holder of a control, or an
+    /// incarnation whose lease a twin resumed, when asked to forget the guard (see
+    /// [`crate::workload::Workload::release_after_resume`]).
     Abandoned,
 }
 
@@ -279,15 +281,33 @@ pub struct HolderLog {
     pub killed_at: Option<Instant>,
     /// For fake holders: the end of their belief, as they (wrongly) see it.
     pub believed_until: Option<Instant>,
+    /// The lease's lock-delay, as the grant reports it (`Holder::lock_delay`): after a lease
+    /// that ends without a release, nobody is granted the resource for that long (judged by
+    /// [`crate::check::Check::LockDelay`]).
+    pub lock_delay: Option<Duration>,
+    /// The grant's server time (`Holder::created_at`, ms since the epoch); for a resumed
+    /// lease, the grant it resumed.
+    pub server_granted_ms: Option<i64>,
+    /// The lease's end by the server's clock as the grant reported it (`Holder::expires_at`,
+    /// ms since the epoch): renewals only move it later.
+    pub server_expires_ms: Option<i64>,
+    /// For a lease resumed under its lock id by another client (after a kill, or beside a
+    /// paused incarnation): the log of the incarnation it continues, as the harness saw it
+    /// (the checker finds continuations by resource, lock id and token, not by this).
+    pub resumed_from: Option<u64>,
 }
 
 impl HolderLog {
     /// A log, with id `id`, for a guard granted now.
     pub fn new(id: u64, client: usize, mode: Mode, invoked_at: Instant, guard: &LockGuard) -> Self {
+        let held = guard.grant().holder();
         let mut log = HolderLog {
             access: Access::of(guard),
             lock_id: guard.lock_id().to_owned(),
-            ttl: guard.grant().holder().ttl(),
+            ttl: held.ttl(),
+            lock_delay: held.lock_delay(),
+            server_granted_ms: Some(held.created_at().timestamp_millis()),
+            server_expires_ms: held.expires_at().map(|e| e.timestamp_millis()),
             invoked_at,
             attempt_sent_at: guard.attempt_sent_at(),
             ..HolderLog::granted(id, client, mode, guard.resource(), guard.fencing_token())
@@ -323,6 +343,10 @@ impl HolderLog {
             release: None,
             killed_at: None,
             believed_until: None,
+            lock_delay: None,
+            server_granted_ms: None,
+            server_expires_ms: None,
+            resumed_from: None,
         }
     }
 
@@ -393,6 +417,35 @@ impl HolderLog {
     /// The holder's role (which handle, what access).
     pub fn role(&self) -> Role {
         Role::of(self.mode, self.access)
+    }
+
+    /// True if `later` continues this holder's lease: the same lease resumed under the same
+    /// lock id (same resource and token) by another holder log, an incarnation after it.
+    pub fn continued_by(&self, later: &HolderLog) -> bool {
+        self.id != later.id
+            && self.resource == later.resource
+            && !self.lock_id.is_empty()
+            && self.lock_id == later.lock_id
+            && self.token == later.token
+    }
+
+    /// True if the holder may have sent a release (or an unlock) by its own choice before
+    /// `t`: a release awaited, dropped mid-flight or left to a background task (a guard
+    /// dropped without a runtime too: the library hands its release to the client's keeper,
+    /// which runs it). Its entry may have been removed from then on, lock-delay or not. Only
+    /// a holder that forgot its guard, or died, surely sent none.
+    pub fn may_have_released_before(&self, t: Instant) -> bool {
+        let sends = matches!(
+            self.let_go,
+            Some(
+                LetGo::Released
+                    | LetGo::ReleaseCancelled
+                    | LetGo::Dropped
+                    | LetGo::DroppedWithoutRuntime
+                    | LetGo::Unlocked
+            )
+        );
+        sends && self.released_at.is_some_and(|r| r < t)
     }
 
     /// True if the lease ended without the holder's release: it was lost first.

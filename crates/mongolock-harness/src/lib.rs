@@ -1,14 +1,15 @@
 //! A fault-injection harness for mongolock: it runs lock workloads on the emulator while
 //! injecting faults, records what every holder did and saw, and checks the history against
 //! the library's promises (exclusion, fencing, loss notification, caps, liveness, writer
-//! preference, one leader per term, proclaims, what observers of an election see) for the handles (mutex, reader-writer lock, semaphore),
+//! preference, one leader per term, proclaims, what observers of an election see, lock-delays,
+//! resumed leases) for the handles (mutex, reader-writer lock, semaphore),
 //! for lock groups held with the low-level API, and for the recipes: multi-locks and
 //! elections.
 //!
 //! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
 //! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
 //! connected directly. Faults are drawn from the seed ([`faults`]); the history
-//! ([`history`]) is checked ([`check`]); fifteen negative controls ([`controls`]) prove
+//! ([`history`]) is checked ([`check`]); seventeen negative controls ([`controls`]) prove
 //! that the checker catches the bugs it looks for; [`report`] prints it all. Observers
 //! ([`observers`]) follow each election with `observe()` and poll its `leader()` during the
 //! run, and read it fresh at the end.
@@ -233,7 +234,8 @@ async fn liveness(
         recorder.liveness(format!("client {index} did not stop after healing"));
     }
     let stopped = Instant::now();
-    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    // A lease that ended unreleased keeps its resource for its lock-delay after its TTL.
+    tokio::time::sleep(ttl + workload.max_lock_delay() + Duration::from_millis(200)).await;
     for status in observer.status(&Filter::default()).await? {
         if !status.is_expired() {
             recorder.liveness(format!(

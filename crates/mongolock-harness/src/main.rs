@@ -30,6 +30,10 @@ struct Args {
     /// Skip the negative controls.
     #[arg(long)]
     no_controls: bool,
+    /// Let an incarnation whose lease a twin resumed forget its guard instead of releasing
+    /// it (its release is judged by default).
+    #[arg(long)]
+    forget_after_resume: bool,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -48,6 +52,7 @@ async fn main() -> ExitCode {
         options.fault_phase = Duration::from_secs(seconds);
     }
     options.controls = !args.no_controls;
+    options.workload.release_after_resume = !args.forget_after_resume;
     println!(
         "mongolock-harness: seed {seed}, {} run(s) of {} s of faults{}",
         options.runs,

@@ -11,12 +11,14 @@
 //!
 //! - **server exclusion** (Jepsen's C4): an exclusive grant is committed only when every
 //!   other entry on the resource has expired by the grant's own server time, and a shared
-//!   grant only when no exclusive entry is live;
+//!   grant only when no exclusive entry is live; an entry with a lock-delay (`delayMs`) is
+//!   in force until its `expiresAt`, the end of the delay, so this is also the server's side
+//!   of (9) for delays the entry still carries;
 //! - **server fencing**: every grant's token is above every token committed before on the
 //!   resource, across releases, expiry, purges, force-releases and deleted documents;
 //! - **server caps**: never more live shared entries than the resource's permits;
-//! - **no revival**: a renewal never extends an entry that had expired by the renewal's
-//!   server time;
+//! - **no revival**: a renewal never extends an entry whose lease had ended by the
+//!   renewal's server time (its `expiresAt` less its lock-delay);
 //! - **believed grants were committed**: every token a holder believed it held is one the
 //!   server granted on that resource;
 //! - **unbelieved grants end**: a grant no holder ever believed in (its reply was lost, or
@@ -42,6 +44,9 @@
 //!
 //! The last two compare our instants with the server's clock through the readings of it in
 //! the history ([`History::server_ms`]).
+//!
+//! (S6) and (S7) judge a lease's end, not its lock-delay: an entry with `delayMs` ends its
+//! lease that long before its `expiresAt`.
 //!
 //! The tap reads the stream itself with `aggregate` and `getMore` on an unfaulted
 //! connection, so no driver-side resume can skip events; an error ends the tap, and the run
@@ -401,8 +406,11 @@ struct Entry {
     ttl_ms: Option<i64>,
     created_ms: i64,
     renewed_ms: i64,
-    /// `None`: no TTL.
+    /// `None`: no TTL. With a lock-delay, the end of the delay: the entry keeps the
+    /// resource from others until then.
     expires_ms: Option<i64>,
+    /// The entry's lock-delay (`delayMs`): its lease ends that long before `expires_ms`.
+    delay_ms: i64,
     exclusive: bool,
 }
 
@@ -412,8 +420,14 @@ impl Entry {
         format!("{}/{}", self.nonce, self.token)
     }
 
+    /// True if the entry is in force at `ms` (its lease, or its lock-delay after it).
     fn live_at(&self, ms: i64) -> bool {
         self.expires_ms.is_none_or(|e| e > ms)
+    }
+
+    /// True if the entry's lease (not its lock-delay) lives at `ms`.
+    fn leased_at(&self, ms: i64) -> bool {
+        self.expires_ms.is_none_or(|e| e - self.delay_ms > ms)
     }
 }
 
@@ -448,6 +462,11 @@ fn entry(value: &Document, exclusive: bool) -> Result<Entry, String> {
         Some(Bson::Int32(t)) => Some(i64::from(*t)),
         _ => None,
     };
+    let delay_ms = match value.get("delayMs") {
+        Some(Bson::Int64(d)) => *d,
+        Some(Bson::Int32(d)) => i64::from(*d),
+        _ => 0,
+    };
     Ok(Entry {
         nonce,
         lock_id,
@@ -456,6 +475,7 @@ fn entry(value: &Document, exclusive: bool) -> Result<Entry, String> {
         created_ms,
         renewed_ms,
         expires_ms: millis(value, "expiresAt")?,
+        delay_ms,
         exclusive,
     })
 }
@@ -573,16 +593,20 @@ struct Granted {
     ttl_ms: Option<i64>,
     /// When it was removed; `None` while still in the document at the end of the log.
     removed_ms: Option<i64>,
-    /// Its last expiry.
+    /// Its last expiry (with a lock-delay, the delay's end).
     expires_ms: Option<i64>,
+    /// Its lock-delay, in ms (0: none).
+    delay_ms: i64,
     /// When it was renewed.
     renewals: Vec<i64>,
 }
 
 impl Granted {
-    /// When it ended in server time (`None`: never, it has no TTL and was not removed).
+    /// When its lease ended in server time (`None`: never, it has no TTL and was not
+    /// removed); a lock-delay after it keeps the entry, not the lease.
     fn end_ms(&self) -> Option<i64> {
-        match (self.removed_ms, self.expires_ms) {
+        let lease_end = self.expires_ms.map(|e| e - self.delay_ms);
+        match (self.removed_ms, lease_end) {
             (Some(r), Some(e)) => Some(r.min(e)),
             (Some(r), None) => Some(r),
             (None, e) => e,
@@ -652,7 +676,7 @@ pub fn check(
             }
             if new.renewed_ms != old.renewed_ms {
                 out.renewals += 1;
-                if !old.live_at(new.renewed_ms) {
+                if !old.leased_at(new.renewed_ms) {
                     out.violations.push((
                         ServerCheck::Revival,
                         format!(
@@ -737,6 +761,7 @@ pub fn check(
                     .or_else(|| new.expires_ms.map(|e| e - new.created_ms)),
                 removed_ms: None,
                 expires_ms: new.expires_ms,
+                delay_ms: new.delay_ms,
                 renewals: Vec::new(),
             });
         }

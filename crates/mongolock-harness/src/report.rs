@@ -287,6 +287,38 @@ impl fmt::Display for Report {
             "holders force-released after their grant",
             self.sum(|r| r.outcome.revocations).to_string(),
         );
+        let margins = self.all(|o| &o.delay_margins_ms);
+        row(
+            &mut t,
+            "(9) grants judged after an unreleased lock-delay lease",
+            format!(
+                "{} (margin past the delay: min {}, p50 {})",
+                self.sum(|r| r.outcome.delay_grants_checked),
+                ms(margins.iter().copied().reduce(f64::min)),
+                ms(quantile(&margins, 0.5))
+            ),
+        );
+        let mut notices: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &self.runs {
+            for (how, n) in &r.outcome.resume_notices {
+                *notices.entry(how).or_default() += n;
+            }
+        }
+        let notices: Vec<String> = notices.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        row(
+            &mut t,
+            "(10) leases resumed after a kill / beside a live one",
+            format!(
+                "{} / {} (the live one: {})",
+                self.sum(|r| r.outcome.resumes.0),
+                self.sum(|r| r.outcome.resumes.1),
+                if notices.is_empty() {
+                    "-".to_owned()
+                } else {
+                    notices.join(", ")
+                }
+            ),
+        );
         let _ = writeln!(t, "violations (must be 0)");
         let mut counts: BTreeMap<Check, usize> = BTreeMap::new();
         for r in &self.runs {

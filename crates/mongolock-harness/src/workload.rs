@@ -14,6 +14,15 @@
 //! A group has no keeper: its holder renews it and keeps its own local deadline (the
 //! `group` submodule).
 //!
+//! Some handle resources are held with a *lock-delay* ([`Workload::lock_delays`]): a lease on
+//! one that ends without a release (a pause past the TTL, a kill, a partition, a force
+//! release, a clock jump) keeps the resource from everybody for the delay, by the server's
+//! clock. Others are *resumable* ([`Workload::resumable`]): held under a lock id fixed per
+//! client slot, so that a killed client's next incarnation, or a twin beside a paused one,
+//! resumes the lease with its token (the `resume` submodule). While faults are injected, the
+//! holders of both also kill or pause their own client now and then, so that a short run
+//! sees these cases.
+//!
 //! Two recipes of the library have targets of their own (the `recipes` submodule): a
 //! *multi-lock* (`LockClient::multi`: two or three resources of the multi-lock pool at once,
 //! all or nothing, each member an exclusive lease with its own token, one loss signal) and
@@ -59,6 +68,7 @@ use crate::history::{HolderLog, Mode, Recorder, WriteLog};
 mod group;
 mod hold;
 mod recipes;
+mod resume;
 
 use group::attach_acquiring_pauses;
 
@@ -91,6 +101,22 @@ pub struct Workload {
     /// The chance that a worker goes for a pair of handle resources (two held at once)
     /// rather than for one of [`Workload::targets`], while faults are injected.
     pub pair_share: f64,
+    /// Handle resources whose holders use a lock-delay, with the delay: after a lease on
+    /// one ends without a release, nobody is granted it until the delay has passed by the
+    /// server's clock (see the `hold` submodule).
+    pub lock_delays: Vec<(String, Duration)>,
+    /// Handle resources taken under a lock id fixed per client slot (`resume-{index}`), the
+    /// same in every incarnation: a client killed while holding one is restarted to resume
+    /// it, and a holder of one that is paused may find a twin resuming it meanwhile (the
+    /// `resume` submodule).
+    pub resumable: Vec<String>,
+    /// Whether an incarnation whose resumable lease a twin resumed releases it when it lets
+    /// go of it, as any holder does (`true`, the default), or forgets the guard (`false`).
+    /// Its release must remove nothing the twin holds: before the library's releases
+    /// matched the keeper an entry names (commit `daa79aa`), it removed the twin's entry and
+    /// a third client was granted the resource while the twin believed it held (found by
+    /// this workload, as (1) and (3) violations).
+    pub release_after_resume: bool,
 }
 
 /// What a worker goes for: one resource through its handle, a group of the group pool, a
@@ -113,7 +139,9 @@ impl Workload {
     /// Two mutexes, a semaphore with two permits, two reader-writer locks, a pool of four
     /// resources taken two or three at a time in groups, a pool of four taken two or three
     /// at a time as multi-locks, and an election; six clients, TTL 1.5 s; one pick in four
-    /// is a pair of handle resources held at once.
+    /// is a pair of handle resources held at once. Of the mutexes, `d0` is held with a
+    /// lock-delay of 700 ms and `r0` under a lock id fixed per client, which is resumed after
+    /// a kill and, beside some pauses, by a twin.
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -122,6 +150,8 @@ impl Workload {
             resources: vec![
                 ("m0".into(), Mode::Exclusive),
                 ("m1".into(), Mode::Exclusive),
+                ("d0".into(), Mode::Exclusive),
+                ("r0".into(), Mode::Exclusive),
                 ("s0".into(), Mode::Shared { permits: 2 }),
                 ("rw0".into(), Mode::ReadWrite),
                 ("rw1".into(), Mode::ReadWrite),
@@ -141,7 +171,33 @@ impl Workload {
             multi_size: (2, 3),
             writer_share: 0.35,
             pair_share: 0.25,
+            lock_delays: vec![("d0".into(), Duration::from_millis(700))],
+            resumable: vec!["r0".into()],
+            release_after_resume: true,
         }
+    }
+
+    /// The lock-delay of `resource`'s holders, if it has one ([`Workload::lock_delays`]).
+    pub fn lock_delay(&self, resource: &str) -> Option<Duration> {
+        self.lock_delays
+            .iter()
+            .find(|(r, _)| r == resource)
+            .map(|(_, delay)| *delay)
+    }
+
+    /// The longest lock-delay of the workload (zero without one).
+    pub fn max_lock_delay(&self) -> Duration {
+        self.lock_delays
+            .iter()
+            .map(|(_, delay)| *delay)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// True if `resource` is taken under a lock id fixed per client slot
+    /// ([`Workload::resumable`]).
+    pub fn is_resumable(&self, resource: &str) -> bool {
+        self.resumable.iter().any(|r| r == resource)
     }
 
     /// The mode of each resource.
@@ -330,6 +386,12 @@ pub struct ClientCtl {
     /// Set when the faults stop: a pair holder's long tail after a nemesis ends, so that
     /// the liveness probe does not mistake it for a stuck lock.
     pub calmed: AtomicBool,
+    /// Set by a worker that killed itself (the `resume` submodule): restarted as a killed
+    /// client is.
+    pub crashed: AtomicBool,
+    /// The threads of the twins that resumed this client's lease while it was paused (the
+    /// `resume` submodule), joined when the fleet stops.
+    pub twins: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// How to drop an acquire future mid-flight.
@@ -456,12 +518,22 @@ impl Fleet {
 
     fn spawn(&mut self, index: usize) {
         let slot = &mut self.slots[index];
+        // A client killed while it held a resumable lease comes back for it first.
+        let resume_first = slot.killed_at.and_then(|_| {
+            slot.ctl
+                .held()
+                .into_iter()
+                .find(|r| self.workload.is_resumable(r))
+        });
         slot.incarnation += 1;
         slot.ctl = Arc::new(ClientCtl::default());
         slot.killed_at = None;
         let mut options = slot.proxy.client_options();
         options.app_name = Some(slot.app_name.clone());
         let worker = Worker {
+            options: options.clone(),
+            resume_first,
+            twin: false,
             index,
             incarnation: slot.incarnation,
             ctl: slot.ctl.clone(),
@@ -567,6 +639,10 @@ impl Fleet {
     /// Restarts killed clients whose thread has ended at least `after` ago.
     pub fn restart_dead(&mut self, after: Duration) {
         for index in 0..self.slots.len() {
+            let slot = &mut self.slots[index];
+            if slot.killed_at.is_none() && slot.ctl.crashed.swap(false, Ordering::SeqCst) {
+                slot.killed_at = Some(Instant::now());
+            }
             let slot = &self.slots[index];
             if slot.killed_at.is_some_and(|t| t.elapsed() >= after) && slot.is_finished() {
                 if let Some(thread) = self.slots[index].thread.take() {
@@ -606,6 +682,16 @@ impl Fleet {
         }
         let mut late = Vec::new();
         for slot in &mut self.slots {
+            // A twin holds for a few steps and gives up acquiring within the acquire timeout.
+            let twins = std::mem::take(&mut *lock(&slot.ctl.twins));
+            for twin in twins {
+                while !twin.is_finished() && Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                if twin.is_finished() {
+                    let _ = twin.join();
+                }
+            }
             if slot.is_finished() {
                 if let Some(thread) = slot.thread.take() {
                     let _ = thread.join();
@@ -658,6 +744,13 @@ async fn pause_while_acquiring(ctl: Arc<ClientCtl>, recorder: Recorder, index: u
 
 /// One client's worker.
 struct Worker {
+    /// Its driver client's options (a twin that resumes its lease connects with them).
+    options: mongodb::options::ClientOptions,
+    /// A resumable resource its previous incarnation held when it was killed: its first
+    /// target.
+    resume_first: Option<String>,
+    /// The next pause comes with a twin that resumes its resumable lease.
+    twin: bool,
     index: usize,
     incarnation: u64,
     ctl: Arc<ClientCtl>,
@@ -688,7 +781,9 @@ impl Worker {
             // Once the faults are healed, every worker goes round the targets (starting at
             // its own index), so the liveness probe sees each of them asked for at once
             // rather than left to chance.
-            let target = if self.recorder.is_healed() {
+            let target = if let Some(resource) = self.resume_first.take() {
+                Target::Resource(resource, Mode::Exclusive)
+            } else if self.recorder.is_healed() {
                 after_healing += 1;
                 targets[(self.index + after_healing - 1) % targets.len()].clone()
             } else if let Some(pair) = pair

@@ -19,11 +19,11 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
         violations.len(),
         violations
     );
-    assert_eq!(report.controls.len(), 15, "fifteen negative controls ran");
+    assert_eq!(report.controls.len(), 17, "seventeen negative controls ran");
     assert_eq!(
         report.controls_caught(),
-        15,
-        "controls caught: {}/15",
+        17,
+        "controls caught: {}/17",
         report.controls_caught()
     );
     assert!(report.passed());

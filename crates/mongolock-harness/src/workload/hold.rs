@@ -19,7 +19,7 @@ use mongolock::{LockClient, LockGuard, LossReason};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label};
+use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label, resume};
 use crate::faults::FaultKind;
 use crate::history::{
     AcquireCall, Ending, HolderLog, LetGo, LossKind, Mode, NemesisLog, PauseLog, ReleaseResult,
@@ -28,8 +28,10 @@ use crate::history::{
 
 /// One lease held through a handle, and its holder's log.
 pub(super) struct Lease {
-    guard: LockGuard,
-    log: HolderLog,
+    pub(super) guard: LockGuard,
+    pub(super) log: HolderLog,
+    /// A twin resumed it while its client was paused (the `resume` submodule).
+    pub(super) twinned: bool,
 }
 
 /// One acquire call through the handle of `resource`, owning everything it uses (so that its
@@ -44,20 +46,24 @@ async fn acquire_call(
     lock_id: String,
     ttl: Duration,
     timeout: Duration,
+    delay: Duration,
 ) -> mongolock::Result<Option<LockGuard>> {
     match mode {
         Mode::Exclusive | Mode::Group | Mode::Multi | Mode::Election => {
             let mutex = locks.mutex(&resource).ttl(ttl).owner(owner);
+            let mutex = mutex.lock_delay(delay);
             mutex.lock_id(lock_id).acquire_timeout(timeout).await
         }
         Mode::Shared { permits } => {
             let semaphore = locks.semaphore(&resource, permits).ttl(ttl).owner(owner);
+            let semaphore = semaphore.lock_delay(delay);
             semaphore.lock_id(lock_id).acquire_timeout(timeout).await
         }
         Mode::ReadWrite => {
             let rwlock = locks
                 .rwlock(&resource)
                 .ttl(ttl)
+                .lock_delay(delay)
                 .owner(owner)
                 .lock_id(lock_id);
             if writer {
@@ -288,9 +294,16 @@ impl Worker {
         let timeout = self.workload.acquire_timeout;
         let owner = owner_label(self.index, self.incarnation);
         let writer = mode == Mode::ReadWrite && self.rng.random_bool(self.workload.writer_share);
-        // A lock id of its own, so that the server's log tells which call a grant came from.
+        // A lock id of its own, so that the server's log tells which call a grant came from;
+        // on a resumable resource, the slot's fixed one (the same in every incarnation).
         self.calls += 1;
-        let lock_id = format!("{owner}.call-{}", self.calls);
+        let lock_id = if self.workload.is_resumable(&resource) {
+            resume::lock_id(self.index)
+        } else {
+            format!("{owner}.call-{}", self.calls)
+        };
+        // Zero is no delay.
+        let delay = self.workload.lock_delay(&resource).unwrap_or_default();
         let mut call = Box::pin(acquire_call(
             locks.clone(),
             resource.clone(),
@@ -300,6 +313,7 @@ impl Worker {
             lock_id.clone(),
             ttl,
             timeout,
+            delay,
         ));
         // A request left from an earlier call is not for this one.
         lock(&self.ctl.drop_acquire).take();
@@ -380,7 +394,11 @@ impl Worker {
                     invoked_at,
                     &guard,
                 );
-                Some(Lease { guard, log })
+                Some(Lease {
+                    guard,
+                    log,
+                    twinned: false,
+                })
             }
             Ok(None) => None,
             Err(_) => {
@@ -443,6 +461,8 @@ impl Worker {
                     Some(l.log.max_deadline.unwrap_or_else(Instant::now))
                 })
                 .collect();
+            self.crash_or_twin(leases);
+            self.twin_for_pause(leases.as_mut_slice());
             if before.iter().any(Option::is_some)
                 && let Some((start, end)) = self.take_pause()
             {
@@ -459,7 +479,7 @@ impl Worker {
             }
             if self.ctl.kill.swap(false, Ordering::SeqCst) {
                 let now = Instant::now();
-                for Lease { guard, mut log } in leases.drain(..) {
+                for Lease { guard, mut log, .. } in leases.drain(..) {
                     log.killed_at = Some(now);
                     std::mem::forget(guard);
                     self.recorder.holder(log);
@@ -529,8 +549,19 @@ impl Worker {
     /// Lets go of `lease`: by awaiting its release, or as the nemesis says; logs it, and the
     /// nemesis with how it ended.
     async fn let_go(&mut self, lease: Lease, nemesis: Option<FaultKind>) {
-        let Lease { guard, mut log } = lease;
+        let Lease {
+            guard,
+            mut log,
+            twinned,
+        } = lease;
         log.check_lost(&guard);
+        if twinned && !self.workload.release_after_resume {
+            // Asked to forget it (see `Workload::release_after_resume`), as a crash would.
+            log.lets_go(LetGo::Abandoned);
+            std::mem::forget(guard);
+            self.recorder.holder(log);
+            return;
+        }
         let ended = let_go_of(
             &mut self.rng,
             guard,
