@@ -95,6 +95,10 @@ impl TestServerBuilder {
 
     /// Binds the listener and starts serving.
     ///
+    /// # Errors
+    ///
+    /// The I/O error of binding the listener (the port is taken, say).
+    ///
     /// # Cancel safety
     /// Dropping the future before it completes leaves nothing running: the listener is only
     /// spawned once it is bound.
@@ -196,6 +200,10 @@ pub struct TestServer {
 
 impl TestServer {
     /// Starts a one-member replica set on a free port with default options.
+    ///
+    /// # Errors
+    ///
+    /// As [`TestServerBuilder::start`].
     ///
     /// # Cancel safety
     /// See [`TestServerBuilder::start`].

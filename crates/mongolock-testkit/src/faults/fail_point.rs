@@ -326,6 +326,12 @@ fn fire<T: Clone>(slot: &Mutex<Option<Armed<T>>>) -> Option<T> {
 
 impl FailPoints {
     /// `configureFailPoint`: sets a fail point; returns how often it had been entered.
+    ///
+    /// # Errors
+    ///
+    /// mongod's errors for a malformed command: `FailPointSetFailed` for an unknown fail
+    /// point, `TypeMismatch` for a field of the wrong type, `InvalidOptions` for missing or
+    /// unknown `data` fields.
     pub fn configure(&self, cmd: &Document) -> Result<i64> {
         let name = cmd.get_str("configureFailPoint").map_err(|_| {
             CommandError::type_mismatch("'configureFailPoint' must name a fail point")
