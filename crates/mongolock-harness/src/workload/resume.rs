@@ -224,10 +224,9 @@ impl Twin {
             }
             log.check_lost(&guard);
             if !self.release {
-                // Superseded meanwhile (the paused client killed and its next incarnation
-                // resuming the lease), its release would end the lease the next one holds:
-                // it dies instead, as a killed client does (the runtime dropped with the
-                // keeper), and the lease runs out or is resumed again.
+                // Asked to forget it (`Workload::release_after_resume` off): it dies, as a
+                // killed client does (the runtime dropped with the keeper), and the lease
+                // runs out or is resumed again.
                 log.lets_go(LetGo::Abandoned);
                 std::mem::forget(guard);
                 self.recorder.holder(log);
