@@ -19,12 +19,18 @@ use mongolock::{LockClient, LockGuard, LossReason};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label, resume};
+use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label};
 use crate::faults::FaultKind;
 use crate::history::{
     AcquireCall, Ending, HolderLog, LetGo, LossKind, Mode, NemesisLog, PauseLog, ReleaseResult,
     WriterWait,
 };
+
+/// The lock id the client slot `index` holds resumable resources with, in every
+/// incarnation (see the `resume` module).
+pub fn resume_lock_id(index: usize) -> String {
+    format!("resume-{index}")
+}
 
 /// One lease held through a handle, and its holder's log.
 pub(super) struct Lease {
@@ -298,7 +304,7 @@ impl Worker {
         // on a resumable resource, the slot's fixed one (the same in every incarnation).
         self.calls += 1;
         let lock_id = if self.workload.is_resumable(&resource) {
-            resume::lock_id(self.index)
+            resume_lock_id(self.index)
         } else {
             format!("{owner}.call-{}", self.calls)
         };

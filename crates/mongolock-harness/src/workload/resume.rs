@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use mongolock::LockClient;
 use rand::Rng;
 
-use super::hold::Lease;
+use super::hold::{Lease, resume_lock_id as lock_id};
 use super::{COLLECTION, DB, Worker, lock, owner_label};
 use crate::history::{HolderLog, LetGo, LossKind, Mode, Recorder, ReleaseResult, WriteLog};
 
@@ -52,12 +52,6 @@ const SELF_INFLICTED: f64 = 0.1;
 
 /// How long past the TTL after its grant a twin holds on (see [`Twin::run`]).
 const HOLD_PAST_TTL: Duration = Duration::from_millis(300);
-
-/// The lock id the client slot `index` holds resumable resources with, in every
-/// incarnation.
-pub fn lock_id(index: usize) -> String {
-    format!("resume-{index}")
-}
 
 /// What a twin needs: whose lease it resumes and how.
 struct Twin {
