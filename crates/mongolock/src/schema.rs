@@ -67,7 +67,9 @@
 //!
 //! `keeper` names the process-local lease keeper that renews the entry (one command renews
 //! every entry of a keeper, whatever their number), and in a place in line the lock client
-//! the waiter waits in.
+//! the waiter waits in. A lease's renewals, release and withdrawal match it, so that when
+//! another client resumes the lease (it rewrites `keeper`: see `command/keepalive.rs`,
+//! `adopt`) the client that held it before renews and removes nothing of it.
 //!
 //! `released` holds the nonces of attempts withdrawn by `release_attempt`: an acquire that
 //! carries one of them is never granted, so a late copy of a dropped acquire cannot land
