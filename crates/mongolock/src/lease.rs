@@ -285,6 +285,10 @@ struct Registry {
     renewing: bool,
     chores: Vec<Queued>,
     cleaning: bool,
+    /// The runtime the leases were added in (where the renewing task runs): the chores
+    /// task starts there when a chore is queued where no runtime runs, such as a guard
+    /// dropped after `block_on` returned.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// The retry period after a failed renewal, at most: failures are retried sooner than the
@@ -328,6 +332,7 @@ impl Keeper {
         let key = registry.next_key;
         registry.next_key += 1;
         registry.leases.insert(key, lease);
+        registry.runtime = Some(tokio::runtime::Handle::current());
         if !registry.renewing {
             registry.renewing = true;
             tokio::spawn(renew_all(Arc::downgrade(self)));
@@ -362,9 +367,9 @@ impl Keeper {
         self.start_cleaning(&mut registry);
     }
 
-    /// Queues `chore`, to be retried until done. Works without a runtime: the chore is then
-    /// started by the renewing task, if it runs, by the next chore queued in a runtime, or
-    /// by the client's next acquire ([`Keeper::resume_chores`]).
+    /// Queues `chore`, to be retried until done. Works without a runtime: the chores task is
+    /// then started in the runtime the client's leases were added in, or, if the client
+    /// never held one, by its next acquire ([`Keeper::resume_chores`]).
     pub(crate) fn defer(self: &Arc<Self>, chore: Chore) {
         tracing::debug!(resource = chore.resource(), "chore queued");
         let now = self.clock.now();
@@ -381,12 +386,18 @@ impl Keeper {
         self.queued.notify_one();
     }
 
-    /// Starts the chores task if chores wait, none runs, and there is a runtime.
+    /// Starts the chores task if chores wait and none runs: in the current runtime, or else
+    /// in the one the leases were added in. (Nothing waits on the renewing task for this: it
+    /// may have stopped, its last lease removed, just before a dropped guard queued the
+    /// release.)
     fn start_cleaning(self: &Arc<Self>, registry: &mut Registry) {
         if registry.cleaning || registry.chores.is_empty() {
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| registry.runtime.clone());
+        if let Some(runtime) = runtime {
             registry.cleaning = true;
             runtime.spawn(do_chores(Arc::downgrade(self)));
         }
@@ -411,8 +422,6 @@ impl Keeper {
     /// The leases not lost yet, or None (and the task marked stopped) when there are none.
     fn snapshot(self: &Arc<Self>) -> Option<Vec<Arc<Lease>>> {
         let mut registry = self.registry();
-        // Chores queued where no runtime ran are started from here.
-        self.start_cleaning(&mut registry);
         registry
             .leases
             .retain(|_, lease| !matches!(*lease.state.borrow(), LeaseState::Lost(_)));

@@ -241,29 +241,37 @@ async fn emulator_only_dropping_an_acquire_while_its_command_is_on_the_wire_leav
 fn a_guard_dropped_without_a_runtime_is_released_by_the_client_long_before_its_ttl() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let env = runtime.block_on(env("cancel_no_runtime"));
-    let guard = runtime
-        .block_on(
-            env.locks
-                .mutex("r")
-                .ttl(std::time::Duration::from_secs(60))
-                .acquire(),
-        )
-        .unwrap();
-    // Outside the runtime: no task can be spawned, and dropping must neither panic nor
-    // block. The release is queued on the client, whose keeper sends it from the runtime.
-    drop(guard);
-    runtime.block_on(async {
-        // Half the TTL: long enough for the waiter's 10 s re-check to come once, should a
-        // wake-up be missed; the promise here is the release, not the wake-up.
-        let other = env.other_client().await;
-        let got = other
-            .mutex("r")
-            .acquire_timeout(std::time::Duration::from_secs(30))
-            .await
+    let other = runtime.block_on(env.other_client());
+    // Dropped right after its grant, a guard races the renewing task's first round, which
+    // stops the task once the lease is removed: the release must not depend on that task
+    // (it once did, and a third of these drops were left to their TTL). Several rounds, so
+    // that the race is met.
+    for round in 0..12 {
+        let resource = format!("r{round}");
+        let guard = runtime
+            .block_on(
+                env.locks
+                    .mutex(&resource)
+                    .ttl(std::time::Duration::from_secs(60))
+                    .acquire(),
+            )
             .unwrap();
-        assert!(
-            got.is_some(),
-            "the dropped guard's lock was left to its 60 s TTL"
-        );
-    });
+        // Outside the runtime: no task can be spawned here, and dropping must neither panic
+        // nor block. The release is queued on the client, whose keeper sends it from the
+        // runtime its leases were added in.
+        drop(guard);
+        runtime.block_on(async {
+            // Half the TTL: long enough for the waiter's 10 s re-check to come once, should
+            // a wake-up be missed; the promise here is the release, not the wake-up.
+            let got = other
+                .mutex(&resource)
+                .acquire_timeout(std::time::Duration::from_secs(30))
+                .await
+                .unwrap();
+            assert!(
+                got.is_some(),
+                "round {round}: the dropped guard's lock was left to its 60 s TTL"
+            );
+        });
+    }
 }
