@@ -349,9 +349,7 @@ impl Context {
 
 /// A duration in whole milliseconds, at least 1 (`maxTimeMS: 0` means no limit).
 fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis())
-        .unwrap_or(i64::MAX)
-        .max(1)
+    crate::request::saturating_millis(duration).max(1)
 }
 
 /// Reads a count (`n`, `nModified`) from a write reply.
