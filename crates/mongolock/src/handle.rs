@@ -129,7 +129,9 @@ macro_rules! lease_settings {
         /// The TTL must be the one the lease was granted with, else acquiring fails with
         /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming `ttl`; a
         /// second guard in the same client fails naming `lock_id`. A lease that ended (within
-        /// its lock-delay, say) is not resumed.
+        /// its lock-delay, say) is not resumed. An adoption that fails on the way (a lost
+        /// connection) is tried again as any failed attempt is, while the call may wait;
+        /// `try_acquire` returns the error.
         ///
         /// The server cannot tell two processes with one lock id apart: that is what lets a
         /// restarted process resume. If the first is still alive after all (it was paused or

@@ -445,20 +445,33 @@ async fn acquire_in_span(
                 pending.settled();
                 // This lock id holds the resource from before: its holder restarted, and
                 // resumes its lease.
-                if let Some(lease) = resume(client, grant, &timing, sent_at).await? {
-                    let key = shared.keeper.add(lease.clone());
-                    observe::acquired(kind, started.elapsed());
-                    tracing::info!(
-                        resource = %resource, kind = %kind, token = lease.grant.fencing_token(),
-                        "lease resumed"
-                    );
-                    return Ok(Some(LockGuard::new(client.clone(), lease, key)));
-                }
-                // It ended meanwhile, or too little of it is left to trust: a new attempt,
-                // after a pause.
+                let failure = match resume(client, grant, &timing, sent_at).await {
+                    Ok(Some(lease)) => {
+                        let key = shared.keeper.add(lease.clone());
+                        observe::acquired(kind, started.elapsed());
+                        tracing::info!(
+                            resource = %resource, kind = %kind,
+                            token = lease.grant.fencing_token(), "lease resumed"
+                        );
+                        return Ok(Some(LockGuard::new(client.clone(), lease, key)));
+                    }
+                    // It ended meanwhile, or too little of it is left to trust.
+                    Ok(None) => None,
+                    // Whether the adoption landed is unknown: the next attempt finds the lease
+                    // again, and adopting it again is harmless (it names the same keeper).
+                    Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
+                        tracing::warn!(
+                            %error, resource = %resource, retry_in = ?backoff,
+                            "could not resume the lease; trying again"
+                        );
+                        Some(error)
+                    }
+                    Err(error) => return Err(error),
+                };
+                // A new attempt, after a pause.
                 if matches!(wait, Wait::Once) || !sleep_within(jitter(backoff), wait).await {
                     observe::timed_out(kind);
-                    return Ok(None);
+                    return failure.map_or(Ok(None), Err);
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 pending = Pending::new(client, request.clone().nonce(Nonce::new()));

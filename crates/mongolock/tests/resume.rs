@@ -179,3 +179,66 @@ async fn a_second_guard_in_one_client_or_another_ttl_is_refused() {
     assert!(!guard.is_lost());
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_adoption_that_fails_on_the_way_is_tried_again_while_the_caller_waits() {
+    let env = env("resume_retry").await;
+    let old = env.other_client().await;
+    let lost = (old.mutex("job").lock_id("svc").ttl(secs(30)))
+        .acquire()
+        .await
+        .unwrap();
+    let token = lost.fencing_token();
+    // The old incarnation is gone without a release.
+    std::mem::forget(lost);
+    drop(old);
+    // The new incarnation's adoption (its first `update`) loses its connection, and so does
+    // the driver's retry of it.
+    let mut options = mongodb::options::ClientOptions::parse(env.uri())
+        .await
+        .unwrap();
+    options.app_name = Some("resume_retry".to_owned());
+    let client = mongodb::Client::with_options(options).unwrap();
+    let locks = LockClient::new(client.database(env.db.name()).collection("locks"));
+    env.db
+        .client()
+        .database("admin")
+        .run_command(bson::doc! {
+            "configureFailPoint": "failCommand", "mode": { "times": 2 },
+            "data": {
+                "failCommands": ["update"], "appName": "resume_retry", "closeConnection": true,
+            },
+        })
+        .await
+        .expect("configureFailPoint");
+    let mutex = locks.mutex("job").lock_id("svc").ttl(secs(30));
+    let guard = (mutex.acquire_timeout(secs(20)).await)
+        .expect("the failed adoption is tried again, not returned")
+        .expect("resumed before the timeout");
+    assert_eq!(guard.fencing_token(), token);
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+    // Under `try_acquire` (one attempt) the error is the caller's to see.
+    let old = env.other_client().await;
+    std::mem::forget(
+        (old.mutex("job").lock_id("svc2").ttl(secs(30)))
+            .acquire()
+            .await
+            .unwrap(),
+    );
+    env.db
+        .client()
+        .database("admin")
+        .run_command(bson::doc! {
+            "configureFailPoint": "failCommand", "mode": { "times": 2 },
+            "data": {
+                "failCommands": ["update"], "appName": "resume_retry", "closeConnection": true,
+            },
+        })
+        .await
+        .expect("configureFailPoint");
+    let once = locks.mutex("job").lock_id("svc2").ttl(secs(30));
+    let error = (once.try_acquire().await.map(|guard| guard.is_some()))
+        .expect_err("one attempt, and it failed");
+    assert!(error.is_retryable(), "{error:?}");
+}
