@@ -2,13 +2,15 @@
 // Command errors carry the reply fields mongod sends (extra info, labels); they are built
 // on the error path only, so their size costs nothing where it matters.
 #![allow(clippy::result_large_err)]
+// Every fallible function users can reach says when it fails.
+#![warn(clippy::missing_errors_doc)]
 
 pub mod arena;
-pub mod commands;
-pub mod engine;
+pub(crate) mod commands;
+pub(crate) mod engine;
 pub mod faults;
 pub mod server;
-pub mod wire;
+pub(crate) mod wire;
 
 pub use faults::clock::Clock;
 pub use faults::proxy::FaultProxy;

@@ -142,7 +142,7 @@ impl TestServerBuilder {
 
 /// State shared by every connection.
 #[derive(Debug)]
-pub struct ServerState {
+pub(crate) struct ServerState {
     /// `127.0.0.1:PORT`, as the replica-set fields report it.
     pub address: String,
     /// Standalone (no replica-set features) or a one-member replica set.
@@ -370,7 +370,7 @@ async fn ttl_monitor(state: Arc<ServerState>) {
 }
 
 /// Builds the reply fields every replica-set reply carries.
-pub fn cluster_fields(state: &ServerState, reply: &mut Document) {
+pub(crate) fn cluster_fields(state: &ServerState, reply: &mut Document) {
     if state.standalone {
         return;
     }

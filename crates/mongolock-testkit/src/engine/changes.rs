@@ -316,12 +316,6 @@ pub struct ChangeLog {
 }
 
 impl ChangeLog {
-    /// An empty log reading time from `clock`, keeping [`WINDOW`] events or [`WINDOW_BYTES`]
-    /// of them at most.
-    pub fn new(clock: Clock) -> Self {
-        Self::with_window(clock, WINDOW, WINDOW_BYTES)
-    }
-
     /// An empty log that keeps at most `max_events` events and `max_bytes` of them (counted
     /// by [`ChangeEvent::counted_size`]); the newest event is always kept.
     pub fn with_window(clock: Clock, max_events: usize, max_bytes: usize) -> Self {
@@ -391,6 +385,7 @@ impl ChangeLog {
     }
 
     /// The number of events kept and their counted size in bytes.
+    #[cfg(test)]
     pub fn window(&self) -> (usize, usize) {
         let inner = self.inner.lock();
         (inner.events.len(), inner.bytes)

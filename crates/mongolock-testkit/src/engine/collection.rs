@@ -52,11 +52,6 @@ impl Collection {
         }
     }
 
-    /// The database and collection name.
-    pub fn name(&self) -> (&str, &str) {
-        (&self.db, &self.name)
-    }
-
     /// The collection's options as `create` and `listCollections` show them.
     pub fn options(&self) -> Document {
         let mut options = Document::new();
@@ -95,11 +90,6 @@ impl Collection {
     /// Number of documents.
     pub fn len(&self) -> usize {
         self.records.len()
-    }
-
-    /// Whether the collection holds no documents.
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
     }
 
     /// The document stored as `record`.

@@ -24,7 +24,6 @@ pub mod codes {
     #![allow(missing_docs)]
     pub const INTERNAL_ERROR: i32 = 1;
     pub const BAD_VALUE: i32 = 2;
-    pub const NO_SUCH_KEY: i32 = 4;
     pub const FAILED_TO_PARSE: i32 = 9;
     pub const TYPE_MISMATCH: i32 = 14;
     pub const ILLEGAL_OPERATION: i32 = 20;
@@ -34,7 +33,6 @@ pub mod codes {
     pub const CURSOR_NOT_FOUND: i32 = 43;
     pub const NAMESPACE_NOT_FOUND: i32 = 26;
     pub const NAMESPACE_EXISTS: i32 = 48;
-    pub const MAX_TIME_MS_EXPIRED: i32 = 50;
     pub const DOLLAR_PREFIXED_FIELD_NAME: i32 = 52;
     pub const INVALID_ID_FIELD: i32 = 53;
     pub const NOT_SINGLE_VALUE_FIELD: i32 = 54;
@@ -46,7 +44,6 @@ pub mod codes {
     pub const INVALID_NAMESPACE: i32 = 73;
     pub const INDEX_OPTIONS_CONFLICT: i32 = 85;
     pub const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
-    pub const OPERATION_NOT_SUPPORTED_IN_TRANSACTION: i32 = 263;
     pub const QUERY_FEATURE_NOT_ALLOWED: i32 = 224;
     pub const TRANSACTION_TOO_OLD: i32 = 225;
     pub const FAIL_POINT_SET_FAILED: i32 = 266;
@@ -54,7 +51,6 @@ pub mod codes {
     pub const LOCATION_40573: i32 = 40573;
     pub const DUPLICATE_KEY: i32 = 11000;
     pub const UNKNOWN_BSON_FIELD: i32 = 40415;
-    pub const NO_QUERY_EXECUTION_PLANS: i32 = 291;
     pub const INVALID_LENGTH: i32 = 16;
     pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
     pub const MISSING_REQUIRED_FIELD: i32 = 40414;

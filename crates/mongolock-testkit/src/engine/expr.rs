@@ -2267,7 +2267,14 @@ impl Expr {
     /// Parses an expression (a literal, a `"$path"`, a `"$$var"`, an operator document or an
     /// object of expressions).
     pub fn parse(value: &Bson) -> Result<Expr> {
-        Self::parse_with_vars(value, &[])
+        let mut scope = Scope {
+            bound: Vec::new(),
+            depth: 0,
+            strict: false,
+        };
+        Ok(Expr {
+            node: scope.parse(value)?,
+        })
     }
 
     /// Parses an operator expression given as its name and argument (`{name: arg}`), as
@@ -2280,19 +2287,6 @@ impl Expr {
         };
         Ok(Expr {
             node: scope.parse_operator(name, arg)?,
-        })
-    }
-
-    /// Parses an expression in which the variables `bound` are defined by the caller (for
-    /// example by a stage); they must be supplied to [`Expr::eval_with_vars`].
-    pub fn parse_with_vars(value: &Bson, bound: &[&str]) -> Result<Expr> {
-        let mut scope = Scope {
-            bound: bound.iter().map(|s| s.to_string()).collect(),
-            depth: 0,
-            strict: false,
-        };
-        Ok(Expr {
-            node: scope.parse(value)?,
         })
     }
 
@@ -2318,37 +2312,6 @@ impl Expr {
             locals: Vec::new(),
         };
         env.eval(&self.node)
-    }
-
-    /// Evaluates with extra variables bound (see [`Expr::parse_with_vars`]).
-    pub fn eval_with_vars(
-        &self,
-        root: &Document,
-        ctx: &EvalContext,
-        vars: &[(&str, Bson)],
-    ) -> Result<Option<Bson>> {
-        let mut env = Env {
-            root,
-            ctx,
-            locals: vars.to_vec(),
-        };
-        env.eval(&self.node)
-    }
-
-    /// The constant value of this expression, if it is a literal.
-    pub fn as_constant(&self) -> Option<&Bson> {
-        match &self.node {
-            Node::Const(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// Whether this expression is a plain field path (`"$a.b"`), returning its components.
-    pub fn as_field_path(&self) -> Option<&[String]> {
-        match &self.node {
-            Node::Path(p) if !p.is_empty() => Some(p),
-            _ => None,
-        }
     }
 }
 

@@ -1169,19 +1169,9 @@ impl Pipeline {
     /// Parses an `aggregate` pipeline (stages the command layer handles itself, such as
     /// `$changeStream`, are removed before this is called).
     pub fn parse(stages: &[Bson]) -> Result<Pipeline> {
-        Self::parse_inner(stages, None)
-    }
-
-    /// [`Pipeline::parse`] for a command with `let` variables `let_vars`: references to
-    /// undefined variables fail at parse time (code 17276), as in mongod.
-    pub fn parse_with_let(stages: &[Bson], let_vars: &Document) -> Result<Pipeline> {
-        Self::parse_inner(stages, Some(let_vars))
-    }
-
-    fn parse_inner(stages: &[Bson], vars: Vars<'_>) -> Result<Pipeline> {
         let stages = stages
             .iter()
-            .map(|s| parse_stage(s, vars).map(|(_, st)| st))
+            .map(|s| parse_stage(s, None).map(|(_, st)| st))
             .collect::<Result<_>>()?;
         Ok(Pipeline { stages })
     }
@@ -1993,8 +1983,6 @@ mod tests {
             (e.code, e.errmsg.as_str()),
             (17276, "Use of undefined variable: tll")
         );
-        let e = Pipeline::parse_with_let(&stages(bson!([{"$group": {"_id": "$$x"}}])), &vars);
-        assert_eq!(e.unwrap_err().code, 17276);
         // Without the let variables the check happens at evaluation.
         let p = Pipeline::parse_update(&bad).unwrap();
         assert_eq!(

@@ -704,7 +704,8 @@ impl Node {
 impl Projection {
     /// Parses a projection document. A positional projection (`"a.$": 1`) fails here with
     /// mongod's "require a matcher" error; use [`Projection::parse_for_query`] for find and
-    /// findAndModify, which have a query.
+    /// findAndModify, which have a query. Only the tests parse without a query.
+    #[cfg(test)]
     pub fn parse(spec: &Document) -> Result<Projection> {
         Self::parse_with(spec, None)
     }
@@ -747,18 +748,21 @@ impl Projection {
     }
 
     /// Whether this is an inclusion projection (only named fields are returned).
+    #[cfg(test)]
     pub fn is_inclusion(&self) -> bool {
         self.inclusion
     }
 
     /// Whether the projection uses the positional operator (`"a.$": 1`); such a projection
     /// needs the query's [`MatchDetails`] ([`Projection::apply_matched`]).
+    #[cfg(test)]
     pub fn has_positional(&self) -> bool {
         self.positional.is_some()
     }
 
     /// Applies the projection to one document. A positional projection fails as if the query
     /// matched no array element (51246); use [`Projection::apply_matched`].
+    #[cfg(test)]
     pub fn apply(&self, doc: &Document, ctx: &EvalContext) -> Result<Document> {
         self.apply_matched(doc, ctx, None)
     }

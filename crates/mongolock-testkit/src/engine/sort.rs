@@ -109,12 +109,6 @@ impl SortSpec {
         Ok(SortSpec { keys, natural })
     }
 
-    /// Whether the specification has no field keys (the natural order is kept; see
-    /// [`SortSpec::natural`] for `{$natural: -1}`).
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
     /// For `{$natural: 1}` / `{$natural: -1}` (allowed only alone): `Some(true)` for
     /// insertion order, `Some(false)` for reverse insertion order. [`SortSpec::compare`] cannot
     /// express it (it sees no insertion order), so the caller must reverse the scan for
@@ -232,9 +226,12 @@ mod tests {
         );
         assert_eq!(order(doc! {"b": 1}, docs.clone()), vec![4, 1, 2, 3]);
         assert_eq!(order(doc! {}, docs.clone()), vec![1, 2, 3, 4]);
-        assert!(SortSpec::parse(&doc! {}).unwrap().is_empty());
+        assert!(SortSpec::parse(&doc! {}).unwrap().keys.is_empty());
         let natural = SortSpec::parse(&doc! {"$natural": -1}).unwrap();
-        assert_eq!((natural.is_empty(), natural.natural()), (true, Some(false)));
+        assert_eq!(
+            (natural.keys.is_empty(), natural.natural()),
+            (true, Some(false))
+        );
         assert_eq!(SortSpec::parse(&doc! {"a": 1}).unwrap().natural(), None);
     }
 

@@ -1,5 +1,5 @@
 //! What tests control: the server clock, fail points and network faults.
 
 pub mod clock;
-pub mod fail_point;
+pub(crate) mod fail_point;
 pub mod proxy;

@@ -25,8 +25,6 @@ pub const OP_MSG: i32 = 2013;
 pub const FLAG_CHECKSUM_PRESENT: u32 = 1;
 /// OP_MSG flag: the sender expects no reply (request) / more replies follow (reply).
 pub const FLAG_MORE_TO_COME: u32 = 1 << 1;
-/// OP_MSG flag: the client accepts streamed replies.
-pub const FLAG_EXHAUST_ALLOWED: u32 = 1 << 16;
 
 /// Largest message we accept (mongod's `maxMessageSizeBytes`, which `hello` advertises). A
 /// header announcing a longer (or shorter than a header) message closes the connection, as
@@ -287,7 +285,8 @@ struct Parsed {
 /// top-level field if any, or the size error mongod answers instead.
 fn parse_op_msg(body: &[u8]) -> Result<(u32, Parsed), WireError> {
     let flags = read_i32(body, 0)? as u32;
-    // Bits 0-15 are required: an unknown one set is an error. Bits 16-31 are optional.
+    // Bits 0-15 are required: an unknown one set is an error. Bits 16-31 are optional (the
+    // only one defined, exhaustAllowed, 1 << 16, is ignored: replies are never streamed).
     let known = FLAG_CHECKSUM_PRESENT | FLAG_MORE_TO_COME;
     if flags & 0xFFFF & !known != 0 {
         return Err(WireError::Malformed(format!(
