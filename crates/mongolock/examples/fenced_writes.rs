@@ -20,6 +20,8 @@ use bson::{Document, doc};
 use mongodb::{Client, Collection};
 use mongolock::{LockClient, LockGuard};
 
+mod common;
+
 const DB: &str = "fenced_writes_example";
 const ACCOUNT: &str = "account-42";
 /// Short, so that the paused worker's lease ends soon.
@@ -124,18 +126,9 @@ fn worker_a(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (client, uri, _server) = match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.is_empty() => (Client::with_uri_str(&uri).await?, uri, None),
-        _ => {
-            let server = mongolock_testkit::TestServer::start().await?;
-            (server.client(), server.uri(), Some(server))
-        }
-    };
-    let db = client.database(DB);
-    db.drop().await?;
-    let locks = LockClient::new(db.collection("locks"));
-    locks.create_indexes().await?;
-    let accounts: Collection<Document> = db.collection("accounts");
+    let start = common::start(DB).await?;
+    let (client, uri, locks) = (start.client.clone(), start.uri.clone(), start.locks.clone());
+    let accounts: Collection<Document> = start.db.collection("accounts");
     // Never fenced yet: the first fenced write is accepted.
     accounts
         .insert_one(doc! {"_id": ACCOUNT, "balance": 100_i64})

@@ -18,6 +18,8 @@ use futures_util::StreamExt;
 use mongodb::Collection;
 use mongolock::LockClient;
 
+mod common;
+
 /// Writes a tick of `leader` to the store, only if `term` is not older than the last
 /// writer's: what a store protected by fencing tokens does.
 async fn fenced_tick(store: &Collection<Document>, term: i64, leader: &str) -> bool {
@@ -71,18 +73,9 @@ async fn replica(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (client, _server) = match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.is_empty() => (mongodb::Client::with_uri_str(&uri).await?, None),
-        _ => {
-            let server = mongolock_testkit::TestServer::start().await?;
-            (server.client(), Some(server))
-        }
-    };
-    let db = client.database("leader_example");
-    db.drop().await?;
-    let locks = LockClient::new(db.collection("locks"));
-    locks.create_indexes().await?;
-    let store: Collection<Document> = db.collection("store");
+    let start = common::start("leader_example").await?;
+    let locks = start.locks.clone();
+    let store: Collection<Document> = start.db.collection("store");
     store
         .insert_one(doc! {"_id": "schedule", "term": 0_i64, "ticks": 0})
         .await?;

@@ -17,6 +17,8 @@ use mongodb::Collection;
 use mongolock::LockClient;
 use rand::Rng;
 
+mod common;
+
 const TICKS: u32 = 4;
 
 /// One host's turn at `tick`: `true` if it ran the job.
@@ -63,24 +65,13 @@ async fn on_tick(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (uri, _server) = match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.is_empty() => (uri, None),
-        _ => {
-            let server = mongolock_testkit::TestServer::start().await?;
-            (server.uri(), Some(server))
-        }
-    };
-    let setup = mongodb::Client::with_uri_str(&uri).await?;
-    let db = setup.database("scheduled_job_example");
-    db.drop().await?;
-    LockClient::new(db.collection("locks"))
-        .create_indexes()
-        .await?;
+    let start = common::start("scheduled_job_example").await?;
+    let uri = &start.uri;
 
     // Three hosts: each with its own connection and lock client, as separate processes are.
     let mut hosts = Vec::new();
     for name in ["host-a", "host-b", "host-c"] {
-        let client = mongodb::Client::with_uri_str(&uri).await?;
+        let client = mongodb::Client::with_uri_str(uri).await?;
         let db = client.database("scheduled_job_example");
         hosts.push((
             name,
@@ -105,7 +96,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("tick {tick} ran {times} times").into());
         }
     }
-    let runs = db.collection::<Document>("runs");
+    let runs = start.db.collection::<Document>("runs");
     let recorded = runs.count_documents(doc! {}).await?;
     println!("every tick ran exactly once ({recorded} runs for {TICKS} ticks)");
     for (_, locks, _) in &hosts {

@@ -17,6 +17,8 @@ use bson::{Document, doc};
 use mongodb::Collection;
 use mongolock::LockClient;
 
+mod common;
+
 const GPUS: u32 = 2;
 const JOBS: i32 = 18;
 
@@ -70,20 +72,9 @@ async fn worker(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (uri, _server) = match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.is_empty() => (uri, None),
-        _ => {
-            let server = mongolock_testkit::TestServer::start().await?;
-            (server.uri(), Some(server))
-        }
-    };
-    let setup = mongodb::Client::with_uri_str(&uri).await?;
-    let db = setup.database("worker_pool_example");
-    db.drop().await?;
-    LockClient::new(db.collection("locks"))
-        .create_indexes()
-        .await?;
-    let queue = db.collection::<Document>("queue");
+    let start = common::start("worker_pool_example").await?;
+    let uri = &start.uri;
+    let queue = start.db.collection::<Document>("queue");
     let jobs: Vec<Document> = (0..JOBS)
         .map(|id| doc! {"_id": id, "state": "queued"})
         .collect();
@@ -93,7 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut processes = Vec::new();
     let mut workers = Vec::new();
     for process in 0..3 {
-        let client = mongodb::Client::with_uri_str(&uri).await?;
+        let client = mongodb::Client::with_uri_str(uri).await?;
         let db = client.database("worker_pool_example");
         let locks = LockClient::new(db.collection("locks"));
         for slot in 0..4 {
