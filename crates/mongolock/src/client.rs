@@ -271,7 +271,10 @@ impl LockClient {
         self.shared.keeper.len()
     }
 
-    /// Uses `write_concern` for every write instead of `{w: "majority", j: true}`.
+    /// Uses `write_concern` for every write instead of `{w: "majority", j: true}`. A `w` left
+    /// unset stays `"majority"` (as the server's own default is since MongoDB 5.0), and a
+    /// `j` left unset is the server's default; `w_timeout` is replaced by the call's time
+    /// limit ([`with_command_timeout`](LockClient::with_command_timeout)).
     ///
     /// **This can break mutual exclusion.** A grant acknowledged by fewer than a majority can
     /// be rolled back when the primary fails over, and then the same lock is granted to a
