@@ -570,3 +570,31 @@ async fn an_empty_write_batch_is_invalid_length() {
         );
     }
 }
+
+#[tokio::test]
+async fn aggregate_rejects_an_undefined_variable_at_parse_time() {
+    let t = common::target("aggregate_vars").await;
+    // No collection, so no document reaches the stage: mongod still refuses the pipeline.
+    let (code, _) = t
+        .error_code(doc! {
+            "aggregate": "empty", "pipeline": [{"$project": {"a": "$$nope"}}], "cursor": {},
+        })
+        .await;
+    assert_eq!(code, 17276, "undefined variable");
+    // The command's `let`, the system variables and variables bound by `$let` are defined.
+    let coll = t.coll("empty");
+    let rows: Vec<Document> = coll
+        .aggregate(vec![doc! {"$project": {
+            "a": "$$nope",
+            "b": {"$let": {"vars": {"x": 1}, "in": "$$x"}},
+            "c": "$$ROOT",
+            "d": "$$NOW",
+        }}])
+        .let_vars(doc! {"nope": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(rows.is_empty());
+}

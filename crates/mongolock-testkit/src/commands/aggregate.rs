@@ -109,7 +109,7 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let output = output
         .map(|stage| Output::parse(stage, ctx.db, &command_vars))
         .transpose()?;
-    let mut pipeline = Pipeline::parse(rest)?;
+    let mut pipeline = Pipeline::parse_with_let(rest, &command_vars)?;
     // A leading `$match` runs as the documents are read: only the matching ones are copied,
     // and an `_id` equality or `$in` looks them up by `_id`.
     let leading_match = pipeline.take_leading_match().map(|matcher| {

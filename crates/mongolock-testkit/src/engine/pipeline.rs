@@ -1169,9 +1169,20 @@ impl Pipeline {
     /// Parses an `aggregate` pipeline (stages the command layer handles itself, such as
     /// `$changeStream`, are removed before this is called).
     pub fn parse(stages: &[Bson]) -> Result<Pipeline> {
+        Self::parse_inner(stages, None)
+    }
+
+    /// [`Pipeline::parse`] for an `aggregate` command with `let` variables `let_vars`:
+    /// references to undefined variables fail at parse time (code 17276), as in mongod, even
+    /// when no document reaches the stage.
+    pub fn parse_with_let(stages: &[Bson], let_vars: &Document) -> Result<Pipeline> {
+        Self::parse_inner(stages, Some(let_vars))
+    }
+
+    fn parse_inner(stages: &[Bson], vars: Vars<'_>) -> Result<Pipeline> {
         let stages = stages
             .iter()
-            .map(|s| parse_stage(s, None).map(|(_, st)| st))
+            .map(|s| parse_stage(s, vars).map(|(_, st)| st))
             .collect::<Result<_>>()?;
         Ok(Pipeline { stages })
     }
