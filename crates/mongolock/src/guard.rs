@@ -21,9 +21,10 @@ use crate::lock::{Grant, LeaseState, LockKind, LossReason};
 ///
 /// Dropping the guard releases the lock in a background task (never blocking);
 /// [`LockClient::shutdown`] waits for such releases. From the drop on, the lock is never
-/// renewed: if the release fails, or no tokio runtime runs where the guard is dropped, the
-/// client retries it in the background while it has a runtime (the keeper's chores), and
-/// the lock ends with its TTL at the latest. Leaking the guard (`std::mem::forget`) leaks
+/// renewed. Dropped where no tokio runtime runs (after `block_on` returned, say), the guard
+/// leaves the release to the runtime its lease was kept alive in; a release that fails is
+/// retried in the background (the keeper's chores). If neither gets through (that runtime
+/// is gone, or the server is out of reach), the lock ends with its TTL at the latest. Leaking the guard (`std::mem::forget`) leaks
 /// the lease: the client keeps renewing it for as long as the client lives.
 ///
 /// ```
