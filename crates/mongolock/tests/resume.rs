@@ -180,6 +180,20 @@ async fn a_second_guard_in_one_client_or_another_ttl_is_refused() {
     guard.release().await.unwrap();
 }
 
+/// The next `update` of the client named `app_name` loses its connection, and so does the
+/// driver's retry of it.
+async fn cut_next_two_updates(env: &common::Env, app_name: &str) {
+    env.db
+        .client()
+        .database("admin")
+        .run_command(bson::doc! {
+            "configureFailPoint": "failCommand", "mode": { "times": 2 },
+            "data": { "failCommands": ["update"], "appName": app_name, "closeConnection": true },
+        })
+        .await
+        .expect("configureFailPoint");
+}
+
 #[tokio::test]
 async fn an_adoption_that_fails_on_the_way_is_tried_again_while_the_caller_waits() {
     let env = env("resume_retry").await;
@@ -192,25 +206,14 @@ async fn an_adoption_that_fails_on_the_way_is_tried_again_while_the_caller_waits
     // The old incarnation is gone without a release.
     std::mem::forget(lost);
     drop(old);
-    // The new incarnation's adoption (its first `update`) loses its connection, and so does
-    // the driver's retry of it.
     let mut options = mongodb::options::ClientOptions::parse(env.uri())
         .await
         .unwrap();
     options.app_name = Some("resume_retry".to_owned());
     let client = mongodb::Client::with_options(options).unwrap();
     let locks = LockClient::new(client.database(env.db.name()).collection("locks"));
-    env.db
-        .client()
-        .database("admin")
-        .run_command(bson::doc! {
-            "configureFailPoint": "failCommand", "mode": { "times": 2 },
-            "data": {
-                "failCommands": ["update"], "appName": "resume_retry", "closeConnection": true,
-            },
-        })
-        .await
-        .expect("configureFailPoint");
+    // The new incarnation's adoption is its first `update`.
+    cut_next_two_updates(&env, "resume_retry").await;
     let mutex = locks.mutex("job").lock_id("svc").ttl(secs(30));
     let guard = (mutex.acquire_timeout(secs(20)).await)
         .expect("the failed adoption is tried again, not returned")
@@ -226,17 +229,7 @@ async fn an_adoption_that_fails_on_the_way_is_tried_again_while_the_caller_waits
             .await
             .unwrap(),
     );
-    env.db
-        .client()
-        .database("admin")
-        .run_command(bson::doc! {
-            "configureFailPoint": "failCommand", "mode": { "times": 2 },
-            "data": {
-                "failCommands": ["update"], "appName": "resume_retry", "closeConnection": true,
-            },
-        })
-        .await
-        .expect("configureFailPoint");
+    cut_next_two_updates(&env, "resume_retry").await;
     let once = locks.mutex("job").lock_id("svc2").ttl(secs(30));
     let error = (once.try_acquire().await.map(|guard| guard.is_some()))
         .expect_err("one attempt, and it failed");
