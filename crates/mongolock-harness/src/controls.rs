@@ -34,9 +34,9 @@ use mongolock_testkit::{FaultProxy, TestServer};
 
 use crate::check::{self, Check, Outcome};
 use crate::history::{
-    Access, CampaignLog, FinalRead, History, HolderLog, LetGo, LossKind, Mode, Observation, OpKind,
-    ProclaimLog, ProclaimOutcome, Recorder, ReleaseResult, SeenLeader, Source, WriteLog,
-    WriterWait,
+    self, Access, CampaignLog, FinalRead, FromLibrary, GuardLog, History, HolderLog, LetGo,
+    LossKind, Mode, Observation, OpKind, ProclaimLog, ProclaimOutcome, Recorder, ReleaseResult,
+    SeenLeader, Source, WriterWait,
 };
 use crate::observers::{self, QUIET};
 use crate::oracle::{self, ServerCheck};
@@ -161,16 +161,7 @@ fn locks(client: mongodb::Client) -> LockClient {
 
 /// Writes to the guarded record on behalf of `log`.
 fn write(recorder: &Recorder, log: &mut HolderLog, token: i64) {
-    let value = log.writes.len() as u64;
-    let (at, accepted) = recorder
-        .record
-        .write(&log.resource, log.mode, log.access, log.id, token);
-    log.writes.push(WriteLog {
-        at,
-        token,
-        value,
-        accepted,
-    });
+    recorder.record.write_for(log, token);
 }
 
 /// An honest mutex holder: writes every 100 ms for `hold` (stopping at the loss), then
@@ -196,20 +187,10 @@ async fn hold_honestly_as(
 ) -> HolderLog {
     let mut log = HolderLog::new(recorder.next_id(), client, mode, invoked_at, &guard);
     let until = Instant::now() + hold;
-    'work: while Instant::now() < until {
-        if log.check_lost(&guard) {
-            break;
-        }
-        write(recorder, &mut log, guard.fencing_token());
+    while Instant::now() < until {
         let step_end = (Instant::now() + Duration::from_millis(100)).min(until);
-        while Instant::now() < step_end {
-            match tokio::time::timeout(Duration::from_millis(10), guard.lost()).await {
-                Ok(reason) => {
-                    log.notice(Instant::now(), LossKind::from(reason));
-                    break 'work;
-                }
-                Err(_) => log.sample(&guard),
-            }
+        if history::work_step(&mut log, &guard, &recorder.record, step_end).await {
+            break;
         }
     }
     log.check_lost(&guard);
@@ -221,13 +202,9 @@ async fn hold_honestly_as(
 /// Waits for the guard's loss, sampling its deadline; records the notice.
 async fn wait_for_loss(log: &mut HolderLog, guard: &LockGuard) -> Instant {
     loop {
-        match tokio::time::timeout(Duration::from_millis(10), guard.lost()).await {
-            Ok(reason) => {
-                let now = Instant::now();
-                log.notice(now, LossKind::from(reason));
-                return now;
-            }
-            Err(_) => log.sample(guard),
+        let slice = Instant::now() + Duration::from_secs(1);
+        if let Some(at) = history::watch_until(log, guard, slice).await {
+            return at;
         }
     }
 }

@@ -46,142 +46,35 @@ const LOCK_COMMANDS: [&str; 5] = ["findAndModify", "update", "delete", "aggregat
 /// InterruptedAtShutdown.
 const STEP_DOWN_CODES: [i32; 4] = [91, 189, 10107, 11600];
 
-/// The kinds of fault, as counted in the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FaultKind {
-    /// Added latency on one client's proxy, for a while.
-    Latency,
-    /// One client's proxy blackholed for longer than the TTL, then healed.
-    Partition,
-    /// One client's connections reset.
-    Reset,
-    /// One client's replies lost for a while: its commands run on the server (a grant or a
-    /// renewal is committed) and it sees its connection reset, so the outcome is unknown.
-    LostReplies,
-    /// A fail point: step-down or shutdown error codes for one client.
-    StepDownError,
-    /// A fail point: the connection closed instead of a reply, for one client.
-    CloseConnection,
-    /// A fail point: one client's commands blocked for longer than the TTL.
-    BlockConnection,
-    /// A fail point: a write concern error after the write, for one client.
-    WriteConcernError,
-    /// One client paused (every task stopped) for longer than the TTL.
-    Pause,
-    /// One client killed without releasing (restarted later).
-    Kill,
-    /// One client paused for longer than the TTL while it was acquiring (waiting).
-    PauseAcquiring,
-    /// One client killed while it was acquiring, the acquire in flight.
-    KillAcquiring,
-    /// An operator's `force_release` of a resource.
-    ForceRelease,
-    /// An operator's `purge`.
-    Purge,
-    /// The emulator's clock jumped forward by more than the TTL.
-    ClockJump,
-    /// A holder moves one guard to a plain thread (no tokio runtime) and drops it there:
-    /// nothing releases it.
-    DropWithoutRuntime,
-    /// A holder's `release()` future is dropped mid-flight: polled once (the release has
-    /// begun, nothing is sent yet), or raced against a very short timer (by then it is
-    /// usually sent, its reply never awaited).
-    ReleaseCancelled,
-    /// A holder drops one guard (a background release) while its client's lock commands
-    /// fail with `closeConnection` for a few commands: the release never lands.
-    ReleaseBlip,
-    /// A holder awaits a release while its client is cut off (for 0.3–1.5 × TTL).
-    ReleaseUnderPartition,
-    /// A holder awaits a release while its client's replies are lost (the release is
-    /// applied, its reply never arrives).
-    ReleaseUnderLostReplies,
-    /// An acquire future is dropped mid-flight (in the runtime: withdrawn in the
-    /// background; or on a thread without a runtime: never withdrawn), sometimes with
-    /// latency on its client so that a grant is on its way back.
-    AcquireDropped,
-    /// An operator's `force_release` of one lease of a client that has several (a pair, or
-    /// a lease and one it let go of by a nemesis); the holder then holds on for TTL + 0.5 s
-    /// unless it notices.
-    ForceReleaseOne,
-}
+/// The kinds of fault (plain data the checker counts: see
+/// [`mongolock_testkit::checker::history::FaultKind`]).
+pub use mongolock_testkit::checker::history::FaultKind;
 
-impl FaultKind {
-    /// Every kind, with its weight in the mix.
-    pub const ALL: [(FaultKind, u32); 22] = [
-        (FaultKind::Latency, 3),
-        (FaultKind::Partition, 3),
-        (FaultKind::Reset, 2),
-        (FaultKind::LostReplies, 3),
-        (FaultKind::StepDownError, 3),
-        (FaultKind::CloseConnection, 2),
-        (FaultKind::BlockConnection, 2),
-        (FaultKind::WriteConcernError, 2),
-        (FaultKind::Pause, 3),
-        (FaultKind::Kill, 2),
-        (FaultKind::PauseAcquiring, 2),
-        (FaultKind::KillAcquiring, 2),
-        (FaultKind::ForceRelease, 1),
-        (FaultKind::Purge, 1),
-        (FaultKind::ClockJump, 1),
-        (FaultKind::DropWithoutRuntime, 3),
-        (FaultKind::ReleaseCancelled, 3),
-        (FaultKind::ReleaseBlip, 2),
-        (FaultKind::ReleaseUnderPartition, 1),
-        (FaultKind::ReleaseUnderLostReplies, 1),
-        (FaultKind::AcquireDropped, 2),
-        (FaultKind::ForceReleaseOne, 3),
-    ];
-
-    /// The name in the report.
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::Latency => "proxy latency",
-            FaultKind::Partition => "partition > TTL",
-            FaultKind::Reset => "connection reset",
-            FaultKind::LostReplies => "replies lost (write applied)",
-            FaultKind::StepDownError => "step-down/shutdown error",
-            FaultKind::CloseConnection => "closeConnection",
-            FaultKind::BlockConnection => "blockConnection > TTL",
-            FaultKind::WriteConcernError => "writeConcernError",
-            FaultKind::Pause => "client pause > TTL",
-            FaultKind::Kill => "client killed",
-            FaultKind::PauseAcquiring => "client pause > TTL while acquiring",
-            FaultKind::KillAcquiring => "client killed while acquiring",
-            FaultKind::ForceRelease => "operator force_release",
-            FaultKind::Purge => "operator purge",
-            FaultKind::ClockJump => "server clock jump",
-            FaultKind::DropWithoutRuntime => "guard dropped without a runtime",
-            FaultKind::ReleaseCancelled => "release future dropped mid-flight",
-            FaultKind::ReleaseBlip => "background release in a network blip",
-            FaultKind::ReleaseUnderPartition => "release under partition",
-            FaultKind::ReleaseUnderLostReplies => "release under lost replies",
-            FaultKind::AcquireDropped => "acquire future dropped mid-flight",
-            FaultKind::ForceReleaseOne => "operator force_release of one of several",
-        }
-    }
-
-    /// True for the nemeses a client carries out on its own release or acquire (and the
-    /// operator's force-release of one lease of several): each is logged with how it ended
-    /// ([`crate::history::NemesisLog`]).
-    pub fn is_nemesis(self) -> bool {
-        self.is_let_go() || matches!(self, FaultKind::AcquireDropped | FaultKind::ForceReleaseOne)
-    }
-
-    /// True for the nemeses a holder carries out when it lets go of a lease: a holder
-    /// through a handle, or a recipe holder (a multi-lock's set, a leadership), which lets
-    /// go of the whole recipe that way (every kind applies to a recipe: each has one
-    /// release, which can be awaited, dropped mid-flight or under a fault, and one drop).
-    pub fn is_let_go(self) -> bool {
-        matches!(
-            self,
-            FaultKind::DropWithoutRuntime
-                | FaultKind::ReleaseCancelled
-                | FaultKind::ReleaseBlip
-                | FaultKind::ReleaseUnderPartition
-                | FaultKind::ReleaseUnderLostReplies
-        )
-    }
-}
+/// Every kind of fault, with its weight in the mix.
+pub const MIX: [(FaultKind, u32); 22] = [
+    (FaultKind::Latency, 3),
+    (FaultKind::Partition, 3),
+    (FaultKind::Reset, 2),
+    (FaultKind::LostReplies, 3),
+    (FaultKind::StepDownError, 3),
+    (FaultKind::CloseConnection, 2),
+    (FaultKind::BlockConnection, 2),
+    (FaultKind::WriteConcernError, 2),
+    (FaultKind::Pause, 3),
+    (FaultKind::Kill, 2),
+    (FaultKind::PauseAcquiring, 2),
+    (FaultKind::KillAcquiring, 2),
+    (FaultKind::ForceRelease, 1),
+    (FaultKind::Purge, 1),
+    (FaultKind::ClockJump, 1),
+    (FaultKind::DropWithoutRuntime, 3),
+    (FaultKind::ReleaseCancelled, 3),
+    (FaultKind::ReleaseBlip, 2),
+    (FaultKind::ReleaseUnderPartition, 1),
+    (FaultKind::ReleaseUnderLostReplies, 1),
+    (FaultKind::AcquireDropped, 2),
+    (FaultKind::ForceReleaseOne, 3),
+];
 
 /// Applies random faults to a fleet.
 #[derive(Debug)]
@@ -291,9 +184,9 @@ impl Injector {
     }
 
     fn pick(&mut self) -> FaultKind {
-        let total: u32 = FaultKind::ALL.iter().map(|(_, w)| w).sum();
+        let total: u32 = MIX.iter().map(|(_, w)| w).sum();
         let mut ticket = self.rng.random_range(0..total);
-        for (kind, weight) in FaultKind::ALL {
+        for (kind, weight) in MIX {
             if ticket < weight {
                 return kind;
             }

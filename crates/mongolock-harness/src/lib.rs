@@ -22,7 +22,6 @@
 //! # Ok(()) }
 //! ```
 
-pub mod check;
 pub mod controls;
 pub mod faults;
 pub mod history;
@@ -31,12 +30,17 @@ pub mod oracle;
 pub mod report;
 pub mod workload;
 
+/// The checker, shared with `mongolock demo`: it lives in the testkit
+/// ([`mongolock_testkit::checker::check`]).
+pub use mongolock_testkit::checker::check;
+
 use std::time::{Duration, Instant};
 
 use mongolock::{Filter, LockClient};
 use mongolock_testkit::TestServer;
 
 use crate::faults::Injector;
+use crate::history::{FromLibrary, GuardLog};
 use crate::history::{Mode, Recorder};
 use crate::report::{Report, RunResult};
 use crate::workload::{COLLECTION, DB, Fleet, Workload};

@@ -27,13 +27,14 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
 use crate::history::{
-    CampaignLog, FinalRead, HolderLog, LetGo, Mode, Observation, ProclaimLog, ProclaimOutcome,
-    Recorder, ReleaseResult, SeenLeader, Source,
+    CampaignLog, FinalRead, FromLibrary, GuardLog, HolderLog, LetGo, Mode, Observation,
+    ProclaimLog, ProclaimOutcome, Recorder, ReleaseResult, SeenLeader, Source,
 };
 use crate::workload::{COLLECTION, DB, Workload};
 
-/// How long an election goes without a change before the fresh read at the end of a run.
-pub const QUIET: Duration = Duration::from_secs(1);
+/// How long an election goes without a change before the fresh read at the end of a run
+/// (the checker's, which judges such reads).
+pub use crate::check::QUIET;
 
 /// How often the poller reads each election's leader.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);

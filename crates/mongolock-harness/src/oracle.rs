@@ -1025,7 +1025,7 @@ mod tests {
     use mongolock_testkit::TestServer;
 
     use super::*;
-    use crate::history::{AcquireCall, LetGo, LossKind, Recorder};
+    use crate::history::{AcquireCall, GuardLog, LetGo, LossKind, Recorder};
 
     fn history(holders: Vec<HolderLog>) -> History {
         let mut history = Recorder::new().finish(HashMap::new());

@@ -160,7 +160,12 @@ impl fmt::Display for Report {
                 let c = r.outcome.by_role.get(&role).copied().unwrap_or_default();
                 (g + c.grants, h + c.handoffs)
             });
-            row(&mut t, role.name(), format!("{grants} / {handoffs}"));
+            // The workload's semaphores have two permits.
+            let name = match role {
+                Role::Semaphore => "semaphore (2 permits)",
+                _ => role.name(),
+            };
+            row(&mut t, name, format!("{grants} / {handoffs}"));
         }
         row(
             &mut t,
@@ -243,7 +248,7 @@ impl fmt::Display for Report {
                 }
             }
         }
-        for (kind, _) in FaultKind::ALL {
+        for kind in FaultKind::ALL {
             let asked = faults.get(&kind).copied().unwrap_or(0).to_string();
             let value = match kind {
                 FaultKind::PauseAcquiring | FaultKind::KillAcquiring => format!(

@@ -6,6 +6,7 @@
 #![warn(clippy::missing_errors_doc)]
 
 pub mod arena;
+pub mod checker;
 pub(crate) mod commands;
 pub(crate) mod engine;
 pub mod faults;

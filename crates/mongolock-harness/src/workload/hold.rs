@@ -22,8 +22,8 @@ use rand::seq::IndexedRandom;
 use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label};
 use crate::faults::FaultKind;
 use crate::history::{
-    AcquireCall, Ending, HolderLog, LetGo, LossKind, Mode, NemesisLog, PauseLog, ReleaseResult,
-    WriterWait,
+    AcquireCall, Ending, FromLibrary, GuardLog, HolderLog, LetGo, LossKind, Mode, NemesisLog,
+    PauseLog, ReleaseResult, WriterWait,
 };
 
 /// The lock id the client slot `index` holds resumable resources with, in every
@@ -129,7 +129,7 @@ async fn watching<T>(
             biased;
             out = &mut fut => return out,
             (i, reason) = first_loss(leases), if watch => {
-                leases[i].log.notice(Instant::now(), LossKind::from(reason));
+                leases[i].log.notice(Instant::now(), LossKind::of(&reason));
                 watch = false;
             }
             () = tokio::time::sleep(Duration::from_millis(10)) => {
@@ -526,7 +526,7 @@ impl Worker {
                 let tick = (step_end - now).min(Duration::from_millis(10));
                 match tokio::time::timeout(tick, first_loss(leases)).await {
                     Ok((i, reason)) => {
-                        leases[i].log.notice(Instant::now(), LossKind::from(reason));
+                        leases[i].log.notice(Instant::now(), LossKind::of(&reason));
                         let lease = leases.remove(i);
                         self.publish(leases);
                         watching(self.let_go(lease, None), leases, None).await;

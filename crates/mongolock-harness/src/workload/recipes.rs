@@ -45,8 +45,8 @@ use super::hold::{Release, let_go_of};
 use super::{Held, Worker, attach_acquiring_pauses, lock, owner_label};
 use crate::faults::FaultKind;
 use crate::history::{
-    AcquireCall, CampaignLog, Ending, HolderLog, LossKind, Mode, NemesisLog, PauseLog, ProclaimLog,
-    ProclaimOutcome,
+    AcquireCall, CampaignLog, Ending, FromLibrary, GuardLog, HolderLog, LossKind, Mode, NemesisLog,
+    PauseLog, ProclaimLog, ProclaimOutcome,
 };
 
 /// What a recipe holder holds, as the steps of work need it: its guards (the members of a
@@ -106,7 +106,7 @@ fn check_lost(held: &impl Recipe, logs: &mut [HolderLog]) -> bool {
     if let LeaseState::Lost(reason) = held.state() {
         let now = Instant::now();
         for log in logs {
-            log.notice(now, LossKind::from(reason));
+            log.notice(now, LossKind::of(&reason));
         }
         return true;
     }
@@ -371,7 +371,7 @@ impl Worker {
                     Ok(reason) => {
                         let now = Instant::now();
                         for log in logs.iter_mut() {
-                            log.notice(now, LossKind::from(reason));
+                            log.notice(now, LossKind::of(&reason));
                         }
                         break 'steps;
                     }
@@ -401,7 +401,7 @@ impl Worker {
                 biased;
                 result = &mut call => break ProclaimOutcome::of(&result),
                 reason = leading.lost(), if watch => {
-                    log.notice(Instant::now(), LossKind::from(reason));
+                    log.notice(Instant::now(), LossKind::of(&reason));
                     watch = false;
                 }
                 () = &mut limit => break ProclaimOutcome::Dropped,

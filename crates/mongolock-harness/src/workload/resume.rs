@@ -40,7 +40,9 @@ use rand::Rng;
 
 use super::hold::{Lease, resume_lock_id as lock_id};
 use super::{COLLECTION, DB, Worker, lock, owner_label};
-use crate::history::{HolderLog, LetGo, LossKind, Mode, Recorder, ReleaseResult, WriteLog};
+use crate::history::{
+    self, FromLibrary, GuardLog, HolderLog, LetGo, Mode, Recorder, ReleaseResult,
+};
 
 /// The chance that a pause of a resumable holder comes with a twin.
 const TWIN_SHARE: f64 = 0.6;
@@ -187,33 +189,11 @@ impl Twin {
             // holds, which no library can prevent (a lock id belongs to one live holder).
             let hold_until = Instant::now() + self.ttl + HOLD_PAST_TTL;
             let mut step = 0;
-            'work: while step < self.steps || Instant::now() < hold_until {
+            while step < self.steps || Instant::now() < hold_until {
                 step += 1;
-                if log.check_lost(&guard) {
-                    break;
-                }
-                let (at, accepted) = self.recorder.record.write(
-                    &log.resource,
-                    log.mode,
-                    log.access,
-                    log.id,
-                    log.token,
-                );
-                log.writes.push(WriteLog {
-                    at,
-                    token: log.token,
-                    value: log.writes.len() as u64,
-                    accepted,
-                });
                 let step_end = Instant::now() + Duration::from_millis(120);
-                while Instant::now() < step_end {
-                    match tokio::time::timeout(Duration::from_millis(10), guard.lost()).await {
-                        Ok(reason) => {
-                            log.notice(Instant::now(), LossKind::from(reason));
-                            break 'work;
-                        }
-                        Err(_) => log.sample(&guard),
-                    }
+                if history::work_step(&mut log, &guard, &self.recorder.record, step_end).await {
+                    break;
                 }
             }
             log.check_lost(&guard);

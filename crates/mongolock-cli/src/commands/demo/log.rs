@@ -1,10 +1,14 @@
 //! The shared event log: every grant, release, loss, crash, network cut and guarded write,
 //! with the monotonic time it happened. Each event is printed as it is recorded, with who
-//! holds what after it; the verification at the end reads the log again from scratch.
+//! holds what after it; the verification at the end reads the log again from scratch. The
+//! takeover lines printed live are narration: the verdicts are the checker's, at the end.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use mongolock_testkit::checker::history::LossKind;
 
 /// The demo's three locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -81,6 +85,12 @@ pub(crate) enum What {
         mode: Mode,
         /// The fencing token of the grant.
         token: i64,
+        /// The lease's lock id.
+        lock_id: String,
+        /// When the worker called `acquire`.
+        invoked_at: Instant,
+        /// When the attempt that was granted was sent.
+        sent_at: Instant,
         /// When the server granted it, on this machine's monotonic clock, when the server's
         /// clock can be compared with it (the embedded emulator); `None` otherwise.
         granted_at: Option<Instant>,
@@ -103,8 +113,10 @@ pub(crate) enum What {
     },
     /// The worker was told (`guard.lost()` resolved) that its lease is lost.
     Lost {
-        /// Why, as the library says.
+        /// Why, in words.
         reason: String,
+        /// Why, as the checker counts it.
+        kind: LossKind,
     },
     /// The worker's process died while holding: no release, no more renewals.
     Crashed {
@@ -186,6 +198,8 @@ struct Inner {
     seats: Vec<Seat>,
     /// Holds lost without a release whose lock nobody has taken since.
     troubles: Vec<Trouble>,
+    /// The latest local deadline seen by each hold whose worker watches it (not printed).
+    deadlines: HashMap<u64, Instant>,
 }
 
 /// The shared log. Recording takes the time under the log's lock, so the entries are in
@@ -252,6 +266,19 @@ impl Log {
         self.lock().entries.clone()
     }
 
+    /// Notes `deadline`, a hold's local deadline as its worker sees it now, if it is the
+    /// latest yet (silently: the checker reads it, the live lines do not show it).
+    pub(crate) fn deadline(&self, hold: u64, deadline: Instant) {
+        let mut inner = self.lock();
+        let latest = inner.deadlines.entry(hold).or_insert(deadline);
+        *latest = (*latest).max(deadline);
+    }
+
+    /// The latest local deadline noted for each hold (see [`Log::deadline`]).
+    pub(crate) fn deadlines(&self) -> HashMap<u64, Instant> {
+        self.lock().deadlines.clone()
+    }
+
     /// Whether some entry matches.
     pub(crate) fn any(&self, matches: impl Fn(&Entry) -> bool) -> bool {
         self.lock().entries.iter().any(matches)
@@ -267,6 +294,7 @@ impl Log {
                 mode,
                 token,
                 granted_at,
+                ..
             } => {
                 let how = match mode {
                     Mode::Mutex => format!("acquired {}", lock.name()),
@@ -332,7 +360,7 @@ impl Log {
                     }
                 }
             }
-            What::Lost { reason } => {
+            What::Lost { reason, .. } => {
                 inner.seats.retain(|s| s.hold != hold);
                 let known = inner.troubles.iter_mut().find(|t| t.hold == hold);
                 match known {

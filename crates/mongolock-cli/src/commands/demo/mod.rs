@@ -7,7 +7,8 @@
 //! - `log`: the shared event log, printed live;
 //! - `workers`: the ordinary workers, the one that crashes, the one that is cut off;
 //! - `store`: the guarded store that refuses stale fencing tokens;
-//! - `verify`: the checks, from the log, and the summary.
+//! - `verify`: the log turned into a history for the checker the reliability harness uses
+//!   too (the testkit's `checker`), its verdicts, and the summary.
 
 mod log;
 mod store;

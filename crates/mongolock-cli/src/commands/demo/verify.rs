@@ -1,63 +1,42 @@
-//! The verification: rebuilds every hold from the event log, and checks each promise.
+//! The verification: turns the event log into the history the shared checker reads
+//! ([`mongolock_testkit::checker`], the reliability harness's checker too), runs it, and
+//! reports from its outcome.
 //!
-//! A hold counts as holding from the moment its `acquire` returned until its worker called
-//! `release`, was told the lease was lost, or, for a worker that crashed, until its lease ran
-//! out by its own clock (when it would have been told). A worker cut off and never told holds
-//! until the end. From these intervals:
+//! A hold is a holder of the history ([`HolderLog`]): it believes it holds from the moment
+//! its `acquire` returned until its worker called `release` or was told the lease was lost;
+//! a worker that crashed is taken as told at its lease's end by its own clock (when it would
+//! have been told, had it lived); a worker cut off and never told believes until the end.
+//! The checker judges, among its promises:
 //!
-//! - the most holders at once, per lock (1 for the mutex, the permits for the semaphore, a
-//!   writer alone or readers only for the rwlock);
-//! - handoffs: a grant to a worker other than the one of the grant before, per lock;
-//! - each takeover (the first conflicting grant to someone else after a hold that ended
-//!   without a release) must come after that hold was told it lost the lease (or, crashed,
-//!   after its lease ran out): compared with the server's grant time where the server's
-//!   clock can be read on this machine's clock (the emulator), else with the time the grant
-//!   reached the worker;
-//! - the guarded store accepted tokens in increasing order only, and never refused a write
-//!   from a holder that had not been told it lost its lease.
+//! - exclusion on the mutex and the rwlock (a writer alone, readers only), and the
+//!   semaphore's cap ((1) and (4));
+//! - each takeover (the first conflicting grant to another holder after a hold that ended by
+//!   a loss) came after that hold was told (3): compared with the server's grant time where
+//!   the server's clock can be read on this machine's clock (the emulator), else with the
+//!   time the grant reached the worker;
+//! - the guarded store took tokens in increasing order only, and never refused a write from
+//!   a holder that had not been told it lost its lease ((1) guarded writes); tokens are
+//!   unique and increase with the grants (2);
+//! - no worker believed it held past its local deadline (3): the cut-off worker watches it,
+//!   so one never told is caught.
+//!
+//! The demo adds its own figures (the most holders at once come from the checker; handoffs,
+//! here, are grants to a worker other than the one of the grant before on the lock) and one
+//! check of its own, which the harness has no need of: the MongoDB store holds as many
+//! accepted writes as the workers saw accepted. The writes a cut-off worker makes on
+//! purpose with its lost lease's token are shown, not checked: they are the demonstration of
+//! fencing, and a holder that writes after its loss is what the checker would flag.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
+use mongolock_testkit::checker::check::{self, Check, Outcome};
+use mongolock_testkit::checker::history::{
+    Access, History, HolderLog, LetGo, LossKind, Mode as Locked, RecordEntry, WriteLog,
+};
 use serde::Serialize;
 
 use super::log::{Entry, GPU_PERMITS, Lock, Log, Mode, What};
-
-/// How a hold ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// Its worker called release.
-    Released,
-    /// Its worker was told the lease was lost.
-    Lost,
-    /// Its worker crashed; the lease ran out by its own clock.
-    Crashed,
-    /// Its worker was cut off and never told.
-    NeverTold,
-    /// Still held when the log was read (counted until then).
-    Open,
-}
-
-/// One grant to one worker, rebuilt from the log.
-#[derive(Debug, Clone)]
-struct Hold {
-    /// The hold's id in the log.
-    id: u64,
-    /// The worker holding it.
-    worker: usize,
-    /// The lock.
-    lock: Lock,
-    /// How it held it.
-    mode: Mode,
-    /// When `acquire` returned.
-    start: Instant,
-    /// When the server granted it (its clock mapped on ours), or `start`.
-    granted: Instant,
-    /// When it stopped holding (see [`End`]).
-    end: Instant,
-    /// How it ended.
-    how: End,
-}
 
 /// One lock's figures.
 #[derive(Debug, Serialize)]
@@ -117,7 +96,7 @@ pub(crate) struct LossReport {
     /// The worker that lost it.
     pub(crate) worker: String,
     /// The lock.
-    pub(crate) lock: &'static str,
+    pub(crate) lock: String,
     /// `cut off`, `crashed`, `lost` (an ordinary worker) or `never told`.
     pub(crate) how: &'static str,
     /// Seconds from the start to when it was told (crashed: when its lease ran out by its
@@ -165,76 +144,148 @@ pub(crate) struct Report {
     pub(crate) violations: Vec<String>,
 }
 
-/// Rebuilds the holds from the log.
-fn holds(entries: &[Entry], finish: Instant) -> Vec<Hold> {
-    let mut holds: BTreeMap<u64, Hold> = BTreeMap::new();
+/// How `lock` is locked, as the checker sees it.
+fn locked(lock: Lock) -> Locked {
+    match lock {
+        Lock::Report => Locked::Exclusive,
+        Lock::Gpu => Locked::Shared {
+            permits: GPU_PERMITS,
+        },
+        Lock::Config => Locked::ReadWrite,
+    }
+}
+
+/// What a hold in `mode` holds.
+fn access(mode: Mode) -> Access {
+    match mode {
+        Mode::Mutex | Mode::Write => Access::Exclusive,
+        Mode::Permit | Mode::Read => Access::Shared,
+    }
+}
+
+/// The history of the demo, from its event log (`deadlines`: the local deadlines the
+/// watching workers noted), as the checker reads it. Writes made on purpose with a lost
+/// lease's token are left out (see the module docs).
+fn history(entries: &[Entry], deadlines: &HashMap<u64, Instant>, finish: Instant) -> History {
+    let mut history = History::new(finish);
+    history.modes = Lock::ALL
+        .iter()
+        .map(|&lock| (lock.name().to_owned(), locked(lock)))
+        .collect();
+    let mut holders: BTreeMap<u64, HolderLog> = BTreeMap::new();
     for entry in entries {
         match &entry.what {
             What::Acquired {
-                mode, granted_at, ..
+                mode,
+                token,
+                lock_id,
+                invoked_at,
+                sent_at,
+                granted_at,
             } => {
-                holds.insert(
+                let mut log = HolderLog::granted(
                     entry.hold,
-                    Hold {
-                        id: entry.hold,
-                        worker: entry.worker,
-                        lock: entry.lock,
-                        mode: *mode,
-                        start: entry.at,
-                        granted: granted_at.unwrap_or(entry.at),
-                        end: finish,
-                        how: End::Open,
-                    },
+                    entry.worker,
+                    locked(entry.lock),
+                    entry.lock.name(),
+                    *token,
                 );
+                log.access = access(*mode);
+                log.lock_id = lock_id.clone();
+                log.invoked_at = *invoked_at;
+                log.attempt_sent_at = *sent_at;
+                log.granted_at = entry.at;
+                log.server_granted_at = *granted_at;
+                log.ttl = Some(super::workers::TTL);
+                log.max_deadline = deadlines.get(&entry.hold).copied();
+                holders.insert(entry.hold, log);
             }
-            What::Released | What::Lost { .. } | What::Crashed { .. } | What::NeverTold => {
-                let Some(hold) = holds.get_mut(&entry.hold) else {
+            What::Wrote {
+                token,
+                accepted,
+                late: false,
+            } => {
+                let Some(log) = holders.get_mut(&entry.hold) else {
                     continue;
                 };
-                if hold.how != End::Open {
-                    continue;
+                log.writes.push(WriteLog {
+                    at: entry.at,
+                    token: *token,
+                    value: log.writes.len() as u64,
+                    accepted: *accepted,
+                });
+                history
+                    .record
+                    .entry(entry.lock.name().to_owned())
+                    .or_default()
+                    .push(RecordEntry {
+                        at: entry.at,
+                        holder: entry.hold,
+                        token: *token,
+                        access: log.access,
+                        accepted: *accepted,
+                    });
+            }
+            What::Released => {
+                if let Some(log) = holders.get_mut(&entry.hold) {
+                    log.released_at = Some(entry.at);
+                    log.let_go = Some(LetGo::Released);
                 }
-                (hold.end, hold.how) = match &entry.what {
-                    What::Released => (entry.at, End::Released),
-                    What::Lost { .. } => (entry.at, End::Lost),
-                    What::Crashed { lease_end } => (*lease_end, End::Crashed),
-                    _ => (finish, End::NeverTold),
-                };
             }
-            What::Wrote { .. } | What::Waiting { .. } | What::CutOff | What::Healed => {}
+            What::Lost { kind, .. } => {
+                if let Some(log) = holders.get_mut(&entry.hold) {
+                    log.notice(entry.at, *kind);
+                }
+            }
+            What::Crashed { lease_end } => {
+                if let Some(log) = holders.get_mut(&entry.hold) {
+                    log.notice(*lease_end, LossKind::Deadline);
+                }
+            }
+            What::Wrote { late: true, .. }
+            | What::Waiting { .. }
+            | What::CutOff
+            | What::NeverTold
+            | What::Healed => {}
         }
     }
-    holds.into_values().collect()
+    history.holders = holders.into_values().collect();
+    history
 }
 
-/// The most holders at once of `lock`: (all, readers, writers, whether a writer ever held
-/// it with someone else).
-fn concurrency(holds: &[&Hold]) -> (usize, usize, usize, bool) {
-    // Ends sort before starts at the same instant: a hold that ends when another starts does
-    // not overlap it.
-    let mut points: Vec<(Instant, i8, Mode)> = Vec::new();
-    for hold in holds {
-        points.push((hold.start, 1, hold.mode));
-        points.push((hold.end.max(hold.start), -1, hold.mode));
+/// Grants to a worker other than the one of the grant before, on `resource`.
+fn handoffs(history: &History, resource: &str) -> usize {
+    let mut grants: Vec<&HolderLog> = history
+        .holders
+        .iter()
+        .filter(|h| h.resource == resource)
+        .collect();
+    grants.sort_by_key(|h| (h.granted_at, h.id));
+    grants
+        .windows(2)
+        .filter(|w| w[0].client != w[1].client)
+        .count()
+}
+
+/// How a hold that did not release ended, in the report's words, from its events.
+fn how(entries: &[Entry], hold: u64) -> Option<&'static str> {
+    let mine = || entries.iter().filter(move |e| e.hold == hold);
+    let has = |f: fn(&What) -> bool| mine().any(|e| f(&e.what));
+    if has(|w| matches!(w, What::Released)) {
+        None
+    } else if has(|w| matches!(w, What::Crashed { .. })) {
+        Some("crashed")
+    } else if has(|w| matches!(w, What::NeverTold)) {
+        Some("never told")
+    } else if has(|w| matches!(w, What::Lost { .. })) {
+        Some(if has(|w| matches!(w, What::CutOff)) {
+            "cut off"
+        } else {
+            "lost"
+        })
+    } else {
+        None
     }
-    points.sort_by_key(|(at, delta, _)| (*at, *delta));
-    let (mut readers, mut writers, mut others) = (0_i64, 0_i64, 0_i64);
-    let (mut max_all, mut max_readers, mut max_writers, mut writer_shared) = (0, 0, 0, false);
-    for (_, delta, mode) in points {
-        let delta = i64::from(delta);
-        match mode {
-            Mode::Read => readers += delta,
-            Mode::Write => writers += delta,
-            Mode::Mutex | Mode::Permit => others += delta,
-        }
-        max_all = max_all.max((readers + writers + others) as usize);
-        max_readers = max_readers.max(readers as usize);
-        max_writers = max_writers.max(writers as usize);
-        if writers > 0 && readers + writers > 1 {
-            writer_shared = true;
-        }
-    }
-    (max_all, max_readers, max_writers, writer_shared)
 }
 
 /// Checks every promise.
@@ -247,95 +298,89 @@ pub(crate) fn verify(
     skipped: Vec<String>,
 ) -> Report {
     let entries = log.entries();
-    let holds = holds(&entries, finish);
-    let mut violations = Vec::new();
+    let history = history(&entries, &log.deadlines(), finish);
+    let outcome = check::check(&history);
+    report(
+        &entries,
+        &history,
+        &outcome,
+        accepted,
+        log.start(),
+        server,
+        workers,
+        skipped,
+    )
+}
+
+/// The report of the checker's `outcome` on the demo's `history`, with the demo's own
+/// figures and check.
+#[allow(clippy::too_many_arguments)]
+fn report(
+    entries: &[Entry],
+    history: &History,
+    outcome: &Outcome,
+    accepted: &HashMap<Lock, Vec<i64>>,
+    start: Instant,
+    server: &'static str,
+    workers: usize,
+    skipped: Vec<String>,
+) -> Report {
+    let mut violations: Vec<String> = outcome.violations.iter().map(|v| v.to_string()).collect();
 
     let mut locks = Vec::new();
     for lock in Lock::ALL {
-        let mut mine: Vec<&Hold> = holds.iter().filter(|h| h.lock == lock).collect();
-        mine.sort_by_key(|h| h.start);
-        let handoffs = mine
-            .windows(2)
-            .filter(|w| w[0].worker != w[1].worker)
-            .count();
-        let (max_all, max_readers, max_writers, writer_shared) = concurrency(&mine);
-        let (limit, ok) = match lock {
-            Lock::Report => (1, max_all <= 1),
-            Lock::Gpu => (GPU_PERMITS, max_all <= GPU_PERMITS as usize),
-            Lock::Config => (1, max_writers <= 1 && !writer_shared),
+        let name = lock.name();
+        let most = outcome.at_once.get(name).copied().unwrap_or_default();
+        let limit = match lock {
+            Lock::Gpu => GPU_PERMITS,
+            Lock::Report | Lock::Config => 1,
         };
-        if !ok {
-            violations.push(match lock {
-                Lock::Config => format!(
-                    "{}: a writer held it together with someone else (max writers {max_writers})",
-                    lock.name()
-                ),
-                _ => format!(
-                    "{}: {max_all} holders at once, more than {limit}",
-                    lock.name()
-                ),
-            });
-        }
         let is_rw = lock == Lock::Config;
         locks.push(LockReport {
-            name: lock.name(),
+            name,
             kind: lock.kind(),
             limit,
-            grants: mine.len(),
-            handoffs,
-            max_concurrent: max_all,
-            max_readers: is_rw.then_some(max_readers),
-            max_writers: is_rw.then_some(max_writers),
-            writer_shared: is_rw.then_some(writer_shared),
-            ok,
+            grants: history
+                .holders
+                .iter()
+                .filter(|h| h.resource == name)
+                .count(),
+            handoffs: handoffs(history, name),
+            max_concurrent: most.holders,
+            max_readers: is_rw.then_some(most.shared),
+            max_writers: is_rw.then_some(most.exclusive),
+            writer_shared: is_rw.then_some(most.exclusive_with_others),
+            ok: !outcome.has_on(Check::Exclusion, name) && !outcome.has_on(Check::Caps, name),
         });
     }
 
-    // Fencing.
+    // Fencing: the checker's guarded writes, and the store's own count (the demo's check).
     let mut records = Vec::new();
     for lock in super::store::Store::GUARDED {
-        let tokens = accepted.get(&lock).cloned().unwrap_or_default();
-        let increasing = tokens.windows(2).all(|w| w[0] < w[1]);
-        if !increasing {
-            violations.push(format!(
-                "the {} record accepted a token not larger than the one before",
-                lock.name()
-            ));
-        }
+        let name = lock.name();
+        let tokens = accepted.get(&lock).map_or(0, Vec::len);
         let logged = entries
             .iter()
             .filter(|e| e.lock == lock && matches!(e.what, What::Wrote { accepted: true, .. }))
             .count();
-        if logged != tokens.len() {
+        if logged != tokens {
             violations.push(format!(
-                "the {} record holds {} accepted writes, the workers saw {logged} accepted",
-                lock.name(),
-                tokens.len()
+                "the {name} record holds {tokens} accepted writes, the workers saw {logged} accepted"
             ));
         }
+        // Every guarded-writes violation on the record that is not a refusal is a token
+        // taken out of order (or a holder's writes interleaved with another's).
+        let guarded = outcome
+            .violations
+            .iter()
+            .filter(|v| v.check == Check::GuardedWrites && v.resource.as_deref() == Some(name))
+            .count();
+        let refused = outcome.refused.get(name).copied().unwrap_or(0);
         records.push(StoreReport {
-            lock: lock.name(),
-            accepted: tokens.len(),
-            increasing,
+            lock: name,
+            accepted: tokens,
+            increasing: guarded == refused,
         });
-    }
-    let refused_from_live_holders = entries
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.what,
-                What::Wrote {
-                    accepted: false,
-                    late: false,
-                    ..
-                }
-            )
-        })
-        .count();
-    if refused_from_live_holders > 0 {
-        violations.push(format!(
-            "{refused_from_live_holders} write(s) refused while their holder still held the lock: someone newer had it too"
-        ));
     }
     let stale: Vec<bool> = entries
         .iter()
@@ -351,78 +396,38 @@ pub(crate) fn verify(
     let fencing = FencingReport {
         tokens_increasing: records.iter().all(|r| r.increasing),
         records,
-        refused_from_live_holders,
+        refused_from_live_holders: outcome.refused.values().sum(),
         stale_writes: stale.len(),
         stale_writes_refused: stale.iter().filter(|accepted| !**accepted).count(),
     };
 
-    // Losses and takeovers.
-    let cut: Vec<u64> = entries
+    // Losses and takeovers, as the checker judged them.
+    let server_clock = history
+        .holders
         .iter()
-        .filter(|e| matches!(e.what, What::CutOff))
-        .map(|e| e.hold)
-        .collect();
-    let server_clock = entries.iter().any(|e| {
-        matches!(
-            e.what,
-            What::Acquired {
-                granted_at: Some(_),
-                ..
-            }
-        )
-    });
+        .any(|h| h.server_granted_at.is_some());
+    let since = |at: Instant| at.saturating_duration_since(start).as_secs_f64();
+    let clients: HashMap<u64, usize> = history.holders.iter().map(|h| (h.id, h.client)).collect();
     let mut losses = Vec::new();
-    for hold in &holds {
-        if matches!(hold.how, End::Released | End::Open) {
+    for holder in &history.holders {
+        if matches!(holder.mode, Locked::Shared { .. }) {
+            // Permits do not conflict one by one; the cap covers the semaphore.
             continue;
         }
-        if hold.lock == Lock::Gpu {
-            // Permits do not conflict one by one; the count above covers the semaphore.
+        let Some(how) = how(entries, holder.id) else {
             continue;
-        }
-        let how = match hold.how {
-            End::Crashed => "crashed",
-            End::NeverTold => "never told",
-            _ if cut.contains(&hold.id) => "cut off",
-            _ => "lost",
         };
-        let next = holds
-            .iter()
-            .filter(|h| {
-                h.lock == hold.lock
-                    && h.worker != hold.worker
-                    && h.start > hold.start
-                    && h.mode.conflicts(hold.mode)
-            })
-            .min_by_key(|h| h.start);
-        let ended = (hold.how != End::NeverTold).then_some(hold.end);
-        let before = next.map(|n| ended.is_some_and(|e| e < n.granted));
-        if before == Some(false) {
-            violations.push(format!(
-                "w{} ({how}) on {}: w{} was granted it before w{}'s lease had ended",
-                hold.worker,
-                hold.lock.name(),
-                next.map_or(0, |n| n.worker),
-                hold.worker
-            ));
-        }
-        if hold.how == End::NeverTold {
-            violations.push(format!(
-                "w{} was never told it lost {}",
-                hold.worker,
-                hold.lock.name()
-            ));
-        }
-        let since = |at: Instant| at.saturating_duration_since(log.start()).as_secs_f64();
+        let handover = outcome.handovers.iter().find(|h| h.from == holder.id);
         losses.push(LossReport {
-            worker: format!("w{}", hold.worker),
-            lock: hold.lock.name(),
+            worker: format!("w{}", holder.client),
+            lock: holder.resource.clone(),
             how,
-            ended_at_s: ended.map(since),
-            taken_over_by: next.map(|n| format!("w{}", n.worker)),
-            taken_over_at_s: next.map(|n| since(n.granted)),
+            ended_at_s: holder.lost_at().map(since),
+            taken_over_by: handover
+                .map(|h| format!("w{}", clients.get(&h.to).copied().unwrap_or(0))),
+            taken_over_at_s: handover.map(|h| since(h.granted_at)),
             takeover_clock: if server_clock { "server" } else { "reply" },
-            before_takeover: before,
+            before_takeover: handover.map(|h| h.in_time),
         });
     }
 
@@ -430,14 +435,15 @@ pub(crate) fn verify(
         ok: violations.is_empty(),
         server,
         workers,
-        seconds: finish.saturating_duration_since(log.start()).as_secs_f64(),
+        seconds: history.end.saturating_duration_since(start).as_secs_f64(),
         lease_ttl_ms: super::workers::TTL.as_millis() as u64,
         handoffs: locks.iter().map(|l| l.handoffs).sum(),
         takeovers: losses.iter().filter(|l| l.taken_over_by.is_some()).count(),
         locks,
         fencing,
-        losses_before_takeover: losses.iter().all(|l| l.before_takeover != Some(false))
-            && losses.iter().all(|l| l.how != "never told"),
+        losses_before_takeover: !outcome.has(Check::LossBeforeNextGrant)
+            && !outcome.has(Check::LocalDeadline)
+            && losses.iter().all(|l| l.before_takeover != Some(false)),
         losses,
         skipped,
         violations,
@@ -554,5 +560,216 @@ impl Report {
             }
         }
         super::log::emit(&mut std::io::stdout().lock(), report.trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Builds event logs by hand, with times in ms after `t0`.
+    struct Script {
+        t0: Instant,
+        entries: Vec<Entry>,
+        deadlines: HashMap<u64, Instant>,
+    }
+
+    impl Script {
+        fn new() -> Self {
+            Script {
+                t0: Instant::now(),
+                entries: Vec::new(),
+                deadlines: HashMap::new(),
+            }
+        }
+
+        fn at(&self, ms: u64) -> Instant {
+            self.t0 + Duration::from_millis(ms)
+        }
+
+        fn event(&mut self, ms: u64, worker: usize, lock: Lock, hold: u64, what: What) {
+            let at = self.at(ms);
+            self.entries.push(Entry {
+                at,
+                worker,
+                lock,
+                hold,
+                what,
+            });
+        }
+
+        /// Worker `worker` gets `lock` in `mode` as hold `hold` with `token`: its call at
+        /// `ms` - 20, the server's grant at `ms` - 5, the reply at `ms`.
+        fn acquired(&mut self, ms: u64, worker: usize, lock: Lock, mode: Mode, hold: u64) {
+            let what = What::Acquired {
+                mode,
+                token: hold as i64,
+                lock_id: format!("id-{hold}"),
+                invoked_at: self.at(ms - 20),
+                sent_at: self.at(ms - 10),
+                granted_at: Some(self.at(ms - 5)),
+            };
+            self.event(ms, worker, lock, hold, what);
+        }
+
+        fn wrote(&mut self, ms: u64, worker: usize, lock: Lock, hold: u64, accepted: bool) {
+            let what = What::Wrote {
+                token: hold as i64,
+                accepted,
+                late: false,
+            };
+            self.event(ms, worker, lock, hold, what);
+        }
+
+        fn lost(&mut self, ms: u64, worker: usize, lock: Lock, hold: u64) {
+            let what = What::Lost {
+                reason: "deadline".into(),
+                kind: LossKind::Deadline,
+            };
+            self.event(ms, worker, lock, hold, what);
+        }
+
+        /// The report, with the store holding what the log says it accepted.
+        fn report(&self, finish: u64) -> Report {
+            let history = history(&self.entries, &self.deadlines, self.at(finish));
+            let outcome = check::check(&history);
+            let mut accepted: HashMap<Lock, Vec<i64>> = HashMap::new();
+            for e in &self.entries {
+                if let What::Wrote {
+                    token,
+                    accepted: true,
+                    ..
+                } = e.what
+                {
+                    accepted.entry(e.lock).or_default().push(token);
+                }
+            }
+            report(
+                &self.entries,
+                &history,
+                &outcome,
+                &accepted,
+                self.t0,
+                "emulator",
+                3,
+                Vec::new(),
+            )
+        }
+    }
+
+    /// w1 holds the report from 100 ms and is cut off; w2 holds it after.
+    fn cut_off(told_at: u64, w2_at: u64) -> Script {
+        let mut s = Script::new();
+        s.acquired(100, 1, Lock::Report, Mode::Mutex, 1);
+        s.wrote(150, 1, Lock::Report, 1, true);
+        s.event(200, 1, Lock::Report, 1, What::CutOff);
+        s.lost(told_at, 1, Lock::Report, 1);
+        s.acquired(w2_at, 2, Lock::Report, Mode::Mutex, 2);
+        s.wrote(w2_at + 50, 2, Lock::Report, 2, true);
+        s.event(w2_at + 100, 2, Lock::Report, 2, What::Released);
+        s
+    }
+
+    #[test]
+    fn a_loss_told_before_the_takeover_keeps_every_promise() {
+        let report = cut_off(1_000, 1_200).report(2_000);
+        assert!(report.ok, "{:?}", report.violations);
+        assert!(report.losses_before_takeover);
+        assert_eq!(report.takeovers, 1);
+        let loss = &report.losses[0];
+        assert_eq!(
+            (loss.how, loss.lock.as_str()),
+            ("cut off", "nightly-report")
+        );
+        assert_eq!(loss.taken_over_by.as_deref(), Some("w2"));
+        assert_eq!(loss.before_takeover, Some(true));
+        assert_eq!(report.locks[0].max_concurrent, 1);
+        assert_eq!(report.locks[0].handoffs, 1);
+    }
+
+    #[test]
+    fn a_takeover_before_the_loss_was_told_is_a_broken_promise() {
+        // The server granted w2 at 995 ms, before w1 was told at 1,000 ms (the reply came
+        // at 1,000 ms: by the reply alone it would look in time).
+        let report = cut_off(1_000, 1_000).report(2_000);
+        assert!(!report.ok);
+        assert!(!report.losses_before_takeover);
+        assert_eq!(report.losses[0].before_takeover, Some(false));
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.starts_with(Check::LossBeforeNextGrant.name())),
+            "{:?}",
+            report.violations
+        );
+    }
+
+    #[test]
+    fn a_worker_never_told_is_a_broken_promise_even_if_nobody_took_over() {
+        let mut s = Script::new();
+        s.acquired(100, 1, Lock::Report, Mode::Mutex, 1);
+        s.event(200, 1, Lock::Report, 1, What::CutOff);
+        s.deadlines.insert(1, s.at(2_100));
+        s.event(6_200, 1, Lock::Report, 1, What::NeverTold);
+        let report = s.report(7_000);
+        assert!(!report.ok);
+        assert_eq!(report.losses[0].how, "never told");
+        assert_eq!(report.losses[0].before_takeover, None);
+        assert!(!report.losses_before_takeover);
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.starts_with(Check::LocalDeadline.name())),
+            "{:?}",
+            report.violations
+        );
+    }
+
+    #[test]
+    fn a_refused_write_and_a_third_permit_are_broken_promises() {
+        let mut s = cut_off(1_000, 1_200);
+        // w1 writes again after w2 did, without having been told: refused.
+        s.wrote(1_300, 1, Lock::Report, 1, false);
+        let report = s.report(2_000);
+        assert_eq!(report.fencing.refused_from_live_holders, 1);
+        assert!(report.fencing.tokens_increasing);
+        assert!(!report.ok);
+
+        let mut s = Script::new();
+        for worker in 1..=3 {
+            s.acquired(
+                100 * worker as u64,
+                worker,
+                Lock::Gpu,
+                Mode::Permit,
+                worker as u64,
+            );
+        }
+        let report = s.report(1_000);
+        assert!(!report.ok);
+        assert_eq!(report.locks[1].max_concurrent, 3);
+        assert!(!report.locks[1].ok);
+        assert!(report.locks[0].ok && report.locks[2].ok);
+    }
+
+    #[test]
+    fn a_crashed_writer_counts_until_its_lease_ran_out() {
+        let mut s = Script::new();
+        s.acquired(100, 3, Lock::Config, Mode::Write, 1);
+        let lease_end = s.at(2_400);
+        s.event(500, 3, Lock::Config, 1, What::Crashed { lease_end });
+        // A reader granted by the server at 2,385 ms, before the lease ran out, and told
+        // at 2,390 ms.
+        s.acquired(2_390, 1, Lock::Config, Mode::Read, 2);
+        let report = s.report(3_000);
+        assert!(!report.ok);
+        assert_eq!(report.losses[0].how, "crashed");
+        assert_eq!(report.losses[0].before_takeover, Some(false));
+        assert!(!report.locks[2].ok, "the reader overlapped the writer");
+        assert_eq!(report.locks[2].writer_shared, Some(true));
     }
 }

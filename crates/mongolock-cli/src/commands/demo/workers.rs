@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use mongolock::{LockClient, LockGuard, LossReason};
 use mongolock_testkit::FaultProxy;
+use mongolock_testkit::checker::history::LossKind;
 use tokio::sync::watch;
 
 use super::log::{GPU_PERMITS, Lock, Log, Mode, What};
@@ -25,6 +26,43 @@ fn reason_text(reason: LossReason) -> &'static str {
         LossReason::Revoked => "the server no longer has its lease",
         LossReason::Released => "it was released",
         _ => "the lease is gone",
+    }
+}
+
+/// The loss reason as the checker counts it.
+fn loss_kind(reason: LossReason) -> LossKind {
+    match reason {
+        LossReason::Deadline => LossKind::Deadline,
+        LossReason::Revoked => LossKind::Revoked,
+        _ => LossKind::Other,
+    }
+}
+
+/// What a worker was told of its loss: the reason in words, and as the checker counts it.
+fn told(reason: LossReason, words: String) -> What {
+    What::Lost {
+        reason: words,
+        kind: loss_kind(reason),
+    }
+}
+
+/// Waits for `guard`'s loss until `until`, noting the hold's local deadline in the log every
+/// 10 ms meanwhile (so the checker knows how long its worker may believe it holds); the
+/// reason, if the loss came first.
+async fn watch(log: &Log, hold: u64, guard: &LockGuard, until: Instant) -> Option<LossReason> {
+    loop {
+        if !guard.is_lost() {
+            log.deadline(hold, Instant::now() + guard.time_left());
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        if let Ok(reason) =
+            tokio::time::timeout(left.min(Duration::from_millis(10)), guard.lost()).await
+        {
+            return Some(reason);
+        }
     }
 }
 
@@ -71,8 +109,15 @@ impl Shared {
         }
     }
 
-    /// Records a grant.
-    fn acquired(&self, worker: usize, lock: Lock, mode: Mode, guard: &LockGuard) -> u64 {
+    /// Records a grant, to a call of `acquire` made at `invoked_at`.
+    fn acquired(
+        &self,
+        worker: usize,
+        lock: Lock,
+        mode: Mode,
+        guard: &LockGuard,
+        invoked_at: Instant,
+    ) -> u64 {
         let hold = self.log.new_hold();
         self.log.record(
             worker,
@@ -81,6 +126,9 @@ impl Shared {
             What::Acquired {
                 mode,
                 token: guard.fencing_token(),
+                lock_id: guard.lock_id().to_owned(),
+                invoked_at,
+                sent_at: guard.attempt_sent_at(),
                 granted_at: self.granted_at(guard),
             },
         );
@@ -205,6 +253,7 @@ pub(crate) async fn ordinary(shared: Shared, worker: usize, client: mongodb::Cli
         let work = Duration::from_millis(150 + 50 * ((worker * 3 + round * 5) % 6) as u64);
         let rest = Duration::from_millis(50 + 25 * ((worker + round * 7) % 5) as u64);
         round += 1;
+        let invoked_at = Instant::now();
         let guard = match shared.acquire(&locks, worker, lock, mode).await {
             Acquired::Stopped => break,
             Acquired::Held(guard) => guard,
@@ -213,7 +262,7 @@ pub(crate) async fn ordinary(shared: Shared, worker: usize, client: mongodb::Cli
                 continue;
             }
         };
-        let hold = shared.acquired(worker, lock, mode, &guard);
+        let hold = shared.acquired(worker, lock, mode, &guard, invoked_at);
         let token = guard.fencing_token();
         // First half of the work, then the write, then the second half; a loss stops it.
         let mut lost = None;
@@ -245,9 +294,7 @@ pub(crate) async fn ordinary(shared: Shared, worker: usize, client: mongodb::Cli
                     worker,
                     lock,
                     hold,
-                    What::Lost {
-                        reason: reason_text(reason).to_owned(),
-                    },
+                    told(reason, reason_text(reason).to_owned()),
                 );
                 drop(guard);
             }
@@ -299,10 +346,11 @@ pub(crate) fn crashing(shared: Shared, worker: usize, uri: String) -> std::threa
             let store = shared.store(&client);
             tokio::time::sleep(Duration::from_millis(100)).await;
             let (lock, mode) = (Lock::Config, Mode::Write);
+            let invoked_at = Instant::now();
             let Acquired::Held(guard) = shared.acquire(&locks, worker, lock, mode).await else {
                 return;
             };
-            let hold = shared.acquired(worker, lock, mode, &guard);
+            let hold = shared.acquired(worker, lock, mode, &guard, invoked_at);
             tokio::time::sleep(Duration::from_millis(200)).await;
             shared
                 .write(&store, worker, lock, hold, guard.fencing_token(), false)
@@ -345,32 +393,27 @@ pub(crate) async fn cut_off(shared: Shared, worker: usize, proxy: Arc<FaultProxy
     let store = shared.store(&client);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (lock, mode) = (Lock::Report, Mode::Mutex);
+    let invoked_at = Instant::now();
     let Acquired::Held(guard) = shared.acquire(&locks, worker, lock, mode).await else {
         return;
     };
-    let hold = shared.acquired(worker, lock, mode, &guard);
+    let hold = shared.acquired(worker, lock, mode, &guard, invoked_at);
     let token = guard.fencing_token();
     tokio::time::sleep(Duration::from_millis(150)).await;
     shared.write(&store, worker, lock, hold, token, false).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     proxy.blackhole();
     let cut_at = shared.log.record(worker, lock, hold, What::CutOff);
-    match tokio::time::timeout(TTL * 3, guard.lost()).await {
-        Ok(reason) => {
-            shared.log.record(
-                worker,
-                lock,
-                hold,
-                What::Lost {
-                    reason: format!(
-                        "{}; cut off {} ago",
-                        reason_text(reason),
-                        super::log::secs(cut_at.elapsed())
-                    ),
-                },
+    match watch(&shared.log, hold, &guard, cut_at + TTL * 3).await {
+        Some(reason) => {
+            let words = format!(
+                "{}; cut off {} ago",
+                reason_text(reason),
+                super::log::secs(cut_at.elapsed())
             );
+            shared.log.record(worker, lock, hold, told(reason, words));
         }
-        Err(_) => {
+        None => {
             shared.log.record(worker, lock, hold, What::NeverTold);
         }
     }

@@ -85,12 +85,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::faults::FaultKind;
-use crate::history::{
-    Access, CampaignLog, FinalRead, History, HolderLog, LossKind, Mode, Observation, OpKind,
-    ProclaimLog, ProclaimOutcome, RecordEntry, ReleaseResult, Role, SeenLeader, Source, WriterWait,
+use super::history::{
+    Access, CampaignLog, FaultKind, FinalRead, History, HolderLog, LossKind, Mode, Observation,
+    OpKind, ProclaimLog, ProclaimOutcome, RecordEntry, ReleaseResult, Role, SeenLeader, Source,
+    WriterWait,
 };
-use crate::observers::QUIET;
+
+/// How long an election goes without a change before a fresh read of its leader is judged
+/// ([`Check::FinalLeader`]): the harness waits this long before its reads at the end of a run.
+pub const QUIET: Duration = Duration::from_secs(1);
 
 /// How late past its last sampled local deadline a holder may learn of a loss by deadline:
 /// the sampling period (10 ms) plus scheduling delays on a loaded machine.
@@ -122,7 +125,9 @@ pub enum Check {
     WriteAfterLoss,
     /// (3) No belief past the local deadline; `is_lost()` true after a pause past it.
     LocalDeadline,
-    /// (3) A lease that ended without release was reported before the next grant.
+    /// (3) A lease that ended without release was reported before the next grant: before
+    /// the grant reached its holder, or before the server made it where the history knows
+    /// when on this process's clock ([`HolderLog::server_granted_at`]).
     LossBeforeNextGrant,
     /// (3) A holder whose lease was force-released after its grant stops believing within
     /// the TTL (+ [`DEADLINE_TOLERANCE`]) of the force-release.
@@ -214,6 +219,9 @@ impl Check {
 pub struct Violation {
     /// Which promise.
     pub check: Check,
+    /// The resource it concerns (`None`: a liveness problem, which names its resources in
+    /// its detail).
+    pub resource: Option<String>,
     /// What happened, with holder ids, tokens and times (ms since the first grant).
     pub detail: String,
 }
@@ -300,6 +308,49 @@ pub struct Outcome {
     /// How the live incarnations learnt that their lease was resumed elsewhere: revoked,
     /// by their deadline, other (or not at all, if their belief had ended otherwise).
     pub resume_notices: BTreeMap<&'static str, usize>,
+    /// Guarded writes (or reads) the record rejected from holders whose lease nothing
+    /// excused, by resource: each is also a [`Check::GuardedWrites`] violation.
+    pub refused: BTreeMap<String, usize>,
+    /// The most holders at once on each resource, counted from the believed intervals
+    /// (excuses aside).
+    pub at_once: BTreeMap<String, AtOnce>,
+    /// Every lease that ended by a loss its holder learnt of (or that its holder believed
+    /// in to the end of the run, never told), with the next conflicting grant on its
+    /// resource, as [`Check::LossBeforeNextGrant`] judged it (excused ones aside).
+    pub handovers: Vec<Handover>,
+}
+
+/// The most holders that believed they held one resource at the same time, from the
+/// intervals the checker judges (a holder that lets go at the instant another is granted
+/// does not overlap it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AtOnce {
+    /// Holders of any access.
+    pub holders: usize,
+    /// Holders of a share (semaphore permits, readers).
+    pub shared: usize,
+    /// Exclusive holders (mutex holders, writers, group or multi-lock members, leaders).
+    pub exclusive: usize,
+    /// Whether an exclusive holder ever held together with anyone else.
+    pub exclusive_with_others: bool,
+}
+
+/// A lease that ended without its holder's release, and the next conflicting grant on its
+/// resource to another holder (see [`Outcome::handovers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handover {
+    /// The holder whose lease ended ([`HolderLog::id`]).
+    pub from: u64,
+    /// When it learnt of the loss ([`HolderLog::lost_at`]); `None`: never, it believed to
+    /// the end of the run.
+    pub noticed_at: Option<Instant>,
+    /// The holder of the next conflicting grant.
+    pub to: u64,
+    /// When that grant was made, as the check compares it: by the server's clock where it
+    /// is known ([`HolderLog::server_granted_at`]), else when the grant reached its holder.
+    pub granted_at: Instant,
+    /// Whether the loss was noticed no later than that grant.
+    pub in_time: bool,
 }
 
 /// The grants of one role, and how many of them were handoffs: grants that followed a
@@ -330,6 +381,13 @@ impl Outcome {
     /// True if some violation is of `check`.
     pub fn has(&self, check: Check) -> bool {
         self.violations.iter().any(|v| v.check == check)
+    }
+
+    /// True if some violation is of `check`, on `resource`.
+    pub fn has_on(&self, check: Check, resource: &str) -> bool {
+        self.violations
+            .iter()
+            .any(|v| v.check == check && v.resource.as_deref() == Some(resource))
     }
 }
 
@@ -381,8 +439,12 @@ impl<'a> Checker<'a> {
         t.map_or_else(|| "-".to_owned(), |t| format!("{:.0}", self.ms(t)))
     }
 
-    fn violation(&mut self, check: Check, detail: String) {
-        self.out.violations.push(Violation { check, detail });
+    fn violation(&mut self, check: Check, resource: &str, detail: String) {
+        self.out.violations.push(Violation {
+            check,
+            resource: Some(resource.to_owned()),
+            detail,
+        });
     }
 
     fn end(&self, l: &HolderLog) -> Instant {
@@ -464,7 +526,7 @@ impl<'a> Checker<'a> {
                 self.at(l.released_at),
                 l.release
             );
-            self.violation(Check::RevocationNoticed, detail);
+            self.violation(Check::RevocationNoticed, &l.resource, detail);
         }
     }
 
@@ -518,6 +580,7 @@ impl<'a> Checker<'a> {
                 .unwrap_or(Mode::Exclusive);
             self.fencing(resource);
             self.count_roles(resource);
+            self.at_once(resource);
             self.resume(resource);
             if !matches!(mode, Mode::Shared { .. }) {
                 self.lock_delay(resource);
@@ -545,8 +608,12 @@ impl<'a> Checker<'a> {
             self.loss(l);
             self.revocation_noticed(l);
         }
-        for problem in self.h.liveness.clone() {
-            self.violation(Check::Liveness, problem);
+        for problem in &self.h.liveness {
+            self.out.violations.push(Violation {
+                check: Check::Liveness,
+                resource: None,
+                detail: problem.clone(),
+            });
         }
         self.proclaims();
         self.observations();
@@ -580,7 +647,7 @@ impl<'a> Checker<'a> {
                     holder(b),
                     self.ms(b.granted_at)
                 );
-                self.violation(Check::Exclusion, detail);
+                self.violation(Check::Exclusion, resource, detail);
             }
         }
     }
@@ -620,6 +687,7 @@ impl<'a> Checker<'a> {
             {
                 self.violation(
                     Check::GuardedWrites,
+                    resource,
                     format!("{resource}: token {} accepted after token {token}", e.token),
                 );
             }
@@ -630,7 +698,7 @@ impl<'a> Checker<'a> {
             }
             if finished.contains(&e.holder) {
                 self.violation(
-                    Check::GuardedWrites,
+                    Check::GuardedWrites, resource,
                     format!(
                         "{resource}: holder {}'s writes (token {}) interleave with another's, at {:.0} ms",
                         e.holder,
@@ -648,8 +716,9 @@ impl<'a> Checker<'a> {
             if self.excused_at(l, e.at) {
                 continue;
             }
+            *self.out.refused.entry(resource.to_owned()).or_default() += 1;
             self.violation(
-                Check::GuardedWrites,
+                Check::GuardedWrites, resource,
                 format!(
                     "{resource}: the record rejected holder {}'s {} ({}, client {}, token {}) at {:.0} ms: \
                      a newer token had written (or read) while its lease was believed intact",
@@ -674,6 +743,7 @@ impl<'a> Checker<'a> {
             {
                 self.violation(
                     Check::Fencing,
+                    resource,
                     format!(
                         "{resource}: token {} granted to holders {} and {}",
                         l.token, other.id, l.id
@@ -709,7 +779,7 @@ impl<'a> Checker<'a> {
                     self.ms(a.granted_at),
                     self.ms(b.invoked_at)
                 );
-                self.violation(Check::Fencing, detail);
+                self.violation(Check::Fencing, resource, detail);
             }
         }
     }
@@ -735,19 +805,40 @@ impl<'a> Checker<'a> {
                 }
                 continue;
             }
-            if !a.ended_by_loss() {
+            // Believed to the end of the run, never told: the overlap is (1)'s to judge.
+            let unended =
+                a.released_at.is_none() && a.lost_at().is_none() && a.believed_until.is_none();
+            if !a.ended_by_loss() && !unended {
                 continue;
             }
             if self.excused_at(a, next.granted_at) {
                 continue;
             }
-            let lost = a.lost_at().expect("ended by loss");
-            let margin_ms = if next.granted_at >= lost {
-                next.granted_at.duration_since(lost).as_secs_f64() * 1e3
+            // The grant as the server made it, where its clock can be read on ours.
+            let granted = next.server_granted_at.unwrap_or(next.granted_at);
+            let Some(lost) = a.lost_at() else {
+                self.out.handovers.push(Handover {
+                    from: a.id,
+                    noticed_at: None,
+                    to: next.id,
+                    granted_at: granted,
+                    in_time: false,
+                });
+                continue;
+            };
+            let margin_ms = if granted >= lost {
+                granted.duration_since(lost).as_secs_f64() * 1e3
             } else {
-                -(lost.duration_since(next.granted_at).as_secs_f64() * 1e3)
+                -(lost.duration_since(granted).as_secs_f64() * 1e3)
             };
             self.out.notice_margins_ms.push(margin_ms);
+            self.out.handovers.push(Handover {
+                from: a.id,
+                noticed_at: Some(lost),
+                to: next.id,
+                granted_at: granted,
+                in_time: margin_ms >= 0.0,
+            });
             if margin_ms < 0.0 {
                 let detail = format!(
                     "{resource}: holder {} (client {}, token {}) learnt of its loss at {:.0} ms, \
@@ -760,7 +851,7 @@ impl<'a> Checker<'a> {
                     next.id,
                     next.token
                 );
-                self.violation(Check::LossBeforeNextGrant, detail);
+                self.violation(Check::LossBeforeNextGrant, resource, detail);
             }
         }
     }
@@ -801,7 +892,7 @@ impl<'a> Checker<'a> {
                             holder(a),
                             self.ms(a.granted_at)
                         );
-                        self.violation(Check::ElectionTerms, detail);
+                        self.violation(Check::ElectionTerms, resource, detail);
                     }
                 }
             }
@@ -874,7 +965,7 @@ impl<'a> Checker<'a> {
                             holder(l),
                             self.ms(l.granted_at)
                         );
-                        self.violation(Check::ProclaimWhileLeading, detail);
+                        self.violation(Check::ProclaimWhileLeading, &p.resource, detail);
                     }
                 }
                 ProclaimOutcome::Lost => {
@@ -889,7 +980,7 @@ impl<'a> Checker<'a> {
                             p.client,
                             self.ms(p.returned_at)
                         );
-                        self.violation(Check::ProclaimRefused, detail);
+                        self.violation(Check::ProclaimRefused, &p.resource, detail);
                     }
                     if let Some(l) = holders.get(&p.holder) {
                         let end = self.end(l);
@@ -903,7 +994,7 @@ impl<'a> Checker<'a> {
                                 p.value,
                                 self.ms(p.returned_at)
                             );
-                            self.violation(Check::ProclaimRefused, detail);
+                            self.violation(Check::ProclaimRefused, &p.resource, detail);
                         }
                     }
                 }
@@ -945,7 +1036,7 @@ impl<'a> Checker<'a> {
                         top.value,
                         self.ms(h.at)
                     );
-                    self.violation(Check::ObservedTerms, detail);
+                    self.violation(Check::ObservedTerms, resource, detail);
                 }
                 if highest
                     .and_then(|h| h.leader.as_ref())
@@ -1012,7 +1103,7 @@ impl<'a> Checker<'a> {
                     self.ms(l.granted_at),
                     self.ms(self.end(l))
                 );
-                self.violation(Check::ObservedLeaders, detail);
+                self.violation(Check::ObservedLeaders, &o.resource, detail);
             }
             return;
         };
@@ -1026,7 +1117,7 @@ impl<'a> Checker<'a> {
                 holder(l),
                 self.ms(l.granted_at)
             );
-            self.violation(Check::ObservedLeaders, detail);
+            self.violation(Check::ObservedLeaders, &o.resource, detail);
         }
         let campaign = self
             .campaign(&o.resource, &seen.lock_id)
@@ -1034,7 +1125,7 @@ impl<'a> Checker<'a> {
         match leaders.iter().find(|l| l.token == seen.term) {
             Some(l) if l.lock_id != seen.lock_id => {
                 let detail = format!("{what}: term {} was granted to {}", l.token, l.lock_id);
-                self.violation(Check::ObservedLeaders, detail);
+                self.violation(Check::ObservedLeaders, &o.resource, detail);
                 return;
             }
             Some(l) if l.attempt_sent_at >= o.at => {
@@ -1043,7 +1134,7 @@ impl<'a> Checker<'a> {
                      {:.0} ms",
                     self.ms(l.attempt_sent_at)
                 );
-                self.violation(Check::ObservedLeaders, detail);
+                self.violation(Check::ObservedLeaders, &o.resource, detail);
                 return;
             }
             Some(_) => {}
@@ -1059,7 +1150,7 @@ impl<'a> Checker<'a> {
                     "{what}: no leader had that term, nor could a campaign under that lock id \
                      have been granted it unseen"
                 );
-                self.violation(Check::ObservedLeaders, detail);
+                self.violation(Check::ObservedLeaders, &o.resource, detail);
                 return;
             }
         }
@@ -1075,7 +1166,7 @@ impl<'a> Checker<'a> {
                 "{what}: the leader of term {} never advertised that value by then",
                 seen.term
             );
-            self.violation(Check::ObservedLeaders, detail);
+            self.violation(Check::ObservedLeaders, &o.resource, detail);
         }
     }
 
@@ -1165,7 +1256,7 @@ impl<'a> Checker<'a> {
                 show(&r.leader),
                 show(&expected)
             );
-            self.violation(Check::FinalLeader, detail);
+            self.violation(Check::FinalLeader, &r.resource, detail);
         }
         for (observer, last) in &r.observers {
             self.out.final_items_checked += 1;
@@ -1178,9 +1269,35 @@ impl<'a> Checker<'a> {
                     show(last),
                     show(&expected)
                 );
-                self.violation(Check::FinalLeader, detail);
+                self.violation(Check::FinalLeader, &r.resource, detail);
             }
         }
+    }
+
+    /// The most holders at once on `resource` ([`AtOnce`]).
+    fn at_once(&mut self, resource: &str) {
+        let list = &self.by_resource[resource];
+        // Ends sort before starts at the same instant.
+        let mut points: Vec<(Instant, i8, Access)> = Vec::with_capacity(list.len() * 2);
+        for l in list {
+            points.push((l.granted_at, 1, l.access));
+            points.push((self.end(l).max(l.granted_at), -1, l.access));
+        }
+        points.sort_by_key(|(at, delta, _)| (*at, *delta));
+        let (mut shared, mut exclusive) = (0_i64, 0_i64);
+        let mut most = AtOnce::default();
+        for (_, delta, access) in points {
+            match access {
+                Access::Shared => shared += i64::from(delta),
+                Access::Exclusive => exclusive += i64::from(delta),
+            }
+            let count = |n: i64| usize::try_from(n).unwrap_or(0);
+            most.holders = most.holders.max(count(shared + exclusive));
+            most.shared = most.shared.max(count(shared));
+            most.exclusive = most.exclusive.max(count(exclusive));
+            most.exclusive_with_others |= exclusive > 0 && shared + exclusive > 1;
+        }
+        self.out.at_once.insert(resource.to_owned(), most);
     }
 
     /// Counts grants by role, and handoffs: grants that followed a conflicting grant to
@@ -1263,7 +1380,7 @@ impl<'a> Checker<'a> {
                     None => format!("gave up at {:.0} ms", self.ms(w.gives_up_at)),
                 }
             );
-            self.violation(Check::WriterPreference, detail);
+            self.violation(Check::WriterPreference, &w.resource, detail);
         }
     }
 
@@ -1329,7 +1446,7 @@ impl<'a> Checker<'a> {
                     a.notified.map(|n| n.1),
                     self.at(a.killed_at),
                 );
-                self.violation(Check::LockDelay, detail);
+                self.violation(Check::LockDelay, resource, detail);
             }
         }
     }
@@ -1402,7 +1519,7 @@ impl<'a> Checker<'a> {
                         holder(a),
                         self.at(a.max_deadline)
                     );
-                    self.violation(Check::Resume, detail);
+                    self.violation(Check::Resume, resource, detail);
                 }
                 continue;
             }
@@ -1417,7 +1534,7 @@ impl<'a> Checker<'a> {
                     b.lock_id,
                     holder(a)
                 );
-                self.violation(Check::Resume, detail);
+                self.violation(Check::Resume, resource, detail);
                 continue;
             }
             if a.killed_at.is_some_and(|k| k <= b.granted_at) {
@@ -1455,7 +1572,7 @@ impl<'a> Checker<'a> {
                     a.let_go,
                     self.at(a.released_at)
                 );
-                self.violation(Check::Resume, detail);
+                self.violation(Check::Resume, resource, detail);
             }
         }
     }
@@ -1479,7 +1596,7 @@ impl<'a> Checker<'a> {
                     ids.join(", "),
                     permits
                 );
-                self.violation(Check::Caps, detail);
+                self.violation(Check::Caps, resource, detail);
             }
         }
     }
@@ -1498,7 +1615,7 @@ impl<'a> Checker<'a> {
                 self.ms(w.at),
                 self.ms(lost)
             );
-            self.violation(Check::WriteAfterLoss, detail);
+            self.violation(Check::WriteAfterLoss, &l.resource, detail);
         }
         for p in &l.pauses {
             if p.end > p.deadline_before + DEADLINE_TOLERANCE && !p.lost_on_resume {
@@ -1508,7 +1625,7 @@ impl<'a> Checker<'a> {
                     l.id,
                     (p.end - p.deadline_before).as_secs_f64() * 1e3
                 );
-                self.violation(Check::LocalDeadline, detail);
+                self.violation(Check::LocalDeadline, &l.resource, detail);
             }
         }
         if let Some(deadline) = l.max_deadline {
@@ -1528,7 +1645,7 @@ impl<'a> Checker<'a> {
                     self.at(l.killed_at),
                     l.pauses.len()
                 );
-                self.violation(Check::LocalDeadline, detail);
+                self.violation(Check::LocalDeadline, &l.resource, detail);
             }
         }
     }
@@ -1556,7 +1673,7 @@ fn holder(l: &HolderLog) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{LossKind, OpEvent};
+    use crate::checker::history::{LetGo, LossKind, OpEvent};
 
     /// A mutex holder whose belief runs from `granted` to `released` (ms after `t0`), whose
     /// granted attempt was sent at `sent`.
@@ -1574,6 +1691,7 @@ mod tests {
             invoked_at: ms(0),
             attempt_sent_at: ms(sent),
             granted_at: ms(granted),
+            server_granted_at: None,
             token: id as i64,
             ttl: Some(Duration::from_millis(1_500)),
             max_deadline: None,
@@ -1581,8 +1699,8 @@ mod tests {
             notified: None,
             pauses: Vec::new(),
             released_at: Some(ms(released)),
-            let_go: Some(crate::history::LetGo::Released),
-            release: Some(crate::history::ReleaseResult::Ok),
+            let_go: Some(LetGo::Released),
+            release: Some(ReleaseResult::Ok),
             killed_at: None,
             believed_until: None,
             lock_delay: None,
@@ -1684,6 +1802,36 @@ mod tests {
     }
 
     #[test]
+    fn a_loss_is_compared_with_the_server_grant_where_it_is_known() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut h = history(t0, (0, 0));
+        h.ops.clear();
+        // Holder 1 learns of its loss at 600 ms; holder 2's grant reaches it at 610 ms.
+        let mut lost = holder(t0, 1, 0, 10, 900);
+        lost.notified = Some((ms(600), LossKind::Deadline));
+        h.holders = vec![lost, holder(t0, 2, 590, 610, 700)];
+        let outcome = check(&h);
+        assert!(!outcome.has(Check::LossBeforeNextGrant));
+        assert_eq!(
+            outcome.handovers,
+            vec![Handover {
+                from: 1,
+                noticed_at: Some(ms(600)),
+                to: 2,
+                granted_at: ms(610),
+                in_time: true,
+            }]
+        );
+        assert_eq!(outcome.at_once["m"].holders, 1);
+        // The server made that grant at 595 ms, before the notice.
+        h.holders[1].server_granted_at = Some(ms(595));
+        let outcome = check(&h);
+        assert!(outcome.has_on(Check::LossBeforeNextGrant, "m"));
+        assert!(!outcome.handovers[0].in_time);
+    }
+
+    #[test]
     fn readers_may_overlap_but_a_writer_overlaps_nobody() {
         let t0 = Instant::now();
         let readers = vec![
@@ -1697,10 +1845,11 @@ mod tests {
         let mut with_writer = readers;
         with_writer.push(rw_holder(t0, 3, Access::Exclusive, 100, 200, 300));
         // The writer overlaps both readers.
-        assert_eq!(
-            count(&rw_history(t0, with_writer, vec![]), Check::Exclusion),
-            2
-        );
+        let outcome = check(&rw_history(t0, with_writer, vec![]));
+        assert_eq!(outcome.by_check(), BTreeMap::from([(Check::Exclusion, 2)]));
+        let most = outcome.at_once["rw"];
+        assert_eq!((most.holders, most.shared, most.exclusive), (3, 2, 1));
+        assert!(most.exclusive_with_others);
     }
 
     #[test]
@@ -1770,7 +1919,7 @@ mod tests {
         assert!(!check(&first).has(Check::WriterPreference));
         // ... unless a fault hit the writer's client while it waited.
         let mut excused = rw_history(t0, vec![late, writer], vec![wait(t0, 9, 0, Some(2_500))]);
-        excused.faults.push(crate::history::FaultEvent {
+        excused.faults.push(crate::checker::history::FaultEvent {
             kind: FaultKind::Partition,
             client: Some(9),
             start: t0 + Duration::from_millis(200),
@@ -2018,32 +2167,5 @@ mod tests {
         let mut nobody = h;
         nobody.observations = vec![seen(t0, 20, 60, None)];
         assert_eq!(count(&nobody, Check::ObservedLeaders), 1);
-    }
-
-    #[test]
-    fn the_reader_writer_record_rejects_a_read_below_a_write_and_a_write_below_a_read() {
-        let record = crate::history::GuardedRecord::default();
-        let rw = Mode::ReadWrite;
-        assert!(record.write("r", rw, Access::Shared, 1, 10).1, "a read");
-        assert!(
-            record.write("r", rw, Access::Shared, 2, 11).1,
-            "readers overlap"
-        );
-        assert!(
-            record.write("r", rw, Access::Shared, 1, 10).1,
-            "an older reader reads again"
-        );
-        assert!(
-            !record.write("r", rw, Access::Exclusive, 3, 9).1,
-            "a write below a read"
-        );
-        assert!(
-            record.write("r", rw, Access::Exclusive, 4, 12).1,
-            "a newer writer"
-        );
-        assert!(
-            !record.write("r", rw, Access::Shared, 2, 11).1,
-            "a read below a write"
-        );
     }
 }
