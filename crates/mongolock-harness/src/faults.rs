@@ -26,7 +26,7 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::history::{Ending, NemesisLog, OpKind, Recorder};
+use crate::history::{Ending, FaultKind, NemesisLog, OpKind, Recorder};
 use crate::workload::{DropAcquire, Fleet, Workload};
 
 /// How long after a nemesis let go of a lease its client still counts it among its leases
@@ -45,10 +45,6 @@ const LOCK_COMMANDS: [&str; 5] = ["findAndModify", "update", "delete", "aggregat
 /// Step-down and shutdown codes: ShutdownInProgress, PrimarySteppedDown, NotWritablePrimary,
 /// InterruptedAtShutdown.
 const STEP_DOWN_CODES: [i32; 4] = [91, 189, 10107, 11600];
-
-/// The kinds of fault (plain data the checker counts: see
-/// [`mongolock_testkit::checker::history::FaultKind`]).
-pub use mongolock_testkit::checker::history::FaultKind;
 
 /// Every kind of fault, with its weight in the mix.
 pub const MIX: [(FaultKind, u32); 22] = [

@@ -63,7 +63,7 @@ use bson::{Bson, Document, doc};
 use mongodb::Database;
 use tokio::task::JoinHandle;
 
-use crate::faults::FaultKind;
+use crate::history::FaultKind;
 use crate::history::{AcquireCall, History, HolderLog, Mode, ReleaseResult};
 
 /// Added to the bound of unbelieved grants, for the time a withdrawal takes to reach the

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::check::{Check, Outcome, Violation};
 use crate::controls::ControlResult;
-use crate::faults::FaultKind;
+use crate::history::FaultKind;
 use crate::history::Role;
 
 /// One run's results.

@@ -62,7 +62,7 @@ use mongolock_testkit::FaultProxy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::faults::FaultKind;
+use crate::history::FaultKind;
 use crate::history::{HolderLog, Mode, Recorder, WriteLog};
 
 mod group;
@@ -425,7 +425,7 @@ impl ClientCtl {
     }
 
     /// True if the worker holds several leases now, or one recipe's (a let-go of it may
-    /// leave orphans: see [`crate::faults::FaultKind::is_let_go`]).
+    /// leave orphans: see [`FaultKind::is_let_go`]).
     pub fn holds_several_or_recipe(&self) -> bool {
         let held = lock(&self.held).len();
         held > 1 || (held > 0 && self.recipe.load(Ordering::SeqCst))

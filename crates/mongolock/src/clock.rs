@@ -24,6 +24,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// A duration in whole milliseconds, rounded down, and `i64::MAX` beyond that: for
+/// durations already checked against [`MAX_TTL`](crate::MAX_TTL) or
+/// [`MAX_COMMAND_TIMEOUT`](crate::command::MAX_COMMAND_TIMEOUT), where the saturation never
+/// shows.
+pub(crate) fn saturating_millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// The longest the keeper sleeps while it has leases, so that a deadline that passed while
 /// the machine was suspended is signalled soon after it resumes.
 pub(crate) const SUSPEND_CHECK: Duration = Duration::from_secs(1);

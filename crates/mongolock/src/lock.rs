@@ -130,7 +130,7 @@ impl Holder {
     /// Until when the entry keeps the resource from others (server time): its lease's end
     /// plus its lock-delay; `None` without TTL.
     pub fn in_force_until(&self) -> Option<DateTime> {
-        let delay = self.lock_delay.map_or(0, crate::request::saturating_millis);
+        let delay = self.lock_delay.map_or(0, crate::clock::saturating_millis);
         self.expires_at
             .map(|end| DateTime::from_millis(end.timestamp_millis().saturating_add(delay)))
     }

@@ -245,13 +245,6 @@ pub(crate) fn check_label(argument: &'static str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// A duration in whole milliseconds, rounded down, and `i64::MAX` beyond that: for
-/// durations already checked against [`MAX_TTL`] or [`MAX_COMMAND_TIMEOUT`](crate::command::MAX_COMMAND_TIMEOUT), where the saturation
-/// never shows.
-pub(crate) fn saturating_millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// A TTL in whole milliseconds, rounded up, or an error for zero and for anything above
 /// [`MAX_TTL`].
 pub(crate) fn ttl_millis(ttl: Duration) -> Result<i64> {

@@ -209,7 +209,7 @@ pub(crate) fn decode_entry(
     let expires_at = match (expires_at, lock_delay) {
         (Some(end), Some(delay)) => Some(bson::DateTime::from_millis(
             end.timestamp_millis()
-                .saturating_sub(crate::request::saturating_millis(delay)),
+                .saturating_sub(crate::clock::saturating_millis(delay)),
         )),
         (end, _) => end,
     };
@@ -261,7 +261,7 @@ pub(crate) fn decode_status(row: &Document) -> Result<LockStatus> {
     };
     // Within its lock-delay: the lease ended, the entry is still in force for the rest of
     // the delay (both by the server's clock, as `remainingMs` is).
-    let delay_ms = (holder.lock_delay).map_or(0, crate::request::saturating_millis);
+    let delay_ms = (holder.lock_delay).map_or(0, crate::clock::saturating_millis);
     let delay_left = remaining_ms
         .filter(|&ms| ms <= 0)
         .map(|ms| ms.saturating_add(delay_ms))

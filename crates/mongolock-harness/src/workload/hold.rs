@@ -20,7 +20,7 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 
 use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label};
-use crate::faults::FaultKind;
+use crate::history::FaultKind;
 use crate::history::{
     AcquireCall, Ending, FromLibrary, GuardLog, HolderLog, LetGo, LossKind, Mode, NemesisLog,
     PauseLog, ReleaseResult, WriterWait,

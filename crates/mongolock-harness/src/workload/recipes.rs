@@ -43,7 +43,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 
 use super::hold::{Release, let_go_of};
 use super::{Held, Worker, attach_acquiring_pauses, lock, owner_label};
-use crate::faults::FaultKind;
+use crate::history::FaultKind;
 use crate::history::{
     AcquireCall, CampaignLog, Ending, FromLibrary, GuardLog, HolderLog, LossKind, Mode, NemesisLog,
     PauseLog, ProclaimLog, ProclaimOutcome,

@@ -10,8 +10,8 @@
 use bson::{Bson, Document};
 
 use super::compare::type_alias;
+use super::error::shell_repr;
 use super::error::{CommandError, Result, codes};
-use super::index::shell_repr;
 
 /// Checks an optional `collation` argument that mongod's IDL types as an object; `field` is
 /// its path for the type-mismatch message (`find.collation`, `update.updates.collation`).

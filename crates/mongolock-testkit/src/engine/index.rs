@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use bson::{Bson, Document, doc};
 
 use super::compare::OrdBson;
-use super::error::{CommandError, Result, codes};
+use super::error::{CommandError, Result, codes, shell_repr};
 
 /// One index of a collection, as created by `createIndexes` (or the implicit `_id_`).
 #[derive(Debug, Clone)]
@@ -359,36 +359,4 @@ fn index_values(doc: &Document, path: &str) -> Vec<Bson> {
         None => out.push(Bson::Null),
     }
     out
-}
-
-/// A value as mongod prints it in error messages (`"text"`, `5`, `5.0`, `ObjectId('...')`).
-pub fn shell_repr(value: &Bson) -> String {
-    match value {
-        Bson::String(s) => format!("{s:?}"),
-        Bson::Int32(i) => i.to_string(),
-        Bson::Int64(i) => i.to_string(),
-        Bson::Double(d) if d.fract() == 0.0 && d.is_finite() => format!("{d:.1}"),
-        Bson::Double(d) => d.to_string(),
-        Bson::ObjectId(oid) => format!("ObjectId('{oid}')"),
-        Bson::Boolean(b) => b.to_string(),
-        Bson::Null => "null".into(),
-        Bson::Undefined => "undefined".into(),
-        Bson::DateTime(d) => format!("new Date({})", d.timestamp_millis()),
-        Bson::Document(d) => {
-            let fields: Vec<String> = d
-                .iter()
-                .map(|(k, v)| format!("{k}: {}", shell_repr(v)))
-                .collect();
-            if fields.is_empty() {
-                "{}".into()
-            } else {
-                format!("{{ {} }}", fields.join(", "))
-            }
-        }
-        Bson::Array(items) => {
-            let fields: Vec<String> = items.iter().map(shell_repr).collect();
-            format!("[ {} ]", fields.join(", "))
-        }
-        other => other.to_string(),
-    }
 }

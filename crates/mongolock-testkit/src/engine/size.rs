@@ -21,8 +21,8 @@
 
 use bson::{Bson, Document, spec::BinarySubtype};
 
+use super::error::shell_repr;
 use super::error::{CommandError, codes};
-use super::index::shell_repr;
 
 /// `BSONObjMaxUserSize`: the largest document that can be stored (16 MiB).
 pub const MAX_USER_SIZE: usize = 16 * 1024 * 1024;

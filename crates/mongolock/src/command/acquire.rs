@@ -96,7 +96,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
         Some(max) => expr::int(i64::from(max)),
         None => Bson::Null,
     };
-    let announce = request.announce.map(crate::request::saturating_millis);
+    let announce = request.announce.map(crate::clock::saturating_millis);
 
     // 2. Live entries, tombstones and waiters only; `l`, the lock id, written once, and for a
     //    shared request `c`, the stored cap, read more than once.

@@ -133,7 +133,7 @@ fn this_token(entry: &str, token: i64) -> Bson {
 
 /// The grant's lock-delay in milliseconds, if any: only such a lease's statements pay for it.
 fn delay_millis(grant: &Grant) -> Option<i64> {
-    (grant.holder.lock_delay).map(crate::request::saturating_millis)
+    (grant.holder.lock_delay).map(crate::clock::saturating_millis)
 }
 
 /// The statement that renews one lease of `keeper`, matching only while it is live and

@@ -349,7 +349,7 @@ impl Context {
 
 /// A duration in whole milliseconds, at least 1 (`maxTimeMS: 0` means no limit).
 fn millis(duration: Duration) -> i64 {
-    crate::request::saturating_millis(duration).max(1)
+    crate::clock::saturating_millis(duration).max(1)
 }
 
 /// Reads a count (`n`, `nModified`) from a write reply.

@@ -34,7 +34,7 @@ pub(crate) struct Place {
 /// The statement that refreshes one waiter's place in line, matching only while it is live
 /// (see [`crate::places`]).
 fn place_statement(place: &Place) -> Document {
-    let life_ms = crate::request::saturating_millis(place.life);
+    let life_ms = crate::clock::saturating_millis(place.life);
     let lock_id = literal(place.lock_id.as_str());
     let this = bson!({ "$eq": ["$$q.lockId", lock_id] });
     doc! {

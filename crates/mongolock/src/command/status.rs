@@ -152,7 +152,7 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
 
 fn millis(duration: std::time::Duration) -> i64 {
     // validate() checked the range.
-    crate::request::saturating_millis(duration)
+    crate::clock::saturating_millis(duration)
 }
 
 fn and(mut conditions: Vec<Document>) -> Document {
