@@ -208,6 +208,9 @@
 //! `command` modules for each command as it goes on the wire. Indexes:
 //! [`LockClient::create_indexes`].
 
+// Every fallible public function says when it fails.
+#![warn(clippy::missing_errors_doc)]
+
 mod attempt;
 mod changes;
 mod client;
