@@ -5,25 +5,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use bson::{Document, Timestamp};
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::commands::cursor::Cursors;
+use crate::commands::blocking_pool::off_runtime;
+use crate::commands::context::ConnectionInfo;
+use crate::commands::cursor_table::Cursors;
 use crate::commands::local_sessions::LocalSessions;
 use crate::commands::session::Sessions;
-use crate::commands::views::Views;
-use crate::commands::{self, ConnectionInfo, Outcome};
+use crate::commands::state::ServerState;
+use crate::commands::view_catalog::Views;
+use crate::commands::{self, Outcome};
 use crate::engine::changes::ChangeLog;
 use crate::engine::collection::Catalog;
 use crate::faults::clock::Clock;
 use crate::faults::fail_point::FailPoints;
 use crate::wire::{self, RequestKind};
 
-/// Name of the replica set the emulator pretends to be.
-pub const REPLICA_SET_NAME: &str = "rs0";
+pub use crate::commands::identity::REPLICA_SET_NAME;
 
 /// How a server is started. Build one with [`TestServer::builder`].
 #[derive(Debug, Clone)]
@@ -137,42 +138,6 @@ impl TestServerBuilder {
         };
         server.client = Some(server.new_client());
         Ok(server)
-    }
-}
-
-/// State shared by every connection.
-#[derive(Debug)]
-pub(crate) struct ServerState {
-    /// `127.0.0.1:PORT`, as the replica-set fields report it.
-    pub address: String,
-    /// Standalone (no replica-set features) or a one-member replica set.
-    pub standalone: bool,
-    /// Extra delay before every reply.
-    pub latency: Duration,
-    /// TTL monitor period.
-    pub ttl_monitor_interval: Duration,
-    /// The server clock.
-    pub clock: Clock,
-    /// Databases and collections.
-    pub catalog: Catalog,
-    /// Open cursors.
-    pub cursors: Cursors,
-    /// Logical sessions and their retryable-write history.
-    pub sessions: Sessions,
-    /// The logical sessions commands used, for `$listLocalSessions`.
-    pub local_sessions: LocalSessions,
-    /// Read-only views, by database and name.
-    pub views: Views,
-    /// `failCommand` and `onPrimaryTransactionalWrite`.
-    pub fail_points: FailPoints,
-    next_connection_id: AtomicI64,
-    shutdown: watch::Receiver<bool>,
-}
-
-impl ServerState {
-    /// The next cluster time: the server clock's seconds with an increasing counter.
-    pub fn cluster_time(&self) -> Timestamp {
-        self.catalog.changes.cluster_time()
     }
 }
 
@@ -360,30 +325,11 @@ async fn ttl_monitor(state: Arc<ServerState>) {
         }
         // Off the runtime: the pass waits for collection locks a long command may hold.
         let pass_state = state.clone();
-        let removed = commands::off_runtime(move || commands::ttl::run_pass(&pass_state))
+        let removed = off_runtime(move || commands::ttl::run_pass(&pass_state))
             .await
             .unwrap_or(0);
         if removed > 0 {
             tracing::debug!(removed, "TTL monitor removed expired documents");
         }
     }
-}
-
-/// Builds the reply fields every replica-set reply carries.
-pub(crate) fn cluster_fields(state: &ServerState, reply: &mut Document) {
-    if state.standalone {
-        return;
-    }
-    let time = state.cluster_time();
-    reply.insert(
-        "$clusterTime",
-        bson::doc! {
-            "clusterTime": time,
-            "signature": {
-                "hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] },
-                "keyId": 0i64,
-            },
-        },
-    );
-    reply.insert("operationTime", time);
 }

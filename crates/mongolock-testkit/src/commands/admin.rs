@@ -3,7 +3,10 @@
 
 use bson::{Bson, Document, doc};
 
-use super::{Ctx, args, handshake, session, views};
+use super::context::Ctx;
+use super::cursor_batch::cursor_batch_size;
+use super::identity;
+use super::{args, session, views};
 use crate::engine::EvalContext;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::matcher::Matcher;
@@ -17,7 +20,7 @@ pub fn ping(_ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
 /// `buildInfo`.
 pub fn build_info(_ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "buildInfo", &[])?;
-    Ok(handshake::build_info())
+    Ok(identity::build_info())
 }
 
 /// `endSessions`: forgets the sessions' retryable-write history.
@@ -140,20 +143,6 @@ pub fn list_collections(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     }
     let ns = format!("{}.$cmd.listCollections", ctx.db);
     Ok(ctx.state.cursors.first_batch(&ns, out, batch_size, false))
-}
-
-/// The `cursor: {batchSize}` option of cursor-returning commands.
-pub fn cursor_batch_size(cmd: &Document, command: &str) -> Result<Option<usize>> {
-    let Some(cursor) = args::opt_document(cmd, command, "cursor")? else {
-        return Ok(None);
-    };
-    args::check_fields(cursor, "cursor", &["batchSize"]).map_err(|_| {
-        CommandError::new(
-            codes::UNKNOWN_BSON_FIELD,
-            format!("BSON field '{command}.cursor' has an unknown field"),
-        )
-    })?;
-    Ok(args::opt_non_negative(cursor, "cursor", "batchSize")?.map(|n| n as usize))
 }
 
 /// `create`.

@@ -2,10 +2,13 @@
 
 use bson::{Bson, Document};
 
+mod change_stream;
 mod out_merge;
 
+use super::context::Ctx;
+use super::cursor_batch::{cursor_batch_size, cursor_reply};
 use super::write::{check_hint, unsupported};
-use super::{Ctx, admin, args, change_stream, cursor_reply, local_sessions};
+use super::{args, local_sessions};
 use crate::engine::collation;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::expr::Expr;
@@ -39,7 +42,7 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         ));
     }
     collation::check(cmd.get("collation"), "aggregate.collation")?;
-    let batch_size = admin::cursor_batch_size(cmd, "aggregate")?;
+    let batch_size = cursor_batch_size(cmd, "aggregate")?;
     let collection = match cmd.get("aggregate") {
         Some(Bson::String(name)) if !name.is_empty() => Some(name.clone()),
         Some(value) if crate::engine::compare::as_f64(value) == Some(1.0) => None,

@@ -1,30 +1,20 @@
-//! Change streams: `aggregate` with a leading `$changeStream`, and the awaiting `getMore`
-//! that returns new events as they commit.
+//! Change streams: an open stream reads the change log from its position, through its
+//! scope and pipeline, into event documents, for the awaiting `getMore` that returns new
+//! events as they commit; and the error labels mongod puts on a stream's failures. A stream
+//! is opened by `aggregate` with a leading `$changeStream` (`aggregate/change_stream.rs`).
 
 use std::time::Duration;
 
-use bson::{Bson, Document, RawDocumentBuf, Timestamp, doc};
+use bson::{Bson, Document, RawDocumentBuf, doc};
 
-use super::{Ctx, admin};
 use crate::engine::EvalContext;
-use crate::engine::changes::{ChangeEvent, ChangeKind, resume_token, token_seq, unstored};
-use crate::engine::error::{CommandError, Result, codes};
+use crate::engine::changes::{ChangeEvent, ChangeKind, resume_token, unstored};
+use crate::engine::collection::Catalog;
+use crate::engine::error::{CommandError, Result};
 use crate::engine::pipeline::Pipeline;
-use crate::server::ServerState;
 
 /// How long a `getMore` waits for events when the client gives no `maxTimeMS` (as mongod).
 pub const DEFAULT_AWAIT: Duration = Duration::from_millis(1000);
-
-/// Stages a change stream's pipeline may hold after `$changeStream`.
-const ALLOWED_STAGES: &[&str] = &[
-    "$match",
-    "$project",
-    "$addFields",
-    "$set",
-    "$unset",
-    "$replaceRoot",
-    "$replaceWith",
-];
 
 /// Codes mongod labels `ResumableChangeStreamError` on a change stream's `aggregate` or
 /// `getMore`: the RetriableError, NetworkError and NeedRetargettingError categories, plus
@@ -51,7 +41,7 @@ pub fn label_error(mut error: CommandError) -> CommandError {
 }
 
 /// `ChangeStreamHistoryLost`: the events a stream needs are no longer in the change log.
-fn history_lost() -> CommandError {
+pub(super) fn history_lost() -> CommandError {
     CommandError::new(
         286,
         "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
@@ -60,7 +50,7 @@ fn history_lost() -> CommandError {
 
 /// Which writes a stream sees.
 #[derive(Debug, Clone)]
-enum Scope {
+pub(super) enum Scope {
     Collection { db: String, coll: String },
     Database { db: String },
     Cluster,
@@ -68,7 +58,7 @@ enum Scope {
 
 /// The `fullDocument` option: what update events carry as `fullDocument`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FullDocument {
+pub(super) enum FullDocument {
     /// Nothing.
     Default,
     /// The document as it is when the event is read.
@@ -81,7 +71,7 @@ enum FullDocument {
 
 /// The `fullDocumentBeforeChange` option: the pre-image of updates, replaces and deletes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BeforeChange {
+pub(super) enum BeforeChange {
     Off,
     WhenAvailable,
     Required,
@@ -90,18 +80,18 @@ enum BeforeChange {
 /// An open change stream.
 #[derive(Debug)]
 pub struct ChangeStream {
-    scope: Scope,
+    pub(super) scope: Scope,
     /// The next log position to read.
-    next_seq: u64,
-    pipeline: Option<Pipeline>,
-    full_document: FullDocument,
-    before_change: BeforeChange,
+    pub(super) next_seq: u64,
+    pub(super) pipeline: Option<Pipeline>,
+    pub(super) full_document: FullDocument,
+    pub(super) before_change: BeforeChange,
     /// `showExpandedEvents`: DDL events, `collectionUUID`, `disambiguatedPaths`.
-    expanded: bool,
+    pub(super) expanded: bool,
     /// An invalidate event was returned: the cursor closes.
     pub invalidated: bool,
     /// Events produced but not yet returned (a batch size cut them off).
-    pending: Vec<Document>,
+    pub(super) pending: Vec<Document>,
 }
 
 /// Whether a stream with `scope` sees `event`. A rename is seen from both its source and
@@ -120,220 +110,6 @@ fn scope_matches(scope: &Scope, event: &ChangeEvent) -> bool {
         Scope::Database { db } => &event.db == db || renamed_to.is_some_and(|(d, _)| d == db),
         Scope::Cluster => true,
     }
-}
-
-/// Stages mongod knows; one of these that a change stream does not allow is refused as not
-/// permitted, any other name is an unrecognized stage.
-const KNOWN_STAGES: &[&str] = &[
-    "$addFields",
-    "$bucket",
-    "$bucketAuto",
-    "$changeStream",
-    "$changeStreamSplitLargeEvent",
-    "$collStats",
-    "$count",
-    "$currentOp",
-    "$densify",
-    "$documents",
-    "$facet",
-    "$fill",
-    "$geoNear",
-    "$graphLookup",
-    "$group",
-    "$indexStats",
-    "$limit",
-    "$listLocalSessions",
-    "$listSampledQueries",
-    "$listSearchIndexes",
-    "$listSessions",
-    "$lookup",
-    "$match",
-    "$merge",
-    "$out",
-    "$planCacheStats",
-    "$project",
-    "$redact",
-    "$replaceRoot",
-    "$replaceWith",
-    "$sample",
-    "$search",
-    "$searchMeta",
-    "$set",
-    "$setWindowFields",
-    "$shardedDataDistribution",
-    "$skip",
-    "$sort",
-    "$sortByCount",
-    "$unionWith",
-    "$unset",
-    "$unwind",
-    "$vectorSearch",
-];
-
-/// Opens a change stream for `aggregate` and returns the first-batch reply.
-pub fn open(
-    ctx: &Ctx<'_>,
-    cmd: &Document,
-    stages: &[Bson],
-    collection: Option<&str>,
-) -> Result<Document> {
-    if ctx.state.standalone {
-        return Err(CommandError::new(
-            codes::LOCATION_40573,
-            "The $changeStream stage is only supported on replica sets",
-        ));
-    }
-    let options = stages[0]
-        .as_document()
-        .and_then(|s| s.get_document("$changeStream").ok())
-        .ok_or_else(|| {
-            CommandError::failed_to_parse("the $changeStream stage specification must be an object")
-        })?;
-    let mut full_document = FullDocument::Default;
-    let mut before_change = BeforeChange::Off;
-    let mut expanded = false;
-    let mut cluster_wide = false;
-    let mut start: Option<u64> = None;
-    let mut start_at_time: Option<Timestamp> = None;
-    for (field, value) in options {
-        match (field.as_str(), value) {
-            ("fullDocument", Bson::String(mode)) => {
-                full_document = match mode.as_str() {
-                    "default" => FullDocument::Default,
-                    "updateLookup" => FullDocument::UpdateLookup,
-                    "whenAvailable" => FullDocument::WhenAvailable,
-                    "required" => FullDocument::Required,
-                    other => return Err(bad_enum("fullDocument", other)),
-                }
-            }
-            ("fullDocumentBeforeChange", Bson::String(mode)) => {
-                before_change = match mode.as_str() {
-                    "off" => BeforeChange::Off,
-                    "whenAvailable" => BeforeChange::WhenAvailable,
-                    "required" => BeforeChange::Required,
-                    other => return Err(bad_enum("fullDocumentBeforeChange", other)),
-                }
-            }
-            ("resumeAfter" | "startAfter", Bson::Document(token)) => {
-                let seq = token_seq(token).ok_or_else(|| {
-                    CommandError::new(260, format!("Invalid resume token: {token}"))
-                })?;
-                if seq + 1 < ctx.state.catalog.changes.first_seq() {
-                    return Err(history_lost());
-                }
-                start = Some(seq + 1);
-            }
-            ("startAtOperationTime", Bson::Timestamp(ts)) => start_at_time = Some(*ts),
-            ("allChangesForCluster", Bson::Boolean(b)) => cluster_wide = *b,
-            ("showExpandedEvents", Bson::Boolean(b)) => expanded = *b,
-            (other, _) => {
-                return Err(CommandError::new(
-                    codes::UNKNOWN_BSON_FIELD,
-                    format!(
-                        "BSON field '$changeStream.{other}' is an unknown field or has the wrong type."
-                    ),
-                ));
-            }
-        }
-    }
-    if [
-        options.contains_key("resumeAfter"),
-        options.contains_key("startAfter"),
-        start_at_time.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count()
-        > 1
-    {
-        return Err(CommandError::new(
-            40674,
-            "Only one type of resume option is allowed, but multiple were found.",
-        ));
-    }
-    let scope = match (collection, cluster_wide) {
-        (Some(coll), false) => Scope::Collection {
-            db: ctx.db.to_string(),
-            coll: coll.to_string(),
-        },
-        (None, false) => Scope::Database {
-            db: ctx.db.to_string(),
-        },
-        (None, true) if ctx.db == "admin" => Scope::Cluster,
-        _ => {
-            return Err(CommandError::new(
-                codes::INVALID_NAMESPACE,
-                "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name",
-            ));
-        }
-    };
-    let user_stages = &stages[1..];
-    for stage in user_stages {
-        let name = stage
-            .as_document()
-            .and_then(|s| s.keys().next())
-            .map(String::as_str)
-            .unwrap_or("");
-        if !KNOWN_STAGES.contains(&name) {
-            return Err(CommandError::new(
-                40324,
-                format!("Unrecognized pipeline stage name: '{name}'"),
-            ));
-        }
-        if !ALLOWED_STAGES.contains(&name) {
-            return Err(CommandError::new(
-                codes::ILLEGAL_OPERATION,
-                format!("{name} is not permitted in a $changeStream pipeline"),
-            ));
-        }
-    }
-    let pipeline = if user_stages.is_empty() {
-        None
-    } else {
-        Some(Pipeline::parse(user_stages)?)
-    };
-    let log = &ctx.state.catalog.changes;
-    let next_seq = match (start, start_at_time) {
-        (Some(seq), _) => seq,
-        (None, Some(ts)) => log.seq_at_time(ts),
-        (None, None) => log.last_seq() + 1,
-    };
-    let mut stream = ChangeStream {
-        scope,
-        next_seq,
-        pipeline,
-        full_document,
-        before_change,
-        expanded,
-        invalidated: false,
-        pending: Vec::new(),
-    };
-    let batch_size = admin::cursor_batch_size(cmd, "aggregate")?;
-    let eval = ctx.eval_context(cmd, "aggregate")?;
-    let batch = stream.next_batch(ctx.state, batch_size, &eval)?;
-    let ns = match &stream.scope {
-        Scope::Collection { db, coll } => format!("{db}.{coll}"),
-        Scope::Database { db } => format!("{db}.$cmd.aggregate"),
-        Scope::Cluster => "admin.$cmd.aggregate".to_string(),
-    };
-    let token = stream.post_batch_token();
-    let id = if stream.invalidated {
-        0
-    } else {
-        ctx.state.cursors.open_stream(&ns, stream)
-    };
-    let mut reply = super::cursor_reply(id, &ns, batch, true);
-    if let Ok(cursor) = reply.get_document_mut("cursor") {
-        cursor.insert("postBatchResumeToken", token);
-    }
-    Ok(reply)
-}
-
-/// mongod's error for an unknown enum value of a `$changeStream` option.
-fn bad_enum(field: &str, value: &str) -> CommandError {
-    CommandError::bad_value(format!(
-        "Enumeration value '{value}' for field '$changeStream.{field}' is not a valid value."
-    ))
 }
 
 /// The error for an event whose required pre- or post-image is missing (NoMatchingDocument).
@@ -382,7 +158,7 @@ impl ChangeStream {
 
     /// The event documents one log entry produces for this stream (none, one, or the event
     /// and an `invalidate`).
-    fn event_document(&self, state: &ServerState, event: &ChangeEvent) -> Result<Vec<Document>> {
+    fn event_document(&self, catalog: &Catalog, event: &ChangeEvent) -> Result<Vec<Document>> {
         if event.kind.is_expanded() && !self.expanded {
             return Ok(Vec::new());
         }
@@ -427,8 +203,7 @@ impl ChangeStream {
                 match (self.full_document, post_image) {
                     (FullDocument::Default, _) => {}
                     (FullDocument::UpdateLookup, _) => {
-                        let current = state
-                            .catalog
+                        let current = catalog
                             .get(&event.db, &event.coll)
                             .and_then(|c| {
                                 let c = c.lock();
@@ -530,7 +305,7 @@ impl ChangeStream {
     /// stream's pipeline. Never waits.
     pub fn next_batch(
         &mut self,
-        state: &ServerState,
+        catalog: &Catalog,
         batch_size: Option<usize>,
         eval: &EvalContext,
     ) -> Result<Vec<Document>> {
@@ -541,8 +316,7 @@ impl ChangeStream {
         while batch.len() < limit && !self.invalidated {
             // A cursor that fell behind the window fails as mongod's does when the oplog
             // rolled past its position: nothing it skipped is delivered as if it were next.
-            let events = state
-                .catalog
+            let events = catalog
                 .changes
                 .read_from(self.next_seq, 1024)
                 .ok_or_else(history_lost)?;
@@ -554,7 +328,7 @@ impl ChangeStream {
                 if !scope_matches(&self.scope, &event) {
                     continue;
                 }
-                for produced in self.event_document(state, &event)? {
+                for produced in self.event_document(catalog, &event)? {
                     let invalidates = produced.get_str("operationType") == Ok("invalidate");
                     let outputs = match &self.pipeline {
                         Some(pipeline) if !invalidates => {

@@ -3,7 +3,8 @@
 
 use bson::{Bson, Document, doc};
 
-use super::{Ctx, args};
+use super::args;
+use super::context::Ctx;
 use crate::engine::changes::ChangeKind;
 use crate::engine::error::{CommandError, Result, codes};
 

@@ -1,144 +1,16 @@
-//! Cursors: batches for `find` and `aggregate`, `getMore` and `killCursors`.
+//! `getMore` and `killCursors`: the next batches of a cursor (see `cursor_table.rs`), and
+//! closing it.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bson::{Bson, Document, doc};
-use parking_lot::Mutex;
 
-use super::change_stream::{ChangeStream, DEFAULT_AWAIT};
-use super::{Ctx, args, cursor_reply};
-use crate::engine::error::{CommandError, Result, codes};
-
-/// Documents a first batch holds when the client names no `batchSize` (as mongod).
-pub const DEFAULT_FIRST_BATCH: usize = 101;
-/// Bytes a batch may hold (as mongod, about 16 MiB).
-const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
-
-#[derive(Debug)]
-struct Cursor {
-    ns: String,
-    kind: CursorKind,
-}
-
-#[derive(Debug)]
-enum CursorKind {
-    /// The rest of a query's results.
-    Results(VecDeque<Document>),
-    /// A change stream: batches come from the change log as writes commit.
-    Stream(Box<ChangeStream>),
-}
-
-/// Open cursors of the server.
-#[derive(Debug)]
-pub struct Cursors {
-    next_id: AtomicI64,
-    open: Mutex<HashMap<i64, Cursor>>,
-}
-
-impl Default for Cursors {
-    fn default() -> Self {
-        // Start from a random point so ids look like mongod's and differ between servers.
-        let start = rand::random::<u32>() as i64 * 1000 + 1;
-        Self {
-            next_id: AtomicI64::new(start),
-            open: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-fn take_batch(docs: &mut VecDeque<Document>, limit: Option<usize>) -> Vec<Document> {
-    let mut batch = Vec::new();
-    let mut bytes = 0;
-    while let Some(doc) = docs.front() {
-        if limit.is_some_and(|l| batch.len() >= l) {
-            break;
-        }
-        let size = doc_size(doc);
-        if !batch.is_empty() && bytes + size > MAX_BATCH_BYTES {
-            break;
-        }
-        bytes += size;
-        batch.push(docs.pop_front().expect("front exists"));
-    }
-    batch
-}
-
-fn doc_size(doc: &Document) -> usize {
-    let mut buf = Vec::new();
-    doc.to_writer(&mut buf).map(|_| buf.len()).unwrap_or(0)
-}
-
-impl Cursors {
-    /// Builds a first-batch reply; keeps the rest open under a new id unless `single_batch`.
-    pub fn first_batch(
-        &self,
-        ns: &str,
-        results: Vec<Document>,
-        batch_size: Option<usize>,
-        single_batch: bool,
-    ) -> Document {
-        let mut remaining: VecDeque<Document> = results.into();
-        let batch = take_batch(
-            &mut remaining,
-            Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
-        );
-        let id = if remaining.is_empty() || single_batch {
-            0
-        } else {
-            let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-            self.open.lock().insert(
-                id,
-                Cursor {
-                    ns: ns.to_string(),
-                    kind: CursorKind::Results(remaining),
-                },
-            );
-            id
-        };
-        cursor_reply(id, ns, batch, true)
-    }
-
-    /// Keeps a change stream open under a new cursor id.
-    pub fn open_stream(&self, ns: &str, stream: ChangeStream) -> i64 {
-        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        self.open.lock().insert(
-            id,
-            Cursor {
-                ns: ns.to_string(),
-                kind: CursorKind::Stream(Box::new(stream)),
-            },
-        );
-        id
-    }
-
-    fn take(&self, id: i64, ns: &str) -> Result<Cursor> {
-        let mut open = self.open.lock();
-        let cursor = open.get(&id).ok_or_else(|| {
-            CommandError::new(codes::CURSOR_NOT_FOUND, format!("cursor id {id} not found"))
-        })?;
-        if cursor.ns != ns {
-            return Err(CommandError::new(
-                13,
-                format!(
-                    "Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}",
-                    cursor.ns
-                ),
-            ));
-        }
-        Ok(open.remove(&id).expect("present"))
-    }
-
-    fn put_back(&self, id: i64, cursor: Cursor) {
-        self.open.lock().insert(id, cursor);
-    }
-
-    /// Closes a cursor; returns whether it was open.
-    pub fn kill(&self, id: i64) -> bool {
-        self.open.lock().remove(&id).is_some()
-    }
-}
+use super::args;
+use super::change_stream::DEFAULT_AWAIT;
+use super::context::Ctx;
+use super::cursor_batch::cursor_reply;
+use super::cursor_table::{CursorKind, take_batch};
+use crate::engine::error::{CommandError, Result};
 
 /// `getMore`.
 ///
@@ -203,7 +75,7 @@ pub async fn get_more(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         CursorKind::Stream(stream) => {
             let deadline = tokio::time::Instant::now() + max_time.unwrap_or(DEFAULT_AWAIT);
             loop {
-                match stream.next_batch(ctx.state, batch_size, &eval) {
+                match stream.next_batch(&ctx.state.catalog, batch_size, &eval) {
                     Err(error) => break Err(error),
                     Ok(batch) if !batch.is_empty() || stream.invalidated => {
                         break Ok((batch, stream.invalidated, Some(stream.post_batch_token())));

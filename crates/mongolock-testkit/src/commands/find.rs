@@ -2,8 +2,9 @@
 
 use bson::{Bson, Document, doc};
 
+use super::args;
+use super::context::Ctx;
 use super::write::{check_hint, unsupported};
-use super::{Ctx, args};
 use crate::engine::EvalContext;
 use crate::engine::collation;
 use crate::engine::collection::Collection;

@@ -2,8 +2,9 @@
 
 use bson::{Bson, Document, doc};
 
+use super::args;
+use super::context::Ctx;
 use super::write::{UpdateStatement, check_hint, run_delete, run_update};
-use super::{Ctx, args};
 use crate::engine::collation;
 use crate::engine::error::{CommandError, Result};
 use crate::engine::matcher::Matcher;

@@ -1,16 +1,10 @@
 //! `hello` / `isMaster`: what the drivers learn about the server.
 
-use bson::{Document, doc, oid::ObjectId};
+use bson::{Document, oid::ObjectId};
 
-use super::Ctx;
+use super::context::Ctx;
+use super::identity::{MAX_WIRE_VERSION, REPLICA_SET_NAME};
 use crate::engine::error::Result;
-use crate::server::REPLICA_SET_NAME;
-
-/// Wire versions: 0 up to 21 (MongoDB 7.0), which every 3.x Rust driver, pymongo 4 and the
-/// Node driver accept.
-pub const MAX_WIRE_VERSION: i32 = 21;
-/// The MongoDB version `buildInfo` reports, consistent with [`MAX_WIRE_VERSION`].
-pub const SERVER_VERSION: &str = "7.0.14";
 
 /// `hello`, `isMaster` and `ismaster`.
 pub fn hello(ctx: &Ctx<'_>, cmd: &Document, name: &str) -> Result<Document> {
@@ -70,28 +64,4 @@ pub fn hello(ctx: &Ctx<'_>, cmd: &Document, name: &str) -> Result<Document> {
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);
     Ok(reply)
-}
-
-/// The `versionArray` of [`SERVER_VERSION`].
-pub fn version_array() -> Vec<i32> {
-    let mut parts: Vec<i32> = SERVER_VERSION
-        .split('.')
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    parts.push(0);
-    parts
-}
-
-/// Reply of `buildInfo`.
-pub fn build_info() -> Document {
-    doc! {
-        "version": SERVER_VERSION,
-        "gitVersion": "mongolock-testkit",
-        "versionArray": version_array(),
-        "bits": 64,
-        "debug": false,
-        "maxBsonObjectSize": 16_777_216,
-        "storageEngines": ["inMemory"],
-        "modules": [],
-    }
 }

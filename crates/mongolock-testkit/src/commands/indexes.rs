@@ -2,7 +2,9 @@
 
 use bson::{Bson, Document, doc};
 
-use super::{Ctx, admin, args};
+use super::args;
+use super::context::Ctx;
+use super::cursor_batch::cursor_batch_size;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::index::Index;
 
@@ -63,7 +65,7 @@ pub fn list_indexes(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     )?;
     let name = args::collection_name(cmd, "listIndexes")?;
     super::views::refuse_write(ctx, &name)?;
-    let batch_size = admin::cursor_batch_size(cmd, "listIndexes")?;
+    let batch_size = cursor_batch_size(cmd, "listIndexes")?;
     let ns = format!("{}.{name}", ctx.db);
     let coll = ctx.state.catalog.get(ctx.db, &name).ok_or_else(|| {
         CommandError::new(

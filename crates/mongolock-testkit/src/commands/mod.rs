@@ -3,49 +3,59 @@
 //! `dispatch` reads the command name, applies what every command shares (`$db`, sessions,
 //! retryable-write replay, transactions refused, cluster time on replies) and hands the
 //! command to its family's module.
+//!
+//! The layout runs one way, from this dispatcher down:
+//! - the handlers, one file per command family (`admin.rs`, `aggregate/` with its
+//!   `$out`/`$merge` and `$changeStream` stages, `collection_admin.rs`, `cursor.rs`,
+//!   `find.rs`, `find_and_modify.rs`, `handshake.rs`, `indexes.rs`, `views.rs`,
+//!   `write.rs`), and `ttl.rs`, the TTL monitor's pass;
+//! - what handlers and the dispatcher share, importing neither: `context.rs` (`Ctx`, the
+//!   command context, and `ConnectionInfo`), `state.rs` (`ServerState` and the cluster
+//!   time on replies), `identity.rs` (`REPLICA_SET_NAME`, the versions, `buildInfo`),
+//!   `cursor_batch.rs` (the `cursor: {batchSize}` option and cursor replies),
+//!   `cursor_table.rs` (the open cursors), `change_stream.rs` (an open change stream),
+//!   `session.rs` (sessions and retryable writes), `local_sessions.rs`,
+//!   `view_catalog.rs` (view definitions), `blocking_pool.rs` (`off_runtime`) and
+//!   `args.rs` (argument parsing).
 
+// The handlers, one file per command family; the dispatcher below calls them.
 pub mod admin;
 pub mod aggregate;
-pub mod args;
-pub mod change_stream;
 pub mod collection_admin;
 pub mod cursor;
 pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
 pub mod indexes;
-pub mod local_sessions;
-pub mod session;
-pub mod ttl;
 pub mod views;
 pub mod write;
 
+// What handlers and the dispatcher share; these import neither.
+pub mod args;
+pub mod blocking_pool;
+pub mod change_stream;
+pub mod context;
+pub mod cursor_batch;
+pub mod cursor_table;
+pub mod identity;
+pub mod local_sessions;
+pub mod session;
+pub mod state;
+pub mod view_catalog;
+
+// The TTL monitor's pass, which the server runs in the background.
+pub mod ttl;
+
 use std::sync::Arc;
 
-use bson::{Bson, DateTime, Document, doc};
+use bson::{Bson, DateTime, Document};
 
-use crate::engine::EvalContext;
 use crate::engine::error::{CommandError, Result, codes};
-use crate::engine::expr::Expr;
-use crate::server::{ServerState, cluster_fields};
 use crate::wire::{Request, RequestKind};
+use blocking_pool::off_runtime;
+use context::{ConnectionInfo, Ctx};
 use session::Completion;
-
-/// What one connection remembers between commands.
-#[derive(Debug, Clone)]
-pub struct ConnectionInfo {
-    /// The server-assigned connection id (`connectionId` in hello).
-    pub id: i64,
-    /// `client.application.name` from the handshake, matched by fail points' `appName`.
-    pub app_name: Option<String>,
-}
-
-impl ConnectionInfo {
-    /// A connection that has not shaken hands yet.
-    pub fn new(id: i64) -> Self {
-        Self { id, app_name: None }
-    }
-}
+use state::{ServerState, cluster_fields};
 
 /// What the connection does after a command.
 #[derive(Debug)]
@@ -54,52 +64,6 @@ pub enum Outcome {
     Reply(Document),
     /// Close the socket without replying.
     CloseConnection,
-}
-
-/// Everything a command handler needs besides its arguments.
-#[derive(Debug)]
-pub struct Ctx<'a> {
-    /// The server.
-    pub state: &'a ServerState,
-    /// The command's `$db`.
-    pub db: &'a str,
-    /// The connection it arrived on.
-    pub conn: &'a ConnectionInfo,
-    /// `$$NOW` for this command.
-    pub now: DateTime,
-}
-
-impl Ctx<'_> {
-    /// The evaluation context for this command, with its `let` variables evaluated.
-    pub fn eval_context(&self, cmd: &Document, command: &str) -> Result<EvalContext> {
-        let mut eval = EvalContext::at(self.now);
-        if !self.state.standalone {
-            eval.cluster_time = Some(self.state.cluster_time());
-        }
-        if let Some(vars) = args::opt_document(cmd, command, "let")? {
-            let empty = Document::new();
-            for (name, value) in vars {
-                let valid = name
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c.is_ascii_lowercase() || !c.is_ascii())
-                    && name.chars().all(|c| c.is_alphanumeric() || c == '_');
-                if !valid {
-                    return Err(CommandError::new(
-                        16870,
-                        format!(
-                            "'{name}' starts with an invalid character for a user variable name"
-                        ),
-                    ));
-                }
-                let evaluated = Expr::parse(value)?
-                    .eval(&empty, &eval)?
-                    .unwrap_or(Bson::Null);
-                eval.vars.insert(name.clone(), evaluated);
-            }
-        }
-        Ok(eval)
-    }
 }
 
 /// Commands that are retryable writes: replayed from the session history when retried.
@@ -232,7 +196,12 @@ async fn run(
         cmd,
     };
     match retryable {
-        Some((lsid, txn)) => session::run_retryable(state, lsid, txn, move || job.run()).await,
+        Some((lsid, txn)) => {
+            session::run_retryable(&state.sessions, &state.fail_points, lsid, txn, move || {
+                job.run()
+            })
+            .await
+        }
         None if name == "getMore" => Completion::Done(cursor::get_more(&job.ctx(), &job.cmd).await),
         None if INLINE_COMMANDS.contains(&name) => Completion::Done(job.run()),
         None => Completion::Done(off_runtime(move || job.run()).await.and_then(|r| r)),
@@ -262,26 +231,6 @@ impl Job {
 
     fn run(&self) -> Result<Document> {
         execute(&self.ctx(), &self.name, &self.cmd)
-    }
-}
-
-/// Runs synchronous work (a command, a TTL pass) on tokio's blocking pool and waits for it,
-/// so that it holds no runtime thread: a heavy command, or one blocked on a collection lock,
-/// cannot keep other connections from being served, even on a current-thread runtime.
-/// A panic in `work` is resumed in the caller, as if it had run there; a runtime that shuts
-/// down before `work` started is `InterruptedAtShutdown` (11600).
-///
-/// # Cancel safety
-/// Cancel safe in the sense that matters here: dropping the future does not stop `work`,
-/// which runs to completion on its own thread; only its result is lost.
-pub async fn off_runtime<T: Send + 'static>(
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(value) => Ok(value),
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        // Only a runtime shutting down cancels a blocking task before it starts.
-        Err(_) => Err(CommandError::new(11600, "interrupted at shutdown")),
     }
 }
 
@@ -454,10 +403,4 @@ fn finish(state: &ServerState, result: Result<Document>, retryable_write: bool) 
     };
     cluster_fields(state, &mut reply);
     reply
-}
-
-/// Builds a cursor reply document.
-pub fn cursor_reply(id: i64, ns: &str, batch: Vec<Document>, first: bool) -> Document {
-    let key = if first { "firstBatch" } else { "nextBatch" };
-    doc! { "cursor": { key: batch, "id": id, "ns": ns } }
 }

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use bson::{Bson, Document};
 use parking_lot::Mutex;
 
+use super::blocking_pool::off_runtime;
 use crate::engine::error::{CommandError, Result, codes};
-use crate::server::ServerState;
+use crate::faults::fail_point::FailPoints;
 
 /// The retryable-write history of one session.
 #[derive(Debug, Default)]
@@ -76,7 +77,7 @@ pub enum Completion {
 }
 
 /// Runs a retryable write at most once per `(lsid, txnNumber)`. The write runs on the
-/// blocking pool (see [`super::off_runtime`]) with the session held, and is recorded in the
+/// blocking pool (see [`off_runtime`]) with the session held, and is recorded in the
 /// session's history on the same thread, right after it is applied.
 ///
 /// # Cancel safety
@@ -84,12 +85,13 @@ pub enum Completion {
 /// nothing ran; once the write has started it completes, and is recorded, on its own
 /// thread.
 pub async fn run_retryable(
-    state: &ServerState,
+    sessions: &Sessions,
+    fail_points: &FailPoints,
     lsid: Vec<u8>,
     txn_number: i64,
     execute: impl FnOnce() -> Result<Document> + Send + 'static,
 ) -> Completion {
-    let slot = state.sessions.slot(lsid);
+    let slot = sessions.slot(lsid);
     let mut txn = slot.lock_owned().await;
     if let Some(current) = txn.txn_number {
         if txn_number < current {
@@ -108,7 +110,7 @@ pub async fn run_retryable(
             return Completion::Done(Ok(replayed));
         }
     }
-    let fault = state.fail_points.on_primary_transactional_write();
+    let fault = fail_points.on_primary_transactional_write();
     if let Some(code) = fault.and_then(|f| f.fail_before_commit) {
         // The write fails before it commits: nothing is applied or recorded.
         if fault.is_some_and(|f| f.close_connection) {
@@ -119,7 +121,7 @@ pub async fn run_retryable(
             "Failing write before commit due to the onPrimaryTransactionalWrite failpoint. The write must not be reflected.",
         )));
     }
-    let result = super::off_runtime(move || {
+    let result = off_runtime(move || {
         let result = execute();
         if let Ok(reply) = &result {
             // Only a write that succeeded is recorded; a failed one may be run again.

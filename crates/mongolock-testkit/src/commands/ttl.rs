@@ -2,7 +2,7 @@
 
 use bson::{Bson, Document};
 
-use crate::server::ServerState;
+use super::state::ServerState;
 
 /// The earliest date in a TTL-indexed field (arrays count their earliest date); `None` when
 /// the field holds no date, in which case the document never expires.

@@ -4,15 +4,16 @@
 //! pipeline over the collection (or view) it is defined on, as mongod does by rewriting them
 //! into aggregations. Writes and index commands on a view fail with
 //! `CommandNotSupportedOnView` (166). What the emulator leaves out: view collations, and the
-//! `system.views` collection mongod lists in a database that has views.
+//! `system.views` collection mongod lists in a database that has views. The definitions
+//! themselves are kept in the view catalog (`view_catalog.rs`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bson::{Bson, Document, doc};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
-use super::Ctx;
+use super::context::Ctx;
+use super::view_catalog::ViewDef;
 use crate::engine::changes::ChangeKind;
 use crate::engine::collection::{Collection, CollectionRef};
 use crate::engine::compare::type_alias;
@@ -27,54 +28,6 @@ pub const OPTION_NOT_SUPPORTED_ON_VIEW: i32 = 167;
 pub const VIEW_DEPTH_LIMIT_EXCEEDED: i32 = 13;
 /// How deep views may be nested (mongod's `ViewGraph::kMaxViewDepth`).
 const MAX_VIEW_DEPTH: usize = 20;
-
-/// One view's definition.
-#[derive(Debug, Clone)]
-pub struct ViewDef {
-    /// The collection or view it reads.
-    pub view_on: String,
-    /// Its pipeline, as given.
-    pub pipeline: Vec<Bson>,
-}
-
-/// The views of every database, by `(db, name)`.
-#[derive(Debug, Default)]
-pub struct Views {
-    views: RwLock<BTreeMap<(String, String), ViewDef>>,
-}
-
-impl Views {
-    /// The view `db.name`, if there is one.
-    pub fn get(&self, db: &str, name: &str) -> Option<ViewDef> {
-        self.views
-            .read()
-            .get(&(db.to_string(), name.to_string()))
-            .cloned()
-    }
-
-    /// Removes a view; returns whether it existed.
-    pub fn drop_view(&self, db: &str, name: &str) -> bool {
-        self.views
-            .write()
-            .remove(&(db.to_string(), name.to_string()))
-            .is_some()
-    }
-
-    /// Removes every view of a database.
-    pub fn drop_database(&self, db: &str) {
-        self.views.write().retain(|(d, _), _| d != db);
-    }
-
-    /// The views of a database, by name.
-    pub fn of_database(&self, db: &str) -> Vec<(String, ViewDef)> {
-        self.views
-            .read()
-            .iter()
-            .filter(|((d, _), _)| d == db)
-            .map(|((_, n), v)| (n.clone(), v.clone()))
-            .collect()
-    }
-}
 
 /// Fails with mongod's error when `name` is a view (writes and index commands).
 pub fn refuse_view(ctx: &Ctx<'_>, db: &str, name: &str) -> Result<()> {

@@ -3,7 +3,8 @@
 
 use bson::{Bson, Document, doc, oid::ObjectId};
 
-use super::{Ctx, args};
+use super::args;
+use super::context::Ctx;
 use crate::engine::EvalContext;
 use crate::engine::collation;
 use crate::engine::collection::Collection;

@@ -5,7 +5,7 @@
 
 use bson::{Bson, Document};
 
-use crate::commands::Ctx;
+use crate::commands::context::Ctx;
 use crate::commands::write::prepare_for_insert;
 use crate::engine::EvalContext;
 use crate::engine::collection::{Collection, validate_collection_name, validate_db_name};

@@ -1,0 +1,73 @@
+//! The command context: what a command handler is given besides its arguments (the
+//! server, the command's `$db`, its connection, `$$NOW`), and what a connection remembers
+//! between commands.
+
+use bson::{Bson, DateTime, Document};
+
+use super::args;
+use super::state::ServerState;
+use crate::engine::EvalContext;
+use crate::engine::error::{CommandError, Result};
+use crate::engine::expr::Expr;
+
+/// What one connection remembers between commands.
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    /// The server-assigned connection id (`connectionId` in hello).
+    pub id: i64,
+    /// `client.application.name` from the handshake, matched by fail points' `appName`.
+    pub app_name: Option<String>,
+}
+
+impl ConnectionInfo {
+    /// A connection that has not shaken hands yet.
+    pub fn new(id: i64) -> Self {
+        Self { id, app_name: None }
+    }
+}
+
+/// Everything a command handler needs besides its arguments.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    /// The server.
+    pub state: &'a ServerState,
+    /// The command's `$db`.
+    pub db: &'a str,
+    /// The connection it arrived on.
+    pub conn: &'a ConnectionInfo,
+    /// `$$NOW` for this command.
+    pub now: DateTime,
+}
+
+impl Ctx<'_> {
+    /// The evaluation context for this command, with its `let` variables evaluated.
+    pub fn eval_context(&self, cmd: &Document, command: &str) -> Result<EvalContext> {
+        let mut eval = EvalContext::at(self.now);
+        if !self.state.standalone {
+            eval.cluster_time = Some(self.state.cluster_time());
+        }
+        if let Some(vars) = args::opt_document(cmd, command, "let")? {
+            let empty = Document::new();
+            for (name, value) in vars {
+                let valid = name
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_lowercase() || !c.is_ascii())
+                    && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+                if !valid {
+                    return Err(CommandError::new(
+                        16870,
+                        format!(
+                            "'{name}' starts with an invalid character for a user variable name"
+                        ),
+                    ));
+                }
+                let evaluated = Expr::parse(value)?
+                    .eval(&empty, &eval)?
+                    .unwrap_or(Bson::Null);
+                eval.vars.insert(name.clone(), evaluated);
+            }
+        }
+        Ok(eval)
+    }
+}

@@ -1,0 +1,73 @@
+//! The server's state: what every connection and command shares (the catalog, cursors,
+//! sessions, views, fail points, the clock), and the cluster time it stamps on replies.
+
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use bson::{Document, Timestamp};
+use tokio::sync::watch;
+
+use super::cursor_table::Cursors;
+use super::local_sessions::LocalSessions;
+use super::session::Sessions;
+use super::view_catalog::Views;
+use crate::engine::collection::Catalog;
+use crate::faults::clock::Clock;
+use crate::faults::fail_point::FailPoints;
+
+/// State shared by every connection.
+#[derive(Debug)]
+pub struct ServerState {
+    /// `127.0.0.1:PORT`, as the replica-set fields report it.
+    pub address: String,
+    /// Standalone (no replica-set features) or a one-member replica set.
+    pub standalone: bool,
+    /// Extra delay before every reply.
+    pub latency: Duration,
+    /// TTL monitor period.
+    pub ttl_monitor_interval: Duration,
+    /// The server clock.
+    pub clock: Clock,
+    /// Databases and collections.
+    pub catalog: Catalog,
+    /// Open cursors.
+    pub cursors: Cursors,
+    /// Logical sessions and their retryable-write history.
+    pub sessions: Sessions,
+    /// The logical sessions commands used, for `$listLocalSessions`.
+    pub local_sessions: LocalSessions,
+    /// Read-only views, by database and name.
+    pub views: Views,
+    /// `failCommand` and `onPrimaryTransactionalWrite`.
+    pub fail_points: FailPoints,
+    /// The id the listener gives its next connection.
+    pub next_connection_id: AtomicI64,
+    /// Turns true when the server stops: the listener, connections and TTL monitor end.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl ServerState {
+    /// The next cluster time: the server clock's seconds with an increasing counter.
+    pub fn cluster_time(&self) -> Timestamp {
+        self.catalog.changes.cluster_time()
+    }
+}
+
+/// Builds the reply fields every replica-set reply carries.
+pub fn cluster_fields(state: &ServerState, reply: &mut Document) {
+    if state.standalone {
+        return;
+    }
+    let time = state.cluster_time();
+    reply.insert(
+        "$clusterTime",
+        bson::doc! {
+            "clusterTime": time,
+            "signature": {
+                "hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] },
+                "keyId": 0i64,
+            },
+        },
+    );
+    reply.insert("operationTime", time);
+}
