@@ -20,8 +20,8 @@
 //! and nothing else: an entry whose guard is gone is never renewed. A tick runs at the
 //! shortest renewal period among the leases (a third of the TTL by default), and each
 //! renewal's time limit is shorter than the time the most urgent lease has left (and than
-//! its renewal period, or a quarter of its TTL), so a hung call cannot hide a loss and is
-//! retried in time; failed renewals are retried every 250 ms at most.
+//! its renewal period or a quarter of its TTL, whichever is longer), so a hung call cannot
+//! hide a loss and is retried in time; failed renewals are retried every 250 ms at most.
 //!
 //! The command names each lease (resource, lock id, token) in a statement of its own that
 //! matches only while that lease is live, so the reply's count is the number of leases the
@@ -271,6 +271,11 @@ pub(crate) struct Keeper {
     added: Notify,
     /// Wakes the chores task when a chore is queued.
     queued: Notify,
+    /// Held while chores are on their way to the server, by the chores task or by
+    /// [`Keeper::flush`]: a flush waits for the chores the task has taken, so that once it
+    /// returns every chore has been tried ([`LockClient::shutdown`](crate::LockClient::shutdown)
+    /// relies on it).
+    on_the_way: tokio::sync::Mutex<()>,
     /// Turns for the chores on their way to the server, [`CHORES_AT_ONCE`] in all: the
     /// keeper's retries and the releases of dropped guards and acquires
     /// (`LockClient::finish_in_background`) take them alike, so a burst of either queues here
@@ -312,6 +317,7 @@ impl Keeper {
             state: Mutex::new(Registry::default()),
             added: Notify::new(),
             queued: Notify::new(),
+            on_the_way: tokio::sync::Mutex::new(()),
             turns: Arc::new(tokio::sync::Semaphore::new(CHORES_AT_ONCE)),
         }
     }
@@ -403,8 +409,10 @@ impl Keeper {
         }
     }
 
-    /// Tries every queued chore once more, now; those that fail stay queued.
+    /// Tries every queued chore once more, now, after those the chores task is sending;
+    /// those that fail stay queued.
     pub(crate) async fn flush(self: &Arc<Self>) {
+        let _on_the_way = self.on_the_way.lock().await;
         let chores: Vec<Queued> = std::mem::take(&mut self.registry().chores);
         let mut failed = Vec::new();
         for mut queued in chores {
@@ -574,6 +582,9 @@ async fn do_chores(keeper: Weak<Keeper>) {
         let Some(keeper) = keeper.upgrade() else {
             return;
         };
+        // Taken before the due chores are, and held until their results are back in the
+        // queue: a flush meanwhile waits for them.
+        let on_the_way = keeper.on_the_way.lock().await;
         let now = keeper.clock.now();
         let (due, next) = {
             let mut registry = keeper.registry();
@@ -599,6 +610,7 @@ async fn do_chores(keeper: Weak<Keeper>) {
             (due, next)
         };
         if due.is_empty() {
+            drop(on_the_way);
             let sleep = next
                 .map_or(SUSPEND_CHECK, |next| next.saturating_duration_since(now))
                 .min(SUSPEND_CHECK);

@@ -296,3 +296,31 @@ fn a_guard_dropped_after_its_runtime_is_gone_neither_panics_nor_blocks() {
     drop(guard);
     drop(env);
 }
+
+#[test]
+fn shutdown_waits_for_the_releases_of_guards_dropped_without_a_runtime() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let env = runtime.block_on(env("cancel_no_runtime_shutdown"));
+    let mut lost = 0;
+    for round in 0..12 {
+        let resource = format!("r{round}");
+        let guard = runtime
+            .block_on(
+                env.locks
+                    .mutex(&resource)
+                    .ttl(std::time::Duration::from_secs(60))
+                    .acquire(),
+            )
+            .unwrap();
+        drop(guard);
+        // Once `shutdown` returns, the release is on the server, whoever sent it.
+        runtime.block_on(env.locks.shutdown());
+        let held = runtime
+            .block_on(env.locks.status(&Filter::default().resource(&resource)))
+            .unwrap();
+        if held.iter().any(|s| !s.is_expired()) {
+            lost += 1;
+        }
+    }
+    assert_eq!(lost, 0, "releases shutdown did not wait for, of 12");
+}
