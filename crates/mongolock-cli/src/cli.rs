@@ -114,8 +114,8 @@ pub enum Command {
     Purge,
     /// Create the indexes the lock commands use (idempotent).
     Indexes,
-    /// Watch workers contend for locks on the embedded emulator (or on --uri), with a crash
-    /// and a network cut, then verify every promise.
+    /// Watch workers contend for locks on the embedded emulator (or on the server of --uri
+    /// or MONGODB_URI), with a crash and a network cut, then verify every promise.
     Demo(DemoArgs),
     /// Print the completion script for SHELL to stdout (how to install it: --help).
     #[command(long_about = COMPLETIONS_ABOUT)]
@@ -138,7 +138,8 @@ pub struct ExecArgs {
     /// Take a shared lock instead of an exclusive one (one resource only).
     #[arg(long)]
     pub shared: bool,
-    /// With --shared: at most this many holders at once (a semaphore).
+    /// With --shared: at most this many holders at once (a semaphore). Every shared holder
+    /// of the resource must give the same --max, or none.
     #[arg(long, requires = "shared", value_parser = clap::value_parser!(u32).range(1..))]
     pub max: Option<u32>,
     /// The lease's TTL: how long the lock outlives this process if it dies.
@@ -150,7 +151,8 @@ pub struct ExecArgs {
     /// Fail at once (status 75) if the lock is held.
     #[arg(long)]
     pub no_wait: bool,
-    /// A label stored with the lock, shown by `status`.
+    /// A label stored with the lock, shown by `status` (default: the command's name and
+    /// mongolock's pid).
     #[arg(long)]
     pub owner: Option<String>,
     #[command(flatten)]

@@ -96,7 +96,9 @@ macro_rules! lease_settings {
 
         /// How much earlier than the server the guard counts its lease as lost (default a
         /// tenth of the TTL, at most two seconds). It covers the difference between this
-        /// machine's and the server's clock rates, and leaves the holder time to stop.
+        /// machine's and the server's clock rates, and leaves the holder time to stop. Must be
+        /// shorter than the TTL; otherwise acquiring fails with
+        /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
         pub fn safety_margin(mut self, margin: Duration) -> Self {
             self.options.margin = Some(margin);
             self

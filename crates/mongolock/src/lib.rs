@@ -91,7 +91,8 @@
 //! that names one holder. **A lock id belongs to one holder and is never shared between
 //! processes or tasks**: the server takes every call with a lock id as coming from the same
 //! holder (asking again returns the lock it holds, unlocking releases all of its locks). The
-//! handles give each guard a random one (128 bits). Locks are
+//! handles give each guard a random one (128 bits), unless `.lock_id(..)` names one (to
+//! resume a lease after a restart: [`Mutex::lock_id`]). Locks are
 //!
 //! - **exclusive** ([`LockClient::xlock`]): one holder and nobody else, or
 //! - **shared** ([`LockClient::slock`]): any number of holders, or at most `max` (a
@@ -137,6 +138,7 @@
 //! | release every lock of a lock id | [`unlock`](LockClient::unlock) | 1 |
 //! | extend every live lock of a lock id | [`renew`](LockClient::renew) | 1 |
 //! | see who holds what, and for how long | [`status`](LockClient::status) | 1 |
+//! | break every lock on a resource, whoever holds it (operators) | [`force_release`](LockClient::force_release) | 1 |
 //! | clear expired locks (never a live one) | [`purge`](LockClient::purge) | 1 |
 //! | clear expired locks and end their lock ids' other locks (the Go library's rule) | [`purge_abandoned_groups`](LockClient::purge_abandoned_groups) | 2 |
 //! | set up the collection (once, idempotent) | [`create_indexes`](LockClient::create_indexes) | 1 |
@@ -149,7 +151,7 @@
 //!
 //! # What is promised
 //!
-//! - **Exclusion, by the server's clock.** Every acquire is one `findOneAndUpdate` whose update
+//! - **Exclusion, by the server's clock.** Every acquire is one `findAndModify` whose update
 //!   is an aggregation pipeline: it drops expired entries, decides and writes in one atomic
 //!   step using `$$NOW`. Client clocks decide nothing. An expired lock never blocks anybody,
 //!   whatever its kind.
@@ -178,8 +180,9 @@
 //! - **Durable grants.** Writes wait for a majority and the journal unless you opt out with
 //!   [`LockClient::with_unsafe_write_concern`].
 //! - **Nothing stranded.** A lock with a TTL ends by itself; [`LockClient::purge`] clears
-//!   expired locks and never ends a live lease; a TTL index deletes resource documents idle
-//!   for the retention period (a day by default). An attempt whose outcome is unknown is
+//!   expired locks and never ends a live lease; the TTL index that
+//!   [`LockClient::create_indexes`] makes deletes resource documents idle for the retention
+//!   period (a day by default). An attempt whose outcome is unknown is
 //!   withdrawn for good by [`LockClient::release_attempt`]: a late copy of it is refused.
 //!
 //! # When not to use it
@@ -196,7 +199,13 @@
 //! [`ErrorKind::AlreadyLocked`], carrying the first holders, their number and how long until
 //! the resource frees, computed by the server ([`LockClient::acquire`] reports the same as a
 //! value, [`Contention`], for callers that wait). A lock id asking for the kind of lock other
-//! than the one it holds gets [`ErrorKind::HeldWithOtherKind`].
+//! than the one it holds gets [`ErrorKind::HeldWithOtherKind`], and a shared request whose cap
+//! differs from the one stored with the resource [`ErrorKind::CapMismatch`]. A lease found
+//! lost by [`LockGuard::release`] or [`Mutex::run`] is [`ErrorKind::LeaseLost`], and a write
+//! a [`Fence`] refused is [`ErrorKind::StaleToken`]. The server's and the network's failures
+//! are [`ErrorKind::Timeout`] and [`ErrorKind::Database`]; [`Error::is_outcome_unknown`] says
+//! whether a write may have been applied, [`Error::is_retryable`] whether repeating the call
+//! may succeed.
 //! Bad input is [`ErrorKind::InvalidArgument`] and nothing is sent. Every write marks the
 //! document it writes (`mongolock: 1`); another application's document in the collection
 //! (one without the mark) is never changed and is reported as
