@@ -113,7 +113,7 @@ pub enum Command {
     /// Remove expired locks (never a live one).
     Purge,
     /// Create the indexes the lock commands use (idempotent).
-    Indexes,
+    Indexes(IndexesArgs),
     /// Watch workers contend for locks on the embedded emulator (or on the server of --uri
     /// or MONGODB_URI), with a crash and a network cut, then verify every promise.
     Demo(DemoArgs),
@@ -268,6 +268,17 @@ pub struct StatusArgs {
     pub owner: Option<String>,
 }
 
+/// `mongolock indexes`.
+#[derive(Debug, Clone, Args)]
+pub struct IndexesArgs {
+    /// How long an idle resource document is kept before the TTL index deletes it (default
+    /// one day, the library's DEFAULT_RETENTION). Give the one the applications set with
+    /// `with_retention`: the server refuses to change it on an existing collection (drop the
+    /// index idleSince_ttl first).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub retention: Option<std::time::Duration>,
+}
+
 /// `mongolock unlock`.
 #[derive(Debug, Clone, Args)]
 pub struct UnlockArgs {
@@ -415,6 +426,22 @@ pub async fn close() {
             tracing::debug!("the driver did not shut down in time; leaving it to the exit");
         }
     }
+}
+
+/// An error and its causes on one line, as `{:#}` joins them, except that a driver error is
+/// told by its kind (for a server's refusal: the code, its name and the server's message)
+/// rather than with the labels and the raw reply its own `Display` adds.
+pub fn describe(error: &anyhow::Error) -> String {
+    let causes: Vec<String> = error
+        .chain()
+        .map(
+            |cause| match cause.downcast_ref::<mongodb::error::Error>() {
+                Some(driver) => driver.kind.to_string(),
+                None => cause.to_string(),
+            },
+        )
+        .collect();
+    causes.join(": ")
 }
 
 /// The longest [`close`] waits for the driver to shut down.

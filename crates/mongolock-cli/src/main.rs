@@ -21,7 +21,7 @@ async fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("mongolock: {error:#}");
+            eprintln!("mongolock: {}", cli::describe(&error));
             ExitCode::from(cli::exit::ERROR)
         }
     }

@@ -326,3 +326,55 @@ async fn bad_input_is_refused_with_a_message_never_a_panic() {
         text(&output.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexes_take_the_retention_the_applications_use() {
+    let env = Env::start("indexes_retention").await;
+    let output = run(env.cmd(&["indexes", "--retention", "7days"])).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let ttl = |indexes: Vec<bson::Document>| {
+        indexes
+            .into_iter()
+            .find(|index| index.get_str("name") == Ok("idleSince_ttl"))
+            .and_then(|index| index.get("expireAfterSeconds").cloned())
+    };
+    let listed: Vec<bson::Document> = env
+        .server
+        .client()
+        .database(&env.db)
+        .run_command(bson::doc! { "listIndexes": "locks" })
+        .await
+        .unwrap()
+        .get_document("cursor")
+        .unwrap()
+        .get_array("firstBatch")
+        .unwrap()
+        .iter()
+        .filter_map(|index| index.as_document().cloned())
+        .collect();
+    assert_eq!(
+        ttl(listed).and_then(|seconds| seconds.as_i32().map(i64::from).or(seconds.as_i64())),
+        Some(7 * 24 * 3600)
+    );
+    // The same again is harmless; another retention is refused by the server, and said so.
+    let again = run(env.cmd(&["indexes", "--retention", "7days"])).await;
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let other = run(env.cmd(&["indexes"])).await;
+    assert_eq!(other.status.code(), Some(1));
+    // Said in a line: the server's code name and message, not the driver's raw reply.
+    let said = text(&other.stderr);
+    assert!(
+        said.contains("cannot create the indexes") && said.contains("IndexOptionsConflict"),
+        "{said}"
+    );
+    assert!(!said.contains("server response"), "{said}");
+    assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+    // Out of the library's range: refused before anything is sent.
+    let zero = run(env.cmd(&["indexes", "--retention", "0s"])).await;
+    assert_eq!(zero.status.code(), Some(1), "{}", text(&zero.stderr));
+    assert!(
+        text(&zero.stderr).contains("retention"),
+        "{}",
+        text(&zero.stderr)
+    );
+}

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use mongolock::{Filter, LockKind, LockStatus};
 use serde::Serialize;
 
-use crate::cli::{self, Global, ReleaseArgs, StatusArgs, UnlockArgs, exit};
+use crate::cli::{self, Global, IndexesArgs, ReleaseArgs, StatusArgs, UnlockArgs, exit};
 
 /// One lock in `status --json`.
 #[derive(Debug, Serialize)]
@@ -283,13 +283,16 @@ pub async fn purge(global: &Global) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs `indexes`: creates the indexes the lock commands use (idempotent).
+/// Runs `indexes`: creates the indexes the lock commands use (idempotent), the TTL index
+/// with `--retention`.
 ///
 /// # Cancel safety
 ///
 /// If dropped, the indexes may or may not have been created; running it again is harmless.
-pub async fn indexes(global: &Global) -> anyhow::Result<ExitCode> {
-    let locks = cli::connect(global).await?;
+pub async fn indexes(global: &Global, args: IndexesArgs) -> anyhow::Result<ExitCode> {
+    let locks = cli::connect(global)
+        .await?
+        .with_retention(args.retention.unwrap_or(mongolock::DEFAULT_RETENTION));
     locks
         .create_indexes()
         .await

@@ -24,7 +24,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Unlock(args) => inspect::unlock(&global, args).await,
         Command::Release(args) => inspect::release(&global, args).await,
         Command::Purge => inspect::purge(&global).await,
-        Command::Indexes => inspect::indexes(&global).await,
+        Command::Indexes(args) => inspect::indexes(&global, args).await,
         Command::Demo(args) => demo::run(&global, args).await,
         Command::Completions(args) => generate::completions(&args),
         Command::Man(args) => generate::man(&args),
