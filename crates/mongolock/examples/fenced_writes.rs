@@ -1,8 +1,9 @@
 //! Two workers take turns on a lock and write to the collection it protects through a
 //! `Fence`: the one that was paused past its lease has its write refused.
 //!
-//! `cargo run -p mongolock --example fenced_writes` (on the embedded emulator; against a real
-//! server when `MONGODB_URI` is set). Exits 0 only if the stale write was refused.
+//! `cargo run -p mongolock --example fenced_writes` (on the embedded emulator; against a
+//! real server when `MONGODB_URI` is set, where it drops and recreates the database
+//! `fenced_writes_example`). Exits 0 only if the stale write was refused.
 //!
 //! Worker A takes the lock on `account-42`, reads the balance, and stops: its thread blocks,
 //! as a whole process does in a long GC pause or a suspended VM, so nothing of it runs, not

@@ -1,7 +1,8 @@
 //! A service that leads while its lease lives, and stops leading work the moment it is lost.
 //!
 //! `cargo run -p mongolock --example leader` (on the embedded emulator; against a real
-//! server when `MONGODB_URI` is set).
+//! server when `MONGODB_URI` is set, where it drops and recreates the database
+//! `leader_example`).
 //!
 //! Three replicas of one service campaign in the election "scheduler"; the leader does the
 //! leading work (here: ticks written to a store with the term as fencing token), and an

@@ -1,7 +1,8 @@
 //! A scheduled job that must run on one host only.
 //!
 //! `cargo run -p mongolock --example scheduled_job` (on the embedded emulator; against a
-//! real server when `MONGODB_URI` is set).
+//! real server when `MONGODB_URI` is set, where it drops and recreates the database
+//! `scheduled_job_example`).
 //!
 //! Three hosts run the same schedule: at every tick each of them, a few milliseconds apart,
 //! tries the mutex "nightly-report" once. The one that gets it checks whether this tick's

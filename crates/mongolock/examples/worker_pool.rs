@@ -1,7 +1,8 @@
 //! A worker pool limited by a semaphore across processes.
 //!
 //! `cargo run -p mongolock --example worker_pool` (on the embedded emulator; against a real
-//! server when `MONGODB_URI` is set).
+//! server when `MONGODB_URI` is set, where it drops and recreates the database
+//! `worker_pool_example`).
 //!
 //! Three processes (each its own connection and lock client) run four workers each, and all
 //! twelve share two GPUs: a worker takes a permit of the semaphore "gpu" (at most two
