@@ -237,6 +237,18 @@ async fn emulator_only_dropping_an_acquire_while_its_command_is_on_the_wire_leav
     }
 }
 
+/// A guard of `resource` with a 60 s TTL, acquired on `runtime` and returned outside it.
+fn held_a_minute(
+    runtime: &tokio::runtime::Runtime,
+    locks: &mongolock::LockClient,
+    resource: &str,
+) -> mongolock::LockGuard {
+    let mutex = locks
+        .mutex(resource)
+        .ttl(std::time::Duration::from_secs(60));
+    runtime.block_on(mutex.acquire()).unwrap()
+}
+
 #[test]
 fn a_guard_dropped_without_a_runtime_is_released_by_the_client_long_before_its_ttl() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -248,14 +260,7 @@ fn a_guard_dropped_without_a_runtime_is_released_by_the_client_long_before_its_t
     // that the race is met.
     for round in 0..12 {
         let resource = format!("r{round}");
-        let guard = runtime
-            .block_on(
-                env.locks
-                    .mutex(&resource)
-                    .ttl(std::time::Duration::from_secs(60))
-                    .acquire(),
-            )
-            .unwrap();
+        let guard = held_a_minute(&runtime, &env.locks, &resource);
         // Outside the runtime: no task can be spawned here, and dropping must neither panic
         // nor block. The release is queued on the client, whose keeper sends it from the
         // runtime its leases were added in.
@@ -280,14 +285,7 @@ fn a_guard_dropped_without_a_runtime_is_released_by_the_client_long_before_its_t
 fn a_guard_dropped_after_its_runtime_is_gone_neither_panics_nor_blocks() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let env = runtime.block_on(env("cancel_runtime_gone"));
-    let guard = runtime
-        .block_on(
-            env.locks
-                .mutex("r")
-                .ttl(std::time::Duration::from_secs(60))
-                .acquire(),
-        )
-        .unwrap();
+    let guard = held_a_minute(&runtime, &env.locks, "r");
     // The runtime the lease was added in, where the keeper would start the release, is gone
     // (and the emulator with it): the release is lost with it, and the lock is left to its
     // TTL, but the drop itself must be harmless.
@@ -304,14 +302,7 @@ fn shutdown_waits_for_the_releases_of_guards_dropped_without_a_runtime() {
     let mut lost = 0;
     for round in 0..12 {
         let resource = format!("r{round}");
-        let guard = runtime
-            .block_on(
-                env.locks
-                    .mutex(&resource)
-                    .ttl(std::time::Duration::from_secs(60))
-                    .acquire(),
-            )
-            .unwrap();
+        let guard = held_a_minute(&runtime, &env.locks, &resource);
         drop(guard);
         // Once `shutdown` returns, the release is on the server, whoever sent it.
         runtime.block_on(env.locks.shutdown());

@@ -1721,24 +1721,9 @@ mod tests {
                 start: ms(force_release.0),
                 end: ms(force_release.1),
             }],
-            record: HashMap::new(),
             modes: HashMap::from([("m".to_owned(), Mode::Exclusive)]),
             attempts: 2,
-            timeouts: 0,
-            errors: 0,
-            liveness: Vec::new(),
-            faults: Vec::new(),
-            writer_waits: Vec::new(),
-            healed_at: None,
-            nemeses: Vec::new(),
-            acquire_calls: Vec::new(),
-            server_clock: Vec::new(),
-            campaigns: Vec::new(),
-            proclaims: Vec::new(),
-            observations: Vec::new(),
-            observer_errors: 0,
-            final_reads: Vec::new(),
-            end: ms(1_000),
+            ..History::new(ms(1_000))
         }
     }
 
