@@ -157,6 +157,9 @@ pub async fn run_once(
 
     let history = recorder.finish(workload.modes());
     let outcome = check::check(&history);
+    if std::env::var_os("MONGOLOCK_HARNESS_EXPLAIN").is_some() {
+        explain(&history, &outcome);
+    }
     let permits = workload
         .modes()
         .into_iter()
@@ -314,5 +317,50 @@ async fn probe_election(
         other => recorder.liveness(format!(
             "{resource}: the observer could not lead once every client stopped: {other:?}"
         )),
+    }
+}
+
+/// With `MONGOLOCK_HARNESS_EXPLAIN` set: every holder of each resource a violation names,
+/// on stderr, in ms since the first call (the checker's origin), to read a violation by.
+fn explain(history: &history::History, outcome: &check::Outcome) {
+    let origin = (history.holders.iter().map(|l| l.invoked_at).min()).unwrap_or(history.end);
+    let ms = |t: std::time::Instant| t.saturating_duration_since(origin).as_millis();
+    let at =
+        |t: Option<std::time::Instant>| t.map_or_else(|| "-".to_owned(), |t| ms(t).to_string());
+    let resources: std::collections::BTreeSet<&str> = (outcome.violations.iter())
+        .filter_map(|v| v.resource.as_deref())
+        .collect();
+    for resource in resources {
+        eprintln!("holders of {resource}:");
+        let mut holders: Vec<_> = (history.holders.iter())
+            .filter(|l| l.resource == resource)
+            .collect();
+        holders.sort_by_key(|l| l.granted_at);
+        for l in holders {
+            eprintln!(
+                "  {} client {} lock id {:?} token {} resumed from {:?}: sent {} granted {} \
+                 (server {}) believed until {} notified {:?} at {} released {} let go {:?} \
+                 release {:?} killed {} pauses {:?}",
+                l.id,
+                l.client,
+                l.lock_id,
+                l.token,
+                l.resumed_from,
+                ms(l.attempt_sent_at),
+                ms(l.granted_at),
+                at(l.server_granted_at),
+                ms(l.belief_end(history.end)),
+                l.notified.map(|(_, kind)| kind),
+                at(l.notified.map(|(t, _)| t)),
+                at(l.released_at),
+                l.let_go,
+                l.release,
+                at(l.killed_at),
+                l.pauses
+                    .iter()
+                    .map(|p| (ms(p.start), ms(p.end)))
+                    .collect::<Vec<_>>(),
+            );
+        }
     }
 }

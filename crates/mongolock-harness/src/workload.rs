@@ -526,7 +526,11 @@ impl Fleet {
                 .find(|r| self.workload.is_resumable(r))
         });
         slot.incarnation += 1;
+        // The twins an earlier incarnation started live on: the new one must know them
+        // (it does not ask for their resource while they run), and `stop` joins them.
+        let twins = std::mem::take(&mut *lock(&slot.ctl.twins));
         slot.ctl = Arc::new(ClientCtl::default());
+        *lock(&slot.ctl.twins) = twins;
         slot.killed_at = None;
         let mut options = slot.proxy.client_options();
         options.app_name = Some(slot.app_name.clone());
@@ -794,6 +798,17 @@ impl Worker {
             } else {
                 targets[self.rng.random_range(0..targets.len())].clone()
             };
+            // A lock id belongs to one live holder: while a twin of this slot holds the
+            // resumable lease (the `resume` submodule), the slot does not ask for it. It would
+            // resume the twin's lease, and its release, as early as a nemesis makes it, would
+            // free the resource under the twin, which believes until its next renewal.
+            if let Target::Resource(resource, _) = &target
+                && self.workload.is_resumable(resource)
+                && self.twin_running()
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
             let held = match target {
                 Target::Resource(resource, mode) => self.one(locks, resource, mode).await,
                 Target::Group(pool) => {
@@ -810,6 +825,11 @@ impl Worker {
             let idle = self.rng.random_range(0..30);
             tokio::time::sleep(Duration::from_millis(idle)).await;
         }
+    }
+
+    /// Whether a twin this slot started (the `resume` submodule) still runs.
+    fn twin_running(&self) -> bool {
+        lock(&self.ctl.twins).iter().any(|twin| !twin.is_finished())
     }
 
     /// Stops the whole client (this thread, hence its runtime) if a pause was asked for;

@@ -15,15 +15,20 @@
 //!   it resumes the lease, the entry names the twin's keeper, and the paused incarnation
 //!   must learn at its next renewal that it lost the lease (revoked; or by its deadline),
 //!   while the twin writes under the same token for at least the TTL (+ 300 ms) and
-//!   releases. It must not release sooner: its release ends the lease the paused
-//!   incarnation may still believe in until its next renewal or its local deadline, and the
-//!   next holder would then overlap it (a lock id belongs to one live holder; the harness
-//!   plays a restarted process that keeps the lease it resumed).
+//!   releases. It must not release sooner, not even when it learns early that it lost the
+//!   lease (its deadline counts from what the server had left when it asked): its release
+//!   ends the lease the paused incarnation may still believe in until its next renewal or
+//!   its local deadline, and the next holder would then overlap it (a lock id belongs to one
+//!   live holder; the harness plays a restarted process that keeps the lease it resumed).
 //!
 //! The paused incarnation, once it lets go of the lease, releases its guard as any holder
 //! does ([`Workload::release_after_resume`], the default; off, it forgets it): that release
-//! must remove nothing the twin holds now. The twin in the end dies without releasing (the
-//! lease runs out, or the slot resumes it again). A lease gets one twin at most.
+//! must remove nothing the twin holds now. The twin in the end releases the lease too (or,
+//! with that option off, dies without releasing, and the lease runs out). While the twin
+//! runs, its slot does not ask for the resource: it would resume the twin's lease, and
+//! releasing it early (a nemesis on the release) would free the resource under the twin,
+//! which believes until its next renewal (seed 21 showed it, as (1) and (3) violations). A
+//! lease gets one twin at most.
 //!
 //! Each resumed grant is logged as a holder of its own, with the same lock id and token as
 //! the incarnation it continues ([`HolderLog::resumed_from`]); the checker judges the pair
@@ -197,6 +202,11 @@ impl Twin {
                 }
             }
             log.check_lost(&guard);
+            // A twin that learnt early that it lost the lease (its renewals failed while its
+            // deadline, counted from the server's time left when it asked, came before the
+            // paused incarnation's) still waits until then: its release, even a late one,
+            // frees the resource at once, under an incarnation that may still believe.
+            tokio::time::sleep_until(tokio::time::Instant::from_std(hold_until)).await;
             if !self.release {
                 // Asked to forget it (`Workload::release_after_resume` off): it dies, as a
                 // killed client does (the runtime dropped with the keeper), and the lease
