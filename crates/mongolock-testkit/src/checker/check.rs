@@ -1680,33 +1680,15 @@ mod tests {
     fn holder(t0: Instant, id: u64, sent: u64, granted: u64, released: u64) -> HolderLog {
         let ms = |m: u64| t0 + Duration::from_millis(m);
         HolderLog {
-            id,
-            client: id as usize,
-            fake: false,
-            resource: "m".into(),
-            mode: Mode::Exclusive,
-            access: Access::Exclusive,
             lock_id: format!("id-{id}"),
-            group: None,
             invoked_at: ms(0),
             attempt_sent_at: ms(sent),
             granted_at: ms(granted),
-            server_granted_at: None,
-            token: id as i64,
             ttl: Some(Duration::from_millis(1_500)),
-            max_deadline: None,
-            writes: Vec::new(),
-            notified: None,
-            pauses: Vec::new(),
             released_at: Some(ms(released)),
             let_go: Some(LetGo::Released),
             release: Some(ReleaseResult::Ok),
-            killed_at: None,
-            believed_until: None,
-            lock_delay: None,
-            server_granted_ms: None,
-            server_expires_ms: None,
-            resumed_from: None,
+            ..HolderLog::granted(id, id as usize, Mode::Exclusive, "m", id as i64)
         }
     }
 
