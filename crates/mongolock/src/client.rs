@@ -165,12 +165,14 @@ impl LockClient {
     /// retries it.
     pub(crate) fn finish_in_background(&self, chore: Chore) {
         let keeper = self.shared.keeper.clone();
+        // Owed from now on: the next attempt of its lock id on its resource waits for it.
+        keeper.owe(&chore);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(
                 resource = chore.resource(),
                 "no runtime: the work is queued for the keeper"
             );
-            keeper.defer(chore);
+            keeper.retry_later(chore);
             return;
         };
         let ctx = self.ctx.clone();
@@ -179,14 +181,17 @@ impl LockClient {
             // The semaphore is never closed, so a turn always comes.
             let _turn = turns.acquire_owned().await;
             match chore.run(&ctx).await {
-                Ok(()) => tracing::debug!(resource = chore.resource(), "done in the background"),
+                Ok(()) => {
+                    tracing::debug!(resource = chore.resource(), "done in the background");
+                    keeper.paid(&chore);
+                }
                 Err(error) => {
                     tracing::warn!(
                         %error,
                         resource = chore.resource(),
                         "failed in the background; the client keeps trying"
                     );
-                    keeper.defer(chore);
+                    keeper.retry_later(chore);
                 }
             }
         };
@@ -445,7 +450,7 @@ impl LockClient {
         details: LockDetails,
     ) -> Result<Grant> {
         let request = AcquireRequest::exclusive(resource, lock_id, details);
-        self.acquire(&request).await?.into_result()
+        self.attempt_once(&request).await?.into_result()
     }
 
     /// Takes a shared lock on `resource` for the holder `lock_id`, in one round trip.
@@ -487,7 +492,7 @@ impl LockClient {
         max: Option<u32>,
     ) -> Result<Grant> {
         let request = AcquireRequest::shared(resource, lock_id, details, max);
-        self.acquire(&request).await?.into_result()
+        self.attempt_once(&request).await?.into_result()
     }
 
     /// Sends one acquire attempt and reports every outcome as a value (see [`Attempt`]):
@@ -526,7 +531,28 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
-        command::acquire::run(self.ready()?, request).await
+        let ctx = self.ready()?;
+        request.validate()?;
+        // A release or withdrawal this client still owes for the lock id on the resource
+        // goes first: landing later, it would remove what this attempt is granted.
+        (self.shared.keeper)
+            .settle(&request.resource, &request.lock_id)
+            .await?;
+        command::acquire::run(ctx, request).await
+    }
+
+    /// One attempt of `request` for [`xlock`](LockClient::xlock) and
+    /// [`slock`](LockClient::slock), whose callers repeat a call, not a nonce: if its outcome
+    /// is unknown (it failed after it was sent, or the future was dropped meanwhile), the
+    /// attempt is withdrawn in the background, and the caller's next attempt of the lock id
+    /// on the resource waits for that withdrawal. A late copy of it is then refused.
+    async fn attempt_once(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let mut unsettled = Unsettled(Some((self, request)));
+        let outcome = self.acquire(request).await;
+        if !matches!(&outcome, Err(error) if error.is_outcome_unknown()) {
+            unsettled.0 = None;
+        }
+        outcome
     }
 
     /// Releases every lock of `lock_id` (on every resource, of both kinds, expired ones
@@ -592,12 +618,17 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn release(&self, grant: &Grant) -> Result<bool> {
-        Ok(self.release_grant(grant).await?.removed)
+        Ok(self.release_grant(grant, false).await?.removed)
     }
 
-    /// Releases one grant, saying whether it was still live when removed.
-    pub(crate) async fn release_grant(&self, grant: &Grant) -> Result<command::release::Released> {
-        command::release::release(self.ready()?, grant).await
+    /// Releases one grant, saying whether it was still live when removed; with `retire`, its
+    /// attempt is retired too (a tombstone for its nonce).
+    pub(crate) async fn release_grant(
+        &self,
+        grant: &Grant,
+        retire: bool,
+    ) -> Result<command::release::Released> {
+        command::release::release(self.ready()?, grant, retire).await
     }
 
     /// Withdraws an attempt for good: releases the lock `request` created if this very
@@ -826,6 +857,18 @@ impl LockClient {
     /// ```
     pub async fn purge_abandoned_groups(&self) -> Result<Purged> {
         command::purge::run_groups(self.ready()?).await
+    }
+}
+
+/// An attempt of [`LockClient::attempt_once`] whose outcome is not known yet: dropped so, it
+/// withdraws the attempt in the background.
+struct Unsettled<'a>(Option<(&'a LockClient, &'a AcquireRequest)>);
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if let Some((client, request)) = self.0.take() {
+            client.finish_in_background(Chore::Withdraw(request.clone()));
+        }
     }
 }
 

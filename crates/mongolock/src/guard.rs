@@ -191,14 +191,19 @@ impl LockGuard {
             resource = self.resource(),
             token = self.fencing_token()
         );
-        // Until the server answered, the release is the keeper's duty if this stops.
-        let mut duty = ReleaseDuty(Some((keeper, self.lease.grant.clone())));
+        // Owed until the server answered, and the keeper's duty if this stops before: an
+        // attempt of this lock id on this resource waits for it meanwhile.
+        let chore = self.lease.release_chore();
+        keeper.owe(&chore);
+        let mut duty = ReleaseDuty(Some((keeper.clone(), chore)));
         let released = self
             .client
-            .release_grant(&self.lease.grant)
+            .release_grant(&self.lease.grant, self.lease.retire)
             .instrument(span)
             .await?;
-        duty.0 = None;
+        if let Some((keeper, chore)) = duty.0.take() {
+            keeper.paid(&chore);
+        }
         let lost = |reason| {
             Err(Error::new(ErrorKind::LeaseLost {
                 resource: self.resource().to_owned(),
@@ -238,19 +243,18 @@ impl Drop for LockGuard {
         self.client.shared().keeper.remove(self.key);
         self.lease.lose(LossReason::Released);
         crate::observe::released(false);
-        self.client
-            .finish_in_background(Chore::Release(self.lease.grant.clone()));
+        self.client.finish_in_background(self.lease.release_chore());
     }
 }
 
 /// A release that has not been answered yet: dropped before that (the future dropped, or
 /// the release failed), it hands the release to the keeper's chores.
-struct ReleaseDuty(Option<(Arc<Keeper>, Grant)>);
+struct ReleaseDuty(Option<(Arc<Keeper>, Chore)>);
 
 impl Drop for ReleaseDuty {
     fn drop(&mut self) {
-        if let Some((keeper, grant)) = self.0.take() {
-            keeper.defer(Chore::Release(grant));
+        if let Some((keeper, chore)) = self.0.take() {
+            keeper.retry_later(chore);
         }
     }
 }

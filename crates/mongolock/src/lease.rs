@@ -70,6 +70,11 @@ pub(crate) struct Lease {
     pub(crate) every: Duration,
     /// When the attempt that was granted was sent, on the lease clock.
     pub(crate) sent_at: Instant,
+    /// Whether its release must also retire the attempt that was granted (leave a tombstone
+    /// for its nonce): a copy of that attempt may still reach the server after the release.
+    /// True when a copy of the attempt had an unknown outcome, and for a resumed lease (its
+    /// attempt was another process's, whose history is unknown).
+    pub(crate) retire: bool,
     clock: Clock,
     deadline: Mutex<Instant>,
     state: watch::Sender<LeaseState>,
@@ -98,9 +103,24 @@ impl Lease {
             margin,
             every,
             sent_at,
+            retire: false,
             clock,
             deadline: Mutex::new(deadline),
             state: watch::Sender::new(LeaseState::Held),
+        }
+    }
+
+    /// The same lease, whose release retires its attempt (see [`Lease::retire`]).
+    pub(crate) fn retiring(mut self) -> Self {
+        self.retire = true;
+        self
+    }
+
+    /// The chore that releases this lease when its holder cannot.
+    pub(crate) fn release_chore(&self) -> Chore {
+        Chore::Release {
+            grant: self.grant.clone(),
+            retire: self.retire,
         }
     }
 
@@ -209,10 +229,16 @@ impl Lease {
 
 /// Work the keeper does for a lock whose holder could not: a release or a withdrawal that
 /// must still reach the server.
+///
+/// Until it is done, the client *owes* it for its resource and lock id: an attempt of the
+/// same lock id on the same resource first carries it out or waits for it
+/// ([`Keeper::settle`]), so that the chore can never land after that attempt and remove
+/// what it was granted or resumed.
 #[derive(Debug, Clone)]
 pub(crate) enum Chore {
-    /// Release this grant (by resource, lock id and token).
-    Release(Grant),
+    /// Release this grant (by resource, lock id and token); with `retire`, also retire the
+    /// attempt that was granted (a tombstone for its nonce).
+    Release { grant: Grant, retire: bool },
     /// Withdraw this attempt (by resource, lock id and nonce), leaving its tombstone.
     Withdraw(AcquireRequest),
     /// Take this attempt's lock id out of its resource's line: every copy of it was refused.
@@ -222,17 +248,38 @@ pub(crate) enum Chore {
 impl Chore {
     pub(crate) fn resource(&self) -> &str {
         match self {
-            Chore::Release(grant) => grant.resource(),
+            Chore::Release { grant, .. } => grant.resource(),
             Chore::Withdraw(request) | Chore::Leave(request) => request.resource(),
         }
+    }
+
+    fn lock_id(&self) -> &str {
+        match self {
+            Chore::Release { grant, .. } => grant.lock_id(),
+            Chore::Withdraw(request) | Chore::Leave(request) => request.lock_id(),
+        }
+    }
+
+    /// What the chore is owed for: its resource and lock id.
+    fn debt(&self) -> Debt {
+        (self.resource().to_owned(), self.lock_id().to_owned())
+    }
+
+    fn is_for(&self, resource: &str, lock_id: &str) -> bool {
+        self.resource() == resource && self.lock_id() == lock_id
     }
 
     /// How long after it was queued the chore can no longer matter: the entry has expired
     /// on the server (nothing renews it), or a late copy of the attempt can no longer land.
     fn lifetime(&self, command_timeout: Duration) -> Duration {
         match self {
-            Chore::Release(grant) => {
-                grant.holder.ttl.unwrap_or(Duration::from_secs(60)) + command_timeout
+            Chore::Release { grant, retire } => {
+                let expired = grant.holder.ttl.unwrap_or(Duration::from_secs(60)) + command_timeout;
+                if *retire {
+                    expired.max(crate::schema::TOMBSTONE_MIN_LIFE)
+                } else {
+                    expired
+                }
             }
             Chore::Withdraw(_) => crate::schema::TOMBSTONE_MIN_LIFE,
             // The place lapses by itself by then.
@@ -243,12 +290,17 @@ impl Chore {
     pub(crate) async fn run(&self, ctx: &Context) -> crate::Result<()> {
         let ctx = ctx.ready()?;
         match self {
-            Chore::Release(grant) => release::release(ctx, grant).await.map(drop),
+            Chore::Release { grant, retire } => {
+                release::release(ctx, grant, *retire).await.map(drop)
+            }
             Chore::Withdraw(request) => release::release_attempt(ctx, request).await.map(drop),
             Chore::Leave(request) => release::leave_line(ctx, request).await,
         }
     }
 }
+
+/// A resource and a lock id, for which chores are owed.
+type Debt = (String, String);
 
 /// A queued chore and when to try it.
 #[derive(Debug)]
@@ -257,6 +309,27 @@ struct Queued {
     next_try: Instant,
     give_up_at: Instant,
     backoff: Duration,
+}
+
+/// Chores an attempt took from the queue to send itself ([`Keeper::settle`]): those not done
+/// when it stops go back in the queue, still owed.
+struct Taken<'a> {
+    keeper: &'a Arc<Keeper>,
+    chores: Vec<Option<Queued>>,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let left: Vec<Queued> = self.chores.drain(..).flatten().collect();
+        if left.is_empty() {
+            return;
+        }
+        let mut registry = self.keeper.registry();
+        registry.chores.extend(left);
+        self.keeper.start_cleaning(&mut registry);
+        drop(registry);
+        self.keeper.queued.notify_one();
+    }
 }
 
 /// The keeper of one client: its id (stored in every entry it renews), its leases, its
@@ -271,6 +344,8 @@ pub(crate) struct Keeper {
     added: Notify,
     /// Wakes the chores task when a chore is queued.
     queued: Notify,
+    /// Wakes the attempts that wait for owed chores ([`Keeper::settle`]) when one is done.
+    paid: Notify,
     /// Held while chores are on their way to the server, by the chores task or by
     /// [`Keeper::flush`]: a flush waits for the chores the task has taken, so that once it
     /// returns every chore has been tried ([`LockClient::shutdown`](crate::LockClient::shutdown)
@@ -289,6 +364,10 @@ struct Registry {
     next_key: u64,
     renewing: bool,
     chores: Vec<Queued>,
+    /// How many chores are owed for each resource and lock id: queued, or on their way to
+    /// the server (a chore sent in the background by `LockClient::finish_in_background`,
+    /// or taken by the chores task, a flush or [`Keeper::settle`]).
+    owed: HashMap<Debt, usize>,
     cleaning: bool,
     /// The runtime the leases were added in (where the renewing task runs): the chores
     /// task starts there when a chore is queued where no runtime runs, such as a guard
@@ -317,6 +396,7 @@ impl Keeper {
             state: Mutex::new(Registry::default()),
             added: Notify::new(),
             queued: Notify::new(),
+            paid: Notify::new(),
             on_the_way: tokio::sync::Mutex::new(()),
             turns: Arc::new(tokio::sync::Semaphore::new(CHORES_AT_ONCE)),
         }
@@ -373,10 +453,31 @@ impl Keeper {
         self.start_cleaning(&mut registry);
     }
 
-    /// Queues `chore`, to be retried until done. Works without a runtime: the chores task is
-    /// then started in the runtime the client's leases were added in, or, if the client
-    /// never held one, by its next acquire ([`Keeper::resume_chores`]).
-    pub(crate) fn defer(self: &Arc<Self>, chore: Chore) {
+    /// Owes `chore` from now on: until [`Keeper::paid`] says it is done, attempts of its lock
+    /// id on its resource wait for it ([`Keeper::settle`]).
+    pub(crate) fn owe(&self, chore: &Chore) {
+        *self.registry().owed.entry(chore.debt()).or_default() += 1;
+    }
+
+    /// `chore`, owed, is done (or can no longer be: it failed for good, or its time is up).
+    pub(crate) fn paid(&self, chore: &Chore) {
+        let mut registry = self.registry();
+        let debt = chore.debt();
+        if let Some(count) = registry.owed.get_mut(&debt) {
+            *count -= 1;
+            if *count == 0 {
+                registry.owed.remove(&debt);
+            }
+        }
+        drop(registry);
+        self.paid.notify_waiters();
+    }
+
+    /// Queues `chore`, owed already ([`Keeper::owe`]: it failed on its way, or no runtime
+    /// runs here), to be retried until done. Works without a runtime: the chores task is then
+    /// started in the runtime the client's leases were added in, or, if the client never held
+    /// one, by its next acquire ([`Keeper::resume_chores`]).
+    pub(crate) fn retry_later(self: &Arc<Self>, chore: Chore) {
         tracing::debug!(resource = chore.resource(), "chore queued");
         let now = self.clock.now();
         let queued = Queued {
@@ -390,6 +491,68 @@ impl Keeper {
         self.start_cleaning(&mut registry);
         drop(registry);
         self.queued.notify_one();
+    }
+
+    /// Carries out, or waits for, every chore this client owes for `lock_id` on `resource`,
+    /// before an attempt of that lock id on that resource is sent. A queued release or
+    /// withdrawal of an earlier grant of the same lock id would otherwise land after the
+    /// attempt and remove what it was granted, or what it resumed (the entry it adopts is
+    /// that earlier grant's). Queued ones are sent now, by the caller; those on their way
+    /// elsewhere are waited for. Nothing is owed in the common case: a lookup.
+    ///
+    /// # Errors
+    ///
+    /// The error of an owed chore that failed again (it stays queued): the attempt must not
+    /// be sent yet.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future puts the chores it took back in the queue.
+    pub(crate) async fn settle(
+        self: &Arc<Self>,
+        resource: &str,
+        lock_id: &str,
+    ) -> crate::Result<()> {
+        loop {
+            // Enabled before the count is read: a chore done in between still wakes it.
+            let paid = self.paid.notified();
+            tokio::pin!(paid);
+            paid.as_mut().enable();
+            let mine = {
+                let mut registry = self.registry();
+                let debt = (resource.to_owned(), lock_id.to_owned());
+                if !registry.owed.contains_key(&debt) {
+                    return Ok(());
+                }
+                let (mine, others): (Vec<Queued>, Vec<Queued>) =
+                    std::mem::take(&mut registry.chores)
+                        .into_iter()
+                        .partition(|queued| queued.chore.is_for(resource, lock_id));
+                registry.chores = others;
+                mine
+            };
+            if mine.is_empty() {
+                // On their way, sent by another task: wait until one is done.
+                paid.await;
+                continue;
+            }
+            let mut taken = Taken {
+                keeper: self,
+                chores: mine.into_iter().map(Some).collect(),
+            };
+            for slot in &mut taken.chores {
+                let Some(queued) = slot else { continue };
+                match queued.chore.run(&self.ctx).await {
+                    Ok(()) => {}
+                    Err(error) if !error.is_retryable() => {
+                        tracing::warn!(%error, resource, "an owed chore failed for good");
+                    }
+                    Err(error) => return Err(error),
+                }
+                let done = slot.take().expect("the slot was full");
+                self.paid(&done.chore);
+            }
+        }
     }
 
     /// Starts the chores task if chores wait and none runs: in the current runtime, or else
@@ -416,10 +579,13 @@ impl Keeper {
         let chores: Vec<Queued> = std::mem::take(&mut self.registry().chores);
         let mut failed = Vec::new();
         for mut queued in chores {
-            if let Err(error) = queued.chore.run(&self.ctx).await {
-                tracing::warn!(%error, resource = queued.chore.resource(), "chore failed");
-                queued.next_try = self.clock.now() + queued.backoff;
-                failed.push(queued);
+            match queued.chore.run(&self.ctx).await {
+                Ok(()) => self.paid(&queued.chore),
+                Err(error) => {
+                    tracing::warn!(%error, resource = queued.chore.resource(), "chore failed");
+                    queued.next_try = self.clock.now() + queued.backoff;
+                    failed.push(queued);
+                }
             }
         }
         let mut registry = self.registry();
@@ -588,16 +754,19 @@ async fn do_chores(keeper: Weak<Keeper>) {
         let now = keeper.clock.now();
         let (due, next) = {
             let mut registry = keeper.registry();
-            registry.chores.retain(|queued| {
-                let keep = queued.give_up_at > now;
-                if !keep {
-                    tracing::warn!(
-                        resource = queued.chore.resource(),
-                        "a chore could not be done in time; the server's clock has ended it"
-                    );
-                }
-                keep
-            });
+            let (late, chores): (Vec<Queued>, Vec<Queued>) = std::mem::take(&mut registry.chores)
+                .into_iter()
+                .partition(|queued| queued.give_up_at <= now);
+            registry.chores = chores;
+            drop(registry);
+            for queued in late {
+                tracing::warn!(
+                    resource = queued.chore.resource(),
+                    "a chore could not be done in time; the server's clock has ended it"
+                );
+                keeper.paid(&queued.chore);
+            }
+            let mut registry = keeper.registry();
             if registry.chores.is_empty() {
                 registry.cleaning = false;
                 return;
@@ -637,12 +806,17 @@ async fn do_chores(keeper: Weak<Keeper>) {
             .collect()
             .await;
         let now = keeper.clock.now();
+        let mut paid = Vec::new();
         let mut registry = keeper.registry();
         for (mut queued, result) in results {
             match result {
-                Ok(()) => tracing::debug!(resource = queued.chore.resource(), "chore done"),
+                Ok(()) => {
+                    tracing::debug!(resource = queued.chore.resource(), "chore done");
+                    paid.push(queued.chore);
+                }
                 Err(error) if !error.is_retryable() => {
                     tracing::warn!(%error, resource = queued.chore.resource(), "chore failed for good");
+                    paid.push(queued.chore);
                 }
                 Err(error) => {
                     tracing::warn!(%error, resource = queued.chore.resource(), retry_in = ?queued.backoff, "chore failed");
@@ -651,6 +825,11 @@ async fn do_chores(keeper: Weak<Keeper>) {
                     registry.chores.push(queued);
                 }
             }
+        }
+        // Back in the queue first: an attempt woken by a payment finds the rest there.
+        drop(registry);
+        for chore in &paid {
+            keeper.paid(chore);
         }
     }
 }

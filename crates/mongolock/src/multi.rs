@@ -213,7 +213,7 @@ impl MultiLock {
                         break;
                     }
                     Err(error) => {
-                        release_all(held).await?;
+                        release_all(held, wait).await?;
                         return Err(error);
                     }
                 }
@@ -222,7 +222,7 @@ impl MultiLock {
                 let guards: Vec<LockGuard> = held.into_iter().flatten().collect();
                 return Ok(Some(MultiGuard { guards }));
             };
-            release_all(held).await?;
+            release_all(held, wait).await?;
             let out_of_time = match wait {
                 Wait::Once => true,
                 Wait::Until(deadline) => Instant::now() >= deadline,
@@ -237,17 +237,21 @@ impl MultiLock {
 }
 
 /// Releases the members taken in a refused round, all at once. A member the server no
-/// longer held is not held: that is no error here. Any other failure is returned (the client
-/// retries that release in the background), so that the next round does not meet the set's
-/// own lock id still holding a member.
-async fn release_all(held: Vec<Option<LockGuard>>) -> Result<()> {
+/// longer held is not held: that is no error here. A release that failed is owed from then
+/// on: the client retries it in the background, and the next attempt of the set's lock id on
+/// that member carries it out first (see `Keeper::settle`), so the next round never meets
+/// its own lock id still holding a member. A call that waits goes on after a transient
+/// failure, as it does after a failed attempt; any other failure is returned.
+async fn release_all(held: Vec<Option<LockGuard>>, wait: Wait) -> Result<()> {
     let results = join_all(held.into_iter().flatten().map(LockGuard::release)).await;
     for result in results {
         match result {
-            Err(error) if !matches!(error.kind(), ErrorKind::LeaseLost { .. }) => {
-                return Err(error);
+            Err(error) if matches!(error.kind(), ErrorKind::LeaseLost { .. }) => {}
+            Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
+                tracing::warn!(%error, "could not release a member; the client retries it");
             }
-            _ => {}
+            Err(error) => return Err(error),
+            Ok(()) => {}
         }
     }
     Ok(())

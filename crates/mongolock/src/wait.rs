@@ -370,27 +370,24 @@ async fn acquire_in_span(
     let mut in_line: Option<crate::places::Held> = None;
     let mut backoff = FIRST_BACKOFF;
     loop {
-        pending.sending();
-        let sent_at = shared.keeper.clock().now();
-        let outcome = client.acquire(&pending.request).await;
-        match &outcome {
-            // Refused before anything was sent: there is nothing to withdraw.
-            Err(error) if matches!(error.kind(), ErrorKind::InvalidArgument { .. }) => {
-                pending.settled();
-            }
-            Err(_) => pending.failed(),
-            Ok(_) => {}
-        }
+        let (sent_at, outcome) = send(client, &mut pending).await;
         let contention = match outcome {
             Ok(Attempt::Granted(grant)) => {
-                let lease = Arc::new(Lease::new(
+                let lease = Lease::new(
                     grant,
                     timing.ttl,
                     timing.margin,
                     timing.every,
                     sent_at,
                     shared.keeper.clock().clone(),
-                ));
+                );
+                // A copy of this attempt had an unknown outcome: it may still reach the
+                // server, so the release must retire the attempt too.
+                let lease = Arc::new(if pending.uncertain {
+                    lease.retiring()
+                } else {
+                    lease
+                });
                 if lease.is_lost() {
                     // The reply came back after the lease's own deadline: not trusted.
                     // Withdraw it, then try again as a new attempt if there is time.
@@ -573,6 +570,32 @@ async fn acquire_in_span(
     }
 }
 
+/// Sends one attempt of `pending`, after the chores this client owes for its lock id on its
+/// resource ([`Keeper::settle`](crate::lease::Keeper::settle): a queued release or
+/// withdrawal of an earlier grant of the same lock id must not land after this attempt).
+/// Returns when the attempt was sent, on the lease clock, and what came back. An error
+/// before anything was sent (a bad request, an owed chore that failed again) leaves the
+/// attempt as it was; one after it was sent makes its outcome unknown.
+async fn send(client: &LockClient, pending: &mut Pending) -> (Instant, Result<Attempt>) {
+    let keeper = &client.shared().keeper;
+    let request = &pending.request;
+    if let Err(error) = keeper.settle(&request.resource, &request.lock_id).await {
+        return (keeper.clock().now(), Err(error));
+    }
+    pending.sending();
+    let sent_at = keeper.clock().now();
+    let outcome = client.acquire(&pending.request).await;
+    match &outcome {
+        // Refused before anything was sent: there is nothing to withdraw.
+        Err(error) if matches!(error.kind(), ErrorKind::InvalidArgument { .. }) => {
+            pending.settled();
+        }
+        Err(_) => pending.failed(),
+        Ok(_) => {}
+    }
+    (sent_at, outcome)
+}
+
 /// Resumes a lease that `grant`'s lock id holds from before this call: granted to the same
 /// lock id in another process (this one, before it restarted), or in another client. The
 /// lease keeps its fencing token and what the server has left of it. Its entry is adopted
@@ -601,7 +624,12 @@ async fn resume(
             ),
         ));
     }
-    if grant.holder.ttl != Some(timing.ttl) {
+    // Compared as stored: in whole milliseconds, rounded up.
+    let same_ttl = match grant.holder.ttl {
+        Some(held) => ttl_millis(held).ok() == ttl_millis(timing.ttl).ok(),
+        None => false,
+    };
+    if !same_ttl {
         return Err(Error::invalid(
             "ttl",
             format!(
@@ -618,6 +646,8 @@ async fn resume(
     }
     // Its entry names this client's keeper now: the release matches that.
     grant.holder.keeper = Some(keeper.id.clone());
+    // Its attempt was another process's, whose outcome may have been unknown: releasing it
+    // retires that attempt too.
     let lease = Lease::new(
         grant,
         timing.ttl,
@@ -625,7 +655,8 @@ async fn resume(
         timing.every,
         sent_at,
         keeper.clock().clone(),
-    );
+    )
+    .retiring();
     Ok((!lease.is_lost()).then(|| Arc::new(lease)))
 }
 

@@ -57,12 +57,23 @@ async fn emulator_only_a_write_concern_error_leaves_a_grant_that_asking_again_fi
     );
     assert_eq!(monitor.take_names(), ["findAndModify", "findAndModify"]);
 
+    // The failed call had been applied: `xlock` withdrew its attempt (a late copy of it could
+    // still land), and the repeated call, which waits for that withdrawal, is granted anew.
+    let before = env.locks.status(&Filter::default()).await.unwrap();
     let grant = locks
         .xlock("r", "job", LockDetails::default())
         .await
         .unwrap();
-    assert!(!grant.is_new(), "the failed call had been applied");
-    assert_eq!(locks.status(&Filter::default()).await.unwrap().len(), 1);
+    assert!(grant.is_new());
+    let held = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].fencing_token(), grant.fencing_token());
+    assert!(
+        before
+            .iter()
+            .all(|s| s.fencing_token() < grant.fencing_token()),
+        "{before:?}"
+    );
 }
 
 #[tokio::test]

@@ -144,3 +144,46 @@ async fn renew_checks_its_arguments() {
     let error = env.locks.renew("", secs(1)).await.unwrap_err();
     assert_eq!(invalid_argument(&error), "lock_id");
 }
+
+/// A lease's guard keeps a local deadline from the TTL it was granted with. `renew` with a
+/// shorter TTL on its lock id must not end the lease on the server before that deadline:
+/// neither at once, nor through the keeper's next renewals.
+#[tokio::test]
+async fn emulator_only_renew_never_shortens_a_lease_a_guard_keeps() {
+    let Some(env) = emulator_env("renew_shorter").await else {
+        return;
+    };
+    let guard = (env.locks.mutex("r").lock_id("svc").ttl(secs(6)))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(
+        env.locks
+            .renew("svc", Duration::from_secs(1))
+            .await
+            .unwrap(),
+        1
+    );
+    let other = env.other_client().await;
+    // Past the shorter TTL, and past the keeper's next renewals (every 2 s).
+    for _ in 0..16 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if let Some(taken) = other.mutex("r").try_acquire().await.unwrap() {
+            assert!(
+                guard.is_lost(),
+                "granted to another client while the guard believed it held the lock"
+            );
+            drop(taken);
+            break;
+        }
+    }
+    assert!(!guard.is_lost());
+    let held = env.locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(
+        held[0].holder().ttl(),
+        Some(secs(6)),
+        "the lease's TTL is kept"
+    );
+    guard.release().await.unwrap();
+    other.shutdown().await;
+}

@@ -8,8 +8,8 @@
 //!          "exclusive.lockId": <id>, "exclusive.token": <token>,
 //!          "exclusive.keeper": <this keeper>,       // adopted by another: not ours to renew
 //!          $expr: { $gt: ["$exclusive.expiresAt", "$$NOW"] } },     // live: never revived
-//!     u: [ { $set: { exclusive: <the entry, expiresAt = $$NOW + ttlMs> } },
-//!          // with a lock-delay d: $$NOW + d in the $expr, $$NOW + ttlMs + d here
+//!     u: [ { $set: { exclusive: <the entry, expiresAt = $$NOW + the grant's TTL> } },
+//!          // with a lock-delay d: $$NOW + d in the $expr, $$NOW + TTL + d here
 //!          { $set: { idleSince: <at least the entry's new expiresAt, if not null> } } ] },
 //!   { q: { _id: <resource>, mongolock: 1,
 //!          shared: { $elemMatch: { lockId: <id>, token: <token>, keeper: <this keeper> } },
@@ -59,10 +59,16 @@ fn kept_by(keeper: &str) -> Document {
     doc! { "$or": [{ "exclusive.keeper": keeper }, { "shared.keeper": keeper }] }
 }
 
-/// `entry` (a path) renewed by its own TTL from `$$NOW`, its lock-delay (`delay_ms`, the
-/// grant's) added: the entry stays in force that long after its lease (see `crate::schema`).
-fn renewed(entry: &str, delay_ms: Option<i64>) -> Bson {
-    let mut end = vec![bson!("$$NOW"), bson!(format!("{entry}.ttlMs"))];
+/// `entry` (a path) renewed from `$$NOW` by the TTL its lease was granted with, its
+/// lock-delay (`delay_ms`, the grant's) added: the entry stays in force that long after its
+/// lease (see `crate::schema`). The TTL is the grant's, not the one stored now: the holder's
+/// local deadline counts by the grant's, whatever another call wrote since.
+fn renewed(entry: &str, grant: &Grant, delay_ms: Option<i64>) -> Bson {
+    let ttl = match grant.holder.ttl {
+        Some(ttl) => expr::int(crate::clock::saturating_millis(ttl)),
+        None => bson!(format!("{entry}.ttlMs")),
+    };
+    let mut end = vec![bson!("$$NOW"), ttl];
     end.extend(delay_ms.map(expr::int));
     bson!({ "$mergeObjects": [entry, {
         "renewedAt": "$$NOW",
@@ -145,13 +151,13 @@ fn statement(grant: &Grant, keeper: &str) -> Document {
     let delay_ms = delay_millis(grant);
     let update = match grant.kind() {
         LockKind::Exclusive => vec![
-            doc! { "$set": { "exclusive": renewed("$exclusive", delay_ms) } },
+            doc! { "$set": { "exclusive": renewed("$exclusive", grant, delay_ms) } },
             idle_since(bson!("$exclusive.expiresAt")),
         ],
         LockKind::Shared => vec![
             doc! { "$set": { "shared": { "$map": {
                 "input": "$shared", "as": "e",
-                "in": { "$cond": [this_token("$$e", token), renewed("$$e", delay_ms), "$$e"] },
+                "in": { "$cond": [this_token("$$e", token), renewed("$$e", grant, delay_ms), "$$e"] },
             }}}},
             // The renewed entry is the one renewed at `$$NOW`: the others of the document
             // were renewed earlier.

@@ -213,9 +213,18 @@ fn released(reply: Document) -> Result<Released> {
     }
 }
 
-/// Releases one grant: whether this call removed it, and whether it was live then.
-pub(crate) async fn release(ctx: &Context, grant: &Grant) -> Result<Released> {
-    let released = released(ctx.write(release_command(ctx, grant), Upsert::No).await?)?;
+/// Releases one grant: whether this call removed it, and whether it was live then. With
+/// `retire`, the attempt that was granted is retired too (see [`retire_command`]): a copy
+/// of it that reaches the server later is refused instead of granting the lock again.
+pub(crate) async fn release(ctx: &Context, grant: &Grant, retire: bool) -> Result<Released> {
+    let retirement = retire.then(|| Retirement::grant(grant)).flatten();
+    let released = match retirement {
+        Some(retirement) => removed(
+            ctx.write(retire_command(ctx, &retirement), Upsert::Yes)
+                .await,
+        )?,
+        None => released(ctx.write(release_command(ctx, grant), Upsert::No).await?)?,
+    };
     tracing::debug!(
         resource = grant.resource(),
         lock_id = grant.lock_id(),
@@ -226,29 +235,76 @@ pub(crate) async fn release(ctx: &Context, grant: &Grant) -> Result<Released> {
     Ok(released)
 }
 
-/// The command that withdraws an attempt: removes the entry it created, if any, and the lock
-/// id's place among the waiters, and leaves a tombstone so that a late copy of the attempt is
-/// never granted.
-pub(crate) fn release_attempt_command(
-    ctx: &Context,
-    request: &AcquireRequest,
+/// An attempt to retire for good: its entry removed, if it is there, and its nonce
+/// tombstoned so that a late copy of it is never granted. Either a withdrawn attempt (its
+/// entry found by its nonce) or the grant of an attempt whose outcome was once unknown,
+/// released by its holder (its entry found by its token, as a release finds it).
+pub(crate) struct Retirement<'a> {
+    resource: &'a str,
+    lock_id: &'a str,
+    kind: LockKind,
+    nonce: ObjectId,
+    /// The keeper a handle's attempt names: an entry another client adopted since (it
+    /// resumed the lease: see `command/keepalive.rs`) is not this attempt's to remove.
+    keeper: Option<&'a str>,
+    /// The attempt's TTL in milliseconds: its tombstone lives that long, and at least
+    /// [`schema::TOMBSTONE_MIN_LIFE`].
     ttl_ms: Option<i64>,
-) -> Document {
-    let (lock_id, nonce) = (request.lock_id.as_str(), request.nonce.0);
-    // A handle's attempt names its client's keeper: an entry another client adopted since
-    // (it resumed the lease: see `command/keepalive.rs`) is not this attempt's to remove.
-    let keeper = request.keeper.as_deref().map(literal);
-    let matches = |entry: &str| {
-        let mut terms = vec![
-            is_of(entry, lock_id),
-            bson!({ "$eq": [format!("{entry}.nonce"), nonce] }),
-        ];
-        if let Some(keeper) = &keeper {
-            terms.push(bson!({ "$eq": [format!("{entry}.{}", schema::KEEPER), keeper.clone()] }));
+    /// The grant's token, for a release: the entry of that grant only.
+    token: Option<i64>,
+}
+
+impl<'a> Retirement<'a> {
+    /// A withdrawn attempt.
+    pub(crate) fn attempt(request: &'a AcquireRequest, ttl_ms: Option<i64>) -> Self {
+        Retirement {
+            resource: &request.resource,
+            lock_id: &request.lock_id,
+            kind: request.kind,
+            nonce: request.nonce.0,
+            keeper: request.keeper.as_deref(),
+            ttl_ms,
+            token: None,
+        }
+    }
+
+    /// A grant released by its holder; `None` when the grant does not name its attempt's
+    /// nonce (a document written by an older version), which a plain release must do.
+    fn grant(grant: &'a Grant) -> Option<Self> {
+        Some(Retirement {
+            resource: grant.resource(),
+            lock_id: grant.lock_id(),
+            kind: grant.kind(),
+            nonce: grant.holder.nonce?,
+            keeper: grant.holder.keeper.as_deref(),
+            ttl_ms: grant.holder.ttl.map(crate::clock::saturating_millis),
+            token: Some(grant.fencing_token()),
+        })
+    }
+
+    /// An expression: is the entry at `entry` the one to remove?
+    fn matches(&self, entry: &str) -> Bson {
+        let mut terms = vec![is_of(entry, self.lock_id)];
+        terms.push(match self.token {
+            Some(token) => bson!({ "$eq": [format!("{entry}.token"), token] }),
+            None => bson!({ "$eq": [format!("{entry}.nonce"), self.nonce] }),
+        });
+        if let Some(keeper) = self.keeper {
+            terms.push(bson!({ "$eq": [format!("{entry}.{}", schema::KEEPER), literal(keeper)] }));
         }
         bson!({ "$and": terms })
-    };
-    let life_ms = ttl_ms
+    }
+}
+
+/// The command that retires an attempt (see [`Retirement`]): removes its entry, if any, and
+/// the lock id's place among the waiters, and leaves a tombstone so that a late copy of the
+/// attempt is never granted. It always writes the tombstone (an upsert), whether or not the
+/// entry is still there: a late copy can land after the entry expired and was cleared.
+pub(crate) fn retire_command(ctx: &Context, retirement: &Retirement<'_>) -> Document {
+    let nonce = retirement.nonce;
+    let matches = |entry: &str| retirement.matches(entry);
+    let life_ms = retirement
+        .ttl_ms
         .unwrap_or(0)
         .max(schema::TOMBSTONE_MIN_LIFE.as_millis() as i64);
     // Tombstones are bounded by their life only: dropping one early could let its attempt
@@ -266,21 +322,33 @@ pub(crate) fn release_attempt_command(
     let mut next = expr::NextDocument::without_entries(matches);
     next.fence = Some(bson!({ "$ifNull": ["$fence", 0_i64] }));
     next.released = Some(tombstones);
-    // A withdrawn attempt stops waiting too: its place in line goes.
+    // A retired attempt stops waiting too: its place in line goes.
     next.queue = bson!({ "$filter": {
         "input": { "$ifNull": ["$queue", []] }, "as": "q",
-        "cond": { "$and": [{ "$gt": ["$$q.until", "$$NOW"] }, { "$ne": ["$$q.lockId", literal(lock_id)] }] },
+        "cond": { "$and": [
+            { "$gt": ["$$q.until", "$$NOW"] },
+            { "$ne": ["$$q.lockId", literal(retirement.lock_id)] },
+        ]},
     }});
     doc! {
         "findAndModify": ctx.collection_name(),
         // The mark, as in an acquire: another application's document is never matched.
-        "query": expr::checked(doc! { "_id": &request.resource }, None),
+        "query": expr::checked(doc! { "_id": retirement.resource }, None),
         "update": [expr::replace_stage(next.document())],
         "upsert": true,
         "new": false,
-        "fields": removed_projection(request.kind, matches),
+        "fields": removed_projection(retirement.kind, matches),
         "collation": Context::collation(),
     }
+}
+
+/// The command that withdraws an attempt (see [`retire_command`]).
+pub(crate) fn release_attempt_command(
+    ctx: &Context,
+    request: &AcquireRequest,
+    ttl_ms: Option<i64>,
+) -> Document {
+    retire_command(ctx, &Retirement::attempt(request, ttl_ms))
 }
 
 /// Withdraws an attempt; true if this call removed the lock it had created.

@@ -9,7 +9,11 @@
 //! ```
 //!
 //! A renewed entry gets `renewedAt = $$NOW`, `expiresAt = $$NOW + ttl` (plus its lock-delay,
-//! if it has one) and `ttlMs = ttl`. An
+//! if it has one) and `ttlMs = ttl`, except an entry a lease keeper renews (a handle's
+//! lease: it names its keeper): its holder keeps a local deadline from the TTL it was granted
+//! with, and its keeper renews it by that TTL, so a renewal here never shortens it: its
+//! `expiresAt` becomes the later of its own and `$$NOW + ttl` (plus its delay), and its
+//! `ttlMs` stays. An
 //! entry without TTL keeps none (it is held, so it counts as renewed). An expired entry is
 //! never revived: its holder lost it, and must acquire again and get a new token. The reply's
 //! `n` (documents matched) is the number of locks renewed, since the query matches exactly
@@ -33,10 +37,19 @@ pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
         let has_ttl = bson!({ "$eq": [{ "$type": format!("{entry}.expiresAt") }, "date"] });
         // An entry with a lock-delay stays in force that long after its lease.
         let delay = bson!({ "$ifNull": [format!("{entry}.{}", crate::schema::DELAY_MS), 0] });
+        let kept =
+            bson!({ "$eq": [{ "$type": format!("{entry}.{}", crate::schema::KEEPER) }, "string"] });
+        let end = bson!({ "$add": ["$$NOW", ttl_ms, delay] });
+        let expiry = format!("{entry}.expiresAt");
+        let ttl = format!("{entry}.ttlMs");
         bson!({ "$mergeObjects": [entry, {
             "renewedAt": "$$NOW",
-            "expiresAt": { "$cond": [has_ttl.clone(), { "$add": ["$$NOW", ttl_ms, delay] }, null] },
-            "ttlMs": { "$cond": [has_ttl, ttl_ms, null] },
+            "expiresAt": { "$cond": [
+                has_ttl.clone(),
+                { "$cond": [kept.clone(), { "$max": [&expiry, end.clone()] }, end] },
+                null,
+            ]},
+            "ttlMs": { "$cond": [has_ttl, { "$cond": [kept, &ttl, ttl_ms] }, null] },
         }]})
     };
     doc! {

@@ -1,0 +1,128 @@
+//! Late copies: a request that reaches the server after its sender gave up on it (it timed
+//! out, and sent the same attempt again) is executed then. Once an attempt's outcome was
+//! ever unknown, ending its grant leaves the attempt unusable (a tombstone), so a late copy
+//! of it is refused instead of granting a lock that nobody keeps.
+
+mod common;
+
+use std::time::Duration;
+
+use bson::doc;
+use common::{Env, emulator_env, secs};
+use mongolock::{AcquireRequest, Attempt, Filter, LockClient, LockDetails};
+
+/// A client named `app_name` on the test's database, with commands limited to 300 ms.
+async fn impatient_client(env: &Env, app_name: &str) -> LockClient {
+    let mut options = mongodb::options::ClientOptions::parse(env.uri())
+        .await
+        .unwrap();
+    options.app_name = Some(app_name.to_owned());
+    let client = mongodb::Client::with_options(options).unwrap();
+    LockClient::new(client.database(env.db.name()).collection("locks"))
+        .with_command_timeout(Duration::from_millis(300))
+}
+
+/// The next `findAndModify` of `app_name` waits a second on the server before it runs: its
+/// sender times out first, and the command is executed late (mongod's `failCommand` with
+/// `blockConnection`: the connection's thread sleeps, then runs the command).
+async fn deliver_next_attempt_late(env: &Env, app_name: &str) {
+    env.db
+        .client()
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand", "mode": { "times": 1 },
+            "data": {
+                "failCommands": ["findAndModify"], "appName": app_name,
+                "blockConnection": true, "blockTimeMS": 1_000,
+            },
+        })
+        .await
+        .expect("configureFailPoint");
+}
+
+/// Long enough for the late copy to have run: it was held a second on the server.
+async fn after_the_late_copy() {
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+}
+
+/// A guard's attempt timed out and was sent again (granted); the guard is released; then the
+/// first copy runs. It must not grant the lock again: another client can take it.
+#[tokio::test]
+async fn emulator_only_a_late_copy_of_a_guards_attempt_grants_nothing_after_release() {
+    let Some(env) = emulator_env("late_guard").await else {
+        return;
+    };
+    let locks = impatient_client(&env, "late_guard").await;
+    deliver_next_attempt_late(&env, "late_guard").await;
+    let guard = (locks.mutex("job").ttl(secs(6)))
+        .acquire_timeout(secs(10))
+        .await
+        .unwrap()
+        .expect("the repeated attempt is granted");
+    guard.release().await.expect("released while held");
+    after_the_late_copy().await;
+    let held = env.locks.status(&Filter::default()).await.unwrap();
+    assert!(
+        held.is_empty(),
+        "the late copy granted a lock nobody keeps: {held:?}"
+    );
+    let other = env.other_client().await;
+    assert!(other.mutex("job").try_acquire().await.unwrap().is_some());
+    other.shutdown().await;
+    locks.shutdown().await;
+}
+
+/// The low-level calls: `xlock` times out, the repeated `xlock` is granted, `unlock` returns
+/// 1; the late first copy must not hold a lock (here without TTL: for ever).
+#[tokio::test]
+async fn emulator_only_a_late_copy_of_a_repeated_xlock_grants_nothing_after_unlock() {
+    let Some(env) = emulator_env("late_xlock").await else {
+        return;
+    };
+    let locks = impatient_client(&env, "late_xlock").await;
+    deliver_next_attempt_late(&env, "late_xlock").await;
+    let error = locks
+        .xlock("job", "batch-1", LockDetails::default())
+        .await
+        .expect_err("the first copy timed out");
+    assert!(error.is_outcome_unknown(), "{error:?}");
+    // Repeating a call whose outcome was unknown.
+    let grant = locks
+        .xlock("job", "batch-1", LockDetails::default())
+        .await
+        .expect("the repeated call is granted");
+    assert_eq!(grant.lock_id(), "batch-1");
+    assert_eq!(locks.unlock("batch-1").await.unwrap(), 1);
+    after_the_late_copy().await;
+    let held = env.locks.status(&Filter::default()).await.unwrap();
+    assert!(
+        held.is_empty(),
+        "the late copy holds a lock for ever: {held:?}"
+    );
+    locks.shutdown().await;
+}
+
+/// With a request of its own, a caller repeats the same attempt (its nonce) after an unknown
+/// outcome, and ends it with `release_attempt`, which retires the nonce: the late copy is
+/// refused.
+#[tokio::test]
+async fn emulator_only_release_attempt_retires_a_repeated_requests_late_copy() {
+    let Some(env) = emulator_env("late_request").await else {
+        return;
+    };
+    let locks = impatient_client(&env, "late_request").await;
+    deliver_next_attempt_late(&env, "late_request").await;
+    let request = AcquireRequest::exclusive("job", "batch-2", LockDetails::default());
+    let error = locks.acquire(&request).await.expect_err("timed out");
+    assert!(error.is_outcome_unknown(), "{error:?}");
+    let Attempt::Granted(grant) = locks.acquire(&request).await.unwrap() else {
+        panic!("the repeated request is granted")
+    };
+    assert_eq!(grant.lock_id(), "batch-2");
+    assert!(locks.release_attempt(&request).await.unwrap());
+    after_the_late_copy().await;
+    let held = env.locks.status(&Filter::default()).await.unwrap();
+    assert!(held.is_empty(), "{held:?}");
+    assert_eq!(locks.acquire(&request).await.unwrap(), Attempt::Withdrawn);
+    locks.shutdown().await;
+}
