@@ -43,7 +43,8 @@ const DUPLICATE_KEY: i32 = 11000;
 /// - every fenced write stores the holder's token in a field of the document (`_fence`
 ///   unless [`field`](Fence::field) names another);
 /// - its filter also requires the stored token to be absent (a document never fenced
-///   accepts the first fenced write) or not newer than the holder's;
+///   accepts the first fenced write) or a number not newer than the holder's (not an array:
+///   a query compares an array element by element, so `[1, 1000]` would pass for `1`);
 /// - so a write with an older token matches nothing, and the wrappers report it as
 ///   [`ErrorKind::StaleToken`], after one read that only happens on refusal (to tell a stale
 ///   token from a document that is not there).
@@ -69,8 +70,8 @@ const DUPLICATE_KEY: i32 = 11000;
 ///   document by a unique key (`_id`, or the fields of a unique index): otherwise a document
 ///   refused by the fence is just not matched, and the upsert inserts another beside it.
 /// - **Other writers.** Writes that do not go through a fence neither check nor move the
-///   stored token; a token field holding anything but a number (`null` included) refuses
-///   fenced writes as [`ErrorKind::UnexpectedDocument`].
+///   stored token; a token field holding anything but a number (`null` and arrays
+///   included) refuses fenced writes as [`ErrorKind::UnexpectedDocument`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -170,10 +171,14 @@ impl Fence {
         &self.field
     }
 
-    /// `filter`, and also: the document's token field is absent (never fenced) or not newer
-    /// than this fence's token. The condition is added as a top-level `$or`, or, when
-    /// `filter` already has a top-level `$or` or a condition on the field, both are put in an
-    /// `$and`. Equality conditions in `filter` still seed an upsert's new document.
+    /// `filter`, and also: the document's token field is absent (never fenced) or a number
+    /// not newer than this fence's token. `$lte` alone matches only numbers (a query compares
+    /// values of one type only), but an array when any of its elements does: the field must
+    /// also not be an array. Anything else in the field (text, a document, `null`, an array)
+    /// matches neither, so the write is refused. The condition is added as a top-level
+    /// `$or`, or, when `filter` already has a top-level `$or` or a condition on the field,
+    /// both are put in an `$and`. Equality conditions in `filter` still seed an upsert's new
+    /// document (a query operator, not `$expr`, which mongod refuses in an upsert's query).
     ///
     /// ```
     /// use bson::doc;
@@ -183,7 +188,10 @@ impl Fence {
     ///     fence.filter(doc! {"_id": "account-1"}),
     ///     doc! {
     ///         "_id": "account-1",
-    ///         "$or": [{"_fence": {"$exists": false}}, {"_fence": {"$lte": 42_i64}}],
+    ///         "$or": [
+    ///             {"_fence": {"$exists": false}},
+    ///             {"_fence": {"$lte": 42_i64, "$not": {"$type": "array"}}},
+    ///         ],
     ///     },
     /// );
     /// ```
@@ -191,7 +199,7 @@ impl Fence {
         let field = self.field.as_str();
         let admits = vec![
             Bson::Document(doc! { field: {"$exists": false} }),
-            Bson::Document(doc! { field: {"$lte": self.token} }),
+            Bson::Document(doc! { field: {"$lte": self.token, "$not": {"$type": "array"}} }),
         ];
         if filter.contains_key("$or") || filter.contains_key(field) {
             doc! {"$and": [filter, {"$or": admits}]}
@@ -637,7 +645,10 @@ mod tests {
     #[test]
     fn a_filter_with_its_own_or_or_field_is_wrapped_in_and() {
         let fence = Fence::new(5);
-        let admits = doc! {"$or": [{"_fence": {"$exists": false}}, {"_fence": {"$lte": 5_i64}}]};
+        let admits = doc! {"$or": [
+            {"_fence": {"$exists": false}},
+            {"_fence": {"$lte": 5_i64, "$not": {"$type": "array"}}},
+        ]};
         let own = doc! {"$or": [{"a": 1}, {"b": 1}]};
         assert_eq!(
             fence.filter(own.clone()),

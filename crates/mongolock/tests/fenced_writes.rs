@@ -544,3 +544,91 @@ async fn bad_field_names_and_updates_are_invalid_arguments_and_send_nothing() {
     assert_eq!(invalid_argument(&error), "replacement");
     assert!(monitor.take_names().is_empty(), "nothing was sent");
 }
+
+#[tokio::test]
+async fn a_field_holding_anything_but_a_number_refuses_fenced_writes() {
+    let env = env("fenced_not_a_number").await;
+    let accounts: Collection<Document> = env.db.collection("accounts");
+    // Left by other writers. An array is not a token, whatever its elements: a query
+    // compares each element, so `[1, 1000]` and `[1]` must not pass for "not newer".
+    let others = [
+        ("array", Bson::from(vec![Bson::Int64(1), Bson::Int64(1000)])),
+        ("one element", Bson::from(vec![Bson::Int32(1)])),
+        ("empty array", Bson::Array(Vec::new())),
+        (
+            "nested array",
+            Bson::from(vec![Bson::from(vec![Bson::Int32(1)])]),
+        ),
+        ("text", Bson::from("1")),
+        ("document", Bson::from(doc! {"token": 1})),
+        ("null", Bson::Null),
+        ("boolean", Bson::Boolean(true)),
+        ("date", Bson::DateTime(bson::DateTime::from_millis(1))),
+    ];
+    for (id, stored) in &others {
+        accounts
+            .insert_one(doc! {"_id": *id, "balance": 1, "_fence": stored.clone()})
+            .await
+            .unwrap();
+    }
+    let fence = Fence::new(5);
+    let mut admitted = Vec::new();
+    for (id, stored) in &others {
+        let filter = doc! {"_id": *id};
+        let refusals = [
+            fence
+                .update_one(&accounts, filter.clone(), doc! {"$set": {"balance": 2}})
+                .await,
+            fence
+                .update_one(&accounts, filter.clone(), doc! {"$set": {"balance": 2}})
+                .upsert(true)
+                .await,
+            fence
+                .update_one(
+                    &accounts,
+                    filter.clone(),
+                    vec![doc! {"$set": {"balance": 2}}],
+                )
+                .await,
+            fence
+                .replace_one(&accounts, filter.clone(), doc! {"_id": *id, "balance": 2})
+                .upsert(true)
+                .await,
+        ];
+        for (write, refused) in refusals.into_iter().enumerate() {
+            match refused {
+                Ok(result) => admitted.push(format!("{id}, write {write}: {result:?}")),
+                Err(error) => assert!(
+                    matches!(error.kind(), ErrorKind::UnexpectedDocument { .. }),
+                    "{id}, write {write}: {error:?}"
+                ),
+            }
+        }
+        let now = account(&accounts, id).await;
+        if now != doc! {"_id": *id, "balance": 1, "_fence": stored.clone()} {
+            admitted.push(format!("{id}: now {now}"));
+        }
+    }
+    assert!(admitted.is_empty(), "written: {admitted:#?}");
+    // A document without the field is one never fenced: the first write is admitted.
+    accounts
+        .insert_one(doc! {"_id": "missing", "balance": 1})
+        .await
+        .unwrap();
+    let written = fence
+        .update_one(
+            &accounts,
+            doc! {"_id": "missing"},
+            doc! {"$set": {"balance": 2}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(written.modified_count, 1);
+    assert_eq!(
+        account(&accounts, "missing")
+            .await
+            .get_i64("_fence")
+            .unwrap(),
+        5
+    );
+}
