@@ -323,3 +323,66 @@ async fn a_waiting_candidate_leads_once_the_leader_resigns() {
     assert!(term(&second) > term(&first), "a later term");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_elect_started_again_with_its_lock_id_advertises_its_new_value() {
+    let env = Env::start("elect_resume").await;
+    let dir = temp_dir("elect_resume");
+    let (pid_file, ready, go) = (dir.join("pid"), dir.join("ready"), dir.join("go"));
+    let elect = |value: &'static str, script: &str| {
+        env.spawn(&[
+            "elect",
+            "--name",
+            "sched",
+            "--lock-id",
+            "node-1",
+            "--ttl",
+            "30s",
+            "--value",
+            value,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+    };
+    let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+    let mut first = elect("old-addr:80", &script);
+    assert!(
+        eventually(SOON, || async { pid_file.exists() }).await,
+        "the first leads"
+    );
+    let term = leader_json(&env, "sched").await["term"].clone();
+    // Killed with SIGKILL: no resignation; its child is killed too.
+    first.kill().await.unwrap();
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+
+    // Started again within the TTL, at a new address: it leads at once, in the same term,
+    // advertising the new address. (Its child's wait is bounded: it ends by itself if the
+    // test fails before writing `go`.)
+    let script = format!(
+        "touch {ready}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+        ready = ready.display(),
+        go = go.display()
+    );
+    let second = elect("new-addr:80", &script);
+    assert!(
+        eventually(SOON, || async { ready.exists() }).await,
+        "the second leads"
+    );
+    let shown = leader_json(&env, "sched").await;
+    assert_eq!(shown["value"], "new-addr:80", "{shown}");
+    assert_eq!(shown["term"], term, "resumed: {shown}");
+    let output = run(env.cmd(&["leader", "--name", "sched"])).await;
+    let stdout = text(&output.stdout);
+    assert!(stdout.starts_with("sched: led by new-addr:80 "), "{stdout}");
+    std::fs::write(&go, "").unwrap();
+    let output = wait_output(second, SOON).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -7,13 +7,22 @@
 //!   (so `mongolock status --resource <name>` shows it too). Campaigners wait in the
 //!   resource's line, in the order they came, and the next one leads as soon as the leader
 //!   resigns, or when its lease ends if it died.
+//! - **Resuming** (a campaign under a stable lock id whose process restarted within the TTL)
+//!   takes back the lease, with its term, and the value its holder stored before: the
+//!   campaign then proclaims its own value before it returns, so a leadership always
+//!   advertises the value it was campaigned with, on the server as in
+//!   [`Leadership::value`] (a read between the two may still see the old value). If that
+//!   proclaim cannot be made, the campaign gives the lease up rather than lead under the old
+//!   value (see [`Election::campaign`]).
 //! - **The term** is the grant's fencing token: greater for every new leader, also after the
 //!   election's document was cleaned up. Pass it with every write the leader makes, so that
 //!   the store can refuse a deposed leader's late writes.
 //! - **Leadership is a lease**, kept alive in the background: [`Leadership::lost`] fires no
 //!   later than the local deadline, before anyone else can be elected.
 //! - **Proclaim** changes the stored value in one write that the server applies only while
-//!   it still holds this very grant live ([`crate::command::proclaim`]).
+//!   it still holds this very grant live, kept by this client ([`crate::command::proclaim`]):
+//!   a leader displaced by another client that resumed its lock id is refused, and told
+//!   that it lost.
 //! - **The leader** is read from the server ([`LockClient::status`]): the live exclusive
 //!   holder of the resource, by the server's clock.
 //! - **Observe** opens a change stream on the election's document first and then reads the
@@ -48,6 +57,13 @@ pub const DEFAULT_OBSERVE_POLL: Duration = Duration::from_millis(500);
 
 /// The server's code for "change streams are only supported on replica sets".
 const CHANGE_STREAM_NOT_SUPPORTED: i32 = 40573;
+
+/// The first pause before a resumed leadership's value is proclaimed again after a transient
+/// error; it doubles each time, up to [`PROCLAIM_RETRY_MAX`].
+const PROCLAIM_RETRY_FIRST: Duration = Duration::from_millis(50);
+
+/// The longest pause between two proclaims of a resumed leadership's value.
+const PROCLAIM_RETRY_MAX: Duration = Duration::from_secs(2);
 
 impl LockClient {
     /// An election named `name`: a mutex on the resource `name` whose holder leads. See
@@ -166,22 +182,59 @@ impl Election {
     /// Waits as long as needed to lead, advertising `value` (at most
     /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes) while leading.
     ///
+    /// With a [`lock_id`](Self::lock_id) that leads already (this process before a restart),
+    /// the campaign resumes that leadership, in its term, and proclaims `value` over the
+    /// value stored before, before it returns: the leadership it returns advertises `value`,
+    /// on the server and in [`Leadership::value`]. A proclaim that fails transiently is
+    /// tried again (after a pause that doubles, up to two seconds) for as long as the
+    /// campaign may wait and the lease holds; one that cannot succeed gives the lease up (it
+    /// is released before the call returns, or in the background if the server cannot be
+    /// reached) and returns the error, so that nobody leads under the old value. If the
+    /// lease is lost before the value is set (another client resumed the same lock id, or
+    /// the lease ran out), the campaign starts again.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let db = server.client().database("doc");
+    /// use mongolock::LockClient;
+    ///
+    /// // A process leads under its own lock id, and dies without resigning.
+    /// let before = LockClient::new(db.collection("locks"));
+    /// let leading = before.election("scheduler").lock_id("node-1").campaign("10.0.0.1:80").await?;
+    /// let term = leading.term();
+    /// std::mem::forget(leading); // no resignation...
+    /// drop(before);               // ...and nothing renews it any more: the process is gone
+    ///
+    /// // Started again within the TTL, at another address: the same term, the new address.
+    /// let after = LockClient::new(db.collection("locks"));
+    /// let election = after.election("scheduler").lock_id("node-1");
+    /// let leading = election.campaign("10.0.0.2:80").await?;
+    /// assert_eq!((leading.term(), leading.value().as_str()), (term, "10.0.0.2:80"));
+    /// assert_eq!(election.leader().await?.unwrap().value(), "10.0.0.2:80");
+    /// # leading.resign().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`Mutex::acquire`]; a value too long is
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming `value`.
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming `value`; the
+    /// error of a resumed leadership's proclaim that cannot succeed (see above).
     ///
     /// # Cancel safety
     ///
-    /// As [`Mutex::acquire`]: dropping the future leaves no leadership behind.
+    /// As [`Mutex::acquire`]: dropping the future leaves no leadership behind (one resumed
+    /// whose value was being proclaimed is released in the background).
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
-        let mutex = self.with_value(value.into())?;
-        let guard = mutex.acquire().await?;
-        Ok(self.leadership(guard))
+        let leading = self.elect(value.into(), Within::Forever).await?;
+        Ok(leading.expect("a campaign without end leads or fails"))
     }
 
     /// One attempt to lead: `None` if someone else leads (or others campaign before this
-    /// one: campaigners are served in the order they came).
+    /// one: campaigners are served in the order they came). A resumed leadership's value is
+    /// proclaimed as [`campaign`](Self::campaign) does, once: if that fails, the lease is
+    /// given up and the error returned; if the lease was lost meanwhile, `None`.
     ///
     /// # Errors
     ///
@@ -191,14 +244,12 @@ impl Election {
     ///
     /// As [`campaign`](Self::campaign).
     pub async fn try_campaign(&self, value: impl Into<String>) -> Result<Option<Leadership>> {
-        let mutex = self.with_value(value.into())?;
-        Ok(mutex
-            .try_acquire()
-            .await?
-            .map(|guard| self.leadership(guard)))
+        self.elect(value.into(), Within::Once).await
     }
 
-    /// Waits up to `timeout` to lead: `None` if the wait gave up.
+    /// Waits up to `timeout` to lead: `None` if the wait gave up. A resumed leadership's
+    /// value is proclaimed as [`campaign`](Self::campaign) does, tried again until the
+    /// timeout at most.
     ///
     /// # Errors
     ///
@@ -212,9 +263,11 @@ impl Election {
         value: impl Into<String>,
         timeout: Duration,
     ) -> Result<Option<Leadership>> {
-        let mutex = self.with_value(value.into())?;
-        let guard = mutex.acquire_timeout(timeout).await?;
-        Ok(guard.map(|guard| self.leadership(guard)))
+        // A timeout past what the clock can represent is a campaign without end.
+        let within = Instant::now()
+            .checked_add(timeout)
+            .map_or(Within::Forever, Within::Until);
+        self.elect(value.into(), within).await
     }
 
     /// The leader now, by the server's clock: `None` if nobody leads. One round trip.
@@ -291,25 +344,150 @@ impl Election {
         })
     }
 
-    /// The election's mutex, advertising `value`.
-    fn with_value(&self, value: String) -> Result<Mutex> {
+    /// A campaign advertising `value`, for as long as `within` says: the lease, then the
+    /// value, then the leadership. `None` if the wait gave up.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the guard it holds, if any: released in the background.
+    async fn elect(&self, value: String, within: Within) -> Result<Option<Leadership>> {
         check_label("value", &value)?;
-        Ok(self.mutex.clone().owner(value))
-    }
-
-    fn leadership(&self, guard: LockGuard) -> Leadership {
-        let value = guard
-            .grant()
-            .holder()
-            .owner()
-            .unwrap_or_default()
-            .to_owned();
-        Leadership {
-            guard,
-            client: self.client.clone(),
-            value: std::sync::Mutex::new(value),
+        let mutex = self.mutex.clone().owner(value.clone());
+        loop {
+            let Some(guard) = within.acquire(&mutex).await? else {
+                return Ok(None);
+            };
+            match self.advertise(&guard, &value, within).await {
+                Advertised::Yes => {
+                    return Ok(Some(Leadership {
+                        guard,
+                        client: self.client.clone(),
+                        value: std::sync::Mutex::new(value),
+                    }));
+                }
+                Advertised::Lost => {
+                    // Lost before its value was set: whatever the server may still have of
+                    // it is released in the background, and the campaign starts again if
+                    // there is time.
+                    drop(guard);
+                    if within.is_over() {
+                        return Ok(None);
+                    }
+                }
+                Advertised::Failed(error) => {
+                    // Not leading under another value: the lease goes. A release that
+                    // fails is the client's to retry in the background.
+                    let _ = guard.release().await;
+                    return Err(error);
+                }
+            }
         }
     }
+
+    /// Makes the server advertise `value` for the leadership `guard` holds. A fresh grant
+    /// stored it already; a resumed lease holds the value its holder stored before, and is
+    /// proclaimed over, again after a transient error for as long as `within` allows.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the value set or not; the guard is the caller's.
+    async fn advertise(&self, guard: &LockGuard, value: &str, within: Within) -> Advertised {
+        if guard.grant().holder().owner().unwrap_or_default() == value {
+            return Advertised::Yes;
+        }
+        let mut pause = PROCLAIM_RETRY_FIRST;
+        loop {
+            if guard.is_lost() {
+                return Advertised::Lost;
+            }
+            let sent = match self.client.ready() {
+                Ok(ctx) => command::proclaim::run(ctx, guard.grant(), value).await,
+                Err(error) => Err(error),
+            };
+            let error = match sent {
+                Ok(true) => return Advertised::Yes,
+                Ok(false) => {
+                    guard.revoked();
+                    return Advertised::Lost;
+                }
+                Err(error) => error,
+            };
+            if !error.is_retryable() || !within.pause(pause).await {
+                return Advertised::Failed(error);
+            }
+            tracing::warn!(
+                %error, election = %self.name, retry_in = ?pause,
+                "could not advertise the value of a resumed leadership; trying again"
+            );
+            pause = (pause * 2).min(PROCLAIM_RETRY_MAX);
+        }
+    }
+}
+
+/// How long a campaign may go on.
+#[derive(Debug, Clone, Copy)]
+enum Within {
+    /// One attempt.
+    Once,
+    /// Until this instant.
+    Until(Instant),
+    /// As long as it takes.
+    Forever,
+}
+
+impl Within {
+    /// Acquires the election's mutex, waiting as this says.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Mutex::acquire`].
+    async fn acquire(self, mutex: &Mutex) -> Result<Option<LockGuard>> {
+        match self {
+            Within::Once => mutex.try_acquire().await,
+            Within::Until(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                mutex.acquire_timeout(left).await
+            }
+            Within::Forever => mutex.acquire().await.map(Some),
+        }
+    }
+
+    /// Whether no other attempt fits.
+    fn is_over(self) -> bool {
+        match self {
+            Within::Once => true,
+            Within::Until(deadline) => Instant::now() >= deadline,
+            Within::Forever => false,
+        }
+    }
+
+    /// Sleeps `pause` before another attempt; false, at once, if it does not fit.
+    ///
+    /// # Cancel safety
+    ///
+    /// Only sleeps.
+    async fn pause(self, pause: Duration) -> bool {
+        let wake_at = match self {
+            Within::Once => return false,
+            Within::Until(deadline) => match Instant::now().checked_add(pause) {
+                Some(wake_at) if wake_at < deadline => wake_at,
+                _ => return false,
+            },
+            Within::Forever => Instant::now() + pause,
+        };
+        tokio::time::sleep_until(wake_at).await;
+        true
+    }
+}
+
+/// How a campaign's value fared.
+enum Advertised {
+    /// The server advertises it.
+    Yes,
+    /// The lease was lost first.
+    Lost,
+    /// It could not be set.
+    Failed(Error),
 }
 
 /// Who leads an election, as the server had it when asked.
@@ -423,13 +601,14 @@ impl Leadership {
     }
 
     /// Changes the advertised value without giving up leadership, in one round trip that
-    /// the server applies only while it still holds this leadership live.
+    /// the server applies only while it still holds this leadership live, kept by this
+    /// client.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::LeaseLost`] if leadership was lost before the call, or if the server no
-    /// longer held it (then leadership is lost from now on, as
-    /// [`LossReason::Revoked`]); a value too long
+    /// longer held it (it ended, was revoked, or another client resumed its lock id: then
+    /// leadership is lost from now on, as [`LossReason::Revoked`]); a value too long
     /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)); a database
     /// error, after which the value may or may not have been set.
     ///
@@ -443,15 +622,7 @@ impl Leadership {
         if let LeaseState::Lost(reason) = self.guard.state() {
             return Err(self.lost_error(reason));
         }
-        let grant = self.guard.grant();
-        let live = command::proclaim::run(
-            self.client.ready()?,
-            grant.resource(),
-            grant.lock_id(),
-            grant.fencing_token(),
-            &value,
-        )
-        .await?;
+        let live = command::proclaim::run(self.client.ready()?, self.guard.grant(), &value).await?;
         if !live {
             self.guard.revoked();
             return Err(self.lost_error(LossReason::Revoked));

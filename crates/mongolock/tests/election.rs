@@ -6,6 +6,10 @@
 //!   proclaim is refused and tells it that it lost, and never touches the new leader's
 //!   value.
 //! - **Loss is told**: a leader whose leadership was revoked learns it from `lost()`.
+//! - **Resuming advertises the new value**: a campaign under a stable lock id that takes
+//!   back the leadership of its process before a restart leads with the value it was given,
+//!   on the server and in `value()`; if that value cannot be set, it does not return a
+//!   leadership advertising the old one. The leader it displaced can no longer proclaim.
 //! - **Observe** yields the leader now, then every change (a new leader, a new value, nobody
 //!   leading), with change streams and, on a standalone server, by polling; a leader whose
 //!   lease ran out is seen to go although no write says so.
@@ -18,7 +22,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{env, invalid_argument};
+use common::{env, invalid_argument, secs};
 use futures_util::{Stream, StreamExt};
 use mongolock::{ErrorKind, Leader, LockClient, LossReason};
 use mongolock_testkit::TestServer;
@@ -232,4 +236,207 @@ async fn emulator_only_observe_sees_a_dead_leaders_lease_run_out() {
     server.clock().advance(ms(1_500));
     assert_eq!(next_leader(&mut changes).await, None);
     drop(leading);
+}
+
+/// A leader that campaigns in `scheduler` under `lock_id`, advertising `value`, and dies
+/// without resigning: its runtime ends, and its keeper with it, so its leadership lives on
+/// on the server until its TTL. Returns its term.
+async fn a_leader_that_dies(env: &common::Env, lock_id: &str, value: &str, ttl: Duration) -> i64 {
+    let (uri, db) = (env.uri(), env.db.name().to_owned());
+    let (lock_id, value) = (lock_id.to_owned(), value.to_owned());
+    // On a blocking thread: the emulator runs on this test's runtime, which goes on.
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+            let locks = LockClient::new(client.database(&db).collection("locks"));
+            let leading = (locks.election("scheduler").ttl(ttl).lock_id(lock_id))
+                .campaign(value)
+                .await
+                .unwrap();
+            let term = leading.term();
+            std::mem::forget(leading);
+            term
+        })
+    })
+    .await
+    .unwrap()
+}
+
+/// The value and term the server has for the leader of `scheduler`.
+async fn stored_leader(locks: &LockClient) -> Option<(String, i64)> {
+    let leader = locks.election("scheduler").leader().await.unwrap();
+    leader.map(|leader| (leader.value().to_owned(), leader.term()))
+}
+
+#[tokio::test]
+async fn a_leader_that_resumes_its_lock_id_advertises_its_new_value() {
+    let env = env("election_resume_value").await;
+    let ttl = secs(30);
+    for way in ["campaign", "try_campaign", "campaign_timeout"] {
+        let term = a_leader_that_dies(&env, "node-1", "old-address:80", ttl).await;
+        // Started again within the TTL, at a new address.
+        let election = env.locks.election("scheduler").ttl(ttl).lock_id("node-1");
+        let value = "new-address:80";
+        let leading = tokio::time::timeout(secs(20), async {
+            match way {
+                "campaign" => election.campaign(value).await.unwrap(),
+                "try_campaign" => election.try_campaign(value).await.unwrap().unwrap(),
+                _ => (election.campaign_timeout(value, secs(10)).await.unwrap()).unwrap(),
+            }
+        })
+        .await
+        .expect("resumed at once");
+        assert_eq!(leading.term(), term, "{way}: the same leadership, resumed");
+        assert_eq!(leading.value(), value, "{way}");
+        assert_eq!(
+            stored_leader(&env.locks).await,
+            Some((value.to_owned(), term)),
+            "{way}: the server advertises the new value"
+        );
+        leading.resign().await.unwrap();
+        assert_eq!(stored_leader(&env.locks).await, None, "{way}");
+    }
+}
+
+#[tokio::test]
+async fn a_leader_displaced_by_its_lock_id_resumed_elsewhere_cannot_proclaim() {
+    let env = env("election_displaced").await;
+    let ttl = secs(30);
+    let first = env.other_client().await;
+    let old = (first.election("scheduler").ttl(ttl).lock_id("node-1"))
+        .campaign("old-address:80")
+        .await
+        .unwrap();
+    // The same lock id campaigns in another client (a restarted process, while the first
+    // was only paused): it takes the leadership over.
+    let new = (env.locks.election("scheduler").ttl(ttl).lock_id("node-1"))
+        .try_campaign("new-address:80")
+        .await
+        .unwrap()
+        .expect("resumed at once");
+    assert_eq!(new.term(), old.term());
+    assert!(!old.is_lost(), "not told before its next renewal");
+    let error = old.proclaim("old-address:81").await.unwrap_err();
+    assert!(
+        matches!(
+            error.kind(),
+            ErrorKind::LeaseLost {
+                reason: LossReason::Revoked,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(old.is_lost(), "told at once by the refused proclaim");
+    assert_eq!(old.value(), "old-address:80");
+    assert_eq!(
+        stored_leader(&env.locks).await,
+        Some(("new-address:80".to_owned(), new.term()))
+    );
+    // The leader that took over proclaims as any leader does.
+    new.proclaim("new-address:81").await.unwrap();
+    assert_eq!(
+        stored_leader(&env.locks).await,
+        Some(("new-address:81".to_owned(), new.term()))
+    );
+    new.resign().await.unwrap();
+    first.shutdown().await;
+}
+
+/// A lock client whose commands carry `app_name`, for fail points aimed at it.
+async fn named_client(env: &common::Env, app_name: &str) -> LockClient {
+    let mut options = mongodb::options::ClientOptions::parse(env.uri())
+        .await
+        .unwrap();
+    options.app_name = Some(app_name.to_owned());
+    let client = mongodb::Client::with_options(options).unwrap();
+    LockClient::new(client.database(env.db.name()).collection("locks"))
+}
+
+/// Every `update` of the client named `app_name` after its next one fails with
+/// `error_code` (`None`: no more).
+async fn fail_updates_after_the_next(env: &common::Env, app_name: &str, error_code: Option<i32>) {
+    let command = match error_code {
+        Some(code) => bson::doc! {
+            "configureFailPoint": "failCommand", "mode": { "skip": 1 },
+            "data": { "failCommands": ["update"], "appName": app_name, "errorCode": code },
+        },
+        None => bson::doc! { "configureFailPoint": "failCommand", "mode": "off" },
+    };
+    (env.db.client().database("admin").run_command(command))
+        .await
+        .expect("configureFailPoint");
+}
+
+#[tokio::test]
+async fn emulator_only_a_resumed_leadership_whose_value_cannot_be_set_is_given_up() {
+    let Some(env) = common::emulator_env("election_resume_refused").await else {
+        return;
+    };
+    let ttl = secs(30);
+    let locks = named_client(&env, "resumer").await;
+    // Refused for good (BadValue), or for now (HostUnreachable) where one attempt is all
+    // the call makes.
+    for (way, code) in [("campaign", 2), ("try_campaign", 6)] {
+        a_leader_that_dies(&env, "node-1", "old-address:80", ttl).await;
+        // Resuming adopts the lease (an `update`), then sets the value (the next one).
+        fail_updates_after_the_next(&env, "resumer", Some(code)).await;
+        let election = locks.election("scheduler").ttl(ttl).lock_id("node-1");
+        let value = "new-address:80";
+        let outcome = tokio::time::timeout(secs(20), async {
+            match way {
+                "campaign" => election.campaign(value).await.map(Some),
+                _ => election.try_campaign(value).await,
+            }
+        })
+        .await
+        .expect("the campaign ends");
+        fail_updates_after_the_next(&env, "resumer", None).await;
+        let error = match outcome {
+            Ok(leading) => panic!(
+                "{way}: leads, advertising {:?}",
+                leading.as_ref().map(mongolock::Leadership::value)
+            ),
+            Err(error) => error,
+        };
+        assert!(
+            matches!(error.kind(), ErrorKind::Database { code: Some(c), .. } if *c == code),
+            "{way}: {error:?}"
+        );
+        // Given up: nobody advertises the old value.
+        assert_eq!(stored_leader(&env.locks).await, None, "{way}");
+    }
+    locks.shutdown().await;
+}
+
+#[tokio::test]
+async fn emulator_only_a_resumed_leadership_sets_its_value_once_the_server_lets_it() {
+    let Some(env) = common::emulator_env("election_resume_retried").await else {
+        return;
+    };
+    let ttl = secs(30);
+    let term = a_leader_that_dies(&env, "node-1", "old-address:80", ttl).await;
+    let locks = named_client(&env, "resumer").await;
+    fail_updates_after_the_next(&env, "resumer", Some(6)).await;
+    let election = locks.election("scheduler").ttl(ttl).lock_id("node-1");
+    let campaign =
+        tokio::spawn(async move { election.campaign_timeout("new-address:80", secs(20)).await });
+    tokio::time::sleep(ms(500)).await;
+    assert!(!campaign.is_finished(), "it keeps trying within its wait");
+    fail_updates_after_the_next(&env, "resumer", None).await;
+    let leading = tokio::time::timeout(secs(20), campaign)
+        .await
+        .expect("it leads once the value is set")
+        .unwrap()
+        .unwrap()
+        .expect("within its wait");
+    assert_eq!(leading.term(), term);
+    assert_eq!(leading.value(), "new-address:80");
+    assert_eq!(
+        stored_leader(&env.locks).await,
+        Some(("new-address:80".to_owned(), term))
+    );
+    leading.resign().await.unwrap();
+    locks.shutdown().await;
 }
