@@ -405,8 +405,12 @@ impl LockClient {
     ///
     /// Granted when no live lock of any kind is on the resource; expired locks never stand in
     /// the way. If `lock_id` already holds the resource exclusively, the existing grant is
-    /// returned unchanged (same token, same expiry; [`Grant::is_new`] is false), so repeating
-    /// a call whose outcome was unknown is safe.
+    /// returned unchanged (same token, same expiry; [`Grant::is_new`] is false).
+    ///
+    /// Repeating a call whose outcome was unknown is safe: such a call withdraws its attempt in
+    /// the background (its lock removed if it was granted, a late copy of it refused), and the
+    /// repeated call waits for that withdrawal, then is granted anew or refused as usual (see
+    /// [Unknown outcomes and late copies](crate#unknown-outcomes-and-late-copies)).
     ///
     /// # Errors
     ///
@@ -424,10 +428,10 @@ impl LockClient {
     ///
     /// # Cancel safety
     ///
-    /// If the future is dropped after the command was sent, the lock may have been granted
-    /// with nobody told: it lasts until its TTL passes or `lock_id` is unlocked. Repeating the
-    /// call with the same `lock_id` returns that grant. To withdraw an attempt instead, use
-    /// [`acquire`](LockClient::acquire) and [`release_attempt`](LockClient::release_attempt).
+    /// If the future is dropped after the command was sent, the attempt is withdrawn in the
+    /// background, as after an unknown outcome: a lock it was granted is removed, and a late
+    /// copy of it is refused. The client's next attempt of `lock_id` on `resource` waits for
+    /// that withdrawal.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -469,8 +473,8 @@ impl LockClient {
     ///
     /// # Cancel safety
     ///
-    /// As [`xlock`](LockClient::xlock): a grant made by a dropped call lasts until its TTL or an
-    /// unlock of `lock_id`, and repeating the call returns it.
+    /// As [`xlock`](LockClient::xlock): a dropped call's attempt is withdrawn in the
+    /// background, and the next attempt of `lock_id` on `resource` waits for that.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -515,7 +519,13 @@ impl LockClient {
     /// If the future is dropped after the command was sent, the attempt may have been
     /// granted with nobody told. Resolve it with the same request: sending it again reports
     /// [`Attempt::Granted`] if the first got through, and
-    /// [`release_attempt`](LockClient::release_attempt) withdraws it for good.
+    /// [`release_attempt`](LockClient::release_attempt) withdraws it for good. End an attempt
+    /// whose outcome was ever unknown with `release_attempt`, not
+    /// [`release`](LockClient::release) or [`unlock`](LockClient::unlock), which leave a late
+    /// copy of it grantable (see
+    /// [Unknown outcomes and late copies](crate#unknown-outcomes-and-late-copies)). Before it
+    /// is sent, an attempt waits for the releases and withdrawals this client still owes for
+    /// its lock id on its resource; dropped then, nothing was sent.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -594,6 +604,10 @@ impl LockClient {
     /// Releases one grant (its resource, lock id and token), leaving the other locks of its
     /// lock id alone. One round trip. Returns whether this call removed it (false when it was
     /// already released, purged, or cleared after expiring).
+    ///
+    /// It leaves the attempt that was granted usable: if that attempt's outcome was ever
+    /// unknown, a late copy of it could take the lock again. End such a grant with
+    /// [`release_attempt`](LockClient::release_attempt) and the request instead.
     ///
     /// # Errors
     ///

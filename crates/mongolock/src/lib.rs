@@ -149,6 +149,40 @@
 //! number of locks in the group. `purge_abandoned_groups` needs one more `update` per further
 //! 1,000 abandoned lock ids.
 //!
+//! # Unknown outcomes and late copies
+//!
+//! A write that fails after it was sent (a timeout, a dropped connection, a write concern
+//! error: [`Error::is_outcome_unknown`]) may have been applied, and a copy of it may still
+//! reach the server later, after the caller moved on: a network can hold a request past the
+//! caller's timeout and deliver it then. What holds, per call:
+//!
+//! - **[`xlock`](LockClient::xlock) and [`slock`](LockClient::slock)**: repeating a call
+//!   whose outcome was unknown is safe. Such a call withdraws its attempt in the background
+//!   (as a dropped call does), which removes its lock if it was granted and leaves a
+//!   tombstone that refuses any late copy of it; the client's next attempt of the same lock
+//!   id on the same resource waits for that withdrawal first, and is then granted anew (a
+//!   new token) or refused as usual. A late copy never holds a lock after an `unlock`.
+//! - **[`acquire`](LockClient::acquire)**, with a request you keep: repeat *the same
+//!   request* (its nonce) after an unknown outcome; the server answers for that attempt
+//!   ([`Attempt::Granted`] if an earlier copy got through, never a second grant). When you
+//!   end such an attempt, end it with [`release_attempt`](LockClient::release_attempt),
+//!   which removes its lock and retires its nonce (a tombstone): [`release`](LockClient::release)
+//!   and [`unlock`](LockClient::unlock) remove the lock but leave the nonce usable, so a late
+//!   copy could take the lock again and hold it, nobody renewing it, until its TTL (for ever
+//!   without one). A request whose every copy had a known outcome needs no such care.
+//! - **Handles and guards** do this for you: a guard whose attempt ever had an unknown
+//!   outcome, and a resumed lease, retire their attempt when released; a dropped acquire
+//!   withdraws its attempt.
+//! - **One client owes what it left to the background**: a release or a withdrawal that could
+//!   not be done at once is retried by the client, and any attempt of that client under the
+//!   same lock id on the same resource carries it out (or waits for it) before it is sent, so
+//!   the owed write can never land after the attempt and remove what it was granted or
+//!   resumed. Another process using the same lock id is not covered: a lock id belongs to
+//!   one holder.
+//!
+//! A tombstone lives the attempt's TTL, and at least five minutes: a copy later than that is
+//! not refused.
+//!
 //! # What is promised
 //!
 //! - **Exclusion, by the server's clock.** Every acquire is one `findAndModify` whose update

@@ -633,10 +633,13 @@ async fn resume(
         return Err(Error::invalid(
             "ttl",
             format!(
-                "{:?} holds {:?} with a TTL of {:?}: resume it with that TTL, not {:?}",
+                "{:?} holds {:?} with {}: resume it with that TTL, not {:?}",
                 grant.lock_id(),
                 grant.resource(),
-                grant.holder.ttl,
+                match grant.holder.ttl {
+                    Some(ttl) => format!("a TTL of {ttl:?}"),
+                    None => "no TTL".to_owned(),
+                },
                 timing.ttl
             ),
         ));

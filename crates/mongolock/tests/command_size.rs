@@ -56,9 +56,10 @@ const UNDO_MAX: usize = 3_100;
 /// The most a force release may weigh on the wire (4.0 KB: it keeps each entry with a
 /// lock-delay for that delay, on both sides of the document; an operator's command, rare).
 const FORCE_MAX: usize = 4_096;
-/// The most a renew, unlock or purge may weigh on the wire (renew, the largest, is 3.3 KB:
-/// it renews an entry's lock-delay with its lease).
-const GROUP_WRITE_MAX: usize = 3_350;
+/// The most a renew, unlock or purge may weigh on the wire (renew, the largest, is 3.8 KB:
+/// it renews an entry's lock-delay with its lease, and never shortens a lease a keeper
+/// renews, whose holder counts on the TTL it was granted with).
+const GROUP_WRITE_MAX: usize = 3_900;
 /// The most a status aggregation may weigh on the wire (1.2 KB).
 const STATUS_MAX: usize = 1_300;
 /// The most the keepalive may grow by for each lease it renews (a shared lease's

@@ -235,3 +235,25 @@ async fn an_adoption_that_fails_on_the_way_is_tried_again_while_the_caller_waits
         .expect_err("one attempt, and it failed");
     assert!(error.is_retryable(), "{error:?}");
 }
+
+/// A TTL that is not a whole number of milliseconds is stored rounded up: resuming with the
+/// TTL the lease was granted with is taken, as any other.
+#[tokio::test]
+async fn a_lease_granted_with_a_fractional_millisecond_ttl_is_resumed_with_it() {
+    let env = env("resume_fractional").await;
+    let ttl = Duration::from_micros(30_000_500);
+    let old = env.other_client().await;
+    let lost = (old.mutex("job").lock_id("svc").ttl(ttl))
+        .acquire()
+        .await
+        .unwrap();
+    let token = lost.fencing_token();
+    std::mem::forget(lost);
+    drop(old);
+    let mutex = env.locks.mutex("job").lock_id("svc").ttl(ttl);
+    let guard = (mutex.try_acquire().await)
+        .expect("the TTL it was granted with")
+        .expect("resumed");
+    assert_eq!(guard.fencing_token(), token);
+    guard.release().await.unwrap();
+}

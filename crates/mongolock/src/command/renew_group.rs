@@ -39,18 +39,18 @@ pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
         let delay = bson!({ "$ifNull": [format!("{entry}.{}", crate::schema::DELAY_MS), 0] });
         let kept =
             bson!({ "$eq": [{ "$type": format!("{entry}.{}", crate::schema::KEEPER) }, "string"] });
-        let end = bson!({ "$add": ["$$NOW", ttl_ms, delay] });
-        let expiry = format!("{entry}.expiresAt");
-        let ttl = format!("{entry}.ttlMs");
-        bson!({ "$mergeObjects": [entry, {
-            "renewedAt": "$$NOW",
-            "expiresAt": { "$cond": [
-                has_ttl.clone(),
-                { "$cond": [kept.clone(), { "$max": [&expiry, end.clone()] }, end] },
-                null,
-            ]},
-            "ttlMs": { "$cond": [has_ttl, { "$cond": [kept, &ttl, ttl_ms] }, null] },
-        }]})
+        bson!({ "$let": {
+            "vars": { "end": { "$add": ["$$NOW", ttl_ms, delay] }, "kept": kept },
+            "in": { "$mergeObjects": [entry, {
+                "renewedAt": "$$NOW",
+                "expiresAt": { "$cond": [
+                    has_ttl.clone(),
+                    { "$cond": ["$$kept", { "$max": [format!("{entry}.expiresAt"), "$$end"] }, "$$end"] },
+                    null,
+                ]},
+                "ttlMs": { "$cond": [has_ttl, { "$cond": ["$$kept", format!("{entry}.ttlMs"), ttl_ms] }, null] },
+            }]},
+        }})
     };
     doc! {
         "update": ctx.collection_name(),
@@ -116,7 +116,15 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#""expiresAt":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$add":["$$NOW",2000,{"$ifNull":["$$e.delayMs",0]}]},null]}"#),
+            text.contains(r#""expiresAt":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$cond":["$$kept",{"$max":["$$e.expiresAt","$$end"]},"$$end"]},null]}"#),
+            "a lease's keeper counts on its TTL: never shortened; {text}"
+        );
+        assert!(
+            text.contains(r#""vars":{"end":{"$add":["$$NOW",2000,{"$ifNull":["$$e.delayMs",0]}]},"kept":{"$eq":[{"$type":"$$e.keeper"},"string"]}}"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""ttlMs":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$cond":["$$kept","$$e.ttlMs",2000]},null]}"#),
             "{text}"
         );
         let update = command.get_array("updates").unwrap()[0]
