@@ -5,9 +5,11 @@ use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use mongolock::LockClient;
+
+use crate::{output, uri};
 
 /// Exit statuses, documented in `mongolock --help` and the README.
 pub mod exit {
@@ -91,14 +93,16 @@ pub enum Command {
     /// The child gets MONGOLOCK_RESOURCE, MONGOLOCK_LOCK_ID and MONGOLOCK_FENCING_TOKEN. With
     /// several --resource, all are locked at once (all or nothing, exclusive) and the child
     /// gets MONGOLOCK_RESOURCES (sorted, comma-separated), MONGOLOCK_LOCK_ID (one for the
-    /// set) and MONGOLOCK_FENCING_TOKENS (res=token,res=token) instead. If the lease (of any
-    /// resource) is lost, the child gets SIGTERM, then SIGKILL after --kill-after.
+    /// set) and MONGOLOCK_FENCING_TOKENS (res=token,res=token) instead. The other MONGOLOCK_*
+    /// variables of an outer mongolock are removed. If the lease (of any resource) is lost,
+    /// the child gets SIGTERM, then SIGKILL after --kill-after.
     Exec(ExecArgs),
     /// Campaign to lead an election, run COMMAND while leading, resign when COMMAND exits.
     ///
     /// The child gets MONGOLOCK_ELECTION, MONGOLOCK_TERM (greater for every new leader: pass
-    /// it with every write) and MONGOLOCK_LOCK_ID. If leadership is lost, the child gets
-    /// SIGTERM, then SIGKILL after --kill-after.
+    /// it with every write) and MONGOLOCK_LOCK_ID; the other MONGOLOCK_* variables of an outer
+    /// mongolock are removed. If leadership is lost, the child gets SIGTERM, then SIGKILL
+    /// after --kill-after.
     Elect(ElectArgs),
     /// Show who leads an election (value, term, lock id, host), or that nobody does; with
     /// --watch, every change until interrupted.
@@ -376,7 +380,9 @@ pub fn page_names() -> Vec<String> {
         .collect()
 }
 
-/// Logs to stderr at the level asked for with `-v`; nothing by default.
+/// Logs to stderr at the level asked for with `-v`; nothing by default. Each event is
+/// written scrubbed and escaped ([`output::Logs`]), without colours (an escape sequence in
+/// a field could not be told from the formatter's own).
 pub fn init_logging(global: &Global) {
     let level = match global.verbose {
         0 => return,
@@ -386,8 +392,8 @@ pub fn init_logging(global: &Global) {
     };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(level))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(output::Logs)
+        .with_ansi(false)
         .try_init();
 }
 
@@ -448,14 +454,13 @@ pub fn describe(error: &anyhow::Error) -> String {
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
 /// Connects to the server named by `--uri` or `MONGODB_URI`, and returns the lock client on
-/// `--db` / `--collection`.
+/// `--db` / `--collection`. A connection string that does not parse is reported without
+/// its user info ([`uri::client`]).
 pub async fn connect(global: &Global) -> anyhow::Result<LockClient> {
     let Some(uri) = global.uri.as_deref().filter(|u| !u.is_empty()) else {
         bail!(NoServer);
     };
-    let client = mongodb::Client::with_uri_str(uri)
-        .await
-        .with_context(|| "cannot use the connection string")?;
+    let client = uri::client(uri).await?;
     let _ = DRIVER.set(client.clone());
     Ok(LockClient::new(
         client.database(&global.db).collection(&global.collection),

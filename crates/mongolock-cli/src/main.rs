@@ -4,16 +4,20 @@
 
 mod cli;
 mod commands;
+mod output;
+mod uri;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::Parser as _;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    output::protect(std::env::args_os(), std::env::var_os("MONGODB_URI"));
+    output::scrub_panics();
+    let cli = cli::Cli::try_parse().unwrap_or_else(|error| output::exit_usage(&error));
     if let Err(error) = cli.check() {
-        error.exit();
+        output::exit_usage(&error);
     }
     cli::init_logging(&cli.global);
     let outcome = commands::run(cli).await;
@@ -21,7 +25,7 @@ async fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("mongolock: {}", cli::describe(&error));
+            output::complain_line(&cli::describe(&error));
             ExitCode::from(cli::exit::ERROR)
         }
     }

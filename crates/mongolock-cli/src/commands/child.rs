@@ -39,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::cli::{self, Global, exit};
 use crate::commands::inspect;
+use crate::output::{self, complain, escape};
 
 /// Exit status when the command could not be found (as `env`, `timeout` and shells use).
 const COMMAND_NOT_FOUND: u8 = 127;
@@ -153,7 +154,7 @@ impl Held {
             Err(error) => match error.kind() {
                 ErrorKind::LeaseLost { reason, .. } => Err(ReleaseError::Lost(*reason)),
                 _ => {
-                    eprintln!("mongolock: cannot {what} ({error}); its TTL will end it");
+                    complain!("cannot {what} ({error}); its TTL will end it");
                     Err(ReleaseError::Failed)
                 }
             },
@@ -229,7 +230,7 @@ impl Group {
         if let Err(error) = killpg(self.pgid, signal)
             && error != nix::errno::Errno::ESRCH
         {
-            eprintln!("mongolock: cannot send {signal} to the child: {error}");
+            complain!("cannot send {signal} to the child: {error}");
         }
     }
 }
@@ -311,15 +312,27 @@ pub async fn wait_for<T>(
     waited
 }
 
+/// Every variable `exec` and `elect` set in a child's environment. A child's environment
+/// has those of its own lease only: the others, inherited from an outer mongolock, are
+/// removed, since they describe another lease (a nested child must not pair one lease's
+/// lock id with another's fencing token or term).
+pub const VARIABLES: &[&str] = &[
+    "MONGOLOCK_RESOURCE",
+    "MONGOLOCK_RESOURCES",
+    "MONGOLOCK_LOCK_ID",
+    "MONGOLOCK_FENCING_TOKEN",
+    "MONGOLOCK_FENCING_TOKENS",
+    "MONGOLOCK_ELECTION",
+    "MONGOLOCK_TERM",
+];
+
 /// The child to run under a lease.
 pub struct Child<'a> {
     /// The program and its arguments (not empty).
     pub command: &'a [String],
-    /// Variables set in the child's environment.
+    /// The variables of [`VARIABLES`] that describe the lease, set in the child's
+    /// environment; the others are removed from it.
     pub env: Vec<(&'static str, String)>,
-    /// Variables removed from the child's environment (another form's, inherited from an
-    /// outer mongolock, that would not match the lease).
-    pub env_remove: &'static [&'static str],
     /// After SIGTERM, how long the child has before SIGKILL.
     pub kill_after: Duration,
 }
@@ -396,7 +409,8 @@ pub async fn run_under(
         .context("no COMMAND given after --")?;
     let mut command = tokio::process::Command::new(program);
     command.args(args);
-    for name in child.env_remove {
+    // Removed first, then set: the lease's own are set again.
+    for name in VARIABLES {
         command.env_remove(name);
     }
     for (name, value) in &child.env {
@@ -410,7 +424,7 @@ pub async fn run_under(
                 IoErrorKind::NotFound => COMMAND_NOT_FOUND,
                 _ => COMMAND_NOT_RUNNABLE,
             };
-            eprintln!("mongolock: cannot run {program:?}: {error}");
+            complain!("cannot run {program:?}: {error}");
             return Ok(Outcome {
                 status,
                 released: held.release().await.is_ok(),
@@ -438,8 +452,8 @@ pub async fn run_under(
             }
             reason = held.lost(), if lost.is_none() => {
                 lost = Some(reason);
-                eprintln!(
-                    "mongolock: {} lost ({}): stopping the child",
+                complain!(
+                    "{} lost ({}): stopping the child",
                     held.name(),
                     describe_loss(reason)
                 );
@@ -448,8 +462,8 @@ pub async fn run_under(
                 kill_at = Instant::now().checked_add(child.kill_after);
             }
             () = sleep_until(kill_at), if kill_at.is_some() => {
-                eprintln!(
-                    "mongolock: the child is still running {} after SIGTERM: SIGKILL",
+                complain!(
+                    "the child is still running {} after SIGTERM: SIGKILL",
                     humantime::format_duration(child.kill_after)
                 );
                 group.signal(Signal::SIGKILL);
@@ -487,8 +501,8 @@ pub async fn run_under(
         Err(ReleaseError::Lost(reason)) => {
             // Lost after the child's last step was seen, but before the release: the child
             // may have run without the lease at the end. Say so.
-            eprintln!(
-                "mongolock: {name} lost ({}) before the child's exit was seen",
+            complain!(
+                "{name} lost ({}) before the child's exit was seen",
                 describe_loss(reason)
             );
             outcome.lost = Some(reason);
@@ -558,7 +572,7 @@ fn spinner(message: &str) -> indicatif::ProgressBar {
         bar.set_style(style);
     }
     bar.enable_steady_tick(Duration::from_millis(120));
-    bar.set_message(message.to_owned());
+    bar.set_message(output::message(message));
     bar
 }
 
@@ -595,7 +609,7 @@ async fn show_holders(
                 }
             }
         }
-        progress.set_message(message);
+        progress.set_message(output::message(&message));
         tokio::time::sleep(PROGRESS_POLL).await;
     }
 }
@@ -618,12 +632,14 @@ fn describe_holders(waiting: &str, named: Option<&str>, held: &[LockStatus]) -> 
         1 => String::new(),
         n => format!(", and {} more holder(s)", n - 1),
     };
-    let which = named.map(|name| format!("{name} ")).unwrap_or_default();
+    let which = named
+        .map(|name| format!("{} ", escape(name)))
+        .unwrap_or_default();
     Some(format!(
         "{waiting}: {which}held by {} on {}, {until}, lock id {}{more}",
-        first.owner().unwrap_or("no owner"),
-        first.host().unwrap_or("unknown host"),
-        first.lock_id(),
+        escape(first.owner().unwrap_or("no owner")),
+        escape(first.host().unwrap_or("unknown host")),
+        escape(first.lock_id()),
     ))
 }
 

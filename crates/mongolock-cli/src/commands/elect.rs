@@ -6,7 +6,9 @@
 //! stopped (status 79) if leadership is lost; it resigns when the child exits, so that the
 //! next campaigner leads at once. The child gets `MONGOLOCK_ELECTION` (the name),
 //! `MONGOLOCK_TERM` (the leadership's term: greater for every new leader, to pass with every
-//! write the leader makes) and `MONGOLOCK_LOCK_ID`.
+//! write the leader makes) and `MONGOLOCK_LOCK_ID`; the variables `exec` sets
+//! (`MONGOLOCK_RESOURCE`, `MONGOLOCK_FENCING_TOKEN` and the like), inherited from an outer
+//! mongolock, are removed.
 //!
 //! `leader` reads the leader once, or with `--watch` follows [`Election::observe`] and
 //! prints every change until SIGINT or SIGTERM.
@@ -24,6 +26,7 @@ use crate::cli::{self, ElectArgs, Global, LeaderArgs, exit};
 use crate::commands::child::{
     self, Child, Forwarded, Held, Patience, RunReport, Waited, finish, signal_status,
 };
+use crate::output::{complain, escape};
 
 /// The JSON document `elect --json` prints on stdout when it is done.
 #[derive(Debug, Serialize)]
@@ -128,7 +131,7 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
     };
 
     tracing::info!(election = %name, ?patience, "campaigning");
-    let waiting = format!("waiting to lead {name}");
+    let waiting = format!("waiting to lead {}", escape(&name));
     let names = [name.clone()];
     let progress = child::shows_progress(patience).then_some((waiting.as_str(), &names[..]));
     let campaign = async {
@@ -142,15 +145,12 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
     let leadership = match child::wait_for(&locks, campaign, &mut signals, progress).await {
         Ok(Waited::Acquired(leadership)) => leadership,
         Ok(Waited::NotInTime) => {
-            eprintln!(
-                "mongolock: {name} is led by others: not leading{}",
-                patience.within()
-            );
+            complain!("{name} is led by others: not leading{}", patience.within());
             report.run.exit_status = exit::NOT_ACQUIRED;
             return finish(&locks, global, &report, exit::NOT_ACQUIRED).await;
         }
         Ok(Waited::Signal(signal)) => {
-            eprintln!("mongolock: {signal} received while waiting to lead {name}: gave up");
+            complain!("{signal} received while waiting to lead {name}: gave up");
             let status = signal_status(signal as i32);
             report.run.exit_status = status;
             return finish(&locks, global, &report, status).await;
@@ -172,7 +172,6 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
             ("MONGOLOCK_TERM", leadership.term().to_string()),
             ("MONGOLOCK_LOCK_ID", lock_id),
         ],
-        env_remove: &[],
         kill_after: args.kill_after,
     };
     let outcome = child::run_under(
@@ -226,7 +225,7 @@ pub async fn leader(global: &Global, args: LeaderArgs) -> anyhow::Result<ExitCod
                     return Err(anyhow::Error::new(error).context(cannot()));
                 }
                 Some(Err(error)) => {
-                    eprintln!("mongolock: {} ({error}); reading again", cannot());
+                    complain!("{} ({error}); reading again", cannot());
                 }
                 None => break,
             },
@@ -250,19 +249,20 @@ fn print_leader(
         );
         return Ok(());
     }
+    // Every string is stored by whoever campaigned: escaped, so that it stays on its line.
+    let name = escape(election.name());
     match leader {
         Some(leader) => println!(
-            "{}: led by {} (term {}, lock id {}, host {})",
-            election.name(),
+            "{name}: led by {} (term {}, lock id {}, host {})",
             match leader.value() {
-                "" => "(no value)",
-                value => value,
+                "" => "(no value)".into(),
+                value => escape(value),
             },
             leader.term(),
-            leader.lock_id(),
-            leader.host().unwrap_or("unknown"),
+            escape(leader.lock_id()),
+            escape(leader.host().unwrap_or("unknown")),
         ),
-        None => println!("{}: nobody leads", election.name()),
+        None => println!("{name}: nobody leads"),
     }
     Ok(())
 }

@@ -14,8 +14,9 @@
 //!   `MONGOLOCK_LOCK_ID` (the set's one lock id: `mongolock unlock` with it frees the set)
 //!   and `MONGOLOCK_FENCING_TOKENS` (`res=token,res=token`, in the same order).
 //!
-//! The variables of the other form are removed, so that an outer mongolock's do not pass
-//! for this lock's.
+//! The other variables a mongolock sets (the other form's, and `elect`'s
+//! `MONGOLOCK_ELECTION` and `MONGOLOCK_TERM`) are removed, so that an outer mongolock's do
+//! not pass for this lock's.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -29,6 +30,7 @@ use crate::commands::child::{
     self, Child, Forwarded, Held, Patience, RunReport, Waited, finish, signal_status,
 };
 use crate::commands::inspect::kind_name;
+use crate::output::{complain, escape};
 
 /// The JSON document `exec --json` prints on stdout when it is done.
 #[derive(Debug, Serialize)]
@@ -186,7 +188,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
     };
 
     tracing::info!(resources = %label, ?patience, "waiting for the lock");
-    let waiting = format!("waiting for {label}");
+    let waiting = format!("waiting for {}", escape(&label));
     let progress = child::shows_progress(patience).then_some((waiting.as_str(), &resources[..]));
     let waited = child::wait_for(&locks, handle.acquire(patience), &mut signals, progress).await;
     let held = match waited {
@@ -197,12 +199,12 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
             } else {
                 format!("{label} is held by others")
             };
-            eprintln!("mongolock: {who}: not acquired{}", patience.within());
+            complain!("{who}: not acquired{}", patience.within());
             report.run.exit_status = exit::NOT_ACQUIRED;
             return finish(&locks, global, &report, exit::NOT_ACQUIRED).await;
         }
         Ok(Waited::Signal(signal)) => {
-            eprintln!("mongolock: {signal} received while waiting for {label}: gave up");
+            complain!("{signal} received while waiting for {label}: gave up");
             let status = signal_status(signal as i32);
             report.run.exit_status = status;
             return finish(&locks, global, &report, status).await;
@@ -216,7 +218,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
     };
 
     report.acquired = true;
-    let (env, env_remove): (Vec<(&'static str, String)>, &'static [&'static str]) = match &held {
+    let env: Vec<(&'static str, String)> = match &held {
         Held::Set(set) => {
             let tokens: BTreeMap<String, i64> = set
                 .guards()
@@ -231,12 +233,11 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
             tracing::info!(resources = %label, lock_id = set.lock_id(), tokens = %listed, "acquired");
             report.lock_id = Some(set.lock_id().to_owned());
             report.fencing_tokens = Some(tokens);
-            let env = vec![
+            vec![
                 ("MONGOLOCK_RESOURCES", resources.join(",")),
                 ("MONGOLOCK_LOCK_ID", set.lock_id().to_owned()),
                 ("MONGOLOCK_FENCING_TOKENS", listed),
-            ];
-            (env, &["MONGOLOCK_RESOURCE", "MONGOLOCK_FENCING_TOKEN"])
+            ]
         }
         Held::One(guard) => {
             tracing::info!(
@@ -251,19 +252,17 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
                 guard.resource().to_owned(),
                 guard.fencing_token(),
             )]));
-            let env = vec![
+            vec![
                 ("MONGOLOCK_RESOURCE", guard.resource().to_owned()),
                 ("MONGOLOCK_LOCK_ID", guard.lock_id().to_owned()),
                 ("MONGOLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
-            ];
-            (env, &["MONGOLOCK_RESOURCES", "MONGOLOCK_FENCING_TOKENS"])
+            ]
         }
         Held::Leading(_) => anyhow::bail!("exec holds locks, not a leadership"),
     };
     let to_run = Child {
         command: &args.command,
         env,
-        env_remove,
         kill_after: args.kill_after,
     };
     let outcome = child::run_under(

@@ -12,6 +12,7 @@ use mongolock::{Filter, LockKind, LockStatus};
 use serde::Serialize;
 
 use crate::cli::{self, Global, IndexesArgs, ReleaseArgs, StatusArgs, UnlockArgs, exit};
+use crate::output::{self, escape};
 
 /// One lock in `status --json`.
 #[derive(Debug, Serialize)]
@@ -112,7 +113,8 @@ pub async fn status(global: &Global, args: StatusArgs) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `status` table, one line per lock, columns aligned.
+/// The `status` table, one line per lock, columns aligned. The stored strings are
+/// [`escape`]d: whoever took a lock wrote them, and they must not add rows.
 fn table(held: &[LockStatus]) -> String {
     let header = [
         "RESOURCE", "KIND", "LOCK ID", "OWNER", "HOST", "TOKEN", "TTL",
@@ -129,11 +131,11 @@ fn table(held: &[LockStatus]) -> String {
                 (false, None) => "no TTL".to_owned(),
             };
             [
-                lock.resource().to_owned(),
+                escape(lock.resource()).into_owned(),
                 kind_name(lock.kind()).to_owned(),
-                lock.lock_id().to_owned(),
-                lock.owner().unwrap_or("-").to_owned(),
-                lock.host().unwrap_or("-").to_owned(),
+                escape(lock.lock_id()).into_owned(),
+                escape(lock.owner().unwrap_or("-")).into_owned(),
+                escape(lock.host().unwrap_or("-")).into_owned(),
                 lock.fencing_token().to_string(),
                 ttl,
             ]
@@ -180,7 +182,10 @@ pub async fn unlock(global: &Global, args: UnlockArgs) -> anyhow::Result<ExitCod
     if global.json {
         println!("{}", serde_json::json!({ "released": released }));
     } else {
-        println!("released {released} lock(s) of lock id {}", args.lock_id);
+        println!(
+            "released {released} lock(s) of lock id {}",
+            escape(&args.lock_id)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -210,20 +215,20 @@ pub async fn release(global: &Global, args: ReleaseArgs) -> anyhow::Result<ExitC
                 .map(|lock| {
                     format!(
                         "{} ({}, {})",
-                        lock.lock_id(),
-                        lock.owner().unwrap_or("no owner"),
-                        lock.host().unwrap_or("unknown host")
+                        escape(lock.lock_id()),
+                        escape(lock.owner().unwrap_or("no owner")),
+                        escape(lock.host().unwrap_or("unknown host"))
                     )
                 })
                 .collect();
-            let question = format!(
+            let question = output::message(&format!(
                 "Break {} lock(s) on {} held by {}? [y/N] ",
                 live.len(),
-                args.resource,
+                escape(&args.resource),
                 holders.join(", ")
-            );
+            ));
             if !confirm(question).await? {
-                eprintln!("mongolock: not released");
+                output::complain_line("not released");
                 return Ok(ExitCode::from(exit::ERROR));
             }
         }
@@ -238,7 +243,7 @@ pub async fn release(global: &Global, args: ReleaseArgs) -> anyhow::Result<ExitC
             serde_json::json!({ "resource": args.resource, "released": released })
         );
     } else {
-        println!("released {released} lock(s) on {}", args.resource);
+        println!("released {released} lock(s) on {}", escape(&args.resource));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -304,7 +309,7 @@ pub async fn indexes(global: &Global, args: IndexesArgs) -> anyhow::Result<ExitC
             serde_json::json!({ "indexes": "ok", "namespace": namespace })
         );
     } else {
-        println!("indexes ready on {namespace}");
+        println!("indexes ready on {}", escape(&namespace));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,6 +12,7 @@ mod inspect;
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command, NoServer, exit};
+use crate::output;
 
 /// Runs the command and returns the process's exit status.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -31,7 +32,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     match outcome {
         Err(error) if error.is::<NoServer>() => {
-            eprintln!("mongolock: {error}");
+            output::complain_line(&error.to_string());
             Ok(ExitCode::from(exit::NO_SERVER))
         }
         other => other,

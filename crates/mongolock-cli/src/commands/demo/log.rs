@@ -543,9 +543,15 @@ fn short(lock: Lock) -> &'static str {
     }
 }
 
-/// Writes a line, ignoring errors: a reader that went away (`| head`) does not stop the
-/// demo.
+/// Writes a line (or several), [`scrub`](crate::output::scrub)bed: it may quote an error.
+/// Errors are ignored: a reader that went away (`| head`) does not stop the demo.
 pub(crate) fn emit(out: &mut impl std::io::Write, text: &str) {
+    emit_scrubbed(out, &crate::output::scrub(text));
+}
+
+/// Writes text already scrubbed (the JSON report, scrubbed string by string so that it
+/// stays JSON), ignoring errors as [`emit`] does.
+pub(crate) fn emit_scrubbed(out: &mut impl std::io::Write, text: &str) {
     let _ = writeln!(out, "{text}");
     let _ = out.flush();
 }

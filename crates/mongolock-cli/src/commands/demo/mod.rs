@@ -93,9 +93,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             (server.uri(), server.client(), String::new(), "emulator")
         }
         Target::Remote { uri } => {
-            let client = mongodb::Client::with_uri_str(uri)
-                .await
-                .context("cannot use the connection string")?;
+            let client = crate::uri::client(uri).await?;
             let run_id = bson::oid::ObjectId::new().to_hex();
             (
                 uri.clone(),
@@ -157,9 +155,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         // holds one of its pool's connections).
         let own = match &target {
             Target::Emulator { server, .. } => server.new_client(),
-            Target::Remote { uri } => mongodb::Client::with_uri_str(uri)
-                .await
-                .context("cannot use the connection string")?,
+            Target::Remote { uri } => crate::uri::client(uri).await?,
         };
         tasks.spawn(workers::ordinary(shared.clone(), worker, own));
     }
@@ -216,8 +212,10 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     let report = verify::verify(&log, finish, &accepted, server_kind, n, skipped);
     if global.json {
-        let json = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
-        log::emit(&mut std::io::stdout().lock(), &json);
+        let mut json = serde_json::to_value(&report).context("cannot encode the report")?;
+        crate::output::scrub_json(&mut json);
+        let json = serde_json::to_string_pretty(&json).context("cannot encode the report")?;
+        log::emit_scrubbed(&mut std::io::stdout().lock(), &json);
     } else {
         report.print();
     }

@@ -333,12 +333,12 @@ pub(crate) fn crashing(shared: Shared, worker: usize, uri: String) -> std::threa
             }
         };
         runtime.block_on(async {
-            let client = match mongodb::Client::with_uri_str(&uri).await {
+            let client = match crate::uri::client(&uri).await {
                 Ok(client) => client,
                 Err(error) => {
                     shared
                         .log
-                        .say(&format!("          w{worker} could not connect: {error}"));
+                        .say(&format!("          w{worker} could not connect: {error:#}"));
                     return;
                 }
             };
