@@ -11,10 +11,16 @@
 //! - [`FaultProxy::refuse_new`] resets every new connection as soon as it is accepted;
 //! - [`FaultProxy::lose_replies`] lets requests through but resets a connection instead of
 //!   delivering the server's reply, so a write is applied and its client never learns it;
+//! - [`FaultProxy::fault_requests`] picks out single requests by their command and delivers
+//!   them late (held past the client's timeout, then run on the server on a connection of
+//!   their own, the reply discarded: [`RequestFault::Late`]), cuts them (never delivered:
+//!   [`RequestFault::Cut`]) or loses their reply ([`RequestFault::LoseReply`]);
 //! - [`FaultProxy::heal`] returns to plain forwarding.
 //!
-//! Faults apply at once to existing and new connections. The proxy speaks no MongoDB: it
-//! forwards whatever the client and server send.
+//! Faults apply at once to existing and new connections. The proxy reads the client's bytes
+//! as whole MongoDB messages (each one's header gives its length), which is all it knows of
+//! MongoDB: it forwards whatever the client and server send, and parses a request's command
+//! only to match it against the rules of [`FaultProxy::fault_requests`].
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -35,6 +41,34 @@
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+//!
+//! A request delivered late: the client gives up on it, and it runs afterwards.
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use std::time::Duration;
+//! use mongolock_testkit::TestServer;
+//! use mongolock_testkit::faults::proxy::{FaultProxy, RequestFault, Requests};
+//!
+//! let server = TestServer::start().await?;
+//! let proxy = FaultProxy::start(server.addr()).await?;
+//! let app = proxy.client().database("app");
+//! let hold = Duration::from_millis(300);
+//! let late = proxy.fault_requests(
+//!     Requests::named(&["insert"]).times(1),
+//!     RequestFault::Late { hold, cut_after: None },
+//! );
+//! let insert = app.run_command(bson::doc! {"insert": "jobs", "documents": [{"_id": 1}]});
+//! assert!(tokio::time::timeout(Duration::from_millis(100), insert).await.is_err());
+//! while late.delivered() == 0 {
+//!     tokio::time::sleep(Duration::from_millis(10)).await;
+//! }
+//! let jobs = server.client().database("app").collection::<bson::Document>("jobs");
+//! assert!(jobs.find_one(bson::doc! {"_id": 1}).await?.is_some(), "it ran, late");
+//! proxy.shutdown().await;
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
 
 use std::io;
 use std::net::SocketAddr;
@@ -48,6 +82,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
+
+mod requests;
+
+use requests::{ConnectionFaults, Framer, Held, Reply, Rules, Step};
+pub use requests::{RequestFault, RequestRule, Requests};
 
 /// How long a client from [`FaultProxy::client`] waits to select the server.
 pub const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -85,6 +124,10 @@ struct Shared {
     upstream: SocketAddr,
     faults: watch::Sender<Faults>,
     connections: AtomicUsize,
+    /// The rules of [`FaultProxy::fault_requests`].
+    rules: Rules,
+    /// Requests held for late delivery, to the accept loop (whose tasks end with the proxy).
+    late: mpsc::UnboundedSender<Held>,
 }
 
 /// A TCP proxy that injects network faults between MongoDB clients and a server.
@@ -124,12 +167,15 @@ impl FaultProxy {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let (faults, _) = watch::channel(Faults::default());
+        let (late, held) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             upstream,
             faults,
             connections: AtomicUsize::new(0),
+            rules: Rules::default(),
+            late,
         });
-        let accept_task = tokio::spawn(accept_loop(listener, shared.clone()));
+        let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), held));
         Ok(FaultProxy {
             addr,
             shared,
@@ -246,9 +292,43 @@ impl FaultProxy {
         self.shared.faults.send_modify(|f| f.lose_replies = true);
     }
 
+    /// Applies `fault` to the requests `which` picks out, on every connection, old and new,
+    /// from now until [`FaultProxy::heal`] (or until `which` has picked out as many as its
+    /// [`Requests::times`] allows, or its [`Requests::until`] has passed). Rules are tried in the order they were added; the first
+    /// that picks a request out decides, and the others let it be. Requests that no rule
+    /// picks out are forwarded as the other faults say.
+    ///
+    /// A request is matched when the proxy has read the whole of it, before latency or a
+    /// blackhole holds it, and only OP_MSG and OP_QUERY commands are matched. A request
+    /// delivered late ([`RequestFault::Late`]) leaves its connection at once and goes to the
+    /// server on a connection of its own when its hold ends, whatever faults are in force
+    /// then (it was on its way already): only stopping the proxy stops it. The returned
+    /// [`RequestRule`] counts what the rule did.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use mongolock_testkit::TestServer;
+    /// use mongolock_testkit::faults::proxy::{FaultProxy, RequestFault, Requests};
+    ///
+    /// let server = TestServer::start().await?;
+    /// let proxy = FaultProxy::start(server.addr()).await?;
+    /// let jobs = proxy.client().database("app").collection::<bson::Document>("jobs");
+    /// let cut = proxy.fault_requests(Requests::named(&["insert"]), RequestFault::Cut);
+    /// assert!(jobs.insert_one(bson::doc! {"_id": 1}).await.is_err());
+    /// assert!(cut.applied() >= 1);
+    /// proxy.heal();
+    /// jobs.insert_one(bson::doc! {"_id": 1}).await?; // the cut one never ran
+    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn fault_requests(&self, which: Requests, fault: RequestFault) -> RequestRule {
+        self.shared.rules.add(which, fault)
+    }
+
     /// Removes every fault: no latency, no blackhole, new connections accepted, replies
-    /// delivered. Bytes held by [`FaultProxy::blackhole`] are delivered. Connections
-    /// already reset stay closed.
+    /// delivered, no rule on requests. Bytes held by [`FaultProxy::blackhole`] are
+    /// delivered, and so are requests already held for late delivery, when their hold ends.
+    /// Connections already reset stay closed.
     pub fn heal(&self) {
         self.shared.faults.send_modify(|f| {
             f.latency = Duration::ZERO;
@@ -256,6 +336,7 @@ impl FaultProxy {
             f.refuse_new = false;
             f.lose_replies = false;
         });
+        self.shared.rules.clear();
     }
 
     /// How many client connections the proxy holds open now. Refused connections do not
@@ -305,8 +386,13 @@ impl Drop for ConnectionGuard {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut held: mpsc::UnboundedReceiver<Held>,
+) {
     let mut faults = shared.faults.subscribe();
+    // The connections, and the requests held for late delivery.
     let mut connections = JoinSet::new();
     loop {
         if faults.borrow_and_update().shutdown {
@@ -324,13 +410,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                         continue;
                     }
                     let guard = ConnectionGuard::new(&shared);
-                    connections.spawn(serve(
-                        client,
-                        shared.upstream,
-                        now.generation,
-                        shared.faults.subscribe(),
-                        guard,
-                    ));
+                    connections.spawn(serve(client, shared.clone(), now.generation, guard));
                 }
                 Err(error) => {
                     // Usually out of file descriptors: back off instead of spinning.
@@ -339,6 +419,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(request) = held.recv() => {
+                connections.spawn(request.deliver(shared.upstream));
+            }
             changed = faults.changed() => {
                 if changed.is_err() {
                     break;
@@ -360,13 +443,9 @@ fn abort(stream: TcpStream) {
 }
 
 /// Forwards one client connection until either side closes it or a reset is requested.
-async fn serve(
-    client: TcpStream,
-    upstream: SocketAddr,
-    generation: u64,
-    mut faults: watch::Receiver<Faults>,
-    _guard: ConnectionGuard,
-) {
+async fn serve(client: TcpStream, shared: Arc<Shared>, generation: u64, _guard: ConnectionGuard) {
+    let upstream = shared.upstream;
+    let mut faults = shared.faults.subscribe();
     let _ = client.set_nodelay(true);
     let connected = tokio::select! {
         connected = TcpStream::connect(upstream) => connected,
@@ -385,7 +464,17 @@ async fn serve(
     };
     let _ = server.set_nodelay(true);
     let mut client = client;
-    let (upstream_faults, downstream_faults) = (faults.clone(), faults.clone());
+    let connection = ConnectionFaults::default();
+    let upstream_side = Side {
+        faults: faults.clone(),
+        shared: &shared,
+        connection: &connection,
+    };
+    let downstream_side = Side {
+        faults: faults.clone(),
+        shared: &shared,
+        connection: &connection,
+    };
     let clean = {
         let (client_read, client_write) = client.split();
         let (server_read, server_write) = server.split();
@@ -394,13 +483,13 @@ async fn serve(
                 pump(
                     client_read,
                     server_write,
-                    upstream_faults,
+                    upstream_side,
                     Direction::ToServer
                 ),
                 pump(
                     server_read,
                     client_write,
-                    downstream_faults,
+                    downstream_side,
                     Direction::ToClient
                 ),
             )
@@ -439,42 +528,100 @@ enum Direction {
     ToClient,
 }
 
-/// Forwards one direction: a reader fills a bounded queue of time-stamped chunks, a writer
-/// delivers each chunk once the faults allow it. Ends when the end of the stream has been
-/// forwarded; fails on the first I/O error, and on a reply to lose (which resets the
+/// What one direction of a connection reads the faults from.
+struct Side<'a> {
+    faults: watch::Receiver<Faults>,
+    shared: &'a Shared,
+    connection: &'a ConnectionFaults,
+}
+
+/// Forwards one direction: a reader fills a bounded queue of time-stamped messages, a writer
+/// delivers each once the faults allow it. Both directions are read as whole messages, so
+/// that the rules of [`FaultProxy::fault_requests`] can pick out a request, and its reply by
+/// the request's id. The client's side also sends the proxy's own answers to requests it
+/// refused (`answers`). Ends when the end of the stream has been forwarded; fails on the
+/// first I/O error, on a reply to lose and on a request to cut (each of which resets the
 /// connection).
 async fn pump(
     mut from: ReadHalf<'_>,
     mut to: WriteHalf<'_>,
-    mut faults: watch::Receiver<Faults>,
+    side: Side<'_>,
     direction: Direction,
 ) -> io::Result<()> {
+    let Side {
+        mut faults,
+        shared,
+        connection,
+    } = side;
     let (chunks_tx, mut chunks_rx) = mpsc::channel::<(Instant, Vec<u8>)>(CHUNKS_IN_FLIGHT);
     let read = async move {
         let mut buffer = vec![0u8; CHUNK_SIZE];
+        let mut framer = Framer::default();
         loop {
-            let n = from.read(&mut buffer).await?;
+            let cut_at = framer.cut_at;
+            let n = tokio::select! {
+                read = from.read(&mut buffer) => read?,
+                () = sleep_until_some(cut_at) => {
+                    return Err(requests::reset("the client gave up on a request held for late delivery"));
+                }
+            };
             if n == 0 {
+                if let Some(rest) = framer.rest() {
+                    let _ = chunks_tx.send((Instant::now(), rest)).await;
+                }
                 // End of stream: dropping the sender lets the writer forward it.
                 return Ok::<(), io::Error>(());
             }
-            if chunks_tx
-                .send((Instant::now(), buffer[..n].to_vec()))
-                .await
-                .is_err()
-            {
-                return Ok(());
+            let steps = match direction {
+                Direction::ToServer => {
+                    (framer.requests(&buffer[..n], &shared.rules, connection)).await
+                }
+                Direction::ToClient => (framer.messages(&buffer[..n]).into_iter())
+                    .map(|(message, _)| Step::Forward(message))
+                    .collect(),
+            };
+            for step in steps {
+                match step {
+                    Step::Forward(bytes) => {
+                        if chunks_tx.send((Instant::now(), bytes)).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Step::Cut => return Err(requests::reset("request cut")),
+                    Step::Hold(held) => {
+                        // The accept loop is gone only when the proxy stops.
+                        let _ = shared.late.send(held);
+                    }
+                    Step::Answer(answer) => connection.answer(answer),
+                }
             }
         }
     };
     let write = async move {
-        while let Some((read_at, chunk)) = chunks_rx.recv().await {
+        loop {
+            let next = tokio::select! {
+                biased;
+                answer = connection.next_answer(), if direction == Direction::ToClient => {
+                    to.write_all(&answer).await?;
+                    continue;
+                }
+                next = chunks_rx.recv() => next,
+            };
+            let Some((read_at, mut chunk)) = next else {
+                break;
+            };
             wait_until_forwardable(&mut faults, read_at).await;
-            if direction == Direction::ToClient && faults.borrow().lose_replies {
-                return Err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "fault proxy: reply lost",
-                ));
+            if direction == Direction::ToClient {
+                let lost =
+                    || io::Error::new(io::ErrorKind::ConnectionReset, "fault proxy: reply lost");
+                if faults.borrow().lose_replies {
+                    return Err(lost());
+                }
+                match connection.reply(&chunk) {
+                    Reply::Forward => {}
+                    Reply::Lose => return Err(lost()),
+                    Reply::Replace(instead) => chunk = instead,
+                }
             }
             to.write_all(&chunk).await?;
         }
@@ -484,6 +631,14 @@ async fn pump(
         Ok::<(), io::Error>(())
     };
     tokio::try_join!(read, write).map(|_| ())
+}
+
+/// Sleeps until `at`; never resolves without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Waits until a chunk read at `read_at` may be forwarded: no blackhole, and the latency in
