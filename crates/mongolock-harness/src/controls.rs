@@ -21,10 +21,16 @@
 //! | deaf to proclaims | an observer that yields only when the term changes: it misses the leader's proclaimed value and ends on the campaign's | (8) final leader matches the history |
 //! | delay ignored | a holder with a 2 s lock-delay is cut off and its lease runs out; a server that forgets the delay clears the ended entry (written directly), and the next holder is granted at once | (9) no grant inside a lock-delay |
 //! | fresh token | a holder under a fixed lock id dies; its next incarnation, asking with that lock id within the TTL, is granted a new lease (the entry cleared directly, as a server that does not resume would) instead of resuming the live one | (10) resumed lease keeps its token, old incarnation learns |
+//! | release after resume | a holder under a fixed lock id fails to release (the release stays queued); the same process asks again with that lock id and is handed the lease back; the queued release of the old grant (same resource, lock id, token) lands on the resumed entry (`release` of the old grant), and another client is granted while the resumed holder believes | (1) exclusion |
+//! | withdrawal after re-adoption | a multi-lock's first attempt at a member is applied with its outcome unknown (a withdrawal owed); the next round, under the set's lock id, takes the member back; the owed withdrawal lands late and removes the member's entry (written directly), and another client takes it while the set says held | (1) exclusion |
+//! | late copy | a holder's attempt had a copy delayed in the network; the holder works and releases; the late copy is granted a new entry (written directly: the attempt's lock id and nonce, the next token) that nobody holds, and the next holder waits out its TTL | (S10) no attempt granted again after its let-go |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
-//! oracle too, since (S7) reads the server's log.
+//! oracle too, since (S7) reads the server's log. So do the three controls of writes that
+//! land late (a queued release, an owed withdrawal, a late copy of an attempt: the
+//! `late_writes` submodule), which put back what the harness's late-delivery and cut-request
+//! faults look for.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -41,6 +47,8 @@ use crate::history::{
 use crate::observers::{self, QUIET};
 use crate::oracle::{self, ServerCheck};
 use crate::workload::{COLLECTION, DB};
+
+mod late_writes;
 
 const RESOURCE: &str = "control";
 const TTL: Duration = Duration::from_millis(1_000);
@@ -109,7 +117,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the seventeen controls, each on a fresh emulator.
+/// Runs the twenty controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -132,6 +140,9 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         deaf_to_proclaims().await?,
         delay_ignored().await?,
         fresh_token().await?,
+        late_writes::release_after_resume().await?,
+        late_writes::withdrawal_after_readoption().await?,
+        late_writes::late_copy().await?,
     ])
 }
 

@@ -14,8 +14,19 @@
 //!
 //! Every fault aimed at a client is also recorded with its start and end
 //! ([`Recorder::fault`]), for the checks that excuse what a fault explains.
+//!
+//! Faults on single requests go through the client's proxy too
+//! ([`FaultProxy::fault_requests`](mongolock_testkit::FaultProxy::fault_requests)), picked
+//! out by what the library's command is ([`commands`]): a lock write delivered late (armed
+//! here), the releases of one resource refused, a multi-lock's attempts answered with an
+//! error after they ran and its withdrawals refused (armed by the client when it lets go or
+//! begins, so that the fault comes with the command it is for). These, and a guard dropped
+//! right after its grant, are the harness's own kinds ([`ExtraFault`]), drawn from the same
+//! seed ([`EXTRA_MIX`]); the refused release and the multi-lock's faults also send another
+//! client for what they may free under its holder.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -26,8 +37,11 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::history::{Ending, FaultKind, NemesisLog, OpKind, Recorder};
-use crate::workload::{DropAcquire, Fleet, Workload};
+use mongolock_testkit::faults::proxy::{RequestFault, RequestRule, Requests};
+
+use crate::commands;
+use crate::history::{Ending, ExtraFault, FaultKind, Mode, NemesisLog, OpKind, Recorder};
+use crate::workload::{ClientCtl, DropAcquire, Fleet, Target, Workload};
 
 /// How long after a nemesis let go of a lease its client still counts it among its leases
 /// when the operator looks for a client with several (its entry may be on the server still).
@@ -72,6 +86,30 @@ pub const MIX: [(FaultKind, u32); 22] = [
     (FaultKind::ForceReleaseOne, 3),
 ];
 
+/// The harness's own faults, with their weights in the mix (beside [`MIX`]).
+pub const EXTRA_MIX: [(ExtraFault, u32); 4] = [
+    (ExtraFault::LateRequest, 3),
+    (ExtraFault::DropAfterGrant, 3),
+    (ExtraFault::ReleaseFailsThenResume, 3),
+    (ExtraFault::MultiUnknown, 3),
+];
+
+/// One pick from the mix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    Kind(FaultKind),
+    Extra(ExtraFault),
+}
+
+/// A late delivery an [`ExtraFault`] put on a client's proxy, kept to tell in the end what
+/// it did.
+#[derive(Debug)]
+struct ArmedRule {
+    kind: ExtraFault,
+    client: usize,
+    rule: RequestRule,
+}
+
 /// Applies random faults to a fleet.
 #[derive(Debug)]
 pub struct Injector {
@@ -93,6 +131,13 @@ pub struct Injector {
     /// A nemesis that leaves an orphan (a guard dropped without a runtime, a release dropped
     /// mid-flight or in a blip), waiting for a client that holds two leases, since when.
     waiting: Option<(FaultKind, Instant)>,
+    /// The harness's own faults injected, by kind.
+    pub extra_counts: BTreeMap<ExtraFault, u64>,
+    /// One of the harness's own faults waiting for a client to aim at (a holder of a
+    /// resumable lease, a client taking a multi-lock), since when.
+    waiting_extra: Option<(ExtraFault, Instant)>,
+    /// The request rules the harness's own faults armed.
+    armed: Vec<ArmedRule>,
 }
 
 impl Injector {
@@ -118,6 +163,9 @@ impl Injector {
             counts: BTreeMap::new(),
             gap_ms: (150, 600),
             waiting: None,
+            extra_counts: BTreeMap::new(),
+            waiting_extra: None,
+            armed: Vec::new(),
         }
     }
 
@@ -142,9 +190,17 @@ impl Injector {
             if Instant::now() >= until {
                 break;
             }
-            let kind = self.pick();
-            if self.apply(kind, fleet).await {
-                *self.counts.entry(kind).or_default() += 1;
+            match self.pick() {
+                Pick::Kind(kind) => {
+                    if self.apply(kind, fleet).await {
+                        *self.counts.entry(kind).or_default() += 1;
+                    }
+                }
+                Pick::Extra(kind) => {
+                    if self.apply_extra(kind, fleet) {
+                        *self.extra_counts.entry(kind).or_default() += 1;
+                    }
+                }
             }
         }
         self.heal_all(fleet).await;
@@ -153,6 +209,14 @@ impl Injector {
     /// Carries out the nemesis waiting for a client with two leases if there is one now;
     /// gives it up after [`WAIT_FOR_PAIR`].
     async fn try_waiting(&mut self, fleet: &mut Fleet) {
+        if let Some((kind, since)) = self.waiting_extra {
+            if since.elapsed() > WAIT_FOR_PAIR {
+                self.waiting_extra = None;
+            } else if self.apply_extra(kind, fleet) {
+                self.waiting_extra = None;
+                *self.extra_counts.entry(kind).or_default() += 1;
+            }
+        }
         let Some((kind, since)) = self.waiting else {
             return;
         };
@@ -179,16 +243,18 @@ impl Injector {
         self.recorder.server_clock(at, ms);
     }
 
-    fn pick(&mut self) -> FaultKind {
-        let total: u32 = MIX.iter().map(|(_, w)| w).sum();
+    fn pick(&mut self) -> Pick {
+        let mix = MIX.map(|(kind, weight)| (Pick::Kind(kind), weight));
+        let extra = EXTRA_MIX.map(|(kind, weight)| (Pick::Extra(kind), weight));
+        let total: u32 = mix.iter().chain(&extra).map(|(_, w)| w).sum();
         let mut ticket = self.rng.random_range(0..total);
-        for (kind, weight) in MIX {
+        for (pick, weight) in mix.into_iter().chain(extra) {
             if ticket < weight {
-                return kind;
+                return pick;
             }
             ticket -= weight;
         }
-        FaultKind::Latency
+        Pick::Kind(FaultKind::Latency)
     }
 
     fn ttl(&self) -> Duration {
@@ -459,6 +525,156 @@ impl Injector {
         true
     }
 
+    /// Applies one of the harness's own faults; false if there was nothing to apply it to
+    /// now (a fault that needs a certain client then waits for one, up to
+    /// [`WAIT_FOR_PAIR`]).
+    fn apply_extra(&mut self, kind: ExtraFault, fleet: &mut Fleet) -> bool {
+        let live: Vec<usize> = (0..fleet.slots.len())
+            .filter(|&i| fleet.slots[i].killed_at.is_none())
+            .collect();
+        let free: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| self.proxy_until[i].is_none())
+            .collect();
+        let recorded = kind.recorded_as();
+        let now = Instant::now();
+        match kind {
+            ExtraFault::LateRequest => {
+                // A client that is acquiring, if there is one (its attempt is late), else
+                // a holder (its renewal or release is), else anyone.
+                let acquiring: Vec<usize> = (free.iter().copied())
+                    .filter(|&i| fleet.slots[i].ctl.acquiring.load(Ordering::SeqCst))
+                    .collect();
+                let holding: Vec<usize> = (free.iter().copied())
+                    .filter(|&i| fleet.slots[i].ctl.holding.load(Ordering::SeqCst))
+                    .collect();
+                let pool = [acquiring, holding, free]
+                    .into_iter()
+                    .find(|pool| !pool.is_empty());
+                let Some(&i) = pool.as_ref().and_then(|p| p.choose(&mut self.rng)) else {
+                    return false;
+                };
+                let hold =
+                    self.late_request(fleet, (i, kind), commands::is_lock_write, (500, 3_000));
+                self.proxy_until[i] = Some((now + hold, recorded, now));
+            }
+            ExtraFault::DropAfterGrant => {
+                let acquiring: Vec<usize> = (live.iter().copied())
+                    .filter(|&i| fleet.slots[i].ctl.acquiring_handle.load(Ordering::SeqCst))
+                    .collect();
+                let pool = if acquiring.is_empty() {
+                    &live
+                } else {
+                    &acquiring
+                };
+                let Some(&i) = pool.choose(&mut self.rng) else {
+                    return false;
+                };
+                fleet.slots[i]
+                    .ctl
+                    .drop_after_grant
+                    .store(true, Ordering::SeqCst);
+                if self.proxy_until[i].is_none() && self.rng.random_bool(0.5) {
+                    let hold =
+                        self.late_request(fleet, (i, kind), commands::is_attempt, (600, 2_500));
+                    self.proxy_until[i] = Some((now + hold, recorded, now));
+                } else {
+                    self.recorder.fault(recorded, Some(i), now, now);
+                }
+            }
+            ExtraFault::ReleaseFailsThenResume => {
+                // The holder has its own releases refused when it lets go (see the workload's
+                // `hold` submodule), so that the fault comes with the release, whenever that is.
+                let holders: Vec<(usize, String)> = (live.iter().copied())
+                    .filter(|&i| !fleet.slots[i].ctl.recipe.load(Ordering::SeqCst))
+                    .filter_map(|i| {
+                        let held = fleet.slots[i].ctl.held();
+                        let resumable = held.into_iter().find(|r| self.workload.is_resumable(r));
+                        resumable.map(|r| (i, r))
+                    })
+                    .collect();
+                let Some((i, resource)) = holders.choose(&mut self.rng).cloned() else {
+                    self.waiting_extra = Some((kind, now));
+                    return false;
+                };
+                let ctl = &fleet.slots[i].ctl;
+                ctl.release_then_ask_again(&resource);
+                // It holds on until it has carried that out.
+                ctl.hold_on_until(now + Duration::from_secs(1));
+                if let Some(contender) = self.contender(fleet, i) {
+                    contender.go_for_next(Target::Resource(resource, Mode::Exclusive));
+                }
+            }
+            ExtraFault::MultiUnknown => {
+                // The client goes for a multi-lock next and arms the faults as it begins (see
+                // the workload's `recipes` submodule); once it holds the set, it sends the
+                // contender for the member whose attempt was lost.
+                let Some(&i) = live.choose(&mut self.rng) else {
+                    return false;
+                };
+                let contender = self.contender(fleet, i);
+                let ctl = &fleet.slots[i].ctl;
+                ctl.multi_unknown(contender);
+                ctl.go_for_next(Target::Multi(self.workload.pool(Mode::Multi)));
+            }
+        }
+        true
+    }
+
+    /// Delivers the next request of client `i` that `which` picks out late, for the fault
+    /// `kind`: held for a time drawn from `hold_ms`, its client's connection cut 20–300 ms
+    /// after it left. Returns how long the proxy stays busy with it (the hold, and half a
+    /// second for the delivery).
+    fn late_request(
+        &mut self,
+        fleet: &Fleet,
+        (i, kind): (usize, ExtraFault),
+        which: fn(&bson::Document) -> bool,
+        hold_ms: (u64, u64),
+    ) -> Duration {
+        let hold = Duration::from_millis(self.rng.random_range(hold_ms.0..=hold_ms.1));
+        let cut_after = Duration::from_millis(self.rng.random_range(20..=300));
+        let rule = fleet.slots[i].proxy.fault_requests(
+            Requests::matching(which).times(1),
+            RequestFault::Late {
+                hold,
+                cut_after: Some(cut_after),
+            },
+        );
+        self.armed.push(ArmedRule {
+            kind,
+            client: i,
+            rule,
+        });
+        hold + Duration::from_millis(500)
+    }
+
+    /// A live client other than `but` (at random): a contender to send for what a fault may
+    /// free under its holder.
+    fn contender(&mut self, fleet: &Fleet, but: usize) -> Option<Arc<ClientCtl>> {
+        let others: Vec<usize> = (0..fleet.slots.len())
+            .filter(|&i| i != but && fleet.slots[i].killed_at.is_none())
+            .collect();
+        let &i = others.choose(&mut self.rng)?;
+        Some(fleet.slots[i].ctl.clone())
+    }
+
+    /// Records how the request rules of the harness's own faults ended: call it once the
+    /// run's late deliveries are due (after the liveness probe).
+    pub fn record_rules(&mut self) {
+        for armed in self.armed.drain(..) {
+            let (applied, delivered) = (armed.rule.applied(), armed.rule.delivered());
+            let ended = match (applied, delivered) {
+                (0, _) => "no request to hold",
+                (_, 0) => "held, never delivered",
+                _ if armed.kind == ExtraFault::DropAfterGrant => "its attempt delivered late",
+                _ => "delivered late",
+            };
+            self.recorder.extra(armed.kind, armed.client, ended);
+        }
+    }
+
     /// A client that holds two leases through handles, for a nemesis `kind` that may leave
     /// its lease an orphan: the client keeps its other lease for a long tail, during which a
     /// keeper that renews what it should not shows it. Or, a third of the time (or when no
@@ -615,6 +831,7 @@ impl Injector {
             }
         }
         self.fail_point_over();
+        self.waiting_extra = None;
         let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
         if let Err(error) = self.admin.run_command(off).await {
             eprintln!("turning the fail point off failed: {error}");

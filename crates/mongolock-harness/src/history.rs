@@ -17,6 +17,83 @@ use mongolock::{ErrorKind, LeaseState, LockGuard, LockKind, LossReason};
 
 pub use mongolock_testkit::checker::history::*;
 
+/// Faults of the harness's own that the checker's history has no kind for. Each is recorded
+/// in the history as the kind whose effect on a client it shares ([`ExtraFault::recorded_as`],
+/// for the checks that excuse what a fault explains), counted in the report under its own
+/// name, and logged with how it ended ([`ExtraLog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExtraFault {
+    /// One lock write of a client (its next `findAndModify`, `update` or `delete` on the lock
+    /// collection) is delivered late: held by its proxy for 0.5–3 s and then run on the
+    /// server, while the client's connection is cut 20–300 ms after the request left it, so
+    /// the client sees an unknown outcome and goes on (sends the same attempt again, queues
+    /// the release, ...). The late copy lands after that.
+    LateRequest,
+    /// A guard dropped right after its grant reached its holder (in its runtime: the release
+    /// goes to the background), half of the time with the client's next acquire attempt
+    /// delivered late, so that a late copy of the granted attempt can land after the release.
+    DropAfterGrant,
+    /// A holder of a resumable lease releases it while its next four releases of it are
+    /// refused by its proxy (answered `HostUnreachable`, never run): the release and the
+    /// library's repeat fail, and so does the first try (and its repeat) of the retry queued
+    /// in the background; the holder asks again at once with the
+    /// same lock id (resuming the lease, if the library hands it back) and holds on for a
+    /// TTL, while another client, sent for the resource, waits for it. A later retry of the
+    /// release lands.
+    ReleaseFailsThenResume,
+    /// A client goes for a multi-lock, and as it begins its next two acquire attempts run but
+    /// are answered `ExceededTimeLimit` (applied, their outcome unknown to it) and its
+    /// withdrawals are refused for 300–700 ms, so a member attempt's withdrawal fails and is
+    /// retried while the next round asks for that member again under the set's lock id; the
+    /// set, once held, holds on for a TTL, and another client is sent for its first member.
+    MultiUnknown,
+}
+
+impl ExtraFault {
+    /// Every kind, in report order.
+    pub const ALL: [ExtraFault; 4] = [
+        ExtraFault::LateRequest,
+        ExtraFault::DropAfterGrant,
+        ExtraFault::ReleaseFailsThenResume,
+        ExtraFault::MultiUnknown,
+    ];
+
+    /// The name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExtraFault::LateRequest => "lock write delivered late",
+            ExtraFault::DropAfterGrant => "guard dropped right after its grant",
+            ExtraFault::ReleaseFailsThenResume => "release refused, same lock id asks again",
+            ExtraFault::MultiUnknown => "multi-lock attempts unknown, withdrawals refused",
+        }
+    }
+
+    /// The kind the history records it as: a late request (and a drop whose attempt may
+    /// be late) as a blocked connection, whose command also runs on the server whenever the
+    /// block ends; a refused release as an error reply (the command never ran); attempts
+    /// answered with an error after they ran as a write concern error.
+    pub fn recorded_as(self) -> FaultKind {
+        match self {
+            ExtraFault::LateRequest | ExtraFault::DropAfterGrant => FaultKind::BlockConnection,
+            ExtraFault::ReleaseFailsThenResume => FaultKind::StepDownError,
+            ExtraFault::MultiUnknown => FaultKind::WriteConcernError,
+        }
+    }
+}
+
+/// How one [`ExtraFault`] aimed at a client ended, as the client saw it.
+#[derive(Debug, Clone)]
+pub struct ExtraLog {
+    /// What it was.
+    pub kind: ExtraFault,
+    /// The client it hit.
+    pub client: usize,
+    /// When it was carried out (or given up).
+    pub at: Instant,
+    /// How it ended, in a few words (the report counts each wording).
+    pub ended: String,
+}
+
 /// What a value the library returned says, as the history records it.
 pub trait FromLibrary<T: ?Sized> {
     /// The history's reading of `value`.
@@ -280,6 +357,7 @@ struct Inner {
     observations: Vec<Observation>,
     observer_errors: u64,
     final_reads: Vec<FinalRead>,
+    extras: Vec<ExtraLog>,
 }
 
 /// Collects the history while a run goes on; shared by every client thread.
@@ -340,6 +418,22 @@ impl Recorder {
                 end,
             })
         });
+    }
+
+    /// Records how a fault of the harness's own ended ([`ExtraFault`]).
+    pub fn extra(&self, kind: ExtraFault, client: usize, ended: impl Into<String>) {
+        let log = ExtraLog {
+            kind,
+            client,
+            at: Instant::now(),
+            ended: ended.into(),
+        };
+        self.with(|i| i.extras.push(log));
+    }
+
+    /// What [`Recorder::extra`] recorded so far.
+    pub fn extras(&self) -> Vec<ExtraLog> {
+        self.with(|i| i.extras.clone())
     }
 
     /// Records a writer's wait.

@@ -9,7 +9,7 @@
 //! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
 //! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
 //! connected directly. Faults are drawn from the seed ([`faults`]); the history
-//! ([`history`]) is checked ([`check`]); seventeen negative controls ([`controls`]) prove
+//! ([`history`]) is checked ([`check`]); twenty negative controls ([`controls`]) prove
 //! that the checker catches the bugs it looks for; [`report`] prints it all. Observers
 //! ([`observers`]) follow each election with `observe()` and poll its `leader()` during the
 //! run, and read it fresh at the end.
@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod commands;
 pub mod controls;
 pub mod faults;
 pub mod history;
@@ -150,6 +151,8 @@ pub async fn run_once(
     recorder.healed(healed);
 
     liveness(&mut fleet, &observer, &recorder, workload, healed).await?;
+    // Every late delivery was due by now: the liveness probe took longer than any hold.
+    injector.record_rules();
     observers.calm().await;
     observers::final_reads(&observer, &observers, &recorder, workload).await?;
     observers.stop().await;
@@ -183,6 +186,8 @@ pub async fn run_once(
         seed,
         outcome,
         faults: injector.counts.clone(),
+        extra_faults: injector.extra_counts.clone(),
+        extras: recorder.extras(),
         attempts: history.attempts,
         timeouts: history.timeouts,
         errors: history.errors,

@@ -40,9 +40,23 @@
 //!   was dropped (a repeated attempt never renews; only a keeper does);
 //! - **a release says whether the server held the grant**: a release that returned `Ok` was
 //!   not for a grant the server had already removed (force-released, purged, taken over
-//!   after expiring) before the release began.
+//!   after expiring) before the release began;
+//! - **no attempt granted again after it was let go**: once a holder believed in the grant
+//!   of an attempt (its nonce) and let go of it, and the grant's entry was removed while its
+//!   lease lived (its release landed), no later grant goes to that attempt: a copy of it
+//!   that reaches the server late (after its client timed out, sent it again, was granted
+//!   and released) must be refused, or it grants an entry nobody holds, which locks everyone
+//!   out for its TTL. Groups on the low-level API are not judged (`xlock` and `unlock` leave
+//!   late copies to their caller);
+//! - **a let-go lock is usable again in time**: from a holder's let-go (its release call or
+//!   the drop of its guard, in server time) until its grant's entry ends, together with any
+//!   later grant of the same attempt (a late copy), at most the grant's TTL plus the clients'
+//!   command time limit ([`COMMAND_TIMEOUT`]): a release that never lands leaves the entry
+//!   to its TTL (a renewal in flight moves it by less than the time limit), nothing more.
+//!   How long each let-go lock stayed unusable is reported (median, maximum), so a release
+//!   that is slow to land shows long before it breaks the bound.
 //!
-//! The last two compare our instants with the server's clock through the readings of it in
+//! (S7), (S8), (S10) and (S11) compare our instants with the server's clock through the readings of it in
 //! the history ([`History::server_ms`]).
 //!
 //! (S6) and (S7) judge a lease's end, not its lock-delay: an entry with `delayMs` ends its
@@ -64,7 +78,7 @@ use mongodb::Database;
 use tokio::task::JoinHandle;
 
 use crate::history::FaultKind;
-use crate::history::{AcquireCall, History, HolderLog, Mode, ReleaseResult};
+use crate::history::{AcquireCall, History, HolderLog, LetGo, Mode, OpKind, ReleaseResult};
 
 /// Added to the bound of unbelieved grants, for the time a withdrawal takes to reach the
 /// server.
@@ -80,6 +94,11 @@ pub const OUTLIVE_SLACK: Duration = Duration::from_secs(1);
 /// release's `Ok` to be false: the error of the mapping of our instants to the server's
 /// clock (a millisecond of rounding each way, and drift), with room to spare.
 pub const RELEASE_SLACK: Duration = Duration::from_millis(50);
+
+/// The clients' command time limit: the library's default, which every client of the
+/// harness keeps. A release that fails is retried in the background until the TTL and this
+/// have passed, and a renewal in flight moves an entry by less than this.
+pub const COMMAND_TIMEOUT: Duration = mongolock::DEFAULT_COMMAND_TIMEOUT;
 
 /// The `_id` of the marker document the tap writes last (not a resource of any workload).
 const MARKER: &str = "mongolock-harness/oracle-marker";
@@ -308,13 +327,19 @@ pub enum ServerCheck {
     /// A grant went to a lock id while a waiter that had joined the resource's line before
     /// it still had its place (a live one, by the server's clock at the grant).
     Order,
+    /// An attempt was granted again after a holder let go of its grant and the grant's
+    /// entry was removed: a late copy of the attempt granted an entry nobody holds.
+    LateCopy,
+    /// A let-go lock stayed unusable (its entry, or a later grant of the same attempt) past
+    /// the let-go plus the TTL plus the command time limit.
+    LetGo,
     /// The log is not complete (the stream failed).
     Incomplete,
 }
 
 impl ServerCheck {
     /// Every check, in report order.
-    pub const ALL: [ServerCheck; 10] = [
+    pub const ALL: [ServerCheck; 12] = [
         ServerCheck::Exclusion,
         ServerCheck::Fencing,
         ServerCheck::Caps,
@@ -324,6 +349,8 @@ impl ServerCheck {
         ServerCheck::Orphans,
         ServerCheck::ReleaseOk,
         ServerCheck::Order,
+        ServerCheck::LateCopy,
+        ServerCheck::LetGo,
         ServerCheck::Incomplete,
     ];
 }
@@ -340,6 +367,8 @@ impl fmt::Display for ServerCheck {
             ServerCheck::Orphans => "(S7) no orphan outlives its holders",
             ServerCheck::ReleaseOk => "(S8) release Ok only if held",
             ServerCheck::Order => "(S9) waiters served in line order",
+            ServerCheck::LateCopy => "(S10) no attempt granted again after its let-go",
+            ServerCheck::LetGo => "(S11) a let-go lock is usable in time",
             ServerCheck::Incomplete => "(S0) change stream complete",
         })
     }
@@ -373,6 +402,18 @@ pub struct Outcome {
     pub longest_outlived_ms: i64,
     /// Releases that returned `Ok`, judged by (S8).
     pub releases_checked: usize,
+    /// Grants that went to an attempt granted before (same resource, lock id and nonce):
+    /// an attempt repeated after its first grant expired unseen, or a late copy. (S10)
+    /// judges those after a let-go.
+    pub regrants: usize,
+    /// Lets-go judged by (S11).
+    pub let_go_checked: usize,
+    /// For each of them, how long its lock stayed unusable after the let-go (server ms;
+    /// 0 when the entry was gone by then).
+    pub let_go_unusable_ms: Vec<f64>,
+    /// Lets-go whose lock outlived the let-go + TTL + [`COMMAND_TIMEOUT`] (each is also an
+    /// (S11) violation).
+    pub let_go_over_bound: usize,
     /// Every violation, with what the log shows.
     pub violations: Vec<(ServerCheck, String)>,
 }
@@ -588,7 +629,13 @@ struct Granted {
     resource: String,
     lock_id: String,
     token: i64,
+    /// The attempt it went to.
+    nonce: String,
     at_ms: i64,
+    /// The index of the event that committed it.
+    event: usize,
+    /// The index of the event that removed it.
+    removed_event: Option<usize>,
     /// Its TTL: `ttlMs`, or else the span from its grant to its first expiry.
     ttl_ms: Option<i64>,
     /// When it was removed; `None` while still in the document at the end of the log.
@@ -635,7 +682,7 @@ pub fn check(
     let mut grants: Vec<Granted> = Vec::new();
     // Index into `grants` of each live entry, by resource and key.
     let mut open: HashMap<(&str, String), usize> = HashMap::new();
-    for event in events {
+    for (index, event) in events.iter().enumerate() {
         let resource = event.resource.as_str();
         let after = match &event.doc {
             None => HashMap::new(),
@@ -662,6 +709,7 @@ pub fn check(
             let Some(new) = after.get(key) else {
                 if let Some(i) = open.remove(&(resource, key.clone())) {
                     grants[i].removed_ms = Some(event.at_ms);
+                    grants[i].removed_event = Some(index);
                 }
                 continue;
             };
@@ -755,7 +803,10 @@ pub fn check(
                 resource: resource.to_string(),
                 lock_id: new.lock_id.clone(),
                 token: new.token,
+                nonce: new.nonce.clone(),
                 at_ms: at,
+                event: index,
+                removed_event: None,
                 ttl_ms: new
                     .ttl_ms
                     .or_else(|| new.expires_ms.map(|e| e - new.created_ms)),
@@ -817,7 +868,192 @@ pub fn check(
     }
     outlived(&mut out, &grants, history);
     releases(&mut out, &grants, history);
+    let last = last_believers(history);
+    late_copies(&mut out, &grants, history, &last);
+    let_gos(&mut out, &grants, history, &last);
     out
+}
+
+/// The holder whose belief in each grant (by resource, lock id and token) ended last: the
+/// one whose let-go ends the grant (a resumed lease's earlier incarnations do not).
+fn last_believers(history: &History) -> HashMap<(&str, &str, i64), &HolderLog> {
+    let mut last: HashMap<(&str, &str, i64), &HolderLog> = HashMap::new();
+    for h in history.holders.iter().filter(|h| !h.fake) {
+        let key = (h.resource.as_str(), h.lock_id.as_str(), h.token);
+        let later = last
+            .get(&key)
+            .is_none_or(|l| l.belief_end(history.end) < h.belief_end(history.end));
+        if later {
+            last.insert(key, h);
+        }
+    }
+    last
+}
+
+/// When `h` let go of its lease by a release or a drop (in server time), if it did.
+fn let_go_ms(h: &HolderLog, history: &History) -> Option<i64> {
+    let sends = matches!(
+        h.let_go,
+        Some(
+            LetGo::Released
+                | LetGo::ReleaseCancelled
+                | LetGo::Dropped
+                | LetGo::DroppedWithoutRuntime
+                | LetGo::Unlocked
+        )
+    );
+    if !sends
+        || h.killed_at
+            .is_some_and(|k| h.released_at.is_none_or(|r| k <= r))
+    {
+        return None;
+    }
+    history.server_ms(h.released_at?)
+}
+
+/// The grants of each attempt (resource, lock id, nonce), in commit order.
+fn by_attempt(grants: &[Granted]) -> HashMap<(&str, &str, &str), Vec<&Granted>> {
+    let mut attempts: HashMap<(&str, &str, &str), Vec<&Granted>> = HashMap::new();
+    for g in grants {
+        let key = (g.resource.as_str(), g.lock_id.as_str(), g.nonce.as_str());
+        attempts.entry(key).or_default().push(g);
+    }
+    attempts
+}
+
+/// True if an operator's force-release of `resource`, or a purge, ran between `from_ms` and
+/// `to_ms` (server time, with [`RELEASE_SLACK`]): it, not the holder's release, may have
+/// removed an entry then.
+fn operator_between(history: &History, resource: &str, from_ms: i64, to_ms: i64) -> bool {
+    let slack = RELEASE_SLACK.as_millis() as i64;
+    history.ops.iter().any(|op| {
+        let about = match &op.kind {
+            OpKind::ForceRelease(r) => r == resource,
+            OpKind::Purge => true,
+            OpKind::ClockJump(_) => false,
+        };
+        let (Some(start), Some(end)) = (history.server_ms(op.start), history.server_ms(op.end))
+        else {
+            return about;
+        };
+        about && start - slack <= to_ms && end + slack >= from_ms
+    })
+}
+
+/// (S10): no attempt is granted again once a holder let go of its grant and the grant's
+/// entry was removed while its lease lived (by the release, not by an operator or an
+/// expiry).
+fn late_copies(
+    out: &mut Outcome,
+    grants: &[Granted],
+    history: &History,
+    last: &HashMap<(&str, &str, i64), &HolderLog>,
+) {
+    let slack = RELEASE_SLACK.as_millis() as i64;
+    for (_, attempt) in by_attempt(grants) {
+        out.regrants += attempt.len() - 1;
+        for (i, first) in attempt.iter().enumerate() {
+            let key = (first.resource.as_str(), first.lock_id.as_str(), first.token);
+            let Some(holder) = last.get(&key).filter(|h| h.mode != Mode::Group) else {
+                continue;
+            };
+            let (Some(let_ms), Some(removed_ms), Some(removed_event)) = (
+                let_go_ms(holder, history),
+                first.removed_ms,
+                first.removed_event,
+            ) else {
+                continue;
+            };
+            let leased = first
+                .expires_ms
+                .is_none_or(|e| removed_ms < e - first.delay_ms);
+            if !leased
+                || removed_ms < let_ms - slack
+                || operator_between(history, &first.resource, let_ms, removed_ms)
+            {
+                continue;
+            }
+            for again in attempt[i + 1..].iter().filter(|g| g.event > removed_event) {
+                out.violations.push((
+                    ServerCheck::LateCopy,
+                    format!(
+                        "{}: lock id {}: the attempt granted token {} (holder {}, client {}, let go \
+                         of at server time {let_ms}, its entry removed at {removed_ms}) was \
+                         granted again at {}: token {}, an entry nobody holds",
+                        first.resource,
+                        first.lock_id,
+                        first.token,
+                        holder.id,
+                        holder.client,
+                        again.at_ms,
+                        again.token
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// (S11) and its figures: how long each let-go lock stayed unusable (its entry, and later
+/// grants of the same attempt), against the TTL plus [`COMMAND_TIMEOUT`].
+fn let_gos(
+    out: &mut Outcome,
+    grants: &[Granted],
+    history: &History,
+    last: &HashMap<(&str, &str, i64), &HolderLog>,
+) {
+    let slack = RELEASE_SLACK.as_millis() as i64;
+    let attempts = by_attempt(grants);
+    let timeout_ms = COMMAND_TIMEOUT.as_millis() as i64;
+    for g in grants {
+        let Some(holder) = last.get(&(g.resource.as_str(), g.lock_id.as_str(), g.token)) else {
+            continue;
+        };
+        let Some(let_ms) = let_go_ms(holder, history) else {
+            continue;
+        };
+        let attempt = &attempts[&(g.resource.as_str(), g.lock_id.as_str(), g.nonce.as_str())];
+        let later = attempt
+            .iter()
+            .filter(|again| again.token != g.token && again.at_ms >= let_ms - slack);
+        let ends: Vec<Option<i64>> = std::iter::once(g.end_ms())
+            .chain(later.map(|again| again.end_ms()))
+            .collect();
+        out.let_go_checked += 1;
+        let until = ends
+            .iter()
+            .copied()
+            .try_fold(i64::MIN, |m, e| e.map(|e| m.max(e)));
+        let bound = g.ttl_ms.map(|ttl| ttl + timeout_ms);
+        let unusable = until.map(|until| (until - let_ms).max(0));
+        if let Some(unusable) = unusable {
+            out.let_go_unusable_ms.push(unusable as f64);
+        }
+        let over = match (unusable, bound) {
+            (Some(unusable), Some(bound)) => unusable > bound,
+            // No TTL: nothing bounds it.
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        if over {
+            out.let_go_over_bound += 1;
+            out.violations.push((
+                ServerCheck::LetGo,
+                format!(
+                    "{}: lock id {} token {}: holder {} (client {}, {:?}) let go of it at server \
+                     time {let_ms}; its lock stayed unusable {} (bound {})",
+                    g.resource,
+                    g.lock_id,
+                    g.token,
+                    holder.id,
+                    holder.client,
+                    holder.let_go,
+                    unusable.map_or_else(|| "for good".to_owned(), |u| format!("{u} ms")),
+                    bound.map_or_else(|| "-".to_owned(), |b| format!("{b} ms")),
+                ),
+            ));
+        }
+    }
 }
 
 /// The grants by (resource, lock id, token).
@@ -1492,6 +1728,118 @@ mod tests {
         let told = judge(&[granted, removed(1_500)], &honest);
         assert!(told.violations.is_empty(), "{:?}", told.violations);
         assert_eq!(told.releases_checked, 0);
+    }
+
+    /// An entry of lock id "id-10" for `nonce` with `token`, granted at `created` (ms) and
+    /// expiring at `expires`.
+    fn attempt_entry(nonce: &ObjectId, token: i64, created: i64, expires: i64) -> Bson {
+        Bson::Document(doc! {
+            "lockId": "id-10",
+            "nonce": *nonce,
+            "token": token,
+            "createdAt": DateTime::from_millis(created),
+            "renewedAt": DateTime::from_millis(created),
+            "expiresAt": DateTime::from_millis(expires),
+            "ttlMs": 1_000_i64,
+        })
+    }
+
+    fn removed(at_ms: i64) -> ServerEvent {
+        ServerEvent {
+            resource: "r".into(),
+            at_ms,
+            doc: None,
+        }
+    }
+
+    #[test]
+    fn an_attempt_granted_again_after_its_release_landed_is_a_late_copy() {
+        let t0 = Instant::now();
+        let a = ObjectId::new();
+        // Token 10 granted at 1,000 ms, let go of at 2,000, its entry removed at 2,010; the
+        // attempt is granted token 11 at 3,000.
+        let granted = event(1_000, Some(attempt_entry(&a, 10, 1_000, 2_400)), vec![]);
+        let again = event(3_000, Some(attempt_entry(&a, 11, 3_000, 4_000)), vec![]);
+        let history = timed(t0, vec![believer(t0, 2_000, LetGo::Released)]);
+        let late = judge(&[granted.clone(), removed(2_010), again.clone()], &history);
+        assert_eq!(
+            late.by_check(),
+            BTreeMap::from([(ServerCheck::LateCopy, 1)]),
+            "{:?}",
+            late.violations
+        );
+        assert_eq!(late.regrants, 1);
+        // Not if the first grant expired unseen and the repeat took its place (no let-go
+        // removed it: the same write replaced it).
+        let replaced = judge(&[granted.clone(), again.clone()], &timed(t0, Vec::new()));
+        assert!(replaced.violations.is_empty(), "{:?}", replaced.violations);
+        // Nor if its holder died rather than let go of it.
+        let mut killed = believer(t0, 2_000, LetGo::Released);
+        killed.released_at = None;
+        killed.let_go = None;
+        killed.killed_at = Some(t0 + Duration::from_millis(2_000));
+        let died = judge(
+            &[granted.clone(), removed(2_010), again.clone()],
+            &timed(t0, vec![killed]),
+        );
+        assert!(died.violations.is_empty(), "{:?}", died.violations);
+        // Nor if the entry was removed after it expired (by whoever cleared it), or by an
+        // operator's force-release.
+        let expired = judge(&[granted.clone(), removed(2_500), again.clone()], &history);
+        assert!(expired.violations.is_empty(), "{:?}", expired.violations);
+        let mut forced = history.clone();
+        forced.ops.push(crate::history::OpEvent {
+            kind: OpKind::ForceRelease("r".into()),
+            start: t0 + Duration::from_millis(2_005),
+            end: t0 + Duration::from_millis(2_008),
+        });
+        let operator = judge(&[granted, removed(2_010), again], &forced);
+        assert!(operator.violations.is_empty(), "{:?}", operator.violations);
+    }
+
+    #[test]
+    fn a_let_go_lock_must_be_usable_within_the_ttl_and_the_command_timeout() {
+        let t0 = Instant::now();
+        let a = ObjectId::new();
+        let ttl_timeout = 1_000 + COMMAND_TIMEOUT.as_millis() as i64;
+        // Let go of at 2,000 ms; renewed every 300 ms (TTL 1 s) until `until`.
+        let renewed = |until: i64| {
+            let mut events = vec![event(
+                1_000,
+                Some(attempt_entry(&a, 10, 1_000, 2_000)),
+                vec![],
+            )];
+            events.extend(
+                (1..)
+                    .map(|i| 1_000 + 300 * i)
+                    .take_while(|&at| at <= until)
+                    .map(|at| {
+                        let mut e = attempt_entry(&a, 10, 1_000, at + 1_000);
+                        if let Bson::Document(d) = &mut e {
+                            d.insert("renewedAt", DateTime::from_millis(at));
+                        }
+                        event(at, Some(e), vec![])
+                    }),
+            );
+            events
+        };
+        let history = timed(t0, vec![believer(t0, 2_000, LetGo::DroppedWithoutRuntime)]);
+        let ended = judge(&renewed(2_200), &history);
+        assert_eq!(ended.let_go_checked, 1);
+        assert_eq!(ended.let_go_unusable_ms, vec![1_200.0]);
+        assert!(!ended.by_check().contains_key(&ServerCheck::LetGo));
+        // Renewed on for long after: the lock stays unusable past the bound.
+        let kept = judge(&renewed(2_000 + ttl_timeout), &history);
+        assert_eq!(kept.by_check().get(&ServerCheck::LetGo), Some(&1));
+        assert_eq!(kept.let_go_over_bound, 1);
+        // A late copy of the attempt counts with it: granted at 2,500 ms, it lasts 1 s.
+        let late = [
+            event(1_000, Some(attempt_entry(&a, 10, 1_000, 2_000)), vec![]),
+            removed(2_000),
+            event(2_500, Some(attempt_entry(&a, 11, 2_500, 3_500)), vec![]),
+        ];
+        let stranded = judge(&late, &history);
+        assert_eq!(stranded.let_go_unusable_ms, vec![1_500.0]);
     }
 
     /// Through the real path: the tap reads a run of handle grants from the emulator's

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::check::{Check, Outcome, Violation};
 use crate::controls::ControlResult;
-use crate::history::FaultKind;
 use crate::history::Role;
+use crate::history::{ExtraFault, ExtraLog, FaultKind};
 
 /// One run's results.
 #[derive(Debug, Clone)]
@@ -19,6 +19,10 @@ pub struct RunResult {
     pub outcome: Outcome,
     /// Faults injected, by kind.
     pub faults: BTreeMap<FaultKind, u64>,
+    /// The harness's own faults injected, by kind.
+    pub extra_faults: BTreeMap<ExtraFault, u64>,
+    /// How the harness's own faults ended, as the clients (or the proxies' rules) saw it.
+    pub extras: Vec<ExtraLog>,
     /// Acquire calls, and how many timed out or failed.
     pub attempts: u64,
     /// See [`RunResult::attempts`].
@@ -270,6 +274,21 @@ impl fmt::Display for Report {
             };
             row(&mut t, kind.name(), value);
         }
+        for kind in ExtraFault::ALL {
+            let asked: u64 = self
+                .runs
+                .iter()
+                .map(|r| r.extra_faults.get(&kind).copied().unwrap_or(0))
+                .sum();
+            let mut how: BTreeMap<&str, usize> = BTreeMap::new();
+            for log in self.runs.iter().flat_map(|r| &r.extras) {
+                if log.kind == kind {
+                    *how.entry(log.ended.as_str()).or_default() += 1;
+                }
+            }
+            let how: Vec<String> = how.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            row(&mut t, kind.name(), format!("{asked} ({})", how.join(", ")));
+        }
         row(
             &mut t,
             "let-go nemeses on multi-lock sets / leaders",
@@ -393,6 +412,31 @@ impl fmt::Display for Report {
             &mut t,
             "releases returning Ok judged",
             self.sum(|r| r.oracle.releases_checked).to_string(),
+        );
+        row(
+            &mut t,
+            "attempts granted again (judged by (S10))",
+            self.sum(|r| r.oracle.regrants).to_string(),
+        );
+        let unusable: Vec<f64> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.oracle.let_go_unusable_ms.iter().copied())
+            .collect();
+        row(
+            &mut t,
+            "let-go lock unusable p50 / max (n)",
+            format!(
+                "{} / {} ({})",
+                ms(quantile(&unusable, 0.5)),
+                ms(unusable.iter().copied().reduce(f64::max)),
+                self.sum(|r| r.oracle.let_go_checked)
+            ),
+        );
+        row(
+            &mut t,
+            "  of which past let-go + TTL + command timeout",
+            self.sum(|r| r.oracle.let_go_over_bound).to_string(),
         );
         let mut server: BTreeMap<crate::oracle::ServerCheck, usize> = BTreeMap::new();
         for r in &self.runs {

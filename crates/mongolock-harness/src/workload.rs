@@ -41,6 +41,15 @@
 //! afterwards, so that a keeper that renews what it should not has time to show it. An
 //! acquire future can be dropped mid-flight too, in the runtime or on a thread without one.
 //!
+//! Some faults of the harness's own ([`ExtraFault`]) are carried out by the worker too, so
+//! that they come with the command they are for: a holder of a resumable lease has its
+//! release refused by its proxy and asks for the resource again at once under the same lock
+//! id (the `hold` submodule); a worker sent for a multi-lock has the outcome of its member
+//! attempts made unknown and its withdrawals refused as it begins (the `recipes`
+//! submodule); a guard is dropped right after its grant. The injector sends another client
+//! for what such a fault may free under its holder ([`ClientCtl::go_for_next`]), so that a
+//! lease ended behind its holder's back is taken while the holder still believes.
+//!
 //! Pauses and kills are asked for through [`ClientCtl`]. Those aimed at a holder are carried
 //! out by the worker itself at its next step: a pause is a `std::thread::sleep` that stops
 //! the whole runtime (the worker, its keeper, its driver), a kill forgets the guard
@@ -62,7 +71,7 @@ use mongolock_testkit::FaultProxy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::history::FaultKind;
+use crate::history::{ExtraFault, FaultKind};
 use crate::history::{HolderLog, Mode, Recorder, WriteLog};
 
 mod group;
@@ -392,6 +401,19 @@ pub struct ClientCtl {
     /// The threads of the twins that resumed this client's lease while it was paused (the
     /// `resume` submodule), joined when the fleet stops.
     pub twins: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Drop the next guard a handle grants as soon as it is granted
+    /// ([`ExtraFault::DropAfterGrant`]).
+    pub drop_after_grant: AtomicBool,
+    /// What to go for next, before any random pick ([`ClientCtl::go_for_next`]).
+    pub next_target: std::sync::Mutex<Option<Target>>,
+    /// A resumable resource whose lease to release at the next step and ask for again at
+    /// once under the same lock id ([`ExtraFault::ReleaseFailsThenResume`]).
+    pub release_again: std::sync::Mutex<Option<String>>,
+    /// Hold what the next acquire grants at least this long, unless it is lost.
+    pub hold_next: std::sync::Mutex<Option<Duration>>,
+    /// Arm [`ExtraFault::MultiUnknown`] as the next multi-lock acquire begins, and then send
+    /// this contender (if any) for the member whose attempt was lost.
+    pub multi_unknown: std::sync::Mutex<Option<Option<Arc<ClientCtl>>>>,
 }
 
 /// How to drop an acquire future mid-flight.
@@ -434,6 +456,38 @@ impl ClientCtl {
     /// Asks the holder to hold on at least until `until`, unless its lease is lost.
     pub fn hold_on_until(&self, until: Instant) {
         *lock(&self.hold_until) = Some(until);
+    }
+
+    /// Asks the worker to go for `target` next (a contender for what a fault may free).
+    pub fn go_for_next(&self, target: Target) {
+        *lock(&self.next_target) = Some(target);
+    }
+
+    /// Asks the holder of a lease of `resource` (a resumable one) to release it at its next
+    /// step and ask for it again at once under the same lock id.
+    pub fn release_then_ask_again(&self, resource: &str) {
+        *lock(&self.release_again) = Some(resource.to_owned());
+    }
+
+    /// Asks the worker to arm [`ExtraFault::MultiUnknown`] as its next multi-lock acquire
+    /// begins, and to send `contender` for the member whose attempt was lost once it holds
+    /// the set.
+    pub fn multi_unknown(&self, contender: Option<Arc<ClientCtl>>) {
+        *lock(&self.multi_unknown) = Some(contender);
+    }
+
+    /// Asks the worker to hold what its next acquire grants at least `at_least`, unless it
+    /// is lost.
+    pub fn hold_next_at_least(&self, at_least: Duration) {
+        *lock(&self.hold_next) = Some(at_least);
+    }
+
+    /// The hold-on asked for a holding that starts now: what [`ClientCtl::hold_next_at_least`]
+    /// asked for (taken), or none; requests left from an earlier holding are not for this one.
+    fn start_holding(&self) {
+        lock(&self.let_go).take();
+        let until = lock(&self.hold_next).take().map(|d| Instant::now() + d);
+        *lock(&self.hold_until) = until;
     }
 }
 
@@ -536,6 +590,7 @@ impl Fleet {
         options.app_name = Some(slot.app_name.clone());
         let worker = Worker {
             options: options.clone(),
+            proxy: slot.proxy.clone(),
             resume_first,
             twin: false,
             index,
@@ -663,6 +718,20 @@ impl Fleet {
             lock(&slot.ctl.let_go).take();
             lock(&slot.ctl.drop_acquire).take();
             lock(&slot.ctl.hold_until).take();
+            lock(&slot.ctl.hold_next).take();
+            lock(&slot.ctl.next_target).take();
+            if slot.ctl.drop_after_grant.swap(false, Ordering::SeqCst) {
+                let kind = ExtraFault::DropAfterGrant;
+                self.recorder.extra(kind, slot.index, "not carried out");
+            }
+            if lock(&slot.ctl.release_again).take().is_some() {
+                let kind = ExtraFault::ReleaseFailsThenResume;
+                self.recorder.extra(kind, slot.index, "not carried out");
+            }
+            if lock(&slot.ctl.multi_unknown).take().is_some() {
+                let kind = ExtraFault::MultiUnknown;
+                self.recorder.extra(kind, slot.index, "not carried out");
+            }
             slot.ctl.calmed.store(true, Ordering::SeqCst);
             slot.ctl.pause_ms.store(0, Ordering::SeqCst);
             slot.ctl.pause_acquiring_ms.store(0, Ordering::SeqCst);
@@ -750,6 +819,9 @@ async fn pause_while_acquiring(ctl: Arc<ClientCtl>, recorder: Recorder, index: u
 struct Worker {
     /// Its driver client's options (a twin that resumes its lease connects with them).
     options: mongodb::options::ClientOptions,
+    /// Its client's proxy, on which it arms the faults that must come with its own commands
+    /// (a refused release, a multi-lock's attempts of unknown outcome and refused withdrawals).
+    proxy: Arc<FaultProxy>,
     /// A resumable resource its previous incarnation held when it was killed: its first
     /// target.
     resume_first: Option<String>,
@@ -787,6 +859,8 @@ impl Worker {
             // rather than left to chance.
             let target = if let Some(resource) = self.resume_first.take() {
                 Target::Resource(resource, Mode::Exclusive)
+            } else if let Some(next) = lock(&self.ctl.next_target).take() {
+                next
             } else if self.recorder.is_healed() {
                 after_healing += 1;
                 targets[(self.index + after_healing - 1) % targets.len()].clone()

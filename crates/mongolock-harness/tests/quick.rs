@@ -19,11 +19,11 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
         violations.len(),
         violations
     );
-    assert_eq!(report.controls.len(), 17, "seventeen negative controls ran");
+    assert_eq!(report.controls.len(), 20, "twenty negative controls ran");
     assert_eq!(
         report.controls_caught(),
-        17,
-        "controls caught: {}/17",
+        20,
+        "controls caught: {}/20",
         report.controls_caught()
     );
     assert!(report.passed());

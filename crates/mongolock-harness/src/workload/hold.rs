@@ -16,15 +16,17 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use mongolock::{LockClient, LockGuard, LossReason};
+use mongolock_testkit::faults::proxy::{RequestFault, Requests};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
 use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label};
-use crate::history::FaultKind;
+use crate::commands::{self, HOST_UNREACHABLE};
 use crate::history::{
     AcquireCall, Ending, FromLibrary, GuardLog, HolderLog, LetGo, LossKind, Mode, NemesisLog,
     PauseLog, ReleaseResult, WriterWait,
 };
+use crate::history::{ExtraFault, FaultKind};
 
 /// The lock id the client slot `index` holds resumable resources with, in every
 /// incarnation (see the `resume` module).
@@ -249,7 +251,7 @@ impl Worker {
     /// Acquires `resource` through its handle, holds it, lets it go.
     pub(super) async fn one(&mut self, locks: &LockClient, resource: String, mode: Mode) -> Held {
         match self.acquire_one(locks, resource, mode).await {
-            Some(lease) => self.hold(vec![lease]).await,
+            Some(lease) => self.hold(locks, vec![lease]).await,
             None => Held::Done,
         }
     }
@@ -284,7 +286,7 @@ impl Worker {
             }
             return Held::Done;
         }
-        self.hold(leases).await
+        self.hold(locks, leases).await
     }
 
     /// One acquire call through the handle of `resource`, which a drop asked for while it is
@@ -393,13 +395,25 @@ impl Worker {
         }
         match got {
             Ok(Some(guard)) => {
-                let log = HolderLog::new(
+                let mut log = HolderLog::new(
                     self.recorder.next_id(),
                     self.index,
                     mode,
                     invoked_at,
                     &guard,
                 );
+                if self.ctl.drop_after_grant.swap(false, Ordering::SeqCst) {
+                    // Dropped at once, in the runtime: released in the background.
+                    log.lets_go(LetGo::Dropped);
+                    drop(guard);
+                    self.recorder.holder(log);
+                    self.recorder.extra(
+                        ExtraFault::DropAfterGrant,
+                        self.index,
+                        "guard dropped at its grant",
+                    );
+                    return None;
+                }
                 Some(Lease {
                     guard,
                     log,
@@ -416,13 +430,11 @@ impl Worker {
 
     /// Holds `leases` (one, or a pair) for a few steps of work, carrying out the nemeses
     /// asked for on the way, then lets go of each (or dies).
-    async fn hold(&mut self, mut leases: Vec<Lease>) -> Held {
-        // Requests left from an earlier holding are not for this one.
-        lock(&self.ctl.let_go).take();
-        lock(&self.ctl.hold_until).take();
+    async fn hold(&mut self, locks: &LockClient, mut leases: Vec<Lease>) -> Held {
+        self.ctl.start_holding();
         self.ctl.holding.store(true, Ordering::SeqCst);
         self.publish(&leases);
-        let held = self.work(&mut leases).await;
+        let held = self.work(locks, &mut leases).await;
         while !leases.is_empty() {
             let lease = leases.remove(0);
             // A nemesis asked for just now comes with this let-go; none is asked for a lease
@@ -438,7 +450,7 @@ impl Worker {
 
     /// The steps of work under `leases`; what is left in it afterwards is still held (unless
     /// the client was killed: then nothing is).
-    async fn work(&mut self, leases: &mut Vec<Lease>) -> Held {
+    async fn work(&mut self, locks: &LockClient, leases: &mut Vec<Lease>) -> Held {
         let steps = self
             .rng
             .random_range(self.workload.steps.0..=self.workload.steps.1);
@@ -512,6 +524,16 @@ impl Worker {
                 if now >= step_end {
                     break;
                 }
+                if let Some(i) = self.release_again_asked(leases) {
+                    let lease = leases.remove(i);
+                    self.publish(leases);
+                    let again = self.release_then_ask_again(locks, lease);
+                    if let Some(again) = watching(again, leases, None).await {
+                        leases.push(again);
+                        self.publish(leases);
+                    }
+                    break;
+                }
                 if let Some(nemesis) = self.take_let_go() {
                     let i = self.rng.random_range(0..leases.len());
                     let lease = leases.remove(i);
@@ -545,6 +567,80 @@ impl Worker {
     /// The nemesis asked for the next let-go, if any (taken: it is carried out once).
     fn take_let_go(&self) -> Option<FaultKind> {
         lock(&self.ctl.let_go).take()
+    }
+
+    /// Which of `leases` to release and ask for again ([`ExtraFault::ReleaseFailsThenResume`]),
+    /// if that was asked for (taken) and the worker holds it through a guard of its own (not
+    /// lost, no twin resumed it).
+    fn release_again_asked(&self, leases: &[Lease]) -> Option<usize> {
+        let resource = lock(&self.ctl.release_again).take()?;
+        let found = leases
+            .iter()
+            .position(|l| l.log.resource == resource && !l.twinned && !l.guard.is_lost());
+        if found.is_none() {
+            let ended = "the lease was not held as asked";
+            self.recorder
+                .extra(ExtraFault::ReleaseFailsThenResume, self.index, ended);
+        }
+        found
+    }
+
+    /// Releases `lease` (its releases refused for a moment: the release fails, and the client
+    /// retries it in the background) and asks for its resource again at once, under the same
+    /// lock id, as a process that retries a failed step does: the library may hand the lease
+    /// back (resumed, with its token) or grant a new one. What it grants is held on for a TTL
+    /// (unless lost), while another client asks for the resource: a release retried later
+    /// must not end it. Returns the lease asked for again, if granted.
+    async fn release_then_ask_again(&mut self, locks: &LockClient, lease: Lease) -> Option<Lease> {
+        let (resource, first) = (lease.log.resource.clone(), (lease.log.id, lease.log.token));
+        let kind = ExtraFault::ReleaseFailsThenResume;
+        // The next four releases of this resource are refused (never run), as a mongos
+        // refuses a command for a shard it cannot reach: the release and the library's repeat
+        // of it, then the first try of the retry it queues and its repeat, fail; a later retry
+        // lands.
+        let start = Instant::now();
+        let window = Duration::from_millis(2_000);
+        let only = resource.clone();
+        let refused = self.proxy.fault_requests(
+            Requests::matching(move |c| commands::is_let_go_of(c, &only))
+                .times(4)
+                .until(start + window),
+            RequestFault::Refuse {
+                code: HOST_UNREACHABLE,
+            },
+        );
+        let mut log = lease.log;
+        log.check_lost(&lease.guard);
+        log.lets_go(LetGo::Released);
+        let result = ReleaseResult::of(&lease.guard.release().await);
+        log.release = Some(result);
+        self.recorder.holder(log);
+        let (recorded, client) = (kind.recorded_as(), Some(self.index));
+        self.recorder.fault(recorded, client, start, start + window);
+        let result = match refused.applied() {
+            0 => format!("{} (not refused)", result.name()),
+            _ => result.name().to_owned(),
+        };
+        if self.twin_running() {
+            // The slot does not ask for a resource its twin holds (see `Worker::run`).
+            let ended = format!("release {result}, not asked again (a twin runs)");
+            self.recorder.extra(kind, self.index, ended);
+            return None;
+        }
+        let again = self.acquire_one(locks, resource, Mode::Exclusive).await;
+        let how = match &again {
+            Some(again) if again.log.token == first.1 => "resumed",
+            Some(_) => "granted anew",
+            None => "not granted",
+        };
+        let ended = format!("release {result}, asked again: {how}");
+        self.recorder.extra(kind, self.index, ended);
+        let mut again = again?;
+        if again.log.token == first.1 {
+            again.log.resumed_from = Some(first.0);
+        }
+        self.ctl.hold_on_until(Instant::now() + self.workload.ttl);
+        Some(again)
     }
 
     /// Tells the injector which handle resources the worker holds now.

@@ -34,20 +34,31 @@
 //! unless it notices (the set's one loss signal must fire). The observers of elections
 //! and the end-of-run reads of the leader are in [`crate::observers`].
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mongolock::{Leadership, LeaseState, LockClient, LockGuard, LossReason, MultiGuard};
+use mongolock_testkit::faults::proxy::{RequestFault, RequestRule, Requests};
 use rand::Rng;
 use rand::seq::{IndexedRandom, SliceRandom};
 
 use super::hold::{Release, let_go_of};
-use super::{Held, Worker, attach_acquiring_pauses, lock, owner_label};
-use crate::history::FaultKind;
+use super::{ClientCtl, Held, Target, Worker, attach_acquiring_pauses, lock, owner_label};
+use crate::commands::{self, EXCEEDED_TIME_LIMIT, HOST_UNREACHABLE};
 use crate::history::{
     AcquireCall, CampaignLog, Ending, FromLibrary, GuardLog, HolderLog, LossKind, Mode, NemesisLog,
     PauseLog, ProclaimLog, ProclaimOutcome,
 };
+use crate::history::{ExtraFault, FaultKind};
+
+/// The faults [`Worker::arm_multi_unknown`] armed, and the contender to send once the set is
+/// held.
+struct ArmedMulti {
+    contender: Option<Arc<ClientCtl>>,
+    lost: RequestRule,
+    refused: RequestRule,
+}
 
 /// What a recipe holder holds, as the steps of work need it: its guards (the members of a
 /// multi-lock, or the one under a leadership), its state and its one loss signal.
@@ -138,10 +149,15 @@ impl Worker {
             .ttl(self.workload.ttl)
             .owner(owner)
             .lock_id(lock_id.clone());
+        let unknown = lock(&self.ctl.multi_unknown).take();
+        let armed = unknown.map(|contender| self.arm_multi_unknown(contender));
         let invoked_at = Instant::now();
         self.ctl.acquiring.store(true, Ordering::SeqCst);
         let got = multi.acquire_timeout(self.workload.acquire_timeout).await;
         self.ctl.acquiring.store(false, Ordering::SeqCst);
+        if let Some(armed) = armed {
+            self.multi_unknown_ended(armed, &got);
+        }
         let returned_at = Instant::now();
         for resource in &members {
             self.recorder.acquire_call(AcquireCall {
@@ -181,6 +197,69 @@ impl Worker {
             .collect();
         attach_acquiring_pauses(&self.ctl, &mut logs);
         self.hold_recipe(set, logs).await
+    }
+
+    /// Arms [`ExtraFault::MultiUnknown`] on this client's proxy as a multi-lock acquire
+    /// begins: its next two acquire attempts run but are answered with `ExceededTimeLimit`
+    /// (the first copy of a member's attempt and the library's repeat of it: both applied,
+    /// the outcome unknown), and its withdrawals are refused for 300–700 ms (the owed
+    /// withdrawal of that attempt fails and is retried in the background while the next round
+    /// asks for the member again; a retry lands after the window). Answers, not resets: the
+    /// driver keeps its connections, so the rounds go on at once.
+    fn arm_multi_unknown(&mut self, contender: Option<Arc<ClientCtl>>) -> ArmedMulti {
+        let start = Instant::now();
+        let window = Duration::from_millis(self.rng.random_range(300..=700));
+        let lost = self.proxy.fault_requests(
+            Requests::matching(commands::is_attempt)
+                .times(2)
+                .until(start + window),
+            RequestFault::ReplaceReply {
+                code: EXCEEDED_TIME_LIMIT,
+            },
+        );
+        let refused = self.proxy.fault_requests(
+            Requests::matching(commands::is_withdrawal).until(start + window),
+            RequestFault::Refuse {
+                code: HOST_UNREACHABLE,
+            },
+        );
+        let kind = ExtraFault::MultiUnknown;
+        (self.recorder).fault(kind.recorded_as(), Some(self.index), start, start + window);
+        ArmedMulti {
+            contender,
+            lost,
+            refused,
+        }
+    }
+
+    /// After a multi-lock acquire under [`ExtraFault::MultiUnknown`]: a set that was granted
+    /// is held on for a TTL (a withdrawal retried late must not end a member meanwhile), and
+    /// the contender is sent for its first member (whose attempt the faults hit first).
+    fn multi_unknown_ended(
+        &mut self,
+        armed: ArmedMulti,
+        got: &mongolock::Result<Option<MultiGuard>>,
+    ) {
+        let hit = match (armed.lost.applied(), armed.refused.applied()) {
+            (_, 1..) => "withdrawal refused",
+            (1.., 0) => "outcome unknown, no withdrawal",
+            _ => "nothing hit",
+        };
+        let how = match got {
+            Ok(Some(set)) => {
+                *lock(&self.ctl.hold_next) = Some(self.workload.ttl);
+                let first = set.resources().next().map(str::to_owned);
+                if let (Some(contender), Some(first)) = (&armed.contender, first) {
+                    contender.go_for_next(Target::Multi(vec![first]));
+                }
+                "set held"
+            }
+            Ok(None) => "not granted",
+            Err(_) => "failed",
+        };
+        let kind = ExtraFault::MultiUnknown;
+        self.recorder
+            .extra(kind, self.index, format!("{hit}, {how}"));
     }
 
     /// Campaigns in the election `resource` with `campaign_timeout`, leads for a few steps
@@ -244,9 +323,7 @@ impl Worker {
     /// publishes it for the nemeses, works in steps, and lets go of it (as a nemesis asks,
     /// if one did) or, killed, forgets it. Hands the logs to the recorder.
     async fn hold_recipe(&mut self, held: impl Recipe, mut logs: Vec<HolderLog>) -> Held {
-        // Requests left from an earlier holding are not for this one.
-        lock(&self.ctl.let_go).take();
-        lock(&self.ctl.hold_until).take();
+        self.ctl.start_holding();
         *lock(&self.ctl.held) = logs.iter().map(|l| l.resource.clone()).collect();
         self.ctl.recipe.store(true, Ordering::SeqCst);
         let (ended, nemesis) = self.steps(&held, &mut logs).await;
