@@ -15,4 +15,4 @@ pub(crate) mod wire;
 
 pub use faults::clock::Clock;
 pub use faults::proxy::FaultProxy;
-pub use server::{TestServer, TestServerBuilder};
+pub use server::{ServerVersion, TestServer, TestServerBuilder};

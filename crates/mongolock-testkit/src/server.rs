@@ -24,7 +24,7 @@ use crate::faults::clock::Clock;
 use crate::faults::fail_point::FailPoints;
 use crate::wire::{self, RequestKind};
 
-pub use crate::commands::identity::REPLICA_SET_NAME;
+pub use crate::commands::identity::{REPLICA_SET_NAME, ServerVersion};
 
 /// How a server is started. Build one with [`TestServer::builder`].
 #[derive(Debug, Clone)]
@@ -35,6 +35,7 @@ pub struct TestServerBuilder {
     ttl_monitor_interval: Duration,
     clock: Option<Clock>,
     change_window: (usize, usize),
+    version: ServerVersion,
 }
 
 impl Default for TestServerBuilder {
@@ -49,6 +50,7 @@ impl Default for TestServerBuilder {
                 crate::engine::changes::WINDOW,
                 crate::engine::changes::WINDOW_BYTES,
             ),
+            version: ServerVersion::default(),
         }
     }
 }
@@ -94,6 +96,24 @@ impl TestServerBuilder {
         self
     }
 
+    /// Report itself as this MongoDB release, and follow it where releases differ (see
+    /// [`ServerVersion`]); 7.0 by default.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use mongolock_testkit::{ServerVersion, TestServer};
+    /// let server = TestServer::builder().server_version(ServerVersion::V4_4).start().await?;
+    /// let info = server.client().database("admin").run_command(bson::doc! {"buildInfo": 1}).await?;
+    /// assert_eq!(info.get_str("version")?, "4.4.29");
+    /// server.shutdown().await;
+    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn server_version(mut self, version: ServerVersion) -> Self {
+        self.version = version;
+        self
+    }
+
     /// Binds the listener and starts serving.
     ///
     /// # Errors
@@ -108,16 +128,18 @@ impl TestServerBuilder {
         let addr = listener.local_addr()?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let clock = self.clock.unwrap_or_default();
+        let mut changes =
+            ChangeLog::with_window(clock.clone(), self.change_window.0, self.change_window.1);
+        if !self.version.logs_pipeline_deltas() {
+            changes = changes.without_pipeline_deltas();
+        }
         let state = Arc::new(ServerState {
             address: format!("127.0.0.1:{}", addr.port()),
             standalone: self.standalone,
+            version: self.version,
             latency: self.latency,
             ttl_monitor_interval: self.ttl_monitor_interval,
-            catalog: Catalog::new(Arc::new(ChangeLog::with_window(
-                clock.clone(),
-                self.change_window.0,
-                self.change_window.1,
-            ))),
+            catalog: Catalog::new(Arc::new(changes)),
             clock,
             cursors: Cursors::default(),
             sessions: Sessions::default(),

@@ -18,9 +18,9 @@ pub fn ping(_ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
 }
 
 /// `buildInfo`.
-pub fn build_info(_ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
+pub fn build_info(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "buildInfo", &[])?;
-    Ok(identity::build_info())
+    Ok(identity::build_info(ctx.state.version))
 }
 
 /// `endSessions`: forgets the sessions' retryable-write history.

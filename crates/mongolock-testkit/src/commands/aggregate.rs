@@ -113,6 +113,9 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         .map(|stage| Output::parse(stage, ctx.db, &command_vars))
         .transpose()?;
     let mut pipeline = Pipeline::parse_with_let(rest, &command_vars)?;
+    let eval = ctx.eval_context(cmd, "aggregate")?;
+    // mongod optimizes the pipeline before it runs it (`Pipeline::optimizePipeline`).
+    pipeline.optimize(&eval)?;
     // A leading `$match` runs as the documents are read: only the matching ones are copied,
     // and an `_id` equality or `$in` looks them up by `_id`.
     let leading_match = pipeline.take_leading_match().map(|matcher| {
@@ -124,7 +127,6 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             .unwrap_or_default();
         (filter, matcher)
     });
-    let eval = ctx.eval_context(cmd, "aggregate")?;
     let mut first_stage_done = false;
     let (ns, input) = match (&collection, source) {
         (None, None) => {
@@ -167,12 +169,13 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             let input = match super::views::read_source(ctx, collection)? {
                 None => Vec::new(),
                 Some(coll) => {
-                    let coll = coll.lock();
+                    let coll = ctx.lock(&coll)?;
                     check_hint(Some(&coll), cmd.get("hint"))?;
                     let mut read = Vec::new();
                     match &leading_match {
                         Some((filter, matcher)) => {
                             for record in coll.candidates(filter) {
+                                eval.check_deadline()?;
                                 let doc = coll.get(record).expect("candidate records exist");
                                 if matcher.matches(doc, &eval)? {
                                     read.push(doc);
@@ -185,6 +188,7 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
                     // place: only its output is built, no copy of the stored documents.
                     let mut input = Vec::with_capacity(read.len());
                     for doc in read {
+                        eval.check_deadline()?;
                         match pipeline.first_stage_of(doc, &eval) {
                             Some(computed) => {
                                 input.push(computed?);

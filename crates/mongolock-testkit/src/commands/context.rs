@@ -2,11 +2,14 @@
 //! server, the command's `$db`, its connection, `$$NOW`), and what a connection remembers
 //! between commands.
 
+use std::time::Instant;
+
 use bson::{Bson, DateTime, Document};
 
 use super::args;
 use super::state::ServerState;
 use crate::engine::EvalContext;
+use crate::engine::collection::{Collection, CollectionRef};
 use crate::engine::error::{CommandError, Result};
 use crate::engine::expr::Expr;
 
@@ -37,12 +40,45 @@ pub struct Ctx<'a> {
     pub conn: &'a ConnectionInfo,
     /// `$$NOW` for this command.
     pub now: DateTime,
+    /// When the command's `maxTimeMS` runs out, if it has one.
+    pub deadline: Option<Instant>,
 }
 
 impl Ctx<'_> {
+    /// Fails with `MaxTimeMSExpired` once the command's deadline has passed.
+    ///
+    /// # Errors
+    ///
+    /// `MaxTimeMSExpired` (50).
+    pub fn check_deadline(&self) -> Result<()> {
+        crate::engine::check_deadline(self.deadline)
+    }
+
+    /// Locks a collection, waiting for it no later than the command's deadline: a command
+    /// that waits for another's lock past its `maxTimeMS` fails with `MaxTimeMSExpired`, as
+    /// mongod's lock waits are interrupted at the operation's deadline.
+    ///
+    /// # Errors
+    ///
+    /// `MaxTimeMSExpired` (50).
+    pub fn lock<'c>(
+        &self,
+        coll: &'c CollectionRef,
+    ) -> Result<parking_lot::MutexGuard<'c, Collection>> {
+        match self.deadline {
+            None => Ok(coll.lock()),
+            Some(at) => {
+                let guard = coll.try_lock_until(at);
+                self.check_deadline()?;
+                guard.ok_or_else(|| CommandError::internal("a collection lock timed out early"))
+            }
+        }
+    }
+
     /// The evaluation context for this command, with its `let` variables evaluated.
     pub fn eval_context(&self, cmd: &Document, command: &str) -> Result<EvalContext> {
         let mut eval = EvalContext::at(self.now);
+        eval.deadline = self.deadline;
         if !self.state.standalone {
             eval.cluster_time = Some(self.state.cluster_time());
         }

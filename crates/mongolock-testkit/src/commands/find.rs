@@ -22,9 +22,11 @@ pub fn select(
     sort: Option<&SortSpec>,
     eval: &EvalContext,
 ) -> Result<Vec<(Document, MatchDetails)>> {
-    let matcher = Matcher::parse(filter)?;
+    let mut matcher = Matcher::parse(filter)?;
+    matcher.optimize(eval)?;
     let mut out = Vec::new();
     for record in coll.candidates(filter) {
+        eval.check_deadline()?;
         let doc = coll.get(record).expect("candidate records exist");
         if let Some(details) = matcher.match_details(doc, eval)? {
             out.push((doc.clone(), details));
@@ -117,11 +119,11 @@ pub fn find(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let ns = format!("{}.{name}", ctx.db);
     let results = match super::views::read_source(ctx, &name)? {
         None => {
-            Matcher::parse(&filter)?;
+            Matcher::parse(&filter)?.optimize(&eval)?;
             Vec::new()
         }
         Some(coll) => {
-            let coll = coll.lock();
+            let coll = ctx.lock(&coll)?;
             check_hint(Some(&coll), cmd.get("hint"))?;
             select(&coll, &filter, sort.as_ref(), &eval)?
         }
@@ -160,11 +162,12 @@ pub fn count(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let limit = args::opt_i64(cmd, "count", "limit")?
         .map(i64::unsigned_abs)
         .filter(|l| *l > 0);
-    let eval = EvalContext::at(ctx.now);
+    let mut eval = EvalContext::at(ctx.now);
+    eval.deadline = ctx.deadline;
     let matched = match super::views::read_source(ctx, &name)? {
         None => 0,
         Some(coll) => {
-            let coll = coll.lock();
+            let coll = ctx.lock(&coll)?;
             check_hint(Some(&coll), cmd.get("hint"))?;
             if filter.is_empty() {
                 coll.len() as u64
@@ -218,11 +221,12 @@ pub fn distinct(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let filter = args::opt_document(cmd, "distinct", "query")?
         .cloned()
         .unwrap_or_default();
-    let eval = EvalContext::at(ctx.now);
+    let mut eval = EvalContext::at(ctx.now);
+    eval.deadline = ctx.deadline;
     let docs = match super::views::read_source(ctx, &name)? {
         None => Vec::new(),
         Some(coll) => {
-            let coll = coll.lock();
+            let coll = ctx.lock(&coll)?;
             check_hint(Some(&coll), cmd.get("hint"))?;
             select(&coll, &filter, None, &eval)?
         }

@@ -77,7 +77,8 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         ));
     }
     let eval = ctx.eval_context(cmd, "findAndModify")?;
-    let matcher = Matcher::parse(filter)?;
+    let mut matcher = Matcher::parse(filter)?;
+    matcher.optimize(&eval)?;
     let project = |doc: Option<Document>| -> Result<Bson> {
         match (doc, &fields) {
             (None, _) => Ok(Bson::Null),
@@ -98,7 +99,7 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         let Some(coll) = ctx.state.catalog.get(ctx.db, &name) else {
             return Ok(doc! {"lastErrorObject": {"n": 0}, "value": Bson::Null});
         };
-        let mut coll = coll.lock();
+        let mut coll = ctx.lock(&coll)?;
         check_hint(Some(&coll), cmd.get("hint"))?;
         let removed = run_delete(&mut coll, filter, &matcher, sort.as_ref(), true, &eval)?;
         let n = removed.len() as i32;
@@ -116,8 +117,9 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         multi: false,
         sort,
     };
+    statement.check()?;
     let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
-    let mut coll = coll.lock();
+    let mut coll = ctx.lock(&coll)?;
     check_hint(Some(&coll), cmd.get("hint"))?;
     let outcome = run_update(&mut coll, &statement, &eval)?;
     let mut last_error = doc! {

@@ -3,7 +3,7 @@
 use bson::{Document, oid::ObjectId};
 
 use super::context::Ctx;
-use super::identity::{MAX_WIRE_VERSION, REPLICA_SET_NAME};
+use super::identity::REPLICA_SET_NAME;
 use crate::engine::error::Result;
 
 /// `hello`, `isMaster` and `ismaster`.
@@ -61,7 +61,7 @@ pub fn hello(ctx: &Ctx<'_>, cmd: &Document, name: &str) -> Result<Document> {
     reply.insert("logicalSessionTimeoutMinutes", 30);
     reply.insert("connectionId", ctx.conn.id);
     reply.insert("minWireVersion", 0);
-    reply.insert("maxWireVersion", MAX_WIRE_VERSION);
+    reply.insert("maxWireVersion", state.version.max_wire_version());
     reply.insert("readOnly", false);
     Ok(reply)
 }

@@ -47,6 +47,7 @@ pub mod view_catalog;
 pub mod ttl;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bson::{Bson, DateTime, Document};
 
@@ -120,6 +121,8 @@ pub async fn dispatch(
         Some((_, Bson::String(coll))) => cmd.get_str("$db").ok().map(|db| format!("{db}.{coll}")),
         _ => None,
     };
+    // `maxTimeMS` counts from here, the time a fail point blocks the command included.
+    let started = Instant::now();
     let injection = state
         .fail_points
         .fail_command(&name, conn.app_name.as_deref(), ns.as_deref());
@@ -134,7 +137,11 @@ pub async fn dispatch(
             return Outcome::Reply(finish(state, Err(error.clone()), retryable));
         }
     }
-    let result = match run(state, conn, &name, cmd, kind).await {
+    let deadline = match command_deadline(&name, &cmd, started) {
+        Ok(deadline) => deadline,
+        Err(error) => return Outcome::Reply(finish(state, Err(error), retryable)),
+    };
+    let result = match run(state, conn, &name, cmd, kind, deadline).await {
         Completion::Done(result) => result,
         Completion::CloseConnection => return Outcome::CloseConnection,
     };
@@ -157,6 +164,50 @@ pub async fn dispatch(
         }
     }
     Outcome::Reply(reply)
+}
+
+/// The deadline `maxTimeMS` sets for a command, counted from `started` (when the command
+/// arrived, before a `failCommand` fail point blocked it), as mongod sets it: 0 or no
+/// `maxTimeMS` sets none, and `getMore` uses it for something else (how long a tailable
+/// cursor waits).
+///
+/// mongod (`ExecCommandDatabase::_initiateCommand`, `src/mongo/db/service_entry_point_common.cpp`)
+/// records the time a command starts, evaluates `failCommand` (whose `blockConnection`
+/// sleeps with no deadline set yet, so the block is never cut short), then sets the deadline
+/// to that start plus `maxTimeMS` and checks it before the command runs: a command blocked
+/// for at least its `maxTimeMS` fails with `MaxTimeMSExpired` once the block ends, without
+/// running. The value is checked as `parseMaxTimeMS` does
+/// (`src/mongo/db/query/max_time_ms_parser.cpp`).
+fn command_deadline(name: &str, cmd: &Document, started: Instant) -> Result<Option<Instant>> {
+    if name == "getMore" {
+        return Ok(None);
+    }
+    let Some(value) = cmd.get("maxTimeMS") else {
+        return Ok(None);
+    };
+    let (number, integral) = match value {
+        Bson::Int32(n) => (f64::from(*n), true),
+        Bson::Int64(n) => (*n as f64, true),
+        Bson::Double(d) => (*d, d.fract() == 0.0),
+        Bson::Decimal128(d) => {
+            let parsed = d.to_string().parse::<f64>().unwrap_or(0.0);
+            (parsed, true)
+        }
+        _ => {
+            return Err(CommandError::bad_value("maxTimeMS must be a number"));
+        }
+    };
+    let whole = if number.is_nan() { 0.0 } else { number.trunc() };
+    if !(0.0..=f64::from(i32::MAX)).contains(&whole) {
+        return Err(CommandError::bad_value(format!(
+            "{whole} value for maxTimeMS is out of range [0, {}]",
+            i32::MAX
+        )));
+    }
+    if !integral {
+        return Err(CommandError::bad_value("maxTimeMS has non-integral value"));
+    }
+    Ok((whole > 0.0).then(|| started + Duration::from_millis(whole as u64)))
 }
 
 /// Commands that run on the async runtime itself: they touch no collection lock and do
@@ -182,6 +233,7 @@ async fn run(
     name: &str,
     cmd: Document,
     kind: RequestKind,
+    deadline: Option<Instant>,
 ) -> Completion {
     let (db, retryable) = match prepare(state, conn, name, &cmd, kind) {
         Ok(prepared) => prepared,
@@ -192,6 +244,7 @@ async fn run(
         conn: conn.clone(),
         db,
         now: state.clock.now(),
+        deadline,
         name: name.to_string(),
         cmd,
     };
@@ -215,6 +268,7 @@ struct Job {
     conn: ConnectionInfo,
     db: String,
     now: DateTime,
+    deadline: Option<Instant>,
     name: String,
     cmd: Document,
 }
@@ -226,11 +280,16 @@ impl Job {
             db: &self.db,
             conn: &self.conn,
             now: self.now,
+            deadline: self.deadline,
         }
     }
 
+    /// Runs the command, unless its deadline passed before it could start (blocked by a
+    /// fail point, or waiting for a thread).
     fn run(&self) -> Result<Document> {
-        execute(&self.ctx(), &self.name, &self.cmd)
+        let ctx = self.ctx();
+        ctx.check_deadline()?;
+        execute(&ctx, &self.name, &self.cmd)
     }
 }
 

@@ -8,6 +8,7 @@ use bson::{Document, Timestamp};
 use tokio::sync::watch;
 
 use super::cursor_table::Cursors;
+use super::identity::ServerVersion;
 use super::local_sessions::LocalSessions;
 use super::session::Sessions;
 use super::view_catalog::Views;
@@ -22,6 +23,8 @@ pub struct ServerState {
     pub address: String,
     /// Standalone (no replica-set features) or a one-member replica set.
     pub standalone: bool,
+    /// The MongoDB release the server reports itself as.
+    pub version: ServerVersion,
     /// Extra delay before every reply.
     pub latency: Duration,
     /// TTL monitor period.

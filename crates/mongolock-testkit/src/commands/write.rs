@@ -98,6 +98,23 @@ pub struct UpdateStatement<'a> {
     pub sort: Option<SortSpec>,
 }
 
+impl UpdateStatement<'_> {
+    /// Refuses what mongod refuses when it parses the statement, before it looks at any
+    /// document: an upsert whose query uses `$expr`, anywhere in it, is code 224 whether or
+    /// not a document matches (`ParsedUpdate::parseQueryToCQ` in mongod's
+    /// `src/mongo/db/ops/parsed_update.cpp` parses an upsert's query without the `$expr`
+    /// feature and rewrites the parser's error into this message).
+    pub fn check(&self) -> Result<()> {
+        if self.upsert && self.matcher.has_expr() {
+            return Err(CommandError::new(
+                codes::QUERY_FEATURE_NOT_ALLOWED,
+                "$expr is not allowed in the query predicate for an upsert",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The matching records, in the order the statement visits them, each with what the filter
 /// matched (for the positional operator).
 pub fn matching_records(
@@ -110,6 +127,7 @@ pub fn matching_records(
 ) -> Result<Vec<(u64, MatchDetails)>> {
     let mut found = Vec::new();
     for record in coll.candidates(filter) {
+        eval.check_deadline()?;
         let doc = coll.get(record).expect("candidate records exist");
         if let Some(details) = matcher.match_details(doc, eval)? {
             found.push((record, details));
@@ -146,6 +164,9 @@ pub fn run_update(
         !statement.multi,
     )?;
     for (record, details) in records {
+        // Each document is written whole or not at all: what was written before the
+        // deadline stays written.
+        eval.check_deadline()?;
         let mut after = coll.get(record).expect("matched records exist").clone();
         let changed = statement.update.apply(
             &mut after,
@@ -161,12 +182,12 @@ pub fn run_update(
         if changed {
             validate_document_for_storage(&after)?;
             size::check_update_result(&after)?;
-            let replacement = statement.update.is_replacement();
+            let style = statement.update.style();
             if first {
-                outcome.before = Some(coll.replace(record, after.clone(), replacement)?);
+                outcome.before = Some(coll.replace(record, after.clone(), style)?);
                 outcome.after = Some(after);
             } else {
-                coll.replace(record, after, replacement)?;
+                coll.replace(record, after, style)?;
             }
             outcome.modified += 1;
         } else if first {
@@ -175,12 +196,6 @@ pub fn run_update(
         }
     }
     if outcome.matched == 0 && statement.upsert {
-        if statement.matcher.has_expr() {
-            return Err(CommandError::new(
-                codes::QUERY_FEATURE_NOT_ALLOWED,
-                "$expr is not allowed in the query predicate for an upsert",
-            ));
-        }
         let mut doc = upsert_seed(statement.filter, statement.update.is_replacement())?;
         statement.update.apply(
             &mut doc,
@@ -220,6 +235,14 @@ fn write_batch<'a>(cmd: &'a Document, command: &str, field: &str) -> Result<&'a 
     Ok(batch)
 }
 
+/// Whether an error fails the whole write command instead of its statement: running out of
+/// time does (`handleError` in mongod's `src/mongo/db/ops/write_ops_exec.cpp` rethrows
+/// interruptions, "These have always failed the whole batch"); the statements before it
+/// stay applied.
+fn is_interruption(error: &CommandError) -> bool {
+    error.code == codes::MAX_TIME_MS_EXPIRED
+}
+
 /// A write error entry as mongod reports it inside `writeErrors`.
 fn write_error(index: usize, error: &CommandError) -> Document {
     let mut entry =
@@ -254,10 +277,12 @@ pub fn insert(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let ordered = ordered(cmd, "insert")?;
     let documents = write_batch(cmd, "insert", "documents")?;
     let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
-    let mut coll = coll.lock();
+    let mut coll = ctx.lock(&coll)?;
     let mut n = 0;
     let mut errors = Vec::new();
     for (index, doc) in documents.iter().enumerate() {
+        // Running out of time fails the whole command; what was inserted stays.
+        ctx.check_deadline()?;
         let result = match doc {
             Bson::Document(doc) => size::check_insert(doc)
                 .and_then(|()| prepare_for_insert(doc.clone()))
@@ -269,6 +294,7 @@ pub fn insert(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         };
         match result {
             Ok(_) => n += 1,
+            Err(error) if is_interruption(&error) => return Err(error),
             Err(error) => {
                 errors.push(write_error(index, &error));
                 if ordered {
@@ -335,14 +361,16 @@ fn parse_update_statement<'a>(raw: &'a Document, command: &str) -> Result<Update
             "multi update is not supported for replacement-style update",
         ));
     }
-    Ok(UpdateStatement {
+    let statement = UpdateStatement {
         filter,
         matcher: Matcher::parse(filter)?,
         update,
         upsert: args::opt_bool(raw, "update.updates", "upsert")?.unwrap_or(false),
         multi,
         sort: None,
-    })
+    };
+    statement.check()?;
+    Ok(statement)
 }
 
 /// `update`.
@@ -368,12 +396,15 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         // collection is locked, and other commands may run between two statements (a batch
         // of thousands, such as a keepalive's, never holds the collection for its whole run).
         let result = match raw {
-            Bson::Document(raw) => parse_update_statement(raw, "update").and_then(|statement| {
-                let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
-                let mut coll = coll.lock();
-                check_hint(Some(&coll), raw.get("hint"))?;
-                run_update(&mut coll, &statement, &eval)
-            }),
+            Bson::Document(raw) => {
+                parse_update_statement(raw, "update").and_then(|mut statement| {
+                    statement.matcher.optimize(&eval)?;
+                    let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
+                    let mut coll = ctx.lock(&coll)?;
+                    check_hint(Some(&coll), raw.get("hint"))?;
+                    run_update(&mut coll, &statement, &eval)
+                })
+            }
             _ => Err(CommandError::type_mismatch(
                 "BSON field 'update.updates' is the wrong type, expected type 'object'",
             )),
@@ -388,6 +419,7 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
                     n += outcome.matched;
                 }
             }
+            Err(error) if is_interruption(&error) => return Err(error),
             Err(error) => {
                 errors.push(write_error(index, &error));
                 if ordered {
@@ -430,7 +462,7 @@ pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let statements = write_batch(cmd, "delete", "deletes")?;
     let eval = ctx.eval_context(cmd, "delete")?;
     let coll = ctx.state.catalog.get(ctx.db, &name);
-    let mut guard = coll.as_ref().map(|c| c.lock());
+    let mut guard = coll.as_ref().map(|c| ctx.lock(c)).transpose()?;
     let mut n = 0i32;
     let mut errors = Vec::new();
     for (index, raw) in statements.iter().enumerate() {
@@ -459,7 +491,8 @@ pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
                     "The limit field in delete objects must be 0 or 1. Got {limit}"
                 )));
             }
-            let matcher = Matcher::parse(filter)?;
+            let mut matcher = Matcher::parse(filter)?;
+            matcher.optimize(&eval)?;
             let Some(coll) = guard.as_deref_mut() else {
                 return Ok(0);
             };
@@ -468,6 +501,7 @@ pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         })();
         match result {
             Ok(deleted) => n += deleted as i32,
+            Err(error) if is_interruption(&error) => return Err(error),
             Err(error) => {
                 errors.push(write_error(index, &error));
                 if ordered {

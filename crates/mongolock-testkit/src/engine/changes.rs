@@ -313,6 +313,9 @@ pub struct ChangeLog {
     counter: AtomicU32,
     inner: Mutex<Inner>,
     appended: Notify,
+    /// Whether a pipeline update may be logged as a delta (MongoDB 5.0 and later); before
+    /// 5.0 every one is logged as a replacement.
+    pipeline_deltas: bool,
 }
 
 impl ChangeLog {
@@ -330,6 +333,28 @@ impl ChangeLog {
                 next_seq: 1,
             }),
             appended: Notify::new(),
+            pipeline_deltas: true,
+        }
+    }
+
+    /// Logs every pipeline update as a replacement, as MongoDB did before 5.0.
+    pub fn without_pipeline_deltas(mut self) -> Self {
+        self.pipeline_deltas = false;
+        self
+    }
+
+    /// What a pipeline update from `before` to `after` logs: its `updateDescription` when
+    /// it is logged as a delta, `None` when it is logged as a replacement (see
+    /// [`super::delta`]).
+    pub fn pipeline_change(
+        &self,
+        before: &Document,
+        after: &Document,
+    ) -> Option<UpdateDescription> {
+        if self.pipeline_deltas {
+            super::delta::pipeline_delta(before, after)
+        } else {
+            None
         }
     }
 
@@ -438,12 +463,13 @@ impl ChangeLog {
     }
 }
 
-/// What changed between two versions of a document, as mongod describes a pipeline-style
-/// update (`doc_diff`): sub-documents and arrays are compared element by element, so
-/// `updatedFields` names the innermost changed paths (`a.b`, `arr.3`), an array that shrank
-/// is reported in `truncatedArrays`, and a changed value of another type is set whole.
+/// What an operator update changed: sub-documents and arrays are compared element by
+/// element, so `updatedFields` names the innermost changed paths (`a.b`, `arr.3`), an array
+/// that shrank is reported in `truncatedArrays`, and a changed value of another type is set
+/// whole. (Pipeline updates are described by [`super::delta`], which follows mongod's own
+/// diff and its choice of a replacement.)
 ///
-/// Operator updates are described the same way. That matches mongod for dotted `$set`,
+/// That matches mongod for dotted `$set`,
 /// `$inc`, `$unset` and appending `$push`; where an operator replaces a whole sub-document
 /// or array (`$set: {a: {...}}`, `$pull`, `$pop`), mongod names the field itself while this
 /// names the inner paths that differ (the collection does not see the operators).

@@ -15,6 +15,7 @@ use super::changes::{ChangeKind, ChangeLog, diff, stored};
 use super::compare::OrdBson;
 use super::error::{CommandError, Result, codes};
 use super::index::Index;
+use super::update::UpdateStyle;
 
 /// One collection: documents in record order plus indexes.
 #[derive(Debug)]
@@ -159,9 +160,11 @@ impl Collection {
     }
 
     /// Replaces the document stored as `record` (its `_id` must not change) and returns the
-    /// document it replaced. `replacement` says whether a replacement document did it (a
-    /// `replace` change event) or update operators or a pipeline (an `update` event).
-    pub fn replace(&mut self, record: u64, doc: Document, replacement: bool) -> Result<Document> {
+    /// document it replaced. `style` says what did it, which decides the change event: a
+    /// replacement document a `replace` event, update operators an `update` event, a
+    /// pipeline an `update` event when the change log records it as a delta and a `replace`
+    /// event otherwise ([`ChangeLog::pipeline_change`]).
+    pub fn replace(&mut self, record: u64, doc: Document, style: UpdateStyle) -> Result<Document> {
         let old = self
             .records
             .get(&record)
@@ -174,18 +177,22 @@ impl Collection {
             index.add(&doc, record);
         }
         let images = self.pre_and_post_images;
-        let change = if replacement {
-            ChangeKind::Replace {
+        let description = match style {
+            UpdateStyle::Replacement => None,
+            UpdateStyle::Operators => Some(diff(old, &doc)),
+            UpdateStyle::Pipeline => self.changes.pipeline_change(old, &doc),
+        };
+        let change = match description {
+            None => ChangeKind::Replace {
                 doc: stored(&doc),
                 pre_image: images.then(|| stored(old)),
-            }
-        } else {
-            ChangeKind::Update {
+            },
+            Some(description) => ChangeKind::Update {
                 id: doc.get("_id").cloned().unwrap_or(Bson::Null),
-                description: stored(&diff(old, &doc).to_document(true)),
+                description: stored(&description.to_document(true)),
                 pre_image: images.then(|| stored(old)),
                 post_image: images.then(|| stored(&doc)),
-            }
+            },
         };
         self.changes
             .append(&self.db, &self.name, Some(self.uuid), change);

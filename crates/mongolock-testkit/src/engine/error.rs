@@ -54,6 +54,7 @@ pub mod codes {
     pub const INVALID_LENGTH: i32 = 16;
     pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
     pub const MISSING_REQUIRED_FIELD: i32 = 40414;
+    pub const MAX_TIME_MS_EXPIRED: i32 = 50;
 }
 
 /// The `codeName` mongod reports for a code; unknown codes get `Location<code>` as in mongod.

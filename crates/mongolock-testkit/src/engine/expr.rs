@@ -13,6 +13,7 @@
 
 mod arith;
 mod convert;
+mod optimize;
 
 use std::cmp::Ordering;
 
@@ -263,23 +264,24 @@ fn check_var_name(name: &str, write: bool) -> Result<()> {
 
 /// Looks `path` up in `value`, descending into arrays the way aggregation field paths do:
 /// `"$a.b"` on `a: [{b: 1}, {b: 2}]` is `[1, 2]`.
+///
+/// Only the documents of an array are searched: an array nested in the array, and any other
+/// element, is passed over, so `"$a.b"` on `a: [{b: 1}, [{b: 2}]]` is `[1]`
+/// (`ExpressionFieldPath::evaluatePathArray` in mongod's `src/mongo/db/pipeline/expression.cpp`
+/// skips every element that is not an object). Elements without the field add nothing.
 pub(crate) fn lookup_path(value: &Bson, path: &[String]) -> Option<Bson> {
     let Some((first, rest)) = path.split_first() else {
         return Some(value.clone());
     };
     match value {
         Bson::Document(d) => lookup_path(d.get(first)?, rest),
-        Bson::Array(items) => {
-            let mut out = Vec::new();
-            for item in items {
-                if matches!(item, Bson::Document(_) | Bson::Array(_))
-                    && let Some(v) = lookup_path(item, path)
-                {
-                    out.push(v);
-                }
-            }
-            Some(Bson::Array(out))
-        }
+        Bson::Array(items) => Some(Bson::Array(
+            items
+                .iter()
+                .filter(|item| matches!(item, Bson::Document(_)))
+                .filter_map(|item| lookup_path(item, path))
+                .collect(),
+        )),
         _ => None,
     }
 }
@@ -2304,6 +2306,20 @@ impl Expr {
         })
     }
 
+    /// Optimizes the expression for one command, as mongod does before it evaluates it for
+    /// any document: constant sub-expressions are evaluated now, in every branch, and fail
+    /// the command if they fail (see [`optimize`]). `ctx` gives the command's constants
+    /// (`$$NOW`, `$$CLUSTER_TIME`, its `let` variables).
+    ///
+    /// # Errors
+    ///
+    /// The error of a constant sub-expression.
+    pub fn optimize(&mut self, ctx: &EvalContext) -> Result<()> {
+        let node = std::mem::replace(&mut self.node, Node::Const(Bson::Null));
+        self.node = optimize::Folder::new(ctx).fold(node)?;
+        Ok(())
+    }
+
     /// Evaluates against `root` (`$$ROOT` and `$$CURRENT`). `Ok(None)` means missing.
     pub fn eval(&self, root: &Document, ctx: &EvalContext) -> Result<Option<Bson>> {
         let mut env = Env {
@@ -2364,7 +2380,9 @@ mod tests {
             (bson!("$sub.x.y"), Some(bson!(9))),
             (bson!("$sub.nope"), None),
             (bson!("$a.b"), None),
-            (bson!("$objs.b"), Some(bson!([1, 2, [5]]))),
+            // Arrays nested in the array are not searched (mongod's
+            // `ExpressionFieldPath::evaluatePathArray` skips every element but documents).
+            (bson!("$objs.b"), Some(bson!([1, 2]))),
             (bson!("$$ROOT.a"), Some(bson!(5))),
             (bson!("$$CURRENT.sub.x"), Some(bson!({"y": 9}))),
             (bson!("$$NOW"), Some(date(NOW_MS))),

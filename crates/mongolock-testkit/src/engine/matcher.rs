@@ -748,6 +748,17 @@ fn parse_nested_query(doc: &Document) -> Result<Node> {
 }
 
 impl Node {
+    fn optimize(&mut self, ctx: &EvalContext) -> Result<()> {
+        match self {
+            Node::Expr(expr) => expr.optimize(ctx),
+            Node::And(v) | Node::Or(v) | Node::Nor(v) => {
+                v.iter_mut().try_for_each(|child| child.optimize(ctx))
+            }
+            Node::Const(_) => Ok(()),
+            Node::Field { pred, .. } => pred.optimize(ctx),
+        }
+    }
+
     fn has_expr(&self) -> bool {
         match self {
             Node::Expr(_) => true,
@@ -846,6 +857,16 @@ fn walk<'a>(
 }
 
 impl Pred {
+    fn optimize(&mut self, ctx: &EvalContext) -> Result<()> {
+        match self {
+            Pred::ElemMatchObj(node) => node.optimize(ctx),
+            Pred::ElemMatchValue(preds) | Pred::All(preds) | Pred::Not(preds) => {
+                preds.iter_mut().try_for_each(|p| p.optimize(ctx))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn has_expr(&self) -> bool {
         match self {
             Pred::ElemMatchObj(node) => node.has_expr(),
@@ -1088,6 +1109,17 @@ impl Matcher {
     /// Whether the filter uses `$expr` anywhere (forbidden in upsert filters).
     pub fn has_expr(&self) -> bool {
         self.root.has_expr()
+    }
+
+    /// Optimizes every `$expr` of the query for one command, as mongod does when it
+    /// canonicalizes a query (`ExprMatchExpression::getOptimizer` in
+    /// `src/mongo/db/matcher/expression_expr.cpp`): see [`Expr::optimize`].
+    ///
+    /// # Errors
+    ///
+    /// The error of a constant sub-expression of an `$expr`.
+    pub fn optimize(&mut self, ctx: &EvalContext) -> Result<()> {
+        self.root.optimize(ctx)
     }
 
     /// Whether `doc` matches.

@@ -5,6 +5,7 @@ pub mod changes;
 pub mod collation;
 pub mod collection;
 pub mod compare;
+pub mod delta;
 pub mod error;
 pub mod expr;
 pub mod index;
@@ -14,6 +15,8 @@ pub mod projection;
 pub mod size;
 pub mod sort;
 pub mod update;
+
+use std::time::Instant;
 
 use bson::{DateTime, Document, Timestamp};
 
@@ -31,15 +34,45 @@ pub struct EvalContext {
     pub cluster_time: Option<Timestamp>,
     /// User variables from the command's `let`, already evaluated to constants.
     pub vars: Document,
+    /// When the command's `maxTimeMS` runs out, if it has one.
+    pub deadline: Option<Instant>,
 }
 
 impl EvalContext {
-    /// A context at time `now` with no cluster time and no user variables.
+    /// A context at time `now` with no cluster time, no user variables and no deadline.
     pub fn at(now: DateTime) -> Self {
         Self {
             now,
             cluster_time: None,
             vars: Document::new(),
+            deadline: None,
         }
+    }
+
+    /// Fails with `MaxTimeMSExpired` once the command's deadline has passed. Called where
+    /// mongod checks for interruption while it works: before each document it reads or
+    /// writes, as its plan executors do at their yield points.
+    ///
+    /// # Errors
+    ///
+    /// `MaxTimeMSExpired` (50) when the deadline has passed.
+    pub fn check_deadline(&self) -> Result<()> {
+        check_deadline(self.deadline)
+    }
+}
+
+/// Fails with `MaxTimeMSExpired` (50, "operation exceeded time limit", mongod's message for
+/// an operation whose deadline passed) once `deadline` has passed.
+///
+/// # Errors
+///
+/// `MaxTimeMSExpired` when the deadline has passed.
+pub fn check_deadline(deadline: Option<Instant>) -> Result<()> {
+    match deadline {
+        Some(at) if Instant::now() >= at => Err(CommandError::new(
+            error::codes::MAX_TIME_MS_EXPIRED,
+            "operation exceeded time limit",
+        )),
+        _ => Ok(()),
     }
 }

@@ -89,6 +89,18 @@ enum AccKind {
 }
 
 impl Tree {
+    /// Optimizes the computed fields' expressions (see [`Expr::optimize`]).
+    fn optimize(&mut self, ctx: &EvalContext) -> Result<()> {
+        for (_, leaf) in &mut self.fields {
+            match leaf {
+                Leaf::Computed(expr) => expr.optimize(ctx)?,
+                Leaf::Sub(tree) => tree.optimize(ctx)?,
+                Leaf::Include | Leaf::Exclude => {}
+            }
+        }
+        Ok(())
+    }
+
     fn get(&self, name: &str) -> Option<&Leaf> {
         self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
@@ -917,6 +929,7 @@ fn run_group(group: &Group, docs: Vec<Document>, ctx: &EvalContext) -> Result<Ve
     let mut index: std::collections::BTreeMap<OrdBson, usize> = std::collections::BTreeMap::new();
     let mut groups: Vec<(Bson, Vec<AccState>)> = Vec::new();
     for doc in &docs {
+        ctx.check_deadline()?;
         let key = group.id.eval(doc, ctx)?.unwrap_or(Bson::Null);
         let slot = match index.get(&OrdBson(key.clone())) {
             Some(i) => *i,
@@ -1036,6 +1049,7 @@ fn run_stages(stages: &[Stage], input: Vec<Document>, ctx: &EvalContext) -> Resu
                 .count();
             let mut out = Vec::with_capacity(docs.len());
             for d in docs {
+                ctx.check_deadline()?;
                 stream_one(&stages[at..at + run], d, ctx, &mut out)?;
             }
             docs = out;
@@ -1222,6 +1236,36 @@ impl Pipeline {
             parsed.push(stage);
         }
         Ok(Pipeline { stages: parsed })
+    }
+
+    /// Optimizes every stage's expressions for one command, as mongod's
+    /// `Pipeline::optimizePipeline` does before an `aggregate` runs (see [`Expr::optimize`]).
+    /// Update pipelines are not optimized (mongod does not either).
+    ///
+    /// # Errors
+    ///
+    /// The error of a constant sub-expression.
+    pub fn optimize(&mut self, ctx: &EvalContext) -> Result<()> {
+        for stage in &mut self.stages {
+            match stage {
+                Stage::Match(matcher) => matcher.optimize(ctx)?,
+                Stage::Project(Projection::Inclusion(tree) | Projection::Exclusion(tree))
+                | Stage::AddFields(tree) => tree.optimize(ctx)?,
+                Stage::ReplaceRoot { expr, .. } | Stage::SortByCount(expr) => expr.optimize(ctx)?,
+                Stage::Group(group) => {
+                    group.id.optimize(ctx)?;
+                    for (_, _, expr) in &mut group.accumulators {
+                        expr.optimize(ctx)?;
+                    }
+                }
+                Stage::Unwind(_)
+                | Stage::Sort(_)
+                | Stage::Skip(_)
+                | Stage::Limit(_)
+                | Stage::Count(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// Removes a leading `$match` stage and returns its matcher, so that the caller can

@@ -44,6 +44,19 @@ pub enum Update {
     Pipeline(Pipeline),
 }
 
+/// The kind of update that changed a document, which decides how the oplog records it and
+/// so which change event a stream sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateStyle {
+    /// A replacement document: a `replace` event.
+    Replacement,
+    /// Update operators: an `update` event.
+    Operators,
+    /// A pipeline: an `update` event when the server logs it as a delta, `replace` otherwise
+    /// (see [`super::delta`]).
+    Pipeline,
+}
+
 /// A parsed operator update: the operations in application order plus the array filters.
 #[derive(Debug, Clone)]
 pub struct OperatorUpdate {
@@ -202,6 +215,15 @@ impl Update {
     /// Whether this is a replacement document (no operators, not a pipeline).
     pub fn is_replacement(&self) -> bool {
         matches!(self, Update::Replacement(_))
+    }
+
+    /// Which kind of update this is, as the oplog (and so a change stream) records it.
+    pub fn style(&self) -> UpdateStyle {
+        match self {
+            Update::Operators(_) => UpdateStyle::Operators,
+            Update::Replacement(_) => UpdateStyle::Replacement,
+            Update::Pipeline(_) => UpdateStyle::Pipeline,
+        }
     }
 
     /// Applies the update to `doc` in place; returns whether the document changed.
@@ -1613,7 +1635,7 @@ fn sort_key(value: &Bson, path: &str) -> Bson {
 }
 
 /// Type- and order-exact equality (mongod's binary comparison of values).
-fn identical(a: &Bson, b: &Bson) -> bool {
+pub(crate) fn identical(a: &Bson, b: &Bson) -> bool {
     match (a, b) {
         (Bson::Double(x), Bson::Double(y)) => x.to_bits() == y.to_bits(),
         (Bson::Document(x), Bson::Document(y)) => docs_identical(x, y),

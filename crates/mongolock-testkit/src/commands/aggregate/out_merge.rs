@@ -13,7 +13,7 @@ use crate::engine::compare::{type_alias, values_equal};
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::expr::Expr;
 use crate::engine::pipeline::Pipeline;
-use crate::engine::update::validate_document_for_storage;
+use crate::engine::update::{UpdateStyle, validate_document_for_storage};
 
 /// A parsed `$out` or `$merge` stage.
 #[derive(Debug)]
@@ -521,8 +521,12 @@ impl Merge {
                     };
                     validate_document_for_storage(&new)?;
                     if new != stored {
-                        let replacement = matches!(self.when_matched, WhenMatched::Replace);
-                        coll.replace(record, new, replacement)?;
+                        let style = match self.when_matched {
+                            WhenMatched::Replace => UpdateStyle::Replacement,
+                            WhenMatched::Pipeline(_) => UpdateStyle::Pipeline,
+                            _ => UpdateStyle::Operators,
+                        };
+                        coll.replace(record, new, style)?;
                     }
                 }
                 None => match self.when_not_matched {
