@@ -146,6 +146,17 @@ impl LockClient {
         self.ctx.timeout
     }
 
+    /// What the replies tell of the server's clock (see [`crate::clock::ServerClock`]).
+    pub(crate) fn server_clock(&self) -> &Arc<crate::clock::ServerClock> {
+        &self.ctx.server_clock
+    }
+
+    /// How far the server's clock may step forward unnoticed (see
+    /// [`with_clock_uncertainty`](LockClient::with_clock_uncertainty)).
+    pub(crate) fn clock_uncertainty(&self) -> Duration {
+        self.ctx.clock_uncertainty
+    }
+
     /// The turn-taking gate of the local waiters on `resource`.
     pub(crate) fn gate(&self, resource: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut gates = self.shared.gates.lock().unwrap_or_else(|e| e.into_inner());
@@ -318,6 +329,49 @@ impl LockClient {
     /// ```
     pub fn with_retention(self, retention: Duration) -> Self {
         self.with(|ctx| ctx.retention = retention)
+    }
+
+    /// Covers forward steps of the server's clock up to `uncertainty`: every lease of this
+    /// client ends that much earlier on its holder's side (its deadline is shortened by it,
+    /// on top of its safety margin). Default: zero.
+    ///
+    /// The server decides expiry by its own clock. If that clock steps forward (an NTP step
+    /// on the primary, or a failover to a primary whose clock is ahead), a lease ends on the
+    /// server earlier than its holder's deadline, which counts from the clock as it was. The
+    /// client notices a step from the next reply that tells it the server's time (a write's
+    /// `operationTime` on a replica set, a grant's `$$NOW`), and shortens every deadline by
+    /// the step at once; a step that ends a lease before such a reply came (a step larger
+    /// than the lease had left, between two renewals) is covered only by the safety margin
+    /// plus this uncertainty. What is promised:
+    ///
+    /// - a step up to the safety margin plus `uncertainty` never lets a holder believe past
+    ///   the server's expiry;
+    /// - a larger step is noticed from the next reply that carries the server's time (at the
+    ///   latest the lease's next renewal), and every deadline is shortened by it then;
+    ///   between the step and that reply, a holder can believe in a lease the server has
+    ///   ended, by up to the step less the margin and the uncertainty;
+    /// - a step smaller than the TTL less the renewal period is harmless whatever its size:
+    ///   the next renewal lands before the shortened lease ends.
+    ///
+    /// A lease whose TTL does not leave room for its margin, this uncertainty and its
+    /// renewal period is refused by its acquire with
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming
+    /// `clock_uncertainty`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// use std::time::Duration;
+    /// let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"))
+    ///     .with_clock_uncertainty(Duration::from_secs(5));
+    /// let guard = locks.mutex("job").ttl(Duration::from_secs(30)).acquire().await?;
+    /// // 30 s, less the default margin (2 s) and the uncertainty (5 s).
+    /// assert!(guard.time_left() <= Duration::from_secs(23));
+    /// # guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_clock_uncertainty(self, uncertainty: Duration) -> Self {
+        self.with(|ctx| ctx.clock_uncertainty = uncertainty)
     }
 
     /// Bounds every call by `limit` (default [`DEFAULT_COMMAND_TIMEOUT`]): the server is

@@ -8,12 +8,10 @@
 //!   resource's line, in the order they came, and the next one leads as soon as the leader
 //!   resigns, or when its lease ends if it died.
 //! - **Resuming** (a campaign under a stable lock id whose process restarted within the TTL)
-//!   takes back the lease, with its term, and the value its holder stored before: the
-//!   campaign then proclaims its own value before it returns, so a leadership always
-//!   advertises the value it was campaigned with, on the server as in
-//!   [`Leadership::value`] (a read between the two may still see the old value). If that
-//!   proclaim cannot be made, the campaign gives the lease up rather than lead under the old
-//!   value (see [`Election::campaign`]).
+//!   takes back the lease, with its term, and advertises the value it was campaigned with
+//!   from that moment: the one write that makes the lease this client's also stores the
+//!   new value (and this host), so no read sees the old value under the resumed term, and
+//!   [`Leadership::value`] says the same (see [`Election::campaign`]).
 //! - **The term** is the grant's fencing token: greater for every new leader, also after the
 //!   election's document was cleaned up. Pass it with every write the leader makes, so that
 //!   the store can refuse a deposed leader's late writes.
@@ -57,13 +55,6 @@ pub const DEFAULT_OBSERVE_POLL: Duration = Duration::from_millis(500);
 
 /// The server's code for "change streams are only supported on replica sets".
 const CHANGE_STREAM_NOT_SUPPORTED: i32 = 40573;
-
-/// The first pause before a resumed leadership's value is proclaimed again after a transient
-/// error; it doubles each time, up to [`PROCLAIM_RETRY_MAX`].
-const PROCLAIM_RETRY_FIRST: Duration = Duration::from_millis(50);
-
-/// The longest pause between two proclaims of a resumed leadership's value.
-const PROCLAIM_RETRY_MAX: Duration = Duration::from_secs(2);
 
 impl LockClient {
     /// An election named `name`: a mutex on the resource `name` whose holder leads. See
@@ -183,15 +174,11 @@ impl Election {
     /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes) while leading.
     ///
     /// With a [`lock_id`](Self::lock_id) that leads already (this process before a restart),
-    /// the campaign resumes that leadership, in its term, and proclaims `value` over the
-    /// value stored before, before it returns: the leadership it returns advertises `value`,
-    /// on the server and in [`Leadership::value`]. A proclaim that fails transiently is
-    /// tried again (after a pause that doubles, up to two seconds) for as long as the
-    /// campaign may wait and the lease holds; one that cannot succeed gives the lease up (it
-    /// is released before the call returns, or in the background if the server cannot be
-    /// reached) and returns the error, so that nobody leads under the old value. If the
-    /// lease is lost before the value is set (another client resumed the same lock id, or
-    /// the lease ran out), the campaign starts again.
+    /// the campaign resumes that leadership, in its term, and the write that takes the lease
+    /// back stores `value` (and this host) in place of what was stored before: the
+    /// leadership it returns advertises `value`, on the server and in
+    /// [`Leadership::value`], from the moment it leads. A take-back that fails on the way is
+    /// tried again as a failed attempt is.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -219,22 +206,19 @@ impl Election {
     /// # Errors
     ///
     /// As [`Mutex::acquire`]; a value too long is
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming `value`; the
-    /// error of a resumed leadership's proclaim that cannot succeed (see above).
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming `value`.
     ///
     /// # Cancel safety
     ///
-    /// As [`Mutex::acquire`]: dropping the future leaves no leadership behind (one resumed
-    /// whose value was being proclaimed is released in the background).
+    /// As [`Mutex::acquire`]: dropping the future leaves no leadership behind.
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
         let leading = self.elect(value.into(), Within::Forever).await?;
         Ok(leading.expect("a campaign without end leads or fails"))
     }
 
     /// One attempt to lead: `None` if someone else leads (or others campaign before this
-    /// one: campaigners are served in the order they came). A resumed leadership's value is
-    /// proclaimed as [`campaign`](Self::campaign) does, once: if that fails, the lease is
-    /// given up and the error returned; if the lease was lost meanwhile, `None`.
+    /// one: campaigners are served in the order they came). A resumed leadership advertises
+    /// `value` as with [`campaign`](Self::campaign).
     ///
     /// # Errors
     ///
@@ -247,9 +231,8 @@ impl Election {
         self.elect(value.into(), Within::Once).await
     }
 
-    /// Waits up to `timeout` to lead: `None` if the wait gave up. A resumed leadership's
-    /// value is proclaimed as [`campaign`](Self::campaign) does, tried again until the
-    /// timeout at most.
+    /// Waits up to `timeout` to lead: `None` if the wait gave up. A resumed leadership
+    /// advertises `value` as with [`campaign`](Self::campaign).
     ///
     /// # Errors
     ///
@@ -344,83 +327,23 @@ impl Election {
         })
     }
 
-    /// A campaign advertising `value`, for as long as `within` says: the lease, then the
-    /// value, then the leadership. `None` if the wait gave up.
+    /// A campaign advertising `value`, for as long as `within` says. `None` if the wait gave
+    /// up.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future drops the guard it holds, if any: released in the background.
+    /// As [`Mutex::acquire`].
     async fn elect(&self, value: String, within: Within) -> Result<Option<Leadership>> {
         check_label("value", &value)?;
         let mutex = self.mutex.clone().owner(value.clone());
-        loop {
-            let Some(guard) = within.acquire(&mutex).await? else {
-                return Ok(None);
-            };
-            match self.advertise(&guard, &value, within).await {
-                Advertised::Yes => {
-                    return Ok(Some(Leadership {
-                        guard,
-                        client: self.client.clone(),
-                        value: std::sync::Mutex::new(value),
-                    }));
-                }
-                Advertised::Lost => {
-                    // Lost before its value was set: whatever the server may still have of
-                    // it is released in the background, and the campaign starts again if
-                    // there is time.
-                    drop(guard);
-                    if within.is_over() {
-                        return Ok(None);
-                    }
-                }
-                Advertised::Failed(error) => {
-                    // Not leading under another value: the lease goes. A release that
-                    // fails is the client's to retry in the background.
-                    let _ = guard.release().await;
-                    return Err(error);
-                }
-            }
-        }
-    }
-
-    /// Makes the server advertise `value` for the leadership `guard` holds. A fresh grant
-    /// stored it already; a resumed lease holds the value its holder stored before, and is
-    /// proclaimed over, again after a transient error for as long as `within` allows.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may leave the value set or not; the guard is the caller's.
-    async fn advertise(&self, guard: &LockGuard, value: &str, within: Within) -> Advertised {
-        if guard.grant().holder().owner().unwrap_or_default() == value {
-            return Advertised::Yes;
-        }
-        let mut pause = PROCLAIM_RETRY_FIRST;
-        loop {
-            if guard.is_lost() {
-                return Advertised::Lost;
-            }
-            let sent = match self.client.ready() {
-                Ok(ctx) => command::proclaim::run(ctx, guard.grant(), value).await,
-                Err(error) => Err(error),
-            };
-            let error = match sent {
-                Ok(true) => return Advertised::Yes,
-                Ok(false) => {
-                    guard.revoked();
-                    return Advertised::Lost;
-                }
-                Err(error) => error,
-            };
-            if !error.is_retryable() || !within.pause(pause).await {
-                return Advertised::Failed(error);
-            }
-            tracing::warn!(
-                %error, election = %self.name, retry_in = ?pause,
-                "could not advertise the value of a resumed leadership; trying again"
-            );
-            pause = (pause * 2).min(PROCLAIM_RETRY_MAX);
-        }
+        let Some(guard) = within.acquire(&mutex).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Leadership {
+            guard,
+            client: self.client.clone(),
+            value: std::sync::Mutex::new(value),
+        }))
     }
 }
 
@@ -451,43 +374,6 @@ impl Within {
             Within::Forever => mutex.acquire().await.map(Some),
         }
     }
-
-    /// Whether no other attempt fits.
-    fn is_over(self) -> bool {
-        match self {
-            Within::Once => true,
-            Within::Until(deadline) => Instant::now() >= deadline,
-            Within::Forever => false,
-        }
-    }
-
-    /// Sleeps `pause` before another attempt; false, at once, if it does not fit.
-    ///
-    /// # Cancel safety
-    ///
-    /// Only sleeps.
-    async fn pause(self, pause: Duration) -> bool {
-        let wake_at = match self {
-            Within::Once => return false,
-            Within::Until(deadline) => match Instant::now().checked_add(pause) {
-                Some(wake_at) if wake_at < deadline => wake_at,
-                _ => return false,
-            },
-            Within::Forever => Instant::now() + pause,
-        };
-        tokio::time::sleep_until(wake_at).await;
-        true
-    }
-}
-
-/// How a campaign's value fared.
-enum Advertised {
-    /// The server advertises it.
-    Yes,
-    /// The lease was lost first.
-    Lost,
-    /// It could not be set.
-    Failed(Error),
 }
 
 /// Who leads an election, as the server had it when asked.

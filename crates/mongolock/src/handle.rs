@@ -79,7 +79,10 @@ macro_rules! lease_settings {
         /// revoked it with a force release), nobody is granted the lock for `delay` more,
         /// by the server's clock: a holder that was only slow cannot race its successor
         /// (Chubby's and Consul's lock-delay). A release frees it at once. Default: none.
-        /// See [`LockDetails::lock_delay`](crate::LockDetails::lock_delay).
+        /// After an operator's force release, a revoked holder is covered only by a delay of
+        /// at least its renewal period plus a renewal's time limit (at least the TTL if it
+        /// cannot reach the server): see
+        /// [`LockDetails::lock_delay`](crate::LockDetails::lock_delay).
         pub fn lock_delay(mut self, delay: Duration) -> Self {
             self.options.details = self.options.details.lock_delay(delay);
             self

@@ -53,7 +53,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::clock::{Clock, SUSPEND_CHECK};
+use crate::clock::{Clock, SUSPEND_CHECK, ServerClock, Stamp};
 use crate::command::{Context, keepalive, release};
 use crate::lock::{Grant, LeaseState, LossReason};
 use crate::request::AcquireRequest;
@@ -76,12 +76,16 @@ pub(crate) struct Lease {
     /// attempt was another process's, whose history is unknown).
     pub(crate) retire: bool,
     clock: Clock,
-    deadline: Mutex<Instant>,
+    /// The forward steps of the server's clock the client notices: each one noticed after
+    /// the command the deadline counts from was sent shortens the deadline by as much.
+    /// `None`: none are followed (unit tests).
+    server: Option<Arc<ServerClock>>,
+    deadline: Mutex<Stamp>,
     state: watch::Sender<LeaseState>,
 }
 
 impl Lease {
-    /// A lease granted by an attempt sent at `sent_at` (read from `clock`).
+    /// A lease granted by an attempt sent at `sent` (read from `clock`).
     ///
     /// The deadline counts from the send of the copy of the attempt whose reply came back,
     /// for what the server said the grant had left when it executed that copy (the TTL for
@@ -92,22 +96,33 @@ impl Lease {
         ttl: Duration,
         margin: Duration,
         every: Duration,
-        sent_at: Instant,
+        sent: Stamp,
         clock: Clock,
     ) -> Self {
         let left = grant.remaining.map_or(ttl, |remaining| remaining.min(ttl));
-        let deadline = sent_at + left.saturating_sub(margin);
+        let deadline = Stamp {
+            at: sent.at + left.saturating_sub(margin),
+            stepped: sent.stepped,
+        };
         Lease {
             grant,
             ttl,
             margin,
             every,
-            sent_at,
+            sent_at: sent.at,
             retire: false,
             clock,
+            server: None,
             deadline: Mutex::new(deadline),
             state: watch::Sender::new(LeaseState::Held),
         }
+    }
+
+    /// The same lease, its deadline shortened by every forward step of the server's clock
+    /// that `server` notices from now on (see [`ServerClock`]).
+    pub(crate) fn following(mut self, server: Arc<ServerClock>) -> Self {
+        self.server = Some(server);
+        self
     }
 
     /// The same lease, whose release retires its attempt (see [`Lease::retire`]).
@@ -124,9 +139,23 @@ impl Lease {
         }
     }
 
-    /// The local deadline, on the lease clock.
+    /// The local deadline, on the lease clock: shortened by the forward steps of the server's
+    /// clock noticed since the command it counts from was sent.
     pub(crate) fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+        let stamp = *self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        self.shortened(stamp)
+    }
+
+    /// `stamp`'s moment, less the steps noticed since it.
+    fn shortened(&self, stamp: Stamp) -> Instant {
+        let since = match &self.server {
+            Some(server) => server.stepped().saturating_sub(stamp.stepped),
+            None => Duration::ZERO,
+        };
+        stamp
+            .at
+            .checked_sub(since)
+            .unwrap_or(self.sent_at.min(stamp.at))
     }
 
     /// The time left to the deadline (zero once it passed).
@@ -163,17 +192,20 @@ impl Lease {
     }
 
     /// The server had the lease, with `left` to go, when it executed a command sent at
-    /// `sent_at` (on the lease clock). Ignored once the lease is lost: a lost lease is never
+    /// `sent` (on the lease clock). Ignored once the lease is lost: a lost lease is never
     /// revived, and a reply that arrives after the deadline proves nothing.
-    fn confirmed(&self, sent_at: Instant, left: Duration) {
+    fn confirmed(&self, sent: Stamp, left: Duration) {
         if self.is_lost() {
             self.lose(LossReason::Deadline);
             return;
         }
         {
             let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
-            let next = sent_at + left.min(self.ttl).saturating_sub(self.margin);
-            if next > *deadline {
+            let next = Stamp {
+                at: sent.at + left.min(self.ttl).saturating_sub(self.margin),
+                stepped: sent.stepped,
+            };
+            if self.shortened(next) > self.shortened(*deadline) {
                 *deadline = next;
             }
         }
@@ -187,9 +219,9 @@ impl Lease {
         });
     }
 
-    /// A renewal sent at `sent_at` renewed this very lease by its TTL.
-    fn renewed(&self, sent_at: Instant) {
-        self.confirmed(sent_at, self.ttl);
+    /// A renewal sent at `sent` renewed this very lease by its TTL.
+    fn renewed(&self, sent: Stamp) {
+        self.confirmed(sent, self.ttl);
     }
 
     /// A renewal failed: the lease may still be held until its deadline.
@@ -676,7 +708,7 @@ async fn tick(keeper: &Arc<Keeper>, leases: Vec<Arc<Lease>>) -> bool {
         return true;
     };
     let grants: Vec<&Grant> = live.iter().map(|l| &l.grant).collect();
-    let sent_at = keeper.clock.now();
+    let sent_at = ctx.server_clock.stamp();
     let renewed = keepalive::renew(ctx, &keeper.id, &grants, limit).await;
     crate::observe::renewal(renewed.is_ok());
     match &renewed {
@@ -706,7 +738,7 @@ async fn tick(keeper: &Arc<Keeper>, leases: Vec<Arc<Lease>>) -> bool {
         .min()
         .unwrap_or_default()
         .max(Duration::from_millis(1));
-    let read_at = keeper.clock.now();
+    let read_at = ctx.server_clock.stamp();
     match keepalive::live(ctx, &keeper.id, limit).await {
         Ok(rows) => {
             let held: HashMap<keepalive::LiveEntry, Option<Duration>> = rows.into_iter().collect();
@@ -858,7 +890,7 @@ mod tests {
             Duration::from_secs(10),
             Duration::from_secs(1),
             Duration::from_secs(3),
-            sent,
+            Stamp::plain(sent),
             clock,
         )
     }
@@ -869,10 +901,10 @@ mod tests {
         let lease = lease(sent, Clock::system());
         assert_eq!(lease.deadline(), sent + Duration::from_secs(9));
         tokio::time::advance(Duration::from_secs(5)).await;
-        lease.renewed(sent + Duration::from_secs(4));
+        lease.renewed(Stamp::plain(sent + Duration::from_secs(4)));
         assert_eq!(lease.deadline(), sent + Duration::from_secs(13));
         // An older renewal never moves the deadline back.
-        lease.renewed(sent + Duration::from_secs(1));
+        lease.renewed(Stamp::plain(sent + Duration::from_secs(1)));
         assert_eq!(lease.deadline(), sent + Duration::from_secs(13));
         assert_eq!(lease.state(), LeaseState::Held);
     }
@@ -890,7 +922,7 @@ mod tests {
                 Duration::from_secs(10),
                 Duration::from_secs(1),
                 Duration::from_secs(3),
-                sent,
+                Stamp::plain(sent),
                 Clock::system(),
             )
         };
@@ -923,7 +955,7 @@ mod tests {
         // No task ran: the state is read against the clock.
         assert_eq!(lease.state(), LeaseState::Lost(LossReason::Deadline));
         // A late renewal does not revive it.
-        lease.renewed(Instant::now());
+        lease.renewed(Stamp::plain(Instant::now()));
         assert!(lease.is_lost());
         assert_eq!(lease.lost().await, LossReason::Deadline);
     }
@@ -953,10 +985,10 @@ mod tests {
         let sent = Instant::now();
         let lease = lease(sent, Clock::system());
         tokio::time::advance(Duration::from_secs(4)).await;
-        lease.confirmed(Instant::now(), Duration::from_secs(8));
+        lease.confirmed(Stamp::plain(Instant::now()), Duration::from_secs(8));
         assert_eq!(lease.deadline(), sent + Duration::from_secs(11));
         // Never more than the TTL from the read, whatever the server says.
-        lease.confirmed(Instant::now(), Duration::from_secs(60));
+        lease.confirmed(Stamp::plain(Instant::now()), Duration::from_secs(60));
         assert_eq!(lease.deadline(), sent + Duration::from_secs(13));
     }
 
@@ -967,7 +999,7 @@ mod tests {
             Duration::from_secs(10),
             Duration::ZERO,
             Duration::from_secs(3),
-            Instant::now(),
+            Stamp::plain(Instant::now()),
             Clock::system(),
         ));
         let start = Instant::now();
@@ -979,7 +1011,7 @@ mod tests {
             Duration::from_secs(10),
             Duration::ZERO,
             Duration::from_secs(3),
-            Instant::now(),
+            Stamp::plain(Instant::now()),
             Clock::system(),
         ));
         let waiter = tokio::spawn({

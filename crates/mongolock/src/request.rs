@@ -114,6 +114,17 @@ impl LockDetails {
     /// The entry stays in the document during its delay (its `expiresAt` is the end of the
     /// delay, see `schema.rs`), so status shows who caused it, and a purge keeps it.
     ///
+    /// **What it covers after a revocation.** A force release ends the lease at once, and
+    /// the delay runs from then; the revoked holder's guard learns of it at its next renewal:
+    /// within the renewal period plus that renewal's time limit (the longer of the period and
+    /// a quarter of the TTL, at most), if it can reach the server, and at its local deadline
+    /// (up to the TTL after its last renewal) if it cannot. So a lock-delay of at least the
+    /// renewal period plus its time limit (two thirds of the TTL with the default period)
+    /// keeps a reachable revoked holder from overlapping its successor, and only a lock-delay
+    /// of at least the TTL covers one that cannot reach the server. A shorter delay narrows
+    /// the overlap but promises nothing. After a lease that simply ran out, any delay adds to
+    /// what the local deadline already guarantees (see the crate's promises).
+    ///
     /// ```
     /// use std::time::Duration;
     /// let details = mongolock::LockDetails::default()

@@ -50,6 +50,7 @@ use tracing::Instrument;
 use crate::attempt::Attempt;
 use crate::changes::{Availability, WakeCause};
 use crate::client::LockClient;
+use crate::clock::Stamp;
 use crate::command::keepalive;
 use crate::command::refresh_places::Place;
 use crate::error::{Error, ErrorKind, Result};
@@ -205,6 +206,27 @@ pub(crate) struct LeaseTiming {
     margin: Duration,
 }
 
+impl LeaseTiming {
+    /// The same timing, its margin grown by the client's clock uncertainty (see
+    /// [`LockClient::with_clock_uncertainty`]), checked again.
+    fn with_uncertainty(self, uncertainty: Duration) -> Result<LeaseTiming> {
+        if uncertainty.is_zero() {
+            return Ok(self);
+        }
+        let margin = self.margin.saturating_add(uncertainty);
+        if margin >= self.ttl || self.every >= self.ttl - margin {
+            return Err(Error::invalid(
+                "clock_uncertainty",
+                format!(
+                    "{uncertainty:?} and the safety margin {:?} leave too little of the TTL {:?} for a renewal every {:?}",
+                    self.margin, self.ttl, self.every
+                ),
+            ));
+        }
+        Ok(LeaseTiming { margin, ..self })
+    }
+}
+
 /// How long to wait.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait {
@@ -325,6 +347,7 @@ async fn acquire_in_span(
     wait: Wait,
 ) -> Result<Option<LockGuard>> {
     let started = Instant::now();
+    let timing = timing.with_uncertainty(client.clock_uncertainty())?;
     let shared = client.shared();
     // Chores left where no runtime ran (a guard or an acquire dropped on a plain thread)
     // start now at the latest.
@@ -380,7 +403,8 @@ async fn acquire_in_span(
                     timing.every,
                     sent_at,
                     shared.keeper.clock().clone(),
-                );
+                )
+                .following(client.server_clock().clone());
                 // A copy of this attempt had an unknown outcome: it may still reach the
                 // server, so the release must retire the attempt too.
                 let lease = Arc::new(if pending.uncertain {
@@ -442,7 +466,8 @@ async fn acquire_in_span(
                 pending.settled();
                 // This lock id holds the resource from before: its holder restarted, and
                 // resumes its lease.
-                let failure = match resume(client, grant, &timing, sent_at).await {
+                let failure = match resume(client, grant, &timing, &request.details, sent_at).await
+                {
                     Ok(Some(lease)) => {
                         let key = shared.keeper.add(lease.clone());
                         observe::acquired(kind, started.elapsed());
@@ -576,15 +601,26 @@ async fn acquire_in_span(
 /// Returns when the attempt was sent, on the lease clock, and what came back. An error
 /// before anything was sent (a bad request, an owed chore that failed again) leaves the
 /// attempt as it was; one after it was sent makes its outcome unknown.
-async fn send(client: &LockClient, pending: &mut Pending) -> (Instant, Result<Attempt>) {
+async fn send(client: &LockClient, pending: &mut Pending) -> (Stamp, Result<Attempt>) {
     let keeper = &client.shared().keeper;
+    let server = client.server_clock();
     let request = &pending.request;
     if let Err(error) = keeper.settle(&request.resource, &request.lock_id).await {
-        return (keeper.clock().now(), Err(error));
+        return (server.stamp(), Err(error));
     }
     pending.sending();
-    let sent_at = keeper.clock().now();
+    let mut sent_at = server.stamp();
     let outcome = client.acquire(&pending.request).await;
+    // A grant says exactly what the server's clock read: its lease's end less what it had
+    // left (see `ServerClock`). A step it shows came before the grant, which counts from
+    // the clock as stepped: such steps do not shorten this lease.
+    if let Ok(Attempt::Granted(grant) | Attempt::AlreadyHeld(grant)) = &outcome
+        && let (Some(end), Some(left)) = (grant.holder.expires_at, grant.remaining)
+    {
+        let left = crate::clock::saturating_millis(left);
+        let now = end.timestamp_millis().saturating_sub(left);
+        sent_at.stepped = server.read_exactly(sent_at, now);
+    }
     match &outcome {
         // Refused before anything was sent: there is nothing to withdraw.
         Err(error) if matches!(error.kind(), ErrorKind::InvalidArgument { .. }) => {
@@ -611,7 +647,8 @@ async fn resume(
     client: &LockClient,
     mut grant: Grant,
     timing: &LeaseTiming,
-    sent_at: Instant,
+    details: &LockDetails,
+    sent_at: Stamp,
 ) -> Result<Option<Arc<Lease>>> {
     let keeper = &client.shared().keeper;
     if keeper.holds(grant.resource(), grant.lock_id()) {
@@ -644,11 +681,14 @@ async fn resume(
             ),
         ));
     }
-    if !keepalive::adopt(client.ready()?, &grant, &keeper.id).await? {
+    if !keepalive::adopt(client.ready()?, &grant, &keeper.id, details).await? {
         return Ok(None);
     }
-    // Its entry names this client's keeper now: the release matches that.
+    // Its entry names this client's keeper now (the release matches that), and this
+    // process's owner and host.
     grant.holder.keeper = Some(keeper.id.clone());
+    grant.holder.owner = details.owner_value().map(str::to_owned);
+    grant.holder.host = Some(details.host_value().to_owned());
     // Its attempt was another process's, whose outcome may have been unknown: releasing it
     // retires that attempt too.
     let lease = Lease::new(
@@ -659,6 +699,7 @@ async fn resume(
         sent_at,
         keeper.clock().clone(),
     )
+    .following(client.server_clock().clone())
     .retiring();
     Ok((!lease.is_lost()).then(|| Arc::new(lease)))
 }

@@ -220,3 +220,78 @@ async fn a_delay_too_long_is_a_typed_error() {
         None
     );
 }
+
+/// Polls `try_acquire` on `resource` through `locks` until it is granted; returns when, on
+/// the test's clock.
+async fn granted_at(locks: &mongolock::LockClient, resource: &str) -> std::time::Instant {
+    loop {
+        if let Some(guard) = locks.mutex(resource).try_acquire().await.unwrap() {
+            let at = std::time::Instant::now();
+            guard.release().await.unwrap();
+            return at;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The bound the lock-delay docs state, for a revoked holder that can reach the server: it
+/// learns of the revocation at its next renewal, within its renewal period plus that
+/// renewal's time limit (here 1 s + 1 s); a lock-delay at least that long (here 2.5 s)
+/// keeps it from overlapping its successor.
+#[tokio::test]
+async fn emulator_only_a_reachable_revoked_holder_is_told_within_the_delay_it_is_given() {
+    let Some(env) = emulator_env("delay_bound_reachable").await else {
+        return;
+    };
+    let locks = &env.locks;
+    let mutex = (locks.mutex("r").ttl(secs(3)))
+        .lock_delay(Duration::from_millis(2_500))
+        .extend_every(secs(1));
+    let guard = mutex.acquire().await.unwrap();
+    // Just after a renewal: the holder learns at the next one, a full period later.
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    let other = env.other_client().await;
+    assert_eq!(other.force_release("r").await.unwrap(), 1);
+    let successor = granted_at(&other, "r");
+    let told = async {
+        guard.lost().await;
+        std::time::Instant::now()
+    };
+    let (successor, told) = tokio::join!(successor, told);
+    assert!(
+        told < successor,
+        "the successor was granted before the holder was told"
+    );
+    other.shutdown().await;
+}
+
+/// A revoked holder cut off from the server learns only at its local deadline, up to the
+/// TTL after its last renewal: a lock-delay of at least the TTL keeps it from overlapping
+/// its successor even then.
+#[tokio::test]
+async fn emulator_only_a_cut_off_revoked_holder_is_covered_by_a_delay_of_the_ttl() {
+    let Some(common::Proxied {
+        server: _server,
+        proxy,
+        cut_off,
+        direct,
+    }) = common::proxied("delay_bound_cut_off").await
+    else {
+        return;
+    };
+    let mutex = (cut_off.mutex("r").ttl(secs(3))).lock_delay(secs(3));
+    let guard = mutex.acquire().await.unwrap();
+    proxy.blackhole();
+    assert_eq!(direct.force_release("r").await.unwrap(), 1);
+    let successor = granted_at(&direct, "r");
+    let told = async {
+        guard.lost().await;
+        std::time::Instant::now()
+    };
+    let (successor, told) = tokio::join!(successor, told);
+    assert!(
+        told < successor,
+        "the successor was granted before the holder was told"
+    );
+    proxy.heal();
+}

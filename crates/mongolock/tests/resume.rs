@@ -257,3 +257,28 @@ async fn a_lease_granted_with_a_fractional_millisecond_ttl_is_resumed_with_it() 
     assert_eq!(guard.fencing_token(), token);
     guard.release().await.unwrap();
 }
+
+/// The write that takes a lease back also stores the owner and host of the process that
+/// resumes it: status shows who holds it now, not who held it before the restart.
+#[tokio::test]
+async fn a_resumed_lease_shows_its_new_owner_and_host() {
+    let env = env("resume_owner").await;
+    let old = env.other_client().await;
+    let lost = (old.mutex("job").lock_id("svc").ttl(secs(30)))
+        .owner("old-owner")
+        .host("old-host")
+        .acquire()
+        .await
+        .unwrap();
+    std::mem::forget(lost);
+    drop(old);
+    let mutex = (env.locks.mutex("job").lock_id("svc").ttl(secs(30)))
+        .owner("new-owner")
+        .host("new-host");
+    let guard = mutex.try_acquire().await.unwrap().expect("resumed");
+    assert_eq!(guard.grant().holder().owner(), Some("new-owner"));
+    let held = env.locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(held[0].holder().owner(), Some("new-owner"));
+    assert_eq!(held[0].holder().host(), Some("new-host"));
+    guard.release().await.unwrap();
+}

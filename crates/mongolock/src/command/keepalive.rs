@@ -51,6 +51,7 @@ use crate::command::expr::{self, literal};
 use crate::command::{Context, batched, send_batched};
 use crate::error::{Error, Result};
 use crate::lock::{Grant, LockKind};
+use crate::request::LockDetails;
 use crate::schema::{self, FORMAT, MARK};
 
 /// `{ $or: [{ "exclusive.keeper": k }, { "shared.keeper": k }] }`: the documents where the
@@ -203,16 +204,29 @@ pub(crate) async fn renew(
 /// The command that makes `keeper` the keeper of a lease granted to another (a process
 /// that held the same lock id and restarted): one `update` whose query is the lease's while
 /// its holder holds it (whatever keeper it names), and whose stage names `keeper` in its
-/// entry. From then on only `keeper` renews it, and the keeper named before finds it gone.
+/// entry, with the owner and host of the process that resumes it (`details`'), so that
+/// status and an election's leader show who holds it now. From then on only `keeper`
+/// renews it, and the keeper named before finds it gone.
 ///
 /// ```text
 /// update: <collection>, updates: [{ q: <the lease, live>,
-///   u: [ { $set: { exclusive: <the entry, keeper = <keeper>> } } ] }]   // or that shared entry
+///   u: [ { $set: { exclusive: <the entry, keeper, owner, host = this process's> } } ] }]
+///                                                           // or that shared entry
 /// ```
-pub(crate) fn adopt_command(ctx: &Context, grant: &Grant, keeper: &str) -> Document {
+pub(crate) fn adopt_command(
+    ctx: &Context,
+    grant: &Grant,
+    keeper: &str,
+    details: &LockDetails,
+) -> Document {
     let token = grant.fencing_token();
-    let adopted =
-        |entry: &str| bson!({ "$mergeObjects": [entry, { schema::KEEPER: literal(keeper) }] });
+    let owner = details.owner_value().map_or(Bson::Null, literal);
+    let host = literal(details.host_value());
+    let adopted = |entry: &str| {
+        bson!({ "$mergeObjects": [entry, {
+            schema::KEEPER: literal(keeper), "owner": owner.clone(), "host": host.clone(),
+        }] })
+    };
     let update = match grant.kind() {
         LockKind::Exclusive => doc! { "$set": { "exclusive": adopted("$exclusive") } },
         LockKind::Shared => doc! { "$set": { "shared": { "$map": {
@@ -230,12 +244,17 @@ pub(crate) fn adopt_command(ctx: &Context, grant: &Grant, keeper: &str) -> Docum
     }
 }
 
-/// Makes `keeper` the keeper of the lease `grant` (see [`adopt_command`]); false if its
-/// holder no longer holds it.
-pub(crate) async fn adopt(ctx: &Context, grant: &Grant, keeper: &str) -> Result<bool> {
+/// Makes `keeper` the keeper of the lease `grant`, under `details`' owner and host (see
+/// [`adopt_command`]); false if its holder no longer holds it.
+pub(crate) async fn adopt(
+    ctx: &Context,
+    grant: &Grant,
+    keeper: &str,
+    details: &LockDetails,
+) -> Result<bool> {
     let reply = ctx
         .write(
-            adopt_command(ctx, grant, keeper),
+            adopt_command(ctx, grant, keeper, details),
             crate::command::Upsert::No,
         )
         .await?;

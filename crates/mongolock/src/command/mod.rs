@@ -128,6 +128,11 @@ pub(crate) struct Context {
     pub(crate) write_concern: WriteConcern,
     pub(crate) retention: Duration,
     pub(crate) timeout: Duration,
+    /// How far the server's clock may step forward unnoticed: subtracted from every lease's
+    /// deadline (see [`crate::clock::ServerClock`]).
+    pub(crate) clock_uncertainty: Duration,
+    /// What the replies tell of the server's clock, shared by every clone.
+    pub(crate) server_clock: std::sync::Arc<crate::clock::ServerClock>,
 }
 
 /// Whether a write may create the resource document (an upsert), and so may meet a
@@ -166,6 +171,10 @@ impl Context {
                 .build(),
             retention: crate::DEFAULT_RETENTION,
             timeout: DEFAULT_COMMAND_TIMEOUT,
+            clock_uncertainty: Duration::ZERO,
+            server_clock: std::sync::Arc::new(crate::clock::ServerClock::new(
+                crate::clock::Clock::system(),
+            )),
         }
     }
 
@@ -296,6 +305,10 @@ impl Context {
             Err(_) => return Err(Error::timeout(total, Effect::Write)),
             Ok(reply) => reply.map_err(|e| Error::database(e, Effect::Write))?,
         };
+        // The server's clock had read at least this much: a forward step shows here.
+        if let Ok(time) = reply.get_timestamp("operationTime") {
+            self.server_clock.read_at_least(time.time);
+        }
         if let Ok(wce) = reply.get_document("writeConcernError") {
             let code = match wce.get("code") {
                 Some(Bson::Int32(c)) => *c,

@@ -598,7 +598,11 @@ mod adopted {
         let Attempt::Granted(grant) = locks.acquire(&first).await.unwrap() else {
             panic!("granted")
         };
-        assert!(keepalive::adopt(&ctx, &grant, "keeper-b").await.unwrap());
+        assert!(
+            keepalive::adopt(&ctx, &grant, "keeper-b", &LockDetails::default())
+                .await
+                .unwrap()
+        );
         // The first client withdraws its attempt (its future was dropped, say): nothing goes.
         assert!(!release_attempt(&ctx, &first).await.unwrap());
         let stored = collection
