@@ -146,6 +146,10 @@ struct Entry {
     sender: watch::Sender<Wake>,
     /// Live [`Subscription`]s on this resource; the entry goes when it drops to zero.
     subscribers: usize,
+    /// The last `wake` this client was woken by on this resource: a replacement that
+    /// carries it again (a renewal or a grant the server logged as a whole document) moved
+    /// nobody's turn, and wakes nobody.
+    last_wake: Option<String>,
 }
 
 /// Atomic counterparts of [`WakeStats`].
@@ -209,7 +213,8 @@ impl Shared {
         });
     }
 
-    /// Wakes the subscribers of the resource an event is about, if it has any.
+    /// Wakes the subscribers of the resource an event is about, if it has any, unless the
+    /// event carries the same `wake` as the last one that woke them (see [`pipeline`]).
     fn dispatch(&self, event: &Document) {
         self.counters.events.fetch_add(1, Ordering::Relaxed);
         let Some(Bson::String(resource)) = event
@@ -219,8 +224,13 @@ impl Shared {
         else {
             return; // not a lock document (lock documents are keyed by a string)
         };
-        let resources = self.resources();
-        if let Some(entry) = resources.get(resource) {
+        let wake = event.get_str("wake").ok();
+        let mut resources = self.resources();
+        if let Some(entry) = resources.get_mut(resource) {
+            if wake.is_some() && entry.last_wake.as_deref() == wake {
+                return;
+            }
+            entry.last_wake = wake.map(str::to_owned);
             bump(&entry.sender, WakeCause::Change);
             self.counters.change_wakeups.fetch_add(1, Ordering::Relaxed);
         }
@@ -386,6 +396,7 @@ impl Wakeups {
                     })
                     .0,
                     subscribers: 0,
+                    last_wake: None,
                 });
             entry.subscribers += 1;
             // A new receiver has seen the current value: only later bumps count.
@@ -509,24 +520,37 @@ impl Drop for Subscription {
 /// The stages after `$changeStream`: only the changes that wake one of this client's
 /// waiters, and only what a wake-up needs of them. A change that lets the head of a
 /// resource's line in (a release, a withdrawal, a waiter ahead leaving the line, a shared
-/// grant with a reader next) names the head's keeper in the document's `wake` field (see
-/// `command/expr.rs`); this stream passes the updates that set it to `keeper`'s name, so a
-/// release wakes the one client whose waiter can take the lock, and a grant, a renewal or a
-/// waiter joining the line wakes nobody (a client that holds leases and waits for nothing
-/// gets no events for its own renewals). A deleted or replaced document passes too. An
-/// expiry changes nothing on the server: waiters' timers see to it. `_id` (the resume token)
-/// must stay: the server refuses to deliver events whose `_id` a stage changed.
+/// grant with a reader next) names the head's keeper in the document's `wake` field, with
+/// a stamp new to that command (see `command/expr.rs`); this stream passes the changes
+/// whose document names `keeper` there, so a release wakes the one client whose waiter can
+/// take the lock, and a grant, a renewal or a waiter joining the line wakes nobody (a
+/// client that holds leases and waits for nothing gets no events for its own renewals).
+///
+/// mongod logs a pipeline update as a delta (an `update` event, with the fields it set)
+/// only when the delta is smaller than the new document, and as a whole document (a
+/// `replace` event, with `fullDocument`) otherwise, and always so before 5.0: the filter
+/// reads `wake` from either, so no event type passes to every client. A replacement that
+/// did not change `wake` (a renewal logged whole, while `wake` still names this client from
+/// an earlier change) carries the stamp already seen, and [`Shared::dispatch`] drops it. A
+/// deleted document passes too. An expiry changes nothing on the server: waiters' timers
+/// see to it. `_id` (the resume token) must stay: the server refuses to deliver events
+/// whose `_id` a stage changed.
 fn pipeline(keeper: &str) -> Vec<Document> {
-    let wake = format!(
-        "updateDescription.updatedFields.{}",
-        crate::command::expr::WAKE
-    );
+    let field = crate::command::expr::WAKE;
+    let named = doc! { "$regex": format!("^{} ", regex_escaped(keeper)) };
     vec![
         doc! {"$match": {"$or": [
-            {"operationType": {"$in": ["replace", "delete"]}},
-            {"operationType": "update", wake: {"$regex": format!("^{} ", regex_escaped(keeper))}},
+            {"operationType": "delete"},
+            {"operationType": "update", format!("updateDescription.updatedFields.{field}"): named.clone()},
+            {"operationType": "replace", format!("fullDocument.{field}"): named},
         ]}},
-        doc! {"$project": {"_id": 1, "documentKey": 1}},
+        doc! {"$project": {
+            "_id": 1, "documentKey": 1,
+            "wake": { "$ifNull": [
+                format!("$updateDescription.updatedFields.{field}"),
+                format!("$fullDocument.{field}"),
+            ]},
+        }},
     ]
 }
 

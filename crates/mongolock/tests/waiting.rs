@@ -36,7 +36,7 @@ use common::recorder::{Command, Recorder, recorded_client};
 use futures_util::StreamExt;
 use mongodb::{Collection, Database};
 use mongolock::{Filter, LockClient, LockDetails, RECHECK};
-use mongolock_testkit::TestServer;
+use mongolock_testkit::{ServerVersion, TestServer};
 use tokio::time::{Instant, sleep, timeout};
 
 /// A guard against hangs only: nothing asserts that something is this fast.
@@ -89,8 +89,15 @@ impl Setup {
     /// An emulator of its own, whatever `MONGODB_URI` says: a one-member replica set, or a
     /// standalone server (no change streams).
     async fn emulator(name: &str, standalone: bool) -> Setup {
+        Self::emulating(name, standalone, ServerVersion::default()).await
+    }
+
+    /// An emulator of its own that reports and behaves as `version` (on 4.4, every
+    /// pipeline update is logged, and seen by change streams, as a whole document).
+    async fn emulating(name: &str, standalone: bool, version: ServerVersion) -> Setup {
         let server = TestServer::builder()
             .standalone(standalone)
+            .server_version(version)
             .ttl_monitor_interval(Duration::from_millis(20))
             .start()
             .await
@@ -640,7 +647,48 @@ async fn a_release_wakes_only_the_client_at_the_head_of_the_line() {
     if !setup.has_change_streams().await {
         return;
     }
-    let clients = streaming_clients(&setup, &["w0", "w1", "w2"]).await;
+    wake_only_the_head(&setup).await;
+}
+
+/// The same on a 4.4 server, which logs every change as a whole document (`replace`
+/// events): the stream still passes only a change that names the client's waiter.
+#[tokio::test]
+async fn on_4_4_a_release_wakes_only_the_client_at_the_head_of_the_line() {
+    let setup = Setup::emulating("wake_one_44", false, ServerVersion::V4_4).await;
+    wake_only_the_head(&setup).await;
+}
+
+/// On a 4.4 server, a client that holds a lease and waits for nothing receives no event
+/// for its own renewals, although each is logged as a whole document.
+#[tokio::test]
+async fn on_4_4_a_holder_receives_none_of_its_own_renewals() {
+    let setup = Setup::emulating("own_renewals_44", false, ServerVersion::V4_4).await;
+    let (recorder, locks) = setup.recorded("holder").await;
+    // A wait first, so that the client's stream is open.
+    let first = locks.mutex("job").acquire().await.unwrap();
+    first.release().await.unwrap();
+    let held = (locks.mutex("job").ttl(Duration::from_millis(600)))
+        .acquire()
+        .await
+        .unwrap();
+    recorder.clear();
+    // Several renewals (every 200 ms), each a `replace` in the log.
+    sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        recorder.count("update", Some(true)) >= 3,
+        "the keeper renewed: {:?}",
+        recorder.take_names()
+    );
+    assert!(
+        !delivered(&recorder, "job"),
+        "a renewal of its own was delivered"
+    );
+    held.release().await.unwrap();
+}
+
+/// Three clients wait for one mutex; each release must wake the head's client only.
+async fn wake_only_the_head(setup: &Setup) {
+    let clients = streaming_clients(setup, &["w0", "w1", "w2"]).await;
     let _held = setup
         .locks
         .xlock("job", "holder", LockDetails::default())
