@@ -64,7 +64,7 @@ impl ExtraFault {
             ExtraFault::LateRequest => "lock write delivered late",
             ExtraFault::DropAfterGrant => "guard dropped right after its grant",
             ExtraFault::ReleaseFailsThenResume => "release refused, same lock id asks again",
-            ExtraFault::MultiUnknown => "multi-lock attempts unknown, withdrawals refused",
+            ExtraFault::MultiUnknown => "multi attempts unknown, withdrawals refused",
         }
     }
 

@@ -435,7 +435,7 @@ impl fmt::Display for Report {
         );
         row(
             &mut t,
-            "  of which past let-go + TTL + command timeout",
+            "  past let-go + TTL + command timeout",
             self.sum(|r| r.oracle.let_go_over_bound).to_string(),
         );
         let mut server: BTreeMap<crate::oracle::ServerCheck, usize> = BTreeMap::new();

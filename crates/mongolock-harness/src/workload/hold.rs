@@ -527,8 +527,18 @@ impl Worker {
                 if let Some(i) = self.release_again_asked(leases) {
                     let lease = leases.remove(i);
                     self.publish(leases);
+                    // Asking again is acquiring: a kill then finds the other lease's log in
+                    // the mirror, and a pause then stopped it too.
+                    let ctl = self.ctl.clone();
                     let again = self.release_then_ask_again(locks, lease);
-                    if let Some(again) = watching(again, leases, None).await {
+                    let again = watching(again, leases, Some(&ctl)).await;
+                    self.mirror(&[]);
+                    let mut logs: Vec<HolderLog> = leases.iter().map(|l| l.log.clone()).collect();
+                    attach_acquiring_pauses(&self.ctl, &mut logs);
+                    for (lease, log) in leases.iter_mut().zip(logs) {
+                        lease.log = log;
+                    }
+                    if let Some(again) = again {
                         leases.push(again);
                         self.publish(leases);
                     }
