@@ -54,6 +54,16 @@ pub enum Attempt {
     /// [`LockClient::release_attempt`](crate::LockClient::release_attempt): it is never
     /// granted. Build a new request.
     Withdrawn,
+    /// The resource is sealed: more attempts were withdrawn on it than it keeps tombstones for
+    /// ([`MAX_TOMBSTONES`](crate::MAX_TOMBSTONES)), so it refuses every new attempt until
+    /// `until` (by the server's clock), when the last of them can no longer land. Nothing
+    /// was granted; locks granted before stay held.
+    Sealed {
+        /// The resource.
+        resource: String,
+        /// When it takes attempts again, by the server's clock.
+        until: DateTime,
+    },
     /// A shared request whose cap differs from the cap stored with the resource's live shared
     /// locks (the first shared grant stores it). Nothing was granted: two callers with two
     /// caps would each enforce their own, which is no cap at all.
@@ -124,6 +134,9 @@ impl Attempt {
                 requested,
                 stored,
             })),
+            Attempt::Sealed { resource, until } => {
+                Err(Error::new(ErrorKind::Sealed { resource, until }))
+            }
             Attempt::Withdrawn => Err(Error::invalid(
                 "request",
                 "this attempt was withdrawn with release_attempt; build a new request",

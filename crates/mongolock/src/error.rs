@@ -128,6 +128,19 @@ pub enum ErrorKind {
         /// The cap stored with the live shared locks (`None`: no cap).
         stored: Option<u32>,
     },
+    /// The resource refuses every attempt until `until`, by the server's clock: more
+    /// attempts were withdrawn on it than it keeps tombstones for
+    /// ([`Attempt::Sealed`](crate::Attempt::Sealed)). Retry after `until`.
+    #[error(
+        "resource {resource:?} refuses new attempts until {until} (server time): too many withdrawn attempts"
+    )]
+    #[non_exhaustive]
+    Sealed {
+        /// The resource.
+        resource: String,
+        /// When it takes attempts again, by the server's clock.
+        until: bson::DateTime,
+    },
     /// A lease was lost while it was used: by
     /// [`LockGuard::release`](crate::LockGuard::release) when the loss came first, and by
     /// [`Mutex::run`](crate::Mutex::run) when the work was stopped.

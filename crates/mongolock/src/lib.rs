@@ -181,7 +181,11 @@
 //!   one holder.
 //!
 //! A tombstone lives the attempt's TTL, and at least five minutes: a copy later than that is
-//! not refused.
+//! not refused. A resource keeps at most [`MAX_TOMBSTONES`] in force; a withdrawal past them
+//! *seals* it instead: until the last attempt it stands for could still land, every new
+//! attempt on it is refused with [`ErrorKind::Sealed`] (saying until when, by the server's
+//! clock), late copies included, while locks already granted stay held. The document stays
+//! bounded, and no late copy is ever let through to make room.
 //!
 //! # What is promised
 //!
@@ -290,4 +294,5 @@ pub use lock::{Grant, Holder, LeaseState, LockKind, LossReason};
 pub use multi::{MultiGuard, MultiLock};
 pub use query::{Filter, LockStatus, Purged};
 pub use request::{AcquireRequest, LockDetails, MAX_ID_LEN, MAX_LABEL_LEN, MAX_TTL, Nonce};
+pub use schema::MAX_TOMBSTONES;
 pub use wait::{DEFAULT_LEASE_TTL, MAX_BACKOFF, RECHECK};

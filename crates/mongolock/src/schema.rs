@@ -71,13 +71,18 @@
 //! another client resumes the lease (it rewrites `keeper`: see `command/keepalive.rs`,
 //! `adopt`) the client that held it before renews and removes nothing of it.
 //!
-//! `released` holds the nonces of attempts withdrawn by `release_attempt`: an acquire that
-//! carries one of them is never granted, so a late copy of a dropped acquire cannot land
-//! after it was given up. A tombstone lives for the attempt's TTL, and at least
-//! [`TOMBSTONE_MIN_LIFE`]. There is no bound on their number but their life (dropping one
-//! early could let its attempt through); only attempts whose outcome was unknown, or that
-//! were dropped in flight, leave one. A force release leaves one too, under a nonce of its
-//! own, so that a repeated copy of it changes nothing.
+//! `released` holds the nonces of attempts withdrawn by `release_attempt` (or retired by
+//! the release of a grant whose attempt had an unknown outcome): an acquire that carries
+//! one of them is never granted, so a late copy of a dropped acquire cannot land after it
+//! was given up. A tombstone lives for the attempt's TTL, and at least
+//! [`TOMBSTONE_MIN_LIFE`]; dropping one early could let its attempt through. A force
+//! release leaves one too, under a nonce of its own, so that a repeated copy of it changes
+//! nothing. Their number is bounded by [`MAX_TOMBSTONES`]: a withdrawal that finds that
+//! many in force seals the resource instead, with one tombstone whose nonce is null (always
+//! the first, where an acquire's reply reads it): until
+//! it ends (the latest end of the tombstones it stands for), *every* attempt is refused
+//! ([`Attempt::Sealed`](crate::Attempt::Sealed)), so no late copy can be granted and the
+//! document stays bounded. Grants made before it stay held, and are renewed and released.
 //!
 //! `idleSince` is the server time from which the resource is free if nobody renews: when it
 //! holds no entry, the time it became free; when every entry has a TTL, the latest
@@ -148,6 +153,14 @@ pub(crate) fn millis_left(ms: i64) -> Duration {
 /// The shortest life of a tombstone left by `release_attempt`: long past any time a dropped
 /// command could still be in flight.
 pub(crate) const TOMBSTONE_MIN_LIFE: Duration = Duration::from_secs(5 * 60);
+
+/// The most tombstones one resource keeps in force (about 40 bytes each): a withdrawal past
+/// them seals the resource instead (see the module docs).
+///
+/// ```
+/// assert_eq!(mongolock::MAX_TOMBSTONES, 1_000);
+/// ```
+pub const MAX_TOMBSTONES: usize = 1_000;
 
 /// A number the server returned (int, long or double; a double is truncated), as an `i64`.
 pub(crate) fn number(value: &Bson) -> Option<i64> {

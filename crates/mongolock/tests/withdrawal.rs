@@ -1,13 +1,14 @@
 //! An attempt whose outcome was ever unknown is withdrawn when its waiter stops, so a late
-//! copy of it is never granted; the record of withdrawn attempts has no bound that lets one
-//! through; and a withdrawal that fails is retried rather than reported as bad input.
+//! copy of it is never granted; the record of withdrawn attempts is bounded without ever
+//! letting one through (past its bound the resource is sealed); and a withdrawal that fails
+//! is retried rather than reported as bad input.
 //!
 //! They need the emulator's fail points, so they are named `emulator_only_`.
 
 use std::time::Duration;
 
 use bson::{Document, doc};
-use mongolock::{AcquireRequest, Attempt, Filter, LockClient, LockDetails};
+use mongolock::{AcquireRequest, Attempt, ErrorKind, Filter, LockClient, LockDetails};
 use mongolock_testkit::TestServer;
 
 async fn fail_point(server: &TestServer, mode: bson::Bson, data: Document) {
@@ -91,6 +92,71 @@ async fn emulator_only_many_withdrawals_never_let_an_old_one_through() {
         Attempt::Withdrawn,
         "an attempt withdrawn 40 withdrawals ago was granted"
     );
+}
+
+/// The number of tombstones a resource keeps, read from its document.
+async fn tombstones(locks: &LockClient, resource: &str) -> usize {
+    let stored = (locks.collection().find_one(doc! { "_id": resource }).await)
+        .expect("read")
+        .expect("the document");
+    stored.get_array("released").map_or(0, Vec::len)
+}
+
+/// Past `MAX_TOMBSTONES` withdrawals in force, a resource is sealed instead of growing: every
+/// attempt is refused with a typed error until the last withdrawn one can no longer land,
+/// late copies included; locks held stay held; the document stays bounded.
+#[tokio::test]
+async fn emulator_only_a_resource_keeps_a_bounded_record_and_seals_past_it() {
+    let server = TestServer::start().await.expect("emulator");
+    let locks = LockClient::new(server.client().database("sealed").collection("locks"));
+    let held = locks
+        .xlock("r", "holder", LockDetails::default())
+        .await
+        .expect("granted");
+    let withdraw = |i: usize| {
+        let locks = locks.clone();
+        async move {
+            let request = AcquireRequest::exclusive("r", format!("w-{i}"), LockDetails::default());
+            locks.release_attempt(&request).await.expect("withdrawn");
+            request
+        }
+    };
+    for i in 0..mongolock::MAX_TOMBSTONES {
+        let _ = withdraw(i).await;
+    }
+    assert_eq!(tombstones(&locks, "r").await, mongolock::MAX_TOMBSTONES);
+    // One more: the resource is sealed rather than grown.
+    let sealing = withdraw(mongolock::MAX_TOMBSTONES).await;
+    for i in 0..50 {
+        let _ = withdraw(mongolock::MAX_TOMBSTONES + 1 + i).await;
+    }
+    assert_eq!(tombstones(&locks, "r").await, mongolock::MAX_TOMBSTONES + 1);
+    // A new attempt: a typed refusal, with when it ends.
+    let error = locks
+        .xlock("r", "fresh", LockDetails::default())
+        .await
+        .expect_err("sealed");
+    let ErrorKind::Sealed { until, .. } = error.kind() else {
+        panic!("{error:?}")
+    };
+    assert!(until.timestamp_millis() > bson::DateTime::now().timestamp_millis());
+    // The late copy of the attempt folded into the seal is refused too.
+    assert!(matches!(
+        locks.acquire(&sealing).await.expect("attempt"),
+        Attempt::Sealed { .. }
+    ));
+    // The lock granted before stays held, and is released as usual.
+    let status = locks.status(&Filter::default()).await.unwrap();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].fencing_token(), held.fencing_token());
+    assert!(locks.release(&held).await.unwrap());
+    // Once every tombstone it stands for has ended, the resource takes attempts again.
+    server.clock().advance(Duration::from_secs(5 * 60 + 1));
+    let grant = locks
+        .xlock("r", "fresh", LockDetails::default())
+        .await
+        .expect("the seal has ended");
+    assert!(locks.release(&grant).await.unwrap());
 }
 
 #[tokio::test]

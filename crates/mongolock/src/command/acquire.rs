@@ -124,7 +124,11 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     //    lock id, the same cap as the live shared entries, no other writer waiting, and room
     //    under the cap. An exclusive request needs no `held` term: any live entry, this lock
     //    id's or not, refuses it.
-    let withdrawn = bson!({ "$in": [nonce.clone(), "$$t.nonce"] });
+    // The seal (a tombstone whose nonce is null, see `crate::schema`) refuses every attempt.
+    let withdrawn = bson!({ "$or": [
+        { "$in": [nonce.clone(), "$$t.nonce"] },
+        { "$in": [null, "$$t.nonce"] },
+    ]});
     // A shared request asks for the cap of the live shared entries, if there are any.
     let cap_agrees = bson!({ "$or": [
         { "$eq": [{ "$size": "$$s" }, 0] },
@@ -338,7 +342,7 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
 ///
 /// `{ now: $$NOW, x: <the exclusive entry or null>, m: <this lock id's shared entries (one at most)>,
 ///    s: <the first MAX_NAMED_HOLDERS shared entries>, n: <their number>,
-///    w: <this nonce was withdrawn>,
+///    w: <this nonce was withdrawn>, z: <the first tombstone: the seal, if the resource has one>,
 ///    waiting attempt: p: <this lock id's place in line, -1 if none>,
 ///    exclusive request: e: <the latest shared expiresAt>, f: <a shared entry without TTL>,
 ///    shared request: e: <the earliest shared expiresAt>, q: <a writer waits>, cap }`
@@ -351,6 +355,8 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
         "s": { "$slice": ["$shared", MAX_NAMED_HOLDERS as i64] },
         "n": { "$size": "$shared" },
         "w": { "$in": [request.nonce.0, "$released.nonce"] },
+        // A seal is always the first tombstone (see `command/release.rs`).
+        "z": { "$first": "$released" },
     };
     // A single attempt holds no place in line.
     if request.announce.is_some() {
@@ -476,6 +482,15 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             })
         } else {
             Attempt::HeldWithOtherKind(mine)
+        });
+    }
+    if let Ok(seal) = fields.get_document("z")
+        && seal.get("nonce") == Some(&Bson::Null)
+        && let Ok(until) = seal.get_datetime("until")
+    {
+        return Ok(Attempt::Sealed {
+            resource: request.resource.clone(),
+            until: *until,
         });
     }
     let int = |field: &str| fields.get(field).and_then(schema::number);

@@ -307,15 +307,31 @@ pub(crate) fn retire_command(ctx: &Context, retirement: &Retirement<'_>) -> Docu
         .ttl_ms
         .unwrap_or(0)
         .max(schema::TOMBSTONE_MIN_LIFE.as_millis() as i64);
-    // Tombstones are bounded by their life only: dropping one early could let its attempt
-    // through.
-    let tombstones = bson!({ "$concatArrays": [
-        { "$filter": {
+    // Dropping a tombstone early could let its attempt through: past MAX_TOMBSTONES in force,
+    // this one goes into the seal (the tombstone whose nonce is null) instead, which refuses
+    // every attempt until the latest end of those it stands for (see `crate::schema`).
+    let until = bson!({ "$add": ["$$NOW", life_ms] });
+    let tombstones = bson!({ "$let": {
+        "vars": { "o": { "$filter": {
             "input": { "$ifNull": ["$released", []] }, "as": "t",
             "cond": { "$and": [{ "$gt": ["$$t.until", "$$NOW"] }, { "$ne": ["$$t.nonce", nonce] }] },
+        }}},
+        "in": { "$let": {
+            "vars": {
+                "n": { "$filter": { "input": "$$o", "cond": { "$ne": ["$$this.nonce", null] } } },
+                "z": { "$filter": { "input": "$$o", "cond": { "$eq": ["$$this.nonce", null] } } },
+            },
+            "in": { "$cond": [
+                { "$lt": [{ "$size": "$$n" }, schema::MAX_TOMBSTONES as i64] },
+                { "$concatArrays": ["$$o", [{ "nonce": nonce, "until": until.clone() }]] },
+                // The seal goes first, where an acquire's reply reads it.
+                { "$concatArrays": [[{
+                    "nonce": null,
+                    "until": { "$max": [until, { "$max": "$$z.until" }] },
+                }], "$$n"] },
+            ]},
         }},
-        [{ "nonce": nonce, "until": { "$add": ["$$NOW", life_ms] } }],
-    ]});
+    }});
     // Unlike a release, it may seed the document (an upsert, for the tombstone): then it
     // writes every field an acquire writes, so that a late copy of the attempt, refused,
     // finds nothing to change.
