@@ -36,6 +36,7 @@ pub struct TestServerBuilder {
     clock: Option<Clock>,
     change_window: (usize, usize),
     version: ServerVersion,
+    pipeline_updates: bool,
 }
 
 impl Default for TestServerBuilder {
@@ -51,6 +52,7 @@ impl Default for TestServerBuilder {
                 crate::engine::changes::WINDOW_BYTES,
             ),
             version: ServerVersion::default(),
+            pipeline_updates: true,
         }
     }
 }
@@ -114,6 +116,28 @@ impl TestServerBuilder {
         self
     }
 
+    /// Refuse pipeline-style updates (in `update` and `findAndModify`), as servers that
+    /// speak MongoDB's protocol without them do (Amazon DocumentDB is one): the command
+    /// fails with code 238 (NotImplemented). The refusal is the emulator's own shape, not a
+    /// copy of any such server's.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use mongolock_testkit::TestServer;
+    /// let server = TestServer::builder().without_pipeline_updates().start().await?;
+    /// let refused = server.client().database("d").run_command(bson::doc! {
+    ///     "update": "c", "updates": [{ "q": {}, "u": [{ "$set": { "a": 1 } }] }],
+    /// }).await;
+    /// assert!(refused.is_err());
+    /// server.shutdown().await;
+    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn without_pipeline_updates(mut self) -> Self {
+        self.pipeline_updates = false;
+        self
+    }
+
     /// Binds the listener and starts serving.
     ///
     /// # Errors
@@ -137,6 +161,7 @@ impl TestServerBuilder {
             address: format!("127.0.0.1:{}", addr.port()),
             standalone: self.standalone,
             version: self.version,
+            pipeline_updates: self.pipeline_updates,
             latency: self.latency,
             ttl_monitor_interval: self.ttl_monitor_interval,
             catalog: Catalog::new(Arc::new(changes)),

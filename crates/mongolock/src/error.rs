@@ -128,6 +128,19 @@ pub enum ErrorKind {
         /// The cap stored with the live shared locks (`None`: no cap).
         stored: Option<u32>,
     },
+    /// The server cannot run this crate's commands: they need MongoDB `minimum` or later,
+    /// for `missing`. Found before the client's first command is sent (one check per
+    /// client), so nothing was changed. Servers that speak MongoDB's protocol without
+    /// pipeline updates and `$$NOW` (Amazon DocumentDB, Azure Cosmos DB's API for MongoDB)
+    /// are refused this way too.
+    #[error("unsupported server: mongolock needs {missing}, which MongoDB has from {minimum} on")]
+    #[non_exhaustive]
+    UnsupportedServer {
+        /// What the server lacks.
+        missing: String,
+        /// The oldest MongoDB release that has it.
+        minimum: &'static str,
+    },
     /// The resource refuses every attempt until `until`, by the server's clock: more
     /// attempts were withdrawn on it than it keeps tombstones for
     /// ([`Attempt::Sealed`](crate::Attempt::Sealed)). Retry after `until`.
@@ -320,6 +333,30 @@ impl Error {
     /// error always describes the one attempt that was made.
     pub(crate) fn database(error: mongodb::error::Error, effect: Effect) -> Self {
         use mongodb::error::{ErrorKind as Driver, WriteFailure};
+
+        // The driver itself refuses a server older than it supports (before MongoDB 4.4 for
+        // the 3.x driver): the library's own answer for such a server. The 3.x driver says so
+        // in a server selection error (its topology's compatibility error), whose message is
+        // the only mark of it.
+        let incompatible = match error.kind.as_ref() {
+            Driver::IncompatibleServer { message, .. } => Some(message.clone()),
+            Driver::ServerSelection { message, .. }
+                if message.contains("driver requires at least") =>
+            {
+                Some(message.clone())
+            }
+            _ => None,
+        };
+        if let Some(message) = incompatible {
+            let unsupported = Error::new(ErrorKind::UnsupportedServer {
+                missing: format!(
+                    "pipeline updates with $$NOW and computed fields in findAndModify's projection (the driver refused the server as too old: {})",
+                    message.trim_end_matches('.')
+                ),
+                minimum: crate::command::compat::MINIMUM_VERSION,
+            });
+            return unsupported;
+        }
 
         let (code, retryable, may_have_applied) = match error.kind.as_ref() {
             Driver::Command(e) => (

@@ -108,6 +108,9 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         );
     }
     let update = update.expect("checked above");
+    if !ctx.state.pipeline_updates && matches!(update, Bson::Array(_)) {
+        return Err(super::write::pipeline_updates_refused());
+    }
     let array_filters = args::opt_array(cmd, "findAndModify", "arrayFilters")?;
     let statement = UpdateStatement {
         filter,

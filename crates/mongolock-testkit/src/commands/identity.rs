@@ -13,6 +13,9 @@ pub const REPLICA_SET_NAME: &str = "rs0";
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ServerVersion {
+    /// MongoDB 4.2 (wire version 8), reported only: it behaves as 4.4. A client that needs
+    /// 4.4 must tell it apart by the wire version.
+    V4_2,
     /// MongoDB 4.4 (wire version 9): as 7.0, except that every pipeline-style update is
     /// logged, and seen by change streams, as a `replace` (pipeline updates were first logged
     /// as deltas in 5.0).
@@ -26,6 +29,7 @@ impl ServerVersion {
     /// The highest wire version `hello` reports.
     pub fn max_wire_version(self) -> i32 {
         match self {
+            ServerVersion::V4_2 => 8,
             ServerVersion::V4_4 => 9,
             ServerVersion::V7_0 => 21,
         }
@@ -34,6 +38,7 @@ impl ServerVersion {
     /// The version `buildInfo` reports.
     pub fn version(self) -> &'static str {
         match self {
+            ServerVersion::V4_2 => "4.2.25",
             ServerVersion::V4_4 => "4.4.29",
             ServerVersion::V7_0 => "7.0.14",
         }
@@ -42,7 +47,7 @@ impl ServerVersion {
     /// Whether a pipeline-style update is logged as a delta when that is smaller than the
     /// new document (5.0 and later).
     pub fn logs_pipeline_deltas(self) -> bool {
-        self != ServerVersion::V4_4
+        !matches!(self, ServerVersion::V4_2 | ServerVersion::V4_4)
     }
 
     /// The `versionArray` of [`ServerVersion::version`].

@@ -25,6 +25,9 @@ pub struct ServerState {
     pub standalone: bool,
     /// The MongoDB release the server reports itself as.
     pub version: ServerVersion,
+    /// Whether pipeline-style updates are run (false: refused, as some servers that speak
+    /// MongoDB's protocol do).
+    pub pipeline_updates: bool,
     /// Extra delay before every reply.
     pub latency: Duration,
     /// TTL monitor period.

@@ -374,6 +374,15 @@ fn parse_update_statement<'a>(raw: &'a Document, command: &str) -> Result<Update
 }
 
 /// `update`.
+/// The refusal of a server without pipeline-style updates
+/// ([`TestServerBuilder::without_pipeline_updates`](crate::TestServerBuilder::without_pipeline_updates)).
+pub fn pipeline_updates_refused() -> CommandError {
+    CommandError::new(
+        238,
+        "pipeline-style updates are not supported by this server",
+    )
+}
+
 pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(
         cmd,
@@ -386,6 +395,16 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     let ordered = ordered(cmd, "update")?;
     let statements = write_batch(cmd, "update", "updates")?;
     check_update_statement_fields(statements, "update")?;
+    if !ctx.state.pipeline_updates
+        && statements.iter().any(|s| {
+            matches!(
+                s.as_document().and_then(|d| d.get("u")),
+                Some(Bson::Array(_))
+            )
+        })
+    {
+        return Err(pipeline_updates_refused());
+    }
     let eval = ctx.eval_context(cmd, "update")?;
     ctx.state.catalog.get_or_create(ctx.db, &name)?;
     let (mut n, mut modified) = (0u64, 0u64);
