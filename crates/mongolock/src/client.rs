@@ -452,7 +452,6 @@ impl LockClient {
                 format!("{:?} is outside 1 s ..= {} s", ctx.retention, i32::MAX),
             ));
         }
-        ctx.supported().await?;
         command::indexes::run(ctx).await
     }
 

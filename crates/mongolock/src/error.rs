@@ -315,6 +315,9 @@ impl Error {
 
     /// A write error in a reply (`writeErrors`): the statement did not apply.
     pub(crate) fn write_error(code: Option<i32>, message: String) -> Self {
+        if let Some(unsupported) = code.and_then(|c| crate::command::compat::refused(c, &message)) {
+            return unsupported;
+        }
         let mut error = Error::new(ErrorKind::Database { code });
         error.inner.source = Some(message.into());
         error
@@ -358,6 +361,11 @@ impl Error {
             return unsupported;
         }
 
+        if let Driver::Command(e) = error.kind.as_ref()
+            && let Some(unsupported) = crate::command::compat::refused(e.code, &e.message)
+        {
+            return unsupported;
+        }
         let (code, retryable, may_have_applied) = match error.kind.as_ref() {
             Driver::Command(e) => (
                 Some(e.code),

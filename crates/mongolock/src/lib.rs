@@ -141,7 +141,7 @@
 //! | break every lock on a resource, whoever holds it (operators) | [`force_release`](LockClient::force_release) | 1 |
 //! | clear expired locks (never a live one) | [`purge`](LockClient::purge) | 1 |
 //! | clear expired locks and end their lock ids' other locks (the Go library's rule) | [`purge_abandoned_groups`](LockClient::purge_abandoned_groups) | 2 |
-//! | set up the collection (once, idempotent) | [`create_indexes`](LockClient::create_indexes) | 1 |
+//! | set up the collection (once, idempotent; it also checks that the server runs the commands) | [`create_indexes`](LockClient::create_indexes) | 2 |
 //!
 //! Every call is decided by the server inside its write: nothing is read first and acted on
 //! later, so a lock the client never saw (a grant still in flight, a read served late) is

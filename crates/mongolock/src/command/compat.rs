@@ -1,110 +1,57 @@
-//! Whether the server runs this crate's commands, checked once per client before its first
-//! command, so that a server that cannot fails with one typed error that says what is
-//! missing, never with a parse error in the middle of an acquire.
+//! Which servers run this crate's commands, and how a server that cannot is told apart from
+//! any other failure, so that it fails the client's first operation with one typed error
+//! that says what is missing ([`ErrorKind::UnsupportedServer`](crate::ErrorKind::UnsupportedServer)),
+//! never with a raw parse error in the middle of an acquire.
 //!
 //! Every decision is an aggregation-pipeline update evaluated with `$$NOW`, and the replies
-//! are computed in `findAndModify`'s projection: MongoDB 4.4 or later. Servers that speak
-//! MongoDB's protocol without these exist (Amazon DocumentDB refuses pipeline updates and
-//! `$$NOW`; Azure Cosmos DB's API for MongoDB differs too). Two round trips:
+//! are computed in `findAndModify`'s projection: MongoDB 4.4 or later. Two ways a server
+//! falls short, both seen at the first command, before anything is written:
 //!
-//! ```text
-//! hello: 1                                        // maxWireVersion 9 or more: 4.4 or later
-//! update: <collection>, updates: [{               // matches nothing: writes nothing
-//!   q: { _id: "mongolock compatibility check", mongolock: -1 },
-//!   u: [ { $set: { checkedAt: "$$NOW" } } ] }]    // a pipeline update with $$NOW, parsed
-//! ```
+//! - **Older than 4.4**: the driver (3.x) refuses it by its wire version before sending
+//!   anything (`Error::database` maps that refusal).
+//! - **No pipeline updates, or no `$$NOW`** (servers that speak MongoDB's protocol without
+//!   them; Amazon DocumentDB is one): the server refuses the command with one of
+//!   [`UNSUPPORTED_CODES`], the codes mongod's own parser gives an unknown stage, operator or
+//!   variable, or a feature it does not implement. The library's commands never earn these
+//!   from MongoDB 4.4 or later, so such a refusal means the server lacks what they use.
 //!
-//! A server that refuses the second (any error but a transient one) lacks pipeline updates
-//! or `$$NOW`. A transient failure is no verdict: the next call checks again.
-
-use bson::{Bson, doc};
-use mongodb::options::{ReadPreference, SelectionCriteria};
-
-use crate::command::Context;
-use crate::error::{Effect, Error, ErrorKind, Result};
+//! No operation sends a probe, which would be one more command per client, in every count;
+//! only `create_indexes`, the collection's setup, does ([`check_command`]): a pipeline update
+//! with `$$NOW` that matches no document, so that setting up on such a server fails too.
 
 /// The oldest MongoDB release the commands run on.
 pub(crate) const MINIMUM_VERSION: &str = "4.4";
 
-/// The wire version of MongoDB 4.4.
-const MINIMUM_WIRE_VERSION: i64 = 9;
+/// Refusals that mean the server lacks what the commands use: CommandNotSupported (115),
+/// InvalidPipelineOperator (168: an unknown expression operator), NotImplemented (238), an
+/// undefined variable such as `$$NOW` (17276), an unknown pipeline stage (40324).
+pub(crate) const UNSUPPORTED_CODES: [i32; 5] = [115, 168, 238, 17276, 40324];
 
-/// The check; see the module docs.
-pub(crate) async fn check(ctx: &Context) -> Result<()> {
-    let database = ctx.database();
-    let primary = SelectionCriteria::ReadPreference(ReadPreference::Primary);
-    let limit = ctx.timeout;
-    let hello = tokio::time::timeout(
-        limit,
-        database
-            .run_command(doc! { "hello": 1 })
-            .selection_criteria(primary.clone()),
-    )
-    .await
-    .map_err(|_| Error::timeout(limit, Effect::Read))?
-    .map_err(|error| Error::database(error, Effect::Read))?;
-    let wire = match hello.get("maxWireVersion") {
-        Some(Bson::Int32(n)) => i64::from(*n),
-        Some(Bson::Int64(n)) => *n,
-        _ => 0,
-    };
-    if wire < MINIMUM_WIRE_VERSION {
-        return Err(unsupported(format!(
-            "pipeline updates with $$NOW and computed fields in findAndModify's projection (the server reports wire version {wire})"
-        )));
-    }
-    let probe = doc! {
+/// The error for a server that refused a command with `code`, if that code means it lacks
+/// what the commands use.
+pub(crate) fn refused(code: i32, message: &str) -> Option<crate::Error> {
+    UNSUPPORTED_CODES.contains(&code).then(|| {
+        crate::Error::new(crate::ErrorKind::UnsupportedServer {
+            missing: missing(code, message),
+            minimum: MINIMUM_VERSION,
+        })
+    })
+}
+
+/// The `update` that `create_indexes` sends first: a pipeline update with `$$NOW` that
+/// matches nothing (the mark is never -1), so it writes nothing on any server that runs it.
+pub(crate) fn check_command(ctx: &super::Context) -> bson::Document {
+    bson::doc! {
         "update": ctx.collection_name(),
         "updates": [{
             "q": { "_id": "mongolock compatibility check", crate::schema::MARK: -1 },
             "u": [{ "$set": { "checkedAt": "$$NOW" } }],
+            "collation": super::Context::collation(),
         }],
-    };
-    let reply = tokio::time::timeout(
-        limit,
-        database.run_command(probe).selection_criteria(primary),
-    )
-    .await
-    .map_err(|_| Error::timeout(limit, Effect::Read))?;
-    match reply {
-        Ok(reply) if reply.get_array("writeErrors").is_err() => Ok(()),
-        Ok(reply) => Err(unsupported(format!(
-            "pipeline updates with $$NOW (the server refused one: {})",
-            first_error(&reply)
-        ))),
-        Err(error) => {
-            // The server's own words, not the driver's dump of its reply.
-            // Not a missing feature: the user may not write here (Unauthorized,
-            // AuthenticationFailed), which every command would meet as it is.
-            let refusal = match error.kind.as_ref() {
-                mongodb::error::ErrorKind::Command(e) if ![13, 18].contains(&e.code) => {
-                    Some(format!("code {} ({}): {}", e.code, e.code_name, e.message))
-                }
-                _ => None,
-            };
-            let error = Error::database(error, Effect::Read);
-            match refusal {
-                Some(refusal) if !error.is_retryable() => Err(unsupported(format!(
-                    "pipeline updates with $$NOW (the server refused one: {refusal})"
-                ))),
-                _ => Err(error),
-            }
-        }
     }
 }
 
-/// The first write error of an `update` reply, as text.
-fn first_error(reply: &bson::Document) -> String {
-    match reply.get_array("writeErrors").ok().and_then(|e| e.first()) {
-        Some(Bson::Document(error)) => error.get_str("errmsg").unwrap_or("no message").to_owned(),
-        _ => "no message".to_owned(),
-    }
-}
-
-/// The error for a server without `missing`.
-fn unsupported(missing: String) -> Error {
-    Error::new(ErrorKind::UnsupportedServer {
-        missing,
-        minimum: MINIMUM_VERSION,
-    })
+/// What a server that refused a command with `code` (one of [`UNSUPPORTED_CODES`]) lacks.
+pub(crate) fn missing(code: i32, message: &str) -> String {
+    format!("pipeline updates with $$NOW (the server refused one with code {code}: {message})")
 }

@@ -1,6 +1,9 @@
-//! Indexes: one `createIndexes` with exactly the indexes the commands use.
+//! Indexes: one `createIndexes` with exactly the indexes the commands use, after one
+//! `update` that checks the server runs the commands at all (see `command/compat.rs`).
 //!
 //! ```text
+//! update: <collection>, updates: [{ q: { _id: "mongolock compatibility check",
+//!   mongolock: -1 }, u: [ { $set: { checkedAt: "$$NOW" } } ] }]    // matches nothing
 //! createIndexes: <collection>, writeConcern, maxTimeMS, indexes: [
 //!   { key: { "exclusive.lockId": 1 }, name: "exclusive.lockId_1", collation: simple },
 //!   { key: { "shared.lockId": 1 },    name: "shared.lockId_1",    collation: simple },
@@ -55,6 +58,10 @@ pub(crate) fn specs(retention: Duration) -> Vec<Document> {
 }
 
 pub(crate) async fn run(ctx: &Context) -> Result<()> {
+    // Setting up is where a server that cannot run the commands is best told: a pipeline
+    // update with `$$NOW`, which changes nothing.
+    ctx.write(super::compat::check_command(ctx), Upsert::No)
+        .await?;
     let command = doc! {
         "createIndexes": ctx.collection_name(),
         "indexes": specs(ctx.retention),

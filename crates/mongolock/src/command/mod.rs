@@ -134,9 +134,6 @@ pub(crate) struct Context {
     pub(crate) clock_uncertainty: Duration,
     /// What the replies tell of the server's clock, shared by every clone.
     pub(crate) server_clock: std::sync::Arc<crate::clock::ServerClock>,
-    /// Set once the server was found to run this crate's commands (see
-    /// [`compat::check`]), shared by every clone.
-    pub(crate) compatible: std::sync::Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// Whether a write may create the resource document (an upsert), and so may meet a
@@ -179,27 +176,7 @@ impl Context {
             server_clock: std::sync::Arc::new(crate::clock::ServerClock::new(
                 crate::clock::Clock::system(),
             )),
-            compatible: std::sync::Arc::new(tokio::sync::OnceCell::new()),
         }
-    }
-
-    /// Checks once per client, before its first command, that the server runs this crate's
-    /// commands ([`compat::check`]); a transient failure of the check is checked again by
-    /// the next call.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::UnsupportedServer`](crate::ErrorKind::UnsupportedServer), or the check's
-    /// own failure.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves the check to the next call.
-    pub(crate) async fn supported(&self) -> Result<()> {
-        self.compatible
-            .get_or_try_init(|| compat::check(self))
-            .await
-            .map(drop)
     }
 
     /// The collection's name, as commands name it.
@@ -273,7 +250,6 @@ impl Context {
         upsert: Upsert,
         limit: Duration,
     ) -> Result<Document> {
-        self.supported().await?;
         let limit = limit.min(self.timeout);
         let deadline = Instant::now() + limit;
         let mut unknown = false;
@@ -365,7 +341,6 @@ impl Context {
         pipeline: Vec<Document>,
         limit: Duration,
     ) -> Result<Vec<Document>> {
-        self.supported().await?;
         let limit = limit.min(self.timeout);
         let deadline = Instant::now() + limit;
         let run = async {
