@@ -1,0 +1,412 @@
+//! A model-checked model of mongolock's lock protocol, checked with
+//! [stateright](https://docs.rs/stateright).
+//!
+//! The model is small and exact about what decides safety:
+//!
+//! - **the server** ([`server`]): one lock document per resource (the exclusive entry
+//!   `{lockId, nonce, token, keeper, expiresAt}`, the fence, the tombstones) and the atomic
+//!   step each command takes on it, by the server's clock, which expires entries;
+//! - **the clients** ([`model`]): guards with local deadlines, the keeper's renewals (by
+//!   lock id, token and keeper, only while live), releases and withdrawals left to the
+//!   background as owed chores, the rule that an attempt of a lock id first settles what
+//!   its client owes for it on that resource, resume by lock id (adopting the entry), and
+//!   the low-level `xlock`/`unlock`;
+//! - **the faults**: requests delayed past their client's timeout and executed late,
+//!   duplicated by a repeat, reordered, replies lost, clients killed and restarted under the
+//!   same lock id (a paused client is one that takes no step while time passes), the
+//!   server's clock stepping forward, an operator's force release.
+//!
+//! Its properties are the promises of `docs/reliability.md` ([`model::PROPERTIES`]). Each
+//! bug found in the library so far can be put back ([`server::Bugs`], [`controls`]), and
+//! the checker must then find a counterexample, printed as a trace ([`trace`]).
+//!
+//! ```text
+//! cargo test -p mongolock-model                         # the small bound, and every control
+//! cargo run --release -p mongolock-model -- --deep      # the deeper bound, with counts
+//! ```
+
+pub mod model;
+pub mod server;
+
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, HasDiscoveries, Model, Path};
+
+pub use model::{Action, Bounds, Config, LockModel, Mode, State};
+pub use server::Bugs;
+
+/// The shapes the model is checked in: each a small system in which some of the protocol's
+/// paths meet.
+pub mod scenarios {
+    use super::{Bounds, Bugs, Config, Mode};
+
+    /// A bound given as (time, attempts, retries, timeouts, in flight, kills, force
+    /// releases, clock steps).
+    pub const fn bounds(b: [u8; 8]) -> Bounds {
+        Bounds {
+            max_time: b[0],
+            attempts: b[1],
+            retries: b[2],
+            timeouts: b[3],
+            in_flight: b[4],
+            kills: b[5],
+            force_releases: b[6],
+            jumps: b[7],
+        }
+    }
+
+    /// The small bounds, for `cargo test`: two attempts per client with a timeout and a
+    /// repeat, then one attempt each with every fault once.
+    pub const SMALL: [Bounds; 2] = [
+        bounds([1, 2, 1, 1, 2, 0, 0, 0]),
+        bounds([1, 1, 1, 1, 2, 1, 1, 1]),
+    ];
+
+    /// The deeper bounds, for `--deep`.
+    pub const DEEP: [Bounds; 2] = [
+        bounds([2, 2, 1, 1, 2, 0, 1, 1]),
+        bounds([1, 2, 1, 1, 2, 1, 1, 1]),
+    ];
+
+    fn config(name: &'static str, resources: u8, clients: Vec<Mode>, bounds: Bounds) -> Config {
+        Config {
+            name,
+            resources,
+            clients,
+            ttl: 3,
+            margin: 1,
+            bounds,
+            bugs: Bugs::default(),
+        }
+    }
+
+    /// Two clients with guards on one resource.
+    pub fn handles(bounds: Bounds) -> Config {
+        config("two guards, one resource", 1, vec![Mode::Handle; 2], bounds)
+    }
+
+    /// One client with guards on two resources under one lock id (a multi-lock), and one
+    /// on the first resource.
+    pub fn two_resources(bounds: Bounds) -> Config {
+        config(
+            "one lock id on two resources",
+            2,
+            vec![Mode::Handle; 2],
+            bounds,
+        )
+    }
+
+    /// One client with guards on two resources under one lock id, alone: what its keeper
+    /// renews, and what it tells its guards.
+    pub fn keeper_alone(bounds: Bounds) -> Config {
+        config("one keeper, two resources", 2, vec![Mode::Handle], bounds)
+    }
+
+    /// A low-level client (`xlock` without TTL, `unlock`) and a client with guards.
+    pub fn low_level(bounds: Bounds) -> Config {
+        config(
+            "low-level calls beside a guard",
+            1,
+            vec![Mode::LowLevel, Mode::Handle],
+            bounds,
+        )
+    }
+
+    /// Every scenario at `bounds`.
+    pub fn all(bounds: Bounds) -> Vec<Config> {
+        vec![
+            handles(bounds),
+            two_resources(bounds),
+            keeper_alone(bounds),
+            low_level(bounds),
+        ]
+    }
+}
+
+/// The controls: each a bug found in the library before, put back, with the scenario that
+/// shows it and the property it breaks.
+pub mod controls {
+    use super::{Bounds, Bugs, Config, model, scenarios};
+
+    /// A control: a bug put back.
+    #[derive(Clone, Debug)]
+    pub struct Control {
+        /// Its letter and name.
+        pub name: &'static str,
+        /// The model with the bug.
+        pub config: Config,
+        /// The property that must fail.
+        pub breaks: &'static str,
+    }
+
+    fn control(
+        name: &'static str,
+        scenario: fn(Bounds) -> Config,
+        bounds: [u8; 8],
+        bug: fn(&mut Bugs),
+        breaks: &'static str,
+    ) -> Control {
+        let mut config = scenario(scenarios::bounds(bounds));
+        bug(&mut config.bugs);
+        Control {
+            name,
+            config,
+            breaks,
+        }
+    }
+
+    /// Every control, each with the smallest bound that shows it.
+    pub fn all() -> Vec<Control> {
+        use scenarios::{handles, keeper_alone, low_level};
+        vec![
+            control(
+                "(a) a queued release lands after its lock id resumed (no settle)",
+                handles,
+                [0, 2, 0, 1, 2, 0, 0, 0],
+                |b| b.no_settle_releases = true,
+                model::LOSS_BEFORE_GRANT,
+            ),
+            control(
+                "(b) an owed withdrawal removes the re-adopted member (no settle)",
+                handles,
+                [0, 2, 0, 1, 2, 0, 0, 0],
+                |b| b.no_settle_withdrawals = true,
+                model::LOSS_BEFORE_GRANT,
+            ),
+            control(
+                "(c) an uncertain grant released without a tombstone",
+                handles,
+                [0, 1, 1, 1, 2, 0, 0, 0],
+                |b| b.no_retire_on_release = true,
+                model::RELEASED_IS_FREE,
+            ),
+            control(
+                "(d) xlock: unknown outcome, repeated, unlocked, no withdrawal",
+                low_level,
+                [0, 2, 0, 1, 2, 0, 0, 0],
+                |b| b.xlock_no_withdraw = true,
+                model::RELEASED_IS_FREE,
+            ),
+            control(
+                "(e) a keeper that renews by lock id alone",
+                keeper_alone,
+                [1, 2, 0, 1, 2, 0, 0, 0],
+                |b| b.keeper_by_lock_id = true,
+                model::NO_ORPHAN_OUTLIVES,
+            ),
+            control(
+                "(f) a keeper that trusts its renewal count",
+                keeper_alone,
+                [2, 2, 0, 1, 2, 0, 1, 0],
+                |b| {
+                    b.keeper_by_lock_id = true;
+                    b.keeper_trusts_count = true;
+                },
+                model::REVOCATION_NOTICED,
+            ),
+            control(
+                "(g) a refusal taken as settling an uncertain attempt",
+                handles,
+                [0, 1, 1, 1, 2, 0, 0, 0],
+                |b| b.refusal_settles = true,
+                model::RELEASED_IS_FREE,
+            ),
+            control(
+                "(h) a release that ignores the keeper removes a resumed lease",
+                handles,
+                [0, 2, 0, 1, 2, 1, 0, 0],
+                |b| b.no_keeper_match = true,
+                model::LOSS_BEFORE_GRANT,
+            ),
+            control(
+                "(i) a fence that restarts when the entry goes",
+                handles,
+                [0, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.counter_reset = true,
+                model::TOKENS_INCREASE,
+            ),
+            control(
+                "(j) a local deadline past the server's expiry",
+                handles,
+                [3, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.long_deadline = true,
+                model::EXCLUSION,
+            ),
+            control(
+                "(k) a release that says Ok when it removed nothing",
+                handles,
+                [0, 1, 0, 0, 1, 0, 1, 0],
+                |b| b.release_ok_when_gone = true,
+                model::RELEASE_OK,
+            ),
+        ]
+    }
+}
+
+/// Counterexamples the library's protocol has today, in the model: each is a finding
+/// reported for the library (`docs/reliability.md`, "The model-checked protocol"), pinned
+/// here so that a change to the library's commands that fixes it, carried into the model,
+/// shows.
+pub mod findings {
+    use super::model;
+
+    /// (scenario, property) pairs the protocol is known to fail at the bounds checked.
+    pub const KNOWN: [(&str, &str); 6] = [
+        // A retiring release matches its grant by token: a late copy of the same attempt
+        // that re-granted the lock under a new token (the first grant had ended) before the
+        // release arrived is left in place, kept by nobody, for its TTL.
+        ("two guards, one resource", model::RELEASED_IS_FREE),
+        ("one lock id on two resources", model::RELEASED_IS_FREE),
+        ("one keeper, two resources", model::RELEASED_IS_FREE),
+        ("low-level calls beside a guard", model::RELEASED_IS_FREE),
+        // A late copy of `unlock` removes a later grant of the same lock id, whose holder
+        // still believes it holds the lock; another client is then granted it.
+        ("low-level calls beside a guard", model::EXCLUSION),
+        ("low-level calls beside a guard", model::LOSS_BEFORE_GRANT),
+    ];
+
+    /// Whether `property` failing in `scenario` is a known finding.
+    pub fn is_known(scenario: &str, property: &str) -> bool {
+        KNOWN.contains(&(scenario, property))
+    }
+}
+
+/// What a check found.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The scenario.
+    pub name: &'static str,
+    /// Unique states visited.
+    pub unique_states: usize,
+    /// States generated, with repeats.
+    pub states: usize,
+    /// The deepest path.
+    pub max_depth: usize,
+    /// How long it took.
+    pub elapsed: Duration,
+    /// The properties that failed, each with its counterexample.
+    pub counterexamples: Vec<(&'static str, Path<State, Action>)>,
+}
+
+/// Checks `config` exhaustively (breadth first, so each counterexample is a shortest one);
+/// with `until`, stops at the first counterexample of that property.
+pub fn check(config: &Config, until: Option<&'static str>) -> Outcome {
+    let started = Instant::now();
+    let model = LockModel::new(config.clone());
+    let finish = match until {
+        Some(name) => HasDiscoveries::AnyOf([name].into_iter().collect()),
+        None => HasDiscoveries::AllFailures,
+    };
+    let checker = model
+        .checker()
+        .threads(2)
+        .finish_when(finish)
+        .spawn_bfs()
+        .join();
+    let mut counterexamples: Vec<_> = checker.discoveries().into_iter().collect();
+    counterexamples.sort_by_key(|(name, _)| *name);
+    Outcome {
+        name: config.name,
+        unique_states: checker.unique_state_count(),
+        states: checker.state_count(),
+        max_depth: checker.max_depth(),
+        elapsed: started.elapsed(),
+        counterexamples,
+    }
+}
+
+/// Readable traces of counterexamples.
+pub mod trace {
+    use super::{Action, LockModel, State, model::show_doc};
+    use stateright::Path;
+
+    fn show_state(state: &State) -> String {
+        let mut out = format!("    t={} server={}", state.rt, state.now());
+        for (r, doc) in state.server.docs.iter().enumerate() {
+            out += &format!("  r{r} {}", show_doc(doc));
+        }
+        for (i, c) in state.clients.iter().enumerate() {
+            out += &format!(
+                "\n      client {i} (lock id L{i}, incarnation {}):",
+                c.incarnation
+            );
+            for l in &c.leases {
+                out += &format!(
+                    " lease r{} t{} n{} deadline {}{}{};",
+                    l.resource,
+                    l.token,
+                    l.nonce,
+                    l.deadline,
+                    if l.lost { " LOST" } else { "" },
+                    if l.believes(state.rt) {
+                        " (believes)"
+                    } else {
+                        ""
+                    },
+                );
+            }
+            for (r, t) in &c.held {
+                out += &format!(" holds r{r} t{t} (low-level);");
+            }
+            if let Some(call) = &c.call {
+                out += &format!(" call {call:?}{};", if c.waiting { " waiting" } else { "" });
+            }
+            if !c.chores.is_empty() {
+                out += &format!(" owes {:?};", c.chores);
+            }
+        }
+        for m in &state.network {
+            out += &format!(
+                "\n      in the network: from client {} (incarnation {}{}): {:?}",
+                m.from,
+                m.incarnation,
+                if m.awaited { ", awaited" } else { "" },
+                m.request
+            );
+        }
+        out
+    }
+
+    fn show_action(model: &LockModel, state: &State, action: &Action) -> String {
+        match *action {
+            Action::Deliver(k, reply) => {
+                let m = &state.network[k as usize];
+                let fate = if !m.awaited {
+                    "late or unawaited"
+                } else if reply {
+                    "reply received"
+                } else {
+                    "reply lost"
+                };
+                format!(
+                    "server executes {:?} from client {} ({fate})",
+                    m.request, m.from
+                )
+            }
+            Action::Drop(k) => format!("network loses {:?}", state.network[k as usize].request),
+            Action::Jump => format!("server clock steps forward by {}", model.config.ttl),
+            ref other => format!("{other:?}"),
+        }
+    }
+
+    /// The counterexample as numbered steps, each with the state it leads to.
+    pub fn explain(model: &LockModel, path: &Path<State, Action>) -> String {
+        let steps = path.clone().into_vec();
+        let mut out = String::new();
+        for (n, (state, action)) in steps.iter().enumerate() {
+            if n == 0 {
+                out += &format!("  start\n{}\n", show_state(state));
+            }
+            if let Some(action) = action {
+                let next = &steps[n + 1].0;
+                out += &format!(
+                    "  {}. {}\n{}\n",
+                    n + 1,
+                    show_action(model, state, action),
+                    show_state(next)
+                );
+            }
+        }
+        out
+    }
+}

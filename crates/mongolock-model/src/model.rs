@@ -1,0 +1,1154 @@
+//! The clients, the network and the faults around the [`Server`], as a [`stateright::Model`].
+//!
+//! Each client has one lock id of its own, used by every attempt it makes (a resumable
+//! holder: the case where attempts of one lock id meet), and one keeper id per incarnation.
+//! A client makes one call at a time (its foreground call, a renewal of its keeper or one of
+//! its chores); each call sends one request into the network and waits for the reply. The
+//! network holds every request until it is delivered (executed by the server, its reply
+//! received or lost) or dropped: a request whose client timed out stays in it and may be
+//! executed later, after newer ones (late copies, reordering), and a client that sends the
+//! same attempt again after a timeout leaves two copies (duplication).
+//!
+//! Time: `rt` is real time, which the clients' monotonic clocks follow; the server's clock is
+//! `rt + skew`, and a clock step moves `skew` forward by a TTL. A lease's local deadline is
+//! in real time: the send time of the attempt or renewal the server confirmed, plus what the
+//! server says the grant had left, minus the margin.
+
+use stateright::{Model, Property};
+
+use crate::server::{
+    Bugs, Doc, Entry, KeeperId, LockId, Nonce, Reply, Request, Res, Server, Time, Token,
+};
+
+/// How a client uses the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Handles and guards: waiting acquires, leases kept by the client's keeper, releases,
+    /// chores, resume by lock id.
+    Handle,
+    /// The low-level calls: `xlock` (without TTL) and `unlock`; nothing is renewed.
+    LowLevel,
+}
+
+/// How far the checker goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Bounds {
+    /// The last instant of real time.
+    pub max_time: Time,
+    /// Calls that send a new attempt, per client (all incarnations).
+    pub attempts: u8,
+    /// Repeats of one attempt after a timeout or a refusal.
+    pub retries: u8,
+    /// Timeouts (and lost replies), in all.
+    pub timeouts: u8,
+    /// Requests in the network at once.
+    pub in_flight: u8,
+    /// Client kills (each restarts the client under the same lock id).
+    pub kills: u8,
+    /// Operators' force releases.
+    pub force_releases: u8,
+    /// Forward steps of the server's clock.
+    pub jumps: u8,
+}
+
+/// What the checker checks: the clients, the TTL, the bounds and the bugs put back.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// The scenario's name, for reports.
+    pub name: &'static str,
+    /// The number of resources (one document each).
+    pub resources: u8,
+    /// The clients, by mode; client `i` uses lock id `i`.
+    pub clients: Vec<Mode>,
+    /// The TTL of a lease, in ticks.
+    pub ttl: Time,
+    /// The safety margin of a local deadline, in ticks.
+    pub margin: Time,
+    /// The bounds.
+    pub bounds: Bounds,
+    /// The bugs put back (none: the library's protocol).
+    pub bugs: Bugs,
+}
+
+/// A lease a client holds through a guard.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lease {
+    /// The resource.
+    pub resource: Res,
+    /// The grant's token.
+    pub token: Token,
+    /// The nonce of the granted attempt.
+    pub nonce: Nonce,
+    /// The local deadline, in real time.
+    pub deadline: Time,
+    /// Told lost (revoked).
+    pub lost: bool,
+    /// The release retires the attempt (its outcome was once unknown, or it was resumed).
+    pub retiring: bool,
+    /// The server clock's steps counted when its attempt (or last confirmed renewal) was
+    /// sent: a later step excuses it.
+    pub epoch: u8,
+}
+
+impl Lease {
+    /// Whether its holder believes it holds the lock at real time `rt`.
+    pub fn believes(&self, rt: Time) -> bool {
+        !self.lost && rt < self.deadline
+    }
+}
+
+/// A release or a withdrawal the client owes: queued, retried until done.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Chore {
+    /// Release a grant (retiring its nonce if `retire`).
+    Release {
+        /// The resource.
+        resource: Res,
+        /// The grant's token.
+        token: Token,
+        /// Its attempt's nonce.
+        nonce: Nonce,
+        /// Retire the nonce too.
+        retire: bool,
+    },
+    /// Withdraw an attempt.
+    Withdraw {
+        /// The resource.
+        resource: Res,
+        /// The attempt.
+        nonce: Nonce,
+    },
+}
+
+impl Chore {
+    fn resource(&self) -> Res {
+        match *self {
+            Chore::Release { resource, .. } | Chore::Withdraw { resource, .. } => resource,
+        }
+    }
+
+    fn nonce(&self) -> Nonce {
+        match *self {
+            Chore::Release { nonce, .. } | Chore::Withdraw { nonce, .. } => nonce,
+        }
+    }
+}
+
+/// The call a client is making.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Call {
+    /// A waiting acquire (`wait.rs`), with its `Pending` attempt.
+    Acquire {
+        /// The resource.
+        resource: Res,
+        /// The attempt.
+        nonce: Nonce,
+        /// When the last copy was sent.
+        sent_at: Time,
+        /// The clock steps counted at the first send.
+        epoch: u8,
+        /// A copy had an unknown outcome.
+        uncertain: bool,
+        /// Sent and not known to be refused: it may be granted.
+        open: bool,
+        /// Copies sent after the first.
+        retries: u8,
+    },
+    /// Resume's adoption of the lock id's entry.
+    Adopt {
+        /// The resource.
+        resource: Res,
+        /// The entry's token.
+        token: Token,
+        /// The entry's nonce.
+        nonce: Nonce,
+        /// The lease's local deadline if adopted.
+        deadline: Time,
+        /// As the attempt's.
+        epoch: u8,
+    },
+    /// A guard's `release()`.
+    Release {
+        /// The lease released.
+        lease: Lease,
+    },
+    /// The keeper's renewal of the leases named.
+    Renew {
+        /// When it was sent.
+        sent_at: Time,
+        /// The clock steps counted then.
+        epoch: u8,
+        /// The leases named, as (resource, token).
+        leases: Vec<(Res, Token)>,
+    },
+    /// A chore on its way (it stays owed until done).
+    Chore(Chore),
+    /// A low-level `xlock`.
+    Xlock {
+        /// The resource.
+        resource: Res,
+        /// Its attempt.
+        nonce: Nonce,
+    },
+    /// A low-level `unlock`.
+    Unlock,
+}
+
+/// One client process (its current incarnation).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Client {
+    /// Restarts so far.
+    pub incarnation: u8,
+    /// Attempts started so far.
+    pub attempts: u8,
+    /// Leases held through guards.
+    pub leases: Vec<Lease>,
+    /// Grants held through the low-level calls, as (resource, token).
+    pub held: Vec<(Res, Token)>,
+    /// An `xlock` was made since the last `unlock` returned.
+    pub dirty: bool,
+    /// The call in progress.
+    pub call: Option<Call>,
+    /// Whether the call waits for a reply (else: an acquire between two copies).
+    pub waiting: bool,
+    /// Chores owed.
+    pub chores: Vec<Chore>,
+}
+
+/// A request in the network.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Msg {
+    /// The sending client.
+    pub from: u8,
+    /// Its incarnation.
+    pub incarnation: u8,
+    /// Its sender still waits for the reply.
+    pub awaited: bool,
+    /// The request.
+    pub request: Request,
+}
+
+/// Who an attempt belongs to, and whether its client is done with it (for "a released
+/// lock becomes free").
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NonceInfo {
+    /// The client.
+    pub client: u8,
+    /// The client ended the call that sent it, or released its grant.
+    pub given_up: bool,
+    /// Its client died before it was done with it: a late copy of it cannot be refused.
+    pub abandoned: bool,
+}
+
+/// The violations recorded at a transition (bits of [`State::flags`]).
+pub mod flag {
+    /// A grant while another client believed it held the resource.
+    pub const GRANT_WHILE_BELIEVED: u16 = 1;
+    /// A token not above every earlier token of its resource.
+    pub const TOKEN_ORDER: u16 = 2;
+    /// A release returned `Ok` for a grant the server did not hold live.
+    pub const RELEASE_OK: u16 = 4;
+    /// A renewal extended an entry it was not sent for.
+    pub const ORPHAN_RENEWED: u16 = 8;
+}
+
+/// The whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// Real time.
+    pub rt: Time,
+    /// The server's clock minus real time.
+    pub skew: Time,
+    /// Clock steps so far.
+    pub jumps: u8,
+    /// Force releases so far.
+    pub forces: u8,
+    /// Kills so far.
+    pub kills: u8,
+    /// Timeouts so far.
+    pub timeouts: u8,
+    /// The documents.
+    pub server: Server,
+    /// The clients.
+    pub clients: Vec<Client>,
+    /// Requests in the network, sorted.
+    pub network: Vec<Msg>,
+    /// Every attempt made, by nonce.
+    pub nonces: Vec<NonceInfo>,
+    /// Entries an operator removed, as (resource, token, real time).
+    pub revoked: Vec<(Res, Token, Time)>,
+    /// The highest token granted on each resource.
+    pub max_token: Vec<Token>,
+    /// Violations recorded at transitions ([`flag`]).
+    pub flags: u16,
+}
+
+impl State {
+    /// The server's clock.
+    pub fn now(&self) -> Time {
+        self.rt + self.skew
+    }
+}
+
+/// A step of the system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Real time passes a tick.
+    Tick,
+    /// The server's clock steps forward by a TTL.
+    Jump,
+    /// An operator force-releases a resource.
+    ForceRelease(Res),
+    /// A client dies and restarts under the same lock id (a new keeper).
+    Kill(u8),
+    /// A client starts acquiring a resource (settling what it owes for it first).
+    Acquire(u8, Res),
+    /// The acquire sends its attempt again (same nonce).
+    Retry(u8),
+    /// The acquire gives up (withdrawing an attempt that may be granted).
+    GiveUp(u8),
+    /// A guard is released.
+    Release(u8, Res),
+    /// The keeper renews the leases it tracks.
+    Renew(u8),
+    /// The chores task sends an owed chore.
+    SendChore(u8, u8),
+    /// A low-level `xlock`.
+    Xlock(u8, Res),
+    /// A low-level `unlock`.
+    Unlock(u8),
+    /// The network delivers a request; `reply`: its reply reaches a waiting sender.
+    Deliver(u8, bool),
+    /// The network loses a request nobody waits for.
+    Drop(u8),
+    /// A client stops waiting for its reply: the outcome is unknown to it.
+    Timeout(u8),
+}
+
+/// The model: a [`Config`] to check.
+#[derive(Clone, Debug)]
+pub struct LockModel {
+    /// What is checked.
+    pub config: Config,
+}
+
+impl LockModel {
+    /// A model of `config`.
+    pub fn new(config: Config) -> Self {
+        LockModel { config }
+    }
+
+    fn bugs(&self) -> &Bugs {
+        &self.config.bugs
+    }
+
+    fn keeper(&self, client: u8, state: &State) -> KeeperId {
+        client * 8 + state.clients[client as usize].incarnation
+    }
+
+    fn mode(&self, client: u8) -> Mode {
+        self.config.clients[client as usize]
+    }
+
+    /// Whether `client` owes nothing that keeps an attempt of its lock id on `resource`
+    /// from being sent ([`Keeper::settle`](../../mongolock/lease/struct.Keeper.html)).
+    fn settled(&self, state: &State, client: u8, resource: Res) -> bool {
+        let bugs = self.bugs();
+        state.clients[client as usize].chores.iter().all(|chore| {
+            chore.resource() != resource
+                || match chore {
+                    Chore::Release { .. } => bugs.no_settle_releases,
+                    Chore::Withdraw { .. } => bugs.no_settle_withdrawals,
+                }
+        })
+    }
+
+    fn room(&self, state: &State) -> bool {
+        state.network.len() < self.config.bounds.in_flight as usize
+    }
+
+    fn send(&self, state: &mut State, client: u8, request: Request) {
+        let c = &mut state.clients[client as usize];
+        c.waiting = true;
+        state.network.push(Msg {
+            from: client,
+            incarnation: c.incarnation,
+            awaited: true,
+            request,
+        });
+        state.network.sort();
+    }
+
+    fn new_nonce(state: &mut State, client: u8) -> Nonce {
+        state.nonces.push(NonceInfo {
+            client,
+            given_up: false,
+            abandoned: false,
+        });
+        (state.nonces.len() - 1) as Nonce
+    }
+
+    fn give_up(state: &mut State, nonce: Nonce) {
+        state.nonces[nonce as usize].given_up = true;
+    }
+
+    fn acquire_request(&self, state: &State, client: u8, resource: Res, nonce: Nonce) -> Request {
+        let handle = self.mode(client) == Mode::Handle;
+        Request::Acquire {
+            resource,
+            lock_id: client as LockId,
+            nonce,
+            keeper: handle.then(|| self.keeper(client, state)),
+            ttl: handle.then_some(self.config.ttl),
+        }
+    }
+
+    fn chore_request(&self, state: &State, client: u8, chore: &Chore) -> Request {
+        let keeper = Some(self.keeper(client, state));
+        let keeper = keeper.filter(|_| self.mode(client) == Mode::Handle);
+        match *chore {
+            Chore::Release {
+                resource,
+                token,
+                nonce,
+                retire,
+            } => Request::Release {
+                resource,
+                lock_id: client,
+                token,
+                keeper,
+                retire: retire.then_some(nonce),
+            },
+            Chore::Withdraw { resource, nonce } => Request::Withdraw {
+                resource,
+                lock_id: client,
+                nonce,
+                keeper,
+            },
+        }
+    }
+
+    /// The local deadline of a lease confirmed by a request sent at `sent_at`, for which the
+    /// server had `left` ticks.
+    fn deadline(&self, sent_at: Time, left: Time) -> Time {
+        if self.bugs().long_deadline {
+            sent_at + left + 1
+        } else {
+            (sent_at + left).saturating_sub(self.config.margin)
+        }
+    }
+
+    /// Whether the holder of `token` on `resource` is excused at this state from being told
+    /// before another grant: an operator revoked it less than a TTL ago (or it is a
+    /// low-level holder, which nothing tells), or the server's clock stepped since `epoch`.
+    fn excused(&self, state: &State, resource: Res, token: Token, epoch: u8, low: bool) -> bool {
+        epoch < state.jumps
+            || (state.revoked.iter()).any(|&(r, t, at)| {
+                r == resource && t == token && (low || state.rt < at + self.config.ttl)
+            })
+    }
+
+    /// The holders that believe they hold `resource`, not excused: (client, token).
+    fn believers(&self, state: &State, resource: Res) -> Vec<(u8, Token)> {
+        let mut out = vec![];
+        for (i, c) in state.clients.iter().enumerate() {
+            for lease in &c.leases {
+                if lease.resource == resource
+                    && lease.believes(state.rt)
+                    && !self.excused(state, resource, lease.token, lease.epoch, false)
+                {
+                    out.push((i as u8, lease.token));
+                }
+            }
+            for &(r, token) in &c.held {
+                if r == resource && !self.excused(state, resource, token, u8::MAX, true) {
+                    out.push((i as u8, token));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether a live client still owes something for `nonce`.
+    fn owed(state: &State, nonce: Nonce) -> bool {
+        state.clients.iter().any(|c| {
+            c.chores.iter().any(|chore| chore.nonce() == nonce)
+                || matches!(&c.call, Some(Call::Release { lease }) if lease.nonce == nonce)
+        })
+    }
+
+    /// Executes the request at `index` of the network; `reply`: the reply reaches its
+    /// waiting sender.
+    fn deliver(&self, state: &mut State, index: usize, reply: bool) {
+        let msg = state.network.remove(index);
+        let now = state.now();
+        let expiries: Vec<Option<Time>> = (state.server.docs.iter())
+            .map(|d| d.entry.as_ref().and_then(|e| e.expires_at))
+            .collect();
+        let before = match msg.request {
+            Request::Release { resource, .. } => state.server.docs[resource as usize].entry.clone(),
+            _ => None,
+        };
+        let grant_key = |state: &State, r: Res| {
+            (state.server.docs[r as usize].entry.as_ref()).map(|e| (e.nonce, e.token))
+        };
+        let acquired = match msg.request {
+            Request::Acquire { resource, .. } => Some((resource, grant_key(state, resource))),
+            _ => None,
+        };
+        let answer = state.server.execute(&msg.request, now, &self.config.bugs);
+        if let Some((resource, was)) = acquired
+            && let Some((_, token)) = grant_key(state, resource)
+            && grant_key(state, resource) != was
+        {
+            self.judge_grant(state, resource, token, msg.from);
+        }
+        if let Request::Renew { ref leases, .. } = msg.request {
+            // Only what the keeper named (leases it believed in when it sent the renewal)
+            // may be extended.
+            for (r, doc) in state.server.docs.iter().enumerate() {
+                if let Some(e) = &doc.entry
+                    && e.expires_at != expiries[r]
+                    && !leases.contains(&(r as Res, e.token))
+                {
+                    state.flags |= flag::ORPHAN_RENEWED;
+                }
+            }
+        }
+        let c = msg.from as usize;
+        if msg.awaited && state.clients[c].incarnation == msg.incarnation {
+            if reply {
+                self.on_reply(state, msg.from, answer, before);
+            } else {
+                state.timeouts += 1;
+                self.on_timeout(state, msg.from);
+            }
+        }
+    }
+
+    /// A new grant of `token` on `resource`: nobody else may believe it holds the resource,
+    /// and the token must be above every earlier one.
+    fn judge_grant(&self, state: &mut State, resource: Res, token: Token, to: u8) {
+        if (self.believers(state, resource).iter()).any(|&(c, t)| c != to || t != token) {
+            state.flags |= flag::GRANT_WHILE_BELIEVED;
+        }
+        if token <= state.max_token[resource as usize] {
+            state.flags |= flag::TOKEN_ORDER;
+        }
+        let max = &mut state.max_token[resource as usize];
+        *max = (*max).max(token);
+    }
+
+    fn on_timeout(&self, state: &mut State, client: u8) {
+        let c = client as usize;
+        state.clients[c].waiting = false;
+        let Some(call) = state.clients[c].call.take() else {
+            return;
+        };
+        match call {
+            Call::Acquire {
+                resource,
+                nonce,
+                sent_at,
+                epoch,
+                open,
+                retries,
+                ..
+            } => {
+                state.clients[c].call = Some(Call::Acquire {
+                    resource,
+                    nonce,
+                    sent_at,
+                    epoch,
+                    uncertain: true,
+                    open,
+                    retries,
+                });
+            }
+            Call::Release { lease } => {
+                // Left to the background: owed until done.
+                state.clients[c].chores.push(Chore::Release {
+                    resource: lease.resource,
+                    token: lease.token,
+                    nonce: lease.nonce,
+                    retire: lease.retiring,
+                });
+                state.clients[c].chores.sort();
+                Self::give_up(state, lease.nonce);
+            }
+            Call::Xlock { resource, nonce } => {
+                if !self.bugs().xlock_no_withdraw {
+                    state.clients[c]
+                        .chores
+                        .push(Chore::Withdraw { resource, nonce });
+                    state.clients[c].chores.sort();
+                }
+                Self::give_up(state, nonce);
+            }
+            Call::Adopt { .. } | Call::Renew { .. } | Call::Chore(_) | Call::Unlock => {}
+        }
+    }
+
+    fn on_reply(&self, state: &mut State, client: u8, reply: Reply, before: Option<Entry>) {
+        let c = client as usize;
+        state.clients[c].waiting = false;
+        let Some(call) = state.clients[c].call.take() else {
+            return;
+        };
+        let rt = state.rt;
+        match call {
+            Call::Acquire {
+                resource,
+                nonce,
+                sent_at,
+                epoch,
+                uncertain,
+                open,
+                retries,
+            } => match reply {
+                Reply::Granted {
+                    token,
+                    expires_at,
+                    now,
+                } => {
+                    let left = expires_at.map_or(self.config.ttl, |end| end.saturating_sub(now));
+                    let deadline = self.deadline(sent_at, left);
+                    if rt >= deadline {
+                        // Came back too late to trust: withdrawn.
+                        state.clients[c]
+                            .chores
+                            .push(Chore::Withdraw { resource, nonce });
+                        state.clients[c].chores.sort();
+                        Self::give_up(state, nonce);
+                    } else {
+                        let retiring = uncertain && !self.bugs().no_retire_on_release;
+                        state.clients[c].leases.push(Lease {
+                            resource,
+                            token,
+                            nonce,
+                            deadline,
+                            lost: false,
+                            retiring,
+                            epoch,
+                        });
+                        state.clients[c].leases.sort();
+                    }
+                }
+                Reply::AlreadyHeld {
+                    token,
+                    nonce: entry_nonce,
+                    expires_at,
+                    now,
+                } => {
+                    // Resume: this attempt is settled; the entry is adopted.
+                    Self::give_up(state, nonce);
+                    if let Some(end) = expires_at
+                        && self.room(state)
+                    {
+                        let deadline = self.deadline(sent_at, end.saturating_sub(now));
+                        state.clients[c].call = Some(Call::Adopt {
+                            resource,
+                            token,
+                            nonce: entry_nonce,
+                            deadline,
+                            epoch,
+                        });
+                        let keeper = self.keeper(client, state);
+                        self.send(
+                            state,
+                            client,
+                            Request::Adopt {
+                                resource,
+                                lock_id: client,
+                                token,
+                                keeper,
+                            },
+                        );
+                    }
+                }
+                Reply::Refused => {
+                    let open = open && uncertain && !self.bugs().refusal_settles;
+                    state.clients[c].call = Some(Call::Acquire {
+                        resource,
+                        nonce,
+                        sent_at,
+                        epoch,
+                        uncertain,
+                        open,
+                        retries,
+                    });
+                }
+                _ => Self::give_up(state, nonce),
+            },
+            Call::Adopt {
+                resource,
+                token,
+                nonce,
+                deadline,
+                epoch,
+            } => {
+                if reply == Reply::Adopted(true) && rt < deadline {
+                    let info = &mut state.nonces[nonce as usize];
+                    *info = NonceInfo {
+                        client,
+                        given_up: false,
+                        abandoned: false,
+                    };
+                    state.clients[c].leases.push(Lease {
+                        resource,
+                        token,
+                        nonce,
+                        deadline,
+                        lost: false,
+                        retiring: !self.bugs().no_retire_on_release,
+                        epoch,
+                    });
+                    state.clients[c].leases.sort();
+                }
+            }
+            Call::Release { lease } => {
+                if let Reply::Released { removed, live } = reply {
+                    let ok = (removed && live) || (!removed && self.bugs().release_ok_when_gone);
+                    let keeper = Some(self.keeper(client, state));
+                    let this_grant = (before.as_ref())
+                        .is_some_and(|e| e.token == lease.token && e.keeper == keeper);
+                    if ok && !(removed && live && this_grant) {
+                        state.flags |= flag::RELEASE_OK;
+                    }
+                }
+                Self::give_up(state, lease.nonce);
+            }
+            Call::Renew {
+                sent_at,
+                epoch,
+                leases,
+            } => {
+                if let Reply::Renewed { live, count } = reply {
+                    let trusted = self.bugs().keeper_trusts_count && count as usize >= leases.len();
+                    let confirmed = self.deadline(sent_at, self.config.ttl);
+                    for (i, &(resource, token)) in leases.iter().enumerate() {
+                        let Some(lease) = (state.clients[c].leases.iter_mut())
+                            .find(|l| l.resource == resource && l.token == token)
+                        else {
+                            continue;
+                        };
+                        if trusted || live[i] {
+                            lease.deadline = lease.deadline.max(confirmed);
+                            lease.epoch = lease.epoch.max(epoch);
+                        } else {
+                            lease.lost = true;
+                        }
+                    }
+                }
+            }
+            Call::Chore(chore) => {
+                state.clients[c].chores.retain(|owed| *owed != chore);
+            }
+            Call::Xlock { resource, nonce } => match reply {
+                Reply::Granted { token, .. } | Reply::AlreadyHeld { token, .. } => {
+                    state.clients[c].held.push((resource, token));
+                    state.clients[c].held.sort();
+                }
+                _ => Self::give_up(state, nonce),
+            },
+            Call::Unlock => {
+                state.clients[c].dirty = false;
+                for info in &mut state.nonces {
+                    if info.client == client && !info.abandoned {
+                        info.given_up = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Model for LockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let clients = self.config.clients.len();
+        vec![State {
+            rt: 0,
+            skew: 0,
+            jumps: 0,
+            forces: 0,
+            kills: 0,
+            timeouts: 0,
+            server: Server::new(self.config.resources as usize),
+            clients: vec![
+                Client {
+                    incarnation: 0,
+                    attempts: 0,
+                    leases: vec![],
+                    held: vec![],
+                    dirty: false,
+                    call: None,
+                    waiting: false,
+                    chores: vec![],
+                };
+                clients
+            ],
+            network: vec![],
+            nonces: vec![],
+            revoked: vec![],
+            max_token: vec![0; self.config.resources as usize],
+            flags: 0,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        let b = &self.config.bounds;
+        if state.rt < b.max_time {
+            actions.push(Action::Tick);
+        }
+        if state.jumps < b.jumps {
+            actions.push(Action::Jump);
+        }
+        for r in 0..self.config.resources {
+            if state.forces < b.force_releases && state.server.docs[r as usize].entry.is_some() {
+                actions.push(Action::ForceRelease(r));
+            }
+        }
+        let room = self.room(state);
+        for (i, c) in state.clients.iter().enumerate() {
+            let i = i as u8;
+            let busy = c.call.is_some() || !c.leases.is_empty() || !c.chores.is_empty();
+            if state.kills < b.kills && (busy || !c.held.is_empty()) {
+                actions.push(Action::Kill(i));
+            }
+            if c.waiting {
+                if state.timeouts < b.timeouts {
+                    actions.push(Action::Timeout(i));
+                }
+                continue;
+            }
+            match &c.call {
+                Some(Call::Acquire {
+                    resource, retries, ..
+                }) => {
+                    if room && *retries < b.retries && self.settled(state, i, *resource) {
+                        actions.push(Action::Retry(i));
+                    }
+                    actions.push(Action::GiveUp(i));
+                    continue;
+                }
+                Some(_) => continue,
+                None => {}
+            }
+            if !room {
+                continue;
+            }
+            for (k, _) in c.chores.iter().enumerate() {
+                actions.push(Action::SendChore(i, k as u8));
+            }
+            match self.mode(i) {
+                Mode::Handle => {
+                    for r in 0..self.config.resources {
+                        let holds = c.leases.iter().any(|l| l.resource == r);
+                        if holds {
+                            actions.push(Action::Release(i, r));
+                        } else if c.attempts < b.attempts && self.settled(state, i, r) {
+                            actions.push(Action::Acquire(i, r));
+                        }
+                    }
+                    let extends = self.deadline(state.rt, self.config.ttl);
+                    if (c.leases.iter()).any(|l| l.believes(state.rt) && l.deadline < extends) {
+                        actions.push(Action::Renew(i));
+                    }
+                }
+                Mode::LowLevel => {
+                    for r in 0..self.config.resources {
+                        let holds = c.held.iter().any(|&(h, _)| h == r);
+                        if !holds && c.attempts < b.attempts && self.settled(state, i, r) {
+                            actions.push(Action::Xlock(i, r));
+                        }
+                    }
+                    if c.dirty {
+                        actions.push(Action::Unlock(i));
+                    }
+                }
+            }
+        }
+        for (k, msg) in state.network.iter().enumerate() {
+            let k = k as u8;
+            let current = state.clients[msg.from as usize].incarnation == msg.incarnation;
+            // A reply lost is a timeout followed by the late delivery; a request lost is
+            // one never delivered: neither needs a step of its own.
+            actions.push(Action::Deliver(k, msg.awaited && current));
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        let s = &mut state;
+        match action {
+            Action::Tick => s.rt += 1,
+            Action::Jump => {
+                s.jumps += 1;
+                s.skew += self.config.ttl;
+            }
+            Action::ForceRelease(r) => {
+                s.forces += 1;
+                let now = s.now();
+                if let Some(e) = &s.server.docs[r as usize].entry {
+                    s.revoked.push((r, e.token, s.rt));
+                }
+                s.server
+                    .execute(&Request::ForceRelease { resource: r }, now, self.bugs());
+            }
+            Action::Kill(i) => {
+                s.kills += 1;
+                let c = &mut s.clients[i as usize];
+                let owed: Vec<Nonce> = c.chores.iter().map(Chore::nonce).collect();
+                let calling = match &c.call {
+                    Some(Call::Release { lease }) => Some(lease.nonce),
+                    _ => None,
+                };
+                *c = Client {
+                    incarnation: c.incarnation + 1,
+                    attempts: c.attempts,
+                    leases: vec![],
+                    held: vec![],
+                    dirty: false,
+                    call: None,
+                    waiting: false,
+                    chores: vec![],
+                };
+                for (n, info) in s.nonces.iter_mut().enumerate() {
+                    let n = n as Nonce;
+                    if info.client == i
+                        && (!info.given_up || owed.contains(&n) || calling == Some(n))
+                    {
+                        info.abandoned = true;
+                    }
+                }
+                for msg in &mut s.network {
+                    if msg.from == i {
+                        msg.awaited = false;
+                    }
+                }
+                s.network.sort();
+            }
+            Action::Acquire(i, r) => {
+                let nonce = Self::new_nonce(s, i);
+                let c = &mut s.clients[i as usize];
+                c.attempts += 1;
+                c.call = Some(Call::Acquire {
+                    resource: r,
+                    nonce,
+                    sent_at: s.rt,
+                    epoch: s.jumps,
+                    uncertain: false,
+                    open: true,
+                    retries: 0,
+                });
+                let request = self.acquire_request(s, i, r, nonce);
+                self.send(s, i, request);
+            }
+            Action::Retry(i) => {
+                let rt = s.rt;
+                let Some(Call::Acquire {
+                    resource,
+                    nonce,
+                    sent_at,
+                    retries,
+                    open,
+                    ..
+                }) = &mut s.clients[i as usize].call
+                else {
+                    return None;
+                };
+                *sent_at = rt;
+                *retries += 1;
+                *open = true;
+                let (r, n) = (*resource, *nonce);
+                let request = self.acquire_request(s, i, r, n);
+                self.send(s, i, request);
+            }
+            Action::GiveUp(i) => {
+                let c = &mut s.clients[i as usize];
+                let Some(Call::Acquire {
+                    resource,
+                    nonce,
+                    open,
+                    ..
+                }) = c.call.take()
+                else {
+                    return None;
+                };
+                if open {
+                    c.chores.push(Chore::Withdraw { resource, nonce });
+                    c.chores.sort();
+                }
+                Self::give_up(s, nonce);
+            }
+            Action::Release(i, r) => {
+                let keeper = Some(self.keeper(i, s));
+                let c = &mut s.clients[i as usize];
+                let at = c.leases.iter().position(|l| l.resource == r)?;
+                let lease = c.leases.remove(at);
+                let request = Request::Release {
+                    resource: r,
+                    lock_id: i,
+                    token: lease.token,
+                    keeper,
+                    retire: lease.retiring.then_some(lease.nonce),
+                };
+                c.call = Some(Call::Release { lease });
+                self.send(s, i, request);
+            }
+            Action::Renew(i) => {
+                let keeper = self.keeper(i, s);
+                let c = &mut s.clients[i as usize];
+                let leases: Vec<(Res, Token)> = (c.leases.iter())
+                    .filter(|l| l.believes(s.rt))
+                    .map(|l| (l.resource, l.token))
+                    .collect();
+                c.call = Some(Call::Renew {
+                    sent_at: s.rt,
+                    epoch: s.jumps,
+                    leases: leases.clone(),
+                });
+                let request = Request::Renew {
+                    lock_id: i,
+                    keeper,
+                    leases,
+                    ttl: self.config.ttl,
+                };
+                self.send(s, i, request);
+            }
+            Action::SendChore(i, k) => {
+                let chore = s.clients[i as usize].chores.get(k as usize)?.clone();
+                let request = self.chore_request(s, i, &chore);
+                s.clients[i as usize].call = Some(Call::Chore(chore));
+                self.send(s, i, request);
+            }
+            Action::Xlock(i, r) => {
+                let nonce = Self::new_nonce(s, i);
+                let c = &mut s.clients[i as usize];
+                c.attempts += 1;
+                c.dirty = true;
+                c.call = Some(Call::Xlock { resource: r, nonce });
+                let request = self.acquire_request(s, i, r, nonce);
+                self.send(s, i, request);
+            }
+            Action::Unlock(i) => {
+                let c = &mut s.clients[i as usize];
+                // The caller stops using its locks when it calls.
+                c.held.clear();
+                c.call = Some(Call::Unlock);
+                self.send(s, i, Request::Unlock { lock_id: i });
+            }
+            Action::Deliver(k, reply) => self.deliver(s, k as usize, reply),
+            Action::Drop(k) => {
+                s.network.remove(k as usize);
+            }
+            Action::Timeout(i) => {
+                s.timeouts += 1;
+                for msg in &mut s.network {
+                    if msg.from == i {
+                        msg.awaited = false;
+                    }
+                }
+                s.network.sort();
+                self.on_timeout(s, i);
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(EXCLUSION, |m: &LockModel, s: &State| {
+                (0..m.config.resources).all(|r| {
+                    let mut believers = m.believers(s, r);
+                    believers.dedup_by_key(|b| b.0);
+                    believers.len() <= 1
+                })
+            }),
+            Property::always(LOSS_BEFORE_GRANT, |_: &LockModel, s: &State| {
+                s.flags & flag::GRANT_WHILE_BELIEVED == 0
+            }),
+            Property::always(TOKENS_INCREASE, |_: &LockModel, s: &State| {
+                s.flags & flag::TOKEN_ORDER == 0
+            }),
+            Property::always(RELEASE_OK, |_: &LockModel, s: &State| {
+                s.flags & flag::RELEASE_OK == 0
+            }),
+            Property::always(NO_ORPHAN_OUTLIVES, |_: &LockModel, s: &State| {
+                s.flags & flag::ORPHAN_RENEWED == 0
+            }),
+            Property::always(RELEASED_IS_FREE, |_: &LockModel, s: &State| {
+                let now = s.now();
+                (s.server.docs.iter().filter_map(|d| d.entry.as_ref())).all(|e| {
+                    let info = &s.nonces[e.nonce as usize];
+                    !e.is_live(now)
+                        || !info.given_up
+                        || info.abandoned
+                        || LockModel::owed(s, e.nonce)
+                })
+            }),
+            Property::always(REVOCATION_NOTICED, |m: &LockModel, s: &State| {
+                s.clients.iter().all(|c| {
+                    c.leases.iter().all(|l| {
+                        !l.believes(s.rt)
+                            || !(s.revoked.iter()).any(|&(r, t, at)| {
+                                r == l.resource
+                                    && t == l.token
+                                    && s.rt + m.config.margin >= at + m.config.ttl
+                            })
+                    })
+                })
+            }),
+        ]
+    }
+}
+
+/// Never two holders of a resource that both believe they hold it (none excused).
+pub const EXCLUSION: &str = "exclusion: never two believing holders";
+/// A holder is told its loss before anyone else is granted (except after an operator's
+/// revocation, for a TTL, or a step of the server's clock).
+pub const LOSS_BEFORE_GRANT: &str = "loss told before another grant";
+/// Every grant's token is above every token granted before on its resource.
+pub const TOKENS_INCREASE: &str = "tokens strictly increase";
+/// A release returns `Ok` only if the server removed that very grant while it was live.
+pub const RELEASE_OK: &str = "release Ok means held live until removed";
+/// No entry outlives its last believing holder by more than its TTL: a renewal extends
+/// only the entries it was sent for, by a keeper whose holder believed in them when it
+/// sent it (a late renewal can extend one by the time it spent in the network).
+pub const NO_ORPHAN_OUTLIVES: &str = "no orphan outlives its holder by more than a TTL";
+/// No live entry of an attempt its client is done with and owes nothing for (a late copy
+/// that was not refused); attempts of a killed incarnation are exempt.
+pub const RELEASED_IS_FREE: &str = "a released lock becomes free";
+/// A holder an operator revoked stops believing within a TTL: by its local deadline, the
+/// TTL less the margin after the revocation, at the latest.
+pub const REVOCATION_NOTICED: &str = "revocation noticed within a TTL";
+
+/// Every property's name.
+pub const PROPERTIES: [&str; 7] = [
+    EXCLUSION,
+    LOSS_BEFORE_GRANT,
+    TOKENS_INCREASE,
+    RELEASE_OK,
+    NO_ORPHAN_OUTLIVES,
+    RELEASED_IS_FREE,
+    REVOCATION_NOTICED,
+];
+
+/// A one-line picture of `doc`, for traces.
+pub fn show_doc(doc: &Doc) -> String {
+    let entry = match &doc.entry {
+        None => "free".to_owned(),
+        Some(e) => format!(
+            "L{} n{} t{} k{} exp {}",
+            e.lock_id,
+            e.nonce,
+            e.token,
+            e.keeper.map_or("-".to_owned(), |k| k.to_string()),
+            e.expires_at.map_or("never".to_owned(), |t| t.to_string()),
+        ),
+    };
+    format!("[{entry}; fence {}; tombs {:?}]", doc.fence, doc.tombstones)
+}

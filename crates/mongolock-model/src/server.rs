@@ -1,0 +1,447 @@
+//! The server: one lock document per resource, reduced to what decides the protocol, and
+//! the one atomic step each command takes on it.
+//!
+//! A document here is the exclusive entry (`lockId`, `nonce`, `token`, `keeper`,
+//! `expiresAt`), the fence (the last token granted) and the tombstones (retired nonces).
+//! Times are whole ticks of the server's clock. Shared entries, the line, the cap, the
+//! lock-delay, `idleSince` and the wake are left out (see the crate docs). Each request is
+//! the command of the same name in `mongolock/src/command/`, decided the way its pipeline
+//! decides it; the conformance test (`tests/conformance.rs`) runs both on the same
+//! documents and compares.
+
+/// A resource's index.
+pub type Res = u8;
+/// A lock id's index.
+pub type LockId = u8;
+/// An attempt's nonce (its index: each attempt gets a fresh one).
+pub type Nonce = u8;
+/// A lease keeper's id (one per client incarnation).
+pub type KeeperId = u8;
+/// A fencing token.
+pub type Token = u8;
+/// An instant or a span of the server's clock, in ticks.
+pub type Time = u8;
+
+/// The exclusive entry of a lock document.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Entry {
+    /// `lockId`: the holder.
+    pub lock_id: LockId,
+    /// `nonce`: the attempt that was granted.
+    pub nonce: Nonce,
+    /// `token`: the fencing token of the grant.
+    pub token: Token,
+    /// `keeper`: the lease keeper renewing it (none for the low-level calls).
+    pub keeper: Option<KeeperId>,
+    /// `expiresAt`, by the server's clock; none: no TTL.
+    pub expires_at: Option<Time>,
+}
+
+impl Entry {
+    /// Whether the entry is live at server time `now` (an entry without TTL always is).
+    pub fn is_live(&self, now: Time) -> bool {
+        self.expires_at.is_none_or(|end| end > now)
+    }
+}
+
+/// One resource's lock document (a resource without one is the default: no entry, fence 0,
+/// no tombstones).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Doc {
+    /// `exclusive`.
+    pub entry: Option<Entry>,
+    /// `fence`: the last token granted.
+    pub fence: Token,
+    /// `released`: retired nonces, sorted. A tombstone lives at least five minutes, longer
+    /// than any run of the model, so none lapses here.
+    pub tombstones: Vec<Nonce>,
+}
+
+impl Doc {
+    fn tombstone(&mut self, nonce: Nonce) {
+        if let Err(at) = self.tombstones.binary_search(&nonce) {
+            self.tombstones.insert(at, nonce);
+        }
+    }
+}
+
+/// A request, as the library sends it (the commands of `mongolock/src/command/`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Request {
+    /// `acquire` (exclusive): grant if free, repeat a grant to the same attempt.
+    Acquire {
+        /// The resource.
+        resource: Res,
+        /// The holder.
+        lock_id: LockId,
+        /// The attempt.
+        nonce: Nonce,
+        /// The keeper the entry names (none: a low-level call).
+        keeper: Option<KeeperId>,
+        /// The TTL (none: the lock never expires).
+        ttl: Option<Time>,
+    },
+    /// `release` of one grant, by lock id, token and (for a lease) keeper; with `retire`,
+    /// the retirement of its attempt too (a tombstone for that nonce).
+    Release {
+        /// The resource.
+        resource: Res,
+        /// The holder.
+        lock_id: LockId,
+        /// The grant's token.
+        token: Token,
+        /// The keeper the grant names.
+        keeper: Option<KeeperId>,
+        /// The nonce to retire, if the grant's attempt was ever uncertain or resumed.
+        retire: Option<Nonce>,
+    },
+    /// `release_attempt`: remove the attempt's entry (by lock id, nonce and keeper) if
+    /// there, and tombstone the nonce.
+    Withdraw {
+        /// The resource.
+        resource: Res,
+        /// The holder.
+        lock_id: LockId,
+        /// The attempt.
+        nonce: Nonce,
+        /// The keeper the attempt names.
+        keeper: Option<KeeperId>,
+    },
+    /// The keeper's renewal: one statement per lease it tracks (resource, token), each
+    /// matching lock id, token and keeper, only while live.
+    Renew {
+        /// The lock id of the leases.
+        lock_id: LockId,
+        /// The keeper.
+        keeper: KeeperId,
+        /// The leases named, as (resource, token).
+        leases: Vec<(Res, Token)>,
+        /// Their TTL.
+        ttl: Time,
+    },
+    /// `renew(lock_id)` of the low-level API: every live entry of the lock id.
+    RenewLockId {
+        /// The lock id.
+        lock_id: LockId,
+        /// The TTL.
+        ttl: Time,
+    },
+    /// Resume's adoption: the live entry of lock id and token names `keeper` from now on.
+    Adopt {
+        /// The resource.
+        resource: Res,
+        /// The holder.
+        lock_id: LockId,
+        /// The grant's token.
+        token: Token,
+        /// The new keeper.
+        keeper: KeeperId,
+    },
+    /// `unlock(lock_id)`: every entry of the lock id goes.
+    Unlock {
+        /// The lock id.
+        lock_id: LockId,
+    },
+    /// An operator's `force_release(resource)`.
+    ForceRelease {
+        /// The resource.
+        resource: Res,
+    },
+}
+
+/// A reply, by class (what the client tells from it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reply {
+    /// `Attempt::Granted`: this attempt holds the resource (now or from an earlier copy).
+    Granted {
+        /// The grant's token.
+        token: Token,
+        /// Its expiry.
+        expires_at: Option<Time>,
+        /// The server's clock when it was decided.
+        now: Time,
+    },
+    /// `Attempt::AlreadyHeld`: this lock id holds it from another attempt.
+    AlreadyHeld {
+        /// The grant's token.
+        token: Token,
+        /// The nonce of the attempt that was granted.
+        nonce: Nonce,
+        /// Its expiry.
+        expires_at: Option<Time>,
+        /// The server's clock when it was decided.
+        now: Time,
+    },
+    /// `Attempt::Contended`.
+    Refused,
+    /// `Attempt::Withdrawn`: the nonce was retired.
+    Withdrawn,
+    /// A release or a withdrawal: whether it removed the entry, and whether it was live.
+    Released {
+        /// An entry was removed.
+        removed: bool,
+        /// It was live.
+        live: bool,
+    },
+    /// A renewal: per lease named, whether the server holds it live for this keeper after
+    /// the command (the keeper's read), and the command's count.
+    Renewed {
+        /// Per lease named.
+        live: Vec<bool>,
+        /// The reply's `n`.
+        count: u8,
+    },
+    /// An adoption: whether it matched.
+    Adopted(bool),
+    /// An unlock, a low-level renewal or a force release: how many entries it touched.
+    Count(u8),
+}
+
+/// Deliberate departures from the library's protocol: each puts back a bug found before,
+/// so that the model can show it fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Bugs {
+    /// (a) An attempt does not wait for a release its client owes for its lock id.
+    pub no_settle_releases: bool,
+    /// (b) An attempt does not wait for a withdrawal its client owes for its lock id.
+    pub no_settle_withdrawals: bool,
+    /// (c) A grant whose attempt was uncertain is released without retiring its nonce.
+    pub no_retire_on_release: bool,
+    /// (d) `xlock` with an unknown outcome does not withdraw its attempt.
+    pub xlock_no_withdraw: bool,
+    /// (e) The keeper renews by lock id alone (every live entry of the lock id).
+    pub keeper_by_lock_id: bool,
+    /// (f) The keeper believes every lease renewed when the count is high enough.
+    pub keeper_trusts_count: bool,
+    /// (g) A refusal settles an attempt that once had an unknown outcome.
+    pub refusal_settles: bool,
+    /// (h) A release or withdrawal does not match the keeper the entry names.
+    pub no_keeper_match: bool,
+    /// (i) The fence restarts when the entry goes (a counter reset on delete).
+    pub counter_reset: bool,
+    /// (j) The local deadline is the TTL past the send, with no margin, plus a tick (a
+    /// client clock that runs slow).
+    pub long_deadline: bool,
+    /// (k) A release reports `Ok` when it removed nothing (an "idempotent" release).
+    pub release_ok_when_gone: bool,
+}
+
+/// Whether `keeper` (a request's) matches `stored` (the entry's), as the library's release
+/// and withdrawal queries do: a request that names a keeper matches only that keeper.
+fn keeper_matches(request: Option<KeeperId>, stored: Option<KeeperId>, bugs: &Bugs) -> bool {
+    bugs.no_keeper_match || request.is_none() || request == stored
+}
+
+/// The server: one document per resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Server {
+    /// The documents, by resource.
+    pub docs: Vec<Doc>,
+}
+
+impl Server {
+    /// A server with `resources` empty documents.
+    pub fn new(resources: usize) -> Self {
+        Server {
+            docs: vec![Doc::default(); resources],
+        }
+    }
+
+    /// Removes the entry of `resource` (the fence stays, unless the counter-reset bug).
+    fn remove(&mut self, resource: Res, bugs: &Bugs) -> Option<Entry> {
+        let doc = &mut self.docs[resource as usize];
+        let removed = doc.entry.take();
+        if bugs.counter_reset && removed.is_some() {
+            doc.fence = 0;
+        }
+        removed
+    }
+
+    /// Carries out `request` atomically at server time `now`, as the library's command
+    /// does, and returns its reply and, for a grant, the new entry's token.
+    pub fn execute(&mut self, request: &Request, now: Time, bugs: &Bugs) -> Reply {
+        match *request {
+            Request::Acquire {
+                resource,
+                lock_id,
+                nonce,
+                keeper,
+                ttl,
+            } => {
+                // Expired entries never stand in the way: dropped first.
+                if (self.docs[resource as usize].entry.as_ref()).is_some_and(|e| !e.is_live(now)) {
+                    self.remove(resource, bugs);
+                }
+                let doc = &mut self.docs[resource as usize];
+                match &doc.entry {
+                    Some(e) if e.lock_id == lock_id && e.nonce == nonce => Reply::Granted {
+                        token: e.token,
+                        expires_at: e.expires_at,
+                        now,
+                    },
+                    _ if doc.tombstones.binary_search(&nonce).is_ok() => Reply::Withdrawn,
+                    Some(e) if e.lock_id == lock_id => Reply::AlreadyHeld {
+                        token: e.token,
+                        nonce: e.nonce,
+                        expires_at: e.expires_at,
+                        now,
+                    },
+                    Some(_) => Reply::Refused,
+                    None => {
+                        let token = doc.fence + 1;
+                        doc.fence = token;
+                        let expires_at = ttl.map(|ttl| now + ttl);
+                        doc.entry = Some(Entry {
+                            lock_id,
+                            nonce,
+                            token,
+                            keeper,
+                            expires_at,
+                        });
+                        Reply::Granted {
+                            token,
+                            expires_at,
+                            now,
+                        }
+                    }
+                }
+            }
+            Request::Release {
+                resource,
+                lock_id,
+                token,
+                keeper,
+                retire,
+            } => {
+                let doc = &self.docs[resource as usize];
+                let found = doc.entry.as_ref().is_some_and(|e| {
+                    e.lock_id == lock_id
+                        && e.token == token
+                        && keeper_matches(keeper, e.keeper, bugs)
+                });
+                let live = found && doc.entry.as_ref().is_some_and(|e| e.is_live(now));
+                if found {
+                    self.remove(resource, bugs);
+                }
+                if let Some(nonce) = retire {
+                    self.docs[resource as usize].tombstone(nonce);
+                }
+                Reply::Released {
+                    removed: found,
+                    live,
+                }
+            }
+            Request::Withdraw {
+                resource,
+                lock_id,
+                nonce,
+                keeper,
+            } => {
+                let doc = &self.docs[resource as usize];
+                let found = doc.entry.as_ref().is_some_and(|e| {
+                    e.lock_id == lock_id
+                        && e.nonce == nonce
+                        && keeper_matches(keeper, e.keeper, bugs)
+                });
+                let live = found && doc.entry.as_ref().is_some_and(|e| e.is_live(now));
+                if found {
+                    self.remove(resource, bugs);
+                }
+                self.docs[resource as usize].tombstone(nonce);
+                Reply::Released {
+                    removed: found,
+                    live,
+                }
+            }
+            Request::Renew {
+                lock_id,
+                keeper,
+                ref leases,
+                ttl,
+            } => {
+                let mut count = 0;
+                if bugs.keeper_by_lock_id {
+                    count = self.renew_lock_id(lock_id, ttl, now, false);
+                } else {
+                    for &(resource, token) in leases {
+                        if let Some(e) = &mut self.docs[resource as usize].entry
+                            && e.lock_id == lock_id
+                            && e.token == token
+                            && e.keeper == Some(keeper)
+                            && e.is_live(now)
+                        {
+                            e.expires_at = Some(now + ttl);
+                            count += 1;
+                        }
+                    }
+                }
+                // The keeper's read: which of the named leases it holds live.
+                let live = (leases.iter())
+                    .map(|&(resource, token)| {
+                        self.docs[resource as usize]
+                            .entry
+                            .as_ref()
+                            .is_some_and(|e| {
+                                e.lock_id == lock_id
+                                    && e.token == token
+                                    && e.keeper == Some(keeper)
+                                    && e.is_live(now)
+                            })
+                    })
+                    .collect();
+                Reply::Renewed { live, count }
+            }
+            Request::RenewLockId { lock_id, ttl } => {
+                Reply::Count(self.renew_lock_id(lock_id, ttl, now, true))
+            }
+            Request::Adopt {
+                resource,
+                lock_id,
+                token,
+                keeper,
+            } => match &mut self.docs[resource as usize].entry {
+                Some(e) if e.lock_id == lock_id && e.token == token && e.is_live(now) => {
+                    e.keeper = Some(keeper);
+                    Reply::Adopted(true)
+                }
+                _ => Reply::Adopted(false),
+            },
+            Request::Unlock { lock_id } => {
+                let mut count = 0;
+                for resource in 0..self.docs.len() {
+                    if (self.docs[resource].entry.as_ref()).is_some_and(|e| e.lock_id == lock_id) {
+                        self.remove(resource as Res, bugs);
+                        count += 1;
+                    }
+                }
+                Reply::Count(count)
+            }
+            Request::ForceRelease { resource } => {
+                Reply::Count(u8::from(self.remove(resource, bugs).is_some()))
+            }
+        }
+    }
+
+    /// Renews every live entry of `lock_id` by `ttl`; with `never_shorten`, an entry that
+    /// names a keeper keeps a later expiry it has (as `renew(lock_id)` treats a kept lease).
+    fn renew_lock_id(&mut self, lock_id: LockId, ttl: Time, now: Time, never_shorten: bool) -> u8 {
+        let mut count = 0;
+        for doc in &mut self.docs {
+            if let Some(e) = &mut doc.entry
+                && e.lock_id == lock_id
+                && e.is_live(now)
+            {
+                if let Some(end) = e.expires_at {
+                    let renewed = now + ttl;
+                    e.expires_at = Some(if never_shorten && e.keeper.is_some() {
+                        end.max(renewed)
+                    } else {
+                        renewed
+                    });
+                }
+                count += 1;
+            }
+        }
+        count
+    }
+}
