@@ -62,11 +62,22 @@ pub mod scenarios {
         bounds([1, 1, 1, 1, 2, 1, 1, 1]),
     ];
 
-    /// The deeper bounds, for `--deep`.
-    pub const DEEP: [Bounds; 2] = [
-        bounds([2, 2, 1, 1, 2, 0, 1, 1]),
-        bounds([1, 2, 1, 1, 2, 1, 1, 1]),
-    ];
+    /// The deeper runs, for `--deep` (minutes, in a release build): each scenario at the
+    /// largest bounds that fit in a few GiB of memory.
+    pub fn deep() -> Vec<Config> {
+        let clock = bounds([2, 2, 1, 1, 2, 0, 1, 1]);
+        let faults = bounds([1, 2, 1, 1, 2, 1, 1, 1]);
+        vec![
+            handles(clock),
+            handles(faults),
+            low_level(clock),
+            low_level(faults),
+            keeper_alone(clock),
+            keeper_alone(faults),
+            two_resources(bounds([1, 2, 1, 1, 2, 0, 0, 0])),
+            two_resources(bounds([0, 2, 0, 1, 2, 0, 1, 0])),
+        ]
+    }
 
     fn config(name: &'static str, resources: u8, clients: Vec<Mode>, bounds: Bounds) -> Config {
         Config {

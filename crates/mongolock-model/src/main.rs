@@ -16,40 +16,40 @@ use mongolock_model::{LockModel, check, controls, findings, scenarios, trace};
 fn main() {
     let deep = std::env::args().any(|arg| arg == "--deep");
     let traces = std::env::args().any(|arg| arg == "--traces");
-    let bounds = if deep {
-        scenarios::DEEP
+    let configs = if deep {
+        scenarios::deep()
     } else {
-        scenarios::SMALL
+        (scenarios::SMALL.into_iter())
+            .flat_map(scenarios::all)
+            .collect()
     };
     let mut failed = false;
-    for bounds in bounds {
-        println!("bound {bounds:?}");
-        for config in scenarios::all(bounds) {
-            let outcome = check(&config, None);
+    for config in configs {
+        let outcome = check(&config, None);
+        println!(
+            "  protocol | {:<32} | {:?} | {:>9} unique states | {:>10} generated | depth {:>2} | {:>9.2?}",
+            outcome.name,
+            config.bounds,
+            outcome.unique_states,
+            outcome.states,
+            outcome.max_depth,
+            outcome.elapsed,
+        );
+        let model = LockModel::new(config.clone());
+        for (property, path) in &outcome.counterexamples {
+            let known = findings::is_known(config.name, property);
+            failed |= !known;
             println!(
-                "  protocol | {:<32} | {:>9} unique states | {:>10} generated | depth {:>2} | {:>9.2?}",
-                outcome.name,
-                outcome.unique_states,
-                outcome.states,
-                outcome.max_depth,
-                outcome.elapsed,
+                "    {} \"{property}\" in {} steps",
+                if known {
+                    "known finding:"
+                } else {
+                    "NEW COUNTEREXAMPLE:"
+                },
+                path.clone().into_actions().len()
             );
-            let model = LockModel::new(config.clone());
-            for (property, path) in &outcome.counterexamples {
-                let known = findings::is_known(config.name, property);
-                failed |= !known;
-                println!(
-                    "    {} \"{property}\" in {} steps",
-                    if known {
-                        "known finding:"
-                    } else {
-                        "NEW COUNTEREXAMPLE:"
-                    },
-                    path.clone().into_actions().len()
-                );
-                if traces || !known {
-                    println!("{}", trace::explain(&model, path));
-                }
+            if traces || !known {
+                println!("{}", trace::explain(&model, path));
             }
         }
     }

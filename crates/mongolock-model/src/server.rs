@@ -417,7 +417,9 @@ impl Server {
                 Reply::Count(count)
             }
             Request::ForceRelease { resource } => {
-                Reply::Count(u8::from(self.remove(resource, bugs).is_some()))
+                // Counts the live entries it ended.
+                let removed = self.remove(resource, bugs);
+                Reply::Count(u8::from(removed.is_some_and(|e| e.is_live(now))))
             }
         }
     }

@@ -118,8 +118,5 @@ fn every_control_yields_a_counterexample_to_the_property_it_breaks() {
 #[test]
 #[ignore = "the deeper bounds take minutes: cargo test --release -p mongolock-model -- --ignored"]
 fn the_protocol_holds_at_the_deep_bounds_but_for_the_known_findings() {
-    let configs = (scenarios::DEEP.into_iter())
-        .flat_map(scenarios::all)
-        .collect();
-    check_clean(configs);
+    check_clean(scenarios::deep());
 }
