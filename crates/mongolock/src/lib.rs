@@ -180,6 +180,14 @@
 //!   resumed. Another process using the same lock id is not covered: a lock id belongs to
 //!   one holder.
 //!
+//! - **[`unlock`](LockClient::unlock)** removes whatever the lock id holds when it runs: a
+//!   copy of an `unlock` that lands late (after a timeout, say) also removes a grant the same
+//!   lock id was given after the `unlock` was sent. After an `unlock` whose outcome is
+//!   unknown, take new locks under a fresh lock id, or repeat the `unlock` until it
+//!   succeeds and wait out the command time limit before reusing the lock id.
+//! - A write the client repeats by itself (once, after a failed send) counts as an unknown
+//!   outcome too: a grant it returns is retired on release as above.
+//!
 //! A tombstone lives the attempt's TTL, and at least five minutes: a copy later than that is
 //! not refused. A resource keeps at most [`MAX_TOMBSTONES`] in force; a withdrawal past them
 //! *seals* it instead: until the last attempt it stands for could still land, every new

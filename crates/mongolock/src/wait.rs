@@ -407,7 +407,7 @@ async fn acquire_in_span(
                 .following(client.server_clock().clone());
                 // A copy of this attempt had an unknown outcome: it may still reach the
                 // server, so the release must retire the attempt too.
-                let lease = Arc::new(if pending.uncertain {
+                let lease = Arc::new(if pending.uncertain || lease.grant.uncertain {
                     lease.retiring()
                 } else {
                     lease

@@ -126,3 +126,43 @@ async fn emulator_only_release_attempt_retires_a_repeated_requests_late_copy() {
     assert_eq!(locks.acquire(&request).await.unwrap(), Attempt::Withdrawn);
     locks.shutdown().await;
 }
+
+/// The client repeats a write once by itself after a failed send (here the connection is cut
+/// while the first copy is held on its way): the repeat is granted, and the first copy lands
+/// after the release. It must be refused: the release retires the attempt.
+#[tokio::test]
+async fn emulator_only_a_late_copy_of_an_attempt_the_client_repeated_itself_grants_nothing() {
+    let Some(common::Proxied {
+        server: _server,
+        proxy,
+        cut_off: locks,
+        direct,
+    }) = common::proxied("late_repeat").await
+    else {
+        return;
+    };
+    // Warm: the connection pool and the wake-up stream are set up.
+    drop(locks.mutex("warm").acquire().await.unwrap());
+    proxy.fault_requests(
+        mongolock_testkit::faults::proxy::Requests::named(&["findAndModify"]).times(1),
+        mongolock_testkit::faults::proxy::RequestFault::Late {
+            hold: Duration::from_millis(1_000),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+    let guard = (locks.mutex("job").ttl(secs(6)))
+        .acquire_timeout(secs(10))
+        .await
+        .unwrap()
+        .expect("the repeated copy is granted");
+    guard.release().await.expect("released while held");
+    after_the_late_copy().await;
+    let held = direct
+        .status(&Filter::default().resource("job"))
+        .await
+        .unwrap();
+    assert!(
+        held.is_empty(),
+        "the late copy granted a lock nobody keeps: {held:?}"
+    );
+}

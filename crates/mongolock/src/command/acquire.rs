@@ -391,7 +391,14 @@ pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attem
         }
         reply => reply?,
     };
-    let attempt = interpret(request, &reply)?;
+    let mut attempt = interpret(request, &reply)?;
+    // A copy of this attempt whose outcome was unknown may still land: its grant must retire
+    // the attempt when released (see `crate::lease::Lease::retire`).
+    if reply.get_bool(crate::command::REPEATED_AFTER_UNKNOWN) == Ok(true)
+        && let Attempt::Granted(grant) | Attempt::AlreadyHeld(grant) = &mut attempt
+    {
+        grant.uncertain = true;
+    }
     match &attempt {
         Attempt::Granted(grant) | Attempt::AlreadyHeld(grant) => tracing::debug!(
             resource = %request.resource, lock_id = %request.lock_id, kind = %request.kind,
@@ -468,6 +475,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             holder: mine.clone(),
             new: true,
             remaining: remaining(mine),
+            uncertain: false,
         }));
     }
     if fields.get_bool("w") == Ok(true) {
@@ -477,6 +485,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         return Ok(if mine.kind == request.kind {
             Attempt::AlreadyHeld(Grant {
                 remaining: remaining(&mine),
+                uncertain: false,
                 holder: mine,
                 new: false,
             })

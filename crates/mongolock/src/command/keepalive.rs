@@ -350,6 +350,7 @@ mod tests {
             },
             new: true,
             remaining: None,
+            uncertain: false,
         }
     }
 

@@ -122,6 +122,11 @@ pub(crate) async fn send_batched(
     Ok(changed)
 }
 
+/// Set (true) in the reply of a write that succeeded after an earlier copy of it had an
+/// unknown outcome ([`Context::write`] repeats a write once): that copy may still reach the
+/// server, late. A field name no server reply has.
+pub(crate) const REPEATED_AFTER_UNKNOWN: &str = "mongolock.repeatedAfterUnknown";
+
 /// Everything a command needs besides its own arguments.
 #[derive(Debug, Clone)]
 pub(crate) struct Context {
@@ -258,7 +263,13 @@ impl Context {
         loop {
             attempt += 1;
             let error = match self.write_once(command.clone(), deadline, limit).await {
-                Ok(reply) => return Ok(reply),
+                Ok(mut reply) => {
+                    // An earlier copy of this write may still land, late: say so.
+                    if unknown {
+                        reply.insert(REPEATED_AFTER_UNKNOWN, true);
+                    }
+                    return Ok(reply);
+                }
                 Err(error) => error,
             };
             unknown |= error.is_outcome_unknown();

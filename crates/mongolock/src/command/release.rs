@@ -282,13 +282,38 @@ impl<'a> Retirement<'a> {
         })
     }
 
-    /// An expression: is the entry at `entry` the one to remove?
-    fn matches(&self, entry: &str) -> Bson {
-        let mut terms = vec![is_of(entry, self.lock_id)];
-        terms.push(match self.token {
-            Some(token) => bson!({ "$eq": [format!("{entry}.token"), token] }),
-            None => bson!({ "$eq": [format!("{entry}.nonce"), self.nonce] }),
-        });
+    /// An expression: is the entry at `entry` one to remove? The attempt's entry (by its
+    /// nonce), and for a release also the grant's (by its token): a late copy of the attempt
+    /// may have granted it again under a new token after the grant was lost, and nobody
+    /// holds that one.
+    fn removes(&self, entry: &str) -> Bson {
+        let by_nonce = bson!({ "$eq": [format!("{entry}.nonce"), self.nonce] });
+        self.of_this_holder(
+            entry,
+            match self.token {
+                Some(token) => {
+                    bson!({ "$or": [{ "$eq": [format!("{entry}.token"), token] }, by_nonce] })
+                }
+                None => by_nonce,
+            },
+        )
+    }
+
+    /// An expression: is the entry at `entry` the one the reply reports on? The grant's (by
+    /// its token) for a release, the attempt's (by its nonce) for a withdrawal.
+    fn reports(&self, entry: &str) -> Bson {
+        self.of_this_holder(
+            entry,
+            match self.token {
+                Some(token) => bson!({ "$eq": [format!("{entry}.token"), token] }),
+                None => bson!({ "$eq": [format!("{entry}.nonce"), self.nonce] }),
+            },
+        )
+    }
+
+    /// `which` of this lock id, and of this keeper if it names one.
+    fn of_this_holder(&self, entry: &str, which: Bson) -> Bson {
+        let mut terms = vec![is_of(entry, self.lock_id), which];
         if let Some(keeper) = self.keeper {
             terms.push(bson!({ "$eq": [format!("{entry}.{}", schema::KEEPER), literal(keeper)] }));
         }
@@ -302,7 +327,6 @@ impl<'a> Retirement<'a> {
 /// entry is still there: a late copy can land after the entry expired and was cleared.
 pub(crate) fn retire_command(ctx: &Context, retirement: &Retirement<'_>) -> Document {
     let nonce = retirement.nonce;
-    let matches = |entry: &str| retirement.matches(entry);
     let life_ms = retirement
         .ttl_ms
         .unwrap_or(0)
@@ -335,7 +359,7 @@ pub(crate) fn retire_command(ctx: &Context, retirement: &Retirement<'_>) -> Docu
     // Unlike a release, it may seed the document (an upsert, for the tombstone): then it
     // writes every field an acquire writes, so that a late copy of the attempt, refused,
     // finds nothing to change.
-    let mut next = expr::NextDocument::without_entries(matches);
+    let mut next = expr::NextDocument::without_entries(|entry| retirement.removes(entry));
     next.fence = Some(bson!({ "$ifNull": ["$fence", 0_i64] }));
     next.released = Some(tombstones);
     // A retired attempt stops waiting too: its place in line goes.
@@ -353,7 +377,7 @@ pub(crate) fn retire_command(ctx: &Context, retirement: &Retirement<'_>) -> Docu
         "update": [expr::replace_stage(next.document())],
         "upsert": true,
         "new": false,
-        "fields": removed_projection(retirement.kind, matches),
+        "fields": removed_projection(retirement.kind, |entry| retirement.reports(entry)),
         "collation": Context::collation(),
     }
 }
