@@ -640,7 +640,14 @@ impl LockModel {
                     expires_at,
                     now,
                 } => {
-                    // Resume: this attempt is settled; the entry is adopted.
+                    // Resume: the entry is adopted. This attempt is settled, unless a copy of
+                    // it had an unknown outcome: that copy may still land, so it is withdrawn.
+                    if uncertain {
+                        state.clients[c]
+                            .chores
+                            .push(Chore::Withdraw { resource, nonce });
+                        state.clients[c].chores.sort();
+                    }
                     Self::give_up(state, nonce);
                     if let Some(end) = expires_at
                         && self.room(state)

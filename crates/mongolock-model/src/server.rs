@@ -207,6 +207,9 @@ pub struct Bugs {
     pub no_settle_withdrawals: bool,
     /// (c) A grant whose attempt was uncertain is released without retiring its nonce.
     pub no_retire_on_release: bool,
+    /// (l) A retiring release removes its grant by token only, leaving a re-grant of the same
+    /// attempt (a late copy, under a later token) in place.
+    pub release_by_token_only: bool,
     /// (d) `xlock` with an unknown outcome does not withdraw its attempt.
     pub xlock_no_withdraw: bool,
     /// (e) The keeper renews by lock id alone (every live entry of the lock id).
@@ -320,7 +323,16 @@ impl Server {
                         && keeper_matches(keeper, e.keeper, bugs)
                 });
                 let live = found && doc.entry.as_ref().is_some_and(|e| e.is_live(now));
-                if found {
+                // A retiring release also removes a re-grant of its attempt (same nonce, another
+                // token: only a late copy makes one, whatever keeper it named), which nobody
+                // holds.
+                let regrant = !bugs.release_by_token_only
+                    && retire.is_some_and(|nonce| {
+                        doc.entry.as_ref().is_some_and(|e| {
+                            e.lock_id == lock_id && e.nonce == nonce && e.token != token
+                        })
+                    });
+                if found || regrant {
                     self.remove(resource, bugs);
                 }
                 if let Some(nonce) = retire {

@@ -200,6 +200,7 @@ const NO_BUGS: Bugs = Bugs {
     no_settle_releases: false,
     no_settle_withdrawals: false,
     no_retire_on_release: false,
+    release_by_token_only: false,
     xlock_no_withdraw: false,
     keeper_by_lock_id: false,
     keeper_trusts_count: false,

@@ -64,9 +64,6 @@ fn the_protocol_holds_at_the_small_bounds_but_for_the_known_findings() {
     // The findings these bounds reach: each must still be found (the others need deeper
     // bounds, `--deep`).
     let reached = [
-        ("two guards, one resource", model::RELEASED_IS_FREE),
-        ("one keeper, two resources", model::RELEASED_IS_FREE),
-        ("low-level calls beside a guard", model::RELEASED_IS_FREE),
         ("low-level calls beside a guard", model::EXCLUSION),
         ("low-level calls beside a guard", model::LOSS_BEFORE_GRANT),
     ];

@@ -463,7 +463,12 @@ async fn acquire_in_span(
                 contention
             }
             Ok(Attempt::AlreadyHeld(grant)) => {
-                pending.settled();
+                // Settled, unless a copy of this attempt had an unknown outcome: that copy may
+                // still land and grant, so `pending` withdraws it when it goes (the withdrawal
+                // matches this attempt's nonce, never the entry resumed here).
+                if !pending.uncertain {
+                    pending.settled();
+                }
                 // This lock id holds the resource from before: its holder restarted, and
                 // resumes its lease.
                 let failure = match resume(client, grant, &timing, &request.details, sent_at).await

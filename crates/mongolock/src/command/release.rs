@@ -282,21 +282,24 @@ impl<'a> Retirement<'a> {
         })
     }
 
-    /// An expression: is the entry at `entry` one to remove? The attempt's entry (by its
-    /// nonce), and for a release also the grant's (by its token): a late copy of the attempt
-    /// may have granted it again under a new token after the grant was lost, and nobody
-    /// holds that one.
+    /// An expression: is the entry at `entry` one to remove? For a withdrawal, the attempt's
+    /// entry (by its nonce, of this keeper). For a release, the grant's (by its token, of this
+    /// keeper), and a re-grant of its attempt: the same nonce under another token, which only
+    /// a late copy of the attempt makes, after the grant was gone (whatever keeper that copy
+    /// named: an earlier incarnation's, say). Nobody holds it.
     fn removes(&self, entry: &str) -> Bson {
         let by_nonce = bson!({ "$eq": [format!("{entry}.nonce"), self.nonce] });
-        self.of_this_holder(
-            entry,
-            match self.token {
-                Some(token) => {
-                    bson!({ "$or": [{ "$eq": [format!("{entry}.token"), token] }, by_nonce] })
-                }
-                None => by_nonce,
-            },
-        )
+        match self.token {
+            Some(token) => bson!({ "$or": [
+                self.of_this_holder(entry, bson!({ "$eq": [format!("{entry}.token"), token] })),
+                { "$and": [
+                    is_of(entry, self.lock_id),
+                    by_nonce,
+                    { "$ne": [format!("{entry}.token"), token] },
+                ]},
+            ]}),
+            None => self.of_this_holder(entry, by_nonce),
+        }
     }
 
     /// An expression: is the entry at `entry` the one the reply reports on? The grant's (by
