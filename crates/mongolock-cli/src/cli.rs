@@ -462,7 +462,13 @@ pub async fn connect(global: &Global) -> anyhow::Result<LockClient> {
     };
     let client = uri::client(uri).await?;
     let _ = DRIVER.set(client.clone());
-    Ok(LockClient::new(
-        client.database(&global.db).collection(&global.collection),
-    ))
+    let locks = LockClient::new(client.database(&global.db).collection(&global.collection));
+    // A server that cannot run the commands is said so first, in one line, whatever the
+    // command; any other failure is left to the command itself, which words it.
+    if let Err(error) = locks.check_server().await
+        && matches!(error.kind(), mongolock::ErrorKind::UnsupportedServer { .. })
+    {
+        return Err(error.into());
+    }
+    Ok(locks)
 }

@@ -416,6 +416,34 @@ impl LockClient {
         self.ctx.ready()
     }
 
+    /// Checks that the server runs this crate's commands: one pipeline update with `$$NOW`
+    /// that matches no document (it writes nothing). The first operation of a client finds
+    /// out anyway; this lets a tool or a service say so before it does anything else.
+    /// [`create_indexes`](LockClient::create_indexes) does it too.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::UnsupportedServer`](crate::ErrorKind::UnsupportedServer) on a server older
+    /// than MongoDB 4.4 or without pipeline updates and `$$NOW`;
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
+    /// failures.
+    ///
+    /// # Cancel safety
+    ///
+    /// It writes nothing: dropping the future has no effect.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"));
+    /// locks.check_server().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_server(&self) -> Result<()> {
+        command::compat::check(self.ready()?).await
+    }
+
     /// Creates the indexes the lock commands use, and the TTL index that deletes idle resource
     /// documents after the retention period. Idempotent: call it at start-up. One round trip.
     ///

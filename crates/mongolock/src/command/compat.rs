@@ -51,6 +51,13 @@ pub(crate) fn check_command(ctx: &super::Context) -> bson::Document {
     }
 }
 
+/// Sends [`check_command`].
+pub(crate) async fn check(ctx: &super::Context) -> crate::Result<()> {
+    ctx.write(check_command(ctx), super::Upsert::No)
+        .await
+        .map(drop)
+}
+
 /// What a server that refused a command with `code` (one of [`UNSUPPORTED_CODES`]) lacks.
 pub(crate) fn missing(code: i32, message: &str) -> String {
     format!("pipeline updates with $$NOW (the server refused one with code {code}: {message})")

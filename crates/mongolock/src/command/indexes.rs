@@ -60,8 +60,7 @@ pub(crate) fn specs(retention: Duration) -> Vec<Document> {
 pub(crate) async fn run(ctx: &Context) -> Result<()> {
     // Setting up is where a server that cannot run the commands is best told: a pipeline
     // update with `$$NOW`, which changes nothing.
-    ctx.write(super::compat::check_command(ctx), Upsert::No)
-        .await?;
+    super::compat::check(ctx).await?;
     let command = doc! {
         "createIndexes": ctx.collection_name(),
         "indexes": specs(ctx.retention),
