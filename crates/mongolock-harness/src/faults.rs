@@ -5,7 +5,7 @@
 //! one client can be cut off alone. Fail points (`failCommand`) are scoped to one client
 //! with `appName`; the emulator has one `failCommand` slot, so a new fail point replaces the
 //! last. Pauses and kills are carried out by the client's worker
-//! ([`ClientCtl`](crate::workload::ClientCtl)): at a holder's next step, or at once when
+//! ([`ClientCtl`]): at a holder's next step, or at once when
 //! they are aimed at a client that is acquiring (the acquire in flight). Operators act from
 //! the observer, and the emulator's clock can jump forward.
 //!
