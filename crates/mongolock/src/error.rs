@@ -351,14 +351,10 @@ impl Error {
             _ => None,
         };
         if let Some(message) = incompatible {
-            let unsupported = Error::new(ErrorKind::UnsupportedServer {
-                missing: format!(
-                    "pipeline updates with $$NOW and computed fields in findAndModify's projection (the driver refused the server as too old: {})",
-                    message.trim_end_matches('.')
-                ),
-                minimum: crate::command::compat::MINIMUM_VERSION,
-            });
-            return unsupported;
+            return crate::command::compat::unsupported(format!(
+                "pipeline updates with $$NOW and computed fields in findAndModify's projection (the driver refused the server as too old: {})",
+                message.trim_end_matches('.')
+            ));
         }
 
         if let Driver::Command(e) = error.kind.as_ref()

@@ -353,14 +353,9 @@ struct Taken<'a> {
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
         let left: Vec<Queued> = self.chores.drain(..).flatten().collect();
-        if left.is_empty() {
-            return;
+        if !left.is_empty() {
+            self.keeper.requeue(left);
         }
-        let mut registry = self.keeper.registry();
-        registry.chores.extend(left);
-        self.keeper.start_cleaning(&mut registry);
-        drop(registry);
-        self.keeper.queued.notify_one();
     }
 }
 
@@ -518,11 +513,7 @@ impl Keeper {
             next_try: now,
             backoff: CHORE_BACKOFF.0,
         };
-        let mut registry = self.registry();
-        registry.chores.push(queued);
-        self.start_cleaning(&mut registry);
-        drop(registry);
-        self.queued.notify_one();
+        self.requeue(vec![queued]);
     }
 
     /// Carries out, or waits for, every chore this client owes for `lock_id` on `resource`,
@@ -620,9 +611,16 @@ impl Keeper {
                 }
             }
         }
+        self.requeue(failed);
+    }
+
+    /// Puts `chores`, still owed, back in the queue, and starts or wakes the chores task.
+    fn requeue(self: &Arc<Self>, chores: Vec<Queued>) {
         let mut registry = self.registry();
-        registry.chores.extend(failed);
+        registry.chores.extend(chores);
         self.start_cleaning(&mut registry);
+        drop(registry);
+        self.queued.notify_one();
     }
 
     /// The leases not lost yet, or None (and the task marked stopped) when there are none.

@@ -31,10 +31,17 @@ pub(crate) const UNSUPPORTED_CODES: [i32; 5] = [115, 168, 238, 17276, 40324];
 /// what the commands use.
 pub(crate) fn refused(code: i32, message: &str) -> Option<crate::Error> {
     UNSUPPORTED_CODES.contains(&code).then(|| {
-        crate::Error::new(crate::ErrorKind::UnsupportedServer {
-            missing: missing(code, message),
-            minimum: MINIMUM_VERSION,
-        })
+        unsupported(format!(
+            "pipeline updates with $$NOW (the server refused one with code {code}: {message})"
+        ))
+    })
+}
+
+/// The error for a server that lacks `missing`, which MongoDB has from [`MINIMUM_VERSION`].
+pub(crate) fn unsupported(missing: String) -> crate::Error {
+    crate::Error::new(crate::ErrorKind::UnsupportedServer {
+        missing,
+        minimum: MINIMUM_VERSION,
     })
 }
 
@@ -56,9 +63,4 @@ pub(crate) async fn check(ctx: &super::Context) -> crate::Result<()> {
     ctx.write(check_command(ctx), super::Upsert::No)
         .await
         .map(drop)
-}
-
-/// What a server that refused a command with `code` (one of [`UNSUPPORTED_CODES`]) lacks.
-pub(crate) fn missing(code: i32, message: &str) -> String {
-    format!("pipeline updates with $$NOW (the server refused one with code {code}: {message})")
 }
