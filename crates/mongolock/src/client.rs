@@ -714,8 +714,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn release(&self, grant: &Grant) -> Result<bool> {
-        // A grant whose attempt the client repeated after an unknown outcome retires it.
-        Ok(self.release_grant(grant, grant.uncertain).await?.removed)
+        Ok(self.release_grant(grant, false).await?.removed)
     }
 
     /// Releases one grant, saying whether it was still live when removed; with `retire`, its

@@ -185,8 +185,11 @@
 //!   lock id was given after the `unlock` was sent. After an `unlock` whose outcome is
 //!   unknown, take new locks under a fresh lock id, or repeat the `unlock` until it
 //!   succeeds and wait out the command time limit before reusing the lock id.
-//! - A write the client repeats by itself (once, after a failed send) counts as an unknown
-//!   outcome too: a grant it returns is retired on release as above.
+//! - The client never repeats an attempt by itself after an unknown outcome (other writes,
+//!   whose late copies do no harm, it repeats once): the error comes back to whoever sent
+//!   the attempt, your code or a handle's waiting call, so that whatever the next copy is
+//!   told (granted, or refused because the lock is taken), the copy that may still land is
+//!   accounted for as above.
 //!
 //! A tombstone lives the attempt's TTL, and at least five minutes: a copy later than that is
 //! not refused. A resource keeps at most [`MAX_TOMBSTONES`] in force; a withdrawal past them

@@ -166,10 +166,6 @@ pub struct Grant {
     /// A repeated attempt can return a grant an earlier copy made, with less than its TTL
     /// left: the lease must count from this, not from the TTL.
     pub(crate) remaining: Option<Duration>,
-    /// A copy of the attempt that returned this grant had an unknown outcome (the client
-    /// repeated it itself): that copy may still reach the server late, so releasing the grant
-    /// must retire the attempt.
-    pub(crate) uncertain: bool,
 }
 
 #[cfg(test)]
@@ -194,7 +190,6 @@ impl Grant {
             },
             new: true,
             remaining: None,
-            uncertain: false,
         }
     }
 }

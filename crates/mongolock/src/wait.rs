@@ -392,6 +392,8 @@ async fn acquire_in_span(
     // This call's place in line, kept by the client while it waits (see `crate::places`).
     let mut in_line: Option<crate::places::Held> = None;
     let mut backoff = FIRST_BACKOFF;
+    // A single attempt is sent once more, at once, after a failure that repeating can fix.
+    let mut repeated_once = false;
     loop {
         let (sent_at, outcome) = send(client, &mut pending).await;
         let contention = match outcome {
@@ -407,7 +409,7 @@ async fn acquire_in_span(
                 .following(client.server_clock().clone());
                 // A copy of this attempt had an unknown outcome: it may still reach the
                 // server, so the release must retire the attempt too.
-                let lease = Arc::new(if pending.uncertain || lease.grant.uncertain {
+                let lease = Arc::new(if pending.uncertain {
                     lease.retiring()
                 } else {
                     lease
@@ -507,6 +509,14 @@ async fn acquire_in_span(
             Ok(other) => {
                 pending.settled();
                 return other.into_result().map(|_| None);
+            }
+            // As every write is repeated once (see `Context::write`), but here, where
+            // `pending` knows of the copy whose outcome is unknown: the same attempt, so if
+            // that copy got through the server says so, and never grants it twice.
+            Err(error) if error.is_retryable() && matches!(wait, Wait::Once) && !repeated_once => {
+                repeated_once = true;
+                tracing::debug!(%error, resource = %resource, "attempt failed; sending it again");
+                continue;
             }
             Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
                 // The same attempt is sent again: if the first got through, the server says

@@ -127,7 +127,7 @@ async fn emulator_only_release_attempt_retires_a_repeated_requests_late_copy() {
     locks.shutdown().await;
 }
 
-/// The client repeats a write once by itself after a failed send (here the connection is cut
+/// A waiting call sends its attempt again after a failed send (here the connection is cut
 /// while the first copy is held on its way): the repeat is granted, and the first copy lands
 /// after the release. It must be refused: the release retires the attempt.
 #[tokio::test]
@@ -164,5 +164,108 @@ async fn emulator_only_a_late_copy_of_an_attempt_the_client_repeated_itself_gran
     assert!(
         held.is_empty(),
         "the late copy granted a lock nobody keeps: {held:?}"
+    );
+}
+
+/// Holds the next `findAndModify` of the proxied client two seconds on its way, and cuts the
+/// client's connection 50 ms after it left: the client cannot know whether it ran. (The
+/// driver finds the server again at its next heartbeat, half a second later at most: then
+/// the client repeats the write.)
+fn deliver_next_write_late(proxy: &mongolock_testkit::FaultProxy) {
+    proxy.fault_requests(
+        mongolock_testkit::faults::proxy::Requests::named(&["findAndModify"]).times(1),
+        mongolock_testkit::faults::proxy::RequestFault::Late {
+            hold: Duration::from_millis(2_000),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+}
+
+/// A waiting attempt's copy is held on its way while another client holds the lock, and the
+/// connection is cut; the next copy of the attempt is refused (the lock is taken), and a
+/// later one is granted once the holder lets go. The guard is released; then the first copy
+/// lands. It must be refused: a copy of that attempt had an unknown outcome, whatever the
+/// next copy was told.
+#[tokio::test]
+async fn emulator_only_a_late_copy_sent_before_a_refusal_grants_nothing_after_release() {
+    let Some(common::Proxied {
+        server: _server,
+        proxy,
+        cut_off: locks,
+        direct,
+    }) = common::proxied("late_refused").await
+    else {
+        return;
+    };
+    drop(locks.mutex("warm").acquire().await.unwrap());
+    let holder = direct.mutex("job").ttl(secs(6)).acquire().await.unwrap();
+    deliver_next_write_late(&proxy);
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let guard = (locks.mutex("job").ttl(secs(6)))
+                .acquire_timeout(secs(10))
+                .await
+                .unwrap()
+                .expect("granted once the holder lets go");
+            guard.release().await.expect("released while held");
+        }
+    });
+    // The copy after the cut (once the driver found the server again) is refused while this
+    // holds on.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    holder.release().await.unwrap();
+    waiter.await.unwrap();
+    // The first copy lands two seconds after it left.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let held = direct
+        .status(&Filter::default().resource("job"))
+        .await
+        .unwrap();
+    assert!(
+        held.is_empty(),
+        "the late copy granted a lock nobody keeps: {held:?}"
+    );
+}
+
+/// `xlock` on a lock another holder has: its first copy is held on its way and the
+/// connection cut, so whatever the call reports, that copy may still land. Once the holder
+/// unlocks and the copy lands, the lock must not be held by the caller's lock id, which was
+/// never told it was granted.
+#[tokio::test]
+async fn emulator_only_a_late_copy_of_a_refused_xlock_grants_nothing() {
+    let Some(common::Proxied {
+        server: _server,
+        proxy,
+        cut_off: locks,
+        direct,
+    }) = common::proxied("late_refused_xlock").await
+    else {
+        return;
+    };
+    let details = LockDetails::default();
+    let _held = direct
+        .xlock("job", "holder", details.clone())
+        .await
+        .unwrap();
+    deliver_next_write_late(&proxy);
+    let error = locks
+        .xlock("job", "caller", details)
+        .await
+        .expect_err("the lock is held, or the outcome unknown");
+    assert!(
+        error.is_already_locked() || error.is_outcome_unknown(),
+        "{error:?}"
+    );
+    assert_eq!(direct.unlock("holder").await.unwrap(), 1);
+    // The first copy lands two seconds after it left.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let held = direct
+        .status(&Filter::default().resource("job"))
+        .await
+        .unwrap();
+    assert!(
+        held.iter().all(|lock| lock.lock_id() != "caller"),
+        "the late copy holds a lock nobody was told of: {held:?}"
     );
 }

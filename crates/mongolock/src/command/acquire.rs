@@ -64,8 +64,8 @@
 use bson::{Bson, DateTime, Document, bson, doc};
 
 use crate::attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
+use crate::command::Context;
 use crate::command::expr::{self, literal};
-use crate::command::{Context, Upsert};
 use crate::error::{Effect, Error, Result};
 use crate::lock::{Grant, LockKind};
 use crate::request::AcquireRequest;
@@ -384,21 +384,14 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
 /// Sends one attempt.
 pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attempt> {
     let ttl_ms = request.validate()?;
-    let reply = match ctx.write(command(ctx, request, ttl_ms), Upsert::Yes).await {
+    let reply = match ctx.write_attempt(command(ctx, request, ttl_ms)).await {
         Err(error) if crate::command::is_not_ours(&error) => {
             let id = Bson::String(request.resource.clone());
             return Err(schema::not_a_lock_document(&id));
         }
         reply => reply?,
     };
-    let mut attempt = interpret(request, &reply)?;
-    // A copy of this attempt whose outcome was unknown may still land: its grant must retire
-    // the attempt when released (see `crate::lease::Lease::retire`).
-    if reply.get_bool(crate::command::REPEATED_AFTER_UNKNOWN) == Ok(true)
-        && let Attempt::Granted(grant) | Attempt::AlreadyHeld(grant) = &mut attempt
-    {
-        grant.uncertain = true;
-    }
+    let attempt = interpret(request, &reply)?;
     match &attempt {
         Attempt::Granted(grant) | Attempt::AlreadyHeld(grant) => tracing::debug!(
             resource = %request.resource, lock_id = %request.lock_id, kind = %request.kind,
@@ -475,7 +468,6 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             holder: mine.clone(),
             new: true,
             remaining: remaining(mine),
-            uncertain: false,
         }));
     }
     if fields.get_bool("w") == Ok(true) {
@@ -485,7 +477,6 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         return Ok(if mine.kind == request.kind {
             Attempt::AlreadyHeld(Grant {
                 remaining: remaining(&mine),
-                uncertain: false,
                 holder: mine,
                 new: false,
             })

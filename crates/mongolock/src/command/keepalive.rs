@@ -350,7 +350,6 @@ mod tests {
             },
             new: true,
             remaining: None,
-            uncertain: false,
         }
     }
 

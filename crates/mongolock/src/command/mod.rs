@@ -17,7 +17,9 @@
 //! retries those, so the library knows exactly which attempts were made and whether an
 //! error leaves the outcome unknown (see [`Error`]). Each write is idempotent (keyed by
 //! resource, lock id and nonce), and [`Context::write`] repeats it once after an error that
-//! repeating can fix.
+//! repeating can fix. An acquire attempt is the exception ([`Context::write_attempt`]): after
+//! an error that leaves its outcome unknown it is not repeated here, since its first copy may
+//! still land after the repeat was answered; its caller accounts for that copy.
 
 pub(crate) mod acquire;
 pub(crate) mod compat;
@@ -122,10 +124,17 @@ pub(crate) async fn send_batched(
     Ok(changed)
 }
 
-/// Set (true) in the reply of a write that succeeded after an earlier copy of it had an
-/// unknown outcome ([`Context::write`] repeats a write once): that copy may still reach the
-/// server, late. A field name no server reply has.
-pub(crate) const REPEATED_AFTER_UNKNOWN: &str = "mongolock.repeatedAfterUnknown";
+/// When [`Context`] repeats a failed write by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Repeat {
+    /// After any failure that repeating can fix: a late copy of the write does no harm (a
+    /// release by token, a renewal, a withdrawal, ...).
+    AfterAnyFailure,
+    /// Only after a failure that says the write was not applied: an acquire attempt, whose
+    /// late copy could grant a lock after its caller moved on. Its caller tracks the unknown
+    /// outcome instead, and decides what to do about it (see `crate::wait`).
+    OnlyIfNotApplied,
+}
 
 /// Everything a command needs besides its own arguments.
 #[derive(Debug, Clone)]
@@ -243,8 +252,12 @@ impl Context {
     /// created the document: the repeat finds it), whichever attempt met it, so that a second
     /// one says the document is not ours ([`is_not_ours`]). If any attempt may have been
     /// applied, the error says the outcome is unknown.
+    ///
+    /// Only for writes whose late copy does no harm: an acquire attempt goes through
+    /// [`Context::write_attempt`].
     pub(crate) async fn write(&self, command: Document, upsert: Upsert) -> Result<Document> {
-        self.write_within(command, upsert, self.timeout).await
+        self.write_repeating(command, upsert, self.timeout, Repeat::AfterAnyFailure)
+            .await
     }
 
     /// As [`Context::write`], within `limit` instead of the configured time limit (never
@@ -255,6 +268,28 @@ impl Context {
         upsert: Upsert,
         limit: Duration,
     ) -> Result<Document> {
+        self.write_repeating(command, upsert, limit, Repeat::AfterAnyFailure)
+            .await
+    }
+
+    /// Sends an acquire attempt (an upsert): as [`Context::write`], but never repeated after
+    /// a failure whose outcome is unknown. A copy that may have been applied may also still
+    /// be on its way, and land after a repeat was answered (refused, say) and its caller
+    /// moved on: the error goes back to the caller, who knows what the attempt is for and
+    /// accounts for that copy (a waiting call retires the attempt when it ends; a single
+    /// call withdraws it).
+    pub(crate) async fn write_attempt(&self, command: Document) -> Result<Document> {
+        self.write_repeating(command, Upsert::Yes, self.timeout, Repeat::OnlyIfNotApplied)
+            .await
+    }
+
+    async fn write_repeating(
+        &self,
+        command: Document,
+        upsert: Upsert,
+        limit: Duration,
+        repeat: Repeat,
+    ) -> Result<Document> {
         let limit = limit.min(self.timeout);
         let deadline = Instant::now() + limit;
         let mut unknown = false;
@@ -263,13 +298,7 @@ impl Context {
         loop {
             attempt += 1;
             let error = match self.write_once(command.clone(), deadline, limit).await {
-                Ok(mut reply) => {
-                    // An earlier copy of this write may still land, late: say so.
-                    if unknown {
-                        reply.insert(REPEATED_AFTER_UNKNOWN, true);
-                    }
-                    return Ok(reply);
-                }
+                Ok(reply) => return Ok(reply),
                 Err(error) => error,
             };
             unknown |= error.is_outcome_unknown();
@@ -281,7 +310,9 @@ impl Context {
                     }
                 );
             duplicates += u32::from(duplicate_key);
-            let again = if duplicate_key {
+            let again = if unknown && repeat == Repeat::OnlyIfNotApplied {
+                false
+            } else if duplicate_key {
                 duplicates < 2
             } else {
                 attempt < 2 && error.is_retryable()
