@@ -90,6 +90,8 @@ pub(crate) struct Shared {
     /// Keeps the places of this client's waiters in their lines.
     pub(crate) places: Arc<Places>,
     pub(crate) wakeups: Wakeups,
+    /// The unlocks whose copies may still land, which this client's attempts carry.
+    pub(crate) unlocks: crate::unlocks::DoubtedUnlocks,
     tasks: TaskTracker,
     gates: std::sync::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
 }
@@ -101,6 +103,7 @@ impl Shared {
             wakeups: Wakeups::new(ctx.collection.clone(), keeper.id.clone()),
             keeper,
             places: Arc::new(Places::new(ctx.clone())),
+            unlocks: crate::unlocks::DoubtedUnlocks::default(),
             tasks: TaskTracker::new(),
             gates: std::sync::Mutex::new(HashMap::new()),
         }
@@ -630,7 +633,9 @@ impl LockClient {
         (self.shared.keeper)
             .settle(&request.resource, &request.lock_id)
             .await?;
-        command::acquire::run(ctx, request).await
+        // The unlocks of the lock id that may still land leave what this grants.
+        let after_unlocks = self.shared.unlocks.of(&request.lock_id)?;
+        command::acquire::run(ctx, request, &after_unlocks).await
     }
 
     /// One attempt of `request` for [`xlock`](LockClient::xlock) and
@@ -655,9 +660,16 @@ impl LockClient {
     /// mark, `mongolock: 1`, that every write sets) is left alone and not counted
     /// ([`status`](LockClient::status) reports it).
     ///
+    /// A copy of the call that reaches the server late leaves what this client was granted
+    /// under `lock_id` after the call was sent: its attempts of the lock id name every
+    /// `unlock` of it whose copies may still land, for five minutes after one had an unknown
+    /// outcome (see [Unknown outcomes and late copies](crate#unknown-outcomes-and-late-copies)).
+    ///
     /// # Errors
     ///
-    /// `InvalidArgument` for an empty or over-long lock id; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// `InvalidArgument` for an empty or over-long lock id (and, from the attempts of the
+    /// lock id, when more than 16 of its unlocks had unknown outcomes in those five
+    /// minutes); [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
     /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
     /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
     /// been applied).
@@ -665,7 +677,8 @@ impl LockClient {
     /// # Cancel safety
     ///
     /// If the future is dropped, all, some or none of the locks may have been released;
-    /// calling again releases the rest.
+    /// calling again releases the rest. A dropped call counts as one whose outcome is
+    /// unknown.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -680,7 +693,25 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn unlock(&self, lock_id: &str) -> Result<u64> {
-        command::release::unlock(self.ready()?, lock_id).await
+        let ctx = self.ready()?;
+        crate::request::check_id("lock_id", lock_id)?;
+        // Doubted from before it is sent (a dropped future leaves it so) until every copy is
+        // answered: this client's grants of the lock id meanwhile are left by its late copies.
+        let op = self.shared.unlocks.sending(lock_id, ctx.timeout);
+        match command::release::unlock(ctx, lock_id, op).await {
+            Ok((released, doubted)) => {
+                if !doubted {
+                    self.shared.unlocks.settled(lock_id, op);
+                }
+                Ok(released)
+            }
+            Err(error) => {
+                if !error.is_outcome_unknown() {
+                    self.shared.unlocks.settled(lock_id, op);
+                }
+                Err(error)
+            }
+        }
     }
 
     /// Releases one grant (its resource, lock id and token), leaving the other locks of its

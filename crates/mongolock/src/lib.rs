@@ -180,11 +180,12 @@
 //!   resumed. Another process using the same lock id is not covered: a lock id belongs to
 //!   one holder.
 //!
-//! - **[`unlock`](LockClient::unlock)** removes whatever the lock id holds when it runs: a
-//!   copy of an `unlock` that lands late (after a timeout, say) also removes a grant the same
-//!   lock id was given after the `unlock` was sent. After an `unlock` whose outcome is
-//!   unknown, take new locks under a fresh lock id, or repeat the `unlock` until it
-//!   succeeds and wait out the command time limit before reusing the lock id.
+//! - **[`unlock`](LockClient::unlock)** removes what the lock id holds when it runs, except
+//!   what this client was granted under that lock id after the `unlock` was sent: until
+//!   every copy of an `unlock` was answered (and for five minutes after one had an unknown
+//!   outcome), the client's attempts of the lock id name it, and a late copy of it leaves
+//!   what they were granted. Another process reusing the lock id is not covered: a lock id
+//!   belongs to one holder.
 //! - The client never repeats an attempt by itself after an unknown outcome (other writes,
 //!   whose late copies do no harm, it repeats once): the error comes back to whoever sent
 //!   the attempt, your code or a handle's waiting call, so that whatever the next copy is
@@ -292,6 +293,7 @@ mod places;
 mod query;
 mod request;
 mod schema;
+mod unlocks;
 mod wait;
 
 pub use attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};

@@ -25,7 +25,8 @@
 //!             expiresAt: Date|null,   // null: no TTL; the end of the lease plus its
 //!                                     // lock-delay, if any (see below)
 //!             ttlMs: Int32|Int64|null,
-//!             delayMs: Int32|Int64 }  // the lock-delay; missing: none
+//!             delayMs: Int32|Int64,   // the lock-delay; missing: none
+//!             afterUnlocks: [ObjectId] }  // unlocks that leave it; missing: none
 //! ```
 //!
 //! `cap` is stored with the shared entries: the first shared grant sets it, and a shared
@@ -70,6 +71,11 @@
 //! the waiter waits in. A lease's renewals, release and withdrawal match it, so that when
 //! another client resumes the lease (it rewrites `keeper`: see `command/keepalive.rs`,
 //! `adopt`) the client that held it before renews and removes nothing of it.
+//!
+//! `afterUnlocks` names the [`unlock`](crate::LockClient::unlock) calls of the entry's lock
+//! id that its client had sent, and did not know the fate of every copy of, when it asked
+//! for the entry (or resumed it): an unlock leaves an entry that names it, so a late copy of
+//! an unlock never removes a grant made after it was sent (see `crate::unlocks`).
 //!
 //! `released` holds the nonces of attempts withdrawn by `release_attempt` (or retired by
 //! the release of a grant whose attempt had an unknown outcome): an acquire that carries
@@ -130,6 +136,9 @@ pub(crate) const EXPIRES_AT: &str = "expiresAt";
 pub(crate) const TTL_MS: &str = "ttlMs";
 pub(crate) const KEEPER: &str = "keeper";
 pub(crate) const DELAY_MS: &str = "delayMs";
+/// The unlock calls an entry was granted after, whose late copies leave it (see
+/// `crate::unlocks`).
+pub(crate) const AFTER_UNLOCKS: &str = "afterUnlocks";
 
 /// Fields added by the status aggregation to each reported entry.
 pub(crate) const RESOURCE: &str = "resource";

@@ -696,7 +696,8 @@ async fn resume(
             ),
         ));
     }
-    if !keepalive::adopt(client.ready()?, &grant, &keeper.id, details).await? {
+    let after_unlocks = client.shared().unlocks.of(grant.lock_id())?;
+    if !keepalive::adopt(client.ready()?, &grant, &keeper.id, details, &after_unlocks).await? {
         return Ok(None);
     }
     // Its entry names this client's keeper now (the release matches that), and this

@@ -269,3 +269,61 @@ async fn emulator_only_a_late_copy_of_a_refused_xlock_grants_nothing() {
         "the late copy holds a lock nobody was told of: {held:?}"
     );
 }
+
+/// Holds the next `update` of the proxied client (an `unlock`) two seconds on its way, and
+/// cuts the connection 50 ms after it left.
+fn deliver_next_update_late(proxy: &mongolock_testkit::FaultProxy) {
+    proxy.fault_requests(
+        mongolock_testkit::faults::proxy::Requests::named(&["update"]).times(1),
+        mongolock_testkit::faults::proxy::RequestFault::Late {
+            hold: Duration::from_millis(2_000),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+}
+
+/// `unlock` has a copy held on its way, and the client's repeat of it answers `Ok`; the
+/// caller takes the lock again under the same lock id. The late copy of the unlock must not
+/// remove that new grant: its holder was told it holds the lock.
+#[tokio::test]
+async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
+    let Some(common::Proxied {
+        server: _server,
+        proxy,
+        cut_off: locks,
+        direct,
+    }) = common::proxied("late_unlock").await
+    else {
+        return;
+    };
+    let details = LockDetails::default();
+    let first = locks.xlock("job", "batch", details.clone()).await.unwrap();
+    deliver_next_update_late(&proxy);
+    assert_eq!(
+        locks.unlock("batch").await.unwrap(),
+        1,
+        "the repeat removed it"
+    );
+    let second = locks.xlock("job", "batch", details).await.unwrap();
+    assert!(second.fencing_token() > first.fencing_token());
+    // The first copy of the unlock lands two seconds after it left.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let held = direct
+        .status(&Filter::default().resource("job"))
+        .await
+        .unwrap();
+    assert!(
+        held.iter()
+            .any(|lock| lock.fencing_token() == second.fencing_token()),
+        "the late unlock removed a grant made after it was sent: {held:?}"
+    );
+    // A later unlock, all of whose copies are answered, removes it.
+    assert_eq!(locks.unlock("batch").await.unwrap(), 1);
+    assert!(
+        direct
+            .status(&Filter::default().resource("job"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

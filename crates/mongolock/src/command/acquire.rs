@@ -61,6 +61,7 @@
 //! before, or refused with the blockers and how long until they are gone (an `expiresAt`
 //! minus the server's `$$NOW`, both server times, so no client clock is read).
 
+use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Document, bson, doc};
 
 use crate::attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
@@ -71,12 +72,18 @@ use crate::lock::{Grant, LockKind};
 use crate::request::AcquireRequest;
 use crate::schema;
 
-/// The command for one attempt; `ttl_ms` is the validated TTL.
-pub(crate) fn command(ctx: &Context, request: &AcquireRequest, ttl_ms: Option<i64>) -> Document {
+/// The command for one attempt; `ttl_ms` is the validated TTL, `after_unlocks` the unlocks
+/// of the lock id whose copies may still land (see `crate::unlocks`): a grant names them.
+pub(crate) fn command(
+    ctx: &Context,
+    request: &AcquireRequest,
+    ttl_ms: Option<i64>,
+    after_unlocks: &[ObjectId],
+) -> Document {
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": expr::checked(doc! { "_id": &request.resource }, None),
-        "update": pipeline(request, ttl_ms),
+        "update": pipeline(request, ttl_ms, after_unlocks),
         "upsert": true,
         "new": true,
         "fields": projection(request),
@@ -88,7 +95,11 @@ pub(crate) fn command(ctx: &Context, request: &AcquireRequest, ttl_ms: Option<i6
 /// the request's kind are sent: an exclusive request is refused by any live entry, held by
 /// this lock id or not, so it needs no `held` term; a shared one has a cap and writers to
 /// respect.
-pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Document> {
+pub(crate) fn pipeline(
+    request: &AcquireRequest,
+    ttl_ms: Option<i64>,
+    after_unlocks: &[ObjectId],
+) -> Vec<Document> {
     let lock_id = literal(request.lock_id.as_str());
     // An ObjectId is a constant in an expression: it needs no `$literal`.
     let nonce = Bson::ObjectId(request.nonce.0);
@@ -241,6 +252,10 @@ pub(crate) fn pipeline(request: &AcquireRequest, ttl_ms: Option<i64>) -> Vec<Doc
     if let Some(delay_ms) = delay_ms {
         entry.insert(schema::DELAY_MS, expr::int(delay_ms));
     }
+    if !after_unlocks.is_empty() {
+        let ids: Vec<Bson> = after_unlocks.iter().copied().map(Bson::ObjectId).collect();
+        entry.insert(schema::AFTER_UNLOCKS, ids);
+    }
     let entry = Bson::Document(entry);
     let kept_cap = stored_cap.clone();
     let (exclusive, shared, cap) = match request.kind {
@@ -381,10 +396,15 @@ pub(crate) fn projection(request: &AcquireRequest) -> Document {
     doc! { "r": reply }
 }
 
-/// Sends one attempt.
-pub(crate) async fn run(ctx: &Context, request: &AcquireRequest) -> Result<Attempt> {
+/// Sends one attempt (see [`command`]).
+pub(crate) async fn run(
+    ctx: &Context,
+    request: &AcquireRequest,
+    after_unlocks: &[ObjectId],
+) -> Result<Attempt> {
     let ttl_ms = request.validate()?;
-    let reply = match ctx.write_attempt(command(ctx, request, ttl_ms)).await {
+    let command = command(ctx, request, ttl_ms, after_unlocks);
+    let reply = match ctx.write_attempt(command).await {
         Err(error) if crate::command::is_not_ours(&error) => {
             let id = Bson::String(request.resource.clone());
             return Err(schema::not_a_lock_document(&id));
@@ -566,7 +586,7 @@ mod tests {
 
     fn stage(request: &AcquireRequest) -> Document {
         let ttl = request.validate().unwrap();
-        let mut pipeline = pipeline(request, ttl);
+        let mut pipeline = pipeline(request, ttl, &[]);
         assert_eq!(pipeline.len(), 1, "one stage");
         pipeline.remove(0)
     }
@@ -627,7 +647,7 @@ mod tests {
     async fn the_command_pins_its_meaning_and_its_size_does_not_grow() {
         let ctx = crate::command::test_context();
         let request = AcquireRequest::exclusive("r", "id", LockDetails::default());
-        let command = command(&ctx, &request, None);
+        let command = command(&ctx, &request, None, &[]);
         assert_eq!(
             command.get_document("query").unwrap(),
             &doc! { "_id": "r", "mongolock": 1 }

@@ -45,6 +45,7 @@
 
 use std::time::Duration;
 
+use bson::oid::ObjectId;
 use bson::{Bson, Document, bson, doc};
 
 use crate::command::expr::{self, literal};
@@ -218,14 +219,27 @@ pub(crate) fn adopt_command(
     grant: &Grant,
     keeper: &str,
     details: &LockDetails,
+    after_unlocks: &[ObjectId],
 ) -> Document {
     let token = grant.fencing_token();
     let owner = details.owner_value().map_or(Bson::Null, literal);
     let host = literal(details.host_value());
     let adopted = |entry: &str| {
-        bson!({ "$mergeObjects": [entry, {
+        let mut fields = doc! {
             schema::KEEPER: literal(keeper), "owner": owner.clone(), "host": host.clone(),
-        }] })
+        };
+        // The unlocks of the lock id that may still land leave the resumed lease.
+        if !after_unlocks.is_empty() {
+            let ids: Vec<Bson> = after_unlocks.iter().copied().map(Bson::ObjectId).collect();
+            fields.insert(
+                schema::AFTER_UNLOCKS,
+                bson!({ "$setUnion": [
+                    { "$ifNull": [format!("{entry}.{}", schema::AFTER_UNLOCKS), []] },
+                    ids,
+                ]}),
+            );
+        }
+        bson!({ "$mergeObjects": [entry, fields] })
     };
     let update = match grant.kind() {
         LockKind::Exclusive => doc! { "$set": { "exclusive": adopted("$exclusive") } },
@@ -251,10 +265,11 @@ pub(crate) async fn adopt(
     grant: &Grant,
     keeper: &str,
     details: &LockDetails,
+    after_unlocks: &[ObjectId],
 ) -> Result<bool> {
     let reply = ctx
         .write(
-            adopt_command(ctx, grant, keeper, details),
+            adopt_command(ctx, grant, keeper, details, after_unlocks),
             crate::command::Upsert::No,
         )
         .await?;

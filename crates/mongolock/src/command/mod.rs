@@ -258,6 +258,18 @@ impl Context {
     pub(crate) async fn write(&self, command: Document, upsert: Upsert) -> Result<Document> {
         self.write_repeating(command, upsert, self.timeout, Repeat::AfterAnyFailure)
             .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// As [`Context::write`], and says whether a copy of the write had an unknown outcome
+    /// before the repeat that answered: that copy may still reach the server, late.
+    pub(crate) async fn write_noting_doubt(
+        &self,
+        command: Document,
+        upsert: Upsert,
+    ) -> Result<(Document, bool)> {
+        self.write_repeating(command, upsert, self.timeout, Repeat::AfterAnyFailure)
+            .await
     }
 
     /// As [`Context::write`], within `limit` instead of the configured time limit (never
@@ -270,6 +282,7 @@ impl Context {
     ) -> Result<Document> {
         self.write_repeating(command, upsert, limit, Repeat::AfterAnyFailure)
             .await
+            .map(|(reply, _)| reply)
     }
 
     /// Sends an acquire attempt (an upsert): as [`Context::write`], but never repeated after
@@ -281,6 +294,7 @@ impl Context {
     pub(crate) async fn write_attempt(&self, command: Document) -> Result<Document> {
         self.write_repeating(command, Upsert::Yes, self.timeout, Repeat::OnlyIfNotApplied)
             .await
+            .map(|(reply, _)| reply)
     }
 
     async fn write_repeating(
@@ -289,7 +303,7 @@ impl Context {
         upsert: Upsert,
         limit: Duration,
         repeat: Repeat,
-    ) -> Result<Document> {
+    ) -> Result<(Document, bool)> {
         let limit = limit.min(self.timeout);
         let deadline = Instant::now() + limit;
         let mut unknown = false;
@@ -298,7 +312,7 @@ impl Context {
         loop {
             attempt += 1;
             let error = match self.write_once(command.clone(), deadline, limit).await {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => return Ok((reply, unknown)),
                 Err(error) => error,
             };
             unknown |= error.is_outcome_unknown();

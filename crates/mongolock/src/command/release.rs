@@ -66,7 +66,7 @@
 use bson::oid::ObjectId;
 use bson::{Bson, Document, bson, doc};
 
-use crate::command::expr::{self, held_by, is_of, literal};
+use crate::command::expr::{self, is_of, literal};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Effect, Error, Result};
 use crate::lock::{Grant, LockKind};
@@ -506,26 +506,43 @@ pub(crate) async fn force_release(ctx: &Context, resource: &str) -> Result<u64> 
     Ok(removed)
 }
 
-/// The command that releases every lock of `lock_id`.
-pub(crate) fn unlock_command(ctx: &Context, lock_id: &str) -> Document {
+/// The command that releases every lock of `lock_id`, as the unlock call `op`: every entry
+/// of the lock id goes, except one granted after `op` was sent, which names it in
+/// `afterUnlocks` (see `crate::unlocks`): a late copy of an unlock removes nothing granted
+/// since.
+pub(crate) fn unlock_command(ctx: &Context, lock_id: &str, op: ObjectId) -> Document {
+    let unspared = |entry: &str| {
+        bson!({ "$and": [
+            is_of(entry, lock_id),
+            { "$not": [{ "$in": [op, { "$ifNull": [format!("{entry}.{}", schema::AFTER_UNLOCKS), []] }] }] },
+        ]})
+    };
+    // By index, and only a document that holds such an entry: `nModified` counts the locks
+    // released.
+    let query = doc! { "$or": [
+        { "exclusive.lockId": lock_id, format!("exclusive.{}", schema::AFTER_UNLOCKS): { "$ne": op } },
+        { "shared": { "$elemMatch": { "lockId": lock_id, schema::AFTER_UNLOCKS: { "$ne": op } } } },
+    ]};
     doc! {
         "update": ctx.collection_name(),
         "updates": [{
-            "q": expr::checked(held_by(lock_id), None),
-            "u": [expr::replace_stage(expr::without_entries(|entry| is_of(entry, lock_id)))],
+            "q": expr::checked(query, None),
+            "u": [expr::replace_stage(expr::without_entries(unspared))],
             "multi": true,
             "collation": Context::collation(),
         }],
     }
 }
 
-/// Releases every lock of `lock_id`; returns how many.
-pub(crate) async fn unlock(ctx: &Context, lock_id: &str) -> Result<u64> {
-    check_id("lock_id", lock_id)?;
-    let reply = ctx.write(unlock_command(ctx, lock_id), Upsert::No).await?;
+/// Releases every lock of `lock_id` as the unlock call `op` (see [`unlock_command`]);
+/// returns how many, and whether a copy of it had an unknown outcome (it may still land).
+pub(crate) async fn unlock(ctx: &Context, lock_id: &str, op: ObjectId) -> Result<(u64, bool)> {
+    let (reply, doubted) = ctx
+        .write_noting_doubt(unlock_command(ctx, lock_id, op), Upsert::No)
+        .await?;
     let released = count(&reply, "nModified");
     tracing::debug!(lock_id, released, "unlocked");
-    Ok(released)
+    Ok((released, doubted))
 }
 
 /// The command that takes `lock_id`'s place out of the line of `resource`, for a waiter that
@@ -580,7 +597,7 @@ mod tests {
     #[tokio::test]
     async fn unlock_is_one_statement_of_constant_size() {
         let ctx = crate::command::test_context();
-        let command = unlock_command(&ctx, "$id");
+        let command = unlock_command(&ctx, "$id", ObjectId::new());
         let updates = command.get_array("updates").unwrap();
         assert_eq!(updates.len(), 1);
         let text = Bson::Document(command.clone())
@@ -589,13 +606,17 @@ mod tests {
         assert!(text.contains(r#"{"$literal":"$id"}"#), "{text}");
         assert!(text.contains(r#""multi":true"#), "{text}");
         // Nothing but the lock id goes in: its length is all that changes the size.
-        let long = unlock_command(&ctx, "a123456789");
+        let op = ObjectId::new();
+        let long = unlock_command(&ctx, "a123456789", op);
         let copies = Bson::Document(long.clone())
             .into_relaxed_extjson()
             .to_string()
             .matches("a123456789")
             .count();
-        assert_eq!(size(&unlock_command(&ctx, "a")) + 9 * copies, size(&long));
+        assert_eq!(
+            size(&unlock_command(&ctx, "a", op)) + 9 * copies,
+            size(&long)
+        );
     }
 
     #[tokio::test]
@@ -642,7 +663,7 @@ mod adopted {
             panic!("granted")
         };
         assert!(
-            keepalive::adopt(&ctx, &grant, "keeper-b", &LockDetails::default())
+            keepalive::adopt(&ctx, &grant, "keeper-b", &LockDetails::default(), &[])
                 .await
                 .unwrap()
         );
