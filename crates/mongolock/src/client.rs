@@ -93,6 +93,9 @@ pub(crate) struct Shared {
     /// The unlocks whose copies may still land, which this client's attempts carry.
     pub(crate) unlocks: crate::unlocks::DoubtedUnlocks,
     tasks: TaskTracker,
+    /// Cancelled by [`LockClient::shutdown`], which ends every election observer started
+    /// before it (and closes its change stream); replaced then by a fresh one.
+    observers: std::sync::Mutex<tokio_util::sync::CancellationToken>,
     gates: std::sync::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
 }
 
@@ -105,6 +108,7 @@ impl Shared {
             places: Arc::new(Places::new(ctx.clone())),
             unlocks: crate::unlocks::DoubtedUnlocks::default(),
             tasks: TaskTracker::new(),
+            observers: std::sync::Mutex::new(tokio_util::sync::CancellationToken::new()),
             gates: std::sync::Mutex::new(HashMap::new()),
         }
     }
@@ -212,9 +216,19 @@ impl LockClient {
         self.shared.tasks.spawn_on(task, &runtime);
     }
 
+    /// The token that [`LockClient::shutdown`] cancels to end the election observers started
+    /// before it.
+    pub(crate) fn observers_token(&self) -> tokio_util::sync::CancellationToken {
+        let token = self.shared.observers.lock();
+        token.unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Stops what this client runs in the background, so that the driver's client can shut
     /// down next. For every clone of this client, it
     ///
+    /// 0. ends every stream of [`Election::observe`](crate::Election::observe) started
+    ///    before it, and closes their change streams (each yields `None` from then on,
+    ///    whether or not anybody polls it), then
     /// 1. waits for the releases and withdrawals that dropped guards and dropped acquires left
     ///    to background tasks, so that no lock is left to its TTL, then
     /// 2. tries once more, now, each release and withdrawal that failed earlier (one that
@@ -265,6 +279,15 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) {
+        // The election observers first: their tasks end, and their streams with them.
+        let observers = std::mem::take(
+            &mut *self
+                .shared
+                .observers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        observers.cancel();
         self.shared.tasks.close();
         self.shared.tasks.wait().await;
         self.shared.tasks.reopen();

@@ -293,9 +293,13 @@ impl Election {
     /// never decrease. An error is yielded as an item, and the stream goes on after it (reading
     /// again after a pause).
     ///
-    /// The stream never ends by itself; drop it to stop observing. It holds a change stream
-    /// cursor (and so one of the driver's pooled connections while it waits) on a replica
-    /// set.
+    /// The stream never ends by itself; drop it to stop observing, or shut the lock client
+    /// down ([`LockClient::shutdown`]): then the stream yields `None`. It is driven by a task
+    /// of its own from its first poll, which reads one item ahead of the consumer at most,
+    /// and holds a change stream cursor (and so one of the driver's pooled connections while
+    /// it waits) on a replica set; dropping the stream or shutting the lock client down ends
+    /// the task and closes the cursor, whether or not the stream is polled again, so the
+    /// driver's `Client::shutdown` does not wait for it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -321,9 +325,16 @@ impl Election {
             last: None,
             leader_ends: None,
         };
-        futures_util::stream::unfold(observer, |mut observer| async move {
-            let item = observer.next().await;
-            Some((item, observer))
+        // Started at the first poll (where a runtime runs), with the token of the shutdown to
+        // come: one that began earlier does not stop it.
+        let stop = self.client.observers_token();
+        futures_util::stream::unfold(Feed::Idle(observer, stop), |feed| async move {
+            let mut items = match feed {
+                Feed::Idle(observer, stop) => observer.spawn(stop),
+                Feed::Running(items) => items,
+            };
+            let item = items.recv().await?;
+            Some((item, Feed::Running(items)))
         })
     }
 
@@ -542,6 +553,12 @@ impl Leadership {
 }
 
 /// The state of one [`Election::observe`] stream.
+/// An observer's stream: its observer before the first poll, then the items its task sends.
+enum Feed {
+    Idle(Observer, tokio_util::sync::CancellationToken),
+    Running(tokio::sync::mpsc::Receiver<Result<Option<Leader>>>),
+}
+
 struct Observer {
     election: Election,
     /// The change stream on the election's document, once open.
@@ -557,6 +574,30 @@ struct Observer {
 }
 
 impl Observer {
+    /// Runs this observer in a task of its own, which ends when `stop` is cancelled or the
+    /// receiver it returns is dropped (and drops its change stream then): the items, one
+    /// read ahead at most.
+    fn spawn(
+        mut self,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::sync::mpsc::Receiver<Result<Option<Leader>>> {
+        let (items, receiver) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = items.closed() => return,
+                    item = self.next() => item,
+                };
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    sent = items.send(item) => if sent.is_err() { return },
+                }
+            }
+        });
+        receiver
+    }
+
     /// The next change of leader, or an error.
     ///
     /// # Cancel safety

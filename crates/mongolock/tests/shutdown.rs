@@ -283,3 +283,50 @@ async fn a_wait_across_a_shutdown_still_gets_the_lock() {
 
     setup.shut_down().await;
 }
+
+/// Issue 33: a live `Election::observe` stream, held and no longer polled, kept its change
+/// stream's cursor open, so the driver's shutdown never returned. The lock client's shutdown
+/// ends the stream's task and closes the cursor; the stream then yields `None`.
+#[tokio::test]
+async fn the_drivers_shutdown_returns_with_an_election_observer_alive() {
+    use futures_util::StreamExt;
+
+    let setup = Setup::new("shutdown_observer").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    let election = setup.locks.election("scheduler");
+    let mut changes = Box::pin(election.observe());
+    assert!(changes.next().await.unwrap().unwrap().is_none());
+    let leading = election.campaign("host-a").await.unwrap();
+    let leader = changes.next().await.unwrap().unwrap().expect("a leader");
+    assert_eq!(leader.term(), leading.term());
+    leading.resign().await.unwrap();
+    // Nobody polls it from here on.
+    let Setup {
+        client,
+        locks,
+        holder_client,
+        holder,
+        ..
+    } = setup;
+    // The sequence of the docs.
+    locks.shutdown().await;
+    timeout(HANG_GUARD, client.shutdown())
+        .await
+        .expect("the driver's shutdown returns with an observer stream alive");
+    // At most one item was read ahead before the shutdown ended the stream.
+    let mut left = 0;
+    while timeout(HANG_GUARD, changes.next())
+        .await
+        .expect("the stream ends")
+        .is_some()
+    {
+        left += 1;
+    }
+    assert!(left <= 1, "{left} items after the shutdown");
+    holder.shutdown().await;
+    timeout(HANG_GUARD, holder_client.shutdown())
+        .await
+        .expect("the holder's driver client shuts down");
+}
