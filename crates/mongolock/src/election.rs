@@ -328,7 +328,7 @@ impl Election {
         // Started at the first poll (where a runtime runs), with the token of the shutdown to
         // come: one that began earlier does not stop it.
         let stop = self.client.observers_token();
-        futures_util::stream::unfold(Feed::Idle(observer, stop), |feed| async move {
+        futures_util::stream::unfold(Feed::Idle(Box::new(observer), stop), |feed| async move {
             let mut items = match feed {
                 Feed::Idle(observer, stop) => observer.spawn(stop),
                 Feed::Running(items) => items,
@@ -555,7 +555,7 @@ impl Leadership {
 /// The state of one [`Election::observe`] stream.
 /// An observer's stream: its observer before the first poll, then the items its task sends.
 enum Feed {
-    Idle(Observer, tokio_util::sync::CancellationToken),
+    Idle(Box<Observer>, tokio_util::sync::CancellationToken),
     Running(tokio::sync::mpsc::Receiver<Result<Option<Leader>>>),
 }
 
@@ -578,7 +578,7 @@ impl Observer {
     /// receiver it returns is dropped (and drops its change stream then): the items, one
     /// read ahead at most.
     fn spawn(
-        mut self,
+        mut self: Box<Self>,
         stop: tokio_util::sync::CancellationToken,
     ) -> tokio::sync::mpsc::Receiver<Result<Option<Leader>>> {
         let (items, receiver) = tokio::sync::mpsc::channel(1);
