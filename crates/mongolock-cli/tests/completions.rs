@@ -69,7 +69,7 @@ fn bash_completes_with_the_script() {
         .status()
         .is_err()
     {
-        eprintln!("bash is not installed: skipping");
+        common::skipped("bash_completes_with_the_script", "bash is not installed");
         return;
     }
     let probe = r#"

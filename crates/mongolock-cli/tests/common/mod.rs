@@ -147,3 +147,12 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Says that `test` was skipped and why, on a line of its own starting with `SKIPPED:`.
+/// Written to the process's stderr directly rather than with `eprintln!`, which the test
+/// harness captures: `cargo test` shows the line even without `--nocapture`. (The test still
+/// counts as passed; libtest cannot skip a test once it runs.)
+pub fn skipped(test: &str, reason: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: {reason}");
+}
