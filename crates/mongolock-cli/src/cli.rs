@@ -1,15 +1,17 @@
 //! The command line: global options, subcommands, the checks clap cannot express, exit
 //! codes, and the connection every command that needs a server opens.
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::bail;
-use clap::{Args, CommandFactory as _, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use mongolock::LockClient;
 
-use crate::{output, uri};
+use crate::{checks, output, uri};
 
 /// Exit statuses, documented in `mongolock --help` and the README.
 pub mod exit {
@@ -37,7 +39,8 @@ Exit status:
   79           the lease (elect: leadership) was lost while the child ran;
                the child was stopped
   80           demo: a promise was broken
-  1            any other error; 2: bad usage";
+  1            any other error (the server cannot be reached, a database error)
+  2            bad usage, found before connecting";
 
 /// `mongolock completions --help`: what it does and how each shell loads the script.
 const COMPLETIONS_ABOUT: &str = "\
@@ -69,11 +72,17 @@ pub struct Global {
     /// The MongoDB connection string (a replica set for change-stream wake-ups).
     #[arg(long, env = "MONGODB_URI", global = true, hide_env_values = true)]
     pub uri: Option<String>,
-    /// The database holding the lock collection.
-    #[arg(long, default_value = "mongolock", global = true, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// How long to wait for the first connection to the server before giving up, with the
+    /// host and the cause (connection refused, name not found). It sets the driver's
+    /// serverSelectionTimeoutMS and connectTimeoutMS [default: those of the URI, else 10s].
+    #[arg(long, global = true, value_name = "DURATION", value_parser = checks::duration, allow_hyphen_values = true)]
+    pub connect_timeout: Option<Duration>,
+    /// The database holding the lock collection (a MongoDB database name: at most 63
+    /// bytes, none of / \ . space " $ * < > : | ?).
+    #[arg(long, default_value = "mongolock", global = true)]
     pub db: String,
-    /// The lock collection.
-    #[arg(long, default_value = "locks", global = true, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The lock collection (no $, not system.*).
+    #[arg(long, default_value = "locks", global = true)]
     pub collection: String,
     /// Machine-readable output (one JSON document; `leader --watch`: one per line) instead
     /// of text.
@@ -135,9 +144,9 @@ pub enum Command {
 /// `mongolock exec`.
 #[derive(Debug, Clone, Args)]
 pub struct ExecArgs {
-    /// The resource to lock. Repeat it to lock several resources at once, all or nothing
-    /// (exclusive only; a name must then not contain ',' or '=').
-    #[arg(long, required = true, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The resource to lock (1 to 512 bytes). Repeat it to lock several resources at once,
+    /// all or nothing (exclusive only; a name must then not contain ',' or '=').
+    #[arg(long, required = true)]
     pub resource: Vec<String>,
     /// Take a shared lock instead of an exclusive one (one resource only).
     #[arg(long)]
@@ -146,23 +155,24 @@ pub struct ExecArgs {
     /// of the resource must give the same --max, or none.
     #[arg(long, requires = "shared", value_parser = clap::value_parser!(u32).range(1..))]
     pub max: Option<u32>,
-    /// The lease's TTL: how long the lock outlives this process if it dies.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    /// The lease's TTL: how long the lock outlives this process if it dies (from 50ms to
+    /// 36500d, 100 years of 365 days).
+    #[arg(long, default_value = "30s", value_parser = checks::duration, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// How long to wait for the lock (default: as long as it takes).
-    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+    #[arg(long, value_parser = checks::duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
     /// Fail at once (status 75) if the lock is held.
     #[arg(long)]
     pub no_wait: bool,
-    /// A label stored with the lock, shown by `status` (default: the command's name and
-    /// mongolock's pid).
+    /// A label stored with the lock, shown by `status` (at most 1024 bytes; default: the
+    /// command's name and mongolock's pid).
     #[arg(long)]
     pub owner: Option<String>,
     #[command(flatten)]
     pub lease: LeaseArgs,
     /// After SIGTERM, how long the child has before SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = checks::duration, allow_hyphen_values = true)]
     pub kill_after: Duration,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
@@ -174,13 +184,15 @@ pub struct ExecArgs {
 pub struct LeaseArgs {
     /// After a lease that ends without a release (this process stalled past its TTL, or an
     /// operator ran `release --force`), nobody gets the lock for this long more, by the
-    /// server's clock: a holder that was only slow stops before the next one starts.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    /// server's clock: a holder that was only slow stops before the next one starts (at
+    /// most 36500d).
+    #[arg(long, value_parser = checks::duration, allow_hyphen_values = true)]
     pub lock_delay: Option<Duration>,
     /// Hold the lock under this lock id instead of a fresh one: give each host or service
     /// instance its own, stable one. Started again after a crash, within the TTL and with the
-    /// same --ttl, it takes its lease back at once, with the same fencing token.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// same --ttl, it takes its lease back at once, with the same fencing token (1 to 512
+    /// bytes).
+    #[arg(long)]
     pub lock_id: Option<String>,
 }
 
@@ -210,9 +222,10 @@ impl ExecArgs {
             .find(|name| name.contains([',', '=']))
             .map(|name| {
                 format!(
-                    "--resource {name:?}: with several resources, a name must not contain ',' \
+                    "--resource {}: with several resources, a name must not contain ',' \
                      or '=' (MONGOLOCK_RESOURCES and MONGOLOCK_FENCING_TOKENS list them with \
-                     those)"
+                     those)",
+                    checks::shown(name)
                 )
             })
     }
@@ -221,17 +234,19 @@ impl ExecArgs {
 /// `mongolock elect`.
 #[derive(Debug, Clone, Args)]
 pub struct ElectArgs {
-    /// The election: the resource whose exclusive holder leads.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The election: the resource whose exclusive holder leads (1 to 512 bytes).
+    #[arg(long)]
     pub name: String,
-    /// The value advertised while leading (an address, a host name), shown by `leader`.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The value advertised while leading (an address, a host name), shown by `leader` (1
+    /// to 1024 bytes).
+    #[arg(long)]
     pub value: String,
-    /// The leadership's TTL: how long a leader that died keeps the others from leading.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    /// The leadership's TTL: how long a leader that died keeps the others from leading
+    /// (from 50ms to 36500d, 100 years of 365 days).
+    #[arg(long, default_value = "30s", value_parser = checks::duration, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// How long to wait to lead (default: as long as it takes).
-    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+    #[arg(long, value_parser = checks::duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
     /// Fail at once (status 75) if someone else leads.
     #[arg(long)]
@@ -239,7 +254,7 @@ pub struct ElectArgs {
     #[command(flatten)]
     pub lease: LeaseArgs,
     /// After SIGTERM, how long the child has before SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = checks::duration, allow_hyphen_values = true)]
     pub kill_after: Duration,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
@@ -249,8 +264,8 @@ pub struct ElectArgs {
 /// `mongolock leader`.
 #[derive(Debug, Clone, Args)]
 pub struct LeaderArgs {
-    /// The election.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The election (1 to 512 bytes).
+    #[arg(long)]
     pub name: String,
     /// Print the leader now and then every change, until interrupted (SIGINT or SIGTERM end
     /// it with status 0).
@@ -261,13 +276,13 @@ pub struct LeaderArgs {
 /// `mongolock status`.
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
-    /// Only this resource.
+    /// Only this resource (1 to 512 bytes).
     #[arg(long)]
     pub resource: Option<String>,
-    /// Only this lock id.
+    /// Only this lock id (1 to 512 bytes).
     #[arg(long)]
     pub lock_id: Option<String>,
-    /// Only this owner.
+    /// Only this owner (at most 1024 bytes).
     #[arg(long)]
     pub owner: Option<String>,
 }
@@ -276,26 +291,27 @@ pub struct StatusArgs {
 #[derive(Debug, Clone, Args)]
 pub struct IndexesArgs {
     /// How long an idle resource document is kept before the TTL index deletes it (default
-    /// one day, the library's DEFAULT_RETENTION). Give the one the applications set with
-    /// `with_retention`: the server refuses to change it on an existing collection (drop the
-    /// index idleSince_ttl first).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    /// one day, the library's DEFAULT_RETENTION; from 1s to 2147483647s). Give the one the
+    /// applications set with `with_retention`. The server refuses to change it on a
+    /// collection whose TTL index has another: the message gives the mongosh command that
+    /// changes it.
+    #[arg(long, value_parser = checks::duration, allow_hyphen_values = true)]
     pub retention: Option<std::time::Duration>,
 }
 
 /// `mongolock unlock`.
 #[derive(Debug, Clone, Args)]
 pub struct UnlockArgs {
-    /// The lock id whose locks to release.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The lock id whose locks to release (1 to 512 bytes).
+    #[arg(long)]
     pub lock_id: String,
 }
 
 /// `mongolock release`.
 #[derive(Debug, Clone, Args)]
 pub struct ReleaseArgs {
-    /// The resource whose locks to break.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The resource whose locks to break (1 to 512 bytes).
+    #[arg(long)]
     pub resource: String,
     /// Required: this ends a holder's lock without its consent.
     #[arg(long, required = true)]
@@ -332,43 +348,260 @@ pub struct DemoArgs {
 }
 
 impl Cli {
-    /// Checks what clap cannot express; a usage error (status 2, with the subcommand's
-    /// usage) if something is wrong.
+    /// Checks what clap cannot express, before anything connects: the values the library
+    /// or the server would refuse ([`checks`]), and the combinations clap cannot see. A usage
+    /// error (status 2, with the subcommand's usage) if something is wrong.
     pub fn check(&self) -> Result<(), clap::Error> {
-        let (subcommand, kind, message) = match &self.command {
-            Command::Exec(args) => match args.usage_error() {
-                Some(message) => ("exec", clap::error::ErrorKind::ArgumentConflict, message),
-                None => return Ok(()),
-            },
-            Command::Man(ManArgs {
-                subcommand: Some(name),
-            }) if !page_names().contains(name) => (
-                "man",
-                clap::error::ErrorKind::InvalidValue,
-                format!(
-                    "no page for {name:?}: [SUBCOMMAND] is one of {}",
-                    page_names().join(", ")
-                ),
-            ),
-            _ => return Ok(()),
+        use clap::error::ErrorKind;
+        let (subcommand, kind, message) = match self.problem() {
+            Ok(()) => return Ok(()),
+            Err(Problem::Conflict(name, message)) => (name, ErrorKind::ArgumentConflict, message),
+            Err(Problem::Invalid(name, message)) => (name, ErrorKind::ValueValidation, message),
         };
-        let mut command = Cli::command();
-        command.build();
+        let mut command = command();
         let error = match command.find_subcommand_mut(subcommand) {
             Some(found) => found.error(kind, message),
             None => command.error(kind, message),
         };
         Err(error)
     }
+
+    /// The first thing wrong with the command line that clap cannot see.
+    fn problem(&self) -> Result<(), Problem> {
+        let name = self.command.name();
+        let invalid = |message: String| Problem::Invalid(name, message);
+        if self.command.needs_server() {
+            checks::database(&self.global.db).map_err(invalid)?;
+            checks::collection(&self.global.db, &self.global.collection).map_err(invalid)?;
+        }
+        if self
+            .global
+            .connect_timeout
+            .is_some_and(|limit| limit.is_zero())
+        {
+            return Err(invalid(
+                "--connect-timeout must be longer than zero".to_owned(),
+            ));
+        }
+        match &self.command {
+            Command::Exec(args) => {
+                if let Some(message) = args.usage_error() {
+                    return Err(Problem::Conflict(name, message));
+                }
+                for resource in &args.resource {
+                    checks::id("--resource", resource).map_err(invalid)?;
+                }
+                args.lease.check().map_err(invalid)?;
+                if let Some(owner) = &args.owner {
+                    checks::label("--owner", owner).map_err(invalid)?;
+                }
+                checks::lease_ttl("--ttl", args.ttl).map_err(invalid)?;
+                checks::details(args.owner.as_deref(), args.ttl, args.lease.lock_delay)
+                    .map_err(invalid)
+            }
+            Command::Elect(args) => {
+                checks::id("--name", &args.name).map_err(invalid)?;
+                if args.value.is_empty() {
+                    return Err(invalid("--value must not be empty".to_owned()));
+                }
+                checks::label("--value", &args.value).map_err(invalid)?;
+                args.lease.check().map_err(invalid)?;
+                checks::lease_ttl("--ttl", args.ttl).map_err(invalid)?;
+                checks::details(None, args.ttl, args.lease.lock_delay).map_err(invalid)
+            }
+            Command::Leader(args) => checks::id("--name", &args.name).map_err(invalid),
+            Command::Status(args) => {
+                if let Some(resource) = &args.resource {
+                    checks::id("--resource", resource).map_err(invalid)?;
+                }
+                if let Some(lock_id) = &args.lock_id {
+                    checks::id("--lock-id", lock_id).map_err(invalid)?;
+                }
+                match &args.owner {
+                    Some(owner) => checks::label("--owner", owner).map_err(invalid),
+                    None => Ok(()),
+                }
+            }
+            Command::Unlock(args) => checks::id("--lock-id", &args.lock_id).map_err(invalid),
+            Command::Release(args) => checks::id("--resource", &args.resource).map_err(invalid),
+            Command::Indexes(IndexesArgs {
+                retention: Some(retention),
+            }) => checks::retention(*retention).map_err(invalid),
+            Command::Demo(args) => match crate::commands::demo_usage_error(args) {
+                Some(message) => Err(invalid(message)),
+                None => Ok(()),
+            },
+            Command::Man(ManArgs {
+                subcommand: Some(page),
+            }) if !page_names().contains(page) => Err(invalid(format!(
+                "no page for {}: [SUBCOMMAND] is one of {}",
+                checks::shown(page),
+                page_names().join(", ")
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Something wrong with the command line, with the subcommand it concerns.
+enum Problem {
+    /// Arguments that do not go together.
+    Conflict(&'static str, String),
+    /// A value that cannot be used.
+    Invalid(&'static str, String),
+}
+
+impl LeaseArgs {
+    /// Checks `--lock-id` and `--lock-delay`.
+    fn check(&self) -> Result<(), String> {
+        if let Some(lock_id) = &self.lock_id {
+            checks::id("--lock-id", lock_id)?;
+        }
+        match self.lock_delay {
+            Some(delay) => checks::lock_delay(delay),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Command {
+    /// The subcommand's name, as typed.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Exec(_) => "exec",
+            Command::Elect(_) => "elect",
+            Command::Leader(_) => "leader",
+            Command::Status(_) => "status",
+            Command::Unlock(_) => "unlock",
+            Command::Release(_) => "release",
+            Command::Purge => "purge",
+            Command::Indexes(_) => "indexes",
+            Command::Demo(_) => "demo",
+            Command::Completions(_) => "completions",
+            Command::Man(_) => "man",
+        }
+    }
+
+    /// Whether the subcommand talks to a server (the demo may: with --uri).
+    fn needs_server(&self) -> bool {
+        !matches!(self, Command::Completions(_) | Command::Man(_))
+    }
+}
+
+/// The subcommands that need no server: `--uri`, `--connect-timeout`, `--db` and
+/// `--collection` are not offered there (hidden from their help, manual pages and
+/// completions; still accepted, and ignored).
+const OFFLINE: &[&str] = &["completions", "man"];
+
+/// The options of a server, hidden where [`OFFLINE`] says.
+const SERVER_OPTIONS: &[&str] = &["uri", "connect_timeout", "db", "collection"];
+
+/// The command line as it is parsed, built (global options copied into every
+/// subcommand), with the server's options hidden from the subcommands that need no server.
+pub fn command() -> clap::Command {
+    built(Cli::command())
+}
+
+/// `command` built, with the server's options hidden where [`OFFLINE`] says: those
+/// subcommands get hidden copies of them first, which clap then does not replace with the
+/// global ones (changing an argument after the build would leave clap's lookup stale).
+fn built(mut command: clap::Command) -> clap::Command {
+    let hidden: Vec<clap::Arg> = (command.get_arguments())
+        .filter(|arg| SERVER_OPTIONS.contains(&arg.get_id().as_str()))
+        .map(|arg| arg.clone().hide(true))
+        .collect();
+    for name in OFFLINE {
+        command = command.mut_subcommand(name, |sub| sub.args(hidden.clone()));
+    }
+    command.build();
+    command
+}
+
+/// The command line for the completion scripts: as [`command`], but the server's options are
+/// not offered at all by the subcommands [`OFFLINE`] names (the generators list hidden
+/// options too). They are made options of the top level and of each other subcommand
+/// instead of global ones, which completes the same everywhere else.
+pub fn completion_definitions() -> clap::Command {
+    let mut command = Cli::command();
+    let copies: Vec<clap::Arg> = (command.get_arguments())
+        .filter(|arg| SERVER_OPTIONS.contains(&arg.get_id().as_str()))
+        .cloned()
+        .collect();
+    for option in SERVER_OPTIONS {
+        command = command.mut_arg(option, |arg| arg.global(false));
+    }
+    let online: Vec<String> = (command.get_subcommands())
+        .map(|sub| sub.get_name().to_owned())
+        .filter(|name| !OFFLINE.contains(&name.as_str()))
+        .collect();
+    for name in online {
+        command = command.mut_subcommand(name, |sub| sub.args(copies.clone()));
+    }
+    command.build();
+    command
+}
+
+/// Parses the command line `args` (the program's name first).
+///
+/// # Errors
+///
+/// Clap's usage error, with two changes: its usage line is the one a user types even when
+/// `MONGODB_URI` is set (clap lists an option given by the environment as if it had been
+/// typed, and required), and a COMMAND given without `--` before it gets a tip saying so.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::Error> {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let error = match command().try_get_matches_from(&args) {
+        Ok(matches) => return Cli::from_arg_matches(&matches),
+        Err(error) => error,
+    };
+    // The same arguments without the environment's URI fail the same way (the URI is never
+    // required); only the usage line changes.
+    let error = built(Cli::command().mut_arg("uri", |uri| uri.env(None)))
+        .try_get_matches_from(&args)
+        .err()
+        .filter(|again| again.kind() == error.kind())
+        .unwrap_or(error);
+    Err(hint_dashes(error, &args))
+}
+
+/// `error` with a tip when it is about an argument that looks like a COMMAND given to `exec`
+/// or `elect` without `--` before it.
+fn hint_dashes(mut error: clap::Error, args: &[OsString]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    let subcommand = args.iter().find_map(|arg| match arg.to_str() {
+        Some(name @ ("exec" | "elect")) => Some(name),
+        _ => None,
+    });
+    let unexpected = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg.clone(),
+        _ => return error,
+    };
+    let Some(subcommand) = subcommand else {
+        return error;
+    };
+    if error.kind() != clap::error::ErrorKind::UnknownArgument
+        || unexpected.starts_with('-')
+        || args.iter().any(|arg| arg == "--")
+    {
+        return error;
+    }
+    let tip = format!(
+        "put -- before the command to run: mongolock {subcommand} [OPTIONS] -- {unexpected} ..."
+    );
+    let mut tips = match error.get(ContextKind::Suggested) {
+        Some(ContextValue::StyledStrs(tips)) => tips.clone(),
+        _ => Vec::new(),
+    };
+    tips.push(tip.into());
+    error.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
+    error
 }
 
 /// The command line as clap sees it, for the generated manual pages: built
 /// (global options copied into every subcommand, each subcommand named `mongolock-NAME`),
 /// without clap's `help` subcommand.
 pub fn definitions() -> clap::Command {
-    let mut command = Cli::command().disable_help_subcommand(true);
-    command.build();
-    command
+    built(Cli::command().disable_help_subcommand(true))
 }
 
 /// The subcommands that have a manual page of their own: every visible one.
@@ -428,7 +661,12 @@ static DRIVER: OnceLock<mongodb::Client> = OnceLock::new();
 pub async fn close() {
     if let Some(client) = DRIVER.get() {
         let shutdown = client.clone().shutdown().immediate(true);
-        if tokio::time::timeout(CLOSE_LIMIT, shutdown).await.is_err() {
+        let limit = if hurried() {
+            HURRIED_CLOSE_LIMIT
+        } else {
+            CLOSE_LIMIT
+        };
+        if tokio::time::timeout(limit, shutdown).await.is_err() {
             tracing::debug!("the driver did not shut down in time; leaving it to the exit");
         }
     }
@@ -453,16 +691,68 @@ pub fn describe(error: &anyhow::Error) -> String {
 /// The longest [`close`] waits for the driver to shut down.
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
+/// The longest [`close`] waits for the driver to shut down after [`hurry`].
+const HURRIED_CLOSE_LIMIT: Duration = Duration::from_millis(500);
+
+/// Set by [`hurry`].
+static HURRY: AtomicBool = AtomicBool::new(false);
+
+/// Tells [`close`] to wait for the driver only briefly ([`HURRIED_CLOSE_LIMIT`]): there is
+/// nothing left to protect (a lease was lost, or its release failed) and the server may not
+/// answer.
+pub fn hurry() {
+    HURRY.store(true, Ordering::Relaxed);
+}
+
+/// Whether [`hurry`] was called.
+pub fn hurried() -> bool {
+    HURRY.load(Ordering::Relaxed)
+}
+
 /// Connects to the server named by `--uri` or `MONGODB_URI`, and returns the lock client on
 /// `--db` / `--collection`. A connection string that does not parse is reported without
-/// its user info ([`uri::client`]).
+/// its user info ([`uri::options`]); a server that cannot be reached within
+/// `--connect-timeout` is reported with its hosts and the cause ([`Unreachable`]).
+///
+/// # Cancel safety
+///
+/// Cancel safe: nothing is written.
 pub async fn connect(global: &Global) -> anyhow::Result<LockClient> {
     let Some(uri) = global.uri.as_deref().filter(|u| !u.is_empty()) else {
         bail!(NoServer);
     };
-    let client = uri::client(uri).await?;
+    let options = uri::options(uri, global.connect_timeout).await?;
+    let hosts = (options.hosts.iter())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let limit = (options.server_selection_timeout).unwrap_or(uri::DEFAULT_CONNECT_TIMEOUT);
+    let client = mongodb::Client::with_options(options).map_err(|error| {
+        anyhow::Error::new(error).context(format!(
+            "cannot use the connection string {}",
+            uri::redacted(uri)
+        ))
+    })?;
     let _ = DRIVER.set(client.clone());
     let locks = LockClient::new(client.database(&global.db).collection(&global.collection));
+    if let Err(error) = reach(&client, &hosts, limit).await {
+        // A server the driver refuses at once (older than 4.4, by its wire version) was
+        // reached, but cannot run the commands: the library's check says so, in its words.
+        let answered = error
+            .downcast_ref::<Unreachable>()
+            .is_some_and(|unreachable| matches!(unreachable.cause, Causes::Message(_)));
+        if answered
+            && let Ok(Err(unsupported)) =
+                tokio::time::timeout(UNSUPPORTED_CHECK_LIMIT, locks.check_server()).await
+            && matches!(
+                unsupported.kind(),
+                mongolock::ErrorKind::UnsupportedServer { .. }
+            )
+        {
+            return Err(unsupported.into());
+        }
+        return Err(error);
+    }
     // A server that cannot run the commands is said so first, in one line, whatever the
     // command; any other failure is left to the command itself, which words it.
     if let Err(error) = locks.check_server().await
@@ -471,4 +761,165 @@ pub async fn connect(global: &Global) -> anyhow::Result<LockClient> {
         return Err(error.into());
     }
     Ok(locks)
+}
+
+/// How long [`connect`] asks the library whether a server that the driver refused is one it
+/// cannot run on (the driver refuses such a server at once).
+const UNSUPPORTED_CHECK_LIMIT: Duration = Duration::from_secs(1);
+
+/// Waits for the first connection to `client` (whose servers are `hosts`): one `ping`,
+/// which waits for a server as long as the server selection timeout, `limit`.
+///
+/// # Errors
+///
+/// [`Unreachable`] if no server could be selected, else the driver's error (an
+/// authentication that failed, say) in the context of the hosts.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only reads.
+async fn reach(client: &mongodb::Client, hosts: &str, limit: Duration) -> anyhow::Result<()> {
+    tracing::debug!(%hosts, limit = %humantime::format_duration(limit), "connecting");
+    let error = match (client.database("admin"))
+        .run_command(bson::doc! { "ping": 1 })
+        .await
+    {
+        Ok(_) => return Ok(()),
+        Err(error) => error,
+    };
+    // The driver's own words, topology and all, for -v.
+    tracing::info!(%hosts, %error, "cannot reach the server");
+    match &*error.kind {
+        mongodb::error::ErrorKind::ServerSelection { message, .. } => Err(Unreachable {
+            hosts: hosts.to_owned(),
+            limit,
+            cause: selection_causes(message),
+        }
+        .into()),
+        _ => Err(anyhow::Error::new(error).context(format!("cannot use the server {hosts}"))),
+    }
+}
+
+/// No server of the connection string could be reached in time.
+#[derive(Debug)]
+pub struct Unreachable {
+    /// The hosts of the connection string (never its user info).
+    hosts: String,
+    /// How long the driver waited (`--connect-timeout`).
+    limit: Duration,
+    /// Why, in the driver's words: each host's error, or the driver's message if it names
+    /// none.
+    cause: Causes,
+}
+
+/// Why no server could be selected.
+#[derive(Debug, PartialEq, Eq)]
+enum Causes {
+    /// Each host with its error.
+    ByHost(Vec<(String, String)>),
+    /// The driver's message, which names no host's error.
+    Message(String),
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let within = humantime::format_duration(self.limit);
+        match &self.cause {
+            Causes::ByHost(causes) if causes.len() == 1 => write!(
+                f,
+                "cannot reach the server {} within {within} (--connect-timeout): {}",
+                causes[0].0, causes[0].1
+            ),
+            Causes::ByHost(causes) => {
+                let each: Vec<String> = (causes.iter())
+                    .map(|(host, cause)| format!("{host}: {cause}"))
+                    .collect();
+                write!(
+                    f,
+                    "cannot reach any server of {} within {within} (--connect-timeout): {}",
+                    self.hosts,
+                    each.join("; ")
+                )
+            }
+            Causes::Message(message) => write!(
+                f,
+                "cannot reach the server {} within {within} (--connect-timeout): {message}",
+                self.hosts
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Unreachable {}
+
+/// The causes in a driver's server selection error: each server's error
+/// (`Connection refused (os error 111)`), or the message itself when it names none (a
+/// server that answered but cannot be selected).
+///
+/// The driver writes `... Servers: [ { Address: HOST, Type: Unknown, Error: Kind: CAUSE,
+/// labels: {} }, ... ]`; this reads that shape and falls back to the whole message.
+fn selection_causes(message: &str) -> Causes {
+    let causes: Vec<(String, String)> = message
+        .split("{ Address: ")
+        .skip(1)
+        .filter_map(|server| {
+            let (host, rest) = server.split_once(',')?;
+            let (_, error) = rest.split_once("Error: ")?;
+            let error = error.split(", labels:").next().unwrap_or(error);
+            let error = error.strip_prefix("Kind: ").unwrap_or(error);
+            let error = error.strip_prefix("I/O error: ").unwrap_or(error);
+            Some((host.trim().to_owned(), error.trim().to_owned()))
+        })
+        .collect();
+    if causes.is_empty() {
+        Causes::Message(message.to_owned())
+    } else {
+        Causes::ByHost(causes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_of_each_host_is_read_from_the_drivers_message() {
+        let message = "Server selection timeout: No available servers. Topology: { Type: \
+                       Unknown, Servers: [ { Address: db1:27017, Type: Unknown, Error: Kind: \
+                       I/O error: Connection refused (os error 111), labels: {} }, { Address: \
+                       db2:27017, Type: Unknown, Error: Kind: I/O error: failed to lookup \
+                       address information: Name or service not known, labels: {} } ] }";
+        assert_eq!(
+            selection_causes(message),
+            Causes::ByHost(vec![
+                (
+                    "db1:27017".to_owned(),
+                    "Connection refused (os error 111)".to_owned()
+                ),
+                (
+                    "db2:27017".to_owned(),
+                    "failed to lookup address information: Name or service not known".to_owned()
+                ),
+            ])
+        );
+        assert_eq!(
+            selection_causes("No suitable servers"),
+            Causes::Message("No suitable servers".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_command_without_dashes_gets_a_tip() {
+        let args = ["mongolock", "exec", "--resource", "r", "sleep", "60"].map(OsString::from);
+        let error = parse(args).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("put -- before the command to run"),
+            "{error}"
+        );
+        let args = ["mongolock", "status", "now"].map(OsString::from);
+        let error = parse(args).unwrap_err();
+        assert!(!error.to_string().contains("put --"), "{error}");
+    }
 }

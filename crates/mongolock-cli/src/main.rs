@@ -2,6 +2,7 @@
 //! several at once) or while leading an election, show who holds what and who leads,
 //! release, purge. The commands live in `commands/`; this file only parses and dispatches.
 
+mod checks;
 mod cli;
 mod commands;
 mod output;
@@ -9,13 +10,11 @@ mod uri;
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
-
 #[tokio::main]
 async fn main() -> ExitCode {
     output::protect(std::env::args_os(), std::env::var_os("MONGODB_URI"));
     output::scrub_panics();
-    let cli = cli::Cli::try_parse().unwrap_or_else(|error| output::exit_usage(&error));
+    let cli = cli::parse(std::env::args_os()).unwrap_or_else(|error| output::exit_usage(&error));
     if let Err(error) = cli.check() {
         output::exit_usage(&error);
     }

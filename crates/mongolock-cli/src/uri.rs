@@ -8,6 +8,7 @@
 //! the password as a host or an option), so the widest reading is the one kept secret.
 
 use std::fmt;
+use std::time::Duration;
 
 use mongodb::error::ErrorKind;
 use mongodb::options::{ClientOptions, ConnectionString};
@@ -145,25 +146,63 @@ pub fn parse(uri: &str) -> Result<ConnectionString, UriError> {
     ConnectionString::parse(uri).map_err(|_| UriError::diagnose(uri))
 }
 
-/// The driver client for `uri`: parsed as [`parse`] does, its SRV record resolved for
-/// `mongodb+srv://`.
+/// How long the first connection is waited for when neither `--connect-timeout` nor the
+/// connection string says.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The driver's options for `uri`: parsed as [`parse`] does, its SRV record resolved for
+/// `mongodb+srv://`, and the wait for a connection set: `connect_timeout` (from
+/// `--connect-timeout`) as the server selection timeout and the connect timeout; without it,
+/// those of the string, else [`DEFAULT_CONNECT_TIMEOUT`] (the driver's own default server
+/// selection timeout is 30 s).
 ///
 /// # Errors
 ///
-/// A [`UriError`], or a driver error (an SRV record that cannot be resolved, options that
-/// do not go together) in the context of the [`redacted`] string.
+/// A [`UriError`], or a driver error (an SRV record that cannot be resolved) in the context
+/// of the [`redacted`] string.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe: nothing is started until it returns.
-pub async fn client(uri: &str) -> anyhow::Result<mongodb::Client> {
+pub async fn options(
+    uri: &str,
+    connect_timeout: Option<Duration>,
+) -> anyhow::Result<ClientOptions> {
     let parsed = parse(uri)?;
-    let context = || format!("cannot use the connection string {}", redacted(uri));
-    let options = ClientOptions::parse(parsed)
+    let mut options = ClientOptions::parse(parsed)
         .await
-        .map_err(|error| anyhow::Error::new(error).context(context()))?;
+        .map_err(|error| anyhow::Error::new(error).context(cannot_use(uri)))?;
+    if connect_timeout.is_some() || options.server_selection_timeout.is_none() {
+        options.server_selection_timeout = Some(connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT));
+    }
+    if connect_timeout.is_some() || options.connect_timeout.is_none() {
+        options.connect_timeout = Some(connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT));
+    }
+    Ok(options)
+}
+
+/// The driver client for `uri`, with the [`options`] for it.
+///
+/// # Errors
+///
+/// As [`options`], and a driver error for options that do not go together, in the context
+/// of the [`redacted`] string.
+///
+/// # Cancel safety
+///
+/// Cancel safe: nothing is started until it returns.
+pub async fn client(
+    uri: &str,
+    connect_timeout: Option<Duration>,
+) -> anyhow::Result<mongodb::Client> {
+    let options = options(uri, connect_timeout).await?;
     mongodb::Client::with_options(options)
-        .map_err(|error| anyhow::Error::new(error).context(context()))
+        .map_err(|error| anyhow::Error::new(error).context(cannot_use(uri)))
+}
+
+/// The context of a driver error about `uri`.
+fn cannot_use(uri: &str) -> String {
+    format!("cannot use the connection string {}", redacted(uri))
 }
 
 #[cfg(test)]

@@ -260,7 +260,21 @@ fn any_message_or_log_line_quoting_a_piece_of_the_user_info_is_scrubbed() {
     // A resource named like the password: the error and the log lines that name the
     // resource show `***` in its place.
     let uri = "mongodb://alice:S3cretPw0rd@127.0.0.1:1/?serverSelectionTimeoutMS=300";
+    let too_long = format!("job-S3cretPw0rd{}", "x".repeat(600));
     for via in [Via::Flag, Via::Env] {
+        // Refused before connecting: the usage error quotes the start of the name.
+        let output = mongolock(
+            uri,
+            via,
+            true,
+            &["exec", "--resource", &too_long, "--no-wait", "--", "true"],
+        );
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(!stderr.contains("S3cret"), "{stderr}");
+        assert!(stderr.contains("--resource \"job-***xxx"), "{stderr}");
+
+        // Taken, then the server cannot be reached: the log names the resource.
         let output = mongolock(
             uri,
             via,
@@ -278,7 +292,7 @@ fn any_message_or_log_line_quoting_a_piece_of_the_user_info_is_scrubbed() {
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert!(!stderr.contains("S3cret"), "{stderr}");
         assert!(
-            stderr.contains("cannot acquire a lock on job-***"),
+            stderr.contains("cannot reach the server 127.0.0.1:1"),
             "{stderr}"
         );
         assert!(

@@ -137,7 +137,7 @@ fn the_demo_needs_three_workers() {
         .args(["--workers", "2"])
         .output()
         .expect("the demo runs");
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2), "bad usage");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--workers"), "{stderr}");
 }

@@ -80,6 +80,17 @@ impl Patience {
     }
 }
 
+impl std::fmt::Display for Patience {
+    /// `once`, `up to 10s`, `as long as it takes`: for the logs of `-v`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Patience::Once => f.write_str("once"),
+            Patience::Upto(wait) => write!(f, "up to {}", humantime::format_duration(*wait)),
+            Patience::Forever => f.write_str("as long as it takes"),
+        }
+    }
+}
+
 /// A lease a child runs under.
 #[derive(Debug)]
 pub enum Held {
@@ -417,6 +428,7 @@ pub async fn run_under(
         command.env(name, value);
     }
     command.process_group(0).kill_on_drop(true);
+    die_with_parent(&mut command);
     let mut process = match command.spawn() {
         Ok(process) => process,
         Err(error) => {
@@ -508,13 +520,62 @@ pub async fn run_under(
             outcome.lost = Some(reason);
             exit::LEASE_LOST
         }
-        Err(ReleaseError::Failed) => child_status,
+        Err(ReleaseError::Failed) => {
+            // Said on stderr; the TTL ends the lease. Nothing is left to protect, and the
+            // client's cleanup would wait for the same server.
+            cli::hurry();
+            child_status
+        }
     };
     Ok(outcome)
 }
 
+/// Sets up `command` so that its process gets SIGKILL when this one dies, however it dies
+/// (SIGKILL included): on Linux, its parent-death signal (`prctl(PR_SET_PDEATHSIG)`), set in
+/// the child between fork and exec. If this process died before that (the child then has
+/// another parent already), the child exits at once instead of running the command.
+///
+/// The signal goes to the child only, not to what it started (its process group): a child
+/// that starts others must see to them. It is sent when the thread that spawned the child
+/// ends; `exec` and `elect` spawn it from the thread that runs `main`, which ends only with
+/// the process.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut tokio::process::Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are
+    // sound: it makes two system calls (prctl(2), getppid(2)) and builds an io::Error from an
+    // errno, which allocates nothing. It touches no lock and no memory of the parent's.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if nix::unistd::getppid() != parent {
+                // The parent died before the signal was set: nobody holds the lease.
+                return Err(nix::errno::Errno::ESRCH.into());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Elsewhere than Linux there is no parent-death signal: a child of a mongolock killed with
+/// SIGKILL runs on without a lease (docs/operating.md says so).
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_command: &mut tokio::process::Command) {}
+
+/// After a lease was lost, how long the client's cleanup (the release of what the server may
+/// still hold of the lost lease, and any release or withdrawal owed) may take before
+/// mongolock exits all the same: the lease protects nothing any more, and whatever the server
+/// still holds of it ends with its TTL.
+pub const LOST_CLEANUP_LIMIT: Duration = Duration::from_secs(2);
+
+/// How long a cleanup after a loss runs before mongolock says it is waiting.
+const LOST_CLEANUP_NOTICE: Duration = Duration::from_millis(300);
+
 /// Waits for the background work of the client, prints `report` as one JSON line if
-/// `--json` asked for it, and returns `status`.
+/// `--json` asked for it, and returns `status`. After a lost lease (`status` is
+/// [`exit::LEASE_LOST`]) or a release that failed ([`cli::hurried`]), the wait
+/// is bounded by [`LOST_CLEANUP_LIMIT`], and said on stderr if it takes more than a moment.
 ///
 /// # Cancel safety
 ///
@@ -525,11 +586,47 @@ pub async fn finish(
     report: &impl Serialize,
     status: u8,
 ) -> anyhow::Result<ExitCode> {
-    locks.shutdown().await;
+    if status == exit::LEASE_LOST {
+        shutdown_bounded(locks, "the lease is lost").await;
+    } else if cli::hurried() {
+        shutdown_bounded(locks, "the release failed").await;
+    } else {
+        locks.shutdown().await;
+    }
     if global.json {
         println!("{}", serde_json::to_string(report)?);
     }
     Ok(ExitCode::from(status))
+}
+
+/// [`LockClient::shutdown`] when nothing is left to protect (`why`: the lease is lost, or
+/// its release failed): at most [`LOST_CLEANUP_LIMIT`], saying so on stderr if it takes
+/// longer than [`LOST_CLEANUP_NOTICE`] (a server that does not answer), and telling the
+/// driver's shutdown to hurry ([`cli::hurry`]).
+///
+/// # Cancel safety
+///
+/// Dropping it stops waiting; the cleanup is dropped with the runtime.
+async fn shutdown_bounded(locks: &LockClient, why: &str) {
+    cli::hurry();
+    let shutdown = locks.shutdown();
+    tokio::pin!(shutdown);
+    if tokio::time::timeout(LOST_CLEANUP_NOTICE, &mut shutdown)
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    complain!(
+        "{why}; giving the server up to {} to clear the lease",
+        humantime::format_duration(LOST_CLEANUP_LIMIT)
+    );
+    if tokio::time::timeout(LOST_CLEANUP_LIMIT - LOST_CLEANUP_NOTICE, shutdown)
+        .await
+        .is_err()
+    {
+        complain!("no answer: exiting; the TTL ends what the server still holds of the lease");
+    }
 }
 
 /// Sleeps until `at`, or forever if it is `None`.

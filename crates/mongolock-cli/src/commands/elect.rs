@@ -81,23 +81,15 @@ impl LeaderLine {
     }
 }
 
-/// Runs `elect`: campaigns, runs the child while leading, resigns, and returns the exit
-/// status (see the crate's `AFTER_HELP`).
+/// Runs `elect` (its arguments checked by `Cli::check`): campaigns, runs the child while
+/// leading, resigns, and returns the exit status (see the crate's `AFTER_HELP`).
 ///
 /// # Cancel safety
 ///
 /// Not meant to be cancelled (it is the whole process); if it is dropped, the child's
 /// process group is killed and leadership resigned in the background.
 pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode> {
-    if args.name.is_empty() {
-        anyhow::bail!("--name must not be empty");
-    }
-    if args.value.is_empty() {
-        anyhow::bail!("--value must not be empty");
-    }
-    if args.ttl.is_zero() {
-        anyhow::bail!("--ttl must be longer than zero");
-    }
+    // The arguments were checked before (`Cli::check`).
     if args.command.is_empty() {
         anyhow::bail!("no COMMAND given after --");
     }
@@ -130,7 +122,7 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
         resigned: false,
     };
 
-    tracing::info!(election = %name, ?patience, "campaigning");
+    tracing::info!(election = %name, %patience, "campaigning");
     let waiting = format!("waiting to lead {}", escape(&name));
     let names = [name.clone()];
     let progress = child::shows_progress(patience).then_some((waiting.as_str(), &names[..]));
@@ -193,9 +185,6 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
 ///
 /// Reads only.
 pub async fn leader(global: &Global, args: LeaderArgs) -> anyhow::Result<ExitCode> {
-    if args.name.is_empty() {
-        anyhow::bail!("--name must not be empty");
-    }
     let locks = cli::connect(global).await?;
     let election = locks.election(args.name.clone());
     let cannot = || format!("cannot read the leader of {}", args.name);

@@ -131,29 +131,19 @@ impl Handle {
     }
 }
 
-/// Runs `exec`: acquires, runs the child under the lock, and returns the exit status (see
-/// the crate's `AFTER_HELP`).
+/// Runs `exec` (its arguments checked by `Cli::check`): acquires, runs the child under the
+/// lock, and returns the exit status (see the crate's `AFTER_HELP`).
 ///
 /// # Cancel safety
 ///
 /// Not meant to be cancelled (it is the whole process); if it is dropped, the child's
 /// process group is killed and the lock released in the background.
 pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
-    if let Some(error) = args.usage_error() {
-        anyhow::bail!(error);
-    }
+    // The arguments were checked before (`Cli::check`).
     let resources = args.resources();
-    if resources.is_empty() || resources.iter().any(String::is_empty) {
-        anyhow::bail!("--resource must not be empty");
-    }
-    if args.max == Some(0) {
-        anyhow::bail!("--max must be at least 1");
-    }
-    if args.ttl.is_zero() {
-        anyhow::bail!("--ttl must be longer than zero");
-    }
     let program = args.command.first().context("no COMMAND given after --")?;
     let label = resources.join(", ");
+    tracing::info!(resources = %label, ttl = %humantime::format_duration(args.ttl), "exec");
     let locks = cli::connect(global).await?;
     if !args.no_wait {
         child::check_reachable(&locks, &resources, |resource| {
@@ -187,7 +177,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
         released: false,
     };
 
-    tracing::info!(resources = %label, ?patience, "waiting for the lock");
+    tracing::info!(resources = %label, %patience, "waiting for the lock");
     let waiting = format!("waiting for {}", escape(&label));
     let progress = child::shows_progress(patience).then_some((waiting.as_str(), &resources[..]));
     let waited = child::wait_for(&locks, handle.acquire(patience), &mut signals, progress).await;

@@ -6,15 +6,15 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::CommandFactory as _;
 use clap_mangen::roff::{Roff, roman};
 
 use crate::cli::{self, CompletionsArgs, ManArgs};
 
 /// Prints the completion script for the shell asked for (clap's `help` subcommand
-/// included: it is one the command takes).
+/// included: it is one the command takes; the server's options not offered where no server
+/// is used).
 pub fn completions(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
-    let mut command = cli::Cli::command();
+    let mut command = cli::completion_definitions();
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut command, "mongolock", &mut script);
     print(&script).context("cannot write the completion script")

@@ -198,9 +198,6 @@ pub async fn unlock(global: &Global, args: UnlockArgs) -> anyhow::Result<ExitCod
 /// If dropped after the question was answered, the locks may or may not have been removed;
 /// running it again is harmless.
 pub async fn release(global: &Global, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
-    if args.resource.is_empty() {
-        anyhow::bail!("--resource must not be empty");
-    }
     let locks = cli::connect(global).await?;
     let interactive = std::io::stdin().is_terminal() && cli::stderr_is_terminal();
     if interactive && !args.yes {
@@ -295,13 +292,22 @@ pub async fn purge(global: &Global) -> anyhow::Result<ExitCode> {
 ///
 /// If dropped, the indexes may or may not have been created; running it again is harmless.
 pub async fn indexes(global: &Global, args: IndexesArgs) -> anyhow::Result<ExitCode> {
-    let locks = cli::connect(global)
-        .await?
-        .with_retention(args.retention.unwrap_or(mongolock::DEFAULT_RETENTION));
-    locks
-        .create_indexes()
-        .await
-        .context("cannot create the indexes")?;
+    let retention = args.retention.unwrap_or(mongolock::DEFAULT_RETENTION);
+    let locks = cli::connect(global).await?.with_retention(retention);
+    if let Err(error) = locks.create_indexes().await {
+        if matches!(
+            error.kind(),
+            mongolock::ErrorKind::Database {
+                code: Some(INDEX_OPTIONS_CONFLICT),
+                ..
+            }
+        ) {
+            let stored = stored_retention(&locks).await;
+            retention_conflict(global, retention, stored);
+            return Ok(ExitCode::from(exit::ERROR));
+        }
+        return Err(anyhow::Error::new(error).context("cannot create the indexes"));
+    }
     let namespace = format!("{}.{}", global.db, global.collection);
     if global.json {
         println!(
@@ -312,6 +318,59 @@ pub async fn indexes(global: &Global, args: IndexesArgs) -> anyhow::Result<ExitC
         println!("indexes ready on {}", escape(&namespace));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The server's code for an index that exists with other options (`IndexOptionsConflict`).
+const INDEX_OPTIONS_CONFLICT: i32 = 85;
+
+/// The name of the library's TTL index.
+const TTL_INDEX: &str = "idleSince_ttl";
+
+/// The retention of the TTL index the collection has, if it can be read.
+///
+/// # Cancel safety
+///
+/// Reads only.
+async fn stored_retention(locks: &mongolock::LockClient) -> Option<Duration> {
+    use futures_util::TryStreamExt as _;
+    let indexes: Vec<mongodb::IndexModel> = locks
+        .collection()
+        .list_indexes()
+        .await
+        .ok()?
+        .try_collect()
+        .await
+        .ok()?;
+    indexes
+        .iter()
+        .filter_map(|index| index.options.as_ref())
+        .find(|options| options.name.as_deref() == Some(TTL_INDEX))
+        .and_then(|options| options.expire_after)
+}
+
+/// Says that the collection's TTL index keeps idle documents for `stored` (if known) rather
+/// than `retention`, and how to change it: the exact mongosh command (`collMod`).
+fn retention_conflict(global: &Global, retention: Duration, stored: Option<Duration>) {
+    let namespace = escape(&format!("{}.{}", global.db, global.collection)).into_owned();
+    let asked = humantime::format_duration(retention);
+    let kept = stored.map_or_else(
+        || "another retention".to_owned(),
+        |stored| humantime::format_duration(stored).to_string(),
+    );
+    // JSON string literals are JavaScript string literals.
+    let quote = |name: &str| serde_json::Value::from(name).to_string();
+    output::complain_line(&format!(
+        "the TTL index {TTL_INDEX} of {namespace} keeps idle documents for {kept}, not \
+         {asked}, and the server does not change it here (IndexOptionsConflict)"
+    ));
+    output::complain_line(&format!(
+        "to keep them for {asked}, run in mongosh: db.getSiblingDB({}).runCommand({{collMod: \
+         {}, index: {{name: \"{TTL_INDEX}\", expireAfterSeconds: {}}}}}); or give --retention \
+         the retention the index has",
+        quote(&global.db),
+        quote(&global.collection),
+        retention.as_secs()
+    ));
 }
 
 /// A remaining TTL for people: whole seconds (`1m 30s`), or `<1s`.

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use mongolock_testkit::{FaultProxy, TestServer};
 use tokio::sync::watch;
 
@@ -56,16 +56,21 @@ enum Target {
     },
 }
 
-/// Runs `demo`.
-pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
+/// What is wrong with `args`, if anything: a usage error, found before anything starts.
+pub fn usage_error(args: &DemoArgs) -> Option<String> {
     if !(MIN_WORKERS..=MAX_WORKERS).contains(&args.workers) {
-        bail!(
-            "demo: --workers must be between {MIN_WORKERS} and {MAX_WORKERS} (one crashes, one is cut off, the others work)"
-        );
+        return Some(format!(
+            "--workers must be between {MIN_WORKERS} and {MAX_WORKERS} (one crashes, one is cut off, the others work)"
+        ));
     }
     if args.seconds > MAX_SECONDS {
-        bail!("demo: --seconds must be at most {MAX_SECONDS} (a day)");
+        return Some(format!("--seconds must be at most {MAX_SECONDS} (a day)"));
     }
+    None
+}
+
+/// Runs `demo` (its arguments checked by [`usage_error`]).
+pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     let out = if global.json {
         Output::Stderr
     } else {
@@ -93,7 +98,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
             (server.uri(), server.client(), String::new(), "emulator")
         }
         Target::Remote { uri } => {
-            let client = crate::uri::client(uri).await?;
+            let client = crate::uri::client(uri, global.connect_timeout).await?;
             let run_id = bson::oid::ObjectId::new().to_hex();
             (
                 uri.clone(),
@@ -155,7 +160,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         // holds one of its pool's connections).
         let own = match &target {
             Target::Emulator { server, .. } => server.new_client(),
-            Target::Remote { uri } => crate::uri::client(uri).await?,
+            Target::Remote { uri } => crate::uri::client(uri, global.connect_timeout).await?,
         };
         tasks.spawn(workers::ordinary(shared.clone(), worker, own));
     }

@@ -333,7 +333,7 @@ pub(crate) fn crashing(shared: Shared, worker: usize, uri: String) -> std::threa
             }
         };
         runtime.block_on(async {
-            let client = match crate::uri::client(&uri).await {
+            let client = match crate::uri::client(&uri, None).await {
                 Ok(client) => client,
                 Err(error) => {
                     shared
