@@ -17,7 +17,8 @@
 use stateright::{Model, Property};
 
 use crate::server::{
-    Bugs, Doc, Entry, KeeperId, LockId, Nonce, Reply, Request, Res, Server, Time, Token,
+    Bugs, Doc, Entry, KeeperId, LockId, Nonce, Reply, Request, Res, Server, Time, Token, UnlockOp,
+    Unlocks,
 };
 
 /// How a client uses the library.
@@ -190,8 +191,16 @@ pub enum Call {
         /// Its attempt.
         nonce: Nonce,
     },
-    /// A low-level `unlock`.
-    Unlock,
+    /// A low-level `unlock`: the call `op`, doubted by its client until it ends with every
+    /// copy answered.
+    Unlock {
+        /// The call's operation id.
+        op: UnlockOp,
+        /// A copy had an unknown outcome: it may still land, whatever the repeat is told.
+        uncertain: bool,
+        /// The library's one repeat of it was sent.
+        repeated: bool,
+    },
 }
 
 /// One client process (its current incarnation).
@@ -209,10 +218,16 @@ pub struct Client {
     pub dirty: bool,
     /// The call in progress.
     pub call: Option<Call>,
-    /// Whether the call waits for a reply (else: an acquire between two copies).
+    /// Whether the call waits for a reply (else: an acquire or an unlock between two
+    /// copies).
     pub waiting: bool,
     /// Chores owed.
     pub chores: Vec<Chore>,
+    /// The `unlock` calls of its lock id whose copies may still land (`crate::unlocks` in the
+    /// library: from before a call is sent until it ends with every copy answered; for the
+    /// rest of the run once a copy had an unknown outcome). Its attempts and adoptions carry
+    /// them. A restarted process starts with none.
+    pub doubted: Unlocks,
 }
 
 /// A request in the network.
@@ -234,6 +249,8 @@ pub struct Msg {
 pub struct NonceInfo {
     /// The client.
     pub client: u8,
+    /// Its incarnation when it sent the attempt.
+    pub incarnation: u8,
     /// The client ended the call that sent it, or released its grant.
     pub given_up: bool,
     /// Its client died before it was done with it: a late copy of it cannot be refused.
@@ -250,6 +267,9 @@ pub mod flag {
     pub const RELEASE_OK: u16 = 4;
     /// A renewal extended an entry it was not sent for.
     pub const ORPHAN_RENEWED: u16 = 8;
+    /// An `unlock` removed an entry its client's process was granted by an attempt sent
+    /// after the unlock.
+    pub const LATER_GRANT_UNLOCKED: u16 = 16;
 }
 
 /// The whole system.
@@ -277,6 +297,9 @@ pub struct State {
     pub nonces: Vec<NonceInfo>,
     /// Entries an operator removed, as (resource, token, real time).
     pub revoked: Vec<(Res, Token, Time)>,
+    /// Each `unlock` call so far, by operation id (the next call's is their number): its client, that client's incarnation, and the
+    /// first nonce of the attempts sent after it.
+    pub unlocks: Vec<(u8, u8, Nonce)>,
     /// The highest token granted on each resource.
     pub max_token: Vec<Token>,
     /// Violations recorded at transitions ([`flag`]).
@@ -303,9 +326,11 @@ pub enum Action {
     Kill(u8),
     /// A client starts acquiring a resource (settling what it owes for it first).
     Acquire(u8, Res),
-    /// The acquire sends its attempt again (same nonce).
+    /// The acquire sends its attempt again (same nonce); an `unlock` whose copy had an
+    /// unknown outcome is repeated, once, by the library (same operation id).
     Retry(u8),
-    /// The acquire gives up (withdrawing an attempt that may be granted).
+    /// The acquire gives up (withdrawing an attempt that may be granted); an `unlock` whose
+    /// copy had an unknown outcome returns the error (it stays doubted).
     GiveUp(u8),
     /// A guard is released.
     Release(u8, Res),
@@ -382,6 +407,7 @@ impl LockModel {
     fn new_nonce(state: &mut State, client: u8) -> Nonce {
         state.nonces.push(NonceInfo {
             client,
+            incarnation: state.clients[client as usize].incarnation,
             given_up: false,
             abandoned: false,
         });
@@ -392,6 +418,8 @@ impl LockModel {
         state.nonces[nonce as usize].given_up = true;
     }
 
+    /// An attempt, as the library sends it each time (a repeat too): with the `unlock` calls
+    /// its client doubts at that moment.
     fn acquire_request(&self, state: &State, client: u8, resource: Res, nonce: Nonce) -> Request {
         let handle = self.mode(client) == Mode::Handle;
         Request::Acquire {
@@ -400,6 +428,7 @@ impl LockModel {
             nonce,
             keeper: handle.then(|| self.keeper(client, state)),
             ttl: handle.then_some(self.config.ttl),
+            after_unlocks: state.clients[client as usize].doubted,
         }
     }
 
@@ -496,7 +525,24 @@ impl LockModel {
             Request::Acquire { resource, .. } => Some((resource, grant_key(state, resource))),
             _ => None,
         };
+        let entries: Vec<Option<Nonce>> = (state.server.docs.iter())
+            .map(|d| d.entry.as_ref().map(|e| e.nonce))
+            .collect();
         let answer = state.server.execute(&msg.request, now, &self.config.bugs);
+        if let Request::Unlock { op, .. } = msg.request {
+            // What its client was granted by an attempt sent after it stays.
+            let (client, incarnation, first) = state.unlocks[op as usize];
+            for (r, doc) in state.server.docs.iter().enumerate() {
+                if let Some(nonce) = entries[r]
+                    && doc.entry.is_none()
+                    && nonce >= first
+                    && state.nonces[nonce as usize].client == client
+                    && state.nonces[nonce as usize].incarnation == incarnation
+                {
+                    state.flags |= flag::LATER_GRANT_UNLOCKED;
+                }
+            }
+        }
         if let Some((resource, was)) = acquired
             && let Some((_, token)) = grant_key(state, resource)
             && grant_key(state, resource) != was
@@ -585,7 +631,20 @@ impl LockModel {
                 }
                 Self::give_up(state, nonce);
             }
-            Call::Adopt { .. } | Call::Renew { .. } | Call::Chore(_) | Call::Unlock => {}
+            Call::Unlock {
+                op,
+                repeated: false,
+                ..
+            } => {
+                // The library repeats it once (or returns the error): either way it stays
+                // doubted.
+                state.clients[c].call = Some(Call::Unlock {
+                    op,
+                    uncertain: true,
+                    repeated: false,
+                });
+            }
+            Call::Adopt { .. } | Call::Renew { .. } | Call::Chore(_) | Call::Unlock { .. } => {}
         }
     }
 
@@ -661,6 +720,7 @@ impl LockModel {
                             epoch,
                         });
                         let keeper = self.keeper(client, state);
+                        let after_unlocks = state.clients[c].doubted;
                         self.send(
                             state,
                             client,
@@ -669,6 +729,7 @@ impl LockModel {
                                 lock_id: client,
                                 token,
                                 keeper,
+                                after_unlocks,
                             },
                         );
                     }
@@ -698,6 +759,7 @@ impl LockModel {
                     let info = &mut state.nonces[nonce as usize];
                     *info = NonceInfo {
                         client,
+                        incarnation: state.clients[c].incarnation,
                         given_up: false,
                         abandoned: false,
                     };
@@ -758,7 +820,12 @@ impl LockModel {
                 }
                 _ => Self::give_up(state, nonce),
             },
-            Call::Unlock => {
+            Call::Unlock { op, uncertain, .. } => {
+                // Every copy answered: none can land later.
+                if !uncertain || self.bugs().unlock_repeat_settles {
+                    let doubted = &mut state.clients[c].doubted;
+                    *doubted = doubted.without(op);
+                }
                 state.clients[c].dirty = false;
                 for info in &mut state.nonces {
                     if info.client == client && !info.abandoned {
@@ -794,12 +861,14 @@ impl Model for LockModel {
                     call: None,
                     waiting: false,
                     chores: vec![],
+                    doubted: Unlocks::NONE,
                 };
                 clients
             ],
             network: vec![],
             nonces: vec![],
             revoked: vec![],
+            unlocks: vec![],
             max_token: vec![0; self.config.resources as usize],
             flags: 0,
         }]
@@ -841,6 +910,15 @@ impl Model for LockModel {
                     actions.push(Action::GiveUp(i));
                     continue;
                 }
+                Some(Call::Unlock {
+                    repeated: false, ..
+                }) => {
+                    if room && b.retries > 0 {
+                        actions.push(Action::Retry(i));
+                    }
+                    actions.push(Action::GiveUp(i));
+                    continue;
+                }
                 Some(_) => continue,
                 None => {}
             }
@@ -872,7 +950,7 @@ impl Model for LockModel {
                             actions.push(Action::Xlock(i, r));
                         }
                     }
-                    if c.dirty {
+                    if c.dirty && state.unlocks.len() < Unlocks::CAPACITY as usize {
                         actions.push(Action::Unlock(i));
                     }
                 }
@@ -922,6 +1000,7 @@ impl Model for LockModel {
                     call: None,
                     waiting: false,
                     chores: vec![],
+                    doubted: Unlocks::NONE,
                 };
                 for (n, info) in s.nonces.iter_mut().enumerate() {
                     let n = n as Nonce;
@@ -955,6 +1034,17 @@ impl Model for LockModel {
                 self.send(s, i, request);
             }
             Action::Retry(i) => {
+                if let Some(Call::Unlock {
+                    op,
+                    uncertain,
+                    repeated,
+                }) = &mut s.clients[i as usize].call
+                {
+                    let op = *op;
+                    (*uncertain, *repeated) = (true, true);
+                    self.send(s, i, Request::Unlock { lock_id: i, op });
+                    return Some(state);
+                }
                 let rt = s.rt;
                 let Some(Call::Acquire {
                     resource,
@@ -976,6 +1066,10 @@ impl Model for LockModel {
             }
             Action::GiveUp(i) => {
                 let c = &mut s.clients[i as usize];
+                if let Some(Call::Unlock { .. }) = c.call {
+                    c.call = None;
+                    return Some(state);
+                }
                 let Some(Call::Acquire {
                     resource,
                     nonce,
@@ -1042,11 +1136,20 @@ impl Model for LockModel {
                 self.send(s, i, request);
             }
             Action::Unlock(i) => {
+                let op = s.unlocks.len() as UnlockOp;
+                let incarnation = s.clients[i as usize].incarnation;
+                s.unlocks.push((i, incarnation, s.nonces.len() as Nonce));
                 let c = &mut s.clients[i as usize];
                 // The caller stops using its locks when it calls.
                 c.held.clear();
-                c.call = Some(Call::Unlock);
-                self.send(s, i, Request::Unlock { lock_id: i });
+                // Doubted from before it is sent.
+                c.doubted = c.doubted.union(Unlocks::of(op));
+                c.call = Some(Call::Unlock {
+                    op,
+                    uncertain: false,
+                    repeated: false,
+                });
+                self.send(s, i, Request::Unlock { lock_id: i, op });
             }
             Action::Deliver(k, reply) => self.deliver(s, k as usize, reply),
             Action::Drop(k) => {
@@ -1097,6 +1200,9 @@ impl Model for LockModel {
                         || LockModel::owed(s, e.nonce)
                 })
             }),
+            Property::always(UNLOCK_LEAVES_LATER, |_: &LockModel, s: &State| {
+                s.flags & flag::LATER_GRANT_UNLOCKED == 0
+            }),
             Property::always(REVOCATION_NOTICED, |m: &LockModel, s: &State| {
                 s.clients.iter().all(|c| {
                     c.leases.iter().all(|l| {
@@ -1133,8 +1239,13 @@ pub const RELEASED_IS_FREE: &str = "a released lock becomes free";
 /// TTL less the margin after the revocation, at the latest.
 pub const REVOCATION_NOTICED: &str = "revocation noticed within a TTL";
 
+/// An `unlock` removes nothing its client's process was granted by an attempt sent after the
+/// unlock: a late copy of it leaves later grants (those granted after a restart excepted: a
+/// new process knows nothing of its predecessor's unlocks).
+pub const UNLOCK_LEAVES_LATER: &str = "an unlock leaves its client's later grants";
+
 /// Every property's name.
-pub const PROPERTIES: [&str; 7] = [
+pub const PROPERTIES: [&str; 8] = [
     EXCLUSION,
     LOSS_BEFORE_GRANT,
     TOKENS_INCREASE,
@@ -1142,6 +1253,7 @@ pub const PROPERTIES: [&str; 7] = [
     NO_ORPHAN_OUTLIVES,
     RELEASED_IS_FREE,
     REVOCATION_NOTICED,
+    UNLOCK_LEAVES_LATER,
 ];
 
 /// A one-line picture of `doc`, for traces.
@@ -1149,12 +1261,17 @@ pub fn show_doc(doc: &Doc) -> String {
     let entry = match &doc.entry {
         None => "free".to_owned(),
         Some(e) => format!(
-            "L{} n{} t{} k{} exp {}",
+            "L{} n{} t{} k{} exp {}{}",
             e.lock_id,
             e.nonce,
             e.token,
             e.keeper.map_or("-".to_owned(), |k| k.to_string()),
             e.expires_at.map_or("never".to_owned(), |t| t.to_string()),
+            if e.after_unlocks.is_empty() {
+                String::new()
+            } else {
+                format!(" after unlocks {:?}", e.after_unlocks)
+            },
         ),
     };
     format!("[{entry}; fence {}; tombs {:?}]", doc.fence, doc.tombstones)

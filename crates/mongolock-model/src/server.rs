@@ -2,7 +2,7 @@
 //! the one atomic step each command takes on it.
 //!
 //! A document here is the exclusive entry (`lockId`, `nonce`, `token`, `keeper`,
-//! `expiresAt`), the fence (the last token granted) and the tombstones (retired nonces).
+//! `expiresAt`, `afterUnlocks`), the fence (the last token granted) and the tombstones (retired nonces).
 //! Times are whole ticks of the server's clock. Shared entries, the line, the cap, the
 //! lock-delay, `idleSince` and the wake are left out (see the crate docs). Each request is
 //! the command of the same name in `mongolock/src/command/`, decided the way its pipeline
@@ -21,6 +21,57 @@ pub type KeeperId = u8;
 pub type Token = u8;
 /// An instant or a span of the server's clock, in ticks.
 pub type Time = u8;
+/// An `unlock` call's operation id (its index: each call gets a fresh one).
+pub type UnlockOp = u8;
+
+/// A set of `unlock` calls (`afterUnlocks`, or the calls a client doubts), as bits: call `u`
+/// is bit `u`. A run of the model makes few calls: at most [`Unlocks::CAPACITY`].
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Unlocks(pub u8);
+
+impl Unlocks {
+    /// No call.
+    pub const NONE: Unlocks = Unlocks(0);
+    /// How many calls a set can name (the operation ids `0..CAPACITY`).
+    pub const CAPACITY: u8 = 8;
+
+    /// The set of the one call `op`.
+    pub const fn of(op: UnlockOp) -> Unlocks {
+        Unlocks(1 << op)
+    }
+
+    /// Whether it names `op`.
+    pub const fn contains(self, op: UnlockOp) -> bool {
+        self.0 & (1 << op) != 0
+    }
+
+    /// Both sets' calls.
+    pub const fn union(self, other: Unlocks) -> Unlocks {
+        Unlocks(self.0 | other.0)
+    }
+
+    /// This set without `op`.
+    pub const fn without(self, op: UnlockOp) -> Unlocks {
+        Unlocks(self.0 & !(1 << op))
+    }
+
+    /// Whether it names no call.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The calls it names, in order.
+    pub fn ops(self) -> impl Iterator<Item = UnlockOp> {
+        (0..Self::CAPACITY).filter(move |&op| self.contains(op))
+    }
+}
+
+impl std::fmt::Debug for Unlocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ops: Vec<String> = self.ops().map(|op| format!("u{op}")).collect();
+        write!(f, "{{{}}}", ops.join(", "))
+    }
+}
 
 /// The exclusive entry of a lock document.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,6 +86,9 @@ pub struct Entry {
     pub keeper: Option<KeeperId>,
     /// `expiresAt`, by the server's clock; none: no TTL.
     pub expires_at: Option<Time>,
+    /// `afterUnlocks`: the `unlock` calls of the lock id whose copies might still land when
+    /// the entry was asked for (or resumed); each of them leaves it.
+    pub after_unlocks: Unlocks,
 }
 
 impl Entry {
@@ -80,6 +134,8 @@ pub enum Request {
         keeper: Option<KeeperId>,
         /// The TTL (none: the lock never expires).
         ttl: Option<Time>,
+        /// The client's doubted `unlock` calls of the lock id, which a grant names.
+        after_unlocks: Unlocks,
     },
     /// `release` of one grant, by lock id, token and (for a lease) keeper; with `retire`,
     /// the retirement of its attempt too (a tombstone for that nonce).
@@ -126,7 +182,8 @@ pub enum Request {
         /// The TTL.
         ttl: Time,
     },
-    /// Resume's adoption: the live entry of lock id and token names `keeper` from now on.
+    /// Resume's adoption: the live entry of lock id and token names `keeper` from now on,
+    /// and the client's doubted `unlock` calls of the lock id too.
     Adopt {
         /// The resource.
         resource: Res,
@@ -136,11 +193,16 @@ pub enum Request {
         token: Token,
         /// The new keeper.
         keeper: KeeperId,
+        /// The client's doubted `unlock` calls of the lock id, added to the entry's.
+        after_unlocks: Unlocks,
     },
-    /// `unlock(lock_id)`: every entry of the lock id goes.
+    /// `unlock(lock_id)`, the call `op`: every entry of the lock id goes, except one that
+    /// names `op` (granted or resumed after `op` was sent).
     Unlock {
         /// The lock id.
         lock_id: LockId,
+        /// The call's operation id.
+        op: UnlockOp,
     },
     /// An operator's `force_release(resource)`.
     ForceRelease {
@@ -227,6 +289,12 @@ pub struct Bugs {
     pub long_deadline: bool,
     /// (k) A release reports `Ok` when it removed nothing (an "idempotent" release).
     pub release_ok_when_gone: bool,
+    /// (m) An `unlock` removes every entry of its lock id, those that name it too (before
+    /// `afterUnlocks`: a late copy removes a grant made after it was sent).
+    pub unlock_spares_nothing: bool,
+    /// (n) An `unlock` call whose repeat was answered stops being doubted, though its first
+    /// copy had an unknown outcome (and may still land).
+    pub unlock_repeat_settles: bool,
 }
 
 /// Whether `keeper` (a request's) matches `stored` (the entry's), as the library's release
@@ -270,6 +338,7 @@ impl Server {
                 nonce,
                 keeper,
                 ttl,
+                after_unlocks,
             } => {
                 // Expired entries never stand in the way: dropped first.
                 if (self.docs[resource as usize].entry.as_ref()).is_some_and(|e| !e.is_live(now)) {
@@ -300,6 +369,7 @@ impl Server {
                             token,
                             keeper,
                             expires_at,
+                            after_unlocks,
                         });
                         Reply::Granted {
                             token,
@@ -411,17 +481,24 @@ impl Server {
                 lock_id,
                 token,
                 keeper,
+                after_unlocks,
             } => match &mut self.docs[resource as usize].entry {
                 Some(e) if e.lock_id == lock_id && e.token == token && e.is_live(now) => {
                     e.keeper = Some(keeper);
+                    e.after_unlocks = e.after_unlocks.union(after_unlocks);
                     Reply::Adopted(true)
                 }
                 _ => Reply::Adopted(false),
             },
-            Request::Unlock { lock_id } => {
+            Request::Unlock { lock_id, op } => {
                 let mut count = 0;
                 for resource in 0..self.docs.len() {
-                    if (self.docs[resource].entry.as_ref()).is_some_and(|e| e.lock_id == lock_id) {
+                    // An entry that names this call was granted (or resumed) after it was
+                    // sent: this is a late copy, and the entry stays.
+                    if (self.docs[resource].entry.as_ref()).is_some_and(|e| {
+                        e.lock_id == lock_id
+                            && (bugs.unlock_spares_nothing || !e.after_unlocks.contains(op))
+                    }) {
                         self.remove(resource as Res, bugs);
                         count += 1;
                     }

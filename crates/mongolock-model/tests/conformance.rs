@@ -4,10 +4,17 @@
 //! collection (the format of `mongolock/src/schema.rs`), runs the request through the
 //! library's public API, and runs the model's [`Server::execute`] on the same document. Both
 //! must reach the same document, projected to the model's fields (the exclusive entry's lock
-//! id, nonce, token, keeper and expiry; the fence; the live tombstones of the case's nonces),
-//! and the same reply class. Requests: an acquire (`acquire` with a chosen nonce), a
-//! withdrawal (`release_attempt`), a release of a grant (`release`, with the keeper the
-//! grant names), a renewal by lock id (`renew`), `unlock` and `force_release`.
+//! id, nonce, token, keeper, expiry and `afterUnlocks`; the fence; the live tombstones of the
+//! case's nonces), and the same reply class. Requests: an acquire (`acquire` with a chosen
+//! nonce), a withdrawal (`release_attempt`), a release of a grant (`release`, with the keeper
+//! the grant names), a renewal by lock id (`renew`), `unlock` and `force_release`.
+//!
+//! `afterUnlocks`: the client's `unlock` of lock id 1 is made doubted first (a write concern
+//! error: it ran, its outcome is unknown, the library's repeat is answered), so its
+//! attempts of lock id 1 carry that call's id, learnt from a grant's entry; seeded entries
+//! name it or other ids. An `unlock` in a case is a new call, whose id no seeded entry
+//! names: the model's is a fresh one. A second test delays an `unlock` past its client's
+//! time limit, has the client granted meanwhile, and compares what the late copy leaves.
 //!
 //! Times: a model tick is a second; the model's `now` is 10 when the command runs, and
 //! expiries are read back rounded to the second.
@@ -17,7 +24,7 @@ use std::time::Duration;
 use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Document, doc};
 use mongolock::{AcquireRequest, Attempt, Grant, LockClient, LockDetails, Nonce};
-use mongolock_model::server::{Bugs, Doc, Entry, Reply, Request, Server, Time};
+use mongolock_model::server::{Bugs, Doc, Entry, Reply, Request, Server, Time, UnlockOp, Unlocks};
 use mongolock_testkit::TestServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -33,6 +40,13 @@ static BASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
 
 fn base() -> i64 {
     *BASE.get().expect("set at the start")
+}
+
+/// Sets [`BASE`] from `locks`'s server, an hour of its clock ahead (once for the tests of
+/// this file, whose emulators start together).
+async fn set_base(locks: &LockClient) {
+    let floor = server_now(locks).await.timestamp_millis() * 1000;
+    let _ = BASE.set(floor + 3_600_000_000);
 }
 
 /// The resource every case uses.
@@ -91,8 +105,38 @@ impl Nonces {
     }
 }
 
-/// The document `doc` as stored, with times relative to the server's `now`.
-fn stored(doc: &Doc, nonces: &Nonces, now: DateTime) -> Document {
+/// Real ids of the model's `unlock` calls (operation ids), by index: some random, some
+/// learnt from the entries of grants made while the call was doubted.
+struct Ops {
+    ids: Vec<ObjectId>,
+}
+
+impl Ops {
+    fn model(&self, id: &ObjectId) -> UnlockOp {
+        (self.ids.iter().position(|known| known == id)).expect("an unlock of the case") as UnlockOp
+    }
+}
+
+/// The `afterUnlocks` of a stored entry, as ids.
+fn after_unlocks(entry: &Document) -> Vec<ObjectId> {
+    match entry.get("afterUnlocks") {
+        Some(Bson::Array(ids)) => ids.iter().map(|id| id.as_object_id().unwrap()).collect(),
+        _ => vec![],
+    }
+}
+
+/// The exclusive entry stored for `resource`.
+async fn stored_entry(locks: &LockClient, resource: &str) -> Document {
+    let stored = (locks.collection())
+        .find_one(doc! { "_id": resource })
+        .await
+        .unwrap()
+        .expect("the grant's document");
+    stored.get_document("exclusive").unwrap().clone()
+}
+
+/// The document `doc` of `resource` as stored, with times relative to the server's `now`.
+fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) -> Document {
     let at = |t: Time| {
         DateTime::from_millis(now.timestamp_millis() + (i64::from(t) - i64::from(NOW)) * 1000)
     };
@@ -112,6 +156,12 @@ fn stored(doc: &Doc, nonces: &Nonces, now: DateTime) -> Document {
             if let Some(k) = e.keeper {
                 entry.insert("keeper", keeper(k));
             }
+            if !e.after_unlocks.is_empty() {
+                let ids: Vec<Bson> = (e.after_unlocks.ops())
+                    .map(|op| Bson::ObjectId(ops.ids[op as usize]))
+                    .collect();
+                entry.insert("afterUnlocks", ids);
+            }
             Bson::Document(entry)
         }
     };
@@ -125,7 +175,7 @@ fn stored(doc: &Doc, nonces: &Nonces, now: DateTime) -> Document {
         })
         .collect();
     doc! {
-        "_id": RESOURCE,
+        "_id": resource,
         "mongolock": 1,
         "fence": base() + i64::from(doc.fence),
         "exclusive": exclusive,
@@ -137,7 +187,7 @@ fn stored(doc: &Doc, nonces: &Nonces, now: DateTime) -> Document {
 }
 
 /// The stored document, projected to the model's fields, read at server time `now`.
-fn project(stored: Option<Document>, nonces: &Nonces, now: DateTime) -> Doc {
+fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) -> Doc {
     let Some(stored) = stored else {
         return Doc::default();
     };
@@ -158,6 +208,9 @@ fn project(stored: Option<Document>, nonces: &Nonces, now: DateTime) -> Doc {
             token: (e.get_i64("token").unwrap() - base()) as u8,
             keeper: e.get_str("keeper").ok().map(|k| k[1..].parse().unwrap()),
             expires_at: e.get_datetime("expiresAt").ok().map(tick),
+            after_unlocks: (after_unlocks(e).iter()).fold(Unlocks::NONE, |set, id| {
+                set.union(Unlocks::of(ops.model(id)))
+            }),
         }),
         _ => None,
     };
@@ -209,10 +262,19 @@ const NO_BUGS: Bugs = Bugs {
     counter_reset: false,
     long_deadline: false,
     release_ok_when_gone: false,
+    unlock_spares_nothing: false,
+    unlock_repeat_settles: false,
 };
 
+/// The model's `unlock` calls of the generated cases: two random ids, and the client's
+/// doubted unlock of lock id 1 (learnt), which its attempts of lock id 1 carry.
+const DOUBTED: UnlockOp = 2;
+/// The operation id of an `unlock` made in a case: a new call, named by no seeded entry.
+const FRESH: UnlockOp = 3;
+
 /// A generated document: maybe an entry (of lock id 0 or 1, nonce 0 or 1, a keeper or
-/// none, live, expired or without TTL), a fence at or above its token, some tombstones.
+/// none, live, expired or without TTL, naming some of the unlock calls 0..=2), a fence at or
+/// above its token, some tombstones.
 fn document(rng: &mut StdRng) -> Doc {
     let token = rng.random_range(3..6);
     let entry = rng.random_bool(0.75).then(|| Entry {
@@ -221,6 +283,9 @@ fn document(rng: &mut StdRng) -> Doc {
         token,
         keeper: [None, Some(1), Some(2)][rng.random_range(0..3)],
         expires_at: [Some(NOW + 2), Some(NOW - 2), None][rng.random_range(0..3)],
+        after_unlocks: (0..=DOUBTED)
+            .filter(|_| rng.random_bool(0.3))
+            .fold(Unlocks::NONE, |set, op| set.union(Unlocks::of(op))),
     });
     let tombstones = (0..3).filter(|_| rng.random_bool(0.3)).collect();
     Doc {
@@ -272,7 +337,13 @@ fn call(rng: &mut StdRng) -> Call {
 
 /// A grant of lock id 0 with `token` and `keeper`, got by resuming a seeded entry (the
 /// public API makes grants only from replies).
-async fn grant(locks: &LockClient, nonces: &Nonces, token: u8, keeper: Option<u8>) -> Grant {
+async fn grant(
+    locks: &LockClient,
+    nonces: &Nonces,
+    ops: &Ops,
+    token: u8,
+    keeper: Option<u8>,
+) -> Grant {
     let seeded = Doc {
         entry: Some(Entry {
             lock_id: 0,
@@ -280,11 +351,12 @@ async fn grant(locks: &LockClient, nonces: &Nonces, token: u8, keeper: Option<u8
             token,
             keeper,
             expires_at: Some(NOW + 2),
+            after_unlocks: Unlocks::NONE,
         }),
         fence: token,
         tombstones: vec![],
     };
-    seed(locks, &seeded, nonces).await;
+    seed(locks, RESOURCE, &seeded, nonces, ops).await;
     let request =
         AcquireRequest::exclusive(RESOURCE, "L0", LockDetails::default()).nonce(nonces.requests[0]);
     match locks.acquire(&request).await.unwrap() {
@@ -293,12 +365,46 @@ async fn grant(locks: &LockClient, nonces: &Nonces, token: u8, keeper: Option<u8
     }
 }
 
-async fn seed(locks: &LockClient, doc: &Doc, nonces: &Nonces) {
+async fn seed(locks: &LockClient, resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops) {
     let coll = locks.collection();
-    coll.delete_many(doc! { "_id": RESOURCE }).await.unwrap();
-    coll.insert_one(stored(doc, nonces, server_now(locks).await))
+    coll.delete_many(doc! { "_id": resource }).await.unwrap();
+    coll.insert_one(stored(resource, doc, nonces, ops, server_now(locks).await))
         .await
         .unwrap();
+}
+
+/// Configures the server's `failCommand` fail point for the next `update` (an `unlock`).
+async fn fail_next_update(locks: &LockClient, data: Document) {
+    let mut data = data;
+    data.insert("failCommands", vec!["update"]);
+    (locks.collection().client().database("admin"))
+        .run_command(doc! {
+            "configureFailPoint": "failCommand", "mode": { "times": 1 }, "data": data,
+        })
+        .await
+        .expect("configureFailPoint");
+}
+
+/// Makes an `unlock` of `lock_id` doubted in `locks`: its command runs but its reply is a
+/// write concern error (the outcome is unknown), and the library's one repeat is answered.
+/// Returns its id, learnt from the entry of a grant of `lock_id` made afterwards.
+async fn doubted_unlock(locks: &LockClient, lock_id: &str) -> ObjectId {
+    let wce =
+        doc! { "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+    fail_next_update(locks, wce).await;
+    locks.unlock(lock_id).await.expect("the repeat is answered");
+    let grant = locks
+        .xlock("calibration-unlock", lock_id, LockDetails::default())
+        .await
+        .unwrap();
+    let ids = after_unlocks(&stored_entry(locks, "calibration-unlock").await);
+    assert_eq!(
+        ids.len(),
+        1,
+        "a grant made while the unlock is doubted names it"
+    );
+    locks.release(&grant).await.unwrap();
+    ids[0]
 }
 
 /// The server's clock, read from the server (`$$NOW`).
@@ -318,10 +424,15 @@ async fn the_models_server_step_matches_the_librarys_commands() {
     let server = TestServer::start().await.unwrap();
     let locks = LockClient::new(server.client().database("model").collection("locks"));
     let nonces = Nonces::learn(&locks).await;
-    // An hour of the clock ahead.
-    let floor = server_now(&locks).await.timestamp_millis() * 1000;
-    BASE.set(floor + 3_600_000_000).unwrap();
+    set_base(&locks).await;
     let mut rng = StdRng::seed_from_u64(7);
+    let ops = Ops {
+        ids: vec![
+            ObjectId::new(),
+            ObjectId::new(),
+            doubted_unlock(&locks, &lock_id(1)).await,
+        ],
+    };
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for case in 0..240 {
         let doc = document(&mut rng);
@@ -333,11 +444,11 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                 token_offset,
             } => {
                 let token = doc.entry.as_ref().map_or(4, |e| e.token) + token_offset;
-                Some((grant(&locks, &nonces, token, keeper).await, token))
+                Some((grant(&locks, &nonces, &ops, token, keeper).await, token))
             }
             _ => None,
         };
-        seed(&locks, &doc, &nonces).await;
+        seed(&locks, RESOURCE, &doc, &nonces, &ops).await;
         let mut model = Server {
             docs: vec![doc.clone()],
         };
@@ -362,12 +473,19 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     Attempt::Withdrawn => Reply::Withdrawn,
                     other => panic!("unexpected {other:?}"),
                 };
+                // The client's doubted unlock of lock id 1 goes with its attempts.
+                let after_unlocks = if l == 1 {
+                    Unlocks::of(DOUBTED)
+                } else {
+                    Unlocks::NONE
+                };
                 let request = Request::Acquire {
                     resource: 0,
                     lock_id: l,
                     nonce,
                     keeper: None,
                     ttl: Some(TTL),
+                    after_unlocks,
                 };
                 (request, real)
             }
@@ -422,7 +540,11 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             }
             Call::Unlock { lock_id: l } => {
                 let n = locks.unlock(&lock_id(l)).await.unwrap();
-                (Request::Unlock { lock_id: l }, Reply::Count(n as u8))
+                let request = Request::Unlock {
+                    lock_id: l,
+                    op: FRESH,
+                };
+                (request, Reply::Count(n as u8))
             }
             Call::ForceRelease => {
                 let n = locks.force_release(RESOURCE).await.unwrap();
@@ -434,7 +556,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             .find_one(doc! { "_id": RESOURCE })
             .await
             .unwrap();
-        let real_doc = project(after, &nonces, now);
+        let real_doc = project(after, &nonces, &ops, now);
         let expected = model.execute(&request, NOW, &Bugs::default());
         // The reply's class and token (the model's expiry and clock are not compared here;
         // the document's expiry is).
@@ -461,6 +583,27 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             }
         }
         *counts.entry(class(&real)).or_default() += 1;
+        // The cases where `afterUnlocks` decides: an unlock meets an entry of its lock id
+        // that names other calls (it goes), an acquire of lock id 1 is granted (its entry
+        // names the doubted call).
+        let named = doc.entry.as_ref().filter(|e| !e.after_unlocks.is_empty());
+        if let (Request::Unlock { lock_id, .. }, Some(e)) = (&request, named)
+            && e.lock_id == *lock_id
+        {
+            *counts
+                .entry("unlock of an entry naming other unlocks".to_owned())
+                .or_default() += 1;
+        }
+        if let (Request::Acquire { lock_id: 1, .. }, Reply::Granted { .. }) = (&request, &real)
+            && real_doc
+                .entry
+                .as_ref()
+                .is_some_and(|e| e.after_unlocks == Unlocks::of(DOUBTED))
+        {
+            *counts
+                .entry("grant naming the doubted unlock".to_owned())
+                .or_default() += 1;
+        }
         *counts
             .entry(
                 format!("{:?}", request)
@@ -490,6 +633,15 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             "no case of {needed}: {counts:?}"
         );
     }
+    for needed in [
+        "unlock of an entry naming other unlocks",
+        "grant naming the doubted unlock",
+    ] {
+        assert!(
+            counts.contains_key(needed),
+            "no case of {needed}: {counts:?}"
+        );
+    }
     for (name, _) in MUTANTS {
         assert!(
             counts.contains_key(&format!("mutant differs: {name}")),
@@ -498,4 +650,140 @@ async fn the_models_server_step_matches_the_librarys_commands() {
     }
     assert!(counts.keys().any(|k| k.starts_with("granted")));
     assert!(counts.keys().any(|k| k.starts_with("already held")));
+}
+
+/// A late copy of an `unlock`, on the emulator and in the model. The client's `unlock` of
+/// lock id 1 is held on its way (the fault proxy) and its connection cut: its outcome is
+/// unknown, the library's repeat removes the entry of lock id 1 on `r-old`, and the call
+/// stays doubted. The client is then granted `r` under lock id 1, and the entry names the
+/// unlock; then the held copy runs, and must leave that grant. At each step the documents
+/// are the model's, with the same operation id; a step that spares nothing differs.
+#[tokio::test]
+async fn a_late_unlock_leaves_what_the_model_leaves() {
+    let server = TestServer::start().await.unwrap();
+    let proxy = mongolock_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let locks = LockClient::new(proxy.client().database("model").collection("locks"));
+    let direct = LockClient::new(server.new_client().database("model").collection("locks"));
+    // Through the proxy first: the client's first command (its compatibility check) is done.
+    let mut nonces = Nonces::learn(&locks).await;
+    set_base(&direct).await;
+    let mut ops = Ops { ids: vec![] };
+    // Model resource 0 is `r`, 1 is `r-old`.
+    let resources = [RESOURCE, "r-old"];
+    let free = Doc {
+        entry: None,
+        fence: 4,
+        tombstones: vec![],
+    };
+    let old = || Doc {
+        entry: Some(Entry {
+            lock_id: 1,
+            nonce: 0,
+            token: 4,
+            keeper: None,
+            expires_at: None,
+            after_unlocks: Unlocks::NONE,
+        }),
+        fence: 4,
+        tombstones: vec![],
+    };
+    seed(&direct, resources[0], &free, &nonces, &ops).await;
+    seed(&direct, resources[1], &old(), &nonces, &ops).await;
+    let mut model = Server {
+        docs: vec![free, old()],
+    };
+    let read = async |ops: &Ops, nonces: &Nonces| {
+        let now = server_now(&direct).await;
+        let mut docs = vec![];
+        for resource in resources {
+            let stored = (direct.collection())
+                .find_one(doc! { "_id": resource })
+                .await
+                .unwrap();
+            docs.push(project(stored, nonces, ops, now));
+        }
+        docs
+    };
+
+    // The first copy is held two seconds on its way, the connection cut after 50 ms; the
+    // library's repeat is answered.
+    proxy.fault_requests(
+        mongolock_testkit::faults::proxy::Requests::named(&["update"]).times(1),
+        mongolock_testkit::faults::proxy::RequestFault::Late {
+            hold: Duration::from_millis(2_000),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+    assert_eq!(locks.unlock(&lock_id(1)).await.unwrap(), 1, "the repeat");
+    let grant = locks
+        .xlock(resources[0], &lock_id(1), LockDetails::default())
+        .await
+        .expect("r is free");
+    // The grant's entry names the doubted unlock: learn its id and the attempt's nonce.
+    let entry = stored_entry(&direct, resources[0]).await;
+    let named = after_unlocks(&entry);
+    assert_eq!(
+        named.len(),
+        1,
+        "the grant names the doubted unlock: {entry:?}"
+    );
+    ops.ids.push(named[0]);
+    nonces.ids.push(entry.get_object_id("nonce").unwrap());
+    let op = ops.model(&named[0]);
+    let nonce = nonces
+        .model(&entry.get_object_id("nonce").unwrap())
+        .unwrap();
+    let unlock = Request::Unlock { lock_id: 1, op };
+    assert_eq!(
+        model.execute(&unlock, NOW, &Bugs::default()),
+        Reply::Count(1)
+    );
+    let granted = model.execute(
+        &Request::Acquire {
+            resource: 0,
+            lock_id: 1,
+            nonce,
+            keeper: None,
+            ttl: None,
+            after_unlocks: Unlocks::of(op),
+        },
+        NOW,
+        &Bugs::default(),
+    );
+    assert!(
+        matches!(granted, Reply::Granted { token, .. } if i64::from(token) + base() == grant.fencing_token()),
+        "{granted:?}"
+    );
+    assert_eq!(
+        read(&ops, &nonces).await,
+        model.docs,
+        "the repeat and the grant"
+    );
+
+    // An entry that does not name the unlock, as one granted before it was sent: the held
+    // copy removes it (which shows the copy ran).
+    seed(&direct, resources[1], &old(), &nonces, &ops).await;
+    model.docs[1] = old();
+
+    // The held copy runs.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let before = model.clone();
+    assert_eq!(
+        model.execute(&unlock, NOW, &Bugs::default()),
+        Reply::Count(1)
+    );
+    let real = read(&ops, &nonces).await;
+    assert_eq!(real, model.docs, "what the late copy left");
+    assert!(real[0].entry.is_some(), "the later grant stays");
+    assert!(real[1].entry.is_none(), "the copy ran");
+    // A step that spares nothing differs from the library here.
+    let mut mutant = before;
+    let bugs = Bugs {
+        unlock_spares_nothing: true,
+        ..NO_BUGS
+    };
+    mutant.execute(&unlock, NOW, &bugs);
+    assert_ne!(real, mutant.docs, "the mutant step removes the later grant");
 }
