@@ -88,6 +88,15 @@ macro_rules! lease_settings {
             self
         }
 
+        /// A holder that lets go within `min_hold` of its grant keeps the lock from
+        /// everybody until then, by the server's clock: a job that must run at most once
+        /// per period across hosts (ShedLock's `lockAtLeastFor`). Default: none. See
+        /// [`LockDetails::min_hold`](crate::LockDetails::min_hold).
+        pub fn min_hold(mut self, min_hold: Duration) -> Self {
+            self.options.details = self.options.details.min_hold(min_hold);
+            self
+        }
+
         /// Renews the lease this often instead of every third of the TTL. Must be at least
         /// 10 ms (a shorter period would be a renewal storm) and shorter than the TTL less
         /// the safety margin; otherwise acquiring fails with

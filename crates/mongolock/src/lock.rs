@@ -73,6 +73,7 @@ pub struct Holder {
     pub(crate) expires_at: Option<DateTime>,
     pub(crate) ttl: Option<Duration>,
     pub(crate) lock_delay: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
     /// The lease keeper the entry names (see `crate::schema`), if any: a release or a
     /// withdrawal by a lease's client matches it, so that it never removes an entry another
     /// client adopted.
@@ -126,6 +127,11 @@ impl Holder {
     /// [`LockDetails::lock_delay`](crate::LockDetails::lock_delay)).
     pub fn lock_delay(&self) -> Option<Duration> {
         self.lock_delay
+    }
+    /// The minimum hold given at acquire time, if any (see
+    /// [`LockDetails::min_hold`](crate::LockDetails::min_hold)).
+    pub fn min_hold(&self) -> Option<Duration> {
+        self.min_hold
     }
     /// Until when the entry keeps the resource from others (server time): its lease's end
     /// plus its lock-delay; `None` without TTL.
@@ -186,6 +192,7 @@ impl Grant {
                 expires_at: None,
                 ttl: None,
                 lock_delay: None,
+                min_hold: None,
                 keeper: None,
             },
             new: true,

@@ -65,6 +65,7 @@ pub struct LockDetails {
     host: Option<String>,
     ttl: Option<Duration>,
     lock_delay: Option<Duration>,
+    min_hold: Option<Duration>,
 }
 
 impl LockDetails {
@@ -138,6 +139,45 @@ impl LockDetails {
         self
     }
 
+    /// Sets a minimum hold: a holder that lets go of the lock within `min_hold` of its grant
+    /// (by the server's clock) leaves the resource unavailable to everybody, its own lock id
+    /// included, until the grant's time plus `min_hold`; a later release frees it at once.
+    /// The lease itself ends at the release: the entry only stays in force, shown by status
+    /// as a lock-delay. For jobs that must run at most once per period across hosts whose
+    /// clocks and timers differ (ShedLock's `lockAtLeastFor`): with a minimum hold a little
+    /// shorter than the period, a host whose timer fires late in the same period finds the
+    /// job's lock still taken, even when the job finished at once. Kept in whole
+    /// milliseconds, rounded up; zero is none.
+    ///
+    /// It applies when the holder lets go ([`release`](crate::LockGuard::release), a dropped
+    /// guard, [`LockClient::release`](crate::LockClient::release),
+    /// [`unlock`](crate::LockClient::unlock)). Like a lock-delay under way, it is not cut
+    /// short by an operator's [`force_release`](crate::LockClient::force_release) nor by a
+    /// purge. A holder that dies leaves the resource to its TTL (and its
+    /// [`lock_delay`](Self::lock_delay), which covers that case: give both to cover both).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let hourly = mongolock::LockDetails::default()
+    ///     .ttl(Duration::from_secs(30))
+    ///     .min_hold(Duration::from_secs(55 * 60));
+    /// assert_eq!(hourly.min_hold_value(), Some(Duration::from_secs(3300)));
+    /// assert!(hourly.validate().is_ok());
+    /// ```
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = (!min_hold.is_zero()).then_some(min_hold);
+        self
+    }
+
+    /// The minimum hold, if set (see [`min_hold`](Self::min_hold)).
+    ///
+    /// ```
+    /// assert_eq!(mongolock::LockDetails::default().min_hold_value(), None);
+    /// ```
+    pub fn min_hold_value(&self) -> Option<std::time::Duration> {
+        self.min_hold
+    }
+
     /// The lock-delay, if set (see [`lock_delay`](Self::lock_delay)).
     ///
     /// ```
@@ -181,7 +221,7 @@ impl LockDetails {
     ///
     /// `InvalidArgument` naming the setting: an owner or host longer than
     /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN), a TTL of zero or above [`MAX_TTL`](crate::MAX_TTL), a
-    /// lock-delay above it.
+    /// lock-delay or a minimum hold above it.
     ///
     /// ```
     /// use std::time::Duration;
@@ -199,21 +239,33 @@ impl LockDetails {
             ttl_millis(ttl)?;
         }
         self.delay_millis()?;
+        self.hold_millis()?;
         Ok(())
     }
 
     /// The lock-delay in whole milliseconds, rounded up, if set; an error above
     /// [`MAX_TTL`].
     pub(crate) fn delay_millis(&self) -> Result<Option<i64>> {
-        match self.lock_delay {
-            None => Ok(None),
-            Some(delay) if delay > MAX_TTL => Err(Error::invalid(
-                "lock_delay",
-                format!("{delay:?} is longer than the limit of {MAX_TTL:?}"),
-            )),
-            // MAX_TTL keeps this far below i64::MAX.
-            Some(delay) => Ok(Some(delay.as_nanos().div_ceil(1_000_000) as i64)),
-        }
+        bounded_millis("lock_delay", self.lock_delay)
+    }
+
+    /// The minimum hold in whole milliseconds, rounded up, if set; an error above
+    /// [`MAX_TTL`].
+    pub(crate) fn hold_millis(&self) -> Result<Option<i64>> {
+        bounded_millis("min_hold", self.min_hold)
+    }
+}
+
+/// `value` in whole milliseconds, rounded up; an error naming `argument` above [`MAX_TTL`].
+fn bounded_millis(argument: &'static str, value: Option<Duration>) -> Result<Option<i64>> {
+    match value {
+        None => Ok(None),
+        Some(value) if value > MAX_TTL => Err(Error::invalid(
+            argument,
+            format!("{value:?} is longer than the limit of {MAX_TTL:?}"),
+        )),
+        // MAX_TTL keeps this far below i64::MAX.
+        Some(value) => Ok(Some(value.as_nanos().div_ceil(1_000_000) as i64)),
     }
 }
 

@@ -26,6 +26,8 @@
 //!                                     // lock-delay, if any (see below)
 //!             ttlMs: Int32|Int64|null,
 //!             delayMs: Int32|Int64,   // the lock-delay; missing: none
+//!             minHoldMs: Int32|Int64, // the minimum hold; missing: none
+//!             adopted: true,          // resumed by a client; missing: never
 //!             afterUnlocks: [ObjectId] }  // unlocks that leave it; missing: none
 //! ```
 //!
@@ -71,6 +73,17 @@
 //! the waiter waits in. A lease's renewals, release and withdrawal match it, so that when
 //! another client resumes the lease (it rewrites `keeper`: see `command/keepalive.rs`,
 //! `adopt`) the client that held it before renews and removes nothing of it.
+//!
+//! `minHoldMs` is the entry's minimum hold ([`LockDetails::min_hold`](crate::LockDetails::min_hold)).
+//! When its holder lets go (a release, a retiring release, an unlock) before `createdAt +
+//! minHoldMs`, the entry is not removed: its lease ends (`delayMs` becomes the hold and
+//! `expiresAt` `createdAt + minHoldMs`, so the lease counts as ended at `createdAt`) and it
+//! stays in force until then, as in a lock-delay (`command/expr.rs`: `let_go`).
+//!
+//! `adopted` marks an entry whose lease a client resumed (`command/keepalive.rs`, `adopt`):
+//! a retiring release removes a re-grant of its attempt (the same nonce under another token,
+//! which only a late copy makes, and which nobody holds), but not one that a client adopted
+//! since, which its adopter holds.
 //!
 //! `afterUnlocks` names the [`unlock`](crate::LockClient::unlock) calls of the entry's lock
 //! id that its client had sent, and did not know the fate of every copy of, when it asked
@@ -136,6 +149,12 @@ pub(crate) const EXPIRES_AT: &str = "expiresAt";
 pub(crate) const TTL_MS: &str = "ttlMs";
 pub(crate) const KEEPER: &str = "keeper";
 pub(crate) const DELAY_MS: &str = "delayMs";
+/// The minimum hold of an entry (see [`crate::LockDetails::min_hold`]).
+pub(crate) const MIN_HOLD_MS: &str = "minHoldMs";
+/// Set (true) on an entry adopted by a client that resumed its lease (see
+/// `command/keepalive.rs`): a retiring release of its attempt by an earlier incarnation
+/// leaves it, though it may be a re-grant of that attempt.
+pub(crate) const ADOPTED: &str = "adopted";
 /// The unlock calls an entry was granted after, whose late copies leave it (see
 /// `crate::unlocks`).
 pub(crate) const AFTER_UNLOCKS: &str = "afterUnlocks";
@@ -256,6 +275,7 @@ pub(crate) fn decode_entry(
         expires_at,
         ttl,
         lock_delay,
+        min_hold: millis(MIN_HOLD_MS)?.filter(|hold| !hold.is_zero()),
         keeper: optional_string(KEEPER)?,
     })
 }

@@ -327,3 +327,47 @@ async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
             .is_empty()
     );
 }
+
+/// `unlock` whose every copy is held on its way (its outcome unknown), then `xlock` of the
+/// same lock id, answered with the grant it holds from before: the caller goes on believing.
+/// The late copies of the unlock must leave that grant.
+#[tokio::test]
+async fn emulator_only_a_late_unlock_leaves_a_grant_answered_again_after_it() {
+    let Some(common::Proxied {
+        server: _server,
+        proxy,
+        cut_off: locks,
+        direct,
+    }) = common::proxied("late_unlock_held").await
+    else {
+        return;
+    };
+    let details = LockDetails::default();
+    let first = locks.xlock("job", "batch", details.clone()).await.unwrap();
+    proxy.fault_requests(
+        mongolock_testkit::faults::proxy::Requests::named(&["update"]).times(2),
+        mongolock_testkit::faults::proxy::RequestFault::Late {
+            hold: Duration::from_millis(2_000),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+    let error = locks.unlock("batch").await.expect_err("both copies cut");
+    assert!(error.is_outcome_unknown(), "{error:?}");
+    let again = locks.xlock("job", "batch", details).await.unwrap();
+    assert_eq!(
+        again.fencing_token(),
+        first.fencing_token(),
+        "held from before"
+    );
+    // Both copies of the unlock land two seconds after they left.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let held = direct
+        .status(&Filter::default().resource("job"))
+        .await
+        .unwrap();
+    assert!(
+        held.iter()
+            .any(|lock| lock.fencing_token() == first.fencing_token()),
+        "the late unlock removed a grant its caller was told it holds: {held:?}"
+    );
+}

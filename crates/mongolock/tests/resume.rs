@@ -282,3 +282,59 @@ async fn a_resumed_lease_shows_its_new_owner_and_host() {
     assert_eq!(held[0].holder().host(), Some("new-host"));
     guard.release().await.unwrap();
 }
+
+/// A retiring release by an earlier incarnation also removes a re-grant of its attempt (the
+/// same nonce under another token, which only a late copy makes and nobody holds), but not
+/// one that a client adopted since: its adopter holds it.
+///
+/// Set up by hand where the network and a clock step would: A resumes process 0's lease
+/// (so A's release retires process 0's attempt); the entry is then replaced by a re-grant of
+/// that attempt (same nonce, next token, process 0's keeper), as a late copy of it lands
+/// after the first grant ran out; B resumes that re-grant; A releases.
+#[tokio::test]
+async fn a_retiring_release_leaves_a_re_grant_another_client_resumed() {
+    let env = env("resume_re_grant").await;
+    let ttl = secs(6);
+    let zero = env.other_client().await;
+    let a = env.other_client().await;
+    let b = env.other_client().await;
+    let handle = |locks: &LockClient| locks.mutex("job").ttl(ttl).lock_id("worker-1");
+    let first = handle(&zero).acquire().await.unwrap();
+    let token = first.fencing_token();
+    // Process 0 is gone without a word: its keeper stops.
+    std::mem::forget(first);
+    zero.shutdown().await;
+    let resumed_by_a = handle(&a).acquire().await.unwrap();
+    assert_eq!(resumed_by_a.fencing_token(), token);
+    // The re-grant of process 0's attempt, by a late copy of it.
+    let collection = env.collection();
+    let mut doc = collection
+        .find_one(bson::doc! { "_id": "job" })
+        .await
+        .unwrap()
+        .unwrap();
+    let mut entry = doc.get_document("exclusive").unwrap().clone();
+    entry.insert("token", token + 1);
+    entry.insert("keeper", "process-0");
+    entry.remove("adopted");
+    doc.insert("exclusive", entry);
+    doc.insert("fence", token + 1);
+    collection
+        .replace_one(bson::doc! { "_id": "job" }, doc)
+        .await
+        .unwrap();
+    let resumed_by_b = handle(&b).acquire().await.unwrap();
+    assert_eq!(resumed_by_b.fencing_token(), token + 1);
+    // A lets go: its grant is gone; the re-grant B holds stays.
+    let _ = resumed_by_a.release().await;
+    let held = env.locks.status(&Filter::default()).await.unwrap();
+    assert!(
+        held.iter().any(|lock| lock.fencing_token() == token + 1),
+        "A's release removed the lease B resumed: {held:?}"
+    );
+    assert!(!resumed_by_b.is_lost());
+    resumed_by_b.release().await.unwrap();
+    for locks in [a, b] {
+        locks.shutdown().await;
+    }
+}

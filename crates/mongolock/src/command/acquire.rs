@@ -252,21 +252,42 @@ pub(crate) fn pipeline(
     if let Some(delay_ms) = delay_ms {
         entry.insert(schema::DELAY_MS, expr::int(delay_ms));
     }
+    if let Some(hold_ms) = request.details.hold_millis().ok().flatten() {
+        entry.insert(schema::MIN_HOLD_MS, expr::int(hold_ms));
+    }
     if !after_unlocks.is_empty() {
         let ids: Vec<Bson> = after_unlocks.iter().copied().map(Bson::ObjectId).collect();
         entry.insert(schema::AFTER_UNLOCKS, ids);
     }
     let entry = Bson::Document(entry);
     let kept_cap = stored_cap.clone();
+    // Not granted, this lock id's own live entries (held from before: the attempt is answered
+    // with them) name the unlocks the attempt carries too, as a grant would: its holder goes
+    // on believing, so a late copy of those unlocks must leave them.
+    let (x, s) = if after_unlocks.is_empty() {
+        (bson!("$$x"), bson!("$$s"))
+    } else {
+        let ids: Vec<Bson> = after_unlocks.iter().copied().map(Bson::ObjectId).collect();
+        let marked = |e: &str| {
+            bson!({ "$cond": [
+                { "$eq": [format!("{e}.lockId"), lock_id.clone()] },
+                { "$mergeObjects": [e, { schema::AFTER_UNLOCKS: { "$setUnion": [
+                    { "$ifNull": [format!("{e}.{}", schema::AFTER_UNLOCKS), []] },
+                    ids.clone(),
+                ]}}]},
+                e,
+            ]})
+        };
+        (
+            marked("$$x"),
+            bson!({ "$map": { "input": "$$s", "as": "e", "in": marked("$$e") } }),
+        )
+    };
     let (exclusive, shared, cap) = match request.kind {
-        LockKind::Exclusive => (
-            bson!({ "$cond": ["$$g", entry, "$$x"] }),
-            bson!("$$s"),
-            kept_cap,
-        ),
+        LockKind::Exclusive => (bson!({ "$cond": ["$$g", entry, x] }), s, kept_cap),
         LockKind::Shared => (
-            bson!("$$x"),
-            bson!({ "$cond": ["$$g", { "$concatArrays": ["$$s", [entry]] }, "$$s"] }),
+            x,
+            bson!({ "$cond": ["$$g", { "$concatArrays": ["$$s", [entry]] }, s] }),
             bson!({ "$cond": ["$$g", requested_cap.clone(), kept_cap] }),
         ),
     };

@@ -46,7 +46,7 @@
 use bson::{Bson, Document, bson, doc};
 
 use crate::error::{Error, ErrorKind};
-use crate::schema::{DELAY_MS, EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK};
+use crate::schema::{DELAY_MS, EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK, MIN_HOLD_MS};
 
 /// The server's error code when a force release meets a document of another shape:
 /// `ConversionFailure`, raised by [`refusal`]. Nothing else in a lock command converts a
@@ -259,6 +259,37 @@ impl NextDocument {
         }
     }
 
+    /// Both sides' entries, every entry for which `lets_go` is true let go of by its holder
+    /// ([`let_go`]: removed, or kept in force for what is left of its minimum hold) and
+    /// every other one for which `removes` is true removed (`matches` and `removes` are
+    /// functions from an entry path such as `"$exclusive"` or `"$$e"` to a condition on it): a
+    /// release, which may let the head of the line in.
+    pub(crate) fn letting_go(
+        lets_go: impl Fn(&str) -> Bson,
+        removes: impl Fn(&str) -> Bson,
+    ) -> Self {
+        let next = |entry: &str| {
+            bson!({ "$cond": [
+                lets_go(entry),
+                let_go(entry),
+                { "$cond": [removes(entry), null, entry] },
+            ]})
+        };
+        let mut next = Self::entries(
+            bson!({ "$cond": [
+                { "$eq": [{ "$type": "$exclusive" }, "object"] },
+                next("$exclusive"),
+                null,
+            ]}),
+            bson!({ "$filter": {
+                "input": { "$map": { "input": shared_or_empty(), "as": "e", "in": next("$$e") } },
+                "cond": { "$ne": ["$$this", null] },
+            }}),
+        );
+        next.frees = Some(Bson::Boolean(true));
+        next
+    }
+
     /// Both sides' entries without every entry for which `matches` (a function from an
     /// entry path such as `"$exclusive"` or `"$$e"` to a condition on it) is true: a removal,
     /// which may let the head of the line in.
@@ -433,6 +464,20 @@ pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
 /// wakes the one waiter that can take the lock, never a grant, a renewal or a waiter joining
 /// the line (see `crate::changes`).
 pub(crate) const WAKE: &str = "wake";
+
+/// The entry at `entry` once its holder lets go of it: nothing, unless its minimum hold
+/// (`minHoldMs`, see `crate::schema`) runs past `$$NOW`: then the same entry in force until
+/// `createdAt + minHoldMs`, its lease ended (`delayMs` the hold, so that the lease counts as
+/// ended at `createdAt`), as an entry within its lock-delay.
+pub(crate) fn let_go(entry: &str) -> Bson {
+    let hold = format!("{entry}.{MIN_HOLD_MS}");
+    let until = bson!({ "$add": [format!("{entry}.createdAt"), { "$ifNull": [&hold, 0] }] });
+    bson!({ "$cond": [
+        { "$gt": [until.clone(), "$$NOW"] },
+        { "$mergeObjects": [entry, { EXPIRES_AT: until, DELAY_MS: &hold }] },
+        null,
+    ]})
+}
 
 /// The document without every entry for which `matches` (a function from an entry path such
 /// as `"$exclusive"` or `"$$e"` to a condition on it) is true.

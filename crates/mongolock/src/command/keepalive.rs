@@ -227,6 +227,7 @@ pub(crate) fn adopt_command(
     let adopted = |entry: &str| {
         let mut fields = doc! {
             schema::KEEPER: literal(keeper), "owner": owner.clone(), "host": host.clone(),
+            schema::ADOPTED: true,
         };
         // The unlocks of the lock id that may still land leave the resumed lease.
         if !after_unlocks.is_empty() {
@@ -361,6 +362,7 @@ mod tests {
                 expires_at: None,
                 ttl: None,
                 lock_delay: None,
+                min_hold: None,
                 keeper: None,
             },
             new: true,

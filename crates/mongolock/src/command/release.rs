@@ -167,16 +167,34 @@ fn holding(grant: &Grant) -> Document {
 pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
     let token = grant.fencing_token();
     let mut next = expr::NextDocument::unchanged();
-    next.no_exclusive = true;
+    // The entry goes; one with a minimum hold stays in force for what is left of it.
+    let held = grant.holder.min_hold.is_some();
     let live = match grant.kind() {
+        LockKind::Exclusive if held => {
+            next.exclusive = Some(expr::let_go("$exclusive"));
+            expr::holds("$exclusive")
+        }
         LockKind::Exclusive => {
+            next.no_exclusive = true;
             next.exclusive = Some(Bson::Null);
             expr::holds("$exclusive")
         }
         LockKind::Shared => {
-            next.shared = Some(bson!({ "$filter": {
-                "input": "$shared", "as": "e", "cond": { "$ne": ["$$e.token", token] },
-            }}));
+            // No exclusive entry is beside shared ones: each grant requires it.
+            next.no_exclusive = true;
+            next.shared = Some(if held {
+                bson!({ "$filter": {
+                    "input": { "$map": {
+                        "input": "$shared", "as": "e",
+                        "in": { "$cond": [{ "$eq": ["$$e.token", token] }, expr::let_go("$$e"), "$$e"] },
+                    }},
+                    "cond": { "$ne": ["$$this", null] },
+                }})
+            } else {
+                bson!({ "$filter": {
+                    "input": "$shared", "as": "e", "cond": { "$ne": ["$$e.token", token] },
+                }})
+            });
             // A document that holds shared entries has their cap.
             next.cap = bson!("$cap");
             bson!({ "$anyElementTrue": [{ "$map": {
@@ -252,6 +270,9 @@ pub(crate) struct Retirement<'a> {
     ttl_ms: Option<i64>,
     /// The grant's token, for a release: the entry of that grant only.
     token: Option<i64>,
+    /// For a release, whether the grant has a minimum hold (its entry is let go of, not
+    /// removed: see `expr::let_go`).
+    min_hold: bool,
 }
 
 impl<'a> Retirement<'a> {
@@ -265,6 +286,7 @@ impl<'a> Retirement<'a> {
             keeper: request.keeper.as_deref(),
             ttl_ms,
             token: None,
+            min_hold: false,
         }
     }
 
@@ -279,6 +301,7 @@ impl<'a> Retirement<'a> {
             keeper: grant.holder.keeper.as_deref(),
             ttl_ms: grant.holder.ttl.map(crate::clock::saturating_millis),
             token: Some(grant.fencing_token()),
+            min_hold: grant.holder.min_hold.is_some(),
         })
     }
 
@@ -286,7 +309,8 @@ impl<'a> Retirement<'a> {
     /// entry (by its nonce, of this keeper). For a release, the grant's (by its token, of this
     /// keeper), and a re-grant of its attempt: the same nonce under another token, which only
     /// a late copy of the attempt makes, after the grant was gone (whatever keeper that copy
-    /// named: an earlier incarnation's, say). Nobody holds it.
+    /// named: an earlier incarnation's, say), unless a client adopted it since (it resumed
+    /// it: its adopter holds it). Nobody else holds it.
     fn removes(&self, entry: &str) -> Bson {
         let by_nonce = bson!({ "$eq": [format!("{entry}.nonce"), self.nonce] });
         match self.token {
@@ -296,6 +320,7 @@ impl<'a> Retirement<'a> {
                     is_of(entry, self.lock_id),
                     by_nonce,
                     { "$ne": [format!("{entry}.token"), token] },
+                    { "$ne": [format!("{entry}.{}", schema::ADOPTED), true] },
                 ]},
             ]}),
             None => self.of_this_holder(entry, by_nonce),
@@ -362,7 +387,15 @@ pub(crate) fn retire_command(ctx: &Context, retirement: &Retirement<'_>) -> Docu
     // Unlike a release, it may seed the document (an upsert, for the tombstone): then it
     // writes every field an acquire writes, so that a late copy of the attempt, refused,
     // finds nothing to change.
-    let mut next = expr::NextDocument::without_entries(|entry| retirement.removes(entry));
+    // A released grant's entry is let go of (its minimum hold kept); a re-grant of its
+    // attempt, and a withdrawn attempt's entry, are removed.
+    let mut next = match retirement.token {
+        Some(_) if retirement.min_hold => expr::NextDocument::letting_go(
+            |entry| retirement.reports(entry),
+            |entry| retirement.removes(entry),
+        ),
+        _ => expr::NextDocument::without_entries(|entry| retirement.removes(entry)),
+    };
     next.fence = Some(bson!({ "$ifNull": ["$fence", 0_i64] }));
     next.released = Some(tombstones);
     // A retired attempt stops waiting too: its place in line goes.
@@ -527,7 +560,9 @@ pub(crate) fn unlock_command(ctx: &Context, lock_id: &str, op: ObjectId) -> Docu
         "update": ctx.collection_name(),
         "updates": [{
             "q": expr::checked(query, None),
-            "u": [expr::replace_stage(expr::without_entries(unspared))],
+            "u": [expr::replace_stage(
+                expr::NextDocument::letting_go(unspared, |_| Bson::Boolean(false)).document(),
+            )],
             "multi": true,
             "collation": Context::collation(),
         }],
