@@ -153,10 +153,20 @@ pub fn lease_ttl(flag: &str, ttl: Duration) -> Result<(), String> {
 ///
 /// The message.
 pub fn lock_delay(delay: Duration) -> Result<(), String> {
-    if delay > MAX_TTL {
+    at_most_max("--lock-delay", delay)
+}
+
+/// Checks a duration `flag` that the library bounds as it bounds a TTL (a lock-delay, a
+/// minimum hold).
+///
+/// # Errors
+///
+/// The message.
+pub fn at_most_max(flag: &str, value: Duration) -> Result<(), String> {
+    if value > MAX_TTL {
         return Err(format!(
-            "--lock-delay {} is longer than the limit, {}",
-            humantime::format_duration(delay),
+            "{flag} {} is longer than the limit, {}",
+            humantime::format_duration(value),
             max_ttl_text()
         ));
     }

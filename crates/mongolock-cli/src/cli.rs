@@ -171,6 +171,12 @@ pub struct ExecArgs {
     pub owner: Option<String>,
     #[command(flatten)]
     pub lease: LeaseArgs,
+    /// Keep the lock at least this long after it was granted, by the server's clock, even
+    /// when the command ends sooner: a job that must run at most once per period across
+    /// hosts (`--min-hold 55m` for an hourly job; at most 36500d). A `mongolock` that dies
+    /// first leaves the lock to its TTL and --lock-delay.
+    #[arg(long, value_parser = checks::duration, allow_hyphen_values = true)]
+    pub min_hold: Option<Duration>,
     /// After SIGTERM, how long the child has before SIGKILL.
     #[arg(long, default_value = "10s", value_parser = checks::duration, allow_hyphen_values = true)]
     pub kill_after: Duration,
@@ -396,6 +402,9 @@ impl Cli {
                     checks::label("--owner", owner).map_err(invalid)?;
                 }
                 checks::lease_ttl("--ttl", args.ttl).map_err(invalid)?;
+                if let Some(hold) = args.min_hold {
+                    checks::at_most_max("--min-hold", hold).map_err(invalid)?;
+                }
                 checks::details(args.owner.as_deref(), args.ttl, args.lease.lock_delay)
                     .map_err(invalid)
             }

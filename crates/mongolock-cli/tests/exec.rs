@@ -517,3 +517,31 @@ async fn an_unreachable_server_is_an_error_not_an_endless_wait() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot reach the server"), "{stderr}");
 }
+
+/// `exec --min-hold`: a job that ends at once keeps the lock for the rest of the hold, so a
+/// second run in the same period is refused; once the hold is over, it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minimum_hold_keeps_a_finished_job_from_running_again_until_it_ends() {
+    let env = Env::start("min_hold").await;
+    let first = run(env.cmd(&[
+        "exec",
+        "--resource",
+        "hourly",
+        "--min-hold",
+        "3s",
+        "--",
+        "true",
+    ]))
+    .await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let again = run(env.cmd(&["exec", "--resource", "hourly", "--no-wait", "--", "true"])).await;
+    assert_eq!(
+        again.status.code(),
+        Some(75),
+        "held for the rest of the hold: {}",
+        text(&again.stderr)
+    );
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let later = run(env.cmd(&["exec", "--resource", "hourly", "--no-wait", "--", "true"])).await;
+    assert_eq!(later.status.code(), Some(0), "{}", text(&later.stderr));
+}

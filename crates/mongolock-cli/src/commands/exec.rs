@@ -83,6 +83,9 @@ impl Handle {
                 if let Some(delay) = args.lease.lock_delay {
                     handle = handle.lock_delay(delay);
                 }
+                if let Some(hold) = args.min_hold {
+                    handle = handle.min_hold(hold);
+                }
                 if let Some(lock_id) = &args.lease.lock_id {
                     handle = handle.lock_id(lock_id.clone());
                 }
