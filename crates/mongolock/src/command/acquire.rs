@@ -440,7 +440,9 @@ pub(crate) async fn run(
         ),
         Attempt::Contended(c) => tracing::debug!(
             resource = %request.resource, lock_id = %request.lock_id, kind = %request.kind,
-            holders = c.holder_count, wait = ?c.wait, "lock contended"
+            holders = c.holder_count,
+            wait_ms = c.wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+            "lock contended"
         ),
         other => tracing::debug!(
             resource = %request.resource, lock_id = %request.lock_id, kind = %request.kind,
