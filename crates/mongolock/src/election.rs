@@ -222,7 +222,8 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// As [`campaign`](Self::campaign), and transient errors, which are not retried.
+    /// As [`campaign`](Self::campaign), and transient errors: after one, the attempt is sent
+    /// once more at once, and a second one is returned.
     ///
     /// # Cancel safety
     ///

@@ -189,7 +189,7 @@ macro_rules! acquire_methods {
         ///
         /// # Errors
         ///
-        #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), "), and transient errors, which are not retried.")]
+        #[doc = concat!("As [`", stringify!($acquire), "`](Self::", stringify!($acquire), "), and transient errors: after one, the attempt is sent once more at once (each copy within the command time limit), and a second one is returned.")]
         ///
         /// # Cancel safety
         ///

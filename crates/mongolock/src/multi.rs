@@ -139,7 +139,8 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`acquire`](Self::acquire), and transient errors, which are not retried.
+    /// As [`acquire`](Self::acquire), and transient errors: after one, a member's attempt is
+    /// sent once more at once, and a second one is returned.
     ///
     /// # Cancel safety
     ///
