@@ -13,6 +13,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use mongolock_testkit::ServerVersion;
+
 use crate::peers::Result;
 
 /// The flag that makes the binary serve instead of benchmark.
@@ -40,6 +42,39 @@ impl Topology {
     }
 }
 
+/// Which MongoDB release's rule the emulator follows for logging pipeline-style updates,
+/// the difference that matters to change streams (see `mongolock_testkit::ServerVersion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ServerMode {
+    /// MongoDB 5.0 and later (the emulator reports 7.0, its default): a pipeline update is
+    /// logged as a delta (an `update` event) when the delta is smaller than the new
+    /// document, else whole (a `replace` event).
+    Deltas,
+    /// MongoDB 4.4: every pipeline update is logged whole (a `replace` event).
+    V4_4,
+}
+
+impl ServerMode {
+    /// Both modes, the default first.
+    pub(crate) const ALL: [ServerMode; 2] = [ServerMode::Deltas, ServerMode::V4_4];
+
+    /// As printed in the tables.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            ServerMode::Deltas => "5.0+ rule (reports 7.0)",
+            ServerMode::V4_4 => "4.4 mode",
+        }
+    }
+
+    /// The value of the child's `--server-version`.
+    fn arg(self) -> &'static str {
+        match self {
+            ServerMode::Deltas => "7.0",
+            ServerMode::V4_4 => "4.4",
+        }
+    }
+}
+
 /// A running emulator in a child process.
 pub(crate) struct Emulator {
     child: Child,
@@ -47,13 +82,24 @@ pub(crate) struct Emulator {
 }
 
 impl Emulator {
-    /// Starts the child and waits for its connection string.
+    /// Starts the child (following the 5.0+ rule) and waits for its connection string.
     pub(crate) async fn start(latency: Duration, topology: Topology) -> Result<Emulator> {
+        Emulator::start_as(latency, topology, ServerMode::Deltas).await
+    }
+
+    /// Starts the child in `mode` and waits for its connection string.
+    pub(crate) async fn start_as(
+        latency: Duration,
+        topology: Topology,
+        mode: ServerMode,
+    ) -> Result<Emulator> {
         let mut command = Command::new(std::env::current_exe()?);
         command
             .arg(SERVE_FLAG)
             .arg("--latency-ms")
             .arg(latency.as_millis().to_string())
+            .arg("--server-version")
+            .arg(mode.arg())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
@@ -92,7 +138,8 @@ impl Emulator {
 }
 
 /// The child's side: serves until standard input closes. `args` are those after
-/// [`SERVE_FLAG`]: `--latency-ms N` and optionally `--standalone`.
+/// [`SERVE_FLAG`]: `--latency-ms N`, optionally `--standalone` and `--server-version`
+/// (`7.0`, the default, or `4.4`).
 pub(crate) fn serve(args: &[String]) -> std::result::Result<(), String> {
     let mut builder = mongolock_testkit::TestServer::builder();
     let mut it = args.iter();
@@ -103,6 +150,14 @@ pub(crate) fn serve(args: &[String]) -> std::result::Result<(), String> {
                 let v = it.next().ok_or("--latency-ms needs a value")?;
                 let ms: u64 = v.parse().map_err(|_| format!("bad --latency-ms {v}"))?;
                 builder = builder.latency(Duration::from_millis(ms));
+            }
+            "--server-version" => {
+                let version = match it.next().map(String::as_str) {
+                    Some("7.0") => ServerVersion::V7_0,
+                    Some("4.4") => ServerVersion::V4_4,
+                    other => return Err(format!("bad --server-version {other:?}")),
+                };
+                builder = builder.server_version(version);
             }
             other => return Err(format!("unknown emulator argument {other}")),
         }

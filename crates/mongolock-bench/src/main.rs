@@ -25,7 +25,10 @@
 //! - the commands per second waiters send while a lock is held ([`load`]);
 //! - keepalive commands per second for 1, 100 and 10,000 leases ([`keepalive`]);
 //! - `renew` and `unlock` of groups of 10, 1,000 and 10,000 locks, per lock ([`groups`]);
-//! - client memory per held lease and per waiter, from a counting allocator ([`memory`]).
+//! - client memory per held lease and per waiter, from a counting allocator ([`memory`]);
+//! - mongolock alone on the emulator's 5.0+ rule and in its 4.4 mode: commands and change
+//!   events per handoff with 16 and 64 waiters, and the events a client's own renewals
+//!   cause ([`modes`]; `--server-modes` runs only this).
 //!
 //! The tables go to standard output as Markdown, progress to standard error, the SVG plots
 //! to `--plots DIR` ([`plot`]).
@@ -36,6 +39,7 @@ mod keepalive;
 mod load;
 mod measure;
 mod memory;
+mod modes;
 mod monitor;
 mod peers;
 mod plot;
@@ -64,15 +68,38 @@ struct Args {
     measure: Option<Vec<String>>,
 }
 
+impl Args {
+    /// Whether the measurement `name` (from [`suite::SECTIONS`]) runs.
+    fn on(&self, name: &str) -> bool {
+        self.measure
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|n| n == name))
+    }
+
+    /// Whether `--only` selects `lib`.
+    fn selects(&self, lib: Lib) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|o| lib.label().starts_with(o.as_str())))
+    }
+
+    /// Whether only the server-modes scenario runs (`--server-modes`).
+    fn modes_only(&self) -> bool {
+        self.measure.as_deref() == Some(&[suite::SERVER_MODES.to_string()])
+    }
+}
+
 const USAGE: &str =
     "usage: mongolock-bench [--quick] [--latency-ms N] [--only LIB[,LIB..]] [--measure LIST]
-                       [--plots DIR]
+                       [--plots DIR] [--server-modes]
   --quick         short run for CI (about 2.5 minutes in a debug build)
+  --server-modes  only mongolock on the emulator's 5.0+ rule and in its 4.4 mode (handoffs
+                  with 16 and 64 waiters, own renewals); the same as --measure server-modes
   --latency-ms N  latency the emulator adds to every reply (default 1)
   --only          run only these libraries: mongolock, mongodb-lock, mongo-lock-async,
                   distributed-lock-mongo
   --measure LIST  only these measurements: basics, handoff, throughput, load, keepalive,
-                  groups, memory (the others show as not measured)
+                  groups, memory, server-modes (the others show as not measured)
   --plots DIR     write the SVG plots there (default: docs/img in a full run, the system's
                   temporary directory in a quick one)
 Exits with 1 if a measurement failed (its error is listed under the tables).";
@@ -110,6 +137,7 @@ fn parse_args() -> Result<Args, String> {
                 }
                 args.measure = Some(names);
             }
+            "--server-modes" => args.measure = Some(vec![suite::SERVER_MODES.to_string()]),
             "--plots" => {
                 let v = it.next().ok_or("--plots needs a directory")?;
                 args.plots = Some(PathBuf::from(v));
@@ -125,6 +153,8 @@ fn parse_args() -> Result<Args, String> {
 
 fn settings(quick: bool) -> Settings {
     let hold = Duration::from_millis(10)..Duration::from_millis(510);
+    // The server modes hold as the handoff measurement does (as in docs/benchmarks.md).
+    let modes_hold = hold.clone();
     if quick {
         Settings {
             iterations: 30,
@@ -145,6 +175,15 @@ fn settings(quick: bool) -> Settings {
             group_sizes: vec![10, 100],
             memory_leases: 100,
             memory_waiters: 20,
+            // A small form, so that the smoke run exercises both modes in a few seconds.
+            modes: modes::ModeSettings {
+                handoffs: vec![(4, 3)],
+                hold: Duration::from_millis(10)..Duration::from_millis(60),
+                leases: 10,
+                ttl: Duration::from_secs(3),
+                window: Duration::from_secs(2),
+                concurrent: true,
+            },
         }
     } else {
         Settings {
@@ -168,6 +207,14 @@ fn settings(quick: bool) -> Settings {
             group_sizes: vec![10, 1_000, 10_000],
             memory_leases: 1_000,
             memory_waiters: 200,
+            modes: modes::ModeSettings {
+                handoffs: vec![(16, 100), (64, 100)],
+                hold: modes_hold,
+                leases: 100,
+                ttl: Duration::from_secs(15),
+                window: Duration::from_secs(15),
+                concurrent: false,
+            },
         }
     }
 }
@@ -208,6 +255,45 @@ fn main() -> std::process::ExitCode {
 
 async fn bench(args: Args) -> peers::Result<()> {
     let s = settings(args.quick);
+    let started = std::time::Instant::now();
+    let run_modes = args.on(suite::SERVER_MODES) && args.selects(Lib::Mongolock);
+    let mut out = String::new();
+    let mut failed = 0;
+    if !args.modes_only() {
+        let (tables, f) = libraries(&args, &s).await?;
+        out.push_str(&tables);
+        failed += f;
+    }
+    if run_modes {
+        let results = modes::run(args.latency, &s).await;
+        let (tables, f) = modes::render(&s, &results);
+        if args.modes_only() {
+            out.push_str(&format!(
+                "# mongolock-bench --server-modes ({} mode)\n\nBuild: {}. Cores: {}. \
+                 Run time: {:.0} s. {} ms added to every reply.\n\n",
+                if args.quick { "quick" } else { "full" },
+                if cfg!(debug_assertions) {
+                    "debug"
+                } else {
+                    "release"
+                },
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
+                started.elapsed().as_secs_f64(),
+                args.latency.as_millis(),
+            ));
+        }
+        out.push_str(&tables);
+        failed += f;
+    }
+    print!("{out}");
+    if failed > 0 {
+        return Err(format!("{failed} measurement(s) failed: see \"Errors\" in the tables").into());
+    }
+    Ok(())
+}
+
+/// Every library's measurements (all but the server modes), their tables and plots.
+async fn libraries(args: &Args, s: &Settings) -> peers::Result<(String, usize)> {
     let replica_set = Emulator::start(args.latency, Topology::ReplicaSet)
         .await
         .map_err(|e| format!("cannot start the emulator: {e}"))?;
@@ -221,17 +307,10 @@ async fn bench(args: Args) -> peers::Result<()> {
     let started = std::time::Instant::now();
     let mut results = Vec::new();
     for lib in Lib::ALL {
-        if let Some(only) = &args.only
-            && !only.iter().any(|o| lib.label().starts_with(o.as_str()))
-        {
+        if !args.selects(lib) {
             continue;
         }
-        let on = |name: &str| {
-            args.measure
-                .as_ref()
-                .is_none_or(|m| m.iter().any(|n| n == name))
-        };
-        results.push(suite::run(lib, &servers, &s, &on).await);
+        results.push(suite::run(lib, &servers, s, &|name: &str| args.on(name)).await);
     }
     replica_set.stop().await;
     standalone.stop().await;
@@ -247,11 +326,6 @@ async fn bench(args: Args) -> peers::Result<()> {
         latency: args.latency,
         elapsed: started.elapsed(),
     };
-    let written = report::plots(&plots, &s, &results)?;
-    let (tables, failed) = report::render(&env, &s, &results, &written);
-    print!("{tables}");
-    if failed > 0 {
-        return Err(format!("{failed} measurement(s) failed: see \"Errors\" in the tables").into());
-    }
-    Ok(())
+    let written = report::plots(&plots, s, &results)?;
+    Ok(report::render(&env, s, &results, &written))
 }

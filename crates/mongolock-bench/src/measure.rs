@@ -53,6 +53,8 @@ pub(crate) struct Settings {
     /// Leases held, and waiters waiting, in the memory measurement.
     pub(crate) memory_leases: usize,
     pub(crate) memory_waiters: usize,
+    /// The server-modes scenario (`--server-modes`).
+    pub(crate) modes: crate::modes::ModeSettings,
 }
 
 /// Warm-up iterations before the uncontended measurement (connections, first documents).
@@ -248,12 +250,13 @@ struct Shared {
     /// When the current holder called release.
     released_at: Mutex<Option<Instant>>,
     samples: Mutex<Vec<Duration>>,
-    /// Commands at the first release and at the last measured handoff.
-    first: Mutex<Option<Counts>>,
-    last: Mutex<Option<Counts>>,
+    /// Each participant's commands at the first release and at the last measured handoff.
+    first: Mutex<Option<Vec<Counts>>>,
+    last: Mutex<Option<Vec<Counts>>>,
     stop: AtomicBool,
     target: usize,
-    monitor: Monitor,
+    /// One per participant (each has its own client).
+    monitors: Vec<Monitor>,
     /// Counts acquisitions, so that a releaser queues again only once another has the lock.
     acquisitions: watch::Sender<u64>,
 }
@@ -270,10 +273,33 @@ async fn handoffs(
     count: usize,
     s: &Settings,
 ) -> Result<Handoff> {
-    let monitor = Monitor::new(lib.db());
+    Ok(handoffs_by_client(lib, uri, waiters, count, s)
+        .await?
+        .handoff)
+}
+
+/// A handoff run, with what each participant's client sent and received.
+pub(crate) struct HandoffByClient {
+    pub(crate) handoff: Handoff,
+    /// Per participant, in steady state: its commands, and under
+    /// [`crate::monitor::EVENTS`] the change events it received.
+    pub(crate) clients: Vec<Counts>,
+    /// All participants together.
+    pub(crate) total: Counts,
+}
+
+/// [`handoffs`], each participant's client with a monitor of its own.
+pub(crate) async fn handoffs_by_client(
+    lib: Lib,
+    uri: &str,
+    waiters: usize,
+    count: usize,
+    s: &Settings,
+) -> Result<HandoffByClient> {
+    let monitors: Vec<Monitor> = (0..=waiters).map(|_| Monitor::new(lib.db())).collect();
     let mut peers = Vec::new();
-    for _ in 0..=waiters {
-        peers.push(Arc::new(Peer::connect(lib, uri, &monitor).await?));
+    for monitor in &monitors {
+        peers.push(Arc::new(Peer::connect(lib, uri, monitor).await?));
     }
     // Indexes first (a unique index is what makes `mongodb-lock` exclusive), on this server.
     peers[0].prepare().await?;
@@ -285,7 +311,7 @@ async fn handoffs(
         last: Mutex::new(None),
         stop: AtomicBool::new(false),
         target: count,
-        monitor: monitor.clone(),
+        monitors,
         acquisitions: watch::channel(0).0,
     });
     let (started_tx, started_rx) = watch::channel(false);
@@ -301,7 +327,7 @@ async fn handoffs(
                 let _ = started_tx.send(true);
                 // Let every waiter start waiting (and make its first refused attempt).
                 tokio::time::sleep(startup).await;
-                *lock(&shared.first) = Some(shared.monitor.snapshot());
+                *lock(&shared.first) = Some(shared.snapshot());
                 *lock(&shared.released_at) = Some(Instant::now());
                 peer.release(held).await?;
                 let mut acquisitions = shared.acquisitions.subscribe();
@@ -324,14 +350,26 @@ async fn handoffs(
     let samples = std::mem::take(&mut *lock(&shared.samples));
     let n = samples.len() as u64;
     let (first, last) = (lock(&shared.first).clone(), lock(&shared.last).clone());
-    let counts = match (first, last) {
-        (Some(a), Some(b)) => b.since(&a),
+    let clients: Vec<Counts> = match (first, last) {
+        (Some(a), Some(b)) => b.iter().zip(&a).map(|(b, a)| b.since(a)).collect(),
         _ => return Err("no handoff measured".into()),
     };
-    Ok(Handoff {
-        latency: Percentiles::of(samples).ok_or("no samples")?,
-        commands: PerOp::new(&counts, n),
+    let total = Counts::sum(&clients);
+    Ok(HandoffByClient {
+        handoff: Handoff {
+            latency: Percentiles::of(samples).ok_or("no samples")?,
+            commands: PerOp::new(&total, n),
+        },
+        clients,
+        total,
     })
+}
+
+impl Shared {
+    /// Every participant's commands so far.
+    fn snapshot(&self) -> Vec<Counts> {
+        self.monitors.iter().map(Monitor::snapshot).collect()
+    }
 }
 
 async fn participant(
@@ -354,7 +392,7 @@ async fn participant(
             let mut samples = lock(&shared.samples);
             samples.push(now - released);
             if samples.len() >= shared.target {
-                *lock(&shared.last) = Some(shared.monitor.snapshot());
+                *lock(&shared.last) = Some(shared.snapshot());
                 shared.stop.store(true, Ordering::SeqCst);
             }
         }

@@ -31,6 +31,9 @@ struct Inner {
     deleted: Mutex<HashSet<ObjectId>>,
     /// Bumped on every completed `delete`.
     deletes_done: watch::Sender<u64>,
+    /// Change events received, by the `_id` of the document they are about
+    /// (`documentKey._id`; `?` when the event carries none).
+    events_by_document: Mutex<BTreeMap<String, u64>>,
 }
 
 /// Commands started between two snapshots, by name, and under [`EVENTS`] the change events
@@ -50,6 +53,22 @@ impl Counts {
             .filter(|(name, _)| name.as_str() != EVENTS)
             .map(|(_, n)| n)
             .sum()
+    }
+
+    /// The counts of all of `parts`, added per name.
+    pub(crate) fn sum(parts: &[Counts]) -> Counts {
+        let mut out = BTreeMap::new();
+        for part in parts {
+            for (name, n) in &part.0 {
+                *out.entry(name.clone()).or_default() += n;
+            }
+        }
+        Counts(out)
+    }
+
+    /// The count of `name` (0 if none).
+    pub(crate) fn get(&self, name: &str) -> u64 {
+        self.0.get(name).copied().unwrap_or(0)
     }
 
     /// `b - a`, per command name.
@@ -112,6 +131,7 @@ impl Monitor {
                 deleting: Mutex::new(HashMap::new()),
                 deleted: Mutex::new(HashSet::new()),
                 deletes_done,
+                events_by_document: Mutex::new(BTreeMap::new()),
             }),
         }
     }
@@ -136,14 +156,19 @@ impl Monitor {
             }
             CommandEvent::Succeeded(e) => {
                 let ours = inner.finished(e.request_id, &e.command_name);
-                let events = match e.reply.get_document("cursor") {
-                    Ok(cursor) if ours && e.command_name == "getMore" => cursor
-                        .get_array("nextBatch")
-                        .map_or(0, |batch| batch.len() as u64),
-                    _ => 0,
+                let batch = match e.reply.get_document("cursor") {
+                    Ok(cursor) if ours && e.command_name == "getMore" => {
+                        cursor.get_array("nextBatch").ok()
+                    }
+                    _ => None,
                 };
-                if events > 0 {
-                    *lock(&inner.started).entry(EVENTS.to_owned()).or_default() += events;
+                if let Some(batch) = batch.filter(|b| !b.is_empty()) {
+                    *lock(&inner.started).entry(EVENTS.to_owned()).or_default() +=
+                        batch.len() as u64;
+                    let mut by_document = lock(&inner.events_by_document);
+                    for event in batch {
+                        *by_document.entry(event_document(event)).or_default() += 1;
+                    }
                 }
             }
             CommandEvent::Failed(e) => {
@@ -163,6 +188,11 @@ impl Monitor {
         Counts(lock(&self.inner.started).clone())
     }
 
+    /// The change events received so far, by the `_id` of the document each is about.
+    pub(crate) fn events_by_document(&self) -> BTreeMap<String, u64> {
+        lock(&self.inner.events_by_document).clone()
+    }
+
     /// Waits until the `delete` of the document `id` has completed (once per `id`).
     pub(crate) async fn wait_deleted(&self, id: ObjectId) {
         let mut rx = self.inner.deletes_done.subscribe();
@@ -174,6 +204,20 @@ impl Monitor {
                 return;
             }
         }
+    }
+}
+
+/// The `_id` of the document a change event is about (`documentKey._id`), as text; `?`
+/// when it has none.
+fn event_document(event: &mongodb::bson::Bson) -> String {
+    match event
+        .as_document()
+        .and_then(|e| e.get_document("documentKey").ok())
+        .and_then(|k| k.get("_id"))
+    {
+        Some(mongodb::bson::Bson::String(id)) => id.clone(),
+        Some(other) => other.to_string(),
+        None => "?".into(),
     }
 }
 
@@ -225,6 +269,29 @@ mod tests {
         assert_eq!(d.describe_rate(2.0), "2.0/s findAndModify + 1.0/s getMore");
         assert_eq!(per_op(1, 40), "0.03");
         assert_eq!(per_op(1, 0), "-");
+    }
+
+    #[test]
+    fn counts_of_several_clients_add_up_per_name() {
+        let a = Counts(BTreeMap::from([
+            ("getMore".to_string(), 2),
+            (EVENTS.to_string(), 1),
+        ]));
+        let b = Counts(BTreeMap::from([
+            ("getMore".to_string(), 1),
+            ("update".to_string(), 4),
+        ]));
+        let sum = Counts::sum(&[a, b]);
+        assert_eq!((sum.get("getMore"), sum.get("update")), (3, 4));
+        assert_eq!((sum.get(EVENTS), sum.get("delete")), (1, 0));
+        assert_eq!(sum.total(), 7);
+    }
+
+    #[test]
+    fn the_document_of_a_change_event() {
+        let event = mongodb::bson::Bson::Document(doc! { "documentKey": { "_id": "r" } });
+        assert_eq!(event_document(&event), "r");
+        assert_eq!(event_document(&mongodb::bson::Bson::Document(doc! {})), "?");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::peers::Lib;
 use crate::throughput::{self, Throughput};
 
 /// The measurements, by the names `--measure` takes.
-pub(crate) const SECTIONS: [&str; 7] = [
+pub(crate) const SECTIONS: [&str; 8] = [
     "basics",
     "handoff",
     "throughput",
@@ -18,7 +18,12 @@ pub(crate) const SECTIONS: [&str; 7] = [
     "keepalive",
     "groups",
     "memory",
+    SERVER_MODES,
 ];
+
+/// The measurement of mongolock on each server mode (see [`crate::modes`]), run once after
+/// the libraries.
+pub(crate) const SERVER_MODES: &str = "server-modes";
 
 /// What a measurement left out by `--measure` reports.
 pub(crate) const NOT_RUN: &str = "not measured in this run (--measure)";
