@@ -4,17 +4,24 @@
 //! The model is small and exact about what decides safety:
 //!
 //! - **the server** ([`server`]): one lock document per resource (the exclusive entry
-//!   `{lockId, nonce, token, keeper, expiresAt}`, the fence, the tombstones) and the atomic
-//!   step each command takes on it, by the server's clock, which expires entries;
+//!   `{lockId, nonce, token, keeper, expiresAt, afterUnlocks, adopted}`, the fence, the
+//!   tombstones) and the atomic step each command takes on it, by the server's clock,
+//!   which expires entries;
 //! - **the clients** ([`model`]): guards with local deadlines, the keeper's renewals (by
 //!   lock id, token and keeper, only while live), releases and withdrawals left to the
 //!   background as owed chores, the rule that an attempt of a lock id first settles what
 //!   its client owes for it on that resource, resume by lock id (adopting the entry), and
 //!   the low-level `xlock`/`unlock`;
 //! - **the faults**: requests delayed past their client's timeout and executed late,
-//!   duplicated by a repeat, reordered, replies lost, clients killed and restarted under the
-//!   same lock id (a paused client is one that takes no step while time passes), the
-//!   server's clock stepping forward, an operator's force release.
+//!   duplicated by a repeat, reordered, replies lost, clients killed and restarted (with
+//!   guards under the same lock id, which they resume by; a low-level process under a new
+//!   lock id of its own, as the library's contract asks: a lock id belongs to one holder),
+//!   a paused client being one that takes no step while time passes, the server's clock
+//!   stepping forward, an operator's force release.
+//!
+//! Not modelled, besides what [`server`] leaves out of the document: the minimum hold
+//! (`LockDetails::min_hold`): no entry in the model has one, so a release removes its
+//! entry as the library's does without one.
 //!
 //! Its properties are the promises of `docs/reliability.md` ([`model::PROPERTIES`]). Each
 //! bug found in the library so far can be put back ([`server::Bugs`], [`controls`]), and
@@ -271,6 +278,20 @@ pub mod controls {
                 |b| b.unlock_repeat_settles = true,
                 model::UNLOCK_LEAVES_LATER,
             ),
+            control(
+                "(o) an xlock answered from its lock id's entry leaves it unmarked",
+                low_level,
+                [0, 2, 1, 1, 2, 0, 0, 0],
+                |b| b.held_answer_unmarked = true,
+                model::EXCLUSION,
+            ),
+            control(
+                "(p) a dead incarnation's retiring release removes a resumed re-grant",
+                handles,
+                [0, 2, 1, 1, 2, 1, 0, 1],
+                |b| b.release_ignores_adopted = true,
+                model::EXCLUSION,
+            ),
         ]
     }
 }
@@ -280,34 +301,20 @@ pub mod controls {
 /// here so that a change to the library's commands that fixes it, carried into the model,
 /// shows.
 pub mod findings {
-    use super::model;
-
     /// (scenario, property) pairs the protocol is known to fail at the bounds checked.
     ///
-    /// The first finding pinned here (a late copy of `unlock` removed a grant of its lock id
-    /// made after it was sent) is fixed, in the library and in the model: control (m) puts
-    /// it back, and [`model::UNLOCK_LEAVES_LATER`] holds. What is pinned today:
-    pub const KNOWN: [(&str, &str); 4] = [
-        // An `xlock` answered "already held" after an `unlock` of its lock id whose outcome
-        // is unknown: the entry it reports was granted before the unlock was sent, so it does
-        // not name it, and the attempt's `afterUnlocks` are stored only by a new grant. The
-        // caller is told it holds the lock; the late copy of the unlock removes the entry,
-        // and another client is granted the resource while the caller still believes (small
-        // bounds). At `--deep` with kills, the same pair also covers a restarted process
-        // that takes the lock id again: it knows nothing of its predecessor's unlocks (the
-        // library's docs: another process reusing the lock id is not covered).
-        ("low-level calls beside a guard", model::EXCLUSION),
-        ("low-level calls beside a guard", model::LOSS_BEFORE_GRANT),
-        // `--deep` only (kills and a clock step): a late copy of a guard's uncertain attempt
-        // re-grants it (same nonce, new token) after its grant expired; the client, releasing
-        // the first grant (retiring the nonce), dies; its restart resumes the re-grant
-        // (adopts it: its keeper now). The dead incarnation's retiring release then lands and
-        // removes the re-grant, as a re-grant of its attempt "whatever keeper it names"
-        // (`Retirement::removes` in the library), though the restart holds it; another
-        // client is granted the resource while the restart believes.
-        ("two guards, one resource", model::EXCLUSION),
-        ("two guards, one resource", model::LOSS_BEFORE_GRANT),
-    ];
+    /// None today. The findings pinned here before are fixed, in the library and in the
+    /// model, each with a control that puts it back: a late copy of `unlock` removing a grant
+    /// of its lock id made after it was sent (control (m)); an `xlock` answered "already
+    /// held" after a doubted `unlock`, its entry not naming the unlock (control (o), fixed in
+    /// 9119560: an attempt not granted marks its lock id's entry with the unlocks it
+    /// carries); a dead incarnation's retiring release removing the re-grant its restart
+    /// resumed (control (p), fixed in 9119560: an adopted entry is marked, and a retiring
+    /// release leaves it). A restarted low-level process that takes its lock id again (its
+    /// predecessor's late `unlock`, or withdrawal, then removes its grant) is outside the
+    /// library's contract (a lock id belongs to one holder): the model restarts a low-level
+    /// client under a new lock id of its own.
+    pub const KNOWN: [(&str, &str); 0] = [];
 
     /// Whether `property` failing in `scenario` is a known finding.
     pub fn is_known(scenario: &str, property: &str) -> bool {
@@ -364,14 +371,15 @@ pub mod trace {
     use super::{Action, LockModel, State, model::show_doc};
     use stateright::Path;
 
-    fn show_state(state: &State) -> String {
+    fn show_state(model: &LockModel, state: &State) -> String {
         let mut out = format!("    t={} server={}", state.rt, state.now());
         for (r, doc) in state.server.docs.iter().enumerate() {
             out += &format!("  r{r} {}", show_doc(doc));
         }
         for (i, c) in state.clients.iter().enumerate() {
             out += &format!(
-                "\n      client {i} (lock id L{i}, incarnation {}):",
+                "\n      client {i} (lock id L{}, incarnation {}):",
+                model.lock_id(i as u8, state),
                 c.incarnation
             );
             for l in &c.leases {
@@ -442,7 +450,7 @@ pub mod trace {
         let mut out = String::new();
         for (n, (state, action)) in steps.iter().enumerate() {
             if n == 0 {
-                out += &format!("  start\n{}\n", show_state(state));
+                out += &format!("  start\n{}\n", show_state(model, state));
             }
             if let Some(action) = action {
                 let next = &steps[n + 1].0;
@@ -450,7 +458,7 @@ pub mod trace {
                     "  {}. {}\n{}\n",
                     n + 1,
                     show_action(model, state, action),
-                    show_state(next)
+                    show_state(model, next)
                 );
             }
         }

@@ -1,7 +1,9 @@
 //! The clients, the network and the faults around the [`Server`], as a [`stateright::Model`].
 //!
 //! Each client has one lock id of its own, used by every attempt it makes (a resumable
-//! holder: the case where attempts of one lock id meet), and one keeper id per incarnation.
+//! holder: the case where attempts of one lock id meet), and one keeper id per incarnation;
+//! a low-level client takes a new lock id of its own when it restarts (a lock id belongs to
+//! one holder), a client with guards keeps its lock id and resumes by it.
 //! A client makes one call at a time (its foreground call, a renewal of its keeper or one of
 //! its chores); each call sends one request into the network and waits for the reply. The
 //! network holds every request until it is delivered (executed by the server, its reply
@@ -44,7 +46,8 @@ pub struct Bounds {
     pub timeouts: u8,
     /// Requests in the network at once.
     pub in_flight: u8,
-    /// Client kills (each restarts the client under the same lock id).
+    /// Client kills (each restarts the client: under the same lock id with guards, which
+    /// resume by it; under a new one of its own for the low-level calls).
     pub kills: u8,
     /// Operators' force releases.
     pub force_releases: u8,
@@ -59,7 +62,8 @@ pub struct Config {
     pub name: &'static str,
     /// The number of resources (one document each).
     pub resources: u8,
-    /// The clients, by mode; client `i` uses lock id `i`.
+    /// The clients, by mode; client `i` uses lock id `i` (a low-level client, after `k`
+    /// restarts, `i + k * clients`).
     pub clients: Vec<Mode>,
     /// The TTL of a lease, in ticks.
     pub ttl: Time,
@@ -322,7 +326,8 @@ pub enum Action {
     Jump,
     /// An operator force-releases a resource.
     ForceRelease(Res),
-    /// A client dies and restarts under the same lock id (a new keeper).
+    /// A client dies and restarts (a new keeper): under the same lock id with guards, under
+    /// a new lock id of its own for the low-level calls.
     Kill(u8),
     /// A client starts acquiring a resource (settling what it owes for it first).
     Acquire(u8, Res),
@@ -369,6 +374,19 @@ impl LockModel {
 
     fn keeper(&self, client: u8, state: &State) -> KeeperId {
         client * 8 + state.clients[client as usize].incarnation
+    }
+
+    /// The lock id `client` uses now: its own, for good, with guards (a restart resumes
+    /// by it); a low-level process's own per incarnation (the library's contract: a lock id
+    /// belongs to one holder, so a restarted process takes a new one).
+    pub fn lock_id(&self, client: u8, state: &State) -> LockId {
+        match self.mode(client) {
+            Mode::Handle => client,
+            Mode::LowLevel => {
+                let incarnation = state.clients[client as usize].incarnation;
+                client + incarnation * self.config.clients.len() as u8
+            }
+        }
     }
 
     fn mode(&self, client: u8) -> Mode {
@@ -424,7 +442,7 @@ impl LockModel {
         let handle = self.mode(client) == Mode::Handle;
         Request::Acquire {
             resource,
-            lock_id: client as LockId,
+            lock_id: self.lock_id(client, state),
             nonce,
             keeper: handle.then(|| self.keeper(client, state)),
             ttl: handle.then_some(self.config.ttl),
@@ -443,14 +461,14 @@ impl LockModel {
                 retire,
             } => Request::Release {
                 resource,
-                lock_id: client,
+                lock_id: self.lock_id(client, state),
                 token,
                 keeper,
                 retire: retire.then_some(nonce),
             },
             Chore::Withdraw { resource, nonce } => Request::Withdraw {
                 resource,
-                lock_id: client,
+                lock_id: self.lock_id(client, state),
                 nonce,
                 keeper,
             },
@@ -1042,7 +1060,8 @@ impl Model for LockModel {
                 {
                     let op = *op;
                     (*uncertain, *repeated) = (true, true);
-                    self.send(s, i, Request::Unlock { lock_id: i, op });
+                    let lock_id = self.lock_id(i, s);
+                    self.send(s, i, Request::Unlock { lock_id, op });
                     return Some(state);
                 }
                 let rt = s.rt;
@@ -1149,7 +1168,8 @@ impl Model for LockModel {
                     uncertain: false,
                     repeated: false,
                 });
-                self.send(s, i, Request::Unlock { lock_id: i, op });
+                let lock_id = self.lock_id(i, s);
+                self.send(s, i, Request::Unlock { lock_id, op });
             }
             Action::Deliver(k, reply) => self.deliver(s, k as usize, reply),
             Action::Drop(k) => {
@@ -1261,7 +1281,7 @@ pub fn show_doc(doc: &Doc) -> String {
     let entry = match &doc.entry {
         None => "free".to_owned(),
         Some(e) => format!(
-            "L{} n{} t{} k{} exp {}{}",
+            "L{} n{} t{} k{} exp {}{}{}",
             e.lock_id,
             e.nonce,
             e.token,
@@ -1272,6 +1292,7 @@ pub fn show_doc(doc: &Doc) -> String {
             } else {
                 format!(" after unlocks {:?}", e.after_unlocks)
             },
+            if e.adopted { " adopted" } else { "" },
         ),
     };
     format!("[{entry}; fence {}; tombs {:?}]", doc.fence, doc.tombstones)

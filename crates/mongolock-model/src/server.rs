@@ -2,7 +2,8 @@
 //! the one atomic step each command takes on it.
 //!
 //! A document here is the exclusive entry (`lockId`, `nonce`, `token`, `keeper`,
-//! `expiresAt`, `afterUnlocks`), the fence (the last token granted) and the tombstones (retired nonces).
+//! `expiresAt`, `afterUnlocks`, `adopted`), the fence (the last token granted) and the
+//! tombstones (retired nonces).
 //! Times are whole ticks of the server's clock. Shared entries, the line, the cap, the
 //! lock-delay, `idleSince` and the wake are left out (see the crate docs). Each request is
 //! the command of the same name in `mongolock/src/command/`, decided the way its pipeline
@@ -89,6 +90,9 @@ pub struct Entry {
     /// `afterUnlocks`: the `unlock` calls of the lock id whose copies might still land when
     /// the entry was asked for (or resumed); each of them leaves it.
     pub after_unlocks: Unlocks,
+    /// `adopted`: a client resumed its lease (an adoption); a retiring release of an earlier
+    /// incarnation leaves it, though it may be a re-grant of that release's attempt.
+    pub adopted: bool,
 }
 
 impl Entry {
@@ -122,7 +126,8 @@ impl Doc {
 /// A request, as the library sends it (the commands of `mongolock/src/command/`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Request {
-    /// `acquire` (exclusive): grant if free, repeat a grant to the same attempt.
+    /// `acquire` (exclusive): grant if free, repeat a grant to the same attempt; not
+    /// granted, the lock id's own live entry gains the attempt's `afterUnlocks`.
     Acquire {
         /// The resource.
         resource: Res,
@@ -134,7 +139,8 @@ pub enum Request {
         keeper: Option<KeeperId>,
         /// The TTL (none: the lock never expires).
         ttl: Option<Time>,
-        /// The client's doubted `unlock` calls of the lock id, which a grant names.
+        /// The client's doubted `unlock` calls of the lock id, which a grant names (and
+        /// the lock id's entry the attempt is answered with, when not granted).
         after_unlocks: Unlocks,
     },
     /// `release` of one grant, by lock id, token and (for a lease) keeper; with `retire`,
@@ -183,7 +189,7 @@ pub enum Request {
         ttl: Time,
     },
     /// Resume's adoption: the live entry of lock id and token names `keeper` from now on,
-    /// and the client's doubted `unlock` calls of the lock id too.
+    /// and the client's doubted `unlock` calls of the lock id too; it is marked `adopted`.
     Adopt {
         /// The resource.
         resource: Res,
@@ -295,6 +301,14 @@ pub struct Bugs {
     /// (n) An `unlock` call whose repeat was answered stops being doubted, though its first
     /// copy had an unknown outcome (and may still land).
     pub unlock_repeat_settles: bool,
+    /// (o) An attempt that is not granted leaves its lock id's entry as it is (before
+    /// 9119560: an `xlock` answered "already held" by an entry granted before its client's
+    /// doubted `unlock` was sent, which a late copy of that unlock then removes).
+    pub held_answer_unmarked: bool,
+    /// (p) A retiring release removes a re-grant of its attempt even if a client adopted it
+    /// since (before 9119560: a dead incarnation's retiring release removes the lease its
+    /// restart resumed).
+    pub release_ignores_adopted: bool,
 }
 
 /// Whether `keeper` (a request's) matches `stored` (the entry's), as the library's release
@@ -345,6 +359,16 @@ impl Server {
                     self.remove(resource, bugs);
                 }
                 let doc = &mut self.docs[resource as usize];
+                // Not granted, the lock id's own live entry (which answers the attempt) names
+                // the unlocks the attempt carries too, as a grant would: its holder goes on
+                // believing, so a late copy of those unlocks must leave it (the `marked`
+                // closure of the library's `acquire` pipeline: a set union).
+                if let Some(e) = &mut doc.entry
+                    && e.lock_id == lock_id
+                    && !bugs.held_answer_unmarked
+                {
+                    e.after_unlocks = e.after_unlocks.union(after_unlocks);
+                }
                 match &doc.entry {
                     Some(e) if e.lock_id == lock_id && e.nonce == nonce => Reply::Granted {
                         token: e.token,
@@ -370,6 +394,7 @@ impl Server {
                             keeper,
                             expires_at,
                             after_unlocks,
+                            adopted: false,
                         });
                         Reply::Granted {
                             token,
@@ -395,11 +420,14 @@ impl Server {
                 let live = found && doc.entry.as_ref().is_some_and(|e| e.is_live(now));
                 // A retiring release also removes a re-grant of its attempt (same nonce, another
                 // token: only a late copy makes one, whatever keeper it named), which nobody
-                // holds.
+                // holds, unless a client adopted it since (its adopter holds it).
                 let regrant = !bugs.release_by_token_only
                     && retire.is_some_and(|nonce| {
                         doc.entry.as_ref().is_some_and(|e| {
-                            e.lock_id == lock_id && e.nonce == nonce && e.token != token
+                            e.lock_id == lock_id
+                                && e.nonce == nonce
+                                && e.token != token
+                                && (!e.adopted || bugs.release_ignores_adopted)
                         })
                     });
                 if found || regrant {
@@ -486,6 +514,7 @@ impl Server {
                 Some(e) if e.lock_id == lock_id && e.token == token && e.is_live(now) => {
                     e.keeper = Some(keeper);
                     e.after_unlocks = e.after_unlocks.union(after_unlocks);
+                    e.adopted = true;
                     Reply::Adopted(true)
                 }
                 _ => Reply::Adopted(false),

@@ -162,6 +162,9 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
                     .collect();
                 entry.insert("afterUnlocks", ids);
             }
+            if e.adopted {
+                entry.insert("adopted", true);
+            }
             Bson::Document(entry)
         }
     };
@@ -211,6 +214,7 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
             after_unlocks: (after_unlocks(e).iter()).fold(Unlocks::NONE, |set, id| {
                 set.union(Unlocks::of(ops.model(id)))
             }),
+            adopted: e.get_bool("adopted").unwrap_or(false),
         }),
         _ => None,
     };
@@ -232,7 +236,7 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
 }
 
 /// Server steps with a bug put back, each of which some case must tell from the library.
-const MUTANTS: [(&str, Bugs); 2] = [
+const MUTANTS: [(&str, Bugs); 4] = [
     (
         "a release that ignores the keeper",
         Bugs {
@@ -244,6 +248,20 @@ const MUTANTS: [(&str, Bugs); 2] = [
         "a fence that restarts",
         Bugs {
             counter_reset: true,
+            ..NO_BUGS
+        },
+    ),
+    (
+        "an answer that leaves its lock id's entry unmarked",
+        Bugs {
+            held_answer_unmarked: true,
+            ..NO_BUGS
+        },
+    ),
+    (
+        "a retiring release that removes an adopted re-grant",
+        Bugs {
+            release_ignores_adopted: true,
             ..NO_BUGS
         },
     ),
@@ -264,6 +282,8 @@ const NO_BUGS: Bugs = Bugs {
     release_ok_when_gone: false,
     unlock_spares_nothing: false,
     unlock_repeat_settles: false,
+    held_answer_unmarked: false,
+    release_ignores_adopted: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -273,8 +293,8 @@ const DOUBTED: UnlockOp = 2;
 const FRESH: UnlockOp = 3;
 
 /// A generated document: maybe an entry (of lock id 0 or 1, nonce 0 or 1, a keeper or
-/// none, live, expired or without TTL, naming some of the unlock calls 0..=2), a fence at or
-/// above its token, some tombstones.
+/// none, live, expired or without TTL, naming some of the unlock calls 0..=2, adopted or
+/// not), a fence at or above its token, some tombstones.
 fn document(rng: &mut StdRng) -> Doc {
     let token = rng.random_range(3..6);
     let entry = rng.random_bool(0.75).then(|| Entry {
@@ -286,6 +306,7 @@ fn document(rng: &mut StdRng) -> Doc {
         after_unlocks: (0..=DOUBTED)
             .filter(|_| rng.random_bool(0.3))
             .fold(Unlocks::NONE, |set, op| set.union(Unlocks::of(op))),
+        adopted: rng.random_bool(0.5),
     });
     let tombstones = (0..3).filter(|_| rng.random_bool(0.3)).collect();
     Doc {
@@ -310,6 +331,11 @@ enum Call {
         keeper: Option<u8>,
         token_offset: u8,
     },
+    /// A resumed guard's release, which retires its attempt: of the document's entry's
+    /// nonce, under its token or the next (then the entry is a re-grant of the attempt).
+    RetiringRelease {
+        token_offset: u8,
+    },
     Renew {
         lock_id: u8,
     },
@@ -322,7 +348,7 @@ enum Call {
 fn call(rng: &mut StdRng) -> Call {
     let lock_id = rng.random_range(0..2);
     let nonce = rng.random_range(0..3);
-    match rng.random_range(0..6) {
+    match rng.random_range(0..7) {
         0 => Call::Acquire { lock_id, nonce },
         1 => Call::Withdraw { lock_id, nonce },
         2 => Call::Release {
@@ -331,6 +357,9 @@ fn call(rng: &mut StdRng) -> Call {
         },
         3 => Call::Renew { lock_id },
         4 => Call::Unlock { lock_id },
+        5 => Call::RetiringRelease {
+            token_offset: rng.random_range(0..2),
+        },
         _ => Call::ForceRelease,
     }
 }
@@ -352,6 +381,7 @@ async fn grant(
             keeper,
             expires_at: Some(NOW + 2),
             after_unlocks: Unlocks::NONE,
+            adopted: false,
         }),
         fence: token,
         tombstones: vec![],
@@ -363,6 +393,46 @@ async fn grant(
         Attempt::AlreadyHeld(grant) => grant,
         other => panic!("expected the seeded grant, got {other:?}"),
     }
+}
+
+/// The model's keeper id for the guards' client (whose real keeper id is its own): no
+/// seeded entry names it.
+const GUARDS_KEEPER: u8 = 9;
+
+/// A guard of lock id 0 holding the grant of `token` and attempt `nonce`, got by resuming a
+/// seeded entry (a mutex of that lock id is answered "already held", and adopts the entry):
+/// its release retires its attempt.
+async fn resumed_guard(
+    locks: &LockClient,
+    nonces: &Nonces,
+    ops: &Ops,
+    token: u8,
+    nonce: u8,
+) -> mongolock::LockGuard {
+    let seeded = Doc {
+        entry: Some(Entry {
+            lock_id: 0,
+            nonce,
+            token,
+            keeper: None,
+            expires_at: Some(NOW + 100),
+            after_unlocks: Unlocks::NONE,
+            adopted: false,
+        }),
+        fence: token,
+        tombstones: vec![],
+    };
+    seed(locks, RESOURCE, &seeded, nonces, ops).await;
+    let guard = (locks.mutex(RESOURCE).lock_id(lock_id(0)))
+        .ttl(Duration::from_secs(u64::from(TTL)))
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the seeded entry, resumed");
+    assert_eq!(guard.fencing_token(), base() + i64::from(token));
+    let entry = stored_entry(locks, RESOURCE).await;
+    assert_eq!(entry.get_bool("adopted"), Ok(true), "the adoption marks it");
+    guard
 }
 
 async fn seed(locks: &LockClient, resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops) {
@@ -448,6 +518,19 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             }
             _ => None,
         };
+        // A resumed guard (it seeds a document of its own too), of the entry's attempt.
+        let guard = match call {
+            Call::RetiringRelease { token_offset } => {
+                let (token, nonce) = doc.entry.as_ref().map_or((4, 0), |e| (e.token, e.nonce));
+                let token = token + token_offset;
+                Some((
+                    resumed_guard(&locks, &nonces, &ops, token, nonce).await,
+                    token,
+                    nonce,
+                ))
+            }
+            _ => None,
+        };
         seed(&locks, RESOURCE, &doc, &nonces, &ops).await;
         let mut model = Server {
             docs: vec![doc.clone()],
@@ -525,6 +608,25 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     },
                 )
             }
+            Call::RetiringRelease { .. } => {
+                let (guard, token, nonce) = guard.expect("made above");
+                // `Ok` only for a grant removed while live (else `LeaseLost`).
+                let ok = guard.release().await.is_ok();
+                let request = Request::Release {
+                    resource: 0,
+                    lock_id: 0,
+                    token,
+                    keeper: Some(GUARDS_KEEPER),
+                    retire: Some(nonce),
+                };
+                (
+                    request,
+                    Reply::Released {
+                        removed: ok,
+                        live: false,
+                    },
+                )
+            }
             Call::Renew { lock_id: l } => {
                 let n = locks
                     .renew(&lock_id(l), Duration::from_secs(u64::from(TTL)))
@@ -557,7 +659,21 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             .await
             .unwrap();
         let real_doc = project(after, &nonces, &ops, now);
-        let expected = model.execute(&request, NOW, &Bugs::default());
+        let mut expected = model.execute(&request, NOW, &Bugs::default());
+        // A guard's release tells `Ok` only for a grant removed while live.
+        if let (
+            Call::RetiringRelease { .. },
+            Reply::Released {
+                removed: true,
+                live: false,
+            },
+        ) = (call, &expected)
+        {
+            expected = Reply::Released {
+                removed: false,
+                live: false,
+            };
+        }
         // The reply's class and token (the model's expiry and clock are not compared here;
         // the document's expiry is).
         let class = |reply: &Reply| match reply {
@@ -593,6 +709,46 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             *counts
                 .entry("unlock of an entry naming other unlocks".to_owned())
                 .or_default() += 1;
+        }
+        // The first fix of 9119560: an attempt of lock id 1 (carrying the doubted unlock)
+        // answered from an entry of lock id 1 held from before, which gains the unlock.
+        if let (
+            Request::Acquire { lock_id: 1, .. },
+            Reply::AlreadyHeld { .. } | Reply::Granted { .. } | Reply::Withdrawn,
+            Some(e),
+        ) = (&request, &real, &doc.entry)
+            && e.lock_id == 1
+            && e.is_live(NOW)
+            && !e.after_unlocks.contains(DOUBTED)
+            && real_doc
+                .entry
+                .as_ref()
+                .is_some_and(|e| e.after_unlocks.contains(DOUBTED))
+        {
+            *counts
+                .entry("held entry answering lock id 1 gains the doubted unlock".to_owned())
+                .or_default() += 1;
+        }
+        // The second: a retiring release meets a re-grant of its attempt (same nonce, another
+        // token), adopted (it stays) or not (it goes).
+        if let (
+            Request::Release {
+                token,
+                retire: Some(nonce),
+                ..
+            },
+            Some(e),
+        ) = (&request, &doc.entry)
+            && e.lock_id == 0
+            && e.nonce == *nonce
+            && e.token != *token
+        {
+            let name = if e.adopted {
+                "retiring release meets an adopted re-grant"
+            } else {
+                "retiring release meets a re-grant"
+            };
+            *counts.entry(name.to_owned()).or_default() += 1;
         }
         if let (Request::Acquire { lock_id: 1, .. }, Reply::Granted { .. }) = (&request, &real)
             && real_doc
@@ -636,6 +792,9 @@ async fn the_models_server_step_matches_the_librarys_commands() {
     for needed in [
         "unlock of an entry naming other unlocks",
         "grant naming the doubted unlock",
+        "held entry answering lock id 1 gains the doubted unlock",
+        "retiring release meets an adopted re-grant",
+        "retiring release meets a re-grant",
     ] {
         assert!(
             counts.contains_key(needed),
@@ -685,6 +844,7 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
             keeper: None,
             expires_at: None,
             after_unlocks: Unlocks::NONE,
+            adopted: false,
         }),
         fence: 4,
         tombstones: vec![],

@@ -5,9 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use mongolock_model::{
-    Bounds, Config, LockModel, check, controls, findings, model, scenarios, trace,
-};
+use mongolock_model::{Bounds, Config, LockModel, check, controls, findings, scenarios, trace};
 
 /// The scenarios the small bounds check, each at the bound that keeps a debug build quick.
 fn small() -> Vec<Config> {
@@ -62,12 +60,8 @@ fn check_clean(configs: Vec<Config>) -> BTreeSet<(&'static str, &'static str)> {
 fn the_protocol_holds_at_the_small_bounds_but_for_the_known_findings() {
     let seen = check_clean(small());
     // The findings these bounds reach: each must still be found (the others need deeper
-    // bounds, `--deep`). Today: an `xlock` answered "already held" after an `unlock` whose
-    // outcome is unknown (see `findings::KNOWN`).
-    let reached = [
-        ("low-level calls beside a guard", model::EXCLUSION),
-        ("low-level calls beside a guard", model::LOSS_BEFORE_GRANT),
-    ];
+    // bounds, `--deep`). None today (see `findings::KNOWN`).
+    let reached: [(&str, &str); 0] = [];
     for known in reached {
         assert!(findings::is_known(known.0, known.1));
         assert!(
