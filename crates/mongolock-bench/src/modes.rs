@@ -401,6 +401,20 @@ pub(crate) fn render(s: &Settings, results: &[ModeResults]) -> (String, usize) {
         }
     }
     out.push('\n');
+    for r in results {
+        for (w, h) in &r.handoffs {
+            if let Ok(h) = h {
+                let _ = writeln!(
+                    out,
+                    "- {}, {w} waiters, {} handoffs, all participants: {}",
+                    r.mode.label(),
+                    h.run.handoff.latency.n,
+                    h.run.total.describe(1)
+                );
+            }
+        }
+    }
+    out.push('\n');
     for t in target {
         let _ = writeln!(out, "{t}\n");
     }
