@@ -686,6 +686,44 @@ async fn on_4_4_a_holder_receives_none_of_its_own_renewals() {
     held.release().await.unwrap();
 }
 
+/// On a 4.4 server, a client that got its lock by waiting (a release woke it: the
+/// resource's `wake` named it) receives no event for its own renewals either: its grant
+/// clears the wake that named it.
+#[tokio::test]
+async fn on_4_4_a_holder_woken_into_its_lock_receives_none_of_its_own_renewals() {
+    let setup = Setup::emulating("own_renewals_woken_44", false, ServerVersion::V4_4).await;
+    let (recorder, locks) = setup.recorded("woken").await;
+    let holder = setup
+        .locks
+        .xlock("job", "holder", LockDetails::default())
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let mutex = locks.mutex("job").ttl(Duration::from_millis(600));
+        async move { mutex.acquire_timeout(HANG_GUARD).await }
+    });
+    recorder
+        .wait_until("the waiter's first attempt", |r| {
+            r.count("findAndModify", Some(true)) == 1
+        })
+        .await;
+    setup.locks.release(&holder).await.unwrap();
+    let held = waiter.await.unwrap().unwrap().expect("woken into the lock");
+    recorder.clear();
+    // Several renewals (every 200 ms), each a `replace` in the log.
+    sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        recorder.count("update", Some(true)) >= 3,
+        "the keeper renewed: {:?}",
+        recorder.take_names()
+    );
+    assert!(
+        !delivered(&recorder, "job"),
+        "a renewal of its own was delivered"
+    );
+    held.release().await.unwrap();
+}
+
 /// Three clients wait for one mutex; each release must wake the head's client only.
 async fn wake_only_the_head(setup: &Setup) {
     let clients = streaming_clients(setup, &["w0", "w1", "w2"]).await;

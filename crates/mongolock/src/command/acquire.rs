@@ -356,6 +356,8 @@ pub(crate) fn pipeline(
         },
         no_exclusive: false,
         idle_since: Some(idle_since),
+        // A grant clears a wake that stayed from an earlier change (see `NextDocument`).
+        clears_wake: Some(bson!("$$g")),
     }
     .document();
 

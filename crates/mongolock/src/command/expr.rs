@@ -230,6 +230,11 @@ pub(crate) struct NextDocument {
     /// `idleSince` as the change computes it; `None`: derived from the new entries (see
     /// [`document`](Self::document)).
     pub(crate) idle_since: Option<Bson>,
+    /// When this condition holds (a grant), `wake` is cleared instead of kept when the change
+    /// wakes nobody: the waiter it named was woken by the change that set it, and a stale
+    /// name would let the whole-document events of later changes (every pipeline update on a
+    /// 4.4 server: its holder's renewals) through that waiter's stream. `None`: kept.
+    pub(crate) clears_wake: Option<Bson>,
 }
 
 impl NextDocument {
@@ -246,6 +251,7 @@ impl NextDocument {
             shared_grant: None,
             no_exclusive: false,
             idle_since: None,
+            clears_wake: None,
         }
     }
 
@@ -393,6 +399,15 @@ impl NextDocument {
             }
         };
         fields.insert("idleSince", idle_since);
+        // The wake when this change wakes nobody: kept (a missing field stays missing), or
+        // cleared by a grant.
+        let kept_wake = match &self.clears_wake {
+            Some(grant) => bson!({ "$cond": [grant, null, format!("${WAKE}")] }),
+            None => bson!(format!("${WAKE}")),
+        };
+        if self.frees.is_none() && self.clears_wake.is_some() {
+            fields.insert(WAKE, kept_wake.clone());
+        }
         if let Some(frees) = self.frees {
             let head = format!("$$h.{KEEPER}");
             inner.insert("h", bson!({ "$arrayElemAt": [&nq, 0] }));
@@ -424,7 +439,7 @@ impl NextDocument {
                 bson!({ "$cond": [
                     { "$and": terms },
                     { "$concat": [&head, stamp] },
-                    format!("${WAKE}"),
+                    kept_wake,
                 ]}),
             );
         }
