@@ -52,8 +52,9 @@
 //! left) sets `wake` to the head place's `keeper` and a stamp new to that change (64 random
 //! bits, in hex), so that it changes even when the same waiter is
 //! woken twice. A grant clears a `wake` left from before (the waiter it named was woken by
-the change that set it), so that later whole-document events (every pipeline update on a
-4.4 server, its holder's renewals among them) do not name it. Each lock client's change stream passes only the changes that
+//! the change that set it), so that later whole-document events (every pipeline update on a
+//! 4.4 server, its holder's renewals among them) do not name it. Each lock client's change
+//! stream passes only the changes that
 //! name its own keeper (and deletes), so one release wakes one waiter, and grants, renewals
 //! and joins wake nobody. A waiter whose turn comes otherwise (the head's place lapsed, the
 //! holder's lease ran out) is woken by its timer.
