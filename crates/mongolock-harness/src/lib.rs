@@ -172,12 +172,17 @@ pub async fn run_once(
         })
         .collect();
     let oracle = match tap.finish().await {
-        Ok(events) => oracle::check(
-            &events,
-            &history,
-            &permits,
-            workload.acquire_timeout + workload.ttl,
-        ),
+        Ok(events) => {
+            if std::env::var_os("MONGOLOCK_HARNESS_EXPLAIN").is_some() {
+                explain_server(&events, &outcome);
+            }
+            oracle::check(
+                &events,
+                &history,
+                &permits,
+                workload.acquire_timeout + workload.ttl,
+            )
+        }
         Err(why) => oracle::Outcome::incomplete(why),
     };
     drop(fleet);
@@ -322,6 +327,71 @@ async fn probe_election(
         other => recorder.liveness(format!(
             "{resource}: the observer could not lead once every client stopped: {other:?}"
         )),
+    }
+}
+
+/// With `MONGOLOCK_HARNESS_EXPLAIN` set: every committed write on each resource a client-side
+/// violation names, as the server's change stream saw it (server time in ms, the columns
+/// `explain` prints as "server"), with the entries it left: what removed a holder's entry,
+/// and when, reads from it.
+fn explain_server(events: &[oracle::ServerEvent], outcome: &check::Outcome) {
+    let resources: std::collections::BTreeSet<&str> = (outcome.violations.iter())
+        .filter_map(|v| v.resource.as_deref())
+        .collect();
+    let text = |d: &bson::Document, field: &str| match d.get(field) {
+        Some(bson::Bson::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "-".to_owned(),
+    };
+    let entry = |e: &bson::Document| {
+        format!(
+            "{{lock id {} token {} nonce {} keeper {} adopted {} expires {} delay {}}}",
+            text(e, "lockId"),
+            text(e, "token"),
+            text(e, "nonce"),
+            text(e, "keeper"),
+            text(e, "adopted"),
+            e.get_datetime("expiresAt")
+                .map_or_else(|_| "-".to_owned(), |t| t.timestamp_millis().to_string()),
+            text(e, "delayMs"),
+        )
+    };
+    for resource in resources {
+        eprintln!("server writes on {resource}:");
+        for event in events.iter().filter(|e| e.resource == resource) {
+            let Some(doc) = &event.doc else {
+                eprintln!("  {} deleted", event.at_ms);
+                continue;
+            };
+            let exclusive = match doc.get_document("exclusive") {
+                Ok(e) => entry(e),
+                Err(_) => "-".to_owned(),
+            };
+            let shared: Vec<String> = doc
+                .get_array("shared")
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|e| e.as_document())
+                        .map(entry)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let released = doc.get_array("released").map_or(0, |a| a.len());
+            let line: Vec<String> = doc
+                .get_array("queue")
+                .map(|a| {
+                    (a.iter().filter_map(|p| p.as_document()))
+                        .map(|p| text(p, "lockId"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            eprintln!(
+                "  {} fence {} exclusive {exclusive} shared {shared:?} tombstones {released} line {line:?} wake {}",
+                event.at_ms,
+                text(doc, "fence"),
+                text(doc, "wake"),
+            );
+        }
     }
 }
 
