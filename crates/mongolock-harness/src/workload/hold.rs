@@ -259,8 +259,16 @@ impl Worker {
     /// Takes two resources of `pool` at once (in name order), holds both, lets them go. If
     /// the second is not granted, the first is let go of with no work done.
     pub(super) async fn pair(&mut self, locks: &LockClient, pool: &[(String, Mode)]) -> Held {
-        let mut picked: Vec<(String, Mode)> =
-            pool.choose_multiple(&mut self.rng, 2).cloned().collect();
+        // A lock id belongs to one live holder: while a twin of this slot holds the resumable
+        // lease, the pair does not pick it (see `Worker::run`, which does the same for a
+        // single resource): it would resume the twin's lease and free the resource under it.
+        let twin_running = self.twin_running();
+        let pool: Vec<&(String, Mode)> = (pool.iter())
+            .filter(|(resource, _)| !(twin_running && self.workload.is_resumable(resource)))
+            .collect();
+        let mut picked: Vec<(String, Mode)> = (pool.choose_multiple(&mut self.rng, 2))
+            .map(|&picked| picked.clone())
+            .collect();
         picked.sort_by(|a, b| a.0.cmp(&b.0));
         let mut leases: Vec<Lease> = Vec::new();
         for (resource, mode) in picked {
