@@ -256,8 +256,7 @@ pub(crate) fn pipeline(
         entry.insert(schema::MIN_HOLD_MS, expr::int(hold_ms));
     }
     if !after_unlocks.is_empty() {
-        let ids: Vec<Bson> = after_unlocks.iter().copied().map(Bson::ObjectId).collect();
-        entry.insert(schema::AFTER_UNLOCKS, ids);
+        entry.insert(schema::AFTER_UNLOCKS, expr::unlock_ids(after_unlocks));
     }
     let entry = Bson::Document(entry);
     let kept_cap = stored_cap.clone();
@@ -267,14 +266,10 @@ pub(crate) fn pipeline(
     let (x, s) = if after_unlocks.is_empty() {
         (bson!("$$x"), bson!("$$s"))
     } else {
-        let ids: Vec<Bson> = after_unlocks.iter().copied().map(Bson::ObjectId).collect();
         let marked = |e: &str| {
             bson!({ "$cond": [
                 { "$eq": [format!("{e}.lockId"), lock_id.clone()] },
-                { "$mergeObjects": [e, { schema::AFTER_UNLOCKS: { "$setUnion": [
-                    { "$ifNull": [format!("{e}.{}", schema::AFTER_UNLOCKS), []] },
-                    ids.clone(),
-                ]}}]},
+                { "$mergeObjects": [e, { schema::AFTER_UNLOCKS: expr::also_naming(e, after_unlocks) }] },
                 e,
             ]})
         };

@@ -43,10 +43,13 @@
 //! and no panic). No promise to a holder depends on the check: only the commands of this
 //! crate write lock documents, and they write them whole.
 
+use bson::oid::ObjectId;
 use bson::{Bson, Document, bson, doc};
 
 use crate::error::{Error, ErrorKind};
-use crate::schema::{DELAY_MS, EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK, MIN_HOLD_MS};
+use crate::schema::{
+    AFTER_UNLOCKS, DELAY_MS, EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK, MIN_HOLD_MS,
+};
 
 /// The server's error code when a force release meets a document of another shape:
 /// `ConversionFailure`, raised by [`refusal`]. Nothing else in a lock command converts a
@@ -479,6 +482,22 @@ pub(crate) fn with_entries(exclusive: Bson, shared: Bson) -> Bson {
 /// wakes the one waiter that can take the lock, never a grant, a renewal or a waiter joining
 /// the line (see `crate::changes`).
 pub(crate) const WAKE: &str = "wake";
+
+/// The unlock calls `ids` as an array (see `crate::unlocks`).
+pub(crate) fn unlock_ids(ids: &[ObjectId]) -> Bson {
+    Bson::Array(ids.iter().copied().map(Bson::ObjectId).collect())
+}
+
+/// The unlock calls the entry at `entry` names in `afterUnlocks` (an empty array for none).
+pub(crate) fn unlocks_named(entry: &str) -> Bson {
+    bson!({ "$ifNull": [format!("{entry}.{AFTER_UNLOCKS}"), []] })
+}
+
+/// What the entry at `entry` names in `afterUnlocks` once an attempt or an adoption that
+/// carries the unlocks `ids` meets it: those it named, and `ids` (see `crate::unlocks`).
+pub(crate) fn also_naming(entry: &str, ids: &[ObjectId]) -> Bson {
+    bson!({ "$setUnion": [unlocks_named(entry), unlock_ids(ids)] })
+}
 
 /// The entry at `entry` once its holder lets go of it: nothing, unless its minimum hold
 /// (`minHoldMs`, see `crate::schema`) runs past `$$NOW`: then the same entry in force until

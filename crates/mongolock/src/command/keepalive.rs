@@ -231,13 +231,9 @@ pub(crate) fn adopt_command(
         };
         // The unlocks of the lock id that may still land leave the resumed lease.
         if !after_unlocks.is_empty() {
-            let ids: Vec<Bson> = after_unlocks.iter().copied().map(Bson::ObjectId).collect();
             fields.insert(
                 schema::AFTER_UNLOCKS,
-                bson!({ "$setUnion": [
-                    { "$ifNull": [format!("{entry}.{}", schema::AFTER_UNLOCKS), []] },
-                    ids,
-                ]}),
+                expr::also_naming(entry, after_unlocks),
             );
         }
         bson!({ "$mergeObjects": [entry, fields] })

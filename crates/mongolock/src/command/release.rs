@@ -547,7 +547,7 @@ pub(crate) fn unlock_command(ctx: &Context, lock_id: &str, op: ObjectId) -> Docu
     let unspared = |entry: &str| {
         bson!({ "$and": [
             is_of(entry, lock_id),
-            { "$not": [{ "$in": [op, { "$ifNull": [format!("{entry}.{}", schema::AFTER_UNLOCKS), []] }] }] },
+            { "$not": [{ "$in": [op, expr::unlocks_named(entry)] }] },
         ]})
     };
     // By index, and only a document that holds such an entry: `nModified` counts the locks
