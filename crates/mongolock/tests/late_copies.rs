@@ -45,6 +45,28 @@ async fn after_the_late_copy() {
     tokio::time::sleep(Duration::from_millis(1_600)).await;
 }
 
+/// Holds the next `times` `command`s of the proxied client on their way for `hold_ms`, and
+/// cuts the client's connection 50 ms after each left: the client cannot know whether they
+/// ran. (The driver finds the server again at its next heartbeat, half a second later at
+/// most: then the client may repeat the write.)
+fn deliver_late(proxy: &mongolock_testkit::FaultProxy, command: &str, times: u64, hold_ms: u64) {
+    proxy.fault_requests(
+        mongolock_testkit::faults::proxy::Requests::named(&[command]).times(times),
+        mongolock_testkit::faults::proxy::RequestFault::Late {
+            hold: Duration::from_millis(hold_ms),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+}
+
+/// The locks on `job`, as the client straight to the server sees them.
+async fn held_on_job(direct: &LockClient) -> Vec<mongolock::LockStatus> {
+    direct
+        .status(&Filter::default().resource("job"))
+        .await
+        .unwrap()
+}
+
 /// A guard's attempt timed out and was sent again (granted); the guard is released; then the
 /// first copy runs. It must not grant the lock again: another client can take it.
 #[tokio::test]
@@ -143,13 +165,7 @@ async fn emulator_only_a_late_copy_of_an_attempt_the_client_repeated_itself_gran
     };
     // Warm: the connection pool and the wake-up stream are set up.
     drop(locks.mutex("warm").acquire().await.unwrap());
-    proxy.fault_requests(
-        mongolock_testkit::faults::proxy::Requests::named(&["findAndModify"]).times(1),
-        mongolock_testkit::faults::proxy::RequestFault::Late {
-            hold: Duration::from_millis(1_000),
-            cut_after: Some(Duration::from_millis(50)),
-        },
-    );
+    deliver_late(&proxy, "findAndModify", 1, 1_000);
     let guard = (locks.mutex("job").ttl(secs(6)))
         .acquire_timeout(secs(10))
         .await
@@ -157,27 +173,10 @@ async fn emulator_only_a_late_copy_of_an_attempt_the_client_repeated_itself_gran
         .expect("the repeated copy is granted");
     guard.release().await.expect("released while held");
     after_the_late_copy().await;
-    let held = direct
-        .status(&Filter::default().resource("job"))
-        .await
-        .unwrap();
+    let held = held_on_job(&direct).await;
     assert!(
         held.is_empty(),
         "the late copy granted a lock nobody keeps: {held:?}"
-    );
-}
-
-/// Holds the next `findAndModify` of the proxied client two seconds on its way, and cuts the
-/// client's connection 50 ms after it left: the client cannot know whether it ran. (The
-/// driver finds the server again at its next heartbeat, half a second later at most: then
-/// the client repeats the write.)
-fn deliver_next_write_late(proxy: &mongolock_testkit::FaultProxy) {
-    proxy.fault_requests(
-        mongolock_testkit::faults::proxy::Requests::named(&["findAndModify"]).times(1),
-        mongolock_testkit::faults::proxy::RequestFault::Late {
-            hold: Duration::from_millis(2_000),
-            cut_after: Some(Duration::from_millis(50)),
-        },
     );
 }
 
@@ -199,7 +198,7 @@ async fn emulator_only_a_late_copy_sent_before_a_refusal_grants_nothing_after_re
     };
     drop(locks.mutex("warm").acquire().await.unwrap());
     let holder = direct.mutex("job").ttl(secs(6)).acquire().await.unwrap();
-    deliver_next_write_late(&proxy);
+    deliver_late(&proxy, "findAndModify", 1, 2_000);
     let waiter = tokio::spawn({
         let locks = locks.clone();
         async move {
@@ -218,10 +217,7 @@ async fn emulator_only_a_late_copy_sent_before_a_refusal_grants_nothing_after_re
     waiter.await.unwrap();
     // The first copy lands two seconds after it left.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let held = direct
-        .status(&Filter::default().resource("job"))
-        .await
-        .unwrap();
+    let held = held_on_job(&direct).await;
     assert!(
         held.is_empty(),
         "the late copy granted a lock nobody keeps: {held:?}"
@@ -248,7 +244,7 @@ async fn emulator_only_a_late_copy_of_a_refused_xlock_grants_nothing() {
         .xlock("job", "holder", details.clone())
         .await
         .unwrap();
-    deliver_next_write_late(&proxy);
+    deliver_late(&proxy, "findAndModify", 1, 2_000);
     let error = locks
         .xlock("job", "caller", details)
         .await
@@ -260,25 +256,10 @@ async fn emulator_only_a_late_copy_of_a_refused_xlock_grants_nothing() {
     assert_eq!(direct.unlock("holder").await.unwrap(), 1);
     // The first copy lands two seconds after it left.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let held = direct
-        .status(&Filter::default().resource("job"))
-        .await
-        .unwrap();
+    let held = held_on_job(&direct).await;
     assert!(
         held.iter().all(|lock| lock.lock_id() != "caller"),
         "the late copy holds a lock nobody was told of: {held:?}"
-    );
-}
-
-/// Holds the next `update` of the proxied client (an `unlock`) two seconds on its way, and
-/// cuts the connection 50 ms after it left.
-fn deliver_next_update_late(proxy: &mongolock_testkit::FaultProxy) {
-    proxy.fault_requests(
-        mongolock_testkit::faults::proxy::Requests::named(&["update"]).times(1),
-        mongolock_testkit::faults::proxy::RequestFault::Late {
-            hold: Duration::from_millis(2_000),
-            cut_after: Some(Duration::from_millis(50)),
-        },
     );
 }
 
@@ -298,7 +279,7 @@ async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
     };
     let details = LockDetails::default();
     let first = locks.xlock("job", "batch", details.clone()).await.unwrap();
-    deliver_next_update_late(&proxy);
+    deliver_late(&proxy, "update", 1, 2_000);
     assert_eq!(
         locks.unlock("batch").await.unwrap(),
         1,
@@ -308,10 +289,7 @@ async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
     assert!(second.fencing_token() > first.fencing_token());
     // The first copy of the unlock lands two seconds after it left.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let held = direct
-        .status(&Filter::default().resource("job"))
-        .await
-        .unwrap();
+    let held = held_on_job(&direct).await;
     assert!(
         held.iter()
             .any(|lock| lock.fencing_token() == second.fencing_token()),
@@ -319,13 +297,7 @@ async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
     );
     // A later unlock, all of whose copies are answered, removes it.
     assert_eq!(locks.unlock("batch").await.unwrap(), 1);
-    assert!(
-        direct
-            .status(&Filter::default().resource("job"))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(held_on_job(&direct).await.is_empty());
 }
 
 /// `unlock` whose every copy is held on its way (its outcome unknown), then `xlock` of the
@@ -344,13 +316,7 @@ async fn emulator_only_a_late_unlock_leaves_a_grant_answered_again_after_it() {
     };
     let details = LockDetails::default();
     let first = locks.xlock("job", "batch", details.clone()).await.unwrap();
-    proxy.fault_requests(
-        mongolock_testkit::faults::proxy::Requests::named(&["update"]).times(2),
-        mongolock_testkit::faults::proxy::RequestFault::Late {
-            hold: Duration::from_millis(2_000),
-            cut_after: Some(Duration::from_millis(50)),
-        },
-    );
+    deliver_late(&proxy, "update", 2, 2_000);
     let error = locks.unlock("batch").await.expect_err("both copies cut");
     assert!(error.is_outcome_unknown(), "{error:?}");
     let again = locks.xlock("job", "batch", details).await.unwrap();
@@ -361,10 +327,7 @@ async fn emulator_only_a_late_unlock_leaves_a_grant_answered_again_after_it() {
     );
     // Both copies of the unlock land two seconds after they left.
     tokio::time::sleep(Duration::from_millis(3_000)).await;
-    let held = direct
-        .status(&Filter::default().resource("job"))
-        .await
-        .unwrap();
+    let held = held_on_job(&direct).await;
     assert!(
         held.iter()
             .any(|lock| lock.fencing_token() == first.fencing_token()),
