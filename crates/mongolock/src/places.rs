@@ -1,9 +1,10 @@
 //! Keeping waiters' places in line: one command per client, whatever the number of waiters.
 //!
 //! A waiting acquire joins its resource's line with its first refused attempt (see
-//! `command/acquire.rs`), and its place lasts [`place_life`](crate::wait::place_life) from then. Rather
-//! than each waiter attempting again to keep its place, the client's [`Places`] refreshes
-//! every place its waiters hold, in one `update` a sixth of a life apart (a third of the TTL)
+//! `command/acquire.rs`), and its place lasts [`place_life`](crate::wait::place_life) from
+//! then. Rather than each waiter attempting again to keep its place, the client's [`Places`]
+//! refreshes its waiters' places, each a sixth of a life (a third of the TTL) after it was
+//! last made to last, and with it every other place due within half that, in one `update`
 //! ([`refresh_places`](crate::command::refresh_places)):
 //!
 //! ```text
@@ -22,9 +23,11 @@
 //! refreshed then, and its place lapses a life later, as if its process had died. A refresh
 //! only ever extends a live place: a place that lapsed (its waiter's client was cut off
 //! longer than a life) stays lapsed, and the waiter's next attempt joins the line again at
-//! its end. A failed refresh is logged and tried again at
-//! the next period, so a place outlives an outage of up to five periods; the waiter's own
-//! attempts leave its place as it is.
+//! its end. A failed refresh is logged and tried again a period later, so a place outlives
+//! an outage of up to four periods; the waiter's own attempts leave its place as it is.
+//!
+//! A waiter that gets the lock within a period of joining the line costs no refresh: in a
+//! line that turns over in less than a third of the TTL, keeping places costs nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -49,17 +52,73 @@ impl Place {
 pub(crate) struct Places {
     ctx: Arc<Context>,
     state: Mutex<Registry>,
-    /// Wakes the task when a place is added (its period may be shorter).
+    /// Wakes the task when a place is added (it may be due sooner) or a waiter is back.
     added: Notify,
+}
+
+/// One place held, and when it is next refreshed.
+#[derive(Debug)]
+struct Kept {
+    place: Place,
+    /// After this instant the place is no longer refreshed ([`Held::keep_until`]).
+    until: Instant,
+    /// When the place is refreshed next: a period after it was last made to last a life (its
+    /// waiter's joining attempt was sent, or a refresh of it was), or a period after a refresh
+    /// that failed.
+    due: Instant,
 }
 
 #[derive(Debug, Default)]
 struct Registry {
-    /// Each place, with the instant after which it is no longer refreshed.
-    places: HashMap<u64, (Place, Instant)>,
+    places: HashMap<u64, Kept>,
     next_key: u64,
     /// The refreshing task runs.
     running: bool,
+}
+
+/// What the task does next (see [`Registry::plan`]).
+#[derive(Debug, PartialEq)]
+enum Plan {
+    /// No place is held: the task ends.
+    Stop,
+    /// Refresh these places now (by key), in one command.
+    Refresh(Vec<(u64, Place)>),
+    /// Nothing is due: sleep until then (or until a place is added), or, when no waiter is
+    /// back, until one is.
+    Sleep(Option<Instant>),
+}
+
+impl Registry {
+    /// What is due at `now`. When a place's refresh comes due, the places of waiters that
+    /// are back and due within half their period are refreshed with it, in the same command.
+    fn plan(&self, now: Instant) -> Plan {
+        if self.places.is_empty() {
+            return Plan::Stop;
+        }
+        let live = || self.places.iter().filter(|(_, kept)| kept.until >= now);
+        let Some(next) = live().map(|(_, kept)| kept.due).min() else {
+            return Plan::Sleep(None);
+        };
+        if next > now {
+            return Plan::Sleep(Some(next));
+        }
+        let mut due: Vec<(u64, Place)> = live()
+            .filter(|(_, kept)| kept.due <= now + kept.place.period() / 2)
+            .map(|(key, kept)| (*key, kept.place.clone()))
+            .collect();
+        due.sort_by_key(|(key, _)| *key);
+        Plan::Refresh(due)
+    }
+
+    /// The places `keys` were sent a refresh at `sent` (refreshed, if it succeeded): each is
+    /// next due a period later.
+    fn refreshed(&mut self, keys: &[u64], sent: Instant) {
+        for key in keys {
+            if let Some(kept) = self.places.get_mut(key) {
+                kept.due = sent + kept.place.period();
+            }
+        }
+    }
 }
 
 /// A waiter's hold on its place: the place is refreshed while this lives.
@@ -73,15 +132,19 @@ impl Held {
     /// Refreshes the place until `until` at most (see the module docs); a later call moves
     /// it.
     pub(crate) fn keep_until(&self, until: Instant) {
-        if let Some((_, kept)) = self.places.registry().places.get_mut(&self.key) {
-            *kept = until;
+        if let Some(kept) = self.places.registry().places.get_mut(&self.key) {
+            kept.until = until;
         }
+        // The task may be sleeping until a waiter is back.
+        self.places.added.notify_one();
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.places.registry().places.remove(&self.key);
+        // The task may be waiting for a waiter that is not back: with none left, it ends.
+        self.places.added.notify_one();
     }
 }
 
@@ -99,13 +162,15 @@ impl Places {
     }
 
     /// Keeps `place` refreshed until the returned [`Held`] is dropped, or `until` passes
-    /// (see [`Held::keep_until`]), starting the task if needed. Call it inside a tokio
-    /// runtime.
-    pub(crate) fn hold(self: &Arc<Self>, place: Place, until: Instant) -> Held {
+    /// (see [`Held::keep_until`]), starting the task if needed. `joined` is when the attempt
+    /// that joined the line was sent: the place lasts a life from a moment after that, and
+    /// is first refreshed a period after it. Call it inside a tokio runtime.
+    pub(crate) fn hold(self: &Arc<Self>, place: Place, joined: Instant, until: Instant) -> Held {
         let mut registry = self.registry();
         let key = registry.next_key;
         registry.next_key += 1;
-        registry.places.insert(key, (place, until));
+        let due = joined + place.period();
+        registry.places.insert(key, Kept { place, until, due });
         if !registry.running {
             registry.running = true;
             tokio::spawn(refresh_all(Arc::downgrade(self)));
@@ -124,68 +189,60 @@ impl Places {
         self.registry().places.len()
     }
 
-    /// The places held, or None (and the task marked stopped) when there are none. A place
-    /// whose waiter is overdue ([`Held::keep_until`]) is held but not listed.
-    fn snapshot(&self) -> Option<Vec<Place>> {
+    /// What the task does next; marks it stopped when no place is held.
+    fn plan(&self) -> Plan {
         let mut registry = self.registry();
-        if registry.places.is_empty() {
+        let plan = registry.plan(Instant::now());
+        if plan == Plan::Stop {
             registry.running = false;
-            return None;
         }
-        let now = Instant::now();
-        Some(
-            registry
-                .places
-                .values()
-                .filter(|(_, until)| *until >= now)
-                .map(|(place, _)| place.clone())
-                .collect(),
-        )
+        plan
     }
 }
 
-/// The refreshing task: every shortest period, one command refreshes every place held; it
-/// ends when no place is held, or the client is gone.
+/// The refreshing task: when a place's refresh is due, one command refreshes it and every
+/// place due soon after; it ends when no place is held, or the client is gone.
 async fn refresh_all(places: Weak<Places>) {
-    // The first refresh of a place comes a period after it joined.
-    let mut due: Option<Instant> = None;
     loop {
         let Some(keeper) = places.upgrade() else {
             return;
         };
-        let Some(held) = keeper.snapshot() else {
-            return;
-        };
-        let period = held
-            .iter()
-            .map(Place::period)
-            .min()
-            .unwrap_or(Duration::from_secs(1));
-        let now = Instant::now();
-        let next = *due.get_or_insert(now + period);
-        if now >= next {
-            // Places of overdue waiters only: nothing to send this period.
-            if !held.is_empty() {
+        let wake_at = match keeper.plan() {
+            Plan::Stop => return,
+            Plan::Refresh(due) => {
+                let (keys, held): (Vec<u64>, Vec<Place>) = due.into_iter().unzip();
+                let period = held
+                    .iter()
+                    .map(Place::period)
+                    .min()
+                    .unwrap_or(Duration::from_secs(1));
+                let sent = Instant::now();
                 // A refresh may take a period: a later one would come too late to matter.
-                match refresh_places::refresh(&keeper.ctx, &held, period).await {
+                let next_from = match refresh_places::refresh(&keeper.ctx, &held, period).await {
                     Ok(refreshed) => {
-                        tracing::debug!(places = held.len(), refreshed, "places in line refreshed")
+                        tracing::debug!(places = held.len(), refreshed, "places in line refreshed");
+                        sent
                     }
-                    Err(error) => tracing::warn!(
-                        %error, places = held.len(),
-                        "could not refresh the places in line; trying again next period"
-                    ),
-                }
+                    Err(error) => {
+                        tracing::warn!(
+                            %error, places = held.len(),
+                            "could not refresh the places in line; trying again next period"
+                        );
+                        Instant::now()
+                    }
+                };
+                keeper.registry().refreshed(&keys, next_from);
+                continue;
             }
-            due = Some(Instant::now() + period);
-            continue;
-        }
-        // Until the next refresh, or a new place (whose period may be shorter).
-        tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
-            _ = keeper.added.notified() => {
-                due = Some(next.min(Instant::now() + period));
-            }
+            Plan::Sleep(wake_at) => wake_at,
+        };
+        // Until the next refresh is due, a place is added or a waiter is back.
+        match wake_at {
+            Some(wake_at) => tokio::select! {
+                _ = tokio::time::sleep_until(wake_at) => {}
+                _ = keeper.added.notified() => {}
+            },
+            None => keeper.added.notified().await,
         }
     }
 }
@@ -202,19 +259,31 @@ mod tests {
         }
     }
 
+    fn keys(plan: Plan) -> Vec<u64> {
+        match plan {
+            Plan::Refresh(due) => due.into_iter().map(|(key, _)| key).collect(),
+            other => panic!("nothing to refresh: {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_place_is_kept_while_it_is_held_and_no_longer() {
         let places = Arc::new(Places::new(Arc::new(crate::command::test_context())));
-        let later = Instant::now() + Duration::from_secs(60);
-        let a = places.hold(place("a"), later);
-        let b = places.hold(place("b"), later);
+        let now = Instant::now();
+        let later = now + Duration::from_secs(60);
+        let a = places.hold(place("a"), now, later);
+        let b = places.hold(place("b"), now, later);
         assert_eq!(places.len(), 2);
         drop(a);
         assert_eq!(places.len(), 1);
-        assert_eq!(places.snapshot(), Some(vec![place("b")]));
+        let due = now + Duration::from_secs(5);
+        assert_eq!(
+            places.registry().plan(due),
+            Plan::Refresh(vec![(1, place("b"))])
+        );
         drop(b);
         assert_eq!(places.len(), 0);
-        assert_eq!(places.snapshot(), None, "nothing left to refresh");
+        assert_eq!(places.registry().plan(due), Plan::Stop, "nothing left to refresh");
     }
 
     /// A waiter that is not back when it said (its future is not polled any more) is no
@@ -222,12 +291,51 @@ mod tests {
     #[tokio::test]
     async fn an_overdue_waiters_place_is_not_refreshed() {
         let places = Arc::new(Places::new(Arc::new(crate::command::test_context())));
-        let held = places.hold(place("a"), Instant::now() - Duration::from_millis(1));
-        assert_eq!(places.snapshot(), Some(vec![]), "held, not refreshed");
+        let joined = Instant::now() - Duration::from_secs(10);
+        let held = places.hold(place("a"), joined, Instant::now() - Duration::from_millis(1));
+        assert_eq!(
+            places.registry().plan(Instant::now()),
+            Plan::Sleep(None),
+            "held, not refreshed"
+        );
         held.keep_until(Instant::now() + Duration::from_secs(60));
-        assert_eq!(places.snapshot(), Some(vec![place("a")]));
+        assert_eq!(
+            places.registry().plan(Instant::now()),
+            Plan::Refresh(vec![(0, place("a"))])
+        );
         drop(held);
-        assert_eq!(places.snapshot(), None);
+        assert_eq!(places.registry().plan(Instant::now()), Plan::Stop);
+    }
+
+    /// Each place is refreshed a period after it was last made to last: a waiter that gets
+    /// the lock within a period of joining the line costs no refresh, although its client's
+    /// other places (or its own earlier ones) came due meanwhile. This is what a waiter in a
+    /// line of 16 that turns over in less than a period sees: before, the client refreshed on
+    /// one clock for all its places, so a place that joined just before that clock's tick was
+    /// refreshed at once.
+    #[tokio::test]
+    async fn a_place_is_refreshed_a_period_after_it_joined_and_not_before() {
+        let places = Arc::new(Places::new(Arc::new(crate::command::test_context())));
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(600);
+        let period = place("a").period();
+        // The first place waits most of a period, then gets the lock; the waiter joins again.
+        let first = places.hold(place("a"), t0, later);
+        assert_eq!(places.registry().plan(t0), Plan::Sleep(Some(t0 + period)));
+        drop(first);
+        let rejoined = t0 + period - Duration::from_millis(500);
+        let _second = places.hold(place("a"), rejoined, later);
+        assert_eq!(
+            places.registry().plan(t0 + period),
+            Plan::Sleep(Some(rejoined + period)),
+            "a place that joined half a second ago is not refreshed"
+        );
+        // Another place comes due: this one, due within half a period, goes with it.
+        let _other = places.hold(place("b"), t0 + Duration::from_secs(3), later);
+        let at = t0 + Duration::from_secs(3) + period;
+        assert_eq!(keys(places.registry().plan(at)), vec![1, 2]);
+        places.registry().refreshed(&[1, 2], at);
+        assert_eq!(places.registry().plan(at), Plan::Sleep(Some(at + period)));
     }
 
     #[test]

@@ -394,8 +394,12 @@ async fn acquire_in_span(
     let mut backoff = FIRST_BACKOFF;
     // A single attempt is sent once more, at once, after a failure that repeating can fix.
     let mut repeated_once = false;
+    // When this call's first attempt was sent: a place in line it holds was made to last from
+    // then at the earliest (a later attempt leaves the place as it is).
+    let mut first_sent: Option<Instant> = None;
     loop {
         let (sent_at, outcome) = send(client, &mut pending).await;
+        let in_line_from = *first_sent.get_or_insert(sent_at.at);
         let contention = match outcome {
             Ok(Attempt::Granted(grant)) => {
                 let lease = Lease::new(
@@ -459,6 +463,7 @@ async fn acquire_in_span(
                             lock_id: pending.request.lock_id.clone(),
                             life,
                         },
+                        in_line_from,
                         Instant::now() + life,
                     ));
                 }
