@@ -68,6 +68,28 @@ pub fn is_let_go_of(command: &Document, resource: &str) -> bool {
     (is_release(command) || is_withdrawal(command)) && self::resource(command) == Some(resource)
 }
 
+/// An `unlock` of a lock id: an `update` whose statement spares the entries that name the
+/// unlock call (its query mentions `exclusive.afterUnlocks`, which nothing else the library
+/// sends queries).
+pub fn is_unlock(command: &Document) -> bool {
+    command.get_str("update").is_ok()
+        && command.get_array("updates").is_ok_and(|updates| {
+            updates.iter().any(|statement| {
+                let query = statement.as_document().and_then(|s| s.get("q"));
+                query.is_some_and(|q| mentions(q, "exclusive.afterUnlocks"))
+            })
+        })
+}
+
+/// True if `value` has a key `key` at any depth.
+fn mentions(value: &Bson, key: &str) -> bool {
+    match value {
+        Bson::Document(doc) => doc.iter().any(|(k, v)| k == key || mentions(v, key)),
+        Bson::Array(items) => items.iter().any(|v| mentions(v, key)),
+        _ => false,
+    }
+}
+
 /// Any lock write: an attempt, a withdrawal, a release, a renewal, an adoption, an unlock (a
 /// `findAndModify`, `update` or `delete`).
 pub fn is_lock_write(command: &Document) -> bool {
@@ -105,6 +127,11 @@ mod tests {
         assert!(is_release(&release) && !is_attempt(&release) && !is_withdrawal(&release));
         assert!(!is_attempt(&renewal) && !is_release(&renewal) && is_lock_write(&renewal));
         assert!(!is_attempt(&read) && !is_lock_write(&read));
+        let unlock = doc! { "update": COLLECTION, "updates": [{ "q": { "$and": [
+            { "mongolock": 1 },
+            { "$or": [{ "exclusive.lockId": "a", "exclusive.afterUnlocks": { "$ne": 1 } }] },
+        ]}, "u": [], "multi": true }] };
+        assert!(is_unlock(&unlock) && is_lock_write(&unlock) && !is_unlock(&renewal));
         assert_eq!(resource(&release), Some("r0"));
         assert!(is_let_go_of(&release, "r0") && is_let_go_of(&withdrawal, "r0"));
         assert!(!is_let_go_of(&release, "r1") && !is_let_go_of(&attempt, "r0"));

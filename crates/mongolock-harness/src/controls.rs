@@ -24,11 +24,12 @@
 //! | release after resume | a holder under a fixed lock id fails to release (the release stays queued); the same process asks again with that lock id and is handed the lease back; the queued release of the old grant (same resource, lock id, token) lands on the resumed entry (`release` of the old grant), and another client is granted while the resumed holder believes | (1) exclusion |
 //! | withdrawal after re-adoption | a multi-lock's first attempt at a member is applied with its outcome unknown (a withdrawal owed); the next round, under the set's lock id, takes the member back; the owed withdrawal lands late and removes the member's entry (written directly), and another client takes it while the set says held | (1) exclusion |
 //! | late copy | a holder's attempt had a copy delayed in the network; the holder works and releases; the late copy is granted a new entry (written directly: the attempt's lock id and nonce, the next token) that nobody holds, and the next holder waits out its TTL | (S10) no attempt granted again after its let-go |
+//! | late unlock | a holder on the low-level API unlocks its lock id (a copy of the unlock delayed in the network) and is granted the resource again under it; the late copy lands and removes the new grant's entry (written directly, as an unlock that spares nothing granted after it), and another client is granted while the holder believes | (1) exclusion |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
 //! oracle too, since (S7) reads the server's log. So do the three controls of writes that
-//! land late (a queued release, an owed withdrawal, a late copy of an attempt: the
+//! land late (a queued release, an owed withdrawal, a late copy of an attempt or of an unlock: the
 //! `late_writes` submodule), which put back what the harness's late-delivery and cut-request
 //! faults look for.
 
@@ -117,7 +118,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the twenty controls, each on a fresh emulator.
+/// Runs the twenty-one controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -143,6 +144,7 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::release_after_resume().await?,
         late_writes::withdrawal_after_readoption().await?,
         late_writes::late_copy().await?,
+        late_writes::late_unlock().await?,
     ])
 }
 

@@ -87,11 +87,12 @@ pub const MIX: [(FaultKind, u32); 22] = [
 ];
 
 /// The harness's own faults, with their weights in the mix (beside [`MIX`]).
-pub const EXTRA_MIX: [(ExtraFault, u32); 4] = [
+pub const EXTRA_MIX: [(ExtraFault, u32); 5] = [
     (ExtraFault::LateRequest, 3),
     (ExtraFault::DropAfterGrant, 3),
     (ExtraFault::ReleaseFailsThenResume, 3),
     (ExtraFault::MultiUnknown, 3),
+    (ExtraFault::LateUnlock, 3),
 ];
 
 /// One pick from the mix.
@@ -617,6 +618,18 @@ impl Injector {
                 let ctl = &fleet.slots[i].ctl;
                 ctl.multi_unknown(contender);
                 ctl.go_for_next(Target::Multi(self.workload.pool(Mode::Multi)));
+            }
+            ExtraFault::LateUnlock => {
+                // The client goes for a group next and arms the fault as its first round is
+                // given up (see the workload's `group` submodule); once the next round holds
+                // the group, it sends the contender for the first member.
+                let Some(&i) = live.choose(&mut self.rng) else {
+                    return false;
+                };
+                let contender = self.contender(fleet, i);
+                let ctl = &fleet.slots[i].ctl;
+                ctl.late_unlock(contender);
+                ctl.go_for_next(Target::Group(self.workload.pool(Mode::Group)));
             }
         }
         true

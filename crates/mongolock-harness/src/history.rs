@@ -47,15 +47,24 @@ pub enum ExtraFault {
     /// retried while the next round asks for that member again under the set's lock id; the
     /// set, once held, holds on for a TTL, and another client is sent for its first member.
     MultiUnknown,
+    /// A client goes for a group that keeps one lock id across its rounds (the low-level API:
+    /// `xlock`, `renew`, `unlock`): its first round is given up after its first member, and
+    /// that round's `unlock` is delivered late (held by its proxy for 0.8–2 s, the connection
+    /// cut 20–300 ms after it left, so the library sends it again and the caller goes on).
+    /// The next round takes the members again under the same lock id and holds on until the
+    /// late copy has landed and a TTL more, while another client is sent for its first
+    /// member. A late unlock must leave what the lock id was granted after it.
+    LateUnlock,
 }
 
 impl ExtraFault {
     /// Every kind, in report order.
-    pub const ALL: [ExtraFault; 4] = [
+    pub const ALL: [ExtraFault; 5] = [
         ExtraFault::LateRequest,
         ExtraFault::DropAfterGrant,
         ExtraFault::ReleaseFailsThenResume,
         ExtraFault::MultiUnknown,
+        ExtraFault::LateUnlock,
     ];
 
     /// The name in the report.
@@ -65,16 +74,19 @@ impl ExtraFault {
             ExtraFault::DropAfterGrant => "guard dropped right after its grant",
             ExtraFault::ReleaseFailsThenResume => "release refused, same lock id asks again",
             ExtraFault::MultiUnknown => "multi attempts unknown, withdrawals refused",
+            ExtraFault::LateUnlock => "unlock delivered late, same lock id asks again",
         }
     }
 
     /// The kind the history records it as: a late request (and a drop whose attempt may
-    /// be late) as a blocked connection, whose command also runs on the server whenever the
-    /// block ends; a refused release as an error reply (the command never ran); attempts
+    /// be late) and a late unlock as a blocked connection, whose command also runs on the
+    /// server whenever the block ends; a refused release as an error reply (the command never ran); attempts
     /// answered with an error after they ran as a write concern error.
     pub fn recorded_as(self) -> FaultKind {
         match self {
-            ExtraFault::LateRequest | ExtraFault::DropAfterGrant => FaultKind::BlockConnection,
+            ExtraFault::LateRequest | ExtraFault::DropAfterGrant | ExtraFault::LateUnlock => {
+                FaultKind::BlockConnection
+            }
             ExtraFault::ReleaseFailsThenResume => FaultKind::StepDownError,
             ExtraFault::MultiUnknown => FaultKind::WriteConcernError,
         }

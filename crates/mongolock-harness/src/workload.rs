@@ -414,6 +414,9 @@ pub struct ClientCtl {
     /// Arm [`ExtraFault::MultiUnknown`] as the next multi-lock acquire begins, and then send
     /// this contender (if any) for the member whose attempt was lost.
     pub multi_unknown: std::sync::Mutex<Option<Option<Arc<ClientCtl>>>>,
+    /// Carry out [`ExtraFault::LateUnlock`] in the next group taken, and then send this
+    /// contender (if any) for its first member.
+    pub late_unlock: std::sync::Mutex<Option<Option<Arc<ClientCtl>>>>,
 }
 
 /// How to drop an acquire future mid-flight.
@@ -474,6 +477,12 @@ impl ClientCtl {
     /// the set.
     pub fn multi_unknown(&self, contender: Option<Arc<ClientCtl>>) {
         *lock(&self.multi_unknown) = Some(contender);
+    }
+
+    /// Asks the worker to carry out [`ExtraFault::LateUnlock`] in the next group it takes,
+    /// and to send `contender` for the group's first member once it holds the group again.
+    pub fn late_unlock(&self, contender: Option<Arc<ClientCtl>>) {
+        *lock(&self.late_unlock) = Some(contender);
     }
 
     /// Asks the worker to hold what its next acquire grants at least `at_least`, unless it
@@ -730,6 +739,10 @@ impl Fleet {
             }
             if lock(&slot.ctl.multi_unknown).take().is_some() {
                 let kind = ExtraFault::MultiUnknown;
+                self.recorder.extra(kind, slot.index, "not carried out");
+            }
+            if lock(&slot.ctl.late_unlock).take().is_some() {
+                let kind = ExtraFault::LateUnlock;
                 self.recorder.extra(kind, slot.index, "not carried out");
             }
             slot.ctl.calmed.store(true, Ordering::SeqCst);

@@ -129,5 +129,17 @@ async fn each_matcher_cuts_the_library_command_it_names_and_no_other() {
     assert!(writes.applied() >= 1);
     proxy.heal();
     assert_eq!(locks.renew("u-1", TTL).await.expect("renewed"), 1);
+
+    // Unlocks: neither a renewal nor an attempt is one.
+    let unlocks = proxy.fault_requests(Requests::matching(commands::is_unlock), RequestFault::Cut);
+    assert_eq!(locks.renew("u-1", TTL).await.expect("not an unlock"), 1);
+    let _other = locks
+        .xlock("v", "u-1", LockDetails::default().ttl(TTL))
+        .await
+        .expect("not an unlock");
+    assert!(locks.unlock("u-1").await.is_err(), "the unlock is cut");
+    assert!(unlocks.applied() >= 1);
+    assert!(held(&direct, "u").await, "the cut unlock never ran");
+    proxy.heal();
     locks.shutdown().await;
 }

@@ -19,11 +19,15 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
         violations.len(),
         violations
     );
-    assert_eq!(report.controls.len(), 20, "twenty negative controls ran");
+    assert_eq!(
+        report.controls.len(),
+        21,
+        "twenty-one negative controls ran"
+    );
     assert_eq!(
         report.controls_caught(),
-        20,
-        "controls caught: {}/20",
+        21,
+        "controls caught: {}/21",
         report.controls_caught()
     );
     assert!(report.passed());

@@ -80,6 +80,78 @@ pub(super) async fn release_after_resume() -> Result<ControlResult, Box<dyn std:
         .await
 }
 
+/// A late copy of an unlock lands after its lock id was granted again: a holder on the
+/// low-level API takes the resource under a lock id and unlocks it (a copy of the unlock is
+/// delayed in the network, as after a cut connection the library repeats it); it takes the
+/// resource again under the same lock id, and works. Then the late copy lands and, as an
+/// unlock that spares nothing granted after it would, removes the new grant's entry (written
+/// directly: the entry of that lock id). C is granted at once while the holder believes; it
+/// learns at its next renewal.
+pub(super) async fn late_unlock() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let stage = Watched::start().await?;
+    let (recorder, locks) = (&stage.recorder, &stage.locks);
+    let c_locks = locks_of(&stage);
+    let lock_id = "batch";
+    let details = LockDetails::default().ttl(TTL).owner(lock_id);
+    let sent = Instant::now();
+    let a = locks.xlock(RESOURCE, lock_id, details.clone()).await?;
+    let mut a_log = low_level_log(recorder, 0, &a, sent);
+    write(recorder, &mut a_log, a.fencing_token());
+    a_log.lets_go(LetGo::Unlocked);
+    if locks.unlock(lock_id).await? != 1 {
+        return Err("the unlock released nothing".into());
+    }
+    a_log.release = Some(ReleaseResult::Ok);
+    recorder.holder(a_log);
+
+    // Granted again under the same lock id: a new lease.
+    let sent = Instant::now();
+    let b = locks.xlock(RESOURCE, lock_id, details).await?;
+    if !b.is_new() {
+        return Err("the lock id was not granted anew".into());
+    }
+    let mut b_log = low_level_log(recorder, 0, &b, sent);
+    write(recorder, &mut b_log, b.fencing_token());
+
+    // The bug: the late copy of the first unlock lands now, on the entry B holds.
+    let removed = stage
+        .server
+        .new_client()
+        .database(DB)
+        .collection::<Document>(COLLECTION)
+        .update_one(
+            bson::doc! { "_id": RESOURCE, "exclusive.lockId": lock_id },
+            bson::doc! { "$unset": { "exclusive": "" } },
+        )
+        .await?;
+    if removed.modified_count != 1 {
+        return Err("the lock id held nothing to remove".into());
+    }
+    let invoked = Instant::now();
+    let c = c_locks
+        .mutex(RESOURCE)
+        .ttl(TTL)
+        .acquire_timeout(PATIENCE)
+        .await?
+        .ok_or("C was not granted the lock")?;
+    let c_log = hold_honestly(recorder, 1, c, invoked, Duration::from_millis(300)).await;
+    recorder.holder(c_log);
+    // B renews as a holder of the low-level API does: nothing of its lock id is left.
+    if locks.renew(lock_id, TTL).await? == 0 {
+        b_log.notice(Instant::now(), LossKind::Revoked);
+    }
+    b_log.lets_go(LetGo::Unlocked);
+    locks.unlock(lock_id).await?;
+    recorder.holder(b_log);
+    stage
+        .finish(
+            "late unlock",
+            Expected::Client(Check::Exclusion),
+            &[RESOURCE],
+        )
+        .await
+}
+
 /// A withdrawal owed by a multi-lock's round lands after the next round took the member back:
 /// the set's first attempt at X0 was applied but its outcome unknown (a withdrawal is owed);
 /// the multi-lock's next round finds X0 held by the set's own lock id and adopts it; then the
@@ -262,6 +334,7 @@ mod tests {
             release_after_resume().await.expect("runs"),
             withdrawal_after_readoption().await.expect("runs"),
             late_copy().await.expect("runs"),
+            late_unlock().await.expect("runs"),
         ] {
             assert!(
                 result.caught(),

@@ -8,14 +8,26 @@
 //! members than it holds is a loss noticed then; the deadline passing is a loss noticed
 //! then; a grant whose reply arrives after its own deadline is not believed.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mongolock::{LockClient, LockDetails};
+use mongolock_testkit::faults::proxy::{RequestFault, RequestRule, Requests};
 use rand::Rng;
 
-use super::{ClientCtl, Held, Worker, owner_label};
-use crate::history::{HolderLog, LetGo, LossKind, Mode, PauseLog, ReleaseResult};
+use super::{ClientCtl, Held, Target, Worker, lock, owner_label};
+use crate::commands;
+use crate::history::{ExtraFault, HolderLog, LetGo, LossKind, Mode, PauseLog, ReleaseResult};
+
+/// [`ExtraFault::LateUnlock`] armed on a group being taken: the late delivery of its first
+/// round's unlock, and the contender to send once the group is held again.
+struct LateUnlock {
+    contender: Option<Arc<ClientCtl>>,
+    rule: RequestRule,
+    /// The late copy has landed by then, at the latest.
+    landed_by: Instant,
+}
 
 impl Worker {
     /// Takes some members of `pool` as one group with the low-level API, holds them
@@ -33,13 +45,21 @@ impl Worker {
         members.sort();
         let invoked_at = Instant::now();
         let gives_up_at = invoked_at + self.workload.acquire_timeout;
+        // Under [`ExtraFault::LateUnlock`] every round asks under one lock id, and the first
+        // is given up after its first member, its unlock delivered late.
+        let contender = lock(&self.ctl.late_unlock).take();
+        let mut late_unlock = contender.map(|contender| self.arm_late_unlock(contender));
         let mut round = 0_u32;
         self.ctl.acquiring.store(true, Ordering::SeqCst);
-        let taken = loop {
+        let mut taken = loop {
             round += 1;
-            let lock_id = format!("group-{}.{}.{number}.{round}", self.index, self.incarnation);
+            let lock_id = match late_unlock {
+                Some(_) => format!("group-{}.{}.{number}", self.index, self.incarnation),
+                None => format!("group-{}.{}.{number}.{round}", self.index, self.incarnation),
+            };
+            let give_up_early = late_unlock.is_some() && round == 1;
             match self
-                .take_group(locks, &members, &lock_id, gives_up_at)
+                .take_group(locks, &members, &lock_id, gives_up_at, give_up_early)
                 .await
             {
                 Ok(group) => break Some(group),
@@ -57,6 +77,9 @@ impl Worker {
         };
         self.ctl.acquiring.store(false, Ordering::SeqCst);
         self.recorder.attempt(taken.is_none(), false);
+        if let Some(armed) = late_unlock.take() {
+            self.late_unlock_ended(armed, taken.as_mut(), &members);
+        }
         let Some(mut group) = taken else {
             return Held::Done;
         };
@@ -69,16 +92,65 @@ impl Worker {
         held
     }
 
+    /// Arms [`ExtraFault::LateUnlock`] on this client's proxy as a group is begun: its next
+    /// unlock is held 0.8–2 s, its connection cut 20–300 ms after it left.
+    fn arm_late_unlock(&mut self, contender: Option<Arc<ClientCtl>>) -> LateUnlock {
+        let start = Instant::now();
+        let hold = Duration::from_millis(self.rng.random_range(800..=2_000));
+        let cut_after = Duration::from_millis(self.rng.random_range(20..=300));
+        let rule = self.proxy.fault_requests(
+            Requests::matching(commands::is_unlock).times(1),
+            RequestFault::Late {
+                hold,
+                cut_after: Some(cut_after),
+            },
+        );
+        let kind = ExtraFault::LateUnlock;
+        // The unlock comes within the acquire's patience; it lands a hold later.
+        let landed_by = start + self.workload.acquire_timeout + hold;
+        (self.recorder).fault(kind.recorded_as(), Some(self.index), start, landed_by);
+        LateUnlock {
+            contender,
+            rule,
+            landed_by,
+        }
+    }
+
+    /// After a group taken under [`ExtraFault::LateUnlock`]: a group held again holds on until
+    /// the late unlock has landed and a TTL more, and the contender is sent for its first
+    /// member.
+    fn late_unlock_ended(
+        &mut self,
+        armed: LateUnlock,
+        taken: Option<&mut Group>,
+        members: &[String],
+    ) {
+        let how = match (armed.rule.applied(), taken) {
+            (0, _) => "no unlock delivered late",
+            (_, None) => "not granted again",
+            (_, Some(group)) => {
+                group.hold_on_until = Some(armed.landed_by + group.ttl);
+                if let (Some(contender), Some(first)) = (&armed.contender, members.first()) {
+                    contender.go_for_next(Target::Group(vec![first.clone()]));
+                }
+                "group held again under its lock id"
+            }
+        };
+        self.recorder.extra(ExtraFault::LateUnlock, self.index, how);
+    }
+
     /// One round of taking a group: `xlock` on each member in order under `lock_id`. All
     /// taken: the group. Otherwise (contended, an error, an unknown outcome, the local
-    /// deadline or the patience passed) the lock id is unlocked and given up, and the
-    /// logs of the members it held (released at the unlock call) are returned.
+    /// deadline or the patience passed, or `give_up_early` once the first member is
+    /// granted) the lock id is unlocked and given up, and the logs of the members it held
+    /// (released at the unlock call) are returned.
     async fn take_group(
         &mut self,
         locks: &LockClient,
         members: &[String],
         lock_id: &str,
         gives_up_at: Instant,
+        give_up_early: bool,
     ) -> Result<Group, Vec<HolderLog>> {
         let ttl = self.workload.ttl;
         let details = LockDetails::default()
@@ -91,6 +163,7 @@ impl Worker {
             ttl,
             margin: ttl / 10,
             logs: Vec::new(),
+            hold_on_until: None,
         };
         let mut complete = true;
         for resource in members {
@@ -108,6 +181,12 @@ impl Worker {
             .await;
             let now = Instant::now();
             let grant = match reply {
+                // A grant from before (an unlock of this lock id that did not land): its lease
+                // ends sooner than this round would think; the unlock below ends it.
+                Ok(Ok(grant)) if !grant.is_new() => {
+                    complete = false;
+                    break;
+                }
                 Ok(Ok(grant)) => grant,
                 Err(_) if group.deadline.is_some_and(|d| now >= d) => {
                     group.notice_all(LossKind::Deadline);
@@ -141,6 +220,10 @@ impl Worker {
                 ..HolderLog::granted(id, self.index, Mode::Group, resource, grant.fencing_token())
             });
             self.mirror(&group.logs);
+            if give_up_early {
+                complete = false;
+                break;
+            }
         }
         attach_acquiring_pauses(&self.ctl, &mut group.logs);
         if complete && group.deadline.is_some_and(|d| Instant::now() < d) {
@@ -172,7 +255,11 @@ impl Worker {
             .random_range(self.workload.steps.0..=self.workload.steps.1);
         let every = group.ttl / 3;
         let mut next_renewal = group.logs[0].attempt_sent_at + every;
-        'steps: for _ in 0..steps {
+        'steps: for step in 0.. {
+            let held_on = group.hold_on_until.is_none_or(|t| Instant::now() >= t);
+            if step >= steps && held_on {
+                break;
+            }
             let deadline_before = group.deadline();
             if let Some((start, end)) = self.take_pause() {
                 for log in &mut group.logs {
@@ -271,6 +358,8 @@ struct Group {
     ttl: Duration,
     margin: Duration,
     logs: Vec<HolderLog>,
+    /// Hold on at least until then, unless lost ([`ExtraFault::LateUnlock`]).
+    hold_on_until: Option<Instant>,
 }
 
 /// What one renewal of a group found.
