@@ -283,7 +283,11 @@ mod tests {
         );
         drop(b);
         assert_eq!(places.len(), 0);
-        assert_eq!(places.registry().plan(due), Plan::Stop, "nothing left to refresh");
+        assert_eq!(
+            places.registry().plan(due),
+            Plan::Stop,
+            "nothing left to refresh"
+        );
     }
 
     /// A waiter that is not back when it said (its future is not polled any more) is no
@@ -292,7 +296,11 @@ mod tests {
     async fn an_overdue_waiters_place_is_not_refreshed() {
         let places = Arc::new(Places::new(Arc::new(crate::command::test_context())));
         let joined = Instant::now() - Duration::from_secs(10);
-        let held = places.hold(place("a"), joined, Instant::now() - Duration::from_millis(1));
+        let held = places.hold(
+            place("a"),
+            joined,
+            Instant::now() - Duration::from_millis(1),
+        );
         assert_eq!(
             places.registry().plan(Instant::now()),
             Plan::Sleep(None),
