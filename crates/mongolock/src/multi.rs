@@ -1,30 +1,44 @@
 //! Locks on several resources at once: [`MultiLock`], made by [`LockClient::multi`], and the
 //! [`MultiGuard`] it returns.
 //!
-//! All or nothing, without deadlock, and without holding a part of the set while waiting
-//! for the rest:
+//! All or nothing, without deadlock, without a lease on part of the set while it waits for
+//! the rest, and in its turn, however many wait for its members:
 //!
 //! 1. The resources are put in one order (sorted, duplicates dropped), so two sets that
 //!    overlap are always taken in the same order, whatever order their callers named them.
 //! 2. A round tries each resource once, in that order, as a mutex attempt under one lock id
-//!    for the whole set (a group: [`LockClient::unlock`] with it frees the whole set).
-//! 3. If every attempt is granted, the set is held. If one is refused, everything taken in
-//!    the round is released at once, and the call waits for the resource that refused it
-//!    (in its line, woken by its release, as a [`Mutex`](crate::Mutex) waits) while holding
-//!    nothing else. Once it holds that one, it tries the rest once each, in order, and so on.
+//!    for the whole set (a group: [`LockClient::unlock`] with it frees the whole set). If
+//!    every attempt is granted, the set is held. If one is refused, everything taken in the
+//!    round is released at once.
+//! 3. The set then waits for its turn at each member, in member order: it stands in the
+//!    member's line, woken as a [`Mutex`](crate::Mutex) waiter is, and its turn comes when
+//!    its place heads the line and nobody holds the member. Its attempts there are never
+//!    granted (they only wait for the turn), so it holds no lease while it waits. A turn it
+//!    has reached is kept while it waits for the next: nobody else takes that member
+//!    meanwhile (waiters stand behind the set, and single attempts are refused while anybody
+//!    waits).
+//! 4. With its turn at every member, one more round takes them all: as the head of every
+//!    line, with nobody holding the member, each attempt is granted.
 //!
-//! So a caller never waits while it holds anything but the one resource it waited for, and
-//! holds that only for one attempt at each other member: two callers that want overlapping
-//! sets in opposite orders cannot deadlock. Each member is a lease of its own with the
-//! set's TTL, renewed by the client's keeper in the one renewal command of all its leases,
-//! so a crash in the middle of an acquire leaves nothing that outlives the TTL, and a
-//! dropped acquire releases what it took in the background.
+//! Turns are reached in member order, so a set that keeps turns waits only for a member
+//! above them, and two sets never wait for each other in a cycle. Code that holds a member
+//! and then waits for a lower one (nested locks taken in another order) could wait for a
+//! set that keeps its turn at the lower member while it waits for the held one; so a set
+//! keeps its turns for a TTL at most: if the rest have not come by then, it lets them go and
+//! waits again from the end of the lines, keeping them twice as long each time (an hour at
+//! most). Waiters that come and go at its members cannot starve it, and nested locks are
+//! held up for that long at worst. Each member is a lease of its own with the set's TTL,
+//! renewed by the client's keeper in the one renewal command of all its leases, so a crash
+//! in the middle of an acquire leaves nothing that outlives the TTL (a place in line lapses
+//! within two), and a dropped acquire releases what it took and leaves the lines, in the
+//! background.
 //!
 //! Round trips: an uncontended acquire of `n` resources is `n` attempts, one
 //! `findAndModify` each, one after another (MongoDB changes one document atomically; a
 //! transaction would take as many writes and could not hold a lease); a release is `n`
-//! releases, sent together. A refused round costs the attempts made, the releases of the
-//! members taken, and the wait.
+//! releases, sent together. A refused round costs the attempts made and the releases of the
+//! members taken; then come an attempt per member for its turn (more while it waits), and
+//! the round that takes them.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -36,8 +50,8 @@ use crate::client::LockClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::lock::{LeaseState, LockKind, LossReason};
-use crate::request::Nonce;
-use crate::wait::{self, LeaseOptions, Wait, fresh_lock_id};
+use crate::request::{AcquireRequest, Nonce};
+use crate::wait::{self, LeaseOptions, LeaseTiming, Reached, Turn, Wait, fresh_lock_id};
 
 impl LockClient {
     /// A lock on every resource of `resources` at once, all or nothing. See [`MultiLock`].
@@ -76,10 +90,17 @@ impl LockClient {
 /// [`LockClient::multi`].
 ///
 /// Every acquire returns a [`MultiGuard`]: one lease for the set, with one fencing token
-/// per resource and one loss signal. A caller never waits while holding a part of the set
-/// beyond one attempt at each other member, so callers that ask for overlapping sets in
-/// any order never deadlock. An uncontended acquire of `n` resources takes `n` round trips,
-/// one after another (see the module's source for the steps).
+/// per resource and one loss signal. A waiting caller holds no lease while it waits: it
+/// waits for its turn at each member in member order, keeps the turns it reached (for a TTL
+/// at most, then longer each time), and takes every member in one round once all are its
+/// turn. So callers that ask for overlapping sets in any order never deadlock, and waiters
+/// that keep coming at its members do not starve it. An uncontended acquire of `n`
+/// resources takes `n` round trips, one after another (see the module's source for the
+/// steps).
+///
+/// While a set keeps its turn at a free member, that member is kept for it: code that holds
+/// another member and waits for this one waits up to that long. Take nested locks in sorted
+/// order, or as one set.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -127,8 +148,8 @@ impl MultiLock {
     /// # Cancel safety
     ///
     /// Dropping the future at any point leaves nothing held: the members taken so far are
-    /// released, and an attempt in flight is withdrawn, in the background
-    /// ([`LockClient::shutdown`] waits for that).
+    /// released, an attempt in flight is withdrawn, and the set's places leave the members'
+    /// lines, in the background ([`LockClient::shutdown`] waits for that).
     pub async fn acquire(&self) -> Result<MultiGuard> {
         let guard = self.acquire_within(Wait::Forever).await?;
         Ok(guard.expect("waiting forever returns a guard or an error"))
@@ -176,64 +197,160 @@ impl MultiLock {
         }
         let mut options = self.options.clone();
         options.lock_id.get_or_insert_with(fresh_lock_id);
-        // Every member's request is built, and so checked, before anything is sent; each
-        // attempt at a member is a new one (a nonce of its own).
-        let requests = (self.resources.iter())
+        // Every member's request is built, and so checked, before anything is sent.
+        let members = (self.resources.iter())
             .map(|resource| options.request(LockKind::Exclusive, resource, None))
             .collect::<Result<Vec<_>>>()?;
-        let attempt = |index: usize, wait: Wait| {
-            let (request, timing) = &requests[index];
-            let request = request.clone().nonce(Nonce::new());
-            let timing = *timing;
-            async move { wait::acquire(&self.client, request, timing, wait).await }
+        let set = Set {
+            client: &self.client,
+            members,
         };
-        let mut blocked: Option<usize> = None;
+        // How long the set keeps its turns at free members while it waits for the rest.
+        let mut keep_turns_for = options.ttl();
         loop {
-            let mut held: Vec<Option<LockGuard>> = self.resources.iter().map(|_| None).collect();
-            if let Some(index) = blocked {
-                // The only wait, holding nothing else.
-                match attempt(index, wait).await? {
-                    Some(guard) => held[index] = Some(guard),
-                    None => return Ok(None),
-                }
+            // 1. One attempt at each member: an uncontended set is taken so.
+            let held = set.nothing_held();
+            if let Some(guard) = set.round(held, wait).await? {
+                return Ok(Some(guard));
             }
-            let mut refused = None;
-            for index in 0..self.resources.len() {
-                if held[index].is_some() {
-                    continue;
-                }
-                match attempt(index, Wait::Once).await {
-                    Ok(Some(guard)) => held[index] = Some(guard),
-                    Ok(None) => {
-                        refused = Some(index);
-                        break;
-                    }
-                    Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
-                        // Waited for instead, where transient errors are retried.
-                        refused = Some(index);
-                        break;
-                    }
-                    Err(error) => {
-                        release_all(held, wait).await?;
-                        return Err(error);
-                    }
-                }
-            }
-            let Some(index) = refused else {
-                let guards: Vec<LockGuard> = held.into_iter().flatten().collect();
-                return Ok(Some(MultiGuard { guards }));
-            };
-            release_all(held, wait).await?;
-            let out_of_time = match wait {
-                Wait::Once => true,
-                Wait::Until(deadline) => Instant::now() >= deadline,
-                Wait::Forever => false,
-            };
-            if out_of_time {
+            if out_of_time(wait) {
                 return Ok(None);
             }
-            blocked = Some(index);
+            // 2. Its turn at each member, in member order.
+            let (turns, held) = match set.turns(wait, keep_turns_for).await? {
+                Gathered::All { turns, held } => (turns, held),
+                Gathered::OutOfTime => return Ok(None),
+                Gathered::KeptTooLong => {
+                    // Let go of the turns (a resource held elsewhere may wait for one of
+                    // them), and take them again from the end of the lines, keeping them
+                    // longer next time.
+                    keep_turns_for = keep_turns_for.saturating_mul(2).min(MAX_KEEP_TURNS);
+                    continue;
+                }
+            };
+            // 3. Every member at once: as the head of every line, each attempt is granted.
+            if let Some(guard) = set.round(held, wait).await? {
+                for turn in turns {
+                    turn.taken();
+                }
+                return Ok(Some(guard));
+            }
+            // A place lapsed meanwhile (its client cut off for longer than its life), or the
+            // resource was given to somebody else by an operator: start again.
+            drop(turns);
+            if out_of_time(wait) {
+                return Ok(None);
+            }
         }
+    }
+}
+
+/// The longest a set keeps its turns at free members while it waits for the rest.
+const MAX_KEEP_TURNS: Duration = Duration::from_secs(3_600);
+
+/// Whether `wait` has no time left.
+fn out_of_time(wait: Wait) -> bool {
+    match wait {
+        Wait::Once => true,
+        Wait::Until(deadline) => Instant::now() >= deadline,
+        Wait::Forever => false,
+    }
+}
+
+/// A set being acquired: its client, and each member's request (all under the set's lock id),
+/// in member order.
+struct Set<'a> {
+    client: &'a LockClient,
+    members: Vec<(AcquireRequest, LeaseTiming)>,
+}
+
+/// How waiting for the set's turns ended (see [`Set::turns`]).
+enum Gathered {
+    /// Its turn at every member (or, at some, the lease its lock id held already).
+    All {
+        turns: Vec<Turn>,
+        held: Vec<Option<LockGuard>>,
+    },
+    /// The call's time ran out.
+    OutOfTime,
+    /// The turns reached were kept as long as allowed before the rest came.
+    KeptTooLong,
+}
+
+impl Set<'_> {
+    fn nothing_held(&self) -> Vec<Option<LockGuard>> {
+        self.members.iter().map(|_| None).collect()
+    }
+
+    /// One attempt at each member not `held` yet, in member order, each a new one (a nonce of
+    /// its own): the set, or `None` if a member was refused (everything the round holds is
+    /// released then). A transient error counts as a refusal for a call that waits (which
+    /// retries), and is returned by one that does not.
+    async fn round(
+        &self,
+        mut held: Vec<Option<LockGuard>>,
+        wait: Wait,
+    ) -> Result<Option<MultiGuard>> {
+        for (index, (request, timing)) in self.members.iter().enumerate() {
+            if held[index].is_some() {
+                continue;
+            }
+            let request = request.clone().nonce(Nonce::new());
+            match wait::acquire(self.client, request, *timing, Wait::Once).await {
+                Ok(Some(guard)) => held[index] = Some(guard),
+                Ok(None) => {
+                    release_all(held, wait).await?;
+                    return Ok(None);
+                }
+                Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
+                    release_all(held, wait).await?;
+                    return Ok(None);
+                }
+                Err(error) => {
+                    release_all(held, wait).await?;
+                    return Err(error);
+                }
+            }
+        }
+        let guards: Vec<LockGuard> = held.into_iter().flatten().collect();
+        Ok(Some(MultiGuard { guards }))
+    }
+
+    /// Waits for the set's turn at each member, in member order (see the module docs), as
+    /// `wait` allows; once the first is reached, for `keep_for` at most. A member whose lease
+    /// the set's lock id holds already (a restarted holder's) is resumed instead.
+    async fn turns(&self, wait: Wait, keep_for: Duration) -> Result<Gathered> {
+        let mut turns = Vec::new();
+        let mut held = self.nothing_held();
+        let mut first_reached: Option<Instant> = None;
+        for (index, (request, timing)) in self.members.iter().enumerate() {
+            let limit = match first_reached.and_then(|at| at.checked_add(keep_for)) {
+                Some(until) => Wait::Until(wait.deadline().map_or(until, |d| d.min(until))),
+                None => wait,
+            };
+            let request = request.clone().nonce(Nonce::new());
+            let reached = wait::wait_turn(self.client, request, *timing, limit, &turns).await;
+            match reached {
+                Ok(Some(Reached::Turn(turn))) => turns.push(*turn),
+                Ok(Some(Reached::Lease(guard))) => held[index] = Some(guard),
+                Ok(None) => {
+                    drop(turns);
+                    release_all(held, wait).await?;
+                    return Ok(if out_of_time(wait) {
+                        Gathered::OutOfTime
+                    } else {
+                        Gathered::KeptTooLong
+                    });
+                }
+                Err(error) => {
+                    drop(turns);
+                    release_all(held, wait).await?;
+                    return Err(error);
+                }
+            }
+            first_reached.get_or_insert_with(Instant::now);
+        }
+        Ok(Gathered::All { turns, held })
     }
 }
 

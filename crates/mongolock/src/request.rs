@@ -382,6 +382,10 @@ pub struct AcquireRequest {
     /// For an exclusive request: when refused, announce this waiter in the resource's queue
     /// for this long, which keeps new shared grants out (a reader-writer lock's writer).
     pub(crate) announce: Option<Duration>,
+    /// Only wait for its turn: with `announce`, an attempt that is never granted, and joins
+    /// (or keeps) its place in line; its reply tells its place and what holds the resource.
+    /// A multi-lock waits so for each member's turn (see `crate::multi`).
+    pub(crate) turn_only: bool,
 }
 
 impl AcquireRequest {
@@ -405,6 +409,7 @@ impl AcquireRequest {
             nonce: Nonce::new(),
             keeper: None,
             announce: None,
+            turn_only: false,
         }
     }
 

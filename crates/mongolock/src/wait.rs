@@ -134,7 +134,7 @@ impl Default for LeaseOptions {
 
 impl LeaseOptions {
     /// The lease's TTL.
-    fn ttl(&self) -> Duration {
+    pub(crate) fn ttl(&self) -> Duration {
         self.details.ttl_value().unwrap_or(DEFAULT_LEASE_TTL)
     }
 
@@ -239,7 +239,7 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
-    fn deadline(self) -> Option<Instant> {
+    pub(crate) fn deadline(self) -> Option<Instant> {
         match self {
             Wait::Until(deadline) => Some(deadline),
             _ => None,
@@ -253,6 +253,7 @@ impl Wait {
 /// sent), a later refusal settles nothing: the first copy may still be queued on the server
 /// and land after the waiter stopped. Such an attempt is withdrawn (tombstoned) whenever its
 /// waiter stops without the lock.
+#[derive(Debug)]
 struct Pending {
     client: LockClient,
     request: AcquireRequest,
@@ -325,7 +326,7 @@ impl Drop for Pending {
 /// `mongolock.wait` span.
 pub(crate) async fn acquire(
     client: &LockClient,
-    request: AcquireRequest,
+    mut request: AcquireRequest,
     timing: LeaseTiming,
     wait: Wait,
 ) -> Result<Option<LockGuard>> {
@@ -335,7 +336,69 @@ pub(crate) async fn acquire(
         kind = %request.kind,
         permits = request.max_shared,
     );
-    acquire_in_span(client, request, timing, wait)
+    request.turn_only = false;
+    let reached = acquire_in_span(client, request, timing, wait, &[])
+        .instrument(span)
+        .await?;
+    Ok(match reached {
+        Some(Reached::Lease(guard)) => Some(guard),
+        // Only a request that waits for its turn reaches one, and this one does not.
+        Some(Reached::Turn(_)) | None => None,
+    })
+}
+
+/// What a wait reached: the lease, or (for a request that only waits for its turn) the turn.
+#[derive(Debug)]
+pub(crate) enum Reached {
+    Lease(LockGuard),
+    Turn(Box<Turn>),
+}
+
+/// A waiter's turn at a resource: its place heads the resource's line and nobody holds the
+/// resource, so the next attempt of its lock id is granted, and nobody else's is (they stand
+/// behind it, or join no line and are refused while anybody waits). A multi-lock keeps
+/// a turn at each member until it takes them all (see `crate::multi`). While it lives, its
+/// client refreshes its place; dropping it takes the place out of the line (in the
+/// background).
+#[derive(Debug)]
+pub(crate) struct Turn {
+    pending: Pending,
+    in_line: crate::places::Held,
+}
+
+impl Turn {
+    /// The resource was granted to the turn's lock id, which took its place out of the line:
+    /// nothing is left to take out, unless a copy of the turn's attempt may still land (it is
+    /// then withdrawn, so that it never joins the line again).
+    pub(crate) fn taken(mut self) {
+        if !self.pending.uncertain {
+            self.pending.settled();
+        }
+    }
+}
+
+/// Waits, as `wait` allows, for the turn of `request`'s lock id at its resource: its place at
+/// the head of the line, the resource free. Each attempt only waits for its turn (it is never
+/// granted: see [`AcquireRequest::turn_only`]). The places of `earlier` turns are kept as
+/// long as this wait's own. `Ok(None)`: not reached in time. A lease already held by the lock
+/// id (a restarted holder's) is resumed and returned instead.
+pub(crate) async fn wait_turn(
+    client: &LockClient,
+    mut request: AcquireRequest,
+    timing: LeaseTiming,
+    wait: Wait,
+    earlier: &[Turn],
+) -> Result<Option<Reached>> {
+    let span = tracing::info_span!(
+        "mongolock.turn",
+        resource = %request.resource,
+        kind = %request.kind,
+    );
+    request.turn_only = true;
+    if matches!(wait, Wait::Once) {
+        return Err(Error::invalid("wait", "a turn is waited for"));
+    }
+    acquire_in_span(client, request, timing, wait, earlier)
         .instrument(span)
         .await
 }
@@ -345,7 +408,8 @@ async fn acquire_in_span(
     mut request: AcquireRequest,
     timing: LeaseTiming,
     wait: Wait,
-) -> Result<Option<LockGuard>> {
+    earlier: &[Turn],
+) -> Result<Option<Reached>> {
     let started = Instant::now();
     let timing = timing.with_uncertainty(client.clock_uncertainty())?;
     let shared = client.shared();
@@ -448,7 +512,11 @@ async fn acquire_in_span(
                     resource = %resource, kind = %kind, token = lease.grant.fencing_token(),
                     waited = ?started.elapsed(), "lease acquired"
                 );
-                return Ok(Some(LockGuard::new(client.clone(), lease, key)));
+                return Ok(Some(Reached::Lease(LockGuard::new(
+                    client.clone(),
+                    lease,
+                    key,
+                ))));
             }
             Ok(Attempt::Contended(contention)) => {
                 pending.refused();
@@ -466,6 +534,15 @@ async fn acquire_in_span(
                         in_line_from,
                         Instant::now() + life,
                     ));
+                }
+                // Waiting for its turn only: reached when its place heads the line and
+                // nobody holds the resource.
+                if request.turn_only
+                    && contention.place_in_line() == Some(0)
+                    && contention.holder_count() == 0
+                    && let Some(in_line) = in_line.take()
+                {
+                    return Ok(Some(Reached::Turn(Box::new(Turn { pending, in_line }))));
                 }
                 contention
             }
@@ -487,7 +564,11 @@ async fn acquire_in_span(
                             resource = %resource, kind = %kind,
                             token = lease.grant.fencing_token(), "lease resumed"
                         );
-                        return Ok(Some(LockGuard::new(client.clone(), lease, key)));
+                        return Ok(Some(Reached::Lease(LockGuard::new(
+                            client.clone(),
+                            lease,
+                            key,
+                        ))));
                     }
                     // It ended meanwhile, or too little of it is left to trust.
                     Ok(None) => None,
@@ -579,7 +660,12 @@ async fn acquire_in_span(
                 .saturating_add(client.command_timeout())
                 .saturating_add(life);
             let now = Instant::now();
-            in_line.keep_until(now.checked_add(back).unwrap_or(now + MAX_BACKOFF));
+            let until = now.checked_add(back).unwrap_or(now + MAX_BACKOFF);
+            in_line.keep_until(until);
+            // The turns reached before this wait are kept as long.
+            for turn in earlier {
+                turn.in_line.keep_until(until);
+            }
         }
         let waited = async {
             let wake_at = Instant::now() + sleep;

@@ -3,8 +3,11 @@
 //! - **All or nothing.** A set is held whole or not at all: a refused `try_acquire` leaves
 //!   nothing of the set held, and a held set has one fencing token per resource, each
 //!   greater than the resource's last, under one lock id.
-//! - **Nothing held while waiting.** A waiting acquire holds no part of its set while it
-//!   waits for a resource that someone else holds.
+//! - **No lease held while waiting, and its turn kept.** A waiting acquire holds no part of
+//!   its set while it waits for a resource that someone else holds; it keeps its turn at the
+//!   members it reached (nobody else takes them meanwhile), so steady waiters on its
+//!   members never starve it, and it lets go of those turns after a while, so code that
+//!   holds one member while it waits for another never waits on it for ever.
 //! - **No deadlock.** Clients that ask for overlapping sets in different orders all get
 //!   through, and never two of them hold a resource at once.
 //! - **One loss signal.** The set is lost when any member is, with that member's reason.
@@ -106,7 +109,7 @@ async fn a_set_without_resources_is_refused() {
 }
 
 #[tokio::test]
-async fn a_waiting_set_holds_nothing_while_it_waits() {
+async fn a_waiting_set_holds_no_lease_and_keeps_its_turn_while_it_waits() {
     let env = env("multi_waiting").await;
     let other = env.other_client().await;
     let third = env.other_client().await;
@@ -133,13 +136,11 @@ async fn a_waiting_set_holds_nothing_while_it_waits() {
     for _ in 0..5 {
         assert!(
             held_by(&env.locks, "waiting-set").await.is_empty(),
-            "the waiter holds nothing"
+            "the waiter holds no lease"
         );
+        // Its turn at a is kept for it: nobody else takes a meanwhile.
         let a = third.mutex("a").try_acquire().await.unwrap();
-        a.expect("a is free while the set waits for b")
-            .release()
-            .await
-            .unwrap();
+        assert!(a.is_none(), "a is kept for the set while it waits for b");
         tokio::time::sleep(ms(50)).await;
     }
     blocker.release().await.unwrap();
@@ -150,6 +151,123 @@ async fn a_waiting_set_holds_nothing_while_it_waits() {
         .unwrap();
     assert_eq!(held_by(&env.locks, "waiting-set").await, ["a", "b"]);
     guard.release().await.unwrap();
+}
+
+/// Two clients per member take turns at it without a pause: each holds it briefly,
+/// releases, and queues again at once, so somebody always stands in its line. A set of both
+/// members waits its turn in each line and is granted; before, its attempts at the members
+/// it had not waited for were single attempts, refused whenever anybody stood in line, and
+/// it waited for ever.
+#[tokio::test]
+async fn a_set_waits_its_turn_among_steady_waiters_and_is_granted() {
+    let env = env("multi_steady_waiters").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy: Arc<HashMap<&str, AtomicBool>> = Arc::new(
+        ["a", "b"]
+            .iter()
+            .map(|n| (*n, AtomicBool::new(false)))
+            .collect(),
+    );
+    let mut cyclers = Vec::new();
+    for name in ["a", "a", "b", "b"] {
+        let locks = env.other_client().await;
+        let (stop, busy) = (stop.clone(), busy.clone());
+        cyclers.push(tokio::spawn(async move {
+            let mut turns = 0_u32;
+            while !stop.load(Ordering::SeqCst) {
+                let guard = locks.mutex(name).ttl(ms(5_000)).acquire().await.unwrap();
+                assert!(
+                    !busy[name].swap(true, Ordering::SeqCst),
+                    "{name} held twice"
+                );
+                tokio::time::sleep(ms(20)).await;
+                busy[name].store(false, Ordering::SeqCst);
+                guard.release().await.unwrap();
+                turns += 1;
+            }
+            turns
+        }));
+    }
+    // Both lines are busy before the set asks.
+    tokio::time::sleep(ms(300)).await;
+    let got = env
+        .locks
+        .multi(["a", "b"])
+        .ttl(ms(5_000))
+        .acquire_timeout(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let set = got.expect("the set is granted among steady waiters");
+    for name in ["a", "b"] {
+        assert!(
+            !busy[name].swap(true, Ordering::SeqCst),
+            "{name} held twice"
+        );
+    }
+    tokio::time::sleep(ms(20)).await;
+    for name in ["a", "b"] {
+        busy[name].store(false, Ordering::SeqCst);
+    }
+    set.release().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for cycler in cyclers {
+        let turns = tokio::time::timeout(Duration::from_secs(20), cycler)
+            .await
+            .expect("the steady waiters stop")
+            .unwrap();
+        assert!(turns > 0, "every steady waiter had its turns");
+    }
+}
+
+/// A client holds b and then waits for a, while a set of both waits: the set reached its
+/// turn at a first and keeps it while it waits for b, which the client will not release
+/// before it has a. The set keeps its turns for a TTL at most, then lets them go and waits
+/// again from the end of the lines: the client gets a, releases both, and the set follows.
+#[tokio::test]
+async fn a_set_lets_go_of_its_turns_for_a_holder_that_waits_for_a_member() {
+    let env = env("multi_nested_holder").await;
+    let nested = env.other_client().await;
+    let b = nested.mutex("b").ttl(ms(5_000)).acquire().await.unwrap();
+    let set = env
+        .locks
+        .multi(["a", "b"])
+        .ttl(ms(1_000))
+        .lock_id("keeping-set");
+    let waiting = tokio::spawn(async move { set.acquire_timeout(Duration::from_secs(30)).await });
+    // The set stands in b's line once it has its turn at a.
+    let documents = env.collection();
+    let in_line = async {
+        loop {
+            let doc = documents.find_one(doc! {"_id": "b"}).await.unwrap();
+            let queued = doc
+                .and_then(|d| d.get_array("queue").ok().map(|queue| queue.len()))
+                .unwrap_or(0);
+            if queued > 0 {
+                break;
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), in_line)
+        .await
+        .expect("the set joins b's line");
+    let a = nested
+        .mutex("a")
+        .ttl(ms(5_000))
+        .acquire_timeout(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("the set lets go of its turn at a");
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    let both = tokio::time::timeout(Duration::from_secs(40), waiting)
+        .await
+        .expect("the set finishes")
+        .unwrap()
+        .unwrap()
+        .expect("the set is granted once b is free");
+    assert_eq!(held_by(&env.locks, "keeping-set").await, ["a", "b"]);
+    both.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -34,7 +34,8 @@
 //!    no live shared entry and nobody before it in line; for a shared lock no live shared
 //!    entry of this lock id, the cap of the live shared entries (if any) the requested one,
 //!    only readers before it in line, and the live shared entries plus those readers fewer
-//!    than `max`. Only the terms of the request's kind are sent. `f`: the token a grant
+//!    than `max`. Only the terms of the request's kind are sent; a request that only waits
+//!    for its turn (a multi-lock's, see `crate::multi`) adds `false`. `f`: the token a grant
 //!    gets, `max(fence + 1, toLong($$NOW) * 1000)`.
 //! 4. The new document: on a grant the new entry (token `f`, `expiresAt = $$NOW + ttl` or
 //!    null; with a lock-delay, `$$NOW + ttl + delay` and `delayMs`: the entry stays in
@@ -177,6 +178,10 @@ pub(crate) fn pipeline(
             }
         }
     }
+    // A request that only waits for its turn is never granted (it keeps its place).
+    if request.turn_only {
+        terms.push(Bson::Boolean(false));
+    }
     // `a`: the live waiters ahead of this attempt, in arrival order: those before its own
     // place in the queue, or all of them if it has none (a first or a single attempt): the
     // line up to the first place of its lock id in the line with that lock id added last.
@@ -235,6 +240,17 @@ pub(crate) fn pipeline(
             "$idleSince",
         ]}),
         None => bson!({ "$cond": ["$$g", null, "$idleSince"] }),
+    };
+    // A request that only waits for its turn may seed the document (nobody held the
+    // resource): it is free from now.
+    let idle_since = if request.turn_only {
+        bson!({ "$cond": [
+            { "$eq": [{ "$type": "$idleSince" }, "missing"] },
+            "$$NOW",
+            idle_since,
+        ]})
+    } else {
+        idle_since
     };
     let details = &request.details;
     let mut entry = doc! {
@@ -809,5 +825,56 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
+    }
+
+    /// A request that only waits for its turn is never granted, even on a free resource
+    /// whose document it seeds: it takes its place in line (a seeded document is free from
+    /// then, `idleSince`), which keeps others' attempts out, and the same lock id's next
+    /// attempt is granted and takes the place out of the line.
+    #[tokio::test]
+    async fn a_turn_is_waited_for_and_never_granted() {
+        let server = mongolock_testkit::TestServer::start().await.unwrap();
+        let collection = server.client().database("d").collection("locks");
+        let locks = crate::LockClient::new(collection.clone());
+        let ttl = LockDetails::default().ttl(Duration::from_secs(30));
+        let mut turn = AcquireRequest::exclusive("r", "set", ttl.clone());
+        turn.announce = Some(Duration::from_secs(60));
+        turn.turn_only = true;
+        let Attempt::Contended(contention) = locks.acquire(&turn).await.unwrap() else {
+            panic!("a turn-only attempt was granted")
+        };
+        assert_eq!(contention.place_in_line(), Some(0));
+        assert_eq!(contention.holder_count(), 0);
+        let stored = collection
+            .find_one(doc! { "_id": "r" })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
+        assert!(stored.get_datetime("idleSince").is_ok(), "{stored}");
+        // Again: still its turn, still not granted.
+        let again = turn.clone().nonce(crate::request::Nonce::new());
+        assert!(matches!(
+            locks.acquire(&again).await.unwrap(),
+            Attempt::Contended(_)
+        ));
+        // Another lock id's single attempt is refused: the turn is kept.
+        let other = AcquireRequest::exclusive("r", "other", ttl.clone());
+        assert!(matches!(
+            locks.acquire(&other).await.unwrap(),
+            Attempt::Contended(_)
+        ));
+        // The set's own attempt is granted, and its place leaves the line.
+        let take = AcquireRequest::exclusive("r", "set", ttl);
+        assert!(matches!(
+            locks.acquire(&take).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+        let stored = collection
+            .find_one(doc! { "_id": "r" })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.get_array("queue").unwrap().len(), 0, "{stored}");
     }
 }
