@@ -105,11 +105,13 @@ impl LockGuard {
         self.lease.grant.kind()
     }
 
-    /// When the attempt that was granted was sent, on the lease clock: this process's
+    /// When the attempt that was granted was first sent, on the lease clock: this process's
     /// monotonic clock plus the time the machine was suspended since the process started
     /// (on Linux; elsewhere the monotonic clock alone). The server granted the lock after
-    /// this instant and before `acquire` returned; the lease's first deadline is counted
-    /// from it.
+    /// this instant and before `acquire` returned (a copy of the attempt sent again after a
+    /// failure may have found the grant an earlier copy made: this is the first copy's
+    /// send). The lease's first deadline is counted from the copy whose reply said what the
+    /// server had left of it.
     pub fn attempt_sent_at(&self) -> std::time::Instant {
         self.lease.sent_at.into_std()
     }

@@ -68,7 +68,8 @@ pub(crate) struct Lease {
     pub(crate) margin: Duration,
     /// How often the keeper renews it.
     pub(crate) every: Duration,
-    /// When the attempt that was granted was sent, on the lease clock.
+    /// When the attempt that was granted was first sent, on the lease clock (its first copy:
+    /// a later copy may have found the grant an earlier one made).
     pub(crate) sent_at: Instant,
     /// Whether its release must also retire the attempt that was granted (leave a tombstone
     /// for its nonce): a copy of that attempt may still reach the server after the release.
@@ -122,6 +123,14 @@ impl Lease {
     /// that `server` notices from now on (see [`ServerClock`]).
     pub(crate) fn following(mut self, server: Arc<ServerClock>) -> Self {
         self.server = Some(server);
+        self
+    }
+
+    /// The same lease, its attempt's first copy sent at `at` (when that was before the copy
+    /// whose reply granted it): the server granted it after that. The deadline still counts
+    /// from the copy whose reply said what the server had left.
+    pub(crate) fn first_sent(mut self, at: Instant) -> Self {
+        self.sent_at = self.sent_at.min(at);
         self
     }
 

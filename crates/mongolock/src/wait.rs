@@ -264,6 +264,9 @@ struct Pending {
     /// A waiting attempt was sent: it may hold a place in the resource's line, which keeps
     /// the waiters behind it out until it leaves (or the place lapses).
     announced: bool,
+    /// When its first copy was sent, on the lease clock: a grant of it (found by a later
+    /// copy) was made after that.
+    first_sent: Option<Instant>,
 }
 
 impl Pending {
@@ -274,6 +277,7 @@ impl Pending {
             open: false,
             uncertain: false,
             announced: false,
+            first_sent: None,
         }
     }
 
@@ -474,7 +478,9 @@ async fn acquire_in_span(
                     sent_at,
                     shared.keeper.clock().clone(),
                 )
-                .following(client.server_clock().clone());
+                .following(client.server_clock().clone())
+                // The grant may be an earlier copy's, found by this one.
+                .first_sent(pending.first_sent.unwrap_or(sent_at.at));
                 // A copy of this attempt had an unknown outcome: it may still reach the
                 // server, so the release must retire the attempt too.
                 let lease = Arc::new(if pending.uncertain {
@@ -716,6 +722,7 @@ async fn send(client: &LockClient, pending: &mut Pending) -> (Stamp, Result<Atte
     }
     pending.sending();
     let mut sent_at = server.stamp();
+    pending.first_sent.get_or_insert(sent_at.at);
     let outcome = client.acquire(&pending.request).await;
     // A grant says exactly what the server's clock read: its lease's end less what it had
     // left (see `ServerClock`). A step it shows came before the grant, which counts from

@@ -80,6 +80,44 @@ async fn emulator_only_a_write_concern_error_leaves_a_grant_that_asking_again_fi
     );
 }
 
+/// A waiting acquire repeats an attempt whose first copy was applied but answered with an
+/// error, and the repeat finds that very attempt's grant. The guard's `attempt_sent_at` is
+/// when the first copy was sent: the server granted the lock after that instant (its entry's
+/// `createdAt`), not after the repeat was sent. Found by the harness: an election observer
+/// saw a leader "before the attempt that was granted that term was sent" (check (8), seed
+/// 707556), since that instant was the repeat's.
+#[tokio::test]
+async fn emulator_only_a_grant_found_by_a_repeat_dates_from_its_first_copy() {
+    let Some(env) = emulator_env("ambiguous_first_copy").await else {
+        return;
+    };
+    let wce =
+        doc! { "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+    fail_point(&env, fail_find_and_modify(1, wce)).await;
+    let guard = env
+        .locks
+        .mutex("r")
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("granted on the repeat");
+    // The attempt's send, on the wall clock (the emulator's `$$NOW` is the wall clock).
+    let (wall, now) = (std::time::SystemTime::now(), std::time::Instant::now());
+    let sent = wall - now.duration_since(guard.attempt_sent_at());
+    let sent_ms = sent
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let created_ms = guard.grant().holder().created_at().timestamp_millis();
+    // Both read to the millisecond; the repeat came at least 10 ms (its backoff) after.
+    assert!(
+        sent_ms <= created_ms + 2,
+        "the attempt that was granted was sent {} ms after the grant",
+        sent_ms - created_ms
+    );
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn emulator_only_an_attempt_repeated_after_a_write_concern_error_is_not_granted_twice() {
     let Some(env) = emulator_env("ambiguous_wce_once").await else {
