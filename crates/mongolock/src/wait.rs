@@ -334,13 +334,8 @@ pub(crate) async fn acquire(
     timing: LeaseTiming,
     wait: Wait,
 ) -> Result<Option<LockGuard>> {
-    let span = tracing::info_span!(
-        "mongolock.acquire",
-        resource = %request.resource,
-        kind = %request.kind,
-        permits = request.max_shared,
-    );
     request.turn_only = false;
+    let span = acquire_span(&request);
     let reached = acquire_in_span(client, request, timing, wait, &[])
         .instrument(span)
         .await?;
@@ -393,18 +388,25 @@ pub(crate) async fn wait_turn(
     wait: Wait,
     earlier: &[Turn],
 ) -> Result<Option<Reached>> {
-    let span = tracing::info_span!(
-        "mongolock.turn",
-        resource = %request.resource,
-        kind = %request.kind,
-    );
     request.turn_only = true;
     if matches!(wait, Wait::Once) {
         return Err(Error::invalid("wait", "a turn is waited for"));
     }
+    let span = acquire_span(&request);
     acquire_in_span(client, request, timing, wait, earlier)
         .instrument(span)
         .await
+}
+
+/// The `mongolock.acquire` span of a wait for `request`'s lease, or (`turn_only`) its turn.
+fn acquire_span(request: &AcquireRequest) -> tracing::Span {
+    tracing::info_span!(
+        "mongolock.acquire",
+        resource = %request.resource,
+        kind = %request.kind,
+        permits = request.max_shared,
+        turn_only = request.turn_only,
+    )
 }
 
 async fn acquire_in_span(

@@ -46,6 +46,26 @@ async fn held_by(locks: &LockClient, lock_id: &str) -> Vec<String> {
     held
 }
 
+/// Returns once somebody stands in `resource`'s line (read directly); a hang guard of 20 s.
+async fn until_somebody_waits(env: &common::Env, resource: &str) {
+    let documents = env.collection();
+    let in_line = async {
+        loop {
+            let doc = documents.find_one(doc! {"_id": resource}).await.unwrap();
+            let queued = doc
+                .and_then(|d| d.get_array("queue").ok().map(|queue| queue.len()))
+                .unwrap_or(0);
+            if queued > 0 {
+                break;
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), in_line)
+        .await
+        .unwrap_or_else(|_| panic!("nobody joined {resource}'s line"));
+}
+
 #[tokio::test]
 async fn a_set_is_taken_all_or_nothing_with_a_token_per_resource() {
     let env = env("multi_all_or_nothing").await;
@@ -117,22 +137,7 @@ async fn a_waiting_set_holds_no_lease_and_keeps_its_turn_while_it_waits() {
     let set = env.locks.multi(["a", "b"]).lock_id("waiting-set");
     let waiting = tokio::spawn(async move { set.acquire().await });
     // The waiter is in b's line once its first round is over (and a released).
-    let documents = env.collection();
-    let in_line = async {
-        loop {
-            let b = documents.find_one(doc! {"_id": "b"}).await.unwrap();
-            let queued = b
-                .and_then(|b| b.get_array("queue").ok().map(|queue| queue.len()))
-                .unwrap_or(0);
-            if queued > 0 {
-                break;
-            }
-            tokio::time::sleep(ms(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), in_line)
-        .await
-        .expect("the waiter joins b's line");
+    until_somebody_waits(&env, "b").await;
     for _ in 0..5 {
         assert!(
             held_by(&env.locks, "waiting-set").await.is_empty(),
@@ -235,22 +240,7 @@ async fn a_set_lets_go_of_its_turns_for_a_holder_that_waits_for_a_member() {
         .lock_id("keeping-set");
     let waiting = tokio::spawn(async move { set.acquire_timeout(Duration::from_secs(30)).await });
     // The set stands in b's line once it has its turn at a.
-    let documents = env.collection();
-    let in_line = async {
-        loop {
-            let doc = documents.find_one(doc! {"_id": "b"}).await.unwrap();
-            let queued = doc
-                .and_then(|d| d.get_array("queue").ok().map(|queue| queue.len()))
-                .unwrap_or(0);
-            if queued > 0 {
-                break;
-            }
-            tokio::time::sleep(ms(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), in_line)
-        .await
-        .expect("the set joins b's line");
+    until_somebody_waits(&env, "b").await;
     let a = nested
         .mutex("a")
         .ttl(ms(5_000))

@@ -28,7 +28,6 @@ const PATIENCE: Duration = Duration::from_secs(3);
 pub(super) async fn release_after_resume() -> Result<ControlResult, Box<dyn std::error::Error>> {
     let stage = Watched::start().await?;
     let (recorder, locks) = (&stage.recorder, &stage.locks);
-    let c_locks = locks_of(&stage);
     let lock_id = "svc";
     let details = LockDetails::default().ttl(TTL).owner(lock_id);
     let sent = Instant::now();
@@ -55,29 +54,7 @@ pub(super) async fn release_after_resume() -> Result<ControlResult, Box<dyn std:
     if !locks.release(&a).await? {
         return Err("the queued release found nothing to remove".into());
     }
-    let invoked = Instant::now();
-    let c = c_locks
-        .mutex(RESOURCE)
-        .ttl(TTL)
-        .acquire_timeout(PATIENCE)
-        .await?
-        .ok_or("C was not granted the lock")?;
-    let c_log = hold_honestly(recorder, 1, c, invoked, Duration::from_millis(300)).await;
-    recorder.holder(c_log);
-    // B renews as a holder of the low-level API does: nothing of its lock id is left.
-    if locks.renew(lock_id, TTL).await? == 0 {
-        b_log.notice(Instant::now(), LossKind::Revoked);
-    }
-    b_log.lets_go(LetGo::Unlocked);
-    locks.unlock(lock_id).await?;
-    recorder.holder(b_log);
-    stage
-        .finish(
-            "release after resume",
-            Expected::Client(Check::Exclusion),
-            &[RESOURCE],
-        )
-        .await
+    granted_past_a_believer(stage, b_log, lock_id, "release after resume").await
 }
 
 /// A late copy of an unlock lands after its lock id was granted again: a holder on the
@@ -90,7 +67,6 @@ pub(super) async fn release_after_resume() -> Result<ControlResult, Box<dyn std:
 pub(super) async fn late_unlock() -> Result<ControlResult, Box<dyn std::error::Error>> {
     let stage = Watched::start().await?;
     let (recorder, locks) = (&stage.recorder, &stage.locks);
-    let c_locks = locks_of(&stage);
     let lock_id = "batch";
     let details = LockDetails::default().ttl(TTL).owner(lock_id);
     let sent = Instant::now();
@@ -114,21 +90,22 @@ pub(super) async fn late_unlock() -> Result<ControlResult, Box<dyn std::error::E
     write(recorder, &mut b_log, b.fencing_token());
 
     // The bug: the late copy of the first unlock lands now, on the entry B holds.
-    let removed = stage
-        .server
-        .new_client()
-        .database(DB)
-        .collection::<Document>(COLLECTION)
-        .update_one(
-            bson::doc! { "_id": RESOURCE, "exclusive.lockId": lock_id },
-            bson::doc! { "$unset": { "exclusive": "" } },
-        )
-        .await?;
-    if removed.modified_count != 1 {
-        return Err("the lock id held nothing to remove".into());
-    }
+    remove_exclusive_entry(&stage, RESOURCE, lock_id).await?;
+    granted_past_a_believer(stage, b_log, lock_id, "late unlock").await
+}
+
+/// The end of a control whose bug removed the entry B holds under `lock_id` on the low-level
+/// API: C is granted at once and holds honestly; B renews as a holder of the low-level API
+/// does, finds nothing of its lock id left and notices; B unlocks. Exclusion must catch it.
+async fn granted_past_a_believer(
+    stage: Watched,
+    mut b_log: HolderLog,
+    lock_id: &str,
+    name: &'static str,
+) -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let (recorder, locks) = (&stage.recorder, &stage.locks);
     let invoked = Instant::now();
-    let c = c_locks
+    let c = locks_of(&stage)
         .mutex(RESOURCE)
         .ttl(TTL)
         .acquire_timeout(PATIENCE)
@@ -136,7 +113,6 @@ pub(super) async fn late_unlock() -> Result<ControlResult, Box<dyn std::error::E
         .ok_or("C was not granted the lock")?;
     let c_log = hold_honestly(recorder, 1, c, invoked, Duration::from_millis(300)).await;
     recorder.holder(c_log);
-    // B renews as a holder of the low-level API does: nothing of its lock id is left.
     if locks.renew(lock_id, TTL).await? == 0 {
         b_log.notice(Instant::now(), LossKind::Revoked);
     }
@@ -144,12 +120,31 @@ pub(super) async fn late_unlock() -> Result<ControlResult, Box<dyn std::error::E
     locks.unlock(lock_id).await?;
     recorder.holder(b_log);
     stage
-        .finish(
-            "late unlock",
-            Expected::Client(Check::Exclusion),
-            &[RESOURCE],
-        )
+        .finish(name, Expected::Client(Check::Exclusion), &[RESOURCE])
         .await
+}
+
+/// Removes the exclusive entry `lock_id` holds on `resource`, written directly (what a late
+/// write that should have spared it did).
+async fn remove_exclusive_entry(
+    stage: &Watched,
+    resource: &str,
+    lock_id: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let removed = stage
+        .server
+        .new_client()
+        .database(DB)
+        .collection::<Document>(COLLECTION)
+        .update_one(
+            bson::doc! { "_id": resource, "exclusive.lockId": lock_id },
+            bson::doc! { "$unset": { "exclusive": "" } },
+        )
+        .await?;
+    if removed.modified_count != 1 {
+        return Err(format!("{lock_id} held nothing on {resource} to remove").into());
+    }
+    Ok(())
 }
 
 /// A withdrawal owed by a multi-lock's round lands after the next round took the member back:
@@ -192,19 +187,7 @@ pub(super) async fn withdrawal_after_readoption()
         .collect();
 
     // The bug: the owed withdrawal lands now and removes the member the set holds.
-    let removed = stage
-        .server
-        .new_client()
-        .database(DB)
-        .collection::<Document>(COLLECTION)
-        .update_one(
-            bson::doc! { "_id": X0, "exclusive.lockId": lock_id },
-            bson::doc! { "$unset": { "exclusive": "" } },
-        )
-        .await?;
-    if removed.modified_count != 1 {
-        return Err("the set did not hold X0 under its lock id".into());
-    }
+    remove_exclusive_entry(&stage, X0, lock_id).await?;
     let c_recorder = recorder.clone();
     let c_task = tokio::spawn(async move {
         let invoked = Instant::now();

@@ -790,6 +790,15 @@ mod tests {
         assert_eq!(c.wait(), Some(Duration::from_millis(700)));
     }
 
+    /// The document of `resource`, read directly.
+    async fn document_of(collection: &mongodb::Collection<Document>, resource: &str) -> Document {
+        collection
+            .find_one(doc! { "_id": resource })
+            .await
+            .unwrap()
+            .expect("the resource's document")
+    }
+
     #[tokio::test]
     async fn a_late_copy_of_a_withdrawn_writer_attempt_announces_nothing() {
         let server = mongolock_testkit::TestServer::start().await.unwrap();
@@ -805,11 +814,7 @@ mod tests {
         // itself after it.
         assert!(!locks.release_attempt(&writer).await.unwrap());
         assert_eq!(locks.acquire(&writer).await.unwrap(), Attempt::Withdrawn);
-        let stored = collection
-            .find_one(doc! { "_id": "r" })
-            .await
-            .unwrap()
-            .unwrap();
+        let stored = document_of(&collection, "r").await;
         assert_eq!(stored.get_array("queue").unwrap().len(), 0, "{stored}");
         // A live attempt does announce itself: the check above can see an announcement.
         let live = AcquireRequest::exclusive("r", "writer-2", LockDetails::default());
@@ -819,11 +824,7 @@ mod tests {
             locks.acquire(&live).await.unwrap(),
             Attempt::Contended(_)
         ));
-        let stored = collection
-            .find_one(doc! { "_id": "r" })
-            .await
-            .unwrap()
-            .unwrap();
+        let stored = document_of(&collection, "r").await;
         assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
     }
 
@@ -845,11 +846,7 @@ mod tests {
         };
         assert_eq!(contention.place_in_line(), Some(0));
         assert_eq!(contention.holder_count(), 0);
-        let stored = collection
-            .find_one(doc! { "_id": "r" })
-            .await
-            .unwrap()
-            .unwrap();
+        let stored = document_of(&collection, "r").await;
         assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
         assert!(stored.get_datetime("idleSince").is_ok(), "{stored}");
         // Again: still its turn, still not granted.
@@ -870,11 +867,7 @@ mod tests {
             locks.acquire(&take).await.unwrap(),
             Attempt::Granted(_)
         ));
-        let stored = collection
-            .find_one(doc! { "_id": "r" })
-            .await
-            .unwrap()
-            .unwrap();
+        let stored = document_of(&collection, "r").await;
         assert_eq!(stored.get_array("queue").unwrap().len(), 0, "{stored}");
     }
 }
