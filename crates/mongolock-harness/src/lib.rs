@@ -239,10 +239,35 @@ async fn liveness(
             .map(|r| recorder.grants_after(r, healed))
             .sum();
         if granted == 0 {
+            // What holds them now, and who stands in their lines, to tell why.
+            let mut now_held = Vec::new();
+            for resource in &resources {
+                let filter = Filter::default().resource(resource.as_str());
+                for status in observer.status(&filter).await? {
+                    now_held.push(format!(
+                        "{} held by {:?} ({}, since {}, expired: {})",
+                        status.resource(),
+                        status.lock_id(),
+                        status.owner().unwrap_or("no owner"),
+                        status.created_at(),
+                        status.is_expired()
+                    ));
+                }
+                let document = observer
+                    .collection()
+                    .find_one(bson::doc! { "_id": resource.as_str() })
+                    .await?;
+                let line = document
+                    .as_ref()
+                    .and_then(|d| d.get_array("queue").ok())
+                    .map_or(0, Vec::len);
+                now_held.push(format!("{resource}: {line} place(s) in line"));
+            }
             recorder.liveness(format!(
-                "{}: not granted to anyone in the {:.0} ms after healing",
+                "{}: not granted to anyone in the {:.0} ms after healing (now: {})",
                 resources.join("+"),
-                healed.elapsed().as_secs_f64() * 1e3
+                healed.elapsed().as_secs_f64() * 1e3,
+                now_held.join("; ")
             ));
         }
     }
