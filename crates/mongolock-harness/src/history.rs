@@ -468,6 +468,14 @@ impl Recorder {
         self.with(|i| i.server_clock.push((at, ms)));
     }
 
+    /// The server's clock at our instant `t`, from the readings so far (see
+    /// [`History::server_ms`]).
+    pub fn server_ms(&self, t: Instant) -> Option<i64> {
+        let mut readings = History::new(t);
+        readings.server_clock = self.with(|i| i.server_clock.clone());
+        readings.server_ms(t)
+    }
+
     /// Records a campaign as it begins.
     pub fn campaign(&self, log: CampaignLog) {
         self.with(|i| i.campaigns.push(log));

@@ -233,11 +233,26 @@ async fn liveness(
             ));
         }
     }
+    let healed_ms = recorder.server_ms(healed);
     for resources in workload.liveness_sets() {
-        let granted: usize = resources
+        let mut granted: usize = resources
             .iter()
             .map(|r| recorder.grants_after(r, healed))
             .sum();
+        // A holder is recorded when it lets go: one granted after healing that still holds
+        // counts too (by the server's time of its grant).
+        for resource in &resources {
+            let filter = Filter::default().resource(resource.as_str());
+            for status in observer.status(&filter).await? {
+                let live =
+                    !status.is_expired() && fleet.is_live_owner(status.owner().unwrap_or(""));
+                let since_healing =
+                    healed_ms.is_some_and(|ms| status.created_at().timestamp_millis() > ms);
+                if live && since_healing {
+                    granted += 1;
+                }
+            }
+        }
         if granted == 0 {
             // What holds them now, and who stands in their lines, to tell why.
             let mut now_held = Vec::new();
