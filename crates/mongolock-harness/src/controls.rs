@@ -1077,6 +1077,21 @@ fn low_level_log(recorder: &Recorder, client: usize, grant: &Grant, sent: Instan
     }
 }
 
+/// `xlock` of `resource` under `lock_id` by client 0 of `locks`, and the holder's log (see
+/// [`low_level_log`]), from the attempt's send.
+async fn xlock_logged(
+    recorder: &Recorder,
+    locks: &LockClient,
+    resource: &str,
+    lock_id: &str,
+    details: LockDetails,
+) -> Result<(Grant, HolderLog), Box<dyn std::error::Error>> {
+    let sent = Instant::now();
+    let grant = locks.xlock(resource, lock_id, details).await?;
+    let log = low_level_log(recorder, 0, &grant, sent);
+    Ok((grant, log))
+}
+
 /// A keeper that renews by lock id: every third of the TTL until `until`, `renew(lock_id)`;
 /// when `all_renewed(count, tracked)` says so, every tracked lease is believed renewed (its
 /// local deadline moves to the renewal's send + TTL − a tenth), otherwise every one is lost
@@ -1118,12 +1133,8 @@ async fn keeper_by_id() -> Result<ControlResult, Box<dyn std::error::Error>> {
     let (recorder, locks) = (&stage.recorder, &stage.locks);
     let lock_id = "keeper-by-id";
     let details = LockDetails::default().ttl(TTL).owner(lock_id);
-    let sent = Instant::now();
-    let a = locks.xlock(A, lock_id, details.clone()).await?;
-    let mut a_log = low_level_log(recorder, 0, &a, sent);
-    let sent = Instant::now();
-    let b = locks.xlock(B, lock_id, details).await?;
-    let mut b_log = low_level_log(recorder, 0, &b, sent);
+    let (_, mut a_log) = xlock_logged(recorder, locks, A, lock_id, details.clone()).await?;
+    let (_, mut b_log) = xlock_logged(recorder, locks, B, lock_id, details).await?;
     let at_least = |count: u64, tracked: usize| count as usize >= tracked;
     let until = Instant::now() + Duration::from_millis(500);
     renew_by_id(
@@ -1164,13 +1175,9 @@ async fn trusting_keeper() -> Result<ControlResult, Box<dyn std::error::Error>> 
     let c_locks = self::locks(stage.server.new_client());
     let lock_id = "trusting-keeper";
     let details = LockDetails::default().ttl(TTL).owner(lock_id);
-    let sent = Instant::now();
-    let x = locks.xlock(X, lock_id, details.clone()).await?;
-    let mut x_log = low_level_log(recorder, 0, &x, sent);
+    let (x, mut x_log) = xlock_logged(recorder, locks, X, lock_id, details.clone()).await?;
     write(recorder, &mut x_log, x.fencing_token());
-    let sent = Instant::now();
-    let y = locks.xlock(Y, lock_id, details).await?;
-    let mut y_log = low_level_log(recorder, 0, &y, sent);
+    let (_, mut y_log) = xlock_logged(recorder, locks, Y, lock_id, details).await?;
     let equal = |count: u64, tracked: usize| count as usize == tracked;
     let until = Instant::now() + Duration::from_millis(500);
     renew_by_id(locks, lock_id, &mut [&mut x_log, &mut y_log], until, equal).await?;

@@ -611,25 +611,15 @@ impl Injector {
                 // The client goes for a multi-lock next and arms the faults as it begins (see
                 // the workload's `recipes` submodule); once it holds the set, it sends the
                 // contender for the member whose attempt was lost.
-                let Some(&i) = live.choose(&mut self.rng) else {
-                    return false;
-                };
-                let contender = self.contender(fleet, i);
-                let ctl = &fleet.slots[i].ctl;
-                ctl.multi_unknown(contender);
-                ctl.go_for_next(Target::Multi(self.workload.pool(Mode::Multi)));
+                let target = Target::Multi(self.workload.pool(Mode::Multi));
+                return self.go_with_contender(fleet, &live, ClientCtl::multi_unknown, target);
             }
             ExtraFault::LateUnlock => {
                 // The client goes for a group next and arms the fault as its first round is
                 // given up (see the workload's `group` submodule); once the next round holds
                 // the group, it sends the contender for the first member.
-                let Some(&i) = live.choose(&mut self.rng) else {
-                    return false;
-                };
-                let contender = self.contender(fleet, i);
-                let ctl = &fleet.slots[i].ctl;
-                ctl.late_unlock(contender);
-                ctl.go_for_next(Target::Group(self.workload.pool(Mode::Group)));
+                let target = Target::Group(self.workload.pool(Mode::Group));
+                return self.go_with_contender(fleet, &live, ClientCtl::late_unlock, target);
             }
         }
         true
@@ -661,6 +651,25 @@ impl Injector {
             rule,
         });
         hold + Duration::from_millis(500)
+    }
+
+    /// Sends a live client (at random) for `target` next, with the fault `arm` asks of it and a
+    /// contender to send on; false if no client is live.
+    fn go_with_contender(
+        &mut self,
+        fleet: &Fleet,
+        live: &[usize],
+        arm: fn(&ClientCtl, Option<Arc<ClientCtl>>),
+        target: Target,
+    ) -> bool {
+        let Some(&i) = live.choose(&mut self.rng) else {
+            return false;
+        };
+        let contender = self.contender(fleet, i);
+        let ctl = &fleet.slots[i].ctl;
+        arm(ctl, contender);
+        ctl.go_for_next(target);
+        true
     }
 
     /// A live client other than `but` (at random): a contender to send for what a fault may

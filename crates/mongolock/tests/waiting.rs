@@ -658,6 +658,23 @@ async fn on_4_4_a_release_wakes_only_the_client_at_the_head_of_the_line() {
     wake_only_the_head(&setup).await;
 }
 
+/// `held` (a 600 ms lease on `job`) is renewed several times (every 200 ms, each a `replace`
+/// in a 4.4 log), and its client's stream delivers none of those renewals; then released.
+async fn none_of_its_renewals_delivered(recorder: &Recorder, held: mongolock::LockGuard) {
+    recorder.clear();
+    sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        recorder.count("update", Some(true)) >= 3,
+        "the keeper renewed: {:?}",
+        recorder.take_names()
+    );
+    assert!(
+        !delivered(recorder, "job"),
+        "a renewal of its own was delivered"
+    );
+    held.release().await.unwrap();
+}
+
 /// On a 4.4 server, a client that holds a lease and waits for nothing receives no event
 /// for its own renewals, although each is logged as a whole document.
 #[tokio::test]
@@ -671,19 +688,7 @@ async fn on_4_4_a_holder_receives_none_of_its_own_renewals() {
         .acquire()
         .await
         .unwrap();
-    recorder.clear();
-    // Several renewals (every 200 ms), each a `replace` in the log.
-    sleep(Duration::from_millis(1_500)).await;
-    assert!(
-        recorder.count("update", Some(true)) >= 3,
-        "the keeper renewed: {:?}",
-        recorder.take_names()
-    );
-    assert!(
-        !delivered(&recorder, "job"),
-        "a renewal of its own was delivered"
-    );
-    held.release().await.unwrap();
+    none_of_its_renewals_delivered(&recorder, held).await;
 }
 
 /// On a 4.4 server, a client that got its lock by waiting (a release woke it: the
@@ -713,19 +718,7 @@ async fn on_4_4_a_holder_woken_into_its_lock_receives_none_of_its_own_renewals()
         .await;
     setup.locks.release(&holder).await.unwrap();
     let held = waiter.await.unwrap().unwrap().expect("woken into the lock");
-    recorder.clear();
-    // Several renewals (every 200 ms), each a `replace` in the log.
-    sleep(Duration::from_millis(1_500)).await;
-    assert!(
-        recorder.count("update", Some(true)) >= 3,
-        "the keeper renewed: {:?}",
-        recorder.take_names()
-    );
-    assert!(
-        !delivered(&recorder, "job"),
-        "a renewal of its own was delivered"
-    );
-    held.release().await.unwrap();
+    none_of_its_renewals_delivered(&recorder, held).await;
 }
 
 /// Three clients wait for one mutex; each release must wake the head's client only.

@@ -9,7 +9,7 @@ use bson::Document;
 use mongolock::{AcquireRequest, LockDetails};
 
 use super::{
-    ControlResult, Expected, RESOURCE, TTL, Watched, hold_honestly, locks, low_level_log, write,
+    ControlResult, Expected, RESOURCE, TTL, Watched, hold_honestly, locks, write, xlock_logged,
 };
 use crate::check::Check;
 use crate::history::{FromLibrary, GuardLog, HolderLog, LetGo, LossKind, Mode, ReleaseResult};
@@ -30,9 +30,7 @@ pub(super) async fn release_after_resume() -> Result<ControlResult, Box<dyn std:
     let (recorder, locks) = (&stage.recorder, &stage.locks);
     let lock_id = "svc";
     let details = LockDetails::default().ttl(TTL).owner(lock_id);
-    let sent = Instant::now();
-    let a = locks.xlock(RESOURCE, lock_id, details.clone()).await?;
-    let mut a_log = low_level_log(recorder, 0, &a, sent);
+    let (a, mut a_log) = xlock_logged(recorder, locks, RESOURCE, lock_id, details.clone()).await?;
     write(recorder, &mut a_log, a.fencing_token());
     // Its release fails: the client keeps it, to retry.
     a_log.lets_go(LetGo::Released);
@@ -41,12 +39,10 @@ pub(super) async fn release_after_resume() -> Result<ControlResult, Box<dyn std:
     recorder.holder(a_log);
 
     // Asked again at once with the same lock id: the lease is handed back.
-    let sent = Instant::now();
-    let b = locks.xlock(RESOURCE, lock_id, details).await?;
+    let (b, mut b_log) = xlock_logged(recorder, locks, RESOURCE, lock_id, details).await?;
     if b.fencing_token() != a.fencing_token() {
         return Err("the lease was not handed back under its lock id".into());
     }
-    let mut b_log = low_level_log(recorder, 0, &b, sent);
     b_log.resumed_from = Some(a_id);
     write(recorder, &mut b_log, b.fencing_token());
 
@@ -69,9 +65,7 @@ pub(super) async fn late_unlock() -> Result<ControlResult, Box<dyn std::error::E
     let (recorder, locks) = (&stage.recorder, &stage.locks);
     let lock_id = "batch";
     let details = LockDetails::default().ttl(TTL).owner(lock_id);
-    let sent = Instant::now();
-    let a = locks.xlock(RESOURCE, lock_id, details.clone()).await?;
-    let mut a_log = low_level_log(recorder, 0, &a, sent);
+    let (a, mut a_log) = xlock_logged(recorder, locks, RESOURCE, lock_id, details.clone()).await?;
     write(recorder, &mut a_log, a.fencing_token());
     a_log.lets_go(LetGo::Unlocked);
     if locks.unlock(lock_id).await? != 1 {
@@ -81,12 +75,10 @@ pub(super) async fn late_unlock() -> Result<ControlResult, Box<dyn std::error::E
     recorder.holder(a_log);
 
     // Granted again under the same lock id: a new lease.
-    let sent = Instant::now();
-    let b = locks.xlock(RESOURCE, lock_id, details).await?;
+    let (b, mut b_log) = xlock_logged(recorder, locks, RESOURCE, lock_id, details).await?;
     if !b.is_new() {
         return Err("the lock id was not granted anew".into());
     }
-    let mut b_log = low_level_log(recorder, 0, &b, sent);
     write(recorder, &mut b_log, b.fencing_token());
 
     // The bug: the late copy of the first unlock lands now, on the entry B holds.
