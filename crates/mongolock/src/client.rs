@@ -789,7 +789,10 @@ impl LockClient {
     ///
     /// This resolves an attempt whose outcome is unknown (its future was dropped, its
     /// connection failed) without knowing the fencing token it may have been given. The
-    /// tombstone lasts the request's TTL, and at least five minutes.
+    /// tombstone lasts the request's TTL, and at least five minutes. A grant with a
+    /// [minimum hold](crate::LockDetails::min_hold) is let go of as a release lets go of it:
+    /// within its hold, it stays in force until the hold ends (the caller may have worked
+    /// under it).
     ///
     /// # Errors
     ///
@@ -819,7 +822,15 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn release_attempt(&self, request: &AcquireRequest) -> Result<bool> {
-        command::release::release_attempt(self.ready()?, request).await
+        command::release::release_attempt(self.ready()?, request, command::release::Hold::Kept)
+            .await
+    }
+
+    /// Withdraws an attempt whose grant, if any, nobody was handed (see
+    /// [`release_attempt`](Self::release_attempt)): its minimum hold is not kept.
+    pub(crate) async fn withdraw_unused(&self, request: &AcquireRequest) -> Result<bool> {
+        command::release::release_attempt(self.ready()?, request, command::release::Hold::Waived)
+            .await
     }
 
     /// Renews every live lock of `lock_id`: each expires `ttl` after now, by the server's

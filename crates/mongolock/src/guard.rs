@@ -151,6 +151,13 @@ impl LockGuard {
         self.lease.lost().await
     }
 
+    /// Whether releasing the lock (or dropping the guard) lets go of it without its minimum
+    /// hold: true while nobody is to work under it (a member a multi-lock took in a round
+    /// it has not finished).
+    pub(crate) fn waive_hold(&self, waived: bool) {
+        self.lease.waive_hold(waived);
+    }
+
     /// The server said it no longer holds this grant live: the lease is lost, revoked.
     pub(crate) fn revoked(&self) {
         self.lease.lose(LossReason::Revoked);
@@ -200,7 +207,7 @@ impl LockGuard {
         let mut duty = ReleaseDuty(Some((keeper.clone(), chore)));
         let released = self
             .client
-            .release_grant(&self.lease.grant, self.lease.retire)
+            .release_grant(&self.lease.grant_to_release(), self.lease.retire)
             .instrument(span)
             .await?;
         if let Some((keeper, chore)) = duty.0.take() {

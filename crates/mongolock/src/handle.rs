@@ -88,9 +88,10 @@ macro_rules! lease_settings {
             self
         }
 
-        /// A holder that lets go within `min_hold` of its grant keeps the lock from
-        /// everybody until then, by the server's clock: a job that must run at most once
-        /// per period across hosts (ShedLock's `lockAtLeastFor`). Default: none. See
+        /// A holder that lets go within `min_hold` of its grant keeps its lock in force
+        /// until then, by the server's clock (a mutex or a writer: from everybody; a reader
+        /// or a permit: its share): a job that must run at most once per period across
+        /// hosts (ShedLock's `lockAtLeastFor`). Default: none. See
         /// [`LockDetails::min_hold`](crate::LockDetails::min_hold).
         pub fn min_hold(mut self, min_hold: Duration) -> Self {
             self.options.details = self.options.details.min_hold(min_hold);

@@ -45,6 +45,7 @@
 //! [`command::keepalive`]: crate::command::keepalive
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -76,6 +77,9 @@ pub(crate) struct Lease {
     /// True when a copy of the attempt had an unknown outcome, and for a resumed lease (its
     /// attempt was another process's, whose history is unknown).
     pub(crate) retire: bool,
+    /// Set while nobody is to work under the grant (a member a multi-lock took in a round
+    /// it has not finished): its release then lets go of it without its minimum hold.
+    hold_waived: AtomicBool,
     clock: Clock,
     /// The forward steps of the server's clock the client notices: each one noticed after
     /// the command the deadline counts from was sent shortens the deadline by as much.
@@ -112,6 +116,7 @@ impl Lease {
             every,
             sent_at: sent.at,
             retire: false,
+            hold_waived: AtomicBool::new(false),
             clock,
             server: None,
             deadline: Mutex::new(deadline),
@@ -143,9 +148,26 @@ impl Lease {
     /// The chore that releases this lease when its holder cannot.
     pub(crate) fn release_chore(&self) -> Chore {
         Chore::Release {
-            grant: self.grant.clone(),
+            grant: self.grant_to_release(),
             retire: self.retire,
         }
+    }
+
+    /// Whether a release lets go of the grant without its minimum hold (see
+    /// [`LockDetails::min_hold`](crate::LockDetails::min_hold)): true while nobody is to
+    /// work under it.
+    pub(crate) fn waive_hold(&self, waived: bool) {
+        self.hold_waived.store(waived, Ordering::Release);
+    }
+
+    /// The grant as its release lets go of it: without its minimum hold while that is
+    /// waived (see [`waive_hold`](Self::waive_hold)).
+    pub(crate) fn grant_to_release(&self) -> Grant {
+        let mut grant = self.grant.clone();
+        if self.hold_waived.load(Ordering::Acquire) {
+            grant.holder.min_hold = None;
+        }
+        grant
     }
 
     /// The local deadline, on the lease clock: shortened by the forward steps of the server's
@@ -334,7 +356,12 @@ impl Chore {
             Chore::Release { grant, retire } => {
                 release::release(ctx, grant, *retire).await.map(drop)
             }
-            Chore::Withdraw(request) => release::release_attempt(ctx, request).await.map(drop),
+            // Nobody was handed its grant: no minimum hold is owed.
+            Chore::Withdraw(request) => {
+                release::release_attempt(ctx, request, release::Hold::Waived)
+                    .await
+                    .map(drop)
+            }
             Chore::Leave(request) => release::leave_line(ctx, request).await,
         }
     }

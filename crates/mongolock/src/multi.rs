@@ -33,6 +33,10 @@
 //! within two), and a dropped acquire releases what it took and leaves the lines, in the
 //! background.
 //!
+//! A [minimum hold](crate::LockDetails::min_hold) applies to a set held whole: the members
+//! of a round that was refused (or whose call was dropped) were never worked under, so they
+//! are let go of without it, and the set's next attempts find them free.
+//!
 //! Round trips: an uncontended acquire of `n` resources is `n` attempts, one
 //! `findAndModify` each, one after another (MongoDB changes one document atomically; a
 //! transaction would take as many writes and could not hold a lease); a release is `n`
@@ -297,7 +301,12 @@ impl Set<'_> {
             }
             let request = request.clone().nonce(Nonce::new());
             match wait::acquire(self.client, request, *timing, Wait::Once).await {
-                Ok(Some(guard)) => held[index] = Some(guard),
+                Ok(Some(guard)) => {
+                    // Nobody works under it until the set is whole: let go of before then
+                    // (a refused round, a dropped call), it starts no minimum hold.
+                    guard.waive_hold(true);
+                    held[index] = Some(guard);
+                }
                 Ok(None) => {
                     release_all(held, wait).await?;
                     return Ok(None);
@@ -313,6 +322,10 @@ impl Set<'_> {
             }
         }
         let guards: Vec<LockGuard> = held.into_iter().flatten().collect();
+        // The set is whole: its holder works under every member from now on.
+        for guard in &guards {
+            guard.waive_hold(false);
+        }
         Ok(Some(MultiGuard { guards }))
     }
 

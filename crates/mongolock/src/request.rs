@@ -140,21 +140,38 @@ impl LockDetails {
     }
 
     /// Sets a minimum hold: a holder that lets go of the lock within `min_hold` of its grant
-    /// (by the server's clock) leaves the resource unavailable to everybody, its own lock id
-    /// included, until the grant's time plus `min_hold`; a later release frees it at once.
-    /// The lease itself ends at the release: the entry only stays in force, shown by status
-    /// as a lock-delay. For jobs that must run at most once per period across hosts whose
-    /// clocks and timers differ (ShedLock's `lockAtLeastFor`): with a minimum hold a little
-    /// shorter than the period, a host whose timer fires late in the same period finds the
-    /// job's lock still taken, even when the job finished at once. Kept in whole
-    /// milliseconds, rounded up; zero is none.
+    /// (by the server's clock) keeps its lock in force until the grant's time plus
+    /// `min_hold`; a later release frees it at once. For an exclusive lock (a mutex, a
+    /// writer, [`xlock`](crate::LockClient::xlock)) that keeps the resource from everybody,
+    /// its own lock id included. For a shared lock it keeps that share in force: a reader's
+    /// hold keeps writers out while other readers come in as they could beside it, and a
+    /// semaphore holder's hold keeps its permit taken. The lease itself ends at the release:
+    /// the entry only stays in force, shown by status as a lock-delay. For jobs that must run
+    /// at most once per period across hosts whose clocks and timers differ (ShedLock's
+    /// `lockAtLeastFor`): with a minimum hold a little shorter than the period, a host whose
+    /// timer fires late in the same period finds the job's lock still taken, even when the
+    /// job finished at once. Kept in whole milliseconds, rounded up; zero is none.
     ///
-    /// It applies when the holder lets go ([`release`](crate::LockGuard::release), a dropped
+    /// It applies when the holder lets go: [`release`](crate::LockGuard::release), a dropped
     /// guard, [`LockClient::release`](crate::LockClient::release),
-    /// [`unlock`](crate::LockClient::unlock)). Like a lock-delay under way, it is not cut
-    /// short by an operator's [`force_release`](crate::LockClient::force_release) nor by a
-    /// purge. A holder that dies leaves the resource to its TTL (and its
-    /// [`lock_delay`](Self::lock_delay), which covers that case: give both to cover both).
+    /// [`unlock`](crate::LockClient::unlock), and
+    /// [`release_attempt`](crate::LockClient::release_attempt) of a granted attempt (its
+    /// caller may have worked under it). It does not apply to a grant nobody was handed: a
+    /// waiting acquire's attempt given up or dropped, or the members a
+    /// [multi-lock](crate::MultiLock) took in a round it did not finish. Waiters are woken
+    /// when a holder lets go into its hold and are granted when it ends, in the order they
+    /// came, a waiter of the same lock id included.
+    ///
+    /// Against an operator: a hold under way (its holder let go) is not cut short by
+    /// [`force_release`](crate::LockClient::force_release) nor by a purge, like a lock-delay
+    /// under way. A force release of a lease still held ends it at once, as it ends any
+    /// lease: the hold, which starts when the holder lets go, never starts (a lock-delay, if
+    /// the entry has one, still applies). [`purge_abandoned_groups`] takes a lock let go of
+    /// within its hold for released, not abandoned. A holder that dies leaves the resource to
+    /// its TTL (and its [`lock_delay`](Self::lock_delay), which covers that case: give both to
+    /// cover both).
+    ///
+    /// [`purge_abandoned_groups`]: crate::LockClient::purge_abandoned_groups
     ///
     /// ```
     /// use std::time::Duration;

@@ -27,6 +27,7 @@
 //!             ttlMs: Int32|Int64|null,
 //!             delayMs: Int32|Int64,   // the lock-delay; missing: none
 //!             minHoldMs: Int32|Int64, // the minimum hold; missing: none
+//!             letGoAt: Date,          // let go of within its hold; missing: not
 //!             adopted: true,          // resumed by a client; missing: never
 //!             afterUnlocks: [ObjectId] }  // unlocks that leave it; missing: none
 //! ```
@@ -81,7 +82,13 @@
 //! When its holder lets go (a release, a retiring release, an unlock) before `createdAt +
 //! minHoldMs`, the entry is not removed: its lease ends (`delayMs` becomes the hold and
 //! `expiresAt` `createdAt + minHoldMs`, so the lease counts as ended at `createdAt`) and it
-//! stays in force until then, as in a lock-delay (`command/expr.rs`: `let_go`).
+//! stays in force until then, as in a lock-delay (`command/expr.rs`: `let_go`), marked
+//! `letGoAt` (when it was let go of). Such an entry is not an abandoned lock
+//! (`purge_abandoned_groups` leaves its lock id's other locks alone), and the change that
+//! lets go of it wakes the head of the line as if it were gone, so that the waiter learns
+//! from its next attempt when the hold ends and sleeps until then. For a shared entry (a
+//! reader's, a semaphore's permit) the hold keeps that share in force: writers stay out and
+//! the permit stays taken, and other readers come in as they could before.
 //!
 //! `adopted` marks an entry whose lease a client resumed (`command/keepalive.rs`, `adopt`):
 //! a retiring release removes a re-grant of its attempt (the same nonce under another token,
@@ -154,6 +161,10 @@ pub(crate) const KEEPER: &str = "keeper";
 pub(crate) const DELAY_MS: &str = "delayMs";
 /// The minimum hold of an entry (see [`crate::LockDetails::min_hold`]).
 pub(crate) const MIN_HOLD_MS: &str = "minHoldMs";
+/// When the holder of an entry let go of it within its minimum hold (a date; missing: it
+/// did not): the entry is then only in force for what is left of the hold (see
+/// `command/expr.rs`: `let_go`).
+pub(crate) const LET_GO_AT: &str = "letGoAt";
 /// Set (true) on an entry adopted by a client that resumed its lease (see
 /// `command/keepalive.rs`): a retiring release of its attempt by an earlier incarnation
 /// leaves it, though it may be a re-grant of that attempt.

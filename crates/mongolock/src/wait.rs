@@ -826,7 +826,7 @@ async fn resume(
 async fn withdraw(client: &LockClient, request: &AcquireRequest, wait: Wait) -> Result<()> {
     let mut backoff = FIRST_BACKOFF;
     loop {
-        match client.release_attempt(request).await {
+        match client.withdraw_unused(request).await {
             Ok(_) => return Ok(()),
             Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
                 tracing::warn!(%error, "could not withdraw a grant that came too late; retrying");

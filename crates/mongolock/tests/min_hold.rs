@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::env;
-use mongolock::{Filter, LockClient, LockDetails};
+use mongolock::{AcquireRequest, Attempt, Filter, LockClient, LockDetails};
 use tokio::time::{Instant, sleep, sleep_until};
 
 fn ms(ms: u64) -> Duration {
@@ -139,4 +139,216 @@ async fn three_hosts_with_skewed_timers_run_the_job_once_per_period() {
 async fn without_a_minimum_hold_the_late_hosts_run_it_again() {
     let runs = runs_per_period("min_hold_control", None).await;
     assert!(runs.iter().all(|&n| n > 1), "{runs:?}");
+}
+
+/// `release_attempt` ends a grant as a release does: within its minimum hold, the lock stays
+/// in force until the hold ends. (It used to remove the entry: another host was granted at
+/// once, and the job ran twice in its period.)
+#[tokio::test]
+async fn release_attempt_keeps_the_minimum_hold() {
+    let env = env("min_hold_release_attempt").await;
+    let request = AcquireRequest::exclusive(
+        "batch",
+        "host-a",
+        LockDetails::default().ttl(ms(5_000)).min_hold(ms(1_500)),
+    );
+    let Attempt::Granted(grant) = env.locks.acquire(&request).await.unwrap() else {
+        panic!("the first attempt is granted");
+    };
+    assert!(env.locks.release_attempt(&request).await.unwrap());
+    let refused = env
+        .locks
+        .xlock("batch", "host-b", LockDetails::default())
+        .await;
+    assert!(
+        refused.unwrap_err().is_already_locked(),
+        "kept for the hold"
+    );
+    sleep(ms(1_700)).await;
+    let next = (env
+        .locks
+        .xlock("batch", "host-b", LockDetails::default())
+        .await)
+        .expect("free once the hold is over");
+    assert!(next.fencing_token() > grant.fencing_token());
+}
+
+/// A reader's minimum hold keeps its own share in force: writers stay out until it ends,
+/// while other readers come in as they could beside the reader before it let go.
+#[tokio::test]
+async fn a_readers_minimum_hold_keeps_writers_out_and_lets_readers_in() {
+    let env = env("min_hold_reader").await;
+    let other = env.other_client().await;
+    let reader = (env.locks.rwlock("doc").ttl(ms(5_000)).min_hold(ms(1_500)))
+        .read()
+        .await
+        .unwrap();
+    reader.release().await.unwrap();
+    assert!(other.rwlock("doc").try_write().await.unwrap().is_none());
+    let second = other.rwlock("doc").try_read().await.unwrap();
+    let second = second.expect("another reader shares with the held one");
+    second.release().await.unwrap();
+    sleep(ms(1_700)).await;
+    assert!(other.rwlock("doc").try_write().await.unwrap().is_some());
+    other.shutdown().await;
+}
+
+/// A semaphore holder's minimum hold keeps its permit taken until the hold ends.
+#[tokio::test]
+async fn a_permits_minimum_hold_keeps_the_permit_taken() {
+    let env = env("min_hold_permit").await;
+    let other = env.other_client().await;
+    let pool = |locks: &LockClient| locks.semaphore("gpu", 2).ttl(ms(5_000)).min_hold(ms(1_500));
+    let first = pool(&env.locks).acquire().await.unwrap();
+    first.release().await.unwrap();
+    let _second = pool(&other)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("one permit left");
+    assert!(
+        pool(&other).try_acquire().await.unwrap().is_none(),
+        "the held permit counts"
+    );
+    sleep(ms(1_700)).await;
+    assert!(pool(&other).try_acquire().await.unwrap().is_some());
+    other.shutdown().await;
+}
+
+/// A lock let go of within its minimum hold was released, not abandoned: once the hold is
+/// over, `purge_abandoned_groups` leaves its lock id's other locks alone (it used to remove a
+/// live lock that lock id took after the release, whose holder still renewed it).
+#[tokio::test]
+async fn a_lock_let_go_within_its_hold_is_no_abandoned_group() {
+    let env = env("min_hold_groups").await;
+    let details = LockDetails::default().ttl(ms(5_000)).min_hold(ms(600));
+    let first = env
+        .locks
+        .xlock("a", "group", details.clone())
+        .await
+        .unwrap();
+    assert!(env.locks.release(&first).await.unwrap());
+    let live = env
+        .locks
+        .xlock("b", "group", LockDetails::default())
+        .await
+        .unwrap();
+    sleep(ms(900)).await;
+    let purged = env.locks.purge_abandoned_groups().await.unwrap();
+    assert!(purged.lock_ids().is_empty(), "{purged:?}");
+    let held = env
+        .locks
+        .status(&Filter::default().lock_id("group"))
+        .await
+        .unwrap();
+    assert!(
+        held.iter()
+            .any(|s| s.fencing_token() == live.fencing_token()),
+        "{held:?}"
+    );
+    // The control: a lock that expired without a release is abandoned, and its group goes.
+    let short = LockDetails::default().ttl(ms(300));
+    let _abandoned = env.locks.xlock("c", "gone", short).await.unwrap();
+    sleep(ms(500)).await;
+    let purged = env.locks.purge_abandoned_groups().await.unwrap();
+    assert_eq!(purged.lock_ids(), ["gone"]);
+}
+
+/// A writer waiting behind a reader that let go within its minimum hold is granted when the
+/// hold ends: the release wakes it, and it then sleeps until the hold's end, not the
+/// reader's old lease end (30 s here, past the writer's timeout).
+#[tokio::test]
+async fn a_waiter_behind_a_minimum_hold_is_granted_when_it_ends() {
+    let env = env("min_hold_waiter").await;
+    let other = env.other_client().await;
+    let reader = (env.locks.rwlock("doc").ttl(ms(30_000)).min_hold(ms(2_000)))
+        .read()
+        .await
+        .unwrap();
+    let writer = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let started = Instant::now();
+            let guard = other.rwlock("doc").write_timeout(ms(6_000)).await.unwrap();
+            (guard.is_some(), started.elapsed())
+        }
+    });
+    sleep(ms(300)).await;
+    reader.release().await.unwrap();
+    let (granted, waited) = writer.await.unwrap();
+    assert!(granted, "timed out after {waited:?}");
+    assert!(
+        waited >= ms(1_500),
+        "granted within the hold, after {waited:?}"
+    );
+    other.shutdown().await;
+}
+
+/// A waiter whose own earlier entry is still in force (let go of within its minimum hold)
+/// waits in line like anybody: host A, whose last run let go at once, asks again before
+/// host B and is served first.
+#[tokio::test]
+async fn a_waiter_whose_own_entry_is_in_force_keeps_its_place_in_line() {
+    let env = env("min_hold_own_line").await;
+    let host_b = env.other_client().await;
+    let job = |locks: &LockClient, host: &str| {
+        (locks.mutex("hourly").ttl(ms(5_000)).min_hold(ms(2_000))).lock_id(host)
+    };
+    let first = job(&env.locks, "host-a").acquire().await.unwrap();
+    first.release().await.unwrap();
+    let a = tokio::spawn({
+        let locks = env.locks.clone();
+        async move {
+            let guard = job(&locks, "host-a")
+                .acquire_timeout(ms(8_000))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            drop(guard);
+            at
+        }
+    });
+    sleep(ms(500)).await;
+    let b = tokio::spawn({
+        let locks = host_b.clone();
+        async move {
+            let guard = job(&locks, "host-b")
+                .acquire_timeout(ms(8_000))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            drop(guard);
+            at
+        }
+    });
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert!(a < b, "host B, which came later, was served first");
+    host_b.shutdown().await;
+}
+
+/// What a minimum hold promises against an operator (see `LockDetails::min_hold`): a hold
+/// under way is not cut short by a force release, nor by a purge; a force release of a lease
+/// still held ends it at once, and its hold never starts.
+#[tokio::test]
+async fn a_force_release_keeps_a_hold_under_way_and_ends_a_held_lease() {
+    let env = env("min_hold_force").await;
+    let details = LockDetails::default().ttl(ms(5_000)).min_hold(ms(1_500));
+    let grant = env.locks.xlock("a", "job", details.clone()).await.unwrap();
+    assert!(env.locks.release(&grant).await.unwrap());
+    env.locks.force_release("a").await.unwrap();
+    env.locks.purge().await.unwrap();
+    env.locks.purge_abandoned_groups().await.unwrap();
+    let refused = env.locks.xlock("a", "other", LockDetails::default()).await;
+    assert!(
+        refused.unwrap_err().is_already_locked(),
+        "the hold under way stays"
+    );
+
+    let _held = env.locks.xlock("b", "job", details).await.unwrap();
+    assert_eq!(env.locks.force_release("b").await.unwrap(), 1);
+    let next = env.locks.xlock("b", "other", LockDetails::default()).await;
+    assert!(
+        next.is_ok(),
+        "a force-released lease is free at once: {next:?}"
+    );
 }

@@ -387,3 +387,33 @@ async fn emulator_only_a_crash_mid_acquire_leaves_nothing_past_the_ttl() {
         .expect("nothing of the crashed acquire is left");
     whole.release().await.unwrap();
 }
+
+/// A set with a minimum hold keeps no member it never held: the members a refused round
+/// took are let go of without a hold (nobody worked under them), so another client gets
+/// them at once, and a waiting acquire of the set is granted once its other member is free.
+#[tokio::test]
+async fn a_refused_round_starts_no_minimum_hold() {
+    let env = env("multi_min_hold").await;
+    let other = env.other_client().await;
+    let set = || (env.locks.multi(["a", "b"]).ttl(ms(5_000))).min_hold(ms(8_000));
+    let blocker = other.mutex("b").ttl(ms(5_000)).acquire().await.unwrap();
+    assert!(set().try_acquire().await.unwrap().is_none());
+    let a = other.mutex("a").try_acquire().await.unwrap();
+    a.expect("a, taken and let go of by the refused round, is free")
+        .release()
+        .await
+        .unwrap();
+
+    let waiting = tokio::spawn({
+        let set = set();
+        async move { set.acquire_timeout(ms(4_000)).await.unwrap() }
+    });
+    tokio::time::sleep(ms(300)).await;
+    blocker.release().await.unwrap();
+    let held = waiting.await.unwrap();
+    held.expect("granted once b was let go")
+        .release()
+        .await
+        .unwrap();
+    other.shutdown().await;
+}

@@ -28,7 +28,8 @@
 //! 2. `a`: the places before this lock id's own in the line, or every place if it has none
 //!    (a first or a single attempt). For a waiting attempt also `o` (out of the line):
 //!    whether this attempt's nonce was given up by `release_attempt`, or this lock id
-//!    already holds the resource; for a waiting shared one `y`, whether the requested cap is
+//!    already holds the resource (its lease: an entry only in force, within its lock-delay
+//!    or minimum hold, makes it wait in line like anybody); for a waiting shared one `y`, whether the requested cap is
 //!    the live shared entries' (or there are none).
 //! 3. `g` (grant): the nonce not withdrawn, no live exclusive entry; for an exclusive lock
 //!    no live shared entry and nobody before it in line; for a shared lock no live shared
@@ -161,10 +162,9 @@ pub(crate) fn pipeline(
         // Only readers wait ahead (they share with this one), and with a cap, the slots left
         // are more than the permits they wait for.
         LockKind::Shared => {
-            // Not held by this lock id (for a waiting attempt, `o` says it).
-            if announce.is_none() {
-                terms.push(bson!({ "$not": { "$in": [lock_id.clone(), "$$s.lockId"] } }));
-            }
+            // No shared entry of this lock id in force (one that it holds, or one within
+            // its lock-delay or minimum hold): a lock id has one shared entry at most.
+            terms.push(bson!({ "$not": { "$in": [lock_id.clone(), "$$s.lockId"] } }));
             terms.push(match announce {
                 Some(_) => bson!("$$y"),
                 None => cap_agrees.clone(),
@@ -192,19 +192,23 @@ pub(crate) fn pipeline(
         ]},
     };
     // For a waiting attempt, `o` (out of the line): it was withdrawn, or this lock id holds
-    // the resource already (then it is not waiting). An exclusive grant needs no `held`
-    // term (any live entry refuses it), so `o` adds nothing to its grant.
+    // the resource already (then it is not waiting: the attempt is answered with that
+    // lock). An entry of this lock id that is only in force (its lease ended, within its
+    // lock-delay or minimum hold) is not held: it keeps this lock id out as it keeps
+    // everybody out, and the attempt waits in line for it to end, in arrival order.
     if announce.is_some() {
         if request.kind == LockKind::Shared {
             seen.insert("y", cap_agrees);
         }
-        seen.insert(
-            "o",
-            bson!({ "$or": [
-                withdrawn,
-                { "$in": [lock_id.clone(), { "$concatArrays": [["$$x.lockId"], "$$s.lockId"] }] },
-            ]}),
-        );
+        let own_held = bson!({ "$anyElementTrue": [{ "$map": {
+            "input": { "$concatArrays": [
+                { "$cond": [{ "$eq": ["$$x", null] }, [], ["$$x"]] },
+                "$$s",
+            ]},
+            "as": "m",
+            "in": { "$and": [{ "$eq": ["$$m.lockId", lock_id.clone()] }, expr::holds("$$m")] },
+        }}]});
+        seen.insert("o", bson!({ "$or": [withdrawn, own_held] }));
     }
     let seen = Some(Bson::Document(seen));
     // 4. The fencing token if granted: above every earlier one, even if the document was

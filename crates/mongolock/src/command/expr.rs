@@ -48,7 +48,7 @@ use bson::{Bson, Document, bson, doc};
 
 use crate::error::{Error, ErrorKind};
 use crate::schema::{
-    AFTER_UNLOCKS, DELAY_MS, EXPIRES_AT, FORMAT, KEEPER, LOCK_ID, MARK, MIN_HOLD_MS,
+    AFTER_UNLOCKS, DELAY_MS, EXPIRES_AT, FORMAT, KEEPER, LET_GO_AT, LOCK_ID, MARK, MIN_HOLD_MS,
 };
 
 /// The server's error code when a force release meets a document of another shape:
@@ -425,14 +425,19 @@ impl NextDocument {
             } else {
                 // The head names a keeper (a string, which is true; missing is false).
                 terms.push(bson!(&head));
+                // An entry let go of within its minimum hold counts as gone here: the head,
+                // woken, is refused until the hold ends and learns when that is, where its
+                // timer would otherwise wait for the lease's old end.
                 if !no_exclusive {
-                    terms.push(bson!({ "$eq": [&nx, null] }));
+                    terms.push(bson!({ "$or": [{ "$eq": [&nx, null] }, was_let_go(&nx)] }));
                 }
+                let held = bson!({ "$size": { "$filter": {
+                    "input": &ns, "as": "e", "cond": { "$not": [was_let_go("$$e")] },
+                }}});
                 // The shared entries leave a permit: MaxKey sorts after every number.
-                let room =
-                    bson!({ "$lt": [{ "$size": &ns }, { "$ifNull": [&cap, Bson::MaxKey] }] });
+                let room = bson!({ "$lt": [held.clone(), { "$ifNull": [&cap, Bson::MaxKey] }] });
                 terms.push(bson!({ "$or": [
-                    { "$eq": [{ "$size": &ns }, 0] },
+                    { "$eq": [held, 0] },
                     { "$and": [{ "$eq": ["$$h.kind", "shared"] }, room] },
                 ]}));
             }
@@ -502,15 +507,28 @@ pub(crate) fn also_naming(entry: &str, ids: &[ObjectId]) -> Bson {
 /// The entry at `entry` once its holder lets go of it: nothing, unless its minimum hold
 /// (`minHoldMs`, see `crate::schema`) runs past `$$NOW`: then the same entry in force until
 /// `createdAt + minHoldMs`, its lease ended (`delayMs` the hold, so that the lease counts as
-/// ended at `createdAt`), as an entry within its lock-delay.
+/// ended at `createdAt`), as an entry within its lock-delay, marked `letGoAt` (`$$NOW`): its
+/// holder let go of it, so it is no abandoned lock (`command/purge.rs`), and a waiter woken
+/// by the change learns when it ends (see [`NextDocument::document`]).
 pub(crate) fn let_go(entry: &str) -> Bson {
     let hold = format!("{entry}.{MIN_HOLD_MS}");
     let until = bson!({ "$add": [format!("{entry}.createdAt"), { "$ifNull": [&hold, 0] }] });
     bson!({ "$cond": [
         { "$gt": [until.clone(), "$$NOW"] },
-        { "$mergeObjects": [entry, { EXPIRES_AT: until, DELAY_MS: &hold }] },
+        { "$mergeObjects": [entry, {
+            EXPIRES_AT: until,
+            DELAY_MS: &hold,
+            // A repeated release keeps the first one's time.
+            LET_GO_AT: { "$ifNull": [format!("{entry}.{LET_GO_AT}"), "$$NOW"] },
+        }] },
         null,
     ]})
+}
+
+/// True when the entry at `entry` was let go of by its holder and is only in force for what
+/// is left of its minimum hold (see [`let_go`]).
+pub(crate) fn was_let_go(entry: &str) -> Bson {
+    bson!({ "$eq": [{ "$type": format!("{entry}.{LET_GO_AT}") }, "date"] })
 }
 
 /// The document without every entry for which `matches` (a function from an entry path such

@@ -15,10 +15,13 @@
 //! a lock id with an expired lock is taken as abandoned, and its other locks go too. That
 //! ends live leases without telling their holders, so it is a separately named call. It only
 //! removes the entries that existed when the group's member expired (granted before its
-//! `expiresAt`); a lock granted to the same lock id afterwards survives. Two round trips:
+//! lease ended: its `expiresAt` less its lock-delay); a lock granted to the same lock id
+//! afterwards survives. An entry its holder let go of within its minimum hold (`letGoAt`)
+//! expires too, but was released: it makes no group abandoned. Two round trips:
 //!
 //! ```text
-//! 1. aggregate: the lock ids with an expired entry, each with the earliest such expiresAt T
+//! 1. aggregate: the lock ids with an abandoned entry (expired, not let go of), each with
+//!    the earliest end T of such an entry's lease
 //! 2. update: one statement per lock id L (up to GROUPS_PER_COMMAND a command):
 //!      q: { $or: [{ "exclusive.lockId": L }, { "shared.lockId": L }],           // by index
 //!           mongolock: 1 },
@@ -34,6 +37,7 @@ use crate::command::expr::{self, held_by, is_of};
 use crate::command::{Context, Upsert, count};
 use crate::error::{Error, Result};
 use crate::query::Purged;
+use crate::schema;
 
 /// The most group statements sent in one `update` command (each carries its own pipeline,
 /// about 4 KiB), keeping a command far below MongoDB's 16 MiB limit.
@@ -71,15 +75,26 @@ pub(crate) async fn run(ctx: &Context) -> Result<Purged> {
     })
 }
 
-/// The aggregation that finds each lock id with an expired entry, and when its first such
-/// entry expired.
+/// The aggregation that finds each lock id with an abandoned entry, and when the first such
+/// entry's lease ended. An entry is abandoned when it expired without its holder letting go
+/// of it: one let go of within its minimum hold (`letGoAt`, see `expr::let_go`) was
+/// released. Its lease ended at `expiresAt` less its lock-delay: a lock its lock id took
+/// after that, while the entry was still in force for its delay, is not of the abandoned
+/// group.
 pub(crate) fn abandoned_groups() -> Vec<Document> {
+    let lease_end = bson!({ "$subtract": [
+        "$e.expiresAt",
+        { "$ifNull": [format!("$e.{}", schema::DELAY_MS), 0] },
+    ]});
     vec![
         doc! { "$match": has_expired_entry() },
         doc! { "$project": { "_id": 0, "e": expr::all_entries() } },
         doc! { "$unwind": "$e" },
-        doc! { "$match": { "$expr": { "$not": [expr::is_live("$e")] } } },
-        doc! { "$group": { "_id": "$e.lockId", "expiredAt": { "$min": "$e.expiresAt" } } },
+        doc! { "$match": { "$expr": { "$and": [
+            { "$not": [expr::is_live("$e")] },
+            { "$not": [expr::was_let_go("$e")] },
+        ]}}},
+        doc! { "$group": { "_id": "$e.lockId", "expiredAt": { "$min": lease_end } } },
     ]
 }
 

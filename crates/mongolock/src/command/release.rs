@@ -270,14 +270,29 @@ pub(crate) struct Retirement<'a> {
     ttl_ms: Option<i64>,
     /// The grant's token, for a release: the entry of that grant only.
     token: Option<i64>,
-    /// For a release, whether the grant has a minimum hold (its entry is let go of, not
-    /// removed: see `expr::let_go`).
+    /// Whether the entry it reports on is let go of, not removed (see `expr::let_go`): a
+    /// released grant with a minimum hold, or a withdrawn attempt whose hold is kept.
     min_hold: bool,
 }
 
+/// What a withdrawal does with the minimum hold of a grant it ends (see
+/// [`LockDetails::min_hold`](crate::LockDetails::min_hold)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Kept: the caller may have worked under the grant ([`LockClient::release_attempt`]).
+    ///
+    /// [`LockClient::release_attempt`]: crate::LockClient::release_attempt
+    Kept,
+    /// Waived: the grant was never handed to anybody (a waiting acquire's attempt given up
+    /// or dropped, a multi-lock's unfinished round).
+    Waived,
+}
+
 impl<'a> Retirement<'a> {
-    /// A withdrawn attempt.
-    pub(crate) fn attempt(request: &'a AcquireRequest, ttl_ms: Option<i64>) -> Self {
+    /// A withdrawn attempt; with `hold`, its entry, if it was granted, is let go of (its
+    /// minimum hold kept: its caller may have worked under it), else removed (nobody held
+    /// it: a waiter gave it up before it was handed over, a multi-lock's round).
+    pub(crate) fn attempt(request: &'a AcquireRequest, ttl_ms: Option<i64>, hold: Hold) -> Self {
         Retirement {
             resource: &request.resource,
             lock_id: &request.lock_id,
@@ -286,7 +301,7 @@ impl<'a> Retirement<'a> {
             keeper: request.keeper.as_deref(),
             ttl_ms,
             token: None,
-            min_hold: false,
+            min_hold: hold == Hold::Kept && request.details.min_hold_value().is_some(),
         }
     }
 
@@ -389,12 +404,13 @@ pub(crate) fn retire_command(ctx: &Context, retirement: &Retirement<'_>) -> Docu
     // finds nothing to change.
     // A released grant's entry is let go of (its minimum hold kept); a re-grant of its
     // attempt, and a withdrawn attempt's entry, are removed.
-    let mut next = match retirement.token {
-        Some(_) if retirement.min_hold => expr::NextDocument::letting_go(
+    let mut next = if retirement.min_hold {
+        expr::NextDocument::letting_go(
             |entry| retirement.reports(entry),
             |entry| retirement.removes(entry),
-        ),
-        _ => expr::NextDocument::without_entries(|entry| retirement.removes(entry)),
+        )
+    } else {
+        expr::NextDocument::without_entries(|entry| retirement.removes(entry))
     };
     next.fence = Some(bson!({ "$ifNull": ["$fence", 0_i64] }));
     next.released = Some(tombstones);
@@ -423,14 +439,20 @@ pub(crate) fn release_attempt_command(
     ctx: &Context,
     request: &AcquireRequest,
     ttl_ms: Option<i64>,
+    hold: Hold,
 ) -> Document {
-    retire_command(ctx, &Retirement::attempt(request, ttl_ms))
+    retire_command(ctx, &Retirement::attempt(request, ttl_ms, hold))
 }
 
-/// Withdraws an attempt; true if this call removed the lock it had created.
-pub(crate) async fn release_attempt(ctx: &Context, request: &AcquireRequest) -> Result<bool> {
+/// Withdraws an attempt; true if this call removed the lock it had created (or let go of
+/// it, its minimum hold kept, with [`Hold::Kept`]).
+pub(crate) async fn release_attempt(
+    ctx: &Context,
+    request: &AcquireRequest,
+    hold: Hold,
+) -> Result<bool> {
     let ttl_ms = request.validate()?;
-    let command = release_attempt_command(ctx, request, ttl_ms);
+    let command = release_attempt_command(ctx, request, ttl_ms, hold);
     let removed = removed(ctx.write(command, Upsert::Yes).await)?.removed;
     tracing::debug!(resource = %request.resource, lock_id = %request.lock_id, removed, "attempt withdrawn");
     Ok(removed)
@@ -658,7 +680,7 @@ mod tests {
     async fn withdrawing_leaves_a_bounded_tombstone() {
         let ctx = crate::command::test_context();
         let request = AcquireRequest::exclusive("r", "id", LockDetails::default());
-        let command = release_attempt_command(&ctx, &request, None);
+        let command = release_attempt_command(&ctx, &request, None, Hold::Kept);
         assert_eq!(command.get_bool("upsert"), Ok(true));
         let text = Bson::Document(command).into_relaxed_extjson().to_string();
         assert!(
@@ -666,7 +688,7 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("$slice"), "no count bound: {text}");
-        let long = release_attempt_command(&ctx, &request, Some(3_600_000));
+        let long = release_attempt_command(&ctx, &request, Some(3_600_000), Hold::Kept);
         let text = Bson::Document(long).into_relaxed_extjson().to_string();
         assert!(
             text.contains(r#""until":{"$add":["$$NOW",3600000]}"#),
@@ -703,7 +725,7 @@ mod adopted {
                 .unwrap()
         );
         // The first client withdraws its attempt (its future was dropped, say): nothing goes.
-        assert!(!release_attempt(&ctx, &first).await.unwrap());
+        assert!(!release_attempt(&ctx, &first, Hold::Kept).await.unwrap());
         let stored = collection
             .find_one(doc! { "_id": "r" })
             .await
@@ -715,6 +737,6 @@ mod adopted {
         let mut second = AcquireRequest::exclusive("s", "svc", details);
         second.keeper = Some("keeper-a".to_owned());
         let _ = locks.acquire(&second).await.unwrap();
-        assert!(release_attempt(&ctx, &second).await.unwrap());
+        assert!(release_attempt(&ctx, &second, Hold::Kept).await.unwrap());
     }
 }
