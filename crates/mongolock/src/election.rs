@@ -585,15 +585,22 @@ impl Observer {
         let (items, receiver) = tokio::sync::mpsc::channel(1);
         tokio::spawn(async move {
             loop {
+                // The next reading is taken once the consumer took the last one (its slot is
+                // free): one reading ahead of the consumer at most, never a second one held
+                // here while the first waits in the channel.
+                let slot = tokio::select! {
+                    () = stop.cancelled() => return,
+                    slot = items.reserve() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => return,
+                    },
+                };
                 let item = tokio::select! {
                     () = stop.cancelled() => return,
                     () = items.closed() => return,
                     item = self.next() => item,
                 };
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    sent = items.send(item) => if sent.is_err() { return },
-                }
+                slot.send(item);
             }
         });
         receiver

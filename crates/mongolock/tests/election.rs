@@ -343,3 +343,37 @@ async fn a_leader_displaced_by_its_lock_id_resumed_elsewhere_cannot_proclaim() {
     new.resign().await.unwrap();
     first.shutdown().await;
 }
+
+/// An observer reads one leader ahead of a slow consumer at most: after the leader it read
+/// ahead, the consumer's next item is a fresh reading (the leader now), never a second
+/// stale one read meanwhile (here: "nobody leads", between two leaders).
+#[tokio::test]
+async fn an_observer_reads_one_leader_ahead_of_a_slow_consumer_at_most() {
+    let env = env("election_slow_consumer").await;
+    let other = env.other_client().await;
+    let election = env.locks.election("scheduler").ttl(secs(10));
+    let mut changes = Box::pin(election.observe());
+    assert_eq!(next_leader(&mut changes).await, None, "nobody leads yet");
+    let first = election.campaign("host-a").await.unwrap();
+    tokio::time::sleep(ms(500)).await; // read ahead: host-a
+    first.resign().await.unwrap();
+    tokio::time::sleep(ms(500)).await; // nobody leads, while the consumer does not ask
+    let second = other
+        .election("scheduler")
+        .campaign("host-b")
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(500)).await;
+    let (value, _) = next_leader(&mut changes)
+        .await
+        .expect("the leader read ahead");
+    assert_eq!(value, "host-a");
+    let now = next_leader(&mut changes).await.map(|(value, _)| value);
+    assert_eq!(
+        now.as_deref(),
+        Some("host-b"),
+        "a second reading was held ahead"
+    );
+    second.resign().await.unwrap();
+    other.shutdown().await;
+}
