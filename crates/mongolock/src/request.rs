@@ -169,7 +169,10 @@ impl LockDetails {
     /// the entry has one, still applies). [`purge_abandoned_groups`] takes a lock let go of
     /// within its hold for released, not abandoned. A holder that dies leaves the resource to
     /// its TTL (and its [`lock_delay`](Self::lock_delay), which covers that case: give both to
-    /// cover both).
+    /// cover both). A lease resumed by a restarted process
+    /// ([`LockClient`](crate::LockClient) with the same lock id) keeps the hold it was
+    /// granted with. The hold is measured by the server's clock, from the grant's
+    /// `createdAt`: a step of that clock moves its end as it moves the end of every lease.
     ///
     /// [`purge_abandoned_groups`]: crate::LockClient::purge_abandoned_groups
     ///
