@@ -180,7 +180,10 @@ impl LockClient {
     /// background, tracked so that [`shutdown`](LockClient::shutdown) waits for it. At most
     /// [`CHORES_AT_ONCE`](crate::lease::CHORES_AT_ONCE) chores are on their way at once, the keeper's retries included; the
     /// others wait for their turn. If it fails, or no tokio runtime runs here, the keeper
-    /// retries it.
+    /// retries it. So does it if its task is dropped before it is done (the runtime it was
+    /// spawned in ended first): the chore is owed until then, and a debt whose task is gone
+    /// is queued for the keeper, where the next attempt of its lock id on its resource finds
+    /// it and carries it out ([`Keeper::settle`]) instead of waiting for it for ever.
     pub(crate) fn finish_in_background(&self, chore: Chore) {
         let keeper = self.shared.keeper.clone();
         // Owed from now on: the next attempt of its lock id on its resource waits for it.
@@ -195,13 +198,20 @@ impl LockClient {
         };
         let ctx = self.ctx.clone();
         let turns = keeper.turns.clone();
+        let mut owed = Owed {
+            keeper,
+            chore: Some(chore),
+        };
         let task = async move {
             // The semaphore is never closed, so a turn always comes.
             let _turn = turns.acquire_owned().await;
+            let chore = owed.chore.as_ref().expect("owed until paid here");
             match chore.run(&ctx).await {
                 Ok(()) => {
                     tracing::debug!(resource = chore.resource(), "done in the background");
-                    keeper.paid(&chore);
+                    if let Some(chore) = owed.chore.take() {
+                        owed.keeper.paid(&chore);
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(
@@ -209,7 +219,7 @@ impl LockClient {
                         resource = chore.resource(),
                         "failed in the background; the client keeps trying"
                     );
-                    keeper.retry_later(chore);
+                    // Dropping `owed` queues it for the keeper.
                 }
             }
         };
@@ -1018,6 +1028,24 @@ impl LockClient {
     /// ```
     pub async fn purge_abandoned_groups(&self) -> Result<Purged> {
         command::purge::run_groups(self.ready()?).await
+    }
+}
+
+/// A chore a background task of [`LockClient::finish_in_background`] owes: dropped before the
+/// task paid it (the chore failed, or the task was dropped unrun or midway, its runtime
+/// ended), it is queued for the keeper's retries, still owed. Without it, a task dropped with
+/// its runtime would leave a debt nobody pays, and every later attempt of its lock id on its
+/// resource would wait for it for ever.
+struct Owed {
+    keeper: Arc<Keeper>,
+    chore: Option<Chore>,
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        if let Some(chore) = self.chore.take() {
+            self.keeper.retry_later(chore);
+        }
     }
 }
 

@@ -23,9 +23,13 @@ use crate::lock::{Grant, LeaseState, LockKind, LossReason};
 /// [`LockClient::shutdown`] waits for such releases. From the drop on, the lock is never
 /// renewed. Dropped where no tokio runtime runs (after `block_on` returned, say), the guard
 /// leaves the release to the runtime its lease was kept alive in; a release that fails is
-/// retried in the background (the keeper's chores). If neither gets through (that runtime
-/// is gone, or the server is out of reach), the lock ends with its TTL at the latest. Leaking the guard (`std::mem::forget`) leaks
-/// the lease: the client keeps renewing it for as long as the client lives.
+/// retried in the background (the keeper's chores), and so is one whose task was dropped
+/// with its runtime before it ran (a guard dropped in a runtime that ends right after). The
+/// client's next attempt of the lock id on the resource carries out such a release first
+/// (each try within the command time limit), and is never granted before it. If nothing
+/// gets through (no runtime of the client runs any more, or the server is out of reach),
+/// the lock ends with its TTL at the latest. Leaking the guard (`std::mem::forget`) leaks the lease: the client
+/// keeps renewing it for as long as the client lives.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {

@@ -426,12 +426,19 @@ struct Registry {
     leases: HashMap<u64, Arc<Lease>>,
     next_key: u64,
     renewing: bool,
+    /// The renewing task, while `renewing`: finished without clearing it, it was dropped
+    /// with the runtime it ran in, and the next lease added starts another.
+    renewer: Option<tokio::task::JoinHandle<()>>,
     chores: Vec<Queued>,
     /// How many chores are owed for each resource and lock id: queued, or on their way to
     /// the server (a chore sent in the background by `LockClient::finish_in_background`,
     /// or taken by the chores task, a flush or [`Keeper::settle`]).
     owed: HashMap<Debt, usize>,
     cleaning: bool,
+    /// The chores task, while `cleaning`: finished without clearing it, it was dropped with
+    /// the runtime it ran in (or spawned in one that had ended), and the next chore queued,
+    /// or the client's next acquire, starts another.
+    cleaner: Option<tokio::task::JoinHandle<()>>,
     /// The runtime the leases were added in (where the renewing task runs): the chores
     /// task starts there when a chore is queued where no runtime runs, such as a guard
     /// dropped after `block_on` returned.
@@ -482,9 +489,9 @@ impl Keeper {
         registry.next_key += 1;
         registry.leases.insert(key, lease);
         registry.runtime = Some(tokio::runtime::Handle::current());
-        if !registry.renewing {
+        if !running(registry.renewing, registry.renewer.as_ref()) {
             registry.renewing = true;
-            tokio::spawn(renew_all(Arc::downgrade(self)));
+            registry.renewer = Some(tokio::spawn(renew_all(Arc::downgrade(self))));
         }
         drop(registry);
         self.added.notify_one();
@@ -619,7 +626,7 @@ impl Keeper {
     /// may have stopped, its last lease removed, just before a dropped guard queued the
     /// release.)
     fn start_cleaning(self: &Arc<Self>, registry: &mut Registry) {
-        if registry.cleaning || registry.chores.is_empty() {
+        if running(registry.cleaning, registry.cleaner.as_ref()) || registry.chores.is_empty() {
             return;
         }
         let runtime = tokio::runtime::Handle::try_current()
@@ -627,7 +634,7 @@ impl Keeper {
             .or_else(|| registry.runtime.clone());
         if let Some(runtime) = runtime {
             registry.cleaning = true;
-            runtime.spawn(do_chores(Arc::downgrade(self)));
+            registry.cleaner = Some(runtime.spawn(do_chores(Arc::downgrade(self))));
         }
     }
 
@@ -671,6 +678,12 @@ impl Keeper {
         }
         Some(registry.leases.values().cloned().collect())
     }
+}
+
+/// Whether a background task of the keeper runs: its flag is set, and its task was not
+/// dropped with the runtime it was spawned in (a task ends by clearing its flag first).
+fn running(flag: bool, task: Option<&tokio::task::JoinHandle<()>>) -> bool {
+    flag && !task.is_some_and(tokio::task::JoinHandle::is_finished)
 }
 
 /// The renewing task: renews the keeper's leases until it has none, or the keeper is gone.
