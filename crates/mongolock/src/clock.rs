@@ -89,15 +89,20 @@ pub(crate) struct Stamp {
     pub(crate) at: Instant,
     /// The forward steps noticed by then, in all.
     pub(crate) stepped: Duration,
+    /// The lower bound on the server's clock known then (see [`ServerClock`]), if any: an
+    /// exact reading by a command sent at this moment that is below it shows that the
+    /// server's clock stepped back.
+    pub(crate) lower: Option<i128>,
 }
 
 #[cfg(test)]
 impl Stamp {
-    /// `at`, with no step noticed.
+    /// `at`, with no step noticed and nothing known of the server's clock.
     pub(crate) fn plain(at: Instant) -> Self {
         Stamp {
             at,
             stepped: Duration::ZERO,
+            lower: None,
         }
     }
 }
@@ -112,24 +117,61 @@ impl Stamp {
 /// the server read (`$$NOW`, from a grant: its expiry minus what it had left): the server
 /// read it after the command was sent, so the offset was at most that time minus the send
 /// time. A lower bound comes from any write's `operationTime` (whole seconds, and never
-/// ahead of the server's clock): the server had read at least that by the time the reply
-/// came back. Without a step the offset stays put (clock rates differ by far less than a
-/// lease's margin); when a lower bound passes the upper one, the server's clock jumped
-/// forward by at least the difference: that much is added to [`ServerClock::stepped`] at
-/// once, which shortens every lease's deadline by as much, and the upper bound moves up.
+/// ahead of the server's clock but after a step back, see below): the server had read at
+/// least that by the time the reply came back. Without a step the offset stays put (clock
+/// rates differ by far less than a lease's margin); when a lower bound passes the upper
+/// one, the server's clock jumped forward by at least the difference: that much is added to
+/// [`ServerClock::stepped`] at once, which shortens every lease's deadline by as much, and
+/// the upper bound moves up.
 ///
 /// A reply can tell of a step only once the step happened: a step between two renewals is
 /// noticed at the next reply at the earliest. The clock uncertainty a client is given
 /// ([`LockClient::with_clock_uncertainty`](crate::LockClient::with_clock_uncertainty))
 /// covers steps up to that size before any reply. A server that sends no `operationTime`
 /// (a standalone) tells of steps only through grants.
+///
+/// # Replies out of order
+///
+/// Replies do not come back in the order their commands ran: a grant's reply can be read
+/// after another reply of the client that shows a step the server made after the grant.
+/// The grant's reading is then below the lower bound: older than what the client knows,
+/// not a step back. It leaves the bounds as they are, and the lease it grants counts the
+/// steps noticed since its command was sent as shortening it, up to how far its reading is
+/// below the lower bound (the steps that came after the grant): see
+/// [`ServerClock::read_exactly`].
+///
+/// # Steps back
+///
+/// mongod's `$$NOW` is its system clock (`Variables::generateRuntimeConstants` sets it to
+/// `Date_t::now()`, which reads `gettimeofday`: `src/mongo/db/pipeline/variables.cpp`,
+/// `src/mongo/util/time_support.cpp`), which an NTP step or an operator can move back. Its
+/// cluster time, which `operationTime` reports, never goes back: `LogicalClock::reserveTicks`
+/// (`src/mongo/db/logical_clock.cpp`) takes the system clock's seconds only when they are
+/// ahead of the cluster time's, and otherwise counts up the increment. After a step back
+/// the server's expiries (`$$NOW` plus a TTL) come later by its own reckoning, so every
+/// deadline the client counted before stays on the safe side, and the client shortens
+/// nothing. What it must not do is take the stale cluster time for a step forward. So:
+///
+/// - an exact reading below the lower bound known when its command was sent is a step back
+///   (that bound was learned before the command ran): the bounds start over from that
+///   reading, and the lease it grants is not shortened for it;
+/// - an `operationTime` whose seconds are not past the highest seen tells nothing (the
+///   cluster time stands still until the system clock catches up with it, and a reply read
+///   later in the same second only gives a lower bound below one already had): it is
+///   ignored.
+///
+/// Until the server's clock has caught up with its cluster time, a later step forward shows
+/// only in grants. A step back the client has not seen (no grant since) hides as much of a
+/// step forward that follows it: a step back and forward again while a lease is held is
+/// covered only by the safety margin and the clock uncertainty.
 #[derive(Debug)]
 pub(crate) struct ServerClock {
     clock: Clock,
     /// The lease clock's reading that local times are counted from.
     origin: Instant,
     offset: std::sync::Mutex<Offset>,
-    /// The forward steps noticed so far, in all, in nanoseconds.
+    /// The forward steps noticed so far, in all, in nanoseconds (changed only with `offset`
+    /// locked, so that the two agree for whoever holds the lock).
     stepped: AtomicU64,
 }
 
@@ -139,6 +181,13 @@ pub(crate) struct ServerClock {
 struct Offset {
     upper: Option<i128>,
     lower: Option<i128>,
+    /// The highest `operationTime` seen, in seconds since the Unix epoch.
+    cluster_seconds: Option<u32>,
+}
+
+/// Milliseconds as a duration (zero when negative).
+fn millis(ms: i128) -> Duration {
+    Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(u64::MAX))
 }
 
 impl ServerClock {
@@ -158,12 +207,19 @@ impl ServerClock {
         Duration::from_nanos(self.stepped.load(Ordering::SeqCst))
     }
 
-    /// Now on the lease clock, with the steps noticed so far.
+    /// Now on the lease clock, with the steps noticed so far and what is known of the
+    /// server's clock.
     pub(crate) fn stamp(&self) -> Stamp {
+        let offset = self.offset();
         Stamp {
             at: self.clock.now(),
             stepped: self.stepped(),
+            lower: offset.lower,
         }
+    }
+
+    fn offset(&self) -> std::sync::MutexGuard<'_, Offset> {
+        self.offset.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Milliseconds from the origin to `at`, on the lease clock.
@@ -176,73 +232,105 @@ impl ServerClock {
     /// epoch), exactly: a grant's `$$NOW`. The reply is here now. Returns the steps noticed
     /// so far that this reading shows already happened when the command ran (what it
     /// decided counts from the clock as stepped, so they need not shorten it): all of them,
-    /// but for what another reply showed beyond this one.
+    /// but for those noticed since `sent` that the reading shows came after it (as far as
+    /// it is below the lower bound: a reply read after the other replies that showed them).
+    ///
+    /// A reading below the lower bound known at `sent` is a step back (see
+    /// [`ServerClock`]): the bounds start over from it.
     pub(crate) fn read_exactly(&self, sent: Stamp, server_ms: i64) -> Duration {
         let received = self.clock.now();
         let upper = i128::from(server_ms) - self.local_ms(sent.at);
         let lower = i128::from(server_ms) - self.local_ms(received);
-        self.update(Some(upper), lower);
-        let beyond = {
-            let offset = self.offset.lock().unwrap_or_else(|e| e.into_inner());
-            offset.lower.map_or(0, |known| (known - upper).max(0))
+        let mut offset = self.offset();
+        let stepped = self.stepped();
+        let Some(known) = offset.lower.filter(|known| upper < *known) else {
+            let step = self.narrow(&mut offset, Some(upper), lower);
+            let stepped = self.stepped();
+            drop(offset);
+            report(step);
+            return stepped;
         };
-        let beyond = Duration::from_millis(u64::try_from(beyond).unwrap_or(u64::MAX));
-        self.stepped().saturating_sub(beyond).max(sent.stepped)
+        // Older than what other replies showed: the steps noticed since the send, as far
+        // as the reading is below them, came after the command ran.
+        let after = millis(known - upper).min(stepped.saturating_sub(sent.stepped));
+        if let Some(before) = sent.lower.filter(|before| upper < *before) {
+            // Below what was known before the command was even sent: the server's clock
+            // went back. Leases last longer by its reckoning; nothing is shortened.
+            let back = millis(before - upper);
+            *offset = Offset {
+                upper: Some(upper),
+                lower: Some(lower),
+                cluster_seconds: offset.cluster_seconds,
+            };
+            drop(offset);
+            tracing::info!(
+                ?back,
+                "the server's clock stepped back: leases last longer by its reckoning"
+            );
+        }
+        stepped.saturating_sub(after)
     }
 
     /// A write's reply, here now, carried the `operationTime` `seconds` (since the Unix
-    /// epoch): the server's clock had read at least that much.
+    /// epoch): the server's clock had read at least that much. Ignored unless past the
+    /// highest seen (see [`ServerClock`]: after a step back it stands still, ahead of the
+    /// server's clock).
     pub(crate) fn read_at_least(&self, seconds: u32) {
         let received = self.clock.now();
         let lower = i128::from(seconds) * 1_000 - self.local_ms(received);
-        self.update(None, lower);
+        let mut offset = self.offset();
+        if offset.cluster_seconds.is_some_and(|seen| seconds <= seen) {
+            return;
+        }
+        offset.cluster_seconds = Some(seconds);
+        let step = self.narrow(&mut offset, None, lower);
+        drop(offset);
+        report(step);
     }
 
     /// Narrows the bounds with a new reading; a lower bound past the upper one is a forward
-    /// step of at least the difference. An exact reading below the lower bound is a step
-    /// back (which only makes leases last longer): the bounds start over from it.
-    fn update(&self, upper: Option<i128>, lower: i128) {
-        let mut offset = self.offset.lock().unwrap_or_else(|e| e.into_inner());
+    /// step of at least the difference, added to the steps noticed and returned.
+    fn narrow(&self, offset: &mut Offset, upper: Option<i128>, lower: i128) -> Option<Duration> {
         if let Some(upper) = upper {
-            if offset.lower.is_some_and(|known| upper < known) {
-                *offset = Offset {
-                    upper: Some(upper),
-                    lower: Some(lower),
-                };
-                return;
-            }
             offset.upper = Some(offset.upper.map_or(upper, |known| known.min(upper)));
         }
         offset.lower = Some(offset.lower.map_or(lower, |known| known.max(lower)));
         let (Some(upper), Some(lower)) = (offset.upper, offset.lower) else {
-            return;
+            return None;
         };
         if lower <= upper {
-            return;
+            return None;
         }
         // The server's clock is that much ahead of where the bounds said it could be.
         offset.upper = Some(lower);
-        drop(offset);
-        let step = Duration::from_millis(u64::try_from(lower - upper).unwrap_or(u64::MAX));
+        let step = millis(lower - upper);
         self.stepped.fetch_add(
             u64::try_from(step.as_nanos()).unwrap_or(u64::MAX),
             Ordering::SeqCst,
         );
-        if step >= Duration::from_millis(100) {
-            tracing::warn!(
-                ?step,
-                "the server's clock stepped forward: every lease's deadline is shortened by as much"
-            );
-        } else {
-            tracing::debug!(?step, "the server's clock ran ahead");
-        }
+        Some(step)
     }
 
     /// The bounds now (lower, upper), for tests.
     #[cfg(test)]
     fn bounds(&self) -> (Option<i128>, Option<i128>) {
-        let offset = self.offset.lock().unwrap_or_else(|e| e.into_inner());
+        let offset = self.offset();
         (offset.lower, offset.upper)
+    }
+}
+
+/// Logs a forward step just noticed.
+fn report(step: Option<Duration>) {
+    let Some(step) = step else {
+        return;
+    };
+    if step >= Duration::from_millis(100) {
+        tracing::warn!(
+            ?step,
+            "the server's clock stepped forward: every lease's deadline is shortened by as much"
+        );
+    } else {
+        tracing::debug!(?step, "the server's clock ran ahead");
     }
 }
 
@@ -372,6 +460,65 @@ mod tests {
             server.stepped(),
             Duration::ZERO,
             "steady again, from the new reading"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_read_after_a_step_it_came_before_is_shortened_by_it_and_starts_nothing_over() {
+        let server = ServerClock::new(Clock::system());
+        exact(&server, BASE_MS, Duration::from_millis(10)).await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // A grant runs at once; its reply is on its way while the server's clock steps
+        // 7.5 s forward and another reply shows the step.
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        server.read_at_least(u32::try_from((BASE_MS + 1_300 + 7_500) / 1000).unwrap());
+        let noticed = server.stepped();
+        assert!(noticed >= Duration::from_millis(6_500), "{noticed:?}");
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let counted = server.read_exactly(sent, BASE_MS + 1_000);
+        // Every step noticed since the send came after the grant: all of it shortens it.
+        assert_eq!(counted, Duration::ZERO);
+        // What was learned stands: the replies that follow show the same step, not another
+        // (they may show more of it: the bounds had left out up to a second of it).
+        tokio::time::advance(Duration::from_secs(1)).await;
+        server.read_at_least(u32::try_from((BASE_MS + 2_600 + 7_500) / 1000).unwrap());
+        exact(&server, BASE_MS + 2_610 + 7_500, Duration::from_millis(10)).await;
+        let total = server.stepped();
+        assert!(
+            total >= noticed && total <= Duration::from_millis(7_500),
+            "{total:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_back_is_no_step_forward_while_the_cluster_time_stands_still() {
+        let server = ServerClock::new(Clock::system());
+        exact(&server, BASE_MS, Duration::from_millis(10)).await;
+        server.read_at_least(u32::try_from(BASE_MS / 1000).unwrap());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        server.read_at_least(u32::try_from(BASE_MS / 1000 + 1).unwrap());
+        // The server's clock steps 30 s back; its cluster time stands at its highest second
+        // until the clock catches up (30 s later).
+        let stuck = u32::try_from(BASE_MS / 1000 + 1).unwrap();
+        let back = BASE_MS + 1_000 - 30_000;
+        assert_eq!(
+            exact(&server, back, Duration::from_millis(10)).await,
+            Duration::ZERO
+        );
+        for second in 1..=20 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            server.read_at_least(stuck);
+            exact(&server, back + second * 1_000, Duration::from_millis(10)).await;
+            assert_eq!(server.stepped(), Duration::ZERO, "after {second} s");
+        }
+        // A step forward of 10 s, still behind the cluster time: a grant shows it.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        exact(&server, back + 31_000, Duration::from_millis(10)).await;
+        assert!(
+            server.stepped() >= Duration::from_millis(9_900),
+            "{:?}",
+            server.stepped()
         );
     }
 }

@@ -107,7 +107,7 @@ impl Lease {
         let left = grant.remaining.map_or(ttl, |remaining| remaining.min(ttl));
         let deadline = Stamp {
             at: sent.at + left.saturating_sub(margin),
-            stepped: sent.stepped,
+            ..sent
         };
         Lease {
             grant,
@@ -234,7 +234,7 @@ impl Lease {
             let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
             let next = Stamp {
                 at: sent.at + left.min(self.ttl).saturating_sub(self.margin),
-                stepped: sent.stepped,
+                ..sent
             };
             if self.shortened(next) > self.shortened(*deadline) {
                 *deadline = next;

@@ -2,13 +2,26 @@
 //! ahead): the server then ends leases earlier than their holders' deadlines, which counted
 //! from its clock as it was. The client notices a step from the next reply that tells it
 //! the server's time, and shortens every deadline by the step at once; a clock uncertainty
-//! set on the client covers steps before any reply.
+//! set on the client covers steps before any reply. A grant's reply read after another
+//! reply that showed a step made after the grant counts that step too.
+//!
+//! And the server's clock stepping back: mongod's `$$NOW` is its system clock, which can go
+//! back, while its cluster time (`operationTime`) never does. Leases then last longer by
+//! the server's reckoning; the client reports none lost for it.
 
 mod common;
 
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bson::doc;
 use common::{emulator_env, invalid_argument, secs};
+use mongolock::LockClient;
+use mongolock_testkit::TestServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 /// A step noticed from a grant's `$$NOW` (another acquire of the same client) shortens the
 /// deadline of a lease already held, at once.
@@ -96,4 +109,341 @@ async fn emulator_only_a_clock_uncertainty_ends_every_lease_that_much_earlier() 
         .unwrap_err();
     assert_eq!(invalid_argument(&error), "clock_uncertainty");
     locks.shutdown().await;
+}
+
+/// A relay between a client and the emulator that holds back one reply on its way: the
+/// reply to the first `findAndModify`, once armed, that names a marker. The command runs on
+/// the server at once; its reply waits in the relay until [`Relay::release`], while the
+/// client's other connections go on.
+struct Relay {
+    addr: SocketAddr,
+    shared: Arc<RelayShared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+struct RelayShared {
+    /// What the request to pick out names, until it is seen.
+    marker: Mutex<Option<Vec<u8>>>,
+    /// True once the picked-out request's reply came back from the server and is held.
+    held: watch::Sender<bool>,
+    /// True once the held reply may go on.
+    released: watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(RelayShared {
+            marker: Mutex::new(None),
+            held: watch::Sender::new(false),
+            released: watch::Sender::new(false),
+        });
+        let task = tokio::spawn({
+            let shared = shared.clone();
+            async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    tokio::spawn(relay(client, upstream, shared.clone()));
+                }
+            }
+        });
+        Relay { addr, shared, task }
+    }
+
+    /// A driver client that goes through the relay (a direct connection: the emulator names
+    /// its own address).
+    fn client(&self) -> mongodb::Client {
+        let options = mongodb::options::ClientOptions::builder()
+            .hosts(vec![mongodb::options::ServerAddress::Tcp {
+                host: self.addr.ip().to_string(),
+                port: Some(self.addr.port()),
+            }])
+            .direct_connection(true)
+            .build();
+        mongodb::Client::with_options(options).unwrap()
+    }
+
+    /// Holds back the reply to the next `findAndModify` that names `marker`.
+    fn hold_reply_to(&self, marker: &str) {
+        *self.shared.marker.lock().unwrap() = Some(marker.as_bytes().to_vec());
+    }
+
+    /// Waits until that reply is held: its command ran.
+    async fn held(&self) {
+        let mut held = self.shared.held.subscribe();
+        tokio::time::timeout(secs(10), held.wait_for(|held| *held))
+            .await
+            .expect("the picked-out command ran within 10 s")
+            .unwrap();
+    }
+
+    /// Whether the reply is held still.
+    fn holding(&self) -> bool {
+        *self.shared.held.borrow() && !*self.shared.released.borrow()
+    }
+
+    /// Lets the held reply go on.
+    fn release(&self) {
+        self.shared.released.send_replace(true);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.release();
+        self.task.abort();
+    }
+}
+
+/// Whether `haystack` contains `needle`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+/// Relays one connection, holding back the reply to the picked-out request.
+async fn relay(client: TcpStream, upstream: SocketAddr, shared: Arc<RelayShared>) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let picked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let requests = {
+        let (shared, picked) = (shared.clone(), picked.clone());
+        async move {
+            let mut buffer = vec![0u8; 64 * 1024];
+            loop {
+                let n = client_read.read(&mut buffer).await.unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                let chunk = &buffer[..n];
+                {
+                    let mut marker = shared.marker.lock().unwrap();
+                    if marker.as_ref().is_some_and(|marker| {
+                        contains(chunk, marker) && contains(chunk, b"findAndModify\0")
+                    }) {
+                        *marker = None;
+                        picked.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+                if server_write.write_all(chunk).await.is_err() {
+                    break;
+                }
+            }
+        }
+    };
+    let replies = async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let n = server_read.read(&mut buffer).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            if picked.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                shared.held.send_replace(true);
+                let mut released = shared.released.subscribe();
+                let _ = released.wait_for(|released| *released).await;
+            }
+            if client_write.write_all(&buffer[..n]).await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        () = requests => {}
+        () = replies => {}
+    }
+}
+
+/// Issue 39, item 2: the grant's command runs, the server's clock steps forward, another
+/// reply of the same client shows the step and is read first, then the grant's reply. The
+/// server counts the grant's lease from its clock before the step, so it ends that much
+/// earlier: the guard must count the step, and know it lost the lease before anyone else is
+/// granted the lock.
+#[tokio::test]
+async fn emulator_only_a_step_shown_before_a_grant_s_reply_is_read_shortens_that_grant() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: the step before a grant's reply needs the emulator's clock");
+        return;
+    }
+    let server = TestServer::start().await.unwrap();
+    let relay = Relay::start(server.addr()).await;
+    let db = "step_before_reply";
+    let locks = LockClient::new(relay.client().database(db).collection("locks"));
+    let other = LockClient::new(server.new_client().database(db).collection("locks"));
+    // A lease whose deadline shows when the client notices the step.
+    let first = locks.mutex("first").ttl(secs(60)).acquire().await.unwrap();
+    assert!(first.time_left() > secs(56), "{:?}", first.time_left());
+
+    let resource = "contested-after-the-step";
+    relay.hold_reply_to(resource);
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.mutex(resource).ttl(secs(10)).try_acquire().await }
+    });
+    relay.held().await;
+    let before_step = server.clock().now().timestamp_millis();
+    server.clock().advance(Duration::from_secs(6));
+    let witness = locks
+        .mutex("witness")
+        .ttl(secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    // The fault happened: the witness's reply came back and showed the step while the
+    // grant's reply was held.
+    assert!(relay.holding() && !attempt.is_finished());
+    assert!(
+        first.time_left() < secs(54),
+        "the client noticed the step before the grant's reply was read: {:?}",
+        first.time_left()
+    );
+    relay.release();
+    let guard = attempt
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted: the lock was free");
+    // The grant was made before the step: its lease ends 10 s after the clock as it was.
+    let expires = guard.grant().expires_at().unwrap().timestamp_millis();
+    assert!(
+        expires <= before_step + 10_000,
+        "granted after the step: expires at {expires}, the step came at {before_step}"
+    );
+    // 10 s, less the margin (1 s), less the step (6 s, less what the bounds leave out):
+    // about 3 s, and less than the 4 s the server gives it.
+    assert!(
+        guard.time_left() < secs(4),
+        "the guard believes it has {:?} left of a lease the server ends about 4 s after it \
+         granted it",
+        guard.time_left()
+    );
+    // Another client is granted the lock once the server ends the lease: the guard knew
+    // it lost it by then.
+    let mut taken = None;
+    for _ in 0..750 {
+        taken = other
+            .mutex(resource)
+            .ttl(secs(10))
+            .try_acquire()
+            .await
+            .unwrap();
+        if taken.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let taken = taken.expect("the server ended the lease within 15 s");
+    assert!(
+        guard.is_lost(),
+        "another client was granted the lock while the guard still held it ({:?} left)",
+        guard.time_left()
+    );
+    // And the step was counted once: the witness, granted after it, is whole.
+    assert!(
+        !witness.is_lost() && witness.time_left() > secs(4),
+        "a lease granted after the step was shortened by it: {:?}",
+        witness.state()
+    );
+    taken.release().await.unwrap();
+    witness.release().await.unwrap();
+    first.release().await.unwrap();
+    drop(guard);
+    locks.shutdown().await;
+    other.shutdown().await;
+}
+
+/// The operation time (the cluster time) a reply of `client` carries.
+async fn operation_time(client: &mongodb::Client) -> bson::Timestamp {
+    client
+        .database("admin")
+        .run_command(doc! {"ping": 1})
+        .await
+        .unwrap()
+        .get_timestamp("operationTime")
+        .unwrap()
+}
+
+/// The server's clock steps back 30 s while two leases are held and renewed, one granted
+/// before the step and one after. mongod's `$$NOW` follows its system clock, which can step
+/// back (`Variables::generateRuntimeConstants` sets it to `Date_t::now()`, which reads
+/// `gettimeofday`: `src/mongo/db/pipeline/variables.cpp`, `src/mongo/util/time_support.cpp`);
+/// its cluster time, which every reply's `operationTime` reports, never goes back
+/// (`LogicalClock::reserveTicks`, `src/mongo/db/logical_clock.cpp`). The server then ends
+/// leases later than their holders' deadlines: no lease is reported lost for it, and nobody
+/// else is granted them.
+#[tokio::test]
+async fn emulator_only_a_step_back_loses_no_lease_and_grants_none_twice() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: a step back needs the emulator's clock");
+        return;
+    }
+    let server = TestServer::start().await.unwrap();
+    let db = "step_back";
+    let client = server.new_client();
+    let locks = LockClient::new(client.database(db).collection("locks"));
+    let other = LockClient::new(server.new_client().database(db).collection("locks"));
+    let renewed_often = |resource: &str| {
+        locks
+            .mutex(resource)
+            .ttl(secs(10))
+            .extend_every(Duration::from_millis(250))
+    };
+    let before = renewed_often("before").acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let cluster_before = operation_time(&client).await;
+    let clock_before = server.clock().now().timestamp_millis();
+    let clock_after = server
+        .clock()
+        .step_back(Duration::from_secs(30))
+        .timestamp_millis();
+    assert!(
+        clock_after <= clock_before - 29_000,
+        "{clock_before} -> {clock_after}"
+    );
+    let after = renewed_often("after").acquire().await.unwrap();
+    // The fault happened: the later grant read the clock as stepped back, and the cluster
+    // time did not go back.
+    let (before_end, after_end) = (
+        before.grant().expires_at().unwrap().timestamp_millis(),
+        after.grant().expires_at().unwrap().timestamp_millis(),
+    );
+    assert!(
+        after_end < before_end - 20_000,
+        "granted later, it ends earlier by the server's clock: {before_end}, {after_end}"
+    );
+    // A dozen renewals each, every reply carrying a cluster time that stands still.
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !before.is_lost() && !after.is_lost(),
+            "a lease reported lost for a step back: {:?}, {:?}",
+            before.state(),
+            after.state()
+        );
+    }
+    let cluster_after = operation_time(&client).await;
+    assert!(
+        cluster_after > cluster_before && cluster_after.time <= cluster_before.time + 4,
+        "the cluster time never goes back, and stands still until the clock catches up: \
+         {cluster_before:?} -> {cluster_after:?}"
+    );
+    assert!(before.time_left() > secs(5), "{:?}", before.time_left());
+    assert!(after.time_left() > secs(5), "{:?}", after.time_left());
+    for resource in ["before", "after"] {
+        let taken = other
+            .mutex(resource)
+            .ttl(secs(10))
+            .try_acquire()
+            .await
+            .unwrap();
+        assert!(taken.is_none(), "{resource} granted twice");
+    }
+    before.release().await.unwrap();
+    after.release().await.unwrap();
+    locks.shutdown().await;
+    other.shutdown().await;
 }

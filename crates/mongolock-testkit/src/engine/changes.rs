@@ -358,9 +358,10 @@ impl ChangeLog {
         }
     }
 
-    /// The next cluster time: the clock's seconds and an increasing counter.
+    /// The next cluster time: the clock's seconds and an increasing counter. Its seconds
+    /// never go back, when the clock does (see [`Clock::highest`]).
     pub fn cluster_time(&self) -> Timestamp {
-        let secs = (self.clock.now().timestamp_millis() / 1000).max(0) as u32;
+        let secs = (self.clock.highest().timestamp_millis() / 1000).max(0) as u32;
         Timestamp {
             time: secs,
             increment: self.counter.fetch_add(1, Ordering::SeqCst),

@@ -1,25 +1,41 @@
 //! The emulator's clock: `$$NOW`, `$currentDate`, the TTL monitor and every server-side
-//! timestamp read it. Tests move it forward to make leases expire without waiting.
+//! timestamp read it. Tests move it forward to make leases expire without waiting, and back
+//! as a real server's system clock can be stepped back.
+//!
+//! mongod reads `$$NOW` from its system clock (`Variables::generateRuntimeConstants` sets it
+//! to `Date_t::now()`, `src/mongo/db/pipeline/variables.cpp`, which is `curTimeMillis64()`:
+//! `gettimeofday`, `src/mongo/util/time_support.cpp`), and an NTP step or an operator moves
+//! that clock either way. Its cluster time never goes back: `LogicalClock::reserveTicks`
+//! (`src/mongo/db/logical_clock.cpp`) moves the cluster time's seconds to the system clock's
+//! only when the system clock is ahead, and otherwise counts up the increment. The emulator
+//! follows both: [`Clock::now`] steps back with [`Clock::step_back`], [`Clock::highest`]
+//! (which its cluster time reads) does not.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bson::DateTime;
+use parking_lot::Mutex;
 
 /// A handle on the server clock. Clones share the same clock.
 ///
-/// The clock is the machine's wall clock plus an offset that only grows, so it never runs
-/// backwards: [`Clock::advance`] jumps it forward, and readings never decrease.
+/// The clock is the machine's wall clock plus an offset that tests move:
+/// [`Clock::advance`] jumps it forward, [`Clock::step_back`] jumps it back. Apart from
+/// those steps back its readings never decrease, even when the machine's wall clock is
+/// stepped back.
 #[derive(Debug, Clone, Default)]
 pub struct Clock {
-    inner: Arc<ClockInner>,
+    inner: Arc<Mutex<ClockInner>>,
 }
 
 #[derive(Debug, Default)]
 struct ClockInner {
-    offset_ms: AtomicI64,
-    last_ms: AtomicI64,
+    /// Added to the wall clock, in milliseconds: the steps forward less the steps back.
+    offset_ms: i64,
+    /// The latest reading since the last step back (less that step): no reading is below.
+    last_ms: i64,
+    /// The latest reading ever, steps back ignored.
+    highest_ms: i64,
 }
 
 impl Clock {
@@ -28,28 +44,57 @@ impl Clock {
         Self::default()
     }
 
-    /// The current server time, in milliseconds (BSON dates have millisecond precision).
+    /// The current server time, in milliseconds (BSON dates have millisecond precision):
+    /// what `$$NOW` reads.
     pub fn now(&self) -> DateTime {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        let reading = wall.saturating_add(self.inner.offset_ms.load(Ordering::SeqCst));
-        // Never go backwards, even if the wall clock is stepped back.
-        let previous = self.inner.last_ms.fetch_max(reading, Ordering::SeqCst);
-        DateTime::from_millis(previous.max(reading))
+        let mut inner = self.inner.lock();
+        // Never go backwards but by a step back, even if the wall clock is stepped back.
+        let reading = wall.saturating_add(inner.offset_ms).max(inner.last_ms);
+        inner.last_ms = reading;
+        inner.highest_ms = inner.highest_ms.max(reading);
+        DateTime::from_millis(reading)
+    }
+
+    /// The latest time the clock has read, now included, whatever steps back came since:
+    /// what a cluster time follows, whose seconds never go back (see the module's notes).
+    pub fn highest(&self) -> DateTime {
+        let now = self.now().timestamp_millis();
+        let highest = self.inner.lock().highest_ms;
+        DateTime::from_millis(highest.max(now))
     }
 
     /// Moves the clock forward by `by` (rounded down to milliseconds) and returns the new time.
     pub fn advance(&self, by: Duration) -> DateTime {
         let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
-        self.inner.offset_ms.fetch_add(ms, Ordering::SeqCst);
+        {
+            let mut inner = self.inner.lock();
+            inner.offset_ms = inner.offset_ms.saturating_add(ms);
+        }
         self.now()
     }
 
-    /// How far the clock has been moved ahead of the wall clock.
+    /// Moves the clock back by `by` (rounded down to milliseconds), as an NTP step or an
+    /// operator moves a server's system clock back, and returns the new time: the reading
+    /// before less `by`, give or take the time between the two. [`Clock::highest`] stays
+    /// where it was.
+    pub fn step_back(&self, by: Duration) -> DateTime {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        {
+            let mut inner = self.inner.lock();
+            inner.offset_ms = inner.offset_ms.saturating_sub(ms);
+            inner.last_ms = inner.last_ms.saturating_sub(ms);
+        }
+        self.now()
+    }
+
+    /// How far the clock has been moved ahead of the wall clock: the steps forward less the
+    /// steps back, and zero when the steps back outweigh them.
     pub fn offset(&self) -> Duration {
-        Duration::from_millis(self.inner.offset_ms.load(Ordering::SeqCst).max(0) as u64)
+        Duration::from_millis(self.inner.lock().offset_ms.max(0) as u64)
     }
 }
 
@@ -73,5 +118,26 @@ mod tests {
         let other = clock.clone();
         other.advance(Duration::from_secs(10));
         assert_eq!(clock.offset(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_step_back_moves_now_back_but_not_the_highest_reading() {
+        let clock = Clock::new();
+        clock.advance(Duration::from_secs(120));
+        let before = clock.now().timestamp_millis();
+        let after = clock.step_back(Duration::from_secs(60)).timestamp_millis();
+        assert!(
+            (before - 60_000..before - 59_000).contains(&after),
+            "{before} -> {after}"
+        );
+        assert!(clock.highest().timestamp_millis() >= before);
+        assert_eq!(clock.offset(), Duration::from_secs(60));
+        // It runs on from there, and never below.
+        assert!(clock.now().timestamp_millis() >= after);
+        // Back past the wall clock: the offset reads zero, the clock reads the earlier time.
+        let earlier = clock.step_back(Duration::from_secs(120)).timestamp_millis();
+        assert!(earlier < after - 119_000, "{after} -> {earlier}");
+        assert_eq!(clock.offset(), Duration::ZERO);
+        assert!(clock.highest().timestamp_millis() >= before);
     }
 }
