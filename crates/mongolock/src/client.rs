@@ -701,8 +701,8 @@ impl LockClient {
     /// # Errors
     ///
     /// `InvalidArgument` for an empty or over-long lock id (and, from the attempts of the
-    /// lock id, when more than 16 of its unlocks had unknown outcomes in those five
-    /// minutes); [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
+    /// lock id, when more than 16 of its unlocks are in flight or had unknown outcomes in
+    /// those five minutes); [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
     /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
     /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
     /// been applied).
@@ -730,17 +730,17 @@ impl LockClient {
         crate::request::check_id("lock_id", lock_id)?;
         // Doubted from before it is sent (a dropped future leaves it so) until every copy is
         // answered: this client's grants of the lock id meanwhile are left by its late copies.
-        let op = self.shared.unlocks.sending(lock_id, ctx.timeout);
-        match command::release::unlock(ctx, lock_id, op).await {
+        let unlocking = self.shared.unlocks.sending(lock_id, ctx.timeout);
+        match command::release::unlock(ctx, lock_id, unlocking.op()).await {
             Ok((released, doubted)) => {
                 if !doubted {
-                    self.shared.unlocks.settled(lock_id, op);
+                    unlocking.settled();
                 }
                 Ok(released)
             }
             Err(error) => {
                 if !error.is_outcome_unknown() {
-                    self.shared.unlocks.settled(lock_id, op);
+                    unlocking.settled();
                 }
                 Err(error)
             }
