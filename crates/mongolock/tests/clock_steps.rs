@@ -344,7 +344,7 @@ async fn emulator_only_a_step_shown_before_a_grant_s_reply_is_read_shortens_that
     );
     // And the step was counted once: the witness, granted after it, is whole.
     assert!(
-        !witness.is_lost() && witness.time_left() > secs(4),
+        !witness.is_lost() && witness.time_left() > secs(2),
         "a lease granted after the step was shortened by it: {:?}",
         witness.state()
     );
