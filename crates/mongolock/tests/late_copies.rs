@@ -2,61 +2,92 @@
 //! out, and sent the same attempt again) is executed then. Once an attempt's outcome was
 //! ever unknown, ending its grant leaves the attempt unusable (a tombstone), so a late copy
 //! of it is refused instead of granting a lock that nobody keeps.
+//!
+//! Every late copy here is held on the wire by the fault proxy and delivered to the server
+//! after the test did what the copy must not undo; each test asserts that the copy was not
+//! delivered before that, and that it then ran (the server's reply to it, recorded by the
+//! proxy, says `ok: 1`). A command held on the server instead (`failCommand`'s
+//! `blockConnection`) would not do: held past its `maxTimeMS`, which every copy carries, it
+//! fails without running, and such a test passes whether or not the copy is refused.
 
 mod common;
 
 use std::time::Duration;
 
-use bson::doc;
-use common::{Env, emulator_env, secs};
+use bson::Document;
+use common::{Proxied, secs};
 use mongolock::{AcquireRequest, Attempt, Filter, LockClient, LockDetails};
+use mongolock_testkit::FaultProxy;
+use mongolock_testkit::faults::proxy::{RequestFault, RequestRule, Requests};
 
-/// A client named `app_name` on the test's database, with commands limited to 300 ms.
-async fn impatient_client(env: &Env, app_name: &str) -> LockClient {
-    let mut options = mongodb::options::ClientOptions::parse(env.uri())
-        .await
-        .unwrap();
-    options.app_name = Some(app_name.to_owned());
-    let client = mongodb::Client::with_options(options).unwrap();
-    LockClient::new(client.database(env.db.name()).collection("locks"))
+/// A client through `proxy` on the database `db`, with commands limited to 300 ms: it times
+/// out on a request the proxy holds, and sends the next copy on another connection.
+fn impatient_client(proxy: &FaultProxy, db: &str) -> LockClient {
+    let client = mongodb::Client::with_options(proxy.client_options()).unwrap();
+    LockClient::new(client.database(db).collection("locks"))
         .with_command_timeout(Duration::from_millis(300))
 }
 
-/// The next `findAndModify` of `app_name` waits a second on the server before it runs: its
-/// sender times out first, and the command is executed late (mongod's `failCommand` with
-/// `blockConnection`: the connection's thread sleeps, then runs the command).
-async fn deliver_next_attempt_late(env: &Env, app_name: &str) {
-    env.db
-        .client()
-        .database("admin")
-        .run_command(doc! {
-            "configureFailPoint": "failCommand", "mode": { "times": 1 },
-            "data": {
-                "failCommands": ["findAndModify"], "appName": app_name,
-                "blockConnection": true, "blockTimeMS": 1_000,
-            },
-        })
-        .await
-        .expect("configureFailPoint");
-}
-
-/// Long enough for the late copy to have run: it was held a second on the server.
-async fn after_the_late_copy() {
-    tokio::time::sleep(Duration::from_millis(1_600)).await;
-}
-
-/// Holds the next `times` `command`s of the proxied client on their way for `hold_ms`, and
-/// cuts the client's connection 50 ms after each left: the client cannot know whether they
-/// ran. (The driver finds the server again at its next heartbeat, half a second later at
-/// most: then the client may repeat the write.)
-fn deliver_late(proxy: &mongolock_testkit::FaultProxy, command: &str, times: u64, hold_ms: u64) {
+/// Holds the next `times` `command`s that go through `proxy` on their way for `hold`, then
+/// delivers each to the server on a connection of its own, where it runs whatever its sender
+/// did meanwhile (its `maxTimeMS` counts from then). With `cut_after`, the proxy resets the
+/// sender's connection that long after it took the request out, and the sender cannot know
+/// whether it ran (the driver finds the server again at its next heartbeat, half a second
+/// later at most: then the client may repeat the write); without, the sender waits for its
+/// own timeout. The rule records the server's reply to each late copy.
+fn deliver_late(
+    proxy: &FaultProxy,
+    command: &str,
+    times: u64,
+    hold: Duration,
+    cut_after: Option<Duration>,
+) -> RequestRule {
     proxy.fault_requests(
-        mongolock_testkit::faults::proxy::Requests::named(&[command]).times(times),
-        mongolock_testkit::faults::proxy::RequestFault::Late {
-            hold: Duration::from_millis(hold_ms),
-            cut_after: Some(Duration::from_millis(50)),
-        },
+        Requests::named(&[command]).times(times),
+        RequestFault::Late { hold, cut_after },
+    )
+}
+
+/// As [`deliver_late`], cutting the sender's connection 50 ms after each request was held.
+fn deliver_late_and_cut(
+    proxy: &FaultProxy,
+    command: &str,
+    times: u64,
+    hold_ms: u64,
+) -> RequestRule {
+    let hold = Duration::from_millis(hold_ms);
+    deliver_late(proxy, command, times, hold, Some(Duration::from_millis(50)))
+}
+
+/// The late copies have not reached the server yet: what the test did meanwhile came first.
+/// (Otherwise a copy met the state before it, and the test would prove nothing.)
+fn not_delivered_yet(rule: &RequestRule) {
+    assert!(rule.applied() >= 1, "no request was held");
+    assert_eq!(
+        rule.delivered(),
+        0,
+        "a late copy reached the server before the test was ready for it"
     );
+}
+
+/// Waits (at most half a minute) until the `times` copies `rule` held were delivered and
+/// answered, and asserts that each ran on the server (`ok: 1`); returns the replies.
+async fn late_copies_ran(rule: &RequestRule, times: usize) -> Vec<Document> {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    while rule.late_replies().len() < times && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let replies = rule.late_replies();
+    assert_eq!(rule.applied(), times as u64, "requests held");
+    assert_eq!(replies.len(), times, "late copies answered: {replies:?}");
+    for reply in &replies {
+        let ok = reply
+            .get("ok")
+            .and_then(bson::Bson::as_f64)
+            .or_else(|| reply.get("ok").and_then(|ok| ok.as_i32().map(f64::from)));
+        assert_eq!(ok, Some(1.0), "the late copy did not run: {reply:?}");
+    }
+    replies
 }
 
 /// The locks on `job`, as the client straight to the server sees them.
@@ -67,30 +98,44 @@ async fn held_on_job(direct: &LockClient) -> Vec<mongolock::LockStatus> {
         .unwrap()
 }
 
+/// Warms `locks` up (its connection pool, the server found): a lock taken and released,
+/// awaited, so that nothing of it is left to send.
+async fn warm(locks: &LockClient) {
+    let guard = locks.mutex("warm").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
+
 /// A guard's attempt timed out and was sent again (granted); the guard is released; then the
 /// first copy runs. It must not grant the lock again: another client can take it.
 #[tokio::test]
 async fn emulator_only_a_late_copy_of_a_guards_attempt_grants_nothing_after_release() {
-    let Some(env) = emulator_env("late_guard").await else {
+    let Some(Proxied {
+        server: _server,
+        proxy,
+        direct,
+        ..
+    }) = common::proxied("late_guard").await
+    else {
         return;
     };
-    let locks = impatient_client(&env, "late_guard").await;
-    deliver_next_attempt_late(&env, "late_guard").await;
+    let locks = impatient_client(&proxy, "late_guard");
+    warm(&locks).await;
+    let late = deliver_late(&proxy, "findAndModify", 1, secs(2), None);
     let guard = (locks.mutex("job").ttl(secs(6)))
         .acquire_timeout(secs(10))
         .await
         .unwrap()
         .expect("the repeated attempt is granted");
     guard.release().await.expect("released while held");
-    after_the_late_copy().await;
-    let held = env.locks.status(&Filter::default()).await.unwrap();
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 1).await;
+    let held = direct.status(&Filter::default()).await.unwrap();
     assert!(
         held.is_empty(),
         "the late copy granted a lock nobody keeps: {held:?}"
     );
-    let other = env.other_client().await;
-    assert!(other.mutex("job").try_acquire().await.unwrap().is_some());
-    other.shutdown().await;
+    assert!(direct.mutex("job").try_acquire().await.unwrap().is_some());
+    direct.shutdown().await;
     locks.shutdown().await;
 }
 
@@ -98,11 +143,18 @@ async fn emulator_only_a_late_copy_of_a_guards_attempt_grants_nothing_after_rele
 /// 1; the late first copy must not hold a lock (here without TTL: for ever).
 #[tokio::test]
 async fn emulator_only_a_late_copy_of_a_repeated_xlock_grants_nothing_after_unlock() {
-    let Some(env) = emulator_env("late_xlock").await else {
+    let Some(Proxied {
+        server: _server,
+        proxy,
+        direct,
+        ..
+    }) = common::proxied("late_xlock").await
+    else {
         return;
     };
-    let locks = impatient_client(&env, "late_xlock").await;
-    deliver_next_attempt_late(&env, "late_xlock").await;
+    let locks = impatient_client(&proxy, "late_xlock");
+    warm(&locks).await;
+    let late = deliver_late(&proxy, "findAndModify", 1, secs(2), None);
     let error = locks
         .xlock("job", "batch-1", LockDetails::default())
         .await
@@ -115,8 +167,9 @@ async fn emulator_only_a_late_copy_of_a_repeated_xlock_grants_nothing_after_unlo
         .expect("the repeated call is granted");
     assert_eq!(grant.lock_id(), "batch-1");
     assert_eq!(locks.unlock("batch-1").await.unwrap(), 1);
-    after_the_late_copy().await;
-    let held = env.locks.status(&Filter::default()).await.unwrap();
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 1).await;
+    let held = direct.status(&Filter::default()).await.unwrap();
     assert!(
         held.is_empty(),
         "the late copy holds a lock for ever: {held:?}"
@@ -129,11 +182,18 @@ async fn emulator_only_a_late_copy_of_a_repeated_xlock_grants_nothing_after_unlo
 /// refused.
 #[tokio::test]
 async fn emulator_only_release_attempt_retires_a_repeated_requests_late_copy() {
-    let Some(env) = emulator_env("late_request").await else {
+    let Some(Proxied {
+        server: _server,
+        proxy,
+        direct,
+        ..
+    }) = common::proxied("late_request").await
+    else {
         return;
     };
-    let locks = impatient_client(&env, "late_request").await;
-    deliver_next_attempt_late(&env, "late_request").await;
+    let locks = impatient_client(&proxy, "late_request");
+    warm(&locks).await;
+    let late = deliver_late(&proxy, "findAndModify", 1, secs(2), None);
     let request = AcquireRequest::exclusive("job", "batch-2", LockDetails::default());
     let error = locks.acquire(&request).await.expect_err("timed out");
     assert!(error.is_outcome_unknown(), "{error:?}");
@@ -142,8 +202,9 @@ async fn emulator_only_release_attempt_retires_a_repeated_requests_late_copy() {
     };
     assert_eq!(grant.lock_id(), "batch-2");
     assert!(locks.release_attempt(&request).await.unwrap());
-    after_the_late_copy().await;
-    let held = env.locks.status(&Filter::default()).await.unwrap();
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 1).await;
+    let held = direct.status(&Filter::default()).await.unwrap();
     assert!(held.is_empty(), "{held:?}");
     assert_eq!(locks.acquire(&request).await.unwrap(), Attempt::Withdrawn);
     locks.shutdown().await;
@@ -154,7 +215,7 @@ async fn emulator_only_release_attempt_retires_a_repeated_requests_late_copy() {
 /// after the release. It must be refused: the release retires the attempt.
 #[tokio::test]
 async fn emulator_only_a_late_copy_of_an_attempt_the_client_repeated_itself_grants_nothing() {
-    let Some(common::Proxied {
+    let Some(Proxied {
         server: _server,
         proxy,
         cut_off: locks,
@@ -163,16 +224,16 @@ async fn emulator_only_a_late_copy_of_an_attempt_the_client_repeated_itself_gran
     else {
         return;
     };
-    // Warm: the connection pool and the wake-up stream are set up.
-    drop(locks.mutex("warm").acquire().await.unwrap());
-    deliver_late(&proxy, "findAndModify", 1, 1_000);
+    warm(&locks).await;
+    let late = deliver_late_and_cut(&proxy, "findAndModify", 1, 2_000);
     let guard = (locks.mutex("job").ttl(secs(6)))
         .acquire_timeout(secs(10))
         .await
         .unwrap()
         .expect("the repeated copy is granted");
     guard.release().await.expect("released while held");
-    after_the_late_copy().await;
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 1).await;
     let held = held_on_job(&direct).await;
     assert!(
         held.is_empty(),
@@ -187,7 +248,7 @@ async fn emulator_only_a_late_copy_of_an_attempt_the_client_repeated_itself_gran
 /// next copy was told.
 #[tokio::test]
 async fn emulator_only_a_late_copy_sent_before_a_refusal_grants_nothing_after_release() {
-    let Some(common::Proxied {
+    let Some(Proxied {
         server: _server,
         proxy,
         cut_off: locks,
@@ -196,9 +257,9 @@ async fn emulator_only_a_late_copy_sent_before_a_refusal_grants_nothing_after_re
     else {
         return;
     };
-    drop(locks.mutex("warm").acquire().await.unwrap());
+    warm(&locks).await;
     let holder = direct.mutex("job").ttl(secs(6)).acquire().await.unwrap();
-    deliver_late(&proxy, "findAndModify", 1, 2_000);
+    let late = deliver_late_and_cut(&proxy, "findAndModify", 1, 3_000);
     let waiter = tokio::spawn({
         let locks = locks.clone();
         async move {
@@ -215,8 +276,8 @@ async fn emulator_only_a_late_copy_sent_before_a_refusal_grants_nothing_after_re
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     holder.release().await.unwrap();
     waiter.await.unwrap();
-    // The first copy lands two seconds after it left.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 1).await;
     let held = held_on_job(&direct).await;
     assert!(
         held.is_empty(),
@@ -230,7 +291,7 @@ async fn emulator_only_a_late_copy_sent_before_a_refusal_grants_nothing_after_re
 /// never told it was granted.
 #[tokio::test]
 async fn emulator_only_a_late_copy_of_a_refused_xlock_grants_nothing() {
-    let Some(common::Proxied {
+    let Some(Proxied {
         server: _server,
         proxy,
         cut_off: locks,
@@ -244,7 +305,7 @@ async fn emulator_only_a_late_copy_of_a_refused_xlock_grants_nothing() {
         .xlock("job", "holder", details.clone())
         .await
         .unwrap();
-    deliver_late(&proxy, "findAndModify", 1, 2_000);
+    let late = deliver_late_and_cut(&proxy, "findAndModify", 1, 2_000);
     let error = locks
         .xlock("job", "caller", details)
         .await
@@ -254,8 +315,8 @@ async fn emulator_only_a_late_copy_of_a_refused_xlock_grants_nothing() {
         "{error:?}"
     );
     assert_eq!(direct.unlock("holder").await.unwrap(), 1);
-    // The first copy lands two seconds after it left.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 1).await;
     let held = held_on_job(&direct).await;
     assert!(
         held.iter().all(|lock| lock.lock_id() != "caller"),
@@ -268,7 +329,7 @@ async fn emulator_only_a_late_copy_of_a_refused_xlock_grants_nothing() {
 /// remove that new grant: its holder was told it holds the lock.
 #[tokio::test]
 async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
-    let Some(common::Proxied {
+    let Some(Proxied {
         server: _server,
         proxy,
         cut_off: locks,
@@ -279,7 +340,7 @@ async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
     };
     let details = LockDetails::default();
     let first = locks.xlock("job", "batch", details.clone()).await.unwrap();
-    deliver_late(&proxy, "update", 1, 2_000);
+    let late = deliver_late_and_cut(&proxy, "update", 1, 2_000);
     assert_eq!(
         locks.unlock("batch").await.unwrap(),
         1,
@@ -287,8 +348,8 @@ async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
     );
     let second = locks.xlock("job", "batch", details).await.unwrap();
     assert!(second.fencing_token() > first.fencing_token());
-    // The first copy of the unlock lands two seconds after it left.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 1).await;
     let held = held_on_job(&direct).await;
     assert!(
         held.iter()
@@ -305,7 +366,7 @@ async fn emulator_only_a_late_copy_of_an_unlock_leaves_a_later_grant() {
 /// The late copies of the unlock must leave that grant.
 #[tokio::test]
 async fn emulator_only_a_late_unlock_leaves_a_grant_answered_again_after_it() {
-    let Some(common::Proxied {
+    let Some(Proxied {
         server: _server,
         proxy,
         cut_off: locks,
@@ -316,7 +377,7 @@ async fn emulator_only_a_late_unlock_leaves_a_grant_answered_again_after_it() {
     };
     let details = LockDetails::default();
     let first = locks.xlock("job", "batch", details.clone()).await.unwrap();
-    deliver_late(&proxy, "update", 2, 2_000);
+    let late = deliver_late_and_cut(&proxy, "update", 2, 2_000);
     let error = locks.unlock("batch").await.expect_err("both copies cut");
     assert!(error.is_outcome_unknown(), "{error:?}");
     let again = locks.xlock("job", "batch", details).await.unwrap();
@@ -325,8 +386,8 @@ async fn emulator_only_a_late_unlock_leaves_a_grant_answered_again_after_it() {
         first.fencing_token(),
         "held from before"
     );
-    // Both copies of the unlock land two seconds after they left.
-    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 2).await;
     let held = held_on_job(&direct).await;
     assert!(
         held.iter()

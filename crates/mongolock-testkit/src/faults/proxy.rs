@@ -13,7 +13,7 @@
 //!   delivering the server's reply, so a write is applied and its client never learns it;
 //! - [`FaultProxy::fault_requests`] picks out single requests by their command and delivers
 //!   them late (held past the client's timeout, then run on the server on a connection of
-//!   their own, the reply discarded: [`RequestFault::Late`]), cuts them (never delivered:
+//!   their own, the reply recorded: [`RequestFault::Late`]), cuts them (never delivered:
 //!   [`RequestFault::Cut`]) or loses their reply ([`RequestFault::LoseReply`]);
 //! - [`FaultProxy::heal`] returns to plain forwarding.
 //!

@@ -32,7 +32,8 @@ const LATE_REPLY_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestFault {
     /// Delivered late: the request is taken out of its connection, held for `hold`, then
-    /// sent to the server on a connection of its own, which reads the reply and discards it.
+    /// sent to the server on a connection of its own, which reads the reply and records it
+    /// ([`RequestRule::late_replies`]).
     /// The command runs then, whatever the client did meanwhile. The client's connection
     /// gets no reply to it: the client waits until its own timeout fires (and, as drivers do,
     /// closes the connection and sends its next command, or the same one again, on another),
@@ -151,6 +152,8 @@ pub struct RequestRule {
 struct RuleStats {
     applied: AtomicU64,
     delivered: AtomicU64,
+    /// The server's replies to the requests delivered late, in the order they came.
+    late_replies: Mutex<Vec<Document>>,
 }
 
 impl RequestRule {
@@ -163,6 +166,14 @@ impl RequestRule {
     /// read (or the connection closed) afterwards.
     pub fn delivered(&self) -> u64 {
         self.stats.delivered.load(Ordering::SeqCst)
+    }
+
+    /// The server's replies to the requests it delivered late (OP_MSG replies, whose body
+    /// says whether the command ran: `ok: 1`), in the order they came back. A request whose
+    /// reply never came (the server closed the connection, or took longer than 30 seconds)
+    /// has none.
+    pub fn late_replies(&self) -> Vec<Document> {
+        self.stats.late_replies.lock().clone()
     }
 }
 
@@ -254,7 +265,7 @@ pub(super) struct Held {
 
 impl Held {
     /// Sends the request to `upstream` on a connection of its own once it is due, reads its
-    /// reply (unless it asked for none) and discards it.
+    /// reply (unless it asked for none) and records it for its rule.
     pub(super) async fn deliver(self, upstream: SocketAddr) {
         tokio::time::sleep_until(self.due).await;
         let Ok(mut server) = TcpStream::connect(upstream).await else {
@@ -273,10 +284,15 @@ impl Held {
         let read = async {
             server.read_exact(&mut header).await?;
             let length = message_length(&header).unwrap_or(16);
-            let mut body = vec![0u8; length - 16];
-            server.read_exact(&mut body).await.map(drop)
+            let mut reply = header.to_vec();
+            reply.resize(length, 0);
+            server.read_exact(&mut reply[16..]).await.map(|_| reply)
         };
-        let _ = tokio::time::timeout(LATE_REPLY_WAIT, read).await;
+        if let Ok(Ok(reply)) = tokio::time::timeout(LATE_REPLY_WAIT, read).await
+            && let Ok(Some(reply)) = wire::read_request(&mut reply.as_slice()).await
+        {
+            self.stats.late_replies.lock().push(reply.command);
+        }
     }
 }
 
