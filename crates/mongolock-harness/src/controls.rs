@@ -25,6 +25,7 @@
 //! | withdrawal after re-adoption | a multi-lock's first attempt at a member is applied with its outcome unknown (a withdrawal owed); the next round, under the set's lock id, takes the member back; the owed withdrawal lands late and removes the member's entry (written directly), and another client takes it while the set says held | (1) exclusion |
 //! | late copy | a holder's attempt had a copy delayed in the network; the holder works and releases; the late copy is granted a new entry (written directly: the attempt's lock id and nonce, the next token) that nobody holds, and the next holder waits out its TTL | (S10) no attempt granted again after its let-go |
 //! | late unlock | a holder on the low-level API unlocks its lock id (a copy of the unlock delayed in the network) and is granted the resource again under it; the late copy lands and removes the new grant's entry (written directly, as an unlock that spares nothing granted after it), and another client is granted while the holder believes | (1) exclusion |
+//! | hold forgotten | a periodic job's holder with a 2 s minimum hold works 100 ms and lets go; its release removes the entry outright (written directly, as a library without minimum holds releases), and another host's timer, firing 150 ms later, is granted the job at once | (S12) no grant inside a minimum hold |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
@@ -118,7 +119,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the twenty-one controls, each on a fresh emulator.
+/// Runs the twenty-two controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -145,6 +146,7 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::withdrawal_after_readoption().await?,
         late_writes::late_copy().await?,
         late_writes::late_unlock().await?,
+        hold_forgotten().await?,
     ])
 }
 
@@ -1047,7 +1049,9 @@ impl Watched {
             .collect();
         let history = recorder.finish(modes);
         let events = tap.finish().await?;
-        let oracle = oracle::check(&events, &history, &HashMap::new(), Duration::from_secs(5));
+        let holds = recorder.min_holds();
+        let bound = Duration::from_secs(5);
+        let oracle = oracle::check(&events, &history, &HashMap::new(), bound, &holds);
         server.shutdown().await;
         Ok(ControlResult {
             name,
@@ -1227,6 +1231,47 @@ async fn trusting_keeper() -> Result<ControlResult, Box<dyn std::error::Error>> 
         .await
 }
 
+/// A periodic job's holder asks for a 2 s minimum hold, works 100 ms and lets go; a library
+/// without minimum holds removes the entry at once (planted: the release is written
+/// directly, the entry unset), so another host whose timer fires 150 ms later runs the job
+/// again inside the hold.
+async fn hold_forgotten() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let hold = Duration::from_secs(2);
+    let stage = Watched::start().await?;
+    let (recorder, locks) = (&stage.recorder, &stage.locks);
+    let other = self::locks(stage.server.new_client());
+    let job = |locks: &LockClient| locks.mutex(RESOURCE).ttl(TTL).min_hold(hold);
+    let invoked = Instant::now();
+    let a = job(locks).acquire().await?;
+    let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
+    recorder.min_hold(a_log.id, hold);
+    write(recorder, &mut a_log, a.fencing_token());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The bug: the release removes the entry, hold or not.
+    a_log.lets_go(LetGo::Released);
+    clear_entry(&stage.server).await?;
+    a_log.release = Some(ReleaseResult::Ok);
+    // Its keeper finds the entry gone; the holder is done with it anyway.
+    std::mem::forget(a);
+    recorder.holder(a_log);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let invoked = Instant::now();
+    let b = job(&other)
+        .try_acquire()
+        .await?
+        .ok_or("the second host was not granted the job")?;
+    let b_log = hold_honestly(recorder, 1, b, invoked, Duration::from_millis(100)).await;
+    recorder.holder(b_log);
+    other.shutdown().await;
+    stage
+        .finish(
+            "hold forgotten",
+            Expected::Server(ServerCheck::MinHold),
+            &[RESOURCE],
+        )
+        .await
+}
+
 /// A waiter stands in the resource's line; the holder releases; a client that ignores the
 /// line takes the free lock by writing its own entry (a grant as a library without a line
 /// makes it, token and server times included) while the waiter's place is live. The
@@ -1307,6 +1352,17 @@ async fn line_jumper() -> Result<ControlResult, Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_inside_a_forgotten_hold_is_caught_and_nothing_else() {
+        let result = hold_forgotten().await.expect("the control runs");
+        assert!(result.caught(), "not caught: {:?}", result.found());
+        assert_eq!(
+            result.found(),
+            vec![(ServerCheck::MinHold.to_string(), 1)],
+            "only (S12)"
+        );
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_grant_past_a_waiter_in_line_is_caught() {

@@ -370,6 +370,7 @@ struct Inner {
     observer_errors: u64,
     final_reads: Vec<FinalRead>,
     extras: Vec<ExtraLog>,
+    min_holds: HashMap<u64, Duration>,
 }
 
 /// Collects the history while a run goes on; shared by every client thread.
@@ -441,6 +442,17 @@ impl Recorder {
             ended: ended.into(),
         };
         self.with(|i| i.extras.push(log));
+    }
+
+    /// Records that holder `id` asked for a minimum hold of `hold` (`LockDetails::min_hold`):
+    /// what the oracle's (S12) holds the server to.
+    pub fn min_hold(&self, id: u64, hold: Duration) {
+        self.with(|i| i.min_holds.insert(id, hold));
+    }
+
+    /// The minimum holds asked for so far, by holder id ([`Recorder::min_hold`]).
+    pub fn min_holds(&self) -> HashMap<u64, Duration> {
+        self.with(|i| i.min_holds.clone())
     }
 
     /// What [`Recorder::extra`] recorded so far.

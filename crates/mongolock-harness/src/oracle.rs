@@ -55,9 +55,20 @@
 //!   to its TTL (a renewal in flight moves it by less than the time limit), nothing more.
 //!   How long each let-go lock stayed unusable is reported (median, maximum), so a release
 //!   that is slow to land shows long before it breaks the bound.
+//! - **no grant inside a minimum hold**: for every exclusive lease whose holder asked for a
+//!   minimum hold H (`LockDetails::min_hold`, as the history says: [`MinHolds`]) and let go
+//!   of it itself (a release, a dropped guard, `release_attempt`, `unlock`; not killed, not
+//!   told of a loss first, its release not refused as lost), and whose let-go the server
+//!   committed while the lease lived (the entry marked `letGoAt`, or removed, no earlier than
+//!   the let-go call and before the lease's end) with no operator's force-release of the
+//!   resource from the grant until then: the next grant of the resource (the next greater
+//!   token, to any lock id, its own included) was created at or after the lease's
+//!   `createdAt` + H, by the server's clock. Each judged lease is counted, and those let go
+//!   of within their hold (the let-go committed before `createdAt` + H) apart: a workload with
+//!   minimum holds that judged none of those proves nothing, and the run says so.
 //!
-//! (S7), (S8), (S10) and (S11) compare our instants with the server's clock through the readings of it in
-//! the history ([`History::server_ms`]).
+//! (S7), (S8), (S10), (S11) and (S12) compare our instants with the server's clock through the
+//! readings of it in the history ([`History::server_ms`]).
 //!
 //! (S6) and (S7) judge a lease's end, not its lock-delay: an entry with `delayMs` ends its
 //! lease that long before its `expiresAt`.
@@ -99,6 +110,10 @@ pub const RELEASE_SLACK: Duration = Duration::from_millis(50);
 /// harness keeps. A release that fails is retried in the background until the TTL and this
 /// have passed, and a renewal in flight moves an entry by less than this.
 pub const COMMAND_TIMEOUT: Duration = mongolock::DEFAULT_COMMAND_TIMEOUT;
+
+/// The minimum hold each holder asked for, by holder id ([`HolderLog::id`]): what
+/// [`crate::history::Recorder::min_hold`] recorded.
+pub type MinHolds = HashMap<u64, Duration>;
 
 /// The `_id` of the marker document the tap writes last (not a resource of any workload).
 const MARKER: &str = "mongolock-harness/oracle-marker";
@@ -333,13 +348,16 @@ pub enum ServerCheck {
     /// A let-go lock stayed unusable (its entry, or a later grant of the same attempt) past
     /// the let-go plus the TTL plus the command time limit.
     LetGo,
+    /// A grant was created inside the minimum hold of a lease its holder let go of within
+    /// it (or a run with minimum holds judged no such lease).
+    MinHold,
     /// The log is not complete (the stream failed).
     Incomplete,
 }
 
 impl ServerCheck {
     /// Every check, in report order.
-    pub const ALL: [ServerCheck; 12] = [
+    pub const ALL: [ServerCheck; 13] = [
         ServerCheck::Exclusion,
         ServerCheck::Fencing,
         ServerCheck::Caps,
@@ -351,6 +369,7 @@ impl ServerCheck {
         ServerCheck::Order,
         ServerCheck::LateCopy,
         ServerCheck::LetGo,
+        ServerCheck::MinHold,
         ServerCheck::Incomplete,
     ];
 }
@@ -369,6 +388,7 @@ impl fmt::Display for ServerCheck {
             ServerCheck::Order => "(S9) waiters served in line order",
             ServerCheck::LateCopy => "(S10) no attempt granted again after its let-go",
             ServerCheck::LetGo => "(S11) a let-go lock is usable in time",
+            ServerCheck::MinHold => "(S12) no grant inside a minimum hold",
             ServerCheck::Incomplete => "(S0) change stream complete",
         })
     }
@@ -414,6 +434,15 @@ pub struct Outcome {
     /// Lets-go whose lock outlived the let-go + TTL + [`COMMAND_TIMEOUT`] (each is also an
     /// (S11) violation).
     pub let_go_over_bound: usize,
+    /// Leases with a minimum hold judged by (S12).
+    pub min_hold_judged: usize,
+    /// Of those, the leases let go of within their hold (the let-go committed before the
+    /// hold's end): the ones the hold kept from the next grant. Zero in a run with minimum
+    /// holds means (S12) judged nothing that matters.
+    pub min_hold_within: usize,
+    /// For each of those followed by another grant, how long after the hold's end that grant
+    /// came (server ms; negative: inside the hold, an (S12) violation).
+    pub min_hold_margins_ms: Vec<f64>,
     /// Every violation, with what the log shows.
     pub violations: Vec<(ServerCheck, String)>,
 }
@@ -452,6 +481,8 @@ struct Entry {
     expires_ms: Option<i64>,
     /// The entry's lock-delay (`delayMs`): its lease ends that long before `expires_ms`.
     delay_ms: i64,
+    /// When its holder let go of it within its minimum hold (`letGoAt`), if it did.
+    let_go_ms: Option<i64>,
     exclusive: bool,
 }
 
@@ -517,6 +548,7 @@ fn entry(value: &Document, exclusive: bool) -> Result<Entry, String> {
         renewed_ms,
         expires_ms: millis(value, "expiresAt")?,
         delay_ms,
+        let_go_ms: millis(value, "letGoAt")?,
         exclusive,
     })
 }
@@ -646,6 +678,9 @@ struct Granted {
     delay_ms: i64,
     /// When it was renewed.
     renewals: Vec<i64>,
+    /// When the server marked it let go of within its minimum hold (`letGoAt`), with the end
+    /// of its lease (its expiry less its lock-delay) just before.
+    let_go: Option<(i64, Option<i64>)>,
 }
 
 impl Granted {
@@ -665,12 +700,13 @@ impl Granted {
 ///
 /// `permits` gives the cap of each shared resource; `orphan_bound` is how long a grant
 /// nobody believed in may last (the acquire timeout plus the TTL; [`ORPHAN_SLACK`] is
-/// added).
+/// added); `holds`, the minimum hold each holder asked for (by holder id), for (S12).
 pub fn check(
     events: &[ServerEvent],
     history: &History,
     permits: &HashMap<String, u32>,
     orphan_bound: Duration,
+    holds: &MinHolds,
 ) -> Outcome {
     let mut out = Outcome {
         events: events.len(),
@@ -735,6 +771,12 @@ pub fn check(
                 }
             }
             if let Some(&i) = open.get(&(resource, key.clone())) {
+                if let (Some(at), None) = (new.let_go_ms, old.let_go_ms)
+                    && grants[i].let_go.is_none()
+                {
+                    let lease_end = old.expires_ms.map(|e| e - old.delay_ms);
+                    grants[i].let_go = Some((at, lease_end));
+                }
                 grants[i].expires_ms = new.expires_ms;
                 if new.renewed_ms != old.renewed_ms {
                     grants[i].renewals.push(new.renewed_ms);
@@ -814,6 +856,7 @@ pub fn check(
                 expires_ms: new.expires_ms,
                 delay_ms: new.delay_ms,
                 renewals: Vec::new(),
+                let_go: new.let_go_ms.map(|at| (at, None)),
             });
         }
         current.insert(resource, after);
@@ -871,7 +914,124 @@ pub fn check(
     let last = last_believers(history);
     late_copies(&mut out, &grants, history, &last);
     let_gos(&mut out, &grants, history, &last);
+    min_holds(&mut out, &grants, history, holds);
     out
+}
+
+/// True if an operator's force-release of `resource` began by `to_ms` (server time, with
+/// [`RELEASE_SLACK`]) and ended after `from_ms`: it may have ended a lease held then at once.
+fn force_released_between(history: &History, resource: &str, from_ms: i64, to_ms: i64) -> bool {
+    let slack = RELEASE_SLACK.as_millis() as i64;
+    history.ops.iter().any(|op| {
+        if !matches!(&op.kind, OpKind::ForceRelease(r) if r == resource) {
+            return false;
+        }
+        let (Some(start), Some(end)) = (history.server_ms(op.start), history.server_ms(op.end))
+        else {
+            return true;
+        };
+        start - slack <= to_ms && end + slack >= from_ms
+    })
+}
+
+/// (S12): no grant inside the minimum hold of a lease its holder let go of (see the module's
+/// documentation for which leases are judged).
+fn min_holds(out: &mut Outcome, grants: &[Granted], history: &History, holds: &MinHolds) {
+    if holds.is_empty() {
+        return;
+    }
+    let slack = RELEASE_SLACK.as_millis() as i64;
+    let mut by_resource: HashMap<&str, Vec<&Granted>> = HashMap::new();
+    for g in grants {
+        by_resource.entry(g.resource.as_str()).or_default().push(g);
+    }
+    for list in by_resource.values_mut() {
+        list.sort_by_key(|g| g.token);
+    }
+    let keyed = by_key(grants);
+    for h in history.holders.iter().filter(|h| !h.fake) {
+        let Some(hold) = holds.get(&h.id) else {
+            continue;
+        };
+        if h.access != crate::history::Access::Exclusive {
+            continue; // a reader's or a permit's hold keeps its share only
+        }
+        let Some(g) = keyed.get(&(h.resource.as_str(), h.lock_id.as_str(), h.token)) else {
+            continue; // a token never granted is (S5)'s
+        };
+        let Some(let_ms) = let_go_ms(h, history) else {
+            continue; // killed, or never let go of
+        };
+        let cut_off = h
+            .notified
+            .is_some_and(|(t, _)| h.released_at.is_none_or(|r| t <= r))
+            || matches!(h.release, Some(ReleaseResult::Lost(_)));
+        if cut_off {
+            continue;
+        }
+        // The let-go as the server committed it: marked within the hold, or removed.
+        let (commit_ms, lease_end) = match (g.let_go, g.removed_ms) {
+            (Some((at, lease_end)), _) => (at, lease_end),
+            (None, Some(removed)) => (removed, g.expires_ms.map(|e| e - g.delay_ms)),
+            (None, None) => continue, // it ran out: no let-go reached the server
+        };
+        if commit_ms < let_ms - slack
+            || lease_end.is_some_and(|end| end <= commit_ms)
+            || force_released_between(history, &g.resource, g.at_ms, commit_ms)
+        {
+            continue; // not its holder's let-go of a live lease
+        }
+        out.min_hold_judged += 1;
+        let hold_end = g.at_ms + hold.as_millis() as i64;
+        if commit_ms >= hold_end {
+            continue; // let go of after the hold: a release frees it at once
+        }
+        out.min_hold_within += 1;
+        let next = by_resource[g.resource.as_str()]
+            .iter()
+            .find(|n| n.token > g.token);
+        let Some(next) = next else {
+            continue;
+        };
+        out.min_hold_margins_ms.push((next.at_ms - hold_end) as f64);
+        if next.at_ms < hold_end {
+            out.violations.push((
+                ServerCheck::MinHold,
+                format!(
+                    "{}: lock id {} token {} (holder {}, client {}, {:?}) was granted at {} with \
+                     a minimum hold of {} ms and let go of at server time {commit_ms}; token {} \
+                     (lock id {}) was granted at {}, {} ms before the hold's end",
+                    g.resource,
+                    g.lock_id,
+                    g.token,
+                    h.id,
+                    h.client,
+                    h.let_go,
+                    g.at_ms,
+                    hold.as_millis(),
+                    next.token,
+                    next.lock_id,
+                    next.at_ms,
+                    hold_end - next.at_ms,
+                ),
+            ));
+        }
+    }
+}
+
+/// (S12) judged nothing that matters in a run whose workload asked for minimum holds: a
+/// violation, so that a run cannot pass on a check that never ran.
+pub fn min_hold_vacuous(out: &mut Outcome) {
+    if out.min_hold_within == 0 {
+        out.violations.push((
+            ServerCheck::MinHold,
+            format!(
+                "vacuous: the workload asks for minimum holds, yet no lease let go of within \
+                 its hold was judged ({} judged in all)",
+                out.min_hold_judged
+            ),
+        ));
+    }
 }
 
 /// The holder whose belief in each grant (by resource, lock id and token) ended last: the
@@ -1316,6 +1476,7 @@ mod tests {
             &history(Vec::new()),
             &permits,
             Duration::from_secs(10),
+            &MinHolds::new(),
         )
         .by_check()
     }
@@ -1542,6 +1703,7 @@ mod tests {
             &history(Vec::new()),
             &permits,
             Duration::ZERO,
+            &MinHolds::new(),
         );
         assert_eq!(outcome.grants, 2);
         assert_eq!(outcome.renewals, 0);
@@ -1624,7 +1786,13 @@ mod tests {
     }
 
     fn judge(events: &[ServerEvent], history: &History) -> Outcome {
-        check(events, history, &HashMap::new(), Duration::from_secs(10))
+        check(
+            events,
+            history,
+            &HashMap::new(),
+            Duration::from_secs(10),
+            &MinHolds::new(),
+        )
     }
 
     #[test]
@@ -1842,6 +2010,112 @@ mod tests {
         assert_eq!(stranded.let_go_unusable_ms, vec![1_500.0]);
     }
 
+    /// Another lock id's entry with `token`, granted at `created` (ms), expiring a second
+    /// later.
+    fn next_entry(token: i64, created: i64) -> Bson {
+        Bson::Document(doc! {
+            "lockId": "next",
+            "nonce": ObjectId::new(),
+            "token": token,
+            "createdAt": DateTime::from_millis(created),
+            "renewedAt": DateTime::from_millis(created),
+            "expiresAt": DateTime::from_millis(created + 1_000),
+            "ttlMs": 1_000_i64,
+        })
+    }
+
+    #[test]
+    fn a_grant_inside_the_minimum_hold_of_a_lease_let_go_of_early_is_caught() {
+        let t0 = Instant::now();
+        let a = ObjectId::new();
+        // Token 10 (holder 1) granted at 1,000 ms with a hold of 2 s, released at 1,200 ms.
+        let holds = MinHolds::from([(1, Duration::from_secs(2))]);
+        let granted = event(1_000, Some(attempt_entry(&a, 10, 1_000, 2_000)), vec![]);
+        // The server keeps it until 3,000 ms, marked let go of.
+        let mut kept = attempt_entry(&a, 10, 1_000, 3_000);
+        if let Bson::Document(d) = &mut kept {
+            d.insert("delayMs", 2_000_i64);
+            d.insert("letGoAt", DateTime::from_millis(1_210));
+        }
+        let marked = event(1_210, Some(kept), vec![]);
+        let history = timed(t0, vec![believer(t0, 1_200, LetGo::Released)]);
+        let judge = |events: &[ServerEvent], history: &History| {
+            check(
+                events,
+                history,
+                &HashMap::new(),
+                Duration::from_secs(10),
+                &holds,
+            )
+        };
+        let after = [
+            granted.clone(),
+            marked.clone(),
+            event(3_000, Some(next_entry(11, 3_000)), vec![]),
+        ];
+        let kept = judge(&after, &history);
+        assert!(kept.violations.is_empty(), "{:?}", kept.violations);
+        assert_eq!((kept.min_hold_judged, kept.min_hold_within), (1, 1));
+        assert_eq!(kept.min_hold_margins_ms, vec![0.0]);
+        // The old behaviour: the release removes the entry, and the next is granted at once.
+        let dropped = [
+            granted.clone(),
+            removed(1_210),
+            event(1_300, Some(next_entry(11, 1_300)), vec![]),
+        ];
+        let caught = judge(&dropped, &history);
+        assert_eq!(
+            caught.by_check(),
+            BTreeMap::from([(ServerCheck::MinHold, 1)]),
+            "{:?}",
+            caught.violations
+        );
+        // Its own lock id is held off too: a grant to "id-10" counts as much.
+        let own = [
+            granted.clone(),
+            removed(1_210),
+            event(
+                1_300,
+                Some(attempt_entry(&ObjectId::new(), 11, 1_300, 2_300)),
+                vec![],
+            ),
+        ];
+        assert_eq!(
+            judge(&own, &history).by_check().get(&ServerCheck::MinHold),
+            Some(&1)
+        );
+        // Not judged: a holder that was killed, one told of its loss first, a lease an
+        // operator force-released before the let-go, a lease without a hold.
+        let mut killed = believer(t0, 1_200, LetGo::Released);
+        killed.killed_at = Some(t0 + Duration::from_millis(1_100));
+        let mut told = believer(t0, 1_200, LetGo::Released);
+        told.notified = Some((t0 + Duration::from_millis(1_150), LossKind::Revoked));
+        let mut forced = history.clone();
+        forced.ops.push(crate::history::OpEvent {
+            kind: OpKind::ForceRelease("r".into()),
+            start: t0 + Duration::from_millis(1_100),
+            end: t0 + Duration::from_millis(1_105),
+        });
+        for excused in [timed(t0, vec![killed]), timed(t0, vec![told]), forced] {
+            let outcome = judge(&dropped, &excused);
+            assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+            assert_eq!(outcome.min_hold_judged, 0);
+        }
+        let without = check(
+            &dropped,
+            &history,
+            &HashMap::new(),
+            Duration::from_secs(10),
+            &MinHolds::new(),
+        );
+        assert!(without.violations.is_empty(), "{:?}", without.violations);
+        // A run with holds that judged none is vacuous.
+        let mut none = judge(&[granted], &history);
+        assert_eq!(none.min_hold_within, 0);
+        min_hold_vacuous(&mut none);
+        assert_eq!(none.by_check(), BTreeMap::from([(ServerCheck::MinHold, 1)]));
+    }
+
     /// Through the real path: the tap reads a run of handle grants from the emulator's
     /// change stream; then a grant forged over a live lease is caught, and so is a holder
     /// whose token the server never granted.
@@ -1885,7 +2159,13 @@ mod tests {
             .unwrap();
         let events = tap.finish().await.unwrap();
         let bound = Duration::from_secs(10);
-        let outcome = check(&events, &history(holders.clone()), &HashMap::new(), bound);
+        let outcome = check(
+            &events,
+            &history(holders.clone()),
+            &HashMap::new(),
+            bound,
+            &MinHolds::new(),
+        );
         assert_eq!(outcome.grants, 5, "{events:?}");
         assert_eq!(
             outcome.by_check(),
@@ -1897,13 +2177,26 @@ mod tests {
         // server never granted does not.
         let honest = &events[..events.len() - 1];
         assert!(
-            check(honest, &history(holders.clone()), &HashMap::new(), bound)
-                .violations
-                .is_empty()
+            check(
+                honest,
+                &history(holders.clone()),
+                &HashMap::new(),
+                bound,
+                &MinHolds::new(),
+            )
+            .violations
+            .is_empty()
         );
         holders[0].token += 1;
         assert_eq!(
-            check(honest, &history(holders), &HashMap::new(), bound).by_check(),
+            check(
+                honest,
+                &history(holders),
+                &HashMap::new(),
+                bound,
+                &MinHolds::new()
+            )
+            .by_check(),
             BTreeMap::from([(ServerCheck::Uncommitted, 1)])
         );
         drop(guard);

@@ -438,6 +438,23 @@ impl fmt::Display for Report {
             "  past let-go + TTL + command timeout",
             self.sum(|r| r.oracle.let_go_over_bound).to_string(),
         );
+        let margins: Vec<f64> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.oracle.min_hold_margins_ms.iter().copied())
+            .collect();
+        row(
+            &mut t,
+            "(S12) leases with a hold judged / let go within",
+            format!(
+                "{} / {} (next grant past the hold's end: min {}, p50 {}, n {})",
+                self.sum(|r| r.oracle.min_hold_judged),
+                self.sum(|r| r.oracle.min_hold_within),
+                ms(margins.iter().copied().reduce(f64::min)),
+                ms(quantile(&margins, 0.5)),
+                margins.len()
+            ),
+        );
         let mut server: BTreeMap<crate::oracle::ServerCheck, usize> = BTreeMap::new();
         for r in &self.runs {
             for (c, n) in r.oracle.by_check() {

@@ -41,6 +41,14 @@
 //! afterwards, so that a keeper that renews what it should not has time to show it. An
 //! acquire future can be dropped mid-flight too, in the runtime or on a thread without one.
 //!
+//! A small share of the picks ([`Workload::periodic_share`]) makes the worker a *host* of
+//! periodic jobs for a few periods ([`Periodic`], the `periodic` submodule): its timer fires
+//! at the start of each period, late by a lateness of its own, and runs three short jobs
+//! under locks with a minimum hold a little shorter than the period (a mutex, a multi-lock,
+//! and the low-level `acquire` and `release_attempt`), so that hosts whose timers differ run
+//! each job at most once per period. An operator purges now and then meanwhile
+//! ([`periodic::operator`]).
+//!
 //! Some faults of the harness's own ([`ExtraFault`]) are carried out by the worker too, so
 //! that they come with the command they are for: a holder of a resumable lease has its
 //! release refused by its proxy and asks for the resource again at once under the same lock
@@ -76,6 +84,7 @@ use crate::history::{HolderLog, Mode, Recorder, WriteLog};
 
 mod group;
 mod hold;
+pub mod periodic;
 mod recipes;
 mod resume;
 
@@ -126,6 +135,46 @@ pub struct Workload {
     /// a third client was granted the resource while the twin believed it held (found by
     /// this workload, as (1) and (3) violations).
     pub release_after_resume: bool,
+    /// Periodic jobs with a minimum hold, if any (the `periodic` submodule).
+    pub periodic: Option<Periodic>,
+    /// The chance that a worker becomes a host of the periodic jobs for a few periods rather
+    /// than go for one of [`Workload::targets`], while faults are injected.
+    pub periodic_share: f64,
+}
+
+/// Periodic jobs run at most once per period across hosts whose timers differ, each under a
+/// lock with a minimum hold (`min_hold`) a little shorter than the period; their resources
+/// are among [`Workload::resources`] but no other target's.
+#[derive(Debug, Clone)]
+pub struct Periodic {
+    /// The period: every host's timer fires at each multiple of it (from the fleet's start),
+    /// late by its lateness.
+    pub period: Duration,
+    /// The minimum hold of every job's lock.
+    pub min_hold: Duration,
+    /// Client `i`'s timer fires `i` times this late.
+    pub lateness: Duration,
+    /// For how many periods a host runs its timer (inclusive range).
+    pub periods: (u32, u32),
+    /// How long one job works, in milliseconds (inclusive range).
+    pub job_ms: (u64, u64),
+    /// The mutex job's resource.
+    pub mutex: String,
+    /// The multi-lock job's resources (taken at once).
+    pub multi: Vec<String>,
+    /// The low-level job's resource (`LockClient::acquire`, then `release_attempt`).
+    pub low_level: String,
+    /// How long the operator waits between purges, in milliseconds (inclusive range).
+    pub purge_every_ms: (u64, u64),
+}
+
+impl Periodic {
+    /// Every resource of the jobs.
+    pub fn resources(&self) -> Vec<String> {
+        let mut all = vec![self.mutex.clone(), self.low_level.clone()];
+        all.extend(self.multi.iter().cloned());
+        all
+    }
 }
 
 /// What a worker goes for: one resource through its handle, a group of the group pool, a
@@ -142,6 +191,8 @@ pub enum Target {
     Multi(Vec<String>),
     /// An election to campaign in: its resource.
     Election(String),
+    /// The periodic jobs, as one host, for a few periods ([`Workload::periodic`]).
+    Periodic,
 }
 
 impl Workload {
@@ -150,7 +201,9 @@ impl Workload {
     /// at a time as multi-locks, and an election; six clients, TTL 1.5 s; one pick in four
     /// is a pair of handle resources held at once. Of the mutexes, `d0` is held with a
     /// lock-delay of 700 ms and `r0` under a lock id fixed per client, which is resumed after
-    /// a kill and, beside some pauses, by a twin.
+    /// a kill and, beside some pauses, by a twin. One pick in twenty makes a host of the
+    /// periodic jobs (a period of 1 s, a minimum hold of 800 ms, timers late by 0–300 ms) on
+    /// `job0` (a mutex), `jobm0` and `jobm1` (a multi-lock) and `jobl0` (low level).
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -173,6 +226,10 @@ impl Workload {
                 ("x2".into(), Mode::Multi),
                 ("x3".into(), Mode::Multi),
                 ("e0".into(), Mode::Election),
+                ("job0".into(), Mode::Exclusive),
+                ("jobm0".into(), Mode::Multi),
+                ("jobm1".into(), Mode::Multi),
+                ("jobl0".into(), Mode::Exclusive),
             ],
             steps: (2, 5),
             step_ms: (40, 200),
@@ -183,7 +240,25 @@ impl Workload {
             lock_delays: vec![("d0".into(), Duration::from_millis(700))],
             resumable: vec!["r0".into()],
             release_after_resume: true,
+            periodic: Some(Periodic {
+                period: Duration::from_millis(1_000),
+                min_hold: Duration::from_millis(800),
+                lateness: Duration::from_millis(60),
+                periods: (2, 3),
+                job_ms: (30, 120),
+                mutex: "job0".into(),
+                multi: vec!["jobm0".into(), "jobm1".into()],
+                low_level: "jobl0".into(),
+                purge_every_ms: (1_500, 3_000),
+            }),
+            periodic_share: 0.05,
         }
+    }
+
+    /// True if `resource` is one of the periodic jobs' ([`Workload::periodic`]): no other
+    /// target takes it.
+    pub fn is_periodic(&self, resource: &str) -> bool {
+        (self.periodic.as_ref()).is_some_and(|p| p.resources().iter().any(|r| r == resource))
     }
 
     /// The lock-delay of `resource`'s holders, if it has one ([`Workload::lock_delays`]).
@@ -220,7 +295,7 @@ impl Workload {
         let mut targets: Vec<Target> = self
             .resources
             .iter()
-            .filter(|(_, mode)| is_handle(*mode))
+            .filter(|(r, mode)| is_handle(*mode) && !self.is_periodic(r))
             .map(|(r, mode)| Target::Resource(r.clone(), *mode))
             .collect();
         let pool = self.group_pool();
@@ -241,7 +316,7 @@ impl Workload {
         let singles: Vec<(String, Mode)> = self
             .resources
             .iter()
-            .filter(|(_, mode)| is_handle(*mode))
+            .filter(|(r, mode)| is_handle(*mode) && !self.is_periodic(r))
             .cloned()
             .collect();
         (singles.len() >= 2).then_some(Target::Pair(singles))
@@ -252,11 +327,11 @@ impl Workload {
         self.pool(Mode::Group)
     }
 
-    /// The resources locked as `mode`, in order.
+    /// The resources locked as `mode`, in order (those of the periodic jobs aside).
     pub fn pool(&self, mode: Mode) -> Vec<String> {
         self.resources
             .iter()
-            .filter(|(_, m)| *m == mode)
+            .filter(|(r, m)| *m == mode && !self.is_periodic(r))
             .map(|(r, _)| r.clone())
             .collect()
     }
@@ -271,7 +346,7 @@ impl Workload {
                 Target::Resource(r, _) => Some(vec![r]),
                 Target::Group(pool) | Target::Multi(pool) => Some(pool),
                 Target::Election(r) => Some(vec![r]),
-                Target::Pair(_) => None,
+                Target::Pair(_) | Target::Periodic => None,
             })
             .collect()
     }
@@ -541,6 +616,8 @@ pub struct Fleet {
     workload: Workload,
     recorder: Recorder,
     seed: u64,
+    /// When the periods of the periodic jobs begin.
+    epoch: Instant,
 }
 
 impl Fleet {
@@ -572,6 +649,7 @@ impl Fleet {
             workload: workload.clone(),
             recorder: recorder.clone(),
             seed,
+            epoch: Instant::now(),
         };
         for index in 0..fleet.slots.len() {
             fleet.spawn(index);
@@ -613,6 +691,8 @@ impl Fleet {
                     ^ slot.incarnation.wrapping_mul(0xD1B5_4A32_D192_ED03),
             ),
             calls: 0,
+            epoch: self.epoch,
+            periodic_first: index < 2 && slot.incarnation == 1,
         };
         let ctl = slot.ctl.clone();
         let recorder = self.recorder.clone();
@@ -849,6 +929,11 @@ struct Worker {
     /// Handle acquire calls, multi-lock acquires and campaigns made so far (each gets a lock
     /// id of its own).
     calls: u64,
+    /// When the periods of the periodic jobs begin (the fleet's start).
+    epoch: Instant,
+    /// Its first pick is the periodic jobs (the first incarnations of clients 0 and 1: every
+    /// run has hosts whose timers meet).
+    periodic_first: bool,
 }
 
 /// How one holding ended.
@@ -877,6 +962,11 @@ impl Worker {
             } else if self.recorder.is_healed() {
                 after_healing += 1;
                 targets[(self.index + after_healing - 1) % targets.len()].clone()
+            } else if self.workload.periodic.is_some()
+                && (std::mem::take(&mut self.periodic_first)
+                    || self.rng.random_bool(self.workload.periodic_share))
+            {
+                Target::Periodic
             } else if let Some(pair) = pair
                 .as_ref()
                 .filter(|_| self.rng.random_bool(self.workload.pair_share))
@@ -905,6 +995,7 @@ impl Worker {
                 Target::Pair(pool) => self.pair(locks, &pool).await,
                 Target::Multi(pool) => self.multi(locks, &pool).await,
                 Target::Election(resource) => self.lead(locks, resource).await,
+                Target::Periodic => self.periodic(locks).await,
             };
             if let Held::Killed = held {
                 return Exit::Killed;

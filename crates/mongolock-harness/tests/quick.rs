@@ -21,13 +21,13 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     );
     assert_eq!(
         report.controls.len(),
-        21,
-        "twenty-one negative controls ran"
+        22,
+        "twenty-two negative controls ran"
     );
     assert_eq!(
         report.controls_caught(),
-        21,
-        "controls caught: {}/21",
+        22,
+        "controls caught: {}/22",
         report.controls_caught()
     );
     assert!(report.passed());
