@@ -468,7 +468,12 @@ async fn acquire_in_span(
     // then at the earliest (a later attempt leaves the place as it is).
     let mut first_sent: Option<Instant> = None;
     loop {
-        let (sent_at, outcome) = send(client, &mut pending).await;
+        let Some((sent_at, outcome)) = send(client, &mut pending, wait).await else {
+            // Out of time while a release or withdrawal this client owes for the lock id
+            // was still on its way: nothing was sent.
+            observe::timed_out(kind);
+            return Ok(None);
+        };
         let in_line_from = *first_sent.get_or_insert(sent_at.at);
         let contention = match outcome {
             Ok(Attempt::Granted(grant)) => {
@@ -712,15 +717,27 @@ async fn acquire_in_span(
 /// Sends one attempt of `pending`, after the chores this client owes for its lock id on its
 /// resource ([`Keeper::settle`](crate::lease::Keeper::settle): a queued release or
 /// withdrawal of an earlier grant of the same lock id must not land after this attempt).
-/// Returns when the attempt was sent, on the lease clock, and what came back. An error
-/// before anything was sent (a bad request, an owed chore that failed again) leaves the
-/// attempt as it was; one after it was sent makes its outcome unknown.
-async fn send(client: &LockClient, pending: &mut Pending) -> (Stamp, Result<Attempt>) {
+/// Returns when the attempt was sent, on the lease clock, and what came back; `None` when
+/// `wait`'s deadline came while the owed chores were still on their way (nothing was sent:
+/// a call never waits for them past its own time). An error before anything was sent (a
+/// bad request, an owed chore that failed again) leaves the attempt as it was; one after it
+/// was sent makes its outcome unknown.
+async fn send(
+    client: &LockClient,
+    pending: &mut Pending,
+    wait: Wait,
+) -> Option<(Stamp, Result<Attempt>)> {
     let keeper = &client.shared().keeper;
     let server = client.server_clock();
     let request = &pending.request;
-    if let Err(error) = keeper.settle(&request.resource, &request.lock_id).await {
-        return (server.stamp(), Err(error));
+    let settled = keeper.settle(&request.resource, &request.lock_id);
+    let settled = match wait.deadline() {
+        // Dropped on time, `settle` leaves every chore owed (see `Keeper::settle`).
+        Some(deadline) => tokio::time::timeout_at(deadline, settled).await.ok()?,
+        None => settled.await,
+    };
+    if let Err(error) = settled {
+        return Some((server.stamp(), Err(error)));
     }
     pending.sending();
     let mut sent_at = server.stamp();
@@ -744,7 +761,7 @@ async fn send(client: &LockClient, pending: &mut Pending) -> (Stamp, Result<Atte
         Err(_) => pending.failed(),
         Ok(_) => {}
     }
-    (sent_at, outcome)
+    Some((sent_at, outcome))
 }
 
 /// Resumes a lease that `grant`'s lock id holds from before this call: granted to the same

@@ -220,3 +220,59 @@ async fn emulator_only_a_withdrawal_left_where_no_runtime_runs_is_sent_when_the_
         "the dropped attempt's grant on r was never withdrawn"
     );
 }
+
+/// A waiting acquire never waits for a release its client owes past its own timeout: the
+/// dropped guard's release of the same lock id sits on the server for 4 s, and
+/// `acquire_timeout(1 s)` gives up at its time, sending nothing (it used to wait for the
+/// release and then be granted, 3 s past its timeout). The debt is still paid: once the
+/// release is through, the lock id is granted.
+#[tokio::test]
+async fn emulator_only_a_timeout_is_kept_while_an_owed_release_is_on_its_way() {
+    let server = TestServer::start().await.expect("emulator");
+    let db = "owed_release";
+    let locks = client_named(&server, "owes", db).await;
+    let job = || {
+        locks
+            .mutex("r")
+            .lock_id("worker")
+            .ttl(Duration::from_secs(20))
+    };
+    let guard = job().acquire().await.expect("granted");
+    fail_point(
+        &server,
+        bson::bson!({ "times": 1 }),
+        doc! {
+            "failCommands": ["findAndModify"], "appName": "owes",
+            "blockConnection": true, "blockTimeMS": 4_000,
+        },
+    )
+    .await;
+    drop(guard);
+    // The release is on its way (held by the fail point) before the next acquire begins.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let got = tokio::time::timeout(
+        Duration::from_secs(20),
+        job().acquire_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .expect("returned within the hang guard")
+    .expect("no error");
+    assert!(
+        got.is_none(),
+        "waited for the owed release past its timeout"
+    );
+    // The fail point really held the release: the entry is still there.
+    let direct = LockClient::new(server.new_client().database(db).collection("locks"));
+    let held = direct
+        .status(&Filter::default().resource("r"))
+        .await
+        .expect("status");
+    assert_eq!(held.len(), 1, "the release was not held: {held:?}");
+    let later = job().acquire_timeout(Duration::from_secs(10)).await;
+    let later = later
+        .expect("no error")
+        .expect("granted once the release is through");
+    assert!(later.fencing_token() > held[0].fencing_token());
+    later.release().await.expect("released");
+    locks.shutdown().await;
+}
