@@ -253,7 +253,10 @@ pub struct Outcome {
     pub losses: usize,
     /// Margins between a loss notice and the next grant on the resource, in ms.
     pub notice_margins_ms: Vec<f64>,
-    /// Times from a holder's death to the next grant on its resource, in ms.
+    /// Takeovers after a crash, in ms: from the moment a killed mutex holder's lock became
+    /// free (its last local deadline plus its lock-delay) to the grant of a waiter that was
+    /// already in line then. Kills whose lease was resumed, and grants to calls made after
+    /// the lock became free, are not counted (see `Checker::takeover_ms`).
     pub takeovers_ms: Vec<f64>,
     /// Grants and handoffs by role.
     pub by_role: BTreeMap<Role, RoleCounts>,
@@ -784,6 +787,34 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The takeover after `a`, killed at `killed`, by `next`, in ms: from when the lock
+    /// became free (its last local deadline, the lease's end less the safety margin, plus
+    /// its lock-delay) to `next`'s grant. Measured only where it says how long a waiter
+    /// waits for a dead holder's lock: on mutexes (the next grant on a group member or after
+    /// a reader waits for someone to ask, not for the lock to free), when `next` was already
+    /// asking when the lock became free (a waiter in line, not a later call), and when the
+    /// killed lease was not resumed by its next incarnation (then the lock stayed held).
+    fn takeover_ms(
+        &self,
+        a: &HolderLog,
+        next: &HolderLog,
+        killed: Instant,
+        list: &[&HolderLog],
+    ) -> Option<f64> {
+        let measured = a.mode == Mode::Exclusive
+            && a.lost_at().is_none_or(|t| t > killed)
+            && !self.excused_at(a, next.granted_at)
+            && !list.iter().any(|b| a.continued_by(b));
+        if !measured {
+            return None;
+        }
+        let free = a.max_deadline?.max(killed) + a.lock_delay.unwrap_or_default();
+        if next.invoked_at > free || next.granted_at < free {
+            return None;
+        }
+        Some(next.granted_at.duration_since(free).as_secs_f64() * 1e3)
+    }
+
     fn next_grant(&mut self, resource: &str) {
         let list = self.by_resource[resource].clone();
         for (i, a) in list.iter().enumerate() {
@@ -794,14 +825,8 @@ impl<'a> Checker<'a> {
                 continue;
             };
             if let Some(killed) = a.killed_at {
-                // Takeover is measured on mutexes only: the next grant on a group member or
-                // after a reader waits for someone to ask, not for the lock to free.
-                if a.mode == Mode::Exclusive
-                    && a.lost_at().is_none_or(|t| t > killed)
-                    && !self.excused_at(a, next.granted_at)
-                {
-                    let ms = next.granted_at.saturating_duration_since(killed);
-                    self.out.takeovers_ms.push(ms.as_secs_f64() * 1e3);
+                if let Some(ms) = self.takeover_ms(a, next, killed, &list) {
+                    self.out.takeovers_ms.push(ms);
                 }
                 continue;
             }
@@ -1796,6 +1821,41 @@ mod tests {
         let outcome = check(&h);
         assert!(outcome.has_on(Check::LossBeforeNextGrant, "m"));
         assert!(!outcome.handovers[0].in_time);
+    }
+
+    #[test]
+    fn a_takeover_counts_from_the_lock_freeing_for_a_waiter_already_in_line() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        // Holder 1 is killed at 200 ms; its last local deadline is 1,000 ms, its lock-delay
+        // 300 ms: the lock is free from 1,300 ms.
+        let mut killed = holder(t0, 1, 0, 10, 0);
+        (killed.released_at, killed.let_go, killed.release) = (None, None, None);
+        killed.killed_at = Some(ms(200));
+        killed.max_deadline = Some(ms(1_000));
+        killed.lock_delay = Some(Duration::from_millis(300));
+        let takeovers = |next: HolderLog, also: Option<HolderLog>| {
+            let mut h = history(t0, (0, 0));
+            h.ops.clear();
+            h.holders = vec![killed.clone(), next];
+            h.holders.extend(also);
+            check(&h).takeovers_ms
+        };
+        // A waiter in line since 500 ms, granted at 1,450 ms: 150 ms.
+        let mut waiter = holder(t0, 2, 1_400, 1_450, 2_000);
+        waiter.invoked_at = ms(500);
+        assert_eq!(takeovers(waiter.clone(), None), vec![150.0]);
+        // A call made after the lock became free measures nobody's wait for it.
+        let mut later = waiter.clone();
+        later.invoked_at = ms(5_000);
+        (later.attempt_sent_at, later.granted_at) = (ms(5_000), ms(5_010));
+        later.released_at = Some(ms(6_000));
+        assert!(takeovers(later, None).is_empty());
+        // A kill whose lease the next incarnation resumed (same lock id and token) left the
+        // lock held: no takeover.
+        let mut resumed = holder(t0, 3, 300, 310, 400);
+        (resumed.lock_id, resumed.token) = (killed.lock_id.clone(), killed.token);
+        assert!(takeovers(waiter, Some(resumed)).is_empty());
     }
 
     #[test]
