@@ -371,6 +371,8 @@ struct Inner {
     final_reads: Vec<FinalRead>,
     extras: Vec<ExtraLog>,
     min_holds: HashMap<u64, Duration>,
+    /// When a worker first went for each resource after healing.
+    asked_after_healing: HashMap<String, Instant>,
 }
 
 /// Collects the history while a run goes on; shared by every client thread.
@@ -526,6 +528,28 @@ impl Recorder {
     /// True once every fault was healed.
     pub fn is_healed(&self) -> bool {
         self.with(|i| i.healed_at.is_some())
+    }
+
+    /// Records that a worker goes for `resources` now; what counts is the first time after
+    /// healing (see [`first_asked`](Self::first_asked)).
+    pub fn asked(&self, resources: impl IntoIterator<Item = String>) {
+        let now = Instant::now();
+        self.with(|i| {
+            if i.healed_at.is_some() {
+                for resource in resources {
+                    i.asked_after_healing.entry(resource).or_insert(now);
+                }
+            }
+        });
+    }
+
+    /// When a worker first went for one of `resources` after healing, if one did yet.
+    pub fn first_asked(&self, resources: &[String]) -> Option<Instant> {
+        self.with(|i| {
+            (resources.iter())
+                .filter_map(|r| i.asked_after_healing.get(r).copied())
+                .min()
+        })
     }
 
     /// Holders granted after `after` on `resource` so far.

@@ -195,6 +195,18 @@ pub enum Target {
     Periodic,
 }
 
+impl Target {
+    /// The resources this target goes for (for a group or a multi-lock, its pool).
+    pub fn resources(&self) -> Vec<String> {
+        match self {
+            Target::Resource(resource, _) | Target::Election(resource) => vec![resource.clone()],
+            Target::Group(pool) | Target::Multi(pool) => pool.clone(),
+            Target::Pair(pair) => pair.iter().map(|(resource, _)| resource.clone()).collect(),
+            Target::Periodic => Vec::new(),
+        }
+    }
+}
+
 impl Workload {
     /// Two mutexes, a semaphore with two permits, two reader-writer locks, a pool of four
     /// resources taken two or three at a time in groups, a pool of four taken two or three
@@ -986,6 +998,7 @@ impl Worker {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
+            self.recorder.asked(target.resources());
             let held = match target {
                 Target::Resource(resource, mode) => self.one(locks, resource, mode).await,
                 Target::Group(pool) => {
