@@ -160,7 +160,8 @@ impl LockDetails {
     /// waiting acquire's attempt given up or dropped, or the members a
     /// [multi-lock](crate::MultiLock) took in a round it did not finish. Waiters are woken
     /// when a holder lets go into its hold and are granted when it ends, in the order they
-    /// came, a waiter of the same lock id included.
+    /// came, a waiter of the same lock id included (for a shared lock, a waiter whose own
+    /// lock id's share is in its hold asks again when the hold ends, outside the line).
     ///
     /// Against an operator: a hold under way (its holder let go) is not cut short by
     /// [`force_release`](crate::LockClient::force_release) nor by a purge, like a lock-delay

@@ -162,9 +162,11 @@ pub(crate) fn pipeline(
         // Only readers wait ahead (they share with this one), and with a cap, the slots left
         // are more than the permits they wait for.
         LockKind::Shared => {
-            // No shared entry of this lock id in force (one that it holds, or one within
-            // its lock-delay or minimum hold): a lock id has one shared entry at most.
-            terms.push(bson!({ "$not": { "$in": [lock_id.clone(), "$$s.lockId"] } }));
+            // No shared entry of this lock id in force (for a waiting attempt, `o` says
+            // it): a lock id has one shared entry at most.
+            if announce.is_none() {
+                terms.push(bson!({ "$not": { "$in": [lock_id.clone(), "$$s.lockId"] } }));
+            }
             terms.push(match announce {
                 Some(_) => bson!("$$y"),
                 None => cap_agrees.clone(),
@@ -193,22 +195,35 @@ pub(crate) fn pipeline(
     };
     // For a waiting attempt, `o` (out of the line): it was withdrawn, or this lock id holds
     // the resource already (then it is not waiting: the attempt is answered with that
-    // lock). An entry of this lock id that is only in force (its lease ended, within its
-    // lock-delay or minimum hold) is not held: it keeps this lock id out as it keeps
-    // everybody out, and the attempt waits in line for it to end, in arrival order.
+    // lock). For an exclusive request, an entry of this lock id that is only in force (its
+    // lease ended, within its lock-delay or minimum hold) is not held: it keeps this lock id
+    // out as it keeps everybody out, and the attempt waits in line for it to end, in
+    // arrival order. A shared request counts every entry of its lock id in force (the
+    // shorter expression keeps a waiting permit's command within its bound): one whose own
+    // share is in its hold asks again when the hold ends, outside the line (see
+    // `LockDetails::min_hold`).
     if announce.is_some() {
-        if request.kind == LockKind::Shared {
-            seen.insert("y", cap_agrees);
+        let Bson::Document(mut out) = withdrawn else {
+            unreachable!("an $or")
+        };
+        let own = match request.kind {
+            LockKind::Exclusive => {
+                // The lock ids of the entries whose lease is held (a null `x` maps to null).
+                let holding = bson!({ "$map": {
+                    "input": { "$concatArrays": [["$$x"], "$$s"] },
+                    "in": { "$cond": [expr::holds("$$this"), "$$this.lockId", null] },
+                }});
+                bson!({ "$in": [lock_id.clone(), holding] })
+            }
+            LockKind::Shared => {
+                seen.insert("y", cap_agrees);
+                bson!({ "$in": [lock_id.clone(), { "$concatArrays": [["$$x.lockId"], "$$s.lockId"] }] })
+            }
+        };
+        if let Ok(terms) = out.get_array_mut("$or") {
+            terms.push(own);
         }
-        let own_held = bson!({ "$anyElementTrue": [{ "$map": {
-            "input": { "$concatArrays": [
-                { "$cond": [{ "$eq": ["$$x", null] }, [], ["$$x"]] },
-                "$$s",
-            ]},
-            "as": "m",
-            "in": { "$and": [{ "$eq": ["$$m.lockId", lock_id.clone()] }, expr::holds("$$m")] },
-        }}]});
-        seen.insert("o", bson!({ "$or": [withdrawn, own_held] }));
+        seen.insert("o", out);
     }
     let seen = Some(Bson::Document(seen));
     // 4. The fencing token if granted: above every earlier one, even if the document was
@@ -373,6 +388,7 @@ pub(crate) fn pipeline(
         idle_since: Some(idle_since),
         // A grant clears a wake that stayed from an earlier change (see `NextDocument`).
         clears_wake: Some(bson!("$$g")),
+        lets_go: false,
     }
     .document();
 

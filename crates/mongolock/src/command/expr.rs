@@ -238,6 +238,12 @@ pub(crate) struct NextDocument {
     /// name would let the whole-document events of later changes (every pipeline update on a
     /// 4.4 server: its holder's renewals) through that waiter's stream. `None`: kept.
     pub(crate) clears_wake: Option<Bson>,
+    /// The change lets go of entries within their minimum hold (see [`let_go`]): when it
+    /// [`frees`](Self::frees), entries let go of count as gone in the test of whether the
+    /// head is let in, so that it is woken, refused until the hold ends, and learns when
+    /// that is (its timer counted on the lease's old end). Only such a change needs it: the
+    /// waiter it woke knows the hold's end from then on.
+    pub(crate) lets_go: bool,
 }
 
 impl NextDocument {
@@ -255,6 +261,7 @@ impl NextDocument {
             no_exclusive: false,
             idle_since: None,
             clears_wake: None,
+            lets_go: false,
         }
     }
 
@@ -296,6 +303,7 @@ impl NextDocument {
             }}),
         );
         next.frees = Some(Bson::Boolean(true));
+        next.lets_go = true;
         next
     }
 
@@ -425,15 +433,24 @@ impl NextDocument {
             } else {
                 // The head names a keeper (a string, which is true; missing is false).
                 terms.push(bson!(&head));
-                // An entry let go of within its minimum hold counts as gone here: the head,
-                // woken, is refused until the hold ends and learns when that is, where its
-                // timer would otherwise wait for the lease's old end.
+                // When the change lets go of entries within their minimum hold, those count
+                // as gone here: the head, woken, is refused until the hold ends and learns
+                // when that is, where its timer would otherwise wait for the lease's old end.
                 if !no_exclusive {
-                    terms.push(bson!({ "$or": [{ "$eq": [&nx, null] }, was_let_go(&nx)] }));
+                    terms.push(if self.lets_go {
+                        bson!({ "$or": [{ "$eq": [&nx, null] }, was_let_go(&nx)] })
+                    } else {
+                        bson!({ "$eq": [&nx, null] })
+                    });
                 }
-                let held = bson!({ "$size": { "$filter": {
-                    "input": &ns, "as": "e", "cond": { "$not": [was_let_go("$$e")] },
-                }}});
+                let held = if self.lets_go {
+                    let held = bson!({ "$size": { "$filter": {
+                        "input": &ns, "as": "e", "cond": { "$not": [was_let_go("$$e")] },
+                    }}});
+                    bson!(bind(&mut inner, "nh", held))
+                } else {
+                    bson!({ "$size": &ns })
+                };
                 // The shared entries leave a permit: MaxKey sorts after every number.
                 let room = bson!({ "$lt": [held.clone(), { "$ifNull": [&cap, Bson::MaxKey] }] });
                 terms.push(bson!({ "$or": [

@@ -204,6 +204,7 @@ pub(crate) fn release_command(ctx: &Context, grant: &Grant) -> Document {
         }
     };
     next.frees = Some(Bson::Boolean(true));
+    next.lets_go = held;
     doc! {
         "findAndModify": ctx.collection_name(),
         "query": holding(grant),
