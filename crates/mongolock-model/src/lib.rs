@@ -69,6 +69,15 @@ pub mod scenarios {
         bounds([1, 1, 1, 1, 2, 1, 1, 1]),
     ];
 
+    /// The small bound where time passes, for `cargo test`: three ticks, a TTL, so that a
+    /// lease runs out and a local deadline passes by time alone, with no step of the server's
+    /// clock to excuse either; one attempt per client, a timeout.
+    pub const TIME: Bounds = bounds([3, 1, 0, 1, 2, 0, 0, 0]);
+
+    /// The small bound of the faults that meet a lock-delay, for `cargo test`: a force
+    /// release and a step of the server's clock, one attempt per client, a timeout.
+    pub const HOLD_FAULTS: Bounds = bounds([1, 1, 0, 1, 2, 0, 1, 1]);
+
     /// The deeper runs, for `--deep` (minutes, in a release build): each scenario at the
     /// largest bounds that fit in a few GiB of memory.
     pub fn deep() -> Vec<Config> {
@@ -93,8 +102,41 @@ pub mod scenarios {
             clients,
             ttl: 3,
             margin: 1,
+            delay: 0,
+            min_hold: 0,
             bounds,
             bugs: Bugs::default(),
+        }
+    }
+
+    /// A low-level client (`xlock` without TTL; `unlock` or `release_attempt`) and a client
+    /// with guards, on one resource, every attempt with a lock-delay of a tick and a minimum
+    /// hold of two (the TTL is three).
+    pub fn min_hold(bounds: Bounds) -> Config {
+        Config {
+            delay: 1,
+            min_hold: 2,
+            ..config(
+                "a minimum hold and a lock-delay",
+                1,
+                vec![Mode::LowLevel, Mode::Handle],
+                bounds,
+            )
+        }
+    }
+
+    /// Two clients with guards on one resource, every attempt with a lock-delay of a tick and
+    /// a minimum hold of two.
+    pub fn guards_min_hold(bounds: Bounds) -> Config {
+        Config {
+            delay: 1,
+            min_hold: 2,
+            ..config(
+                "two guards with a minimum hold and a lock-delay",
+                1,
+                vec![Mode::Handle; 2],
+                bounds,
+            )
         }
     }
 
@@ -131,12 +173,41 @@ pub mod scenarios {
     }
 
     /// Every scenario at `bounds`.
+    /// The scenarios checked at [`TIME`]: those whose leases have a TTL.
+    pub fn timed() -> Vec<Config> {
+        vec![
+            handles(TIME),
+            keeper_alone(Bounds {
+                attempts: 2,
+                ..TIME
+            }),
+            low_level(TIME),
+            min_hold(TIME),
+            guards_min_hold(TIME),
+        ]
+    }
+
+    /// Every scenario at `bounds`.
     pub fn all(bounds: Bounds) -> Vec<Config> {
         vec![
             handles(bounds),
             two_resources(bounds),
             keeper_alone(bounds),
             low_level(bounds),
+        ]
+    }
+
+    /// The scenarios with a minimum hold and a lock-delay, at the small bounds: the first of
+    /// [`SMALL`], and [`HOLD_FAULTS`] (their [`TIME`] runs are in [`timed`]).
+    pub fn holds() -> Vec<Config> {
+        vec![
+            min_hold(Bounds {
+                retries: 0,
+                ..SMALL[0]
+            }),
+            guards_min_hold(SMALL[0]),
+            min_hold(HOLD_FAULTS),
+            guards_min_hold(HOLD_FAULTS),
         ]
     }
 }
@@ -175,7 +246,7 @@ pub mod controls {
 
     /// Every control, each with the smallest bound that shows it.
     pub fn all() -> Vec<Control> {
-        use scenarios::{handles, keeper_alone, low_level};
+        use scenarios::{guards_min_hold, handles, keeper_alone, low_level, min_hold};
         vec![
             control(
                 "(a) a queued release lands after its lock id resumed (no settle)",
@@ -292,6 +363,27 @@ pub mod controls {
                 |b| b.release_ignores_adopted = true,
                 model::EXCLUSION,
             ),
+            control(
+                "(q) release_attempt removes a granted entry, dropping its minimum hold",
+                min_hold,
+                [0, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.withdraw_drops_hold = true,
+                model::NO_GRANT_IN_HOLD,
+            ),
+            control(
+                "(r) an acquire that takes an entry within its lock-delay for gone",
+                guards_min_hold,
+                [0, 1, 0, 0, 1, 0, 1, 0],
+                |b| b.delay_ignored = true,
+                model::NO_GRANT_IN_HOLD,
+            ),
+            control(
+                "(s) a local deadline past the server's expiry (the lease itself)",
+                handles,
+                [3, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.long_deadline = true,
+                model::DEADLINE_BEFORE_EXPIRY,
+            ),
         ]
     }
 }
@@ -397,7 +489,7 @@ pub mod trace {
                     },
                 );
             }
-            for (r, t) in &c.held {
+            for (r, t, _) in &c.held {
                 out += &format!(" holds r{r} t{t} (low-level);");
             }
             if let Some(call) = &c.call {

@@ -21,6 +21,8 @@ fn main() {
     } else {
         (scenarios::SMALL.into_iter())
             .flat_map(scenarios::all)
+            .chain(scenarios::holds())
+            .chain(scenarios::timed())
             .collect()
     };
     let mut failed = false;

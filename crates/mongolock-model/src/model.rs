@@ -69,6 +69,11 @@ pub struct Config {
     pub ttl: Time,
     /// The safety margin of a local deadline, in ticks.
     pub margin: Time,
+    /// The lock-delay of every attempt, in ticks (0: none).
+    pub delay: Time,
+    /// The minimum hold of every attempt, in ticks (0: none). With one, a low-level client
+    /// may also end its grant with `release_attempt` (`Hold::Kept`) instead of `unlock`.
+    pub min_hold: Time,
     /// The bounds.
     pub bounds: Bounds,
     /// The bugs put back (none: the library's protocol).
@@ -195,6 +200,14 @@ pub enum Call {
         /// Its attempt.
         nonce: Nonce,
     },
+    /// A low-level `release_attempt` of a granted attempt (`Hold::Kept`): its caller worked
+    /// under the grant.
+    ReleaseAttempt {
+        /// The resource.
+        resource: Res,
+        /// The attempt.
+        nonce: Nonce,
+    },
     /// A low-level `unlock`: the call `op`, doubted by its client until it ends with every
     /// copy answered.
     Unlock {
@@ -216,8 +229,9 @@ pub struct Client {
     pub attempts: u8,
     /// Leases held through guards.
     pub leases: Vec<Lease>,
-    /// Grants held through the low-level calls, as (resource, token).
-    pub held: Vec<(Res, Token)>,
+    /// Grants held through the low-level calls, as (resource, token, nonce of the attempt
+    /// that was granted).
+    pub held: Vec<(Res, Token, Nonce)>,
     /// An `xlock` was made since the last `unlock` returned.
     pub dirty: bool,
     /// The call in progress.
@@ -259,6 +273,9 @@ pub struct NonceInfo {
     pub given_up: bool,
     /// Its client died before it was done with it: a late copy of it cannot be refused.
     pub abandoned: bool,
+    /// Its grant was handed to a caller (a guard, a low-level grant): a minimum hold applies
+    /// when its holder lets go of it; to a grant nobody was handed it does not.
+    pub handed: bool,
 }
 
 /// The violations recorded at a transition (bits of [`State::flags`]).
@@ -274,6 +291,9 @@ pub mod flag {
     /// An `unlock` removed an entry its client's process was granted by an attempt sent
     /// after the unlock.
     pub const LATER_GRANT_UNLOCKED: u16 = 16;
+    /// A grant while an entry let go of within its minimum hold, or within its lock-delay,
+    /// was to keep the resource from everybody.
+    pub const GRANT_IN_HOLD: u16 = 32;
 }
 
 /// The whole system.
@@ -306,6 +326,10 @@ pub struct State {
     pub unlocks: Vec<(u8, u8, Nonce)>,
     /// The highest token granted on each resource.
     pub max_token: Vec<Token>,
+    /// Per resource, the server time until which no grant may be made (a record of the
+    /// checker's, kept apart from the server's documents): the end of a minimum hold its
+    /// holder let go into.
+    pub quiet_until: Vec<Time>,
     /// Violations recorded at transitions ([`flag`]).
     pub flags: u16,
 }
@@ -347,6 +371,8 @@ pub enum Action {
     Xlock(u8, Res),
     /// A low-level `unlock`.
     Unlock(u8),
+    /// A low-level `release_attempt` of a granted attempt (`Hold::Kept`).
+    ReleaseAttempt(u8, Res),
     /// The network delivers a request; `reply`: its reply reaches a waiting sender.
     Deliver(u8, bool),
     /// The network loses a request nobody waits for.
@@ -428,6 +454,7 @@ impl LockModel {
             incarnation: state.clients[client as usize].incarnation,
             given_up: false,
             abandoned: false,
+            handed: false,
         });
         (state.nonces.len() - 1) as Nonce
     }
@@ -447,6 +474,8 @@ impl LockModel {
             keeper: handle.then(|| self.keeper(client, state)),
             ttl: handle.then_some(self.config.ttl),
             after_unlocks: state.clients[client as usize].doubted,
+            delay: self.config.delay,
+            min_hold: self.config.min_hold,
         }
     }
 
@@ -465,12 +494,15 @@ impl LockModel {
                 token,
                 keeper,
                 retire: retire.then_some(nonce),
+                hold: self.config.min_hold > 0,
             },
+            // The background withdrawal of a grant nobody was handed: `Hold::Waived`.
             Chore::Withdraw { resource, nonce } => Request::Withdraw {
                 resource,
                 lock_id: self.lock_id(client, state),
                 nonce,
                 keeper,
+                hold: false,
             },
         }
     }
@@ -507,13 +539,38 @@ impl LockModel {
                     out.push((i as u8, lease.token));
                 }
             }
-            for &(r, token) in &c.held {
+            for &(r, token, _) in &c.held {
                 if r == resource && !self.excused(state, resource, token, u8::MAX, true) {
                     out.push((i as u8, token));
                 }
             }
         }
         out
+    }
+
+    /// Whether every guard's lease that its holder believes in, not excused, is held by the
+    /// server: its entry (lock id, token) is there and its lease has not ended.
+    fn leases_held(&self, state: &State) -> bool {
+        let now = state.now();
+        (state.clients.iter().enumerate()).all(|(i, c)| {
+            c.leases.iter().all(|l| {
+                !l.believes(state.rt)
+                    || self.excused(state, l.resource, l.token, l.epoch, false)
+                    || (state.server.docs[l.resource as usize].entry.as_ref()).is_some_and(|e| {
+                        e.lock_id == self.lock_id(i as u8, state)
+                            && e.token == l.token
+                            && e.holds(now)
+                    })
+            })
+        })
+    }
+
+    /// Notes that the grant of `nonce` was handed to a caller (kept only where it is read:
+    /// with a minimum hold).
+    fn hand(&self, state: &mut State, nonce: Nonce) {
+        if self.config.min_hold > 0 {
+            state.nonces[nonce as usize].handed = true;
+        }
     }
 
     /// Whether a live client still owes something for `nonce`.
@@ -546,6 +603,12 @@ impl LockModel {
         let entries: Vec<Option<Nonce>> = (state.server.docs.iter())
             .map(|d| d.entry.as_ref().map(|e| e.nonce))
             .collect();
+        // The entry a new grant replaces, if any.
+        let replaced = match msg.request {
+            Request::Acquire { resource, .. } => state.server.docs[resource as usize].entry.clone(),
+            _ => None,
+        };
+        self.note_let_go(state, &msg.request, now);
         let answer = state.server.execute(&msg.request, now, &self.config.bugs);
         if let Request::Unlock { op, .. } = msg.request {
             // What its client was granted by an attempt sent after it stays.
@@ -566,6 +629,13 @@ impl LockModel {
             && grant_key(state, resource) != was
         {
             self.judge_grant(state, resource, token, msg.from);
+            // Nothing in force may stand in the way of a grant: no entry within its lock-delay
+            // or let go of within its minimum hold, nor one that was to be.
+            if replaced.is_some_and(|e| e.is_live(now))
+                || now < state.quiet_until[resource as usize]
+            {
+                state.flags |= flag::GRANT_IN_HOLD;
+            }
         }
         if let Request::Renew { ref leases, .. } = msg.request {
             // Only what the keeper named (leases it believed in when it sent the renewal)
@@ -586,6 +656,55 @@ impl LockModel {
             } else {
                 state.timeouts += 1;
                 self.on_timeout(state, msg.from);
+            }
+        }
+    }
+
+    /// Records, before `request` runs at `now`, the minimum holds it lets go into: a release
+    /// of a grant, an `unlock` of its lock id's entries it does not spare, and a
+    /// `release_attempt` with `Hold::Kept` of a granted attempt each let go of the entry they
+    /// match; one with a minimum hold that runs past `now`, whose grant was handed to a
+    /// caller, keeps the resource until `createdAt + minHoldMs` (`LockDetails::min_hold`). Judged by the rule, not by the
+    /// server's step, so that a step that drops a hold shows.
+    fn note_let_go(&self, state: &mut State, request: &Request, now: Time) {
+        for (r, doc) in state.server.docs.iter().enumerate() {
+            let Some(e) = &doc.entry else {
+                continue;
+            };
+            let lets_go = match *request {
+                Request::Release {
+                    resource,
+                    lock_id,
+                    token,
+                    keeper,
+                    ..
+                } => {
+                    resource as usize == r
+                        && e.lock_id == lock_id
+                        && e.token == token
+                        && keeper.is_none_or(|k| e.keeper == Some(k))
+                }
+                Request::Withdraw {
+                    resource,
+                    lock_id,
+                    nonce,
+                    keeper,
+                    hold: true,
+                } => {
+                    resource as usize == r
+                        && e.lock_id == lock_id
+                        && e.nonce == nonce
+                        && keeper.is_none_or(|k| e.keeper == Some(k))
+                }
+                Request::Unlock { lock_id, op } => {
+                    e.lock_id == lock_id && !e.after_unlocks.contains(op)
+                }
+                _ => false,
+            };
+            let until = e.created_at + e.min_hold;
+            if lets_go && e.min_hold > 0 && until > now && state.nonces[e.nonce as usize].handed {
+                let quiet = &mut state.quiet_until[r];
+                *quiet = (*quiet).max(until);
             }
         }
     }
@@ -662,7 +781,11 @@ impl LockModel {
                     repeated: false,
                 });
             }
-            Call::Adopt { .. } | Call::Renew { .. } | Call::Chore(_) | Call::Unlock { .. } => {}
+            Call::Adopt { .. }
+            | Call::Renew { .. }
+            | Call::Chore(_)
+            | Call::Unlock { .. }
+            | Call::ReleaseAttempt { .. } => {}
         }
     }
 
@@ -699,6 +822,7 @@ impl LockModel {
                         Self::give_up(state, nonce);
                     } else {
                         let retiring = uncertain && !self.bugs().no_retire_on_release;
+                        self.hand(state, nonce);
                         state.clients[c].leases.push(Lease {
                             resource,
                             token,
@@ -780,6 +904,7 @@ impl LockModel {
                         incarnation: state.clients[c].incarnation,
                         given_up: false,
                         abandoned: false,
+                        handed: self.config.min_hold > 0,
                     };
                     state.clients[c].leases.push(Lease {
                         resource,
@@ -832,12 +957,23 @@ impl LockModel {
                 state.clients[c].chores.retain(|owed| *owed != chore);
             }
             Call::Xlock { resource, nonce } => match reply {
-                Reply::Granted { token, .. } | Reply::AlreadyHeld { token, .. } => {
-                    state.clients[c].held.push((resource, token));
+                Reply::Granted { token, .. } => {
+                    self.hand(state, nonce);
+                    state.clients[c].held.push((resource, token, nonce));
+                    state.clients[c].held.sort();
+                }
+                Reply::AlreadyHeld {
+                    token,
+                    nonce: entry_nonce,
+                    ..
+                } => {
+                    self.hand(state, entry_nonce);
+                    state.clients[c].held.push((resource, token, entry_nonce));
                     state.clients[c].held.sort();
                 }
                 _ => Self::give_up(state, nonce),
             },
+            Call::ReleaseAttempt { nonce, .. } => Self::give_up(state, nonce),
             Call::Unlock { op, uncertain, .. } => {
                 // Every copy answered: none can land later.
                 if !uncertain || self.bugs().unlock_repeat_settles {
@@ -888,6 +1024,7 @@ impl Model for LockModel {
             revoked: vec![],
             unlocks: vec![],
             max_token: vec![0; self.config.resources as usize],
+            quiet_until: vec![0; self.config.resources as usize],
             flags: 0,
         }]
     }
@@ -963,9 +1100,12 @@ impl Model for LockModel {
                 }
                 Mode::LowLevel => {
                     for r in 0..self.config.resources {
-                        let holds = c.held.iter().any(|&(h, _)| h == r);
+                        let holds = c.held.iter().any(|&(h, _, _)| h == r);
                         if !holds && c.attempts < b.attempts && self.settled(state, i, r) {
                             actions.push(Action::Xlock(i, r));
+                        }
+                        if holds && self.config.min_hold > 0 {
+                            actions.push(Action::ReleaseAttempt(i, r));
                         }
                     }
                     if c.dirty && state.unlocks.len() < Unlocks::CAPACITY as usize {
@@ -1115,6 +1255,7 @@ impl Model for LockModel {
                     token: lease.token,
                     keeper,
                     retire: lease.retiring.then_some(lease.nonce),
+                    hold: self.config.min_hold > 0,
                 };
                 c.call = Some(Call::Release { lease });
                 self.send(s, i, request);
@@ -1171,6 +1312,21 @@ impl Model for LockModel {
                 let lock_id = self.lock_id(i, s);
                 self.send(s, i, Request::Unlock { lock_id, op });
             }
+            Action::ReleaseAttempt(i, r) => {
+                let c = &mut s.clients[i as usize];
+                let at = c.held.iter().position(|&(h, _, _)| h == r)?;
+                // The caller stops using the lock when it calls.
+                let (_, _, nonce) = c.held.remove(at);
+                c.call = Some(Call::ReleaseAttempt { resource: r, nonce });
+                let request = Request::Withdraw {
+                    resource: r,
+                    lock_id: self.lock_id(i, s),
+                    nonce,
+                    keeper: None,
+                    hold: true,
+                };
+                self.send(s, i, request);
+            }
             Action::Deliver(k, reply) => self.deliver(s, k as usize, reply),
             Action::Drop(k) => {
                 s.network.remove(k as usize);
@@ -1214,14 +1370,17 @@ impl Model for LockModel {
                 let now = s.now();
                 (s.server.docs.iter().filter_map(|d| d.entry.as_ref())).all(|e| {
                     let info = &s.nonces[e.nonce as usize];
-                    !e.is_live(now)
-                        || !info.given_up
-                        || info.abandoned
-                        || LockModel::owed(s, e.nonce)
+                    !e.holds(now) || !info.given_up || info.abandoned || LockModel::owed(s, e.nonce)
                 })
             }),
             Property::always(UNLOCK_LEAVES_LATER, |_: &LockModel, s: &State| {
                 s.flags & flag::LATER_GRANT_UNLOCKED == 0
+            }),
+            Property::always(NO_GRANT_IN_HOLD, |_: &LockModel, s: &State| {
+                s.flags & flag::GRANT_IN_HOLD == 0
+            }),
+            Property::always(DEADLINE_BEFORE_EXPIRY, |m: &LockModel, s: &State| {
+                m.leases_held(s)
             }),
             Property::always(REVOCATION_NOTICED, |m: &LockModel, s: &State| {
                 s.clients.iter().all(|c| {
@@ -1264,8 +1423,20 @@ pub const REVOCATION_NOTICED: &str = "revocation noticed within a TTL";
 /// new process knows nothing of its predecessor's unlocks).
 pub const UNLOCK_LEAVES_LATER: &str = "an unlock leaves its client's later grants";
 
+/// Nobody is granted a resource while an entry that was let go of within its minimum hold,
+/// or whose lease ended within its lock-delay, is to keep it from everybody (by the server's
+/// clock): a release, an `unlock` or a `release_attempt` of a granted attempt within the hold
+/// keeps the entry in force until `createdAt + minHoldMs`; a lease that ends without a release
+/// (by time, or a force release) keeps it for the delay.
+pub const NO_GRANT_IN_HOLD: &str = "no grant inside a minimum hold or a lock-delay";
+/// A holder's local deadline comes before the server's expiry: while a guard believes it
+/// holds a lease, the server holds that very entry's lease (lock id and token), unless the
+/// server's clock stepped since its attempt or last confirmed renewal was sent, or an
+/// operator revoked it less than a TTL ago.
+pub const DEADLINE_BEFORE_EXPIRY: &str = "the local deadline comes before the server's expiry";
+
 /// Every property's name.
-pub const PROPERTIES: [&str; 8] = [
+pub const PROPERTIES: [&str; 10] = [
     EXCLUSION,
     LOSS_BEFORE_GRANT,
     TOKENS_INCREASE,
@@ -1274,26 +1445,40 @@ pub const PROPERTIES: [&str; 8] = [
     RELEASED_IS_FREE,
     REVOCATION_NOTICED,
     UNLOCK_LEAVES_LATER,
+    NO_GRANT_IN_HOLD,
+    DEADLINE_BEFORE_EXPIRY,
 ];
 
 /// A one-line picture of `doc`, for traces.
 pub fn show_doc(doc: &Doc) -> String {
     let entry = match &doc.entry {
         None => "free".to_owned(),
-        Some(e) => format!(
-            "L{} n{} t{} k{} exp {}{}{}",
-            e.lock_id,
-            e.nonce,
-            e.token,
-            e.keeper.map_or("-".to_owned(), |k| k.to_string()),
-            e.expires_at.map_or("never".to_owned(), |t| t.to_string()),
-            if e.after_unlocks.is_empty() {
-                String::new()
+        Some(e) => {
+            format!(
+                "L{} n{} t{} k{} exp {}{}{}",
+                e.lock_id,
+                e.nonce,
+                e.token,
+                e.keeper.map_or("-".to_owned(), |k| k.to_string()),
+                e.expires_at.map_or("never".to_owned(), |t| t.to_string()),
+                if e.after_unlocks.is_empty() {
+                    String::new()
+                } else {
+                    format!(" after unlocks {:?}", e.after_unlocks)
+                },
+                if e.adopted { " adopted" } else { "" },
+            ) + &if e.delay > 0 || e.min_hold > 0 {
+                format!(
+                    " created {} delay {} hold {}{}",
+                    e.created_at,
+                    e.delay,
+                    e.min_hold,
+                    if e.let_go { " LET GO" } else { "" }
+                )
             } else {
-                format!(" after unlocks {:?}", e.after_unlocks)
-            },
-            if e.adopted { " adopted" } else { "" },
-        ),
+                String::new()
+            }
+        }
     };
     format!("[{entry}; fence {}; tombs {:?}]", doc.fence, doc.tombstones)
 }

@@ -4,8 +4,10 @@
 //! A document here is the exclusive entry (`lockId`, `nonce`, `token`, `keeper`,
 //! `expiresAt`, `afterUnlocks`, `adopted`), the fence (the last token granted) and the
 //! tombstones (retired nonces).
-//! Times are whole ticks of the server's clock. Shared entries, the line, the cap, the
-//! lock-delay, `idleSince` and the wake are left out (see the crate docs). Each request is
+//! An entry also carries `createdAt`, its lock-delay (`delayMs`), its minimum hold
+//! (`minHoldMs`) and `letGoAt` (let go of within its hold).
+//! Times are whole ticks of the server's clock. Shared entries, the line, the cap,
+//! `idleSince` and the wake are left out (see the crate docs). Each request is
 //! the command of the same name in `mongolock/src/command/`, decided the way its pipeline
 //! decides it; the conformance test (`tests/conformance.rs`) runs both on the same
 //! documents and compares.
@@ -93,12 +95,51 @@ pub struct Entry {
     /// `adopted`: a client resumed its lease (an adoption); a retiring release of an earlier
     /// incarnation leaves it, though it may be a re-grant of that release's attempt.
     pub adopted: bool,
+    /// `createdAt`: when it was granted, by the server's clock; kept only for an entry with
+    /// a minimum hold, the only one that reads it (0 for the others).
+    pub created_at: Time,
+    /// `delayMs`: its lock-delay (0: none). `expiresAt` is the end of the delay: the lease
+    /// ends this long before it. An entry let go of within its minimum hold has the hold here.
+    pub delay: Time,
+    /// `minHoldMs`: its minimum hold (0: none).
+    pub min_hold: Time,
+    /// `letGoAt` is set: its holder let go of it within its minimum hold, and it is only in
+    /// force until `createdAt + minHoldMs`.
+    pub let_go: bool,
 }
 
 impl Entry {
-    /// Whether the entry is live at server time `now` (an entry without TTL always is).
+    /// Whether the entry is in force at server time `now`, keeping the resource from
+    /// everybody (`expr::is_live`): an entry without TTL always is; one with a lock-delay or
+    /// let go of within its hold until the end of those.
     pub fn is_live(&self, now: Time) -> bool {
         self.expires_at.is_none_or(|end| end > now)
+    }
+
+    /// Whether its holder still holds its lease at `now` (`expr::holds`): as [`is_live`],
+    /// the lock-delay taken off `expiresAt`.
+    ///
+    /// [`is_live`]: Entry::is_live
+    pub fn holds(&self, now: Time) -> bool {
+        self.expires_at.is_none_or(|end| end > now + self.delay)
+    }
+
+    /// When its lease ends (`expiresAt` less the delay), by the server's clock.
+    pub fn lease_end(&self) -> Option<Time> {
+        self.expires_at.map(|end| end.saturating_sub(self.delay))
+    }
+
+    /// The entry once its holder lets go of it at `now` (`expr::let_go`): none, unless its
+    /// minimum hold runs past `now`: then in force until `createdAt + minHoldMs`, its lease
+    /// ended (the hold as its delay), marked let go of.
+    pub fn let_go(&self, now: Time) -> Option<Entry> {
+        let until = self.created_at + self.min_hold;
+        (until > now).then(|| Entry {
+            expires_at: Some(until),
+            delay: self.min_hold,
+            let_go: true,
+            ..self.clone()
+        })
     }
 }
 
@@ -142,6 +183,10 @@ pub enum Request {
         /// The client's doubted `unlock` calls of the lock id, which a grant names (and
         /// the lock id's entry the attempt is answered with, when not granted).
         after_unlocks: Unlocks,
+        /// The lock-delay (0: none): a grant's entry stays in force that long after its lease.
+        delay: Time,
+        /// The minimum hold (0: none).
+        min_hold: Time,
     },
     /// `release` of one grant, by lock id, token and (for a lease) keeper; with `retire`,
     /// the retirement of its attempt too (a tombstone for that nonce).
@@ -156,9 +201,13 @@ pub enum Request {
         keeper: Option<KeeperId>,
         /// The nonce to retire, if the grant's attempt was ever uncertain or resumed.
         retire: Option<Nonce>,
+        /// The grant has a minimum hold: its entry is let go of (`Entry::let_go`), not
+        /// removed.
+        hold: bool,
     },
     /// `release_attempt`: remove the attempt's entry (by lock id, nonce and keeper) if
-    /// there, and tombstone the nonce.
+    /// there, and tombstone the nonce. With `hold` (`Hold::Kept`, an attempt with a minimum
+    /// hold: the user's `release_attempt`), a granted entry is let go of instead.
     Withdraw {
         /// The resource.
         resource: Res,
@@ -168,6 +217,9 @@ pub enum Request {
         nonce: Nonce,
         /// The keeper the attempt names.
         keeper: Option<KeeperId>,
+        /// `Hold::Kept` with a minimum hold: the entry is let go of, not removed (`Waived`: a
+        /// grant nobody was handed, removed).
+        hold: bool,
     },
     /// The keeper's renewal: one statement per lease it tracks (resource, token), each
     /// matching lock id, token and keeper, only while live.
@@ -309,6 +361,12 @@ pub struct Bugs {
     /// since (before 9119560: a dead incarnation's retiring release removes the lease its
     /// restart resumed).
     pub release_ignores_adopted: bool,
+    /// (q) `release_attempt` removes a granted entry outright, dropping its minimum hold
+    /// (issue 39, item 3: a withdrawal always removed).
+    pub withdraw_drops_hold: bool,
+    /// (r) An acquire drops an entry whose lease ended, as if it were gone, though its
+    /// lock-delay keeps it in force.
+    pub delay_ignored: bool,
 }
 
 /// Whether `keeper` (a request's) matches `stored` (the entry's), as the library's release
@@ -353,9 +411,13 @@ impl Server {
                 keeper,
                 ttl,
                 after_unlocks,
+                delay,
+                min_hold,
             } => {
-                // Expired entries never stand in the way: dropped first.
-                if (self.docs[resource as usize].entry.as_ref()).is_some_and(|e| !e.is_live(now)) {
+                // Entries no longer in force never stand in the way: dropped first.
+                if (self.docs[resource as usize].entry.as_ref())
+                    .is_some_and(|e| !e.is_live(now) || (bugs.delay_ignored && !e.holds(now)))
+                {
                     self.remove(resource, bugs);
                 }
                 let doc = &mut self.docs[resource as usize];
@@ -369,33 +431,43 @@ impl Server {
                 {
                     e.after_unlocks = e.after_unlocks.union(after_unlocks);
                 }
-                match &doc.entry {
-                    Some(e) if e.lock_id == lock_id && e.nonce == nonce => Reply::Granted {
+                // This lock id's entry holds nothing once its lease has ended: within its
+                // lock-delay or minimum hold it keeps this lock id out as it keeps everybody
+                // out (the client's `interpret`). A reply tells the lease's end.
+                let mine = (doc.entry.as_ref()).filter(|e| e.lock_id == lock_id && e.holds(now));
+                match (mine, &doc.entry) {
+                    (Some(e), _) if e.nonce == nonce => Reply::Granted {
                         token: e.token,
-                        expires_at: e.expires_at,
+                        expires_at: e.lease_end(),
                         now,
                     },
                     _ if doc.tombstones.binary_search(&nonce).is_ok() => Reply::Withdrawn,
-                    Some(e) if e.lock_id == lock_id => Reply::AlreadyHeld {
+                    (Some(e), _) => Reply::AlreadyHeld {
                         token: e.token,
                         nonce: e.nonce,
-                        expires_at: e.expires_at,
+                        expires_at: e.lease_end(),
                         now,
                     },
-                    Some(_) => Reply::Refused,
-                    None => {
+                    (None, Some(_)) => Reply::Refused,
+                    (None, None) => {
                         let token = doc.fence + 1;
                         doc.fence = token;
-                        let expires_at = ttl.map(|ttl| now + ttl);
-                        doc.entry = Some(Entry {
+                        let entry = Entry {
                             lock_id,
                             nonce,
                             token,
                             keeper,
-                            expires_at,
+                            expires_at: ttl.map(|ttl| now + ttl + delay),
                             after_unlocks,
                             adopted: false,
-                        });
+                            // Read only by a minimum hold: none, none kept (fewer states).
+                            created_at: if min_hold > 0 { now } else { 0 },
+                            delay,
+                            min_hold,
+                            let_go: false,
+                        };
+                        let expires_at = entry.lease_end();
+                        doc.entry = Some(entry);
                         Reply::Granted {
                             token,
                             expires_at,
@@ -410,6 +482,7 @@ impl Server {
                 token,
                 keeper,
                 retire,
+                hold,
             } => {
                 let doc = &self.docs[resource as usize];
                 let found = doc.entry.as_ref().is_some_and(|e| {
@@ -417,7 +490,7 @@ impl Server {
                         && e.token == token
                         && keeper_matches(keeper, e.keeper, bugs)
                 });
-                let live = found && doc.entry.as_ref().is_some_and(|e| e.is_live(now));
+                let live = found && doc.entry.as_ref().is_some_and(|e| e.holds(now));
                 // A retiring release also removes a re-grant of its attempt (same nonce, another
                 // token: only a late copy makes one, whatever keeper it named), which nobody
                 // holds, unless a client adopted it since (its adopter holds it).
@@ -430,7 +503,11 @@ impl Server {
                                 && (!e.adopted || bugs.release_ignores_adopted)
                         })
                     });
-                if found || regrant {
+                if found && hold {
+                    // Let go of: kept in force for what is left of its minimum hold.
+                    let doc = &mut self.docs[resource as usize];
+                    doc.entry = doc.entry.as_ref().and_then(|e| e.let_go(now));
+                } else if found || regrant {
                     self.remove(resource, bugs);
                 }
                 if let Some(nonce) = retire {
@@ -446,6 +523,7 @@ impl Server {
                 lock_id,
                 nonce,
                 keeper,
+                hold,
             } => {
                 let doc = &self.docs[resource as usize];
                 let found = doc.entry.as_ref().is_some_and(|e| {
@@ -453,8 +531,11 @@ impl Server {
                         && e.nonce == nonce
                         && keeper_matches(keeper, e.keeper, bugs)
                 });
-                let live = found && doc.entry.as_ref().is_some_and(|e| e.is_live(now));
-                if found {
+                let live = found && doc.entry.as_ref().is_some_and(|e| e.holds(now));
+                if found && hold && !bugs.withdraw_drops_hold {
+                    let doc = &mut self.docs[resource as usize];
+                    doc.entry = doc.entry.as_ref().and_then(|e| e.let_go(now));
+                } else if found {
                     self.remove(resource, bugs);
                 }
                 self.docs[resource as usize].tombstone(nonce);
@@ -478,9 +559,9 @@ impl Server {
                             && e.lock_id == lock_id
                             && e.token == token
                             && e.keeper == Some(keeper)
-                            && e.is_live(now)
+                            && e.holds(now)
                         {
-                            e.expires_at = Some(now + ttl);
+                            e.expires_at = Some(now + ttl + e.delay);
                             count += 1;
                         }
                     }
@@ -495,7 +576,7 @@ impl Server {
                                 e.lock_id == lock_id
                                     && e.token == token
                                     && e.keeper == Some(keeper)
-                                    && e.is_live(now)
+                                    && e.holds(now)
                             })
                     })
                     .collect();
@@ -511,7 +592,7 @@ impl Server {
                 keeper,
                 after_unlocks,
             } => match &mut self.docs[resource as usize].entry {
-                Some(e) if e.lock_id == lock_id && e.token == token && e.is_live(now) => {
+                Some(e) if e.lock_id == lock_id && e.token == token && e.holds(now) => {
                     e.keeper = Some(keeper);
                     e.after_unlocks = e.after_unlocks.union(after_unlocks);
                     e.adopted = true;
@@ -523,21 +604,42 @@ impl Server {
                 let mut count = 0;
                 for resource in 0..self.docs.len() {
                     // An entry that names this call was granted (or resumed) after it was
-                    // sent: this is a late copy, and the entry stays.
-                    if (self.docs[resource].entry.as_ref()).is_some_and(|e| {
-                        e.lock_id == lock_id
-                            && (bugs.unlock_spares_nothing || !e.after_unlocks.contains(op))
-                    }) {
-                        self.remove(resource as Res, bugs);
-                        count += 1;
+                    // sent: this is a late copy, and the entry stays. The others are let go
+                    // of (their minimum hold kept); `nModified` counts those that changed.
+                    let Some(e) = self.docs[resource].entry.clone() else {
+                        continue;
+                    };
+                    if e.lock_id == lock_id
+                        && (bugs.unlock_spares_nothing || !e.after_unlocks.contains(op))
+                    {
+                        match e.let_go(now) {
+                            Some(kept) => {
+                                count += u8::from(kept != e);
+                                self.docs[resource].entry = Some(kept);
+                            }
+                            None => {
+                                self.remove(resource as Res, bugs);
+                                count += 1;
+                            }
+                        }
                     }
                 }
                 Reply::Count(count)
             }
             Request::ForceRelease { resource } => {
-                // Counts the live entries it ended.
-                let removed = self.remove(resource, bugs);
-                Reply::Count(u8::from(removed.is_some_and(|e| e.is_live(now))))
+                // Counts the leases it ended. An entry with a lock-delay, in force, stays in
+                // force for its delay from now (never longer than it was): its lease ends.
+                let Some(e) = self.docs[resource as usize].entry.clone() else {
+                    return Reply::Count(0);
+                };
+                if e.delay > 0 && e.is_live(now) {
+                    let end = now + e.delay;
+                    let entry = self.docs[resource as usize].entry.as_mut().expect("there");
+                    entry.expires_at = Some(e.expires_at.map_or(end, |at| at.min(end)));
+                } else {
+                    self.remove(resource, bugs);
+                }
+                Reply::Count(u8::from(e.holds(now)))
             }
         }
     }
@@ -549,10 +651,10 @@ impl Server {
         for doc in &mut self.docs {
             if let Some(e) = &mut doc.entry
                 && e.lock_id == lock_id
-                && e.is_live(now)
+                && e.holds(now)
             {
                 if let Some(end) = e.expires_at {
-                    let renewed = now + ttl;
+                    let renewed = now + ttl + e.delay;
                     e.expires_at = Some(if never_shorten && e.keeper.is_some() {
                         end.max(renewed)
                     } else {

@@ -165,6 +165,16 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
             if e.adopted {
                 entry.insert("adopted", true);
             }
+            if e.delay > 0 {
+                entry.insert("delayMs", i64::from(e.delay) * 1000);
+            }
+            if e.min_hold > 0 {
+                entry.insert("createdAt", at(e.created_at));
+                entry.insert("minHoldMs", i64::from(e.min_hold) * 1000);
+            }
+            if e.let_go {
+                entry.insert("letGoAt", at(NOW.saturating_sub(1)));
+            }
             Bson::Document(entry)
         }
     };
@@ -215,6 +225,14 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
                 set.union(Unlocks::of(ops.model(id)))
             }),
             adopted: e.get_bool("adopted").unwrap_or(false),
+            // The model keeps `createdAt` only for an entry with a minimum hold.
+            created_at: match e.get("minHoldMs") {
+                Some(_) => tick(e.get_datetime("createdAt").unwrap()),
+                None => 0,
+            },
+            delay: millis_to_ticks(e.get("delayMs")),
+            min_hold: millis_to_ticks(e.get("minHoldMs")),
+            let_go: e.get_datetime("letGoAt").is_ok(),
         }),
         _ => None,
     };
@@ -235,8 +253,22 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
     }
 }
 
+/// A request's name.
+fn class_of(request: &Request) -> String {
+    (format!("{request:?}").split(' ').next().unwrap()).to_owned()
+}
+
+/// A stored span of milliseconds (`delayMs`, `minHoldMs`) in ticks; missing: 0.
+fn millis_to_ticks(value: Option<&Bson>) -> Time {
+    match value {
+        Some(Bson::Int32(ms)) => (*ms / 1000) as Time,
+        Some(Bson::Int64(ms)) => (*ms / 1000) as Time,
+        _ => 0,
+    }
+}
+
 /// Server steps with a bug put back, each of which some case must tell from the library.
-const MUTANTS: [(&str, Bugs); 4] = [
+const MUTANTS: [(&str, Bugs); 6] = [
     (
         "a release that ignores the keeper",
         Bugs {
@@ -265,6 +297,20 @@ const MUTANTS: [(&str, Bugs); 4] = [
             ..NO_BUGS
         },
     ),
+    (
+        "a release_attempt that drops the minimum hold",
+        Bugs {
+            withdraw_drops_hold: true,
+            ..NO_BUGS
+        },
+    ),
+    (
+        "an acquire that takes an entry within its lock-delay for gone",
+        Bugs {
+            delay_ignored: true,
+            ..NO_BUGS
+        },
+    ),
 ];
 
 const NO_BUGS: Bugs = Bugs {
@@ -284,6 +330,8 @@ const NO_BUGS: Bugs = Bugs {
     unlock_repeat_settles: false,
     held_answer_unmarked: false,
     release_ignores_adopted: false,
+    withdraw_drops_hold: false,
+    delay_ignored: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -295,9 +343,9 @@ const FRESH: UnlockOp = 3;
 /// A generated document: maybe an entry (of lock id 0 or 1, nonce 0 or 1, a keeper or
 /// none, live, expired or without TTL, naming some of the unlock calls 0..=2, adopted or
 /// not), a fence at or above its token, some tombstones.
-fn document(rng: &mut StdRng) -> Doc {
+fn document(rng: &mut StdRng, extra: &mut StdRng) -> Doc {
     let token = rng.random_range(3..6);
-    let entry = rng.random_bool(0.75).then(|| Entry {
+    let mut entry = rng.random_bool(0.75).then(|| Entry {
         lock_id: rng.random_range(0..2),
         nonce: rng.random_range(0..2),
         token,
@@ -307,7 +355,33 @@ fn document(rng: &mut StdRng) -> Doc {
             .filter(|_| rng.random_bool(0.3))
             .fold(Unlocks::NONE, |set, op| set.union(Unlocks::of(op))),
         adopted: rng.random_bool(0.5),
+        created_at: 0,
+        delay: 0,
+        min_hold: 0,
+        let_go: false,
     });
+    // From a generator of their own (the cases drawn from `rng` stay as they were): a
+    // lock-delay (the lease live, ended within the delay, or the entry gone), a minimum hold
+    // (that runs past the command, or not), an entry let go of within its hold.
+    if let Some(e) = &mut entry
+        && extra.random_bool(0.4)
+    {
+        if extra.random_bool(0.5) {
+            e.delay = [1, 3][extra.random_range(0..2)];
+            if e.expires_at.is_none() && extra.random_bool(0.5) {
+                e.delay = 0;
+            }
+        }
+        if extra.random_bool(0.5) {
+            e.min_hold = [1, 2, 4][extra.random_range(0..3)];
+            e.created_at = NOW - 1;
+            if extra.random_bool(0.3) && e.created_at + e.min_hold > NOW {
+                e.let_go = true;
+                e.delay = e.min_hold;
+                e.expires_at = Some(e.created_at + e.min_hold);
+            }
+        }
+    }
     let tombstones = (0..3).filter(|_| rng.random_bool(0.3)).collect();
     Doc {
         entry,
@@ -372,6 +446,7 @@ async fn grant(
     ops: &Ops,
     token: u8,
     keeper: Option<u8>,
+    min_hold: Time,
 ) -> Grant {
     let seeded = Doc {
         entry: Some(Entry {
@@ -382,6 +457,10 @@ async fn grant(
             expires_at: Some(NOW + 2),
             after_unlocks: Unlocks::NONE,
             adopted: false,
+            created_at: if min_hold > 0 { NOW - 1 } else { 0 },
+            delay: 0,
+            min_hold,
+            let_go: false,
         }),
         fence: token,
         tombstones: vec![],
@@ -418,6 +497,10 @@ async fn resumed_guard(
             expires_at: Some(NOW + 100),
             after_unlocks: Unlocks::NONE,
             adopted: false,
+            created_at: 0,
+            delay: 0,
+            min_hold: 0,
+            let_go: false,
         }),
         fence: token,
         tombstones: vec![],
@@ -496,6 +579,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
     let nonces = Nonces::learn(&locks).await;
     set_base(&locks).await;
     let mut rng = StdRng::seed_from_u64(7);
+    let mut extra = StdRng::seed_from_u64(8);
     let ops = Ops {
         ids: vec![
             ObjectId::new(),
@@ -505,8 +589,32 @@ async fn the_models_server_step_matches_the_librarys_commands() {
     };
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for case in 0..240 {
-        let doc = document(&mut rng);
+        let mut doc = document(&mut rng, &mut extra);
         let call = call(&mut rng);
+        // The request's lock-delay and minimum hold (an acquire's, a withdrawal's, the
+        // released grant's), in ticks.
+        let delay = [0, 0, 1][extra.random_range(0..3)];
+        let mut min_hold = [0, 0, 2][extra.random_range(0..3)];
+        // Now and then, the entry is the one a release or a withdrawal with a minimum hold
+        // names, within its hold: it is let go of.
+        if let Some(e) = &mut doc.entry
+            && extra.random_bool(0.3)
+        {
+            let named = match call {
+                Call::Release {
+                    keeper,
+                    token_offset: 0,
+                } => Some((0, e.nonce, keeper)),
+                Call::Withdraw { lock_id, nonce } => Some((lock_id, nonce, e.keeper)),
+                _ => None,
+            };
+            if let Some((lock_id, nonce, keeper)) = named {
+                (e.lock_id, e.nonce, e.keeper) = (lock_id, nonce, keeper);
+                (e.min_hold, e.created_at, e.let_go) = (2, NOW - 1, false);
+                e.delay = e.delay.min(1);
+                min_hold = 2;
+            }
+        }
         // The grant of a release is made first (it seeds a document of its own).
         let grant = match call {
             Call::Release {
@@ -514,7 +622,10 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                 token_offset,
             } => {
                 let token = doc.entry.as_ref().map_or(4, |e| e.token) + token_offset;
-                Some((grant(&locks, &nonces, &ops, token, keeper).await, token))
+                Some((
+                    grant(&locks, &nonces, &ops, token, keeper, min_hold).await,
+                    token,
+                ))
             }
             _ => None,
         };
@@ -535,7 +646,11 @@ async fn the_models_server_step_matches_the_librarys_commands() {
         let mut model = Server {
             docs: vec![doc.clone()],
         };
-        let ttl = LockDetails::default().ttl(Duration::from_secs(u64::from(TTL)));
+        let secs = |ticks: Time| Duration::from_secs(u64::from(ticks));
+        let ttl = LockDetails::default()
+            .ttl(secs(TTL))
+            .lock_delay(secs(delay))
+            .min_hold(secs(min_hold));
         let (request, real) = match call {
             Call::Acquire { lock_id: l, nonce } => {
                 let request = AcquireRequest::exclusive(RESOURCE, lock_id(l), ttl)
@@ -569,6 +684,8 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     keeper: None,
                     ttl: Some(TTL),
                     after_unlocks,
+                    delay,
+                    min_hold,
                 };
                 (request, real)
             }
@@ -576,11 +693,13 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                 let request = AcquireRequest::exclusive(RESOURCE, lock_id(l), ttl)
                     .nonce(nonces.requests[nonce as usize]);
                 let removed = locks.release_attempt(&request).await.unwrap();
+                // `release_attempt`: `Hold::Kept`.
                 let request = Request::Withdraw {
                     resource: 0,
                     lock_id: l,
                     nonce,
                     keeper: None,
+                    hold: min_hold > 0,
                 };
                 (
                     request,
@@ -599,6 +718,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     token,
                     keeper,
                     retire: None,
+                    hold: min_hold > 0,
                 };
                 (
                     request,
@@ -618,6 +738,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     token,
                     keeper: Some(GUARDS_KEEPER),
                     retire: Some(nonce),
+                    hold: false,
                 };
                 (
                     request,
@@ -699,6 +820,23 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             }
         }
         *counts.entry(class(&real)).or_default() += 1;
+        // The minimum hold and the lock-delay: an entry let go of by this request (kept in
+        // force for the rest of its hold), and an attempt refused by an entry within its
+        // lock-delay or hold.
+        if real_doc.entry.as_ref().is_some_and(|e| e.let_go)
+            && !doc.entry.as_ref().is_some_and(|e| e.let_go)
+        {
+            let name = format!("let go of by {}", class_of(&request));
+            *counts.entry(name).or_default() += 1;
+        }
+        if let (Request::Acquire { .. }, Reply::Refused, Some(e)) = (&request, &real, &doc.entry)
+            && e.is_live(NOW)
+            && !e.holds(NOW)
+        {
+            *counts
+                .entry("refused by an entry within its delay or hold".to_owned())
+                .or_default() += 1;
+        }
         // The cases where `afterUnlocks` decides: an unlock meets an entry of its lock id
         // that names other calls (it goes), an acquire of lock id 1 is granted (its entry
         // names the doubted call).
@@ -760,15 +898,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                 .entry("grant naming the doubted unlock".to_owned())
                 .or_default() += 1;
         }
-        *counts
-            .entry(
-                format!("{:?}", request)
-                    .split(' ')
-                    .next()
-                    .unwrap()
-                    .to_owned(),
-            )
-            .or_default() += 1;
+        *counts.entry(class_of(&request)).or_default() += 1;
     }
     println!("{counts:#?}");
     // Every request and every reply class came up.
@@ -790,6 +920,10 @@ async fn the_models_server_step_matches_the_librarys_commands() {
         );
     }
     for needed in [
+        "let go of by Release",
+        "let go of by Withdraw",
+        "let go of by Unlock",
+        "refused by an entry within its delay or hold",
         "unlock of an entry naming other unlocks",
         "grant naming the doubted unlock",
         "held entry answering lock id 1 gains the doubted unlock",
@@ -845,6 +979,10 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
             expires_at: None,
             after_unlocks: Unlocks::NONE,
             adopted: false,
+            created_at: 0,
+            delay: 0,
+            min_hold: 0,
+            let_go: false,
         }),
         fence: 4,
         tombstones: vec![],
@@ -908,6 +1046,8 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
             keeper: None,
             ttl: None,
             after_unlocks: Unlocks::of(op),
+            delay: 0,
+            min_hold: 0,
         },
         NOW,
         &Bugs::default(),

@@ -3,9 +3,12 @@
 //! before, put back) yields a counterexample to the property it breaks, with a readable
 //! trace. The deeper bounds run with `--ignored` or the binary's `--deep`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
-use mongolock_model::{Bounds, Config, LockModel, check, controls, findings, scenarios, trace};
+use mongolock_model::{
+    Bounds, Config, LockModel, State, check, controls, findings, scenarios, trace,
+};
+use stateright::Model;
 
 /// The scenarios the small bounds check, each at the bound that keeps a debug build quick.
 fn small() -> Vec<Config> {
@@ -25,6 +28,10 @@ fn small() -> Vec<Config> {
             ..second
         }),
     ]
+    .into_iter()
+    .chain(scenarios::holds())
+    .chain(scenarios::timed())
+    .collect()
 }
 
 /// Checks `configs`: every counterexample must be a known finding; returns the findings
@@ -111,4 +118,79 @@ fn every_control_yields_a_counterexample_to_the_property_it_breaks() {
 #[ignore = "the deeper bounds take minutes: cargo test --release -p mongolock-model -- --ignored"]
 fn the_protocol_holds_at_the_deep_bounds_but_for_the_known_findings() {
     check_clean(scenarios::deep());
+}
+
+/// What time alone does in a state, with no step of the server's clock and no force release
+/// to excuse anybody: (an entry ran out, a guard's local deadline passed, a guard believes a
+/// lease in the last tick before its deadline, the server ending it a margin after that tick,
+/// an entry is within its lock-delay, an entry let go of within its minimum hold is in
+/// force, one such entry's hold ended).
+fn time_alone(model: &LockModel, state: &State) -> [bool; 6] {
+    if state.jumps > 0 || state.forces > 0 {
+        return [false; 6];
+    }
+    let now = state.now();
+    let entries = || state.server.docs.iter().filter_map(|d| d.entry.as_ref());
+    let leases = || state.clients.iter().flat_map(|c| c.leases.iter());
+    [
+        entries().any(|e| !e.is_live(now)),
+        leases().any(|l| !l.lost && state.rt >= l.deadline),
+        (state.clients.iter().enumerate()).any(|(i, c)| {
+            c.leases.iter().any(|l| {
+                l.believes(state.rt)
+                    && state.rt + 1 == l.deadline
+                    && (state.server.docs[l.resource as usize].entry.as_ref()).is_some_and(|e| {
+                        e.lock_id == model.lock_id(i as u8, state)
+                            && e.token == l.token
+                            && e.lease_end() == Some(now + 1 + model.config.margin)
+                    })
+            })
+        }),
+        entries().any(|e| !e.let_go && e.is_live(now) && !e.holds(now)),
+        entries().any(|e| e.let_go && e.is_live(now)),
+        entries().any(|e| e.let_go && !e.is_live(now)),
+    ]
+}
+
+#[test]
+fn time_passes_at_the_small_bounds() {
+    // Every state of the timed scenarios, breadth first, counted by what time alone did in
+    // it: each kind must occur, so that the properties are checked there (a lease that runs
+    // out, a deadline that passes, unexcused).
+    let mut counts = [0usize; 6];
+    for config in scenarios::timed() {
+        let model = LockModel::new(config);
+        let mut seen: HashSet<State> = HashSet::new();
+        let mut next: Vec<State> = model.init_states();
+        let mut actions = vec![];
+        while let Some(state) = next.pop() {
+            if !seen.insert(state.clone()) {
+                continue;
+            }
+            for (n, hit) in time_alone(&model, &state).into_iter().enumerate() {
+                counts[n] += usize::from(hit);
+            }
+            actions.clear();
+            model.actions(&state, &mut actions);
+            for action in actions.drain(..) {
+                if let Some(after) = model.next_state(&state, action)
+                    && !seen.contains(&after)
+                {
+                    next.push(after);
+                }
+            }
+        }
+    }
+    println!("states where, by time alone: {counts:?}");
+    let names = [
+        "an entry ran out",
+        "a guard's local deadline passed",
+        "a guard believes a lease in its last tick, the server ending it a margin later",
+        "an entry is within its lock-delay",
+        "an entry let go of within its minimum hold is in force",
+        "a minimum hold ended",
+    ];
+    for (name, count) in names.iter().zip(counts) {
+        assert!(count > 0, "no state at the small bounds where {name}");
+    }
 }
