@@ -104,6 +104,7 @@ pub mod scenarios {
             margin: 1,
             delay: 0,
             min_hold: 0,
+            purge_groups: false,
             bounds,
             bugs: Bugs::default(),
         }
@@ -120,6 +121,23 @@ pub mod scenarios {
                 "a minimum hold and a lock-delay",
                 1,
                 vec![Mode::LowLevel, Mode::Handle],
+                bounds,
+            )
+        }
+    }
+
+    /// One client with guards on two resources under one lock id, alone, every attempt with a
+    /// lock-delay of a tick and a minimum hold of two, and an operator who may call
+    /// `purge_abandoned_groups`.
+    pub fn purge_groups(bounds: Bounds) -> Config {
+        Config {
+            delay: 1,
+            min_hold: 2,
+            purge_groups: true,
+            ..config(
+                "one keeper, two resources, a minimum hold and purge",
+                2,
+                vec![Mode::Handle],
                 bounds,
             )
         }
@@ -208,6 +226,7 @@ pub mod scenarios {
             guards_min_hold(SMALL[0]),
             min_hold(HOLD_FAULTS),
             guards_min_hold(HOLD_FAULTS),
+            purge_groups(bounds([2, 2, 0, 1, 2, 0, 1, 0])),
         ]
     }
 }
@@ -246,7 +265,9 @@ pub mod controls {
 
     /// Every control, each with the smallest bound that shows it.
     pub fn all() -> Vec<Control> {
-        use scenarios::{guards_min_hold, handles, keeper_alone, low_level, min_hold};
+        use scenarios::{
+            guards_min_hold, handles, keeper_alone, low_level, min_hold, purge_groups,
+        };
         vec![
             control(
                 "(a) a queued release lands after its lock id resumed (no settle)",
@@ -382,6 +403,13 @@ pub mod controls {
                 handles,
                 [3, 1, 0, 0, 1, 0, 0, 0],
                 |b| b.long_deadline = true,
+                model::DEADLINE_BEFORE_EXPIRY,
+            ),
+            control(
+                "(t) purge_abandoned_groups takes a lock let go of within its hold for abandoned",
+                purge_groups,
+                [2, 2, 0, 0, 1, 0, 1, 0],
+                |b| b.purge_takes_let_go = true,
                 model::DEADLINE_BEFORE_EXPIRY,
             ),
         ]

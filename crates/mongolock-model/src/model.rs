@@ -74,6 +74,9 @@ pub struct Config {
     /// The minimum hold of every attempt, in ticks (0: none). With one, a low-level client
     /// may also end its grant with `release_attempt` (`Hold::Kept`) instead of `unlock`.
     pub min_hold: Time,
+    /// An operator may call `purge_abandoned_groups` (counted with the force releases; only
+    /// with a minimum hold, whose entries keep `createdAt`).
+    pub purge_groups: bool,
     /// The bounds.
     pub bounds: Bounds,
     /// The bugs put back (none: the library's protocol).
@@ -350,6 +353,8 @@ pub enum Action {
     Jump,
     /// An operator force-releases a resource.
     ForceRelease(Res),
+    /// An operator calls `purge_abandoned_groups`.
+    PurgeGroups,
     /// A client dies and restarts (a new keeper): under the same lock id with guards, under
     /// a new lock id of its own for the low-level calls.
     Kill(u8),
@@ -1042,6 +1047,13 @@ impl Model for LockModel {
                 actions.push(Action::ForceRelease(r));
             }
         }
+        let now = state.now();
+        if self.config.purge_groups
+            && state.forces < b.force_releases
+            && (state.server.docs.iter().filter_map(|d| d.entry.as_ref())).any(|e| !e.is_live(now))
+        {
+            actions.push(Action::PurgeGroups);
+        }
         let room = self.room(state);
         for (i, c) in state.clients.iter().enumerate() {
             let i = i as u8;
@@ -1140,6 +1152,17 @@ impl Model for LockModel {
                 }
                 s.server
                     .execute(&Request::ForceRelease { resource: r }, now, self.bugs());
+            }
+            Action::PurgeGroups => {
+                s.forces += 1;
+                let now = s.now();
+                // What the call is documented to end (live leases of an abandoned group,
+                // untold) is an operator's revocation; anything else it removes is not.
+                let documented = s.server.clone().purge_groups(now, &Bugs::default());
+                for (r, token) in documented {
+                    s.revoked.push((r, token, s.rt));
+                }
+                s.server.purge_groups(now, self.bugs());
             }
             Action::Kill(i) => {
                 s.kills += 1;

@@ -367,6 +367,10 @@ pub struct Bugs {
     /// (r) An acquire drops an entry whose lease ended, as if it were gone, though its
     /// lock-delay keeps it in force.
     pub delay_ignored: bool,
+    /// (t) `purge_abandoned_groups` takes an entry let go of within its minimum hold for
+    /// abandoned once the hold ends, and removes its lock id's entries created before the
+    /// hold's end (issue 39, item 4: the cut-off was `expiresAt`, and `letGoAt` was not read).
+    pub purge_takes_let_go: bool,
 }
 
 /// Whether `keeper` (a request's) matches `stored` (the entry's), as the library's release
@@ -642,6 +646,47 @@ impl Server {
                 Reply::Count(u8::from(e.holds(now)))
             }
         }
+    }
+
+    /// `purge_abandoned_groups` at `now` (`command/purge.rs`, `run_groups`), as one step: the
+    /// lock ids with an abandoned entry (not in force, not let go of), each with the earliest
+    /// end T of such an entry's lease; then every entry not in force goes, and every entry of
+    /// such a lock id created before its T. Returns what it removed, as (resource, token).
+    /// (`createdAt` is kept only for entries with a minimum hold: the model offers the purge
+    /// only where every entry has one.)
+    pub fn purge_groups(&mut self, now: Time, bugs: &Bugs) -> Vec<(Res, Token)> {
+        let mut groups: Vec<(LockId, Time)> = vec![];
+        for e in self.docs.iter().filter_map(|d| d.entry.as_ref()) {
+            if e.is_live(now) || (e.let_go && !bugs.purge_takes_let_go) {
+                continue;
+            }
+            let Some(end) = e.expires_at else { continue };
+            let cut = if bugs.purge_takes_let_go {
+                end
+            } else {
+                end.saturating_sub(e.delay)
+            };
+            match groups.iter_mut().find(|(l, _)| *l == e.lock_id) {
+                Some((_, t)) => *t = (*t).min(cut),
+                None => groups.push((e.lock_id, cut)),
+            }
+        }
+        let mut removed = vec![];
+        for (l, cut) in groups {
+            for (r, doc) in self.docs.iter_mut().enumerate() {
+                // Only a document where the lock id holds an entry is touched.
+                if let Some(e) = &doc.entry
+                    && e.lock_id == l
+                    && (!e.is_live(now) || e.created_at < cut)
+                {
+                    removed.push((r as Res, e.token));
+                    doc.entry = None;
+                }
+            }
+        }
+        // The expired entries elsewhere are of no group: dropped by the first statement that
+        // meets them, or by the next acquire; they hold nothing either way.
+        removed
     }
 
     /// Renews every live entry of `lock_id` by `ttl`; with `never_shorten`, an entry that

@@ -332,6 +332,7 @@ const NO_BUGS: Bugs = Bugs {
     release_ignores_adopted: false,
     withdraw_drops_hold: false,
     delay_ignored: false,
+    purge_takes_let_go: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
