@@ -41,8 +41,8 @@ use rand::{Rng, SeedableRng};
 use super::hold::{Release, let_go_of};
 use super::{Held, Periodic, Worker, Workload, attach_acquiring_pauses, lock, owner_label};
 use crate::history::{
-    AcquireCall, Ending, FaultKind, FromLibrary, GuardLog, HolderLog, LetGo, LossKind, Mode,
-    NemesisLog, OpKind, PauseLog, Recorder, ReleaseResult,
+    AcquireCall, FaultKind, FromLibrary, GuardLog, HolderLog, LetGo, LossKind, Mode, OpKind,
+    PauseLog, Recorder, ReleaseResult,
 };
 
 /// The three jobs a host's timer runs.
@@ -269,24 +269,7 @@ impl Worker {
         } else {
             let ended = let_go_of(&mut self.rng, held, &mut logs, nemesis).await;
             if let (Some(kind), Some(ended)) = (nemesis, ended) {
-                let at = logs[0].released_at.unwrap_or_else(Instant::now);
-                if !matches!(
-                    ended,
-                    Ending::Released(ReleaseResult::Ok | ReleaseResult::Lost(_))
-                ) {
-                    // Their entries may still be on the server.
-                    let mut abandoned = lock(&self.ctl.abandoned);
-                    abandoned.extend(logs.iter().map(|l| (l.resource.clone(), at)));
-                }
-                let resources: Vec<&str> = logs.iter().map(|l| l.resource.as_str()).collect();
-                self.recorder.nemesis(NemesisLog {
-                    kind,
-                    client: self.index,
-                    at,
-                    holder: Some(logs[0].id),
-                    resource: Some(resources.join("+")),
-                    ended,
-                });
+                self.log_let_go_nemesis(kind, ended, &logs);
             }
         }
         for log in logs {

@@ -338,32 +338,39 @@ impl Worker {
             check_lost(&held, &mut logs);
             let ended = let_go_of(&mut self.rng, held, &mut logs, nemesis).await;
             if let (Some(kind), Some(ended)) = (nemesis, ended) {
-                let at = logs[0].released_at.unwrap_or_else(Instant::now);
-                if !matches!(
-                    ended,
-                    Ending::Released(
-                        crate::history::ReleaseResult::Ok | crate::history::ReleaseResult::Lost(_)
-                    )
-                ) {
-                    // Their entries may still be on the server.
-                    let mut abandoned = lock(&self.ctl.abandoned);
-                    abandoned.extend(logs.iter().map(|l| (l.resource.clone(), at)));
-                }
-                let resources: Vec<&str> = logs.iter().map(|l| l.resource.as_str()).collect();
-                self.recorder.nemesis(NemesisLog {
-                    kind,
-                    client: self.index,
-                    at,
-                    holder: Some(logs[0].id),
-                    resource: Some(resources.join("+")),
-                    ended,
-                });
+                self.log_let_go_nemesis(kind, ended, &logs);
             }
         }
         for log in logs {
             self.recorder.holder(log);
         }
         ended
+    }
+
+    /// Logs the nemesis `kind` carried out on the let-go of the guards of `logs` (one set,
+    /// let go of together), which ended as `ended`; resources whose entries may still be on
+    /// the server are noted as abandoned.
+    pub(super) fn log_let_go_nemesis(&self, kind: FaultKind, ended: Ending, logs: &[HolderLog]) {
+        let at = logs[0].released_at.unwrap_or_else(Instant::now);
+        if !matches!(
+            ended,
+            Ending::Released(
+                crate::history::ReleaseResult::Ok | crate::history::ReleaseResult::Lost(_)
+            )
+        ) {
+            // Their entries may still be on the server.
+            let mut abandoned = lock(&self.ctl.abandoned);
+            abandoned.extend(logs.iter().map(|l| (l.resource.clone(), at)));
+        }
+        let resources: Vec<&str> = logs.iter().map(|l| l.resource.as_str()).collect();
+        self.recorder.nemesis(NemesisLog {
+            kind,
+            client: self.index,
+            at,
+            holder: Some(logs[0].id),
+            resource: Some(resources.join("+")),
+            ended,
+        });
     }
 
     /// The steps of work under `held` (a multi-lock, or a leadership), whose guards' logs
