@@ -677,7 +677,8 @@ impl LockClient {
     /// attempt is withdrawn in the background, and the caller's next attempt of the lock id
     /// on the resource waits for that withdrawal. A late copy of it is then refused.
     async fn attempt_once(&self, request: &AcquireRequest) -> Result<Attempt> {
-        let mut unsettled = Unsettled(Some((self, request)));
+        // Nobody was handed its grant: no minimum hold is owed.
+        let mut unsettled = Unsettled(Some((self, request, command::release::Hold::Waived)));
         let outcome = self.acquire(request).await;
         if !matches!(&outcome, Err(error) if error.is_outcome_unknown()) {
             unsettled.0 = None;
@@ -814,7 +815,10 @@ impl LockClient {
     /// # Cancel safety
     ///
     /// If the future is dropped, the attempt may or may not have been withdrawn; calling
-    /// again is harmless.
+    /// again is harmless. A call that fails with an unknown outcome leaves the withdrawal
+    /// owed: the client sends it again in the background, and before any later attempt of
+    /// the lock id on the resource, so that a late copy of it never ends what that attempt
+    /// is answered with.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
@@ -832,8 +836,15 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn release_attempt(&self, request: &AcquireRequest) -> Result<bool> {
-        command::release::release_attempt(self.ready()?, request, command::release::Hold::Kept)
-            .await
+        let hold = command::release::Hold::Kept;
+        // Of unknown outcome (or dropped), a copy may still land after a later attempt of the
+        // lock id was answered with the grant it withdraws: the withdrawal is owed then.
+        let mut unsettled = Unsettled(Some((self, request, hold)));
+        let outcome = command::release::release_attempt(self.ready()?, request, hold).await;
+        if !matches!(&outcome, Err(error) if error.is_outcome_unknown()) {
+            unsettled.0 = None;
+        }
+        outcome
     }
 
     /// Withdraws an attempt whose grant, if any, nobody was handed (see
@@ -1049,14 +1060,17 @@ impl Drop for Owed {
     }
 }
 
-/// An attempt of [`LockClient::attempt_once`] whose outcome is not known yet: dropped so, it
-/// withdraws the attempt in the background.
-struct Unsettled<'a>(Option<(&'a LockClient, &'a AcquireRequest)>);
+/// An attempt of [`LockClient::attempt_once`], or a withdrawal of
+/// [`LockClient::release_attempt`], whose outcome is not known yet: dropped so, it withdraws
+/// the attempt in the background (with what to do with a grant's minimum hold), owed until
+/// then: the client's next attempt of the lock id on the resource sends it first
+/// (`Keeper::settle`), so that a late copy never ends what that attempt is answered with.
+struct Unsettled<'a>(Option<(&'a LockClient, &'a AcquireRequest, command::release::Hold)>);
 
 impl Drop for Unsettled<'_> {
     fn drop(&mut self) {
-        if let Some((client, request)) = self.0.take() {
-            client.finish_in_background(Chore::Withdraw(request.clone()));
+        if let Some((client, request, hold)) = self.0.take() {
+            client.finish_in_background(Chore::Withdraw(request.clone(), hold));
         }
     }
 }

@@ -302,8 +302,9 @@ pub(crate) enum Chore {
     /// Release this grant (by resource, lock id and token); with `retire`, also retire the
     /// attempt that was granted (a tombstone for its nonce).
     Release { grant: Grant, retire: bool },
-    /// Withdraw this attempt (by resource, lock id and nonce), leaving its tombstone.
-    Withdraw(AcquireRequest),
+    /// Withdraw this attempt (by resource, lock id and nonce), leaving its tombstone; what
+    /// the withdrawal does with the minimum hold of a grant it ends.
+    Withdraw(AcquireRequest, release::Hold),
     /// Take this attempt's lock id out of its resource's line: every copy of it was refused.
     Leave(AcquireRequest),
 }
@@ -312,14 +313,14 @@ impl Chore {
     pub(crate) fn resource(&self) -> &str {
         match self {
             Chore::Release { grant, .. } => grant.resource(),
-            Chore::Withdraw(request) | Chore::Leave(request) => request.resource(),
+            Chore::Withdraw(request, _) | Chore::Leave(request) => request.resource(),
         }
     }
 
     fn lock_id(&self) -> &str {
         match self {
             Chore::Release { grant, .. } => grant.lock_id(),
-            Chore::Withdraw(request) | Chore::Leave(request) => request.lock_id(),
+            Chore::Withdraw(request, _) | Chore::Leave(request) => request.lock_id(),
         }
     }
 
@@ -344,7 +345,7 @@ impl Chore {
                     expired
                 }
             }
-            Chore::Withdraw(_) => crate::schema::TOMBSTONE_MIN_LIFE,
+            Chore::Withdraw(..) => crate::schema::TOMBSTONE_MIN_LIFE,
             // The place lapses by itself by then.
             Chore::Leave(request) => request.announce.unwrap_or_default() + command_timeout,
         }
@@ -356,12 +357,9 @@ impl Chore {
             Chore::Release { grant, retire } => {
                 release::release(ctx, grant, *retire).await.map(drop)
             }
-            // Nobody was handed its grant: no minimum hold is owed.
-            Chore::Withdraw(request) => {
-                release::release_attempt(ctx, request, release::Hold::Waived)
-                    .await
-                    .map(drop)
-            }
+            Chore::Withdraw(request, hold) => release::release_attempt(ctx, request, *hold)
+                .await
+                .map(drop),
             Chore::Leave(request) => release::leave_line(ctx, request).await,
         }
     }

@@ -314,7 +314,8 @@ impl Drop for Pending {
         // An attempt that may be granted is withdrawn for good (with a tombstone); one that
         // was refused only leaves the line.
         let chore = if self.open {
-            Chore::Withdraw(self.request.clone())
+            // Nobody was handed its grant: no minimum hold is owed.
+            Chore::Withdraw(self.request.clone(), crate::command::release::Hold::Waived)
         } else if self.announced {
             Chore::Leave(self.request.clone())
         } else {

@@ -276,3 +276,44 @@ async fn emulator_only_a_timeout_is_kept_while_an_owed_release_is_on_its_way() {
     later.release().await.expect("released");
     locks.shutdown().await;
 }
+
+/// A `release_attempt` of unknown outcome stays owed: the client's next attempt of the lock
+/// id on the resource sends the withdrawal first, so it is never answered "already held"
+/// with the grant that withdrawal ends (whose late copy would then end it under a holder
+/// who believes; found by the model at its deep bound).
+#[tokio::test]
+async fn emulator_only_a_doubted_release_attempt_is_sent_before_the_next_attempt() {
+    let server = TestServer::start().await.expect("emulator");
+    let db = "doubted_withdrawal";
+    let locks = client_named(&server, "doubts", db).await;
+    let request = AcquireRequest::exclusive("r", "job", LockDetails::default());
+    let Attempt::Granted(first) = locks.acquire(&request).await.expect("no error") else {
+        panic!("granted");
+    };
+    fail_point(
+        &server,
+        bson::bson!("alwaysOn"),
+        doc! { "failCommands": ["findAndModify"], "appName": "doubts", "closeConnection": true },
+    )
+    .await;
+    let error = locks.release_attempt(&request).await.expect_err("cut off");
+    assert!(error.is_outcome_unknown(), "{error:?}");
+    fail_point(&server, bson::bson!("off"), doc! {}).await;
+    // The withdrawal never reached the server: the grant is still there.
+    let direct = LockClient::new(server.new_client().database(db).collection("locks"));
+    let held = direct
+        .status(&Filter::default().resource("r"))
+        .await
+        .expect("status");
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].fencing_token(), first.fencing_token());
+    let next = locks
+        .xlock("r", "job", LockDetails::default())
+        .await
+        .expect("granted");
+    assert!(
+        next.is_new() && next.fencing_token() > first.fencing_token(),
+        "answered with the grant its own withdrawal ends: {next:?}"
+    );
+    locks.shutdown().await;
+}
