@@ -130,6 +130,10 @@ pub enum Chore {
         resource: Res,
         /// The attempt.
         nonce: Nonce,
+        /// The minimum hold of a grant it ends is kept (`Hold::Kept`: a low-level
+        /// `release_attempt` of unknown outcome, owed); else waived (`Hold::Waived`: a grant
+        /// nobody was handed).
+        kept: bool,
     },
 }
 
@@ -501,13 +505,18 @@ impl LockModel {
                 retire: retire.then_some(nonce),
                 hold: self.config.min_hold > 0,
             },
-            // The background withdrawal of a grant nobody was handed: `Hold::Waived`.
-            Chore::Withdraw { resource, nonce } => Request::Withdraw {
+            // The background withdrawal of a grant nobody was handed (`Hold::Waived`), or of
+            // an owed `release_attempt` (`Hold::Kept`).
+            Chore::Withdraw {
+                resource,
+                nonce,
+                kept,
+            } => Request::Withdraw {
                 resource,
                 lock_id: self.lock_id(client, state),
                 nonce,
                 keeper,
-                hold: false,
+                hold: kept,
             },
         }
     }
@@ -766,9 +775,11 @@ impl LockModel {
             }
             Call::Xlock { resource, nonce } => {
                 if !self.bugs().xlock_no_withdraw {
-                    state.clients[c]
-                        .chores
-                        .push(Chore::Withdraw { resource, nonce });
+                    state.clients[c].chores.push(Chore::Withdraw {
+                        resource,
+                        nonce,
+                        kept: false,
+                    });
                     state.clients[c].chores.sort();
                 }
                 Self::give_up(state, nonce);
@@ -786,11 +797,21 @@ impl LockModel {
                     repeated: false,
                 });
             }
-            Call::Adopt { .. }
-            | Call::Renew { .. }
-            | Call::Chore(_)
-            | Call::Unlock { .. }
-            | Call::ReleaseAttempt { .. } => {}
+            Call::ReleaseAttempt { resource, nonce } => {
+                // Its copy may still land, after a later attempt of the lock id was answered
+                // "already held" with the grant it withdraws: the withdrawal is owed (sent
+                // again in the background, and before that attempt), with the hold kept.
+                if !self.bugs().release_attempt_not_owed {
+                    state.clients[c].chores.push(Chore::Withdraw {
+                        resource,
+                        nonce,
+                        kept: true,
+                    });
+                    state.clients[c].chores.sort();
+                    Self::give_up(state, nonce);
+                }
+            }
+            Call::Adopt { .. } | Call::Renew { .. } | Call::Chore(_) | Call::Unlock { .. } => {}
         }
     }
 
@@ -820,9 +841,11 @@ impl LockModel {
                     let deadline = self.deadline(sent_at, left);
                     if rt >= deadline {
                         // Came back too late to trust: withdrawn.
-                        state.clients[c]
-                            .chores
-                            .push(Chore::Withdraw { resource, nonce });
+                        state.clients[c].chores.push(Chore::Withdraw {
+                            resource,
+                            nonce,
+                            kept: false,
+                        });
                         state.clients[c].chores.sort();
                         Self::give_up(state, nonce);
                     } else {
@@ -849,9 +872,11 @@ impl LockModel {
                     // Resume: the entry is adopted. This attempt is settled, unless a copy of
                     // it had an unknown outcome: that copy may still land, so it is withdrawn.
                     if uncertain {
-                        state.clients[c]
-                            .chores
-                            .push(Chore::Withdraw { resource, nonce });
+                        state.clients[c].chores.push(Chore::Withdraw {
+                            resource,
+                            nonce,
+                            kept: false,
+                        });
                         state.clients[c].chores.sort();
                     }
                     Self::give_up(state, nonce);
@@ -1262,7 +1287,11 @@ impl Model for LockModel {
                     return None;
                 };
                 if open {
-                    c.chores.push(Chore::Withdraw { resource, nonce });
+                    c.chores.push(Chore::Withdraw {
+                        resource,
+                        nonce,
+                        kept: false,
+                    });
                     c.chores.sort();
                 }
                 Self::give_up(s, nonce);

@@ -371,6 +371,11 @@ pub struct Bugs {
     /// abandoned once the hold ends, and removes its lock id's entries created before the
     /// hold's end (issue 39, item 4: the cut-off was `expiresAt`, and `letGoAt` was not read).
     pub purge_takes_let_go: bool,
+    /// (u) A low-level `release_attempt` whose outcome is unknown is not owed: nothing sends
+    /// its withdrawal again, nor before the client's next attempt of the lock id (before
+    /// 1943688: a late copy of it ends the grant that next attempt was answered "already
+    /// held" with).
+    pub release_attempt_not_owed: bool,
 }
 
 /// Whether `keeper` (a request's) matches `stored` (the entry's), as the library's release

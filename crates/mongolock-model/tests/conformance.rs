@@ -333,6 +333,7 @@ const NO_BUGS: Bugs = Bugs {
     withdraw_drops_hold: false,
     delay_ignored: false,
     purge_takes_let_go: false,
+    release_attempt_not_owed: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
