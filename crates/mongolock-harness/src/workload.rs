@@ -80,7 +80,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::history::{ExtraFault, FaultKind};
-use crate::history::{HolderLog, Mode, Recorder, WriteLog};
+use crate::history::{HolderLog, Mode, PauseLog, Recorder, WriteLog};
 
 mod group;
 mod hold;
@@ -1036,6 +1036,40 @@ impl Worker {
         self.recorder
             .fault(FaultKind::Pause, Some(self.index), start, end);
         Some((start, end))
+    }
+
+    /// At a step of holders under `guards` (one log each, in the same order): carries out a
+    /// pause asked for ([`Worker::take_pause`]), recorded in every log with the local
+    /// deadline each had before it and whether its guard was lost on resuming; then a kill
+    /// asked for, recorded in every log. True if the client is to die now (the caller
+    /// forgets what it holds).
+    fn pause_or_kill(&self, guards: &[&LockGuard], logs: &mut [HolderLog]) -> bool {
+        let before: Vec<Instant> = (logs.iter())
+            .map(|l| l.max_deadline.unwrap_or_else(Instant::now))
+            .collect();
+        if let Some((start, end)) = self.take_pause() {
+            for ((log, guard), deadline_before) in logs.iter_mut().zip(guards).zip(before) {
+                log.pauses.push(PauseLog {
+                    start,
+                    end,
+                    deadline_before,
+                    lost_on_resume: guard.is_lost(),
+                });
+            }
+        }
+        self.killed(logs)
+    }
+
+    /// Records a kill asked for in every log; true if the client is to die now.
+    fn killed(&self, logs: &mut [HolderLog]) -> bool {
+        if !self.ctl.kill.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        let now = Instant::now();
+        for log in logs.iter_mut() {
+            log.killed_at = Some(now);
+        }
+        true
     }
 
     /// One write (a reader: one read) of `log`'s holder to the guarded record.

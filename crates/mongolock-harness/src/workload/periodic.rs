@@ -42,7 +42,7 @@ use super::hold::{Release, let_go_of};
 use super::{Held, Periodic, Worker, Workload, attach_acquiring_pauses, lock, owner_label};
 use crate::history::{
     AcquireCall, FaultKind, FromLibrary, GuardLog, HolderLog, LetGo, LossKind, Mode, OpKind,
-    PauseLog, Recorder, ReleaseResult,
+    Recorder, ReleaseResult,
 };
 
 /// The three jobs a host's timer runs.
@@ -291,24 +291,7 @@ impl Worker {
         for (log, guard) in logs.iter_mut().zip(held.guards()) {
             log.sample(guard);
         }
-        let before: Vec<Instant> = (logs.iter())
-            .map(|l| l.max_deadline.unwrap_or_else(Instant::now))
-            .collect();
-        if let Some((start, end)) = self.take_pause() {
-            for ((log, guard), deadline_before) in logs.iter_mut().zip(held.guards()).zip(before) {
-                log.pauses.push(PauseLog {
-                    start,
-                    end,
-                    deadline_before,
-                    lost_on_resume: guard.is_lost(),
-                });
-            }
-        }
-        if self.ctl.kill.swap(false, Ordering::SeqCst) {
-            let now = Instant::now();
-            for log in logs.iter_mut() {
-                log.killed_at = Some(now);
-            }
+        if self.pause_or_kill(&held.guards(), logs) {
             return (true, None);
         }
         if noticed(held, logs) {

@@ -48,7 +48,7 @@ use super::{ClientCtl, Held, Target, Worker, attach_acquiring_pauses, lock, owne
 use crate::commands::{self, EXCEEDED_TIME_LIMIT, HOST_UNREACHABLE};
 use crate::history::{
     AcquireCall, CampaignLog, Ending, FromLibrary, GuardLog, HolderLog, LossKind, Mode, NemesisLog,
-    PauseLog, ProclaimLog, ProclaimOutcome,
+    ProclaimLog, ProclaimOutcome,
 };
 use crate::history::{ExtraFault, FaultKind};
 
@@ -401,30 +401,14 @@ impl Worker {
                 break;
             }
             step += 1;
-            if !held.is_lost() {
+            // A lost recipe takes no pause: it is let go of at the check below.
+            let killed = if held.is_lost() {
+                self.killed(logs)
+            } else {
                 sample(held, logs);
-                let before: Vec<Instant> = logs
-                    .iter()
-                    .map(|l| l.max_deadline.unwrap_or_else(Instant::now))
-                    .collect();
-                if let Some((start, end)) = self.take_pause() {
-                    for ((log, guard), deadline_before) in
-                        logs.iter_mut().zip(held.guards()).zip(before)
-                    {
-                        log.pauses.push(PauseLog {
-                            start,
-                            end,
-                            deadline_before,
-                            lost_on_resume: guard.is_lost(),
-                        });
-                    }
-                }
-            }
-            if self.ctl.kill.swap(false, Ordering::SeqCst) {
-                let now = Instant::now();
-                for log in logs.iter_mut() {
-                    log.killed_at = Some(now);
-                }
+                self.pause_or_kill(&held.guards(), logs)
+            };
+            if killed {
                 ended = (Held::Killed, None);
                 break;
             }
