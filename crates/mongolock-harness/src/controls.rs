@@ -25,6 +25,7 @@
 //! | withdrawal after re-adoption | a multi-lock's first attempt at a member is applied with its outcome unknown (a withdrawal owed); the next round, under the set's lock id, takes the member back; the owed withdrawal lands late and removes the member's entry (written directly), and another client takes it while the set says held | (1) exclusion |
 //! | late copy | a holder's attempt had a copy delayed in the network; the holder works and releases; the late copy is granted a new entry (written directly: the attempt's lock id and nonce, the next token) that nobody holds, and the next holder waits out its TTL | (S10) no attempt granted again after its let-go |
 //! | late unlock | a holder on the low-level API unlocks its lock id (a copy of the unlock delayed in the network) and is granted the resource again under it; the late copy lands and removes the new grant's entry (written directly, as an unlock that spares nothing granted after it), and another client is granted while the holder believes | (1) exclusion |
+//! | stuck lock id | a job under a fixed lock id drops its guard inside a runtime that then ends (its background release never runs); the same client asks again with `acquire_timeout(1 s)` and, as before `be7e380`, first waits for the release it owes, which never comes | (11) calls return within their timeout |
 //! | hold forgotten | a periodic job's holder with a 2 s minimum hold works 100 ms and lets go; its release removes the entry outright (written directly, as a library without minimum holds releases), and another host's timer, firing 150 ms later, is granted the job at once | (S12) no grant inside a minimum hold |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
@@ -51,6 +52,7 @@ use crate::oracle::{self, ServerCheck};
 use crate::workload::{COLLECTION, DB};
 
 mod late_writes;
+mod owed_release;
 
 const RESOURCE: &str = "control";
 const TTL: Duration = Duration::from_millis(1_000);
@@ -147,6 +149,7 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_copy().await?,
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
+        owed_release::stuck_lock_id().await?,
     ])
 }
 

@@ -61,7 +61,7 @@ const LOCK_COMMANDS: [&str; 5] = ["findAndModify", "update", "delete", "aggregat
 const STEP_DOWN_CODES: [i32; 4] = [91, 189, 10107, 11600];
 
 /// Every kind of fault, with its weight in the mix.
-pub const MIX: [(FaultKind, u32); 22] = [
+pub const MIX: [(FaultKind, u32); 23] = [
     (FaultKind::Latency, 3),
     (FaultKind::Partition, 3),
     (FaultKind::Reset, 2),
@@ -78,6 +78,7 @@ pub const MIX: [(FaultKind, u32); 22] = [
     (FaultKind::Purge, 1),
     (FaultKind::ClockJump, 1),
     (FaultKind::DropWithoutRuntime, 3),
+    (FaultKind::DropOnEndingRuntime, 3),
     (FaultKind::ReleaseCancelled, 3),
     (FaultKind::ReleaseBlip, 2),
     (FaultKind::ReleaseUnderPartition, 1),
@@ -452,6 +453,22 @@ impl Injector {
             }
             FaultKind::DropWithoutRuntime | FaultKind::ReleaseCancelled => {
                 let Some(holder) = self.pair_holder(kind, fleet) else {
+                    return false;
+                };
+                fleet.let_go(holder, kind);
+            }
+            FaultKind::DropOnEndingRuntime => {
+                // A holder of a resumable lease: its lock id is fixed, so that the client asks
+                // again under it at once (see the workload's `hold` submodule).
+                let holders: Vec<usize> = (0..fleet.slots.len())
+                    .filter(|&i| fleet.slots[i].killed_at.is_none())
+                    .filter(|&i| !fleet.slots[i].ctl.recipe.load(Ordering::SeqCst))
+                    .filter(|&i| {
+                        let held = fleet.slots[i].ctl.held();
+                        held.iter().any(|r| self.workload.is_resumable(r))
+                    })
+                    .collect();
+                let Some(&holder) = holders.choose(&mut self.rng) else {
                     return false;
                 };
                 fleet.let_go(holder, kind);

@@ -1059,6 +1059,7 @@ fn let_go_ms(h: &HolderLog, history: &History) -> Option<i64> {
                 | LetGo::ReleaseCancelled
                 | LetGo::Dropped
                 | LetGo::DroppedWithoutRuntime
+                | LetGo::DroppedOnEndingRuntime
                 | LetGo::Unlocked
         )
     );
@@ -1090,7 +1091,7 @@ fn operator_between(history: &History, resource: &str, from_ms: i64, to_ms: i64)
         let about = match &op.kind {
             OpKind::ForceRelease(r) => r == resource,
             OpKind::Purge => true,
-            OpKind::ClockJump(_) => false,
+            OpKind::ClockJump(_) | OpKind::ClockStep { .. } => false,
         };
         let (Some(start), Some(end)) = (history.server_ms(op.start), history.server_ms(op.end))
         else {
@@ -1846,6 +1847,7 @@ mod tests {
             invoked_at: at(900),
             ended_at: at(1_100),
             granted: false,
+            timeout: None,
         });
         let expired = judge(&renewed_until(1_300), &history);
         assert!(expired.violations.is_empty(), "{:?}", expired.violations);

@@ -343,6 +343,25 @@ impl fmt::Display for Report {
                 }
             ),
         );
+        row(
+            &mut t,
+            "(11) calls with a timeout judged (excused: paused)",
+            format!(
+                "{} ({})",
+                self.sum(|r| r.outcome.timed_calls.0),
+                self.sum(|r| r.outcome.timed_calls.1)
+            ),
+        );
+        row(
+            &mut t,
+            "  same lock id asked again after a drop on an ending runtime (in time, granted)",
+            format!(
+                "{} ({}, {})",
+                self.sum(|r| r.outcome.asked_again_after_ending_runtime.0),
+                self.sum(|r| r.outcome.asked_again_after_ending_runtime.1),
+                self.sum(|r| r.outcome.asked_again_after_ending_runtime.2)
+            ),
+        );
         let _ = writeln!(t, "violations (must be 0)");
         let mut counts: BTreeMap<Check, usize> = BTreeMap::new();
         for r in &self.runs {

@@ -20,7 +20,7 @@ use mongolock_testkit::faults::proxy::{RequestFault, Requests};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use super::{ClientCtl, Held, Worker, attach_acquiring_pauses, lock, owner_label};
+use super::{ClientCtl, Held, Target, Worker, attach_acquiring_pauses, lock, owner_label};
 use crate::commands::{self, HOST_UNREACHABLE};
 use crate::history::{
     AcquireCall, Ending, FromLibrary, GuardLog, HolderLog, LetGo, LossKind, Mode, NemesisLog,
@@ -197,6 +197,20 @@ pub(super) async fn let_go_of(
             let _ = std::thread::spawn(move || drop(held)).join();
             Some(Ending::DroppedWithoutRuntime)
         }
+        Some(FaultKind::DropOnEndingRuntime) => {
+            lets_go(logs, LetGo::DroppedOnEndingRuntime);
+            // A runtime of its own on another thread, ended once the drop is done: the
+            // background release the drop spawned there is dropped unrun with it.
+            let _ = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                runtime.block_on(async move { drop(held) });
+            })
+            .join();
+            Some(Ending::DroppedOnEndingRuntime)
+        }
         Some(FaultKind::ReleaseCancelled) => {
             lets_go(logs, LetGo::ReleaseCancelled);
             let mut release = Box::pin(held.release());
@@ -351,6 +365,7 @@ impl Worker {
             invoked_at,
             ended_at: returned_at,
             granted: matches!(got, Some(Ok(Some(_)))),
+            timeout: Some(timeout),
         });
         let request = lock(&self.ctl.drop_acquire).take();
         let Some(got) = got else {
@@ -553,7 +568,12 @@ impl Worker {
                     break;
                 }
                 if let Some(nemesis) = self.take_let_go() {
-                    let i = self.rng.random_range(0..leases.len());
+                    // A guard dropped on a runtime that ends is the resumable one, if held:
+                    // its lock id is asked for again next (see `Worker::let_go`).
+                    let resumable = (leases.iter())
+                        .position(|l| self.workload.is_resumable(&l.log.resource) && !l.twinned)
+                        .filter(|_| nemesis == FaultKind::DropOnEndingRuntime);
+                    let i = resumable.unwrap_or_else(|| self.rng.random_range(0..leases.len()));
                     let lease = leases.remove(i);
                     self.publish(leases);
                     watching(self.let_go(lease, Some(nemesis)), leases, None).await;
@@ -690,6 +710,12 @@ impl Worker {
         )
         .await;
         if let (Some(kind), Some(ended)) = (nemesis, ended) {
+            if kind == FaultKind::DropOnEndingRuntime && self.workload.is_resumable(&log.resource) {
+                // The same client asks again at once under the same lock id (the slot's):
+                // the release it owes must not hold that call past its timeout.
+                let again = Target::Resource(log.resource.clone(), Mode::Exclusive);
+                self.ctl.go_for_next(again);
+            }
             let at = log.released_at.unwrap_or_else(Instant::now);
             if !matches!(
                 ended,

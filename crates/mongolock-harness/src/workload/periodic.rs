@@ -159,6 +159,7 @@ impl Worker {
                 invoked_at,
                 ended_at,
                 granted,
+                timeout: None,
             });
         }
     }

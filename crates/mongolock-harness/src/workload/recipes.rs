@@ -167,6 +167,7 @@ impl Worker {
                 invoked_at,
                 ended_at: returned_at,
                 granted: matches!(got, Ok(Some(_))),
+                timeout: None,
             });
         }
         self.recorder
@@ -294,6 +295,7 @@ impl Worker {
             invoked_at,
             ended_at: Instant::now(),
             granted: matches!(got, Ok(Some(_))),
+            timeout: None,
         });
         self.recorder
             .attempt(matches!(got, Ok(None)), got.as_ref().is_err());

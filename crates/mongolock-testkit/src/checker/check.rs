@@ -80,15 +80,21 @@
 //! is not resumed; and an incarnation still alive stops believing within the TTL
 //! (+ [`DEADLINE_TOLERANCE`]) of the resumed grant, since its next renewal finds the entry
 //! naming another keeper (or its local deadline passes).
+//!
+//! **Calls within their timeout** (11): an acquire call given a timeout (`acquire_timeout`
+//! and the like: [`AcquireCall::timeout`]) returns within it (+ [`CALL_SLACK`]), whatever
+//! its client owes for the lock id (a release a dropped guard never sent, a withdrawal): a
+//! debt that cannot be paid must not hold the call. A call during which its client was
+//! paused (its thread stopped) is excused.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::history::{
-    Access, CampaignLog, FaultKind, FinalRead, History, HolderLog, LossKind, Mode, Observation,
-    OpKind, ProclaimLog, ProclaimOutcome, RecordEntry, ReleaseResult, Role, SeenLeader, Source,
-    WriterWait,
+    Access, AcquireCall, CampaignLog, FaultKind, FinalRead, History, HolderLog, LossKind, Mode,
+    Observation, OpKind, ProclaimLog, ProclaimOutcome, RecordEntry, ReleaseResult, Role,
+    SeenLeader, Source, WriterWait,
 };
 
 /// How long an election goes without a change before a fresh read of its leader is judged
@@ -106,6 +112,10 @@ pub const DELAY_SLACK_MS: i64 = 50;
 /// How long after a writer begins waiting its announcement is surely in force, if nothing
 /// hit its client: the round trip of its first attempt, on a loaded machine.
 pub const ANNOUNCE_ALLOWANCE: Duration = Duration::from_secs(1);
+
+/// How late past its timeout an acquire call may return ([`Check::CallTimeout`]): the last
+/// attempt's round trip, under up to 400 ms of injected latency, on a loaded machine.
+pub const CALL_SLACK: Duration = Duration::from_secs(1);
 
 /// How long after a fault on a client its effects may still be felt (a retry after a reset,
 /// a reply held back by a proxy), when deciding what the fault excuses.
@@ -164,11 +174,13 @@ pub enum Check {
     /// (10) A lease resumed under its lock id while it surely lived keeps its token, and
     /// the incarnation it continues, if alive, stops believing within the TTL.
     Resume,
+    /// (11) An acquire call given a timeout returns within it (+ [`CALL_SLACK`]).
+    CallTimeout,
 }
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 18] = [
+    pub const ALL: [Check; 19] = [
         Check::Exclusion,
         Check::GuardedWrites,
         Check::Fencing,
@@ -187,6 +199,7 @@ impl Check {
         Check::FinalLeader,
         Check::LockDelay,
         Check::Resume,
+        Check::CallTimeout,
     ];
 
     /// The name in the report.
@@ -210,6 +223,7 @@ impl Check {
             Check::FinalLeader => "(8) final leader matches the history",
             Check::LockDelay => "(9) no grant inside a lock-delay",
             Check::Resume => "(10) resumed lease keeps its token, old incarnation learns",
+            Check::CallTimeout => "(11) calls return within their timeout",
         }
     }
 }
@@ -321,6 +335,13 @@ pub struct Outcome {
     /// in to the end of the run, never told), with the next conflicting grant on its
     /// resource, as [`Check::LossBeforeNextGrant`] judged it (excused ones aside).
     pub handovers: Vec<Handover>,
+    /// Acquire calls with a timeout judged by (11), and those excused (their client paused
+    /// during the call).
+    pub timed_calls: (usize, usize),
+    /// Guards dropped on a runtime that ended ([`FaultKind::DropOnEndingRuntime`]) after
+    /// which the same client asked for the resource again under the same lock id, and of
+    /// those the calls that returned within their timeout (judged by (11)) and were granted.
+    pub asked_again_after_ending_runtime: (usize, usize, usize),
 }
 
 /// The most holders that believed they held one resource at the same time, from the
@@ -476,6 +497,9 @@ impl<'a> Checker<'a> {
                     "force_release",
                 )),
                 OpKind::ClockJump(_) => Some((op.start, None, "clock jump")),
+                OpKind::ClockStep { .. } if op.kind.ends_leases_of(&l.resource, l.id) => {
+                    Some((op.start, None, "clock jump"))
+                }
                 _ => None,
             })
             .collect()
@@ -618,6 +642,10 @@ impl<'a> Checker<'a> {
                 detail: problem.clone(),
             });
         }
+        for call in &self.h.acquire_calls {
+            self.call_timeout(call);
+        }
+        self.asked_again_after_ending_runtime();
         self.proclaims();
         self.observations();
         for read in &self.h.final_reads {
@@ -1355,6 +1383,73 @@ impl<'a> Checker<'a> {
             .any(|f| f.client == Some(client) && f.start <= to && f.end + FAULT_SLACK >= from)
     }
 
+    /// (11) An acquire call given a timeout returns within it (+ [`CALL_SLACK`]), unless its
+    /// client was paused meanwhile.
+    fn call_timeout(&mut self, call: &AcquireCall) {
+        let Some(timeout) = call.timeout else {
+            return;
+        };
+        let paused = self.h.faults.iter().any(|f| {
+            matches!(f.kind, FaultKind::Pause | FaultKind::PauseAcquiring)
+                && f.client == Some(call.client)
+                && f.start <= call.ended_at
+                && f.end >= call.invoked_at
+        });
+        if paused {
+            self.out.timed_calls.1 += 1;
+            return;
+        }
+        self.out.timed_calls.0 += 1;
+        let took = call.ended_at.duration_since(call.invoked_at);
+        if took > timeout + CALL_SLACK {
+            let detail = format!(
+                "{}: client {}'s call under lock id {} (timeout {} ms) returned after {:.0} ms \
+                 ({:.0}-{:.0} ms, granted: {})",
+                call.resource,
+                call.client,
+                call.lock_id,
+                timeout.as_millis(),
+                took.as_secs_f64() * 1e3,
+                self.ms(call.invoked_at),
+                self.ms(call.ended_at),
+                call.granted
+            );
+            self.violation(Check::CallTimeout, &call.resource, detail);
+        }
+    }
+
+    /// Counts the guards dropped on a runtime that ended after which their client asked for
+    /// the resource again under the same lock id, and how those calls went.
+    fn asked_again_after_ending_runtime(&mut self) {
+        let holders: HashMap<u64, &HolderLog> = self.h.holders.iter().map(|l| (l.id, l)).collect();
+        for n in &self.h.nemeses {
+            if n.kind != FaultKind::DropOnEndingRuntime || !n.ended.carried_out() {
+                continue;
+            }
+            let Some(dropped) = n.holder.and_then(|id| holders.get(&id)) else {
+                continue;
+            };
+            let next = (self.h.acquire_calls.iter())
+                .filter(|c| {
+                    c.client == n.client
+                        && c.resource == dropped.resource
+                        && c.lock_id == dropped.lock_id
+                        && c.invoked_at >= n.at
+                })
+                .min_by_key(|c| c.invoked_at);
+            let Some(next) = next else {
+                continue;
+            };
+            let counts = &mut self.out.asked_again_after_ending_runtime;
+            counts.0 += 1;
+            let in_time = next
+                .timeout
+                .is_none_or(|t| next.ended_at.duration_since(next.invoked_at) <= t + CALL_SLACK);
+            counts.1 += usize::from(in_time);
+            counts.2 += usize::from(next.granted);
+        }
+    }
+
     /// A waiting writer keeps new readers out (see the module docs).
     fn writer_preference(&mut self, w: &WriterWait) {
         let end = w.granted_at.unwrap_or(w.gives_up_at).min(w.gives_up_at);
@@ -1363,7 +1458,7 @@ impl<'a> Checker<'a> {
                 && op.end + FAULT_SLACK >= w.invoked_at
                 && match &op.kind {
                     OpKind::ForceRelease(r) => *r == w.resource,
-                    OpKind::ClockJump(_) => true,
+                    OpKind::ClockJump(_) | OpKind::ClockStep { .. } => true,
                     OpKind::Purge => false,
                 }
         });
@@ -1523,11 +1618,7 @@ impl<'a> Checker<'a> {
                 let interrupted = self.h.ops.iter().any(|op| {
                     op.start < b.granted_at
                         && op.end > a.attempt_sent_at
-                        && match &op.kind {
-                            OpKind::ForceRelease(r) => *r == a.resource,
-                            OpKind::ClockJump(_) => true,
-                            OpKind::Purge => false,
-                        }
+                        && op.kind.ends_leases_of(&a.resource, a.id)
                 });
                 let lived = !a.may_have_released_before(b.granted_at)
                     && a.max_deadline

@@ -173,6 +173,10 @@ pub enum LetGo {
     /// It moved the guard to a thread without a tokio runtime and dropped it there: nothing
     /// releases it, and only the TTL may end it.
     DroppedWithoutRuntime,
+    /// It dropped the guard inside a short-lived runtime on another thread, which then ended:
+    /// the background release the drop spawned never ran. The release is owed: the client's
+    /// keeper, or its next attempt of the lock id on the resource, may still send it.
+    DroppedOnEndingRuntime,
     /// It unlocked its lock id (a lock group on the low-level API).
     Unlocked,
     /// It stopped believing and did nothing more: a broken holder of a negative control, or
@@ -379,6 +383,7 @@ impl HolderLog {
                     | LetGo::ReleaseCancelled
                     | LetGo::Dropped
                     | LetGo::DroppedWithoutRuntime
+                    | LetGo::DroppedOnEndingRuntime
                     | LetGo::Unlocked
             )
         );
@@ -404,6 +409,33 @@ pub enum OpKind {
     Purge,
     /// The emulator's clock jumped forward by this much.
     ClockJump(Duration),
+    /// The emulator's clock stepped by `by_ms` (forward if positive, back if negative) while
+    /// the reply to a grant was held back on its way to the holder `judged`, whose client
+    /// was shown the step by another reply before it read the grant's. A step forward ends
+    /// other leases without their holders' consent, as a [`OpKind::ClockJump`] does, and
+    /// excuses them likewise; the library promises that a step a client was shown shortens
+    /// that client's deadlines at once, so the holder `judged` is not excused. A step back
+    /// ends no lease and excuses nobody.
+    ClockStep {
+        /// The step, in ms: positive forward, negative back.
+        by_ms: i64,
+        /// The holder whose grant's reply was held back past the step, if it was granted.
+        judged: Option<u64>,
+    },
+}
+
+impl OpKind {
+    /// True if the action may end the lease of `holder` on `resource` without its holder's
+    /// consent (a force-release of the resource, a forward jump or step of the server's
+    /// clock that the holder was not shown), whatever else it excuses.
+    pub fn ends_leases_of(&self, resource: &str, holder: u64) -> bool {
+        match self {
+            OpKind::ForceRelease(r) => r == resource,
+            OpKind::Purge => false,
+            OpKind::ClockJump(_) => true,
+            OpKind::ClockStep { by_ms, judged } => *by_ms > 0 && *judged != Some(holder),
+        }
+    }
 }
 
 /// An operator action, from its call to its reply.
@@ -468,6 +500,10 @@ pub enum FaultKind {
     Purge,
     /// The emulator's clock jumped forward by more than the TTL.
     ClockJump,
+    /// A holder drops one guard inside a short-lived runtime on another thread, which then
+    /// ends: the background release the drop spawned never runs. The same client then asks
+    /// for the resource again under the same lock id.
+    DropOnEndingRuntime,
     /// A holder moves one guard to a plain thread (no tokio runtime) and drops it there:
     /// nothing releases it.
     DropWithoutRuntime,
@@ -495,7 +531,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 22] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::Latency,
         FaultKind::Partition,
         FaultKind::Reset,
@@ -512,6 +548,7 @@ impl FaultKind {
         FaultKind::Purge,
         FaultKind::ClockJump,
         FaultKind::DropWithoutRuntime,
+        FaultKind::DropOnEndingRuntime,
         FaultKind::ReleaseCancelled,
         FaultKind::ReleaseBlip,
         FaultKind::ReleaseUnderPartition,
@@ -539,6 +576,7 @@ impl FaultKind {
             FaultKind::Purge => "operator purge",
             FaultKind::ClockJump => "server clock jump",
             FaultKind::DropWithoutRuntime => "guard dropped without a runtime",
+            FaultKind::DropOnEndingRuntime => "guard dropped on a runtime that ends",
             FaultKind::ReleaseCancelled => "release future dropped mid-flight",
             FaultKind::ReleaseBlip => "background release in a network blip",
             FaultKind::ReleaseUnderPartition => "release under partition",
@@ -563,6 +601,7 @@ impl FaultKind {
         matches!(
             self,
             FaultKind::DropWithoutRuntime
+                | FaultKind::DropOnEndingRuntime
                 | FaultKind::ReleaseCancelled
                 | FaultKind::ReleaseBlip
                 | FaultKind::ReleaseUnderPartition
@@ -595,6 +634,8 @@ pub enum Ending {
     Dropped,
     /// The guard was dropped on a thread without a tokio runtime.
     DroppedWithoutRuntime,
+    /// The guard was dropped inside a runtime that then ended, its background release unrun.
+    DroppedOnEndingRuntime,
     /// The acquire future was dropped in the runtime (its attempt withdrawn in the
     /// background).
     AcquireDropped,
@@ -629,6 +670,7 @@ impl Ending {
             Ending::ReleaseCancelled => "release dropped mid-flight".into(),
             Ending::Dropped => "guard dropped (background release)".into(),
             Ending::DroppedWithoutRuntime => "guard dropped without a runtime".into(),
+            Ending::DroppedOnEndingRuntime => "guard dropped on a runtime that ended".into(),
             Ending::AcquireDropped => "acquire dropped (withdrawn in the background)".into(),
             Ending::AcquireDroppedWithoutRuntime => "acquire dropped without a runtime".into(),
             Ending::AcquireReturnedFirst => "acquire returned first".into(),
@@ -675,6 +717,10 @@ pub struct AcquireCall {
     pub ended_at: Instant,
     /// Whether it returned a guard.
     pub granted: bool,
+    /// How long the call may wait at most, if it waits (`acquire_timeout` and the like): it
+    /// must return within that (judged by
+    /// [`Check::CallTimeout`](super::check::Check::CallTimeout)). `None`: not judged.
+    pub timeout: Option<Duration>,
 }
 
 /// One wait of a reader-writer lock's writer (`write_timeout`), granted or not.
