@@ -22,9 +22,14 @@
 //! The lock-delay and the minimum hold are modelled in the scenarios that set them (an
 //! entry in force after its lease for its delay; one let go of within its hold in force
 //! until `createdAt + minHoldMs`, marked `letGoAt`), and `purge_abandoned_groups` as an
-//! operator's call. Not modelled, besides what [`server`] leaves out of the document:
-//! shared entries (readers, semaphores), the line, sealing at the tombstone cap, the TTL
-//! index and `purge`, the unlock limit, clock-step detection and a clock stepping back.
+//! operator's call. Shared entries are modelled (the server's step for readers, writers and
+//! semaphore permits, their caps; clients with guards of each kind in the scenarios "a
+//! reader and a writer" and "a semaphore of one / two permits, two holders"), without a
+//! lock-delay or a minimum hold in those scenarios. Not modelled, besides what [`server`]
+//! leaves out of the document: the line (a writer's announcement, arrival order: it only
+//! adds terms to a grant's condition, so the model grants whatever the library grants, and
+//! more), sealing at the tombstone cap, the TTL index and `purge`, the unlock limit,
+//! clock-step detection and a clock stepping back.
 //!
 //! Its properties are the promises of `docs/reliability.md` ([`model::PROPERTIES`]). Each
 //! bug found in the library so far can be put back ([`server::Bugs`], [`controls`]), and
@@ -43,12 +48,12 @@ use std::time::{Duration, Instant};
 use stateright::{Checker, HasDiscoveries, Model, Path};
 
 pub use model::{Action, Bounds, Config, LockModel, Mode, State};
-pub use server::Bugs;
+pub use server::{Bugs, Kind};
 
 /// The shapes the model is checked in: each a small system in which some of the protocol's
 /// paths meet.
 pub mod scenarios {
-    use super::{Bounds, Bugs, Config, Mode};
+    use super::{Bounds, Bugs, Config, Kind, Mode};
 
     /// A bound given as (time, attempts, retries, timeouts, in flight, kills, force
     /// releases, clock steps).
@@ -110,6 +115,7 @@ pub mod scenarios {
         Config {
             name,
             resources,
+            kinds: vec![Kind::Exclusive; clients.len()],
             clients,
             ttl: 3,
             margin: 1,
@@ -169,6 +175,54 @@ pub mod scenarios {
         }
     }
 
+    /// A reader and a writer (clients with guards, the reader's shares without cap, the
+    /// writer's lock exclusive) on one resource.
+    pub fn readers_writer(bounds: Bounds) -> Config {
+        Config {
+            kinds: vec![Kind::Shared { cap: None }, Kind::Exclusive],
+            ..config("a reader and a writer", 1, vec![Mode::Handle; 2], bounds)
+        }
+    }
+
+    /// Two clients with guards taking permits of one semaphore of `permits` permits: with
+    /// one, the cap is what keeps them apart; with two, both hold shares at once (and their
+    /// releases, renewals and expiries meet).
+    pub fn semaphore(permits: u8, bounds: Bounds) -> Config {
+        Config {
+            kinds: vec![Kind::Shared { cap: Some(permits) }; 2],
+            ..config(
+                if permits == 1 {
+                    "a semaphore of one permit, two holders"
+                } else {
+                    "a semaphore of two permits, two holders"
+                },
+                1,
+                vec![Mode::Handle; 2],
+                bounds,
+            )
+        }
+    }
+
+    /// [`semaphore`] of one permit.
+    pub fn one_permit(bounds: Bounds) -> Config {
+        semaphore(1, bounds)
+    }
+
+    /// [`semaphore`] of two permits.
+    pub fn two_permits(bounds: Bounds) -> Config {
+        semaphore(2, bounds)
+    }
+
+    /// The shared scenarios (readers and a writer, semaphores of one and two permits) at
+    /// `bounds`.
+    pub fn shared(bounds: Bounds) -> Vec<Config> {
+        vec![
+            readers_writer(bounds),
+            one_permit(bounds),
+            two_permits(bounds),
+        ]
+    }
+
     /// Two clients with guards on one resource.
     pub fn handles(bounds: Bounds) -> Config {
         config("two guards, one resource", 1, vec![Mode::Handle; 2], bounds)
@@ -201,7 +255,23 @@ pub mod scenarios {
         )
     }
 
-    /// Every scenario at `bounds`.
+    /// The shared scenarios at the small bounds, for `cargo test`: the reader and the
+    /// writer at both of [`SMALL`] and at [`TIME`], the semaphores at the first of [`SMALL`]
+    /// and at [`TIME`] (a semaphore of one permit is the reader and writer's state space
+    /// again, its cap in the writer's place; the faults of the second bound meet a share as
+    /// they meet the reader's).
+    pub fn shared_small() -> Vec<Config> {
+        vec![
+            readers_writer(SMALL[0]),
+            readers_writer(SMALL[1]),
+            readers_writer(TIME),
+            one_permit(SMALL[0]),
+            one_permit(TIME),
+            two_permits(SMALL[0]),
+            two_permits(TIME),
+        ]
+    }
+
     /// The scenarios checked at [`TIME`]: those whose leases have a TTL.
     pub fn timed() -> Vec<Config> {
         vec![
@@ -277,7 +347,8 @@ pub mod controls {
     /// Every control, each with the smallest bound that shows it.
     pub fn all() -> Vec<Control> {
         use scenarios::{
-            guards_min_hold, handles, keeper_alone, low_level, min_hold, purge_groups,
+            guards_min_hold, handles, keeper_alone, low_level, min_hold, one_permit, purge_groups,
+            readers_writer, two_permits,
         };
         vec![
             control(
@@ -429,6 +500,34 @@ pub mod controls {
                 [0, 2, 0, 1, 2, 0, 0, 1],
                 |b| b.release_attempt_not_owed = true,
                 model::EXCLUSION,
+            ),
+            control(
+                "(v) a shared grant that ignores the cap",
+                one_permit,
+                [0, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.shared_ignores_cap = true,
+                model::CAP,
+            ),
+            control(
+                "(w) a reader admitted while a writer holds",
+                readers_writer,
+                [0, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.reader_beside_writer = true,
+                model::EXCLUSION,
+            ),
+            control(
+                "(x) a writer admitted while a reader's share is live",
+                readers_writer,
+                [0, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.writer_beside_readers = true,
+                model::EXCLUSION,
+            ),
+            control(
+                "(y) a shared release that takes the other holders' shares with it",
+                two_permits,
+                [0, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.shared_release_takes_all = true,
+                model::DEADLINE_BEFORE_EXPIRY,
             ),
         ]
     }

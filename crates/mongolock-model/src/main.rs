@@ -23,6 +23,7 @@ fn main() {
             .flat_map(scenarios::all)
             .chain(scenarios::holds())
             .chain(scenarios::timed())
+            .chain(scenarios::shared_small())
             .collect()
     };
     let mut failed = false;

@@ -19,8 +19,8 @@
 use stateright::{Model, Property};
 
 use crate::server::{
-    Bugs, Doc, Entry, KeeperId, LockId, Nonce, Reply, Request, Res, Server, Time, Token, UnlockOp,
-    Unlocks,
+    Bugs, Doc, Entry, KeeperId, Kind, LockId, Nonce, Reply, Request, Res, Server, Time, Token,
+    UnlockOp, Unlocks,
 };
 
 /// How a client uses the library.
@@ -65,6 +65,10 @@ pub struct Config {
     /// The clients, by mode; client `i` uses lock id `i` (a low-level client, after `k`
     /// restarts, `i + k * clients`).
     pub clients: Vec<Mode>,
+    /// The kind of lock each client's guards take, by client (a writer or a mutex is
+    /// exclusive, a reader shared without cap, a semaphore's permit shared with its cap);
+    /// a low-level client's `xlock` is exclusive whatever this says.
+    pub kinds: Vec<Kind>,
     /// The TTL of a lease, in ticks.
     pub ttl: Time,
     /// The safety margin of a local deadline, in ticks.
@@ -428,6 +432,16 @@ impl LockModel {
         self.config.clients[client as usize]
     }
 
+    /// The kind of lock `client` takes.
+    pub fn kind(&self, client: u8) -> Kind {
+        match self.mode(client) {
+            Mode::Handle => {
+                (self.config.kinds.get(client as usize).copied()).unwrap_or(Kind::Exclusive)
+            }
+            Mode::LowLevel => Kind::Exclusive,
+        }
+    }
+
     /// Whether `client` owes nothing that keeps an attempt of its lock id on `resource`
     /// from being sent ([`Keeper::settle`](../../mongolock/lease/struct.Keeper.html)).
     fn settled(&self, state: &State, client: u8, resource: Res) -> bool {
@@ -478,6 +492,7 @@ impl LockModel {
         let handle = self.mode(client) == Mode::Handle;
         Request::Acquire {
             resource,
+            kind: self.kind(client),
             lock_id: self.lock_id(client, state),
             nonce,
             keeper: handle.then(|| self.keeper(client, state)),
@@ -517,6 +532,7 @@ impl LockModel {
                 nonce,
                 keeper,
                 hold: kept,
+                shared: self.kind(client).is_shared(),
             },
         }
     }
@@ -541,25 +557,44 @@ impl LockModel {
             })
     }
 
-    /// The holders that believe they hold `resource`, not excused: (client, token).
-    fn believers(&self, state: &State, resource: Res) -> Vec<(u8, Token)> {
+    /// The holders that believe they hold `resource`, not excused: (client, token, the kind
+    /// it holds).
+    fn believers(&self, state: &State, resource: Res) -> Vec<(u8, Token, Kind)> {
         let mut out = vec![];
         for (i, c) in state.clients.iter().enumerate() {
+            let kind = self.kind(i as u8);
             for lease in &c.leases {
                 if lease.resource == resource
                     && lease.believes(state.rt)
                     && !self.excused(state, resource, lease.token, lease.epoch, false)
                 {
-                    out.push((i as u8, lease.token));
+                    out.push((i as u8, lease.token, kind));
                 }
             }
             for &(r, token, _) in &c.held {
                 if r == resource && !self.excused(state, resource, token, u8::MAX, true) {
-                    out.push((i as u8, token));
+                    out.push((i as u8, token, Kind::Exclusive));
                 }
             }
         }
         out
+    }
+
+    /// Whether the believers of one resource may all hold it together: one client alone, or
+    /// shared holders only, no more of them than the cap (the clients that share a resource
+    /// agree on its cap).
+    fn compatible(believers: &[(u8, Token, Kind)]) -> bool {
+        let mut clients: Vec<u8> = believers.iter().map(|b| b.0).collect();
+        clients.dedup();
+        if clients.len() <= 1 {
+            return true;
+        }
+        let cap = believers.iter().find_map(|b| match b.2 {
+            Kind::Shared { cap } => cap,
+            Kind::Exclusive => None,
+        });
+        believers.iter().all(|b| b.2.is_shared())
+            && cap.is_none_or(|cap| clients.len() <= cap as usize)
     }
 
     /// Whether every guard's lease that its holder believes in, not excused, is held by the
@@ -570,7 +605,7 @@ impl LockModel {
             c.leases.iter().all(|l| {
                 !l.believes(state.rt)
                     || self.excused(state, l.resource, l.token, l.epoch, false)
-                    || (state.server.docs[l.resource as usize].entry.as_ref()).is_some_and(|e| {
+                    || (state.server.docs[l.resource as usize].entries()).any(|e| {
                         e.lock_id == self.lock_id(i as u8, state)
                             && e.token == l.token
                             && e.holds(now)
@@ -600,22 +635,20 @@ impl LockModel {
     fn deliver(&self, state: &mut State, index: usize, reply: bool) {
         let msg = state.network.remove(index);
         let now = state.now();
-        let expiries: Vec<Option<Time>> = (state.server.docs.iter())
-            .map(|d| d.entry.as_ref().and_then(|e| e.expires_at))
+        // Every entry's (resource, token, expiry), and (resource, nonce), before the step.
+        let expiries: Vec<(Res, Token, Option<Time>)> = (state.server.docs.iter().enumerate())
+            .flat_map(|(r, d)| d.entries().map(move |e| (r as Res, e.token, e.expires_at)))
             .collect();
         let before = match msg.request {
-            Request::Release { resource, .. } => state.server.docs[resource as usize].entry.clone(),
+            Request::Release {
+                resource, token, ..
+            } => (state.server.docs[resource as usize].entries())
+                .find(|e| e.token == token)
+                .cloned(),
             _ => None,
         };
-        let grant_key = |state: &State, r: Res| {
-            (state.server.docs[r as usize].entry.as_ref()).map(|e| (e.nonce, e.token))
-        };
-        let acquired = match msg.request {
-            Request::Acquire { resource, .. } => Some((resource, grant_key(state, resource))),
-            _ => None,
-        };
-        let entries: Vec<Option<Nonce>> = (state.server.docs.iter())
-            .map(|d| d.entry.as_ref().map(|e| e.nonce))
+        let entries: Vec<(Res, Nonce)> = (state.server.docs.iter().enumerate())
+            .flat_map(|(r, d)| d.entries().map(move |e| (r as Res, e.nonce)))
             .collect();
         // The entry a new grant replaces, if any.
         let replaced = match msg.request {
@@ -627,9 +660,8 @@ impl LockModel {
         if let Request::Unlock { op, .. } = msg.request {
             // What its client was granted by an attempt sent after it stays.
             let (client, incarnation, first) = state.unlocks[op as usize];
-            for (r, doc) in state.server.docs.iter().enumerate() {
-                if let Some(nonce) = entries[r]
-                    && doc.entry.is_none()
+            for &(r, nonce) in &entries {
+                if !(state.server.docs[r as usize].entries()).any(|e| e.nonce == nonce)
                     && nonce >= first
                     && state.nonces[nonce as usize].client == client
                     && state.nonces[nonce as usize].incarnation == incarnation
@@ -638,10 +670,19 @@ impl LockModel {
                 }
             }
         }
-        if let Some((resource, was)) = acquired
-            && let Some((_, token)) = grant_key(state, resource)
-            && grant_key(state, resource) != was
-        {
+        // A new grant: an entry whose token was not there before.
+        let granted = match msg.request {
+            Request::Acquire { resource, .. } => (state.server.docs[resource as usize].entries())
+                .map(|e| e.token)
+                .find(|&t| {
+                    !expiries
+                        .iter()
+                        .any(|&(r, old, _)| r == resource && old == t)
+                })
+                .map(|t| (resource, t)),
+            _ => None,
+        };
+        if let Some((resource, token)) = granted {
             self.judge_grant(state, resource, token, msg.from);
             // Nothing in force may stand in the way of a grant: no entry within its lock-delay
             // or let go of within its minimum hold, nor one that was to be.
@@ -654,11 +695,11 @@ impl LockModel {
         if let Request::Renew { ref leases, .. } = msg.request {
             // Only what the keeper named (leases it believed in when it sent the renewal)
             // may be extended.
-            for (r, doc) in state.server.docs.iter().enumerate() {
-                if let Some(e) = &doc.entry
-                    && e.expires_at != expiries[r]
-                    && !leases.contains(&(r as Res, e.token))
-                {
+            for &(r, token, expiry) in &expiries {
+                let now_at = (state.server.docs[r as usize].entries())
+                    .find(|e| e.token == token)
+                    .map(|e| e.expires_at);
+                if now_at.is_some_and(|at| at != expiry) && !leases.contains(&(r, token)) {
                     state.flags |= flag::ORPHAN_RENEWED;
                 }
             }
@@ -704,6 +745,7 @@ impl LockModel {
                     nonce,
                     keeper,
                     hold: true,
+                    ..
                 } => {
                     resource as usize == r
                         && e.lock_id == lock_id
@@ -726,7 +768,14 @@ impl LockModel {
     /// A new grant of `token` on `resource`: nobody else may believe it holds the resource,
     /// and the token must be above every earlier one.
     fn judge_grant(&self, state: &mut State, resource: Res, token: Token, to: u8) {
-        if (self.believers(state, resource).iter()).any(|&(c, t)| c != to || t != token) {
+        // The grant as a belief beside the others: were they all still holding, could it be
+        // made? (An exclusive grant: nobody else believes; a shared one: no writer believes,
+        // and the cap leaves it a place.)
+        let mut believers = self.believers(state, resource);
+        believers.retain(|&(c, t, _)| c != to || t != token);
+        believers.push((to, token, self.kind(to)));
+        believers.sort();
+        if !Self::compatible(&believers) {
             state.flags |= flag::GRANT_WHILE_BELIEVED;
         }
         if token <= state.max_token[resource as usize] {
@@ -1068,14 +1117,16 @@ impl Model for LockModel {
             actions.push(Action::Jump);
         }
         for r in 0..self.config.resources {
-            if state.forces < b.force_releases && state.server.docs[r as usize].entry.is_some() {
+            if state.forces < b.force_releases
+                && state.server.docs[r as usize].entries().next().is_some()
+            {
                 actions.push(Action::ForceRelease(r));
             }
         }
         let now = state.now();
         if self.config.purge_groups
             && state.forces < b.force_releases
-            && (state.server.docs.iter().filter_map(|d| d.entry.as_ref())).any(|e| !e.is_live(now))
+            && (state.server.docs.iter().flat_map(Doc::entries)).any(|e| !e.is_live(now))
         {
             actions.push(Action::PurgeGroups);
         }
@@ -1172,7 +1223,7 @@ impl Model for LockModel {
             Action::ForceRelease(r) => {
                 s.forces += 1;
                 let now = s.now();
-                if let Some(e) = &s.server.docs[r as usize].entry {
+                for e in s.server.docs[r as usize].entries() {
                     s.revoked.push((r, e.token, s.rt));
                 }
                 s.server
@@ -1376,6 +1427,7 @@ impl Model for LockModel {
                     nonce,
                     keeper: None,
                     hold: true,
+                    shared: false,
                 };
                 self.send(s, i, request);
             }
@@ -1401,9 +1453,18 @@ impl Model for LockModel {
         vec![
             Property::always(EXCLUSION, |m: &LockModel, s: &State| {
                 (0..m.config.resources).all(|r| {
-                    let mut believers = m.believers(s, r);
-                    believers.dedup_by_key(|b| b.0);
-                    believers.len() <= 1
+                    let believers = m.believers(s, r);
+                    let mut clients: Vec<u8> = believers.iter().map(|b| b.0).collect();
+                    clients.dedup();
+                    // Several clients may believe only if all hold shares (the cap is its
+                    // own property).
+                    clients.len() <= 1 || believers.iter().all(|b| b.2.is_shared())
+                })
+            }),
+            Property::always(CAP, |m: &LockModel, s: &State| {
+                (0..m.config.resources).all(|r| {
+                    let believers = m.believers(s, r);
+                    !believers.iter().all(|b| b.2.is_shared()) || LockModel::compatible(&believers)
                 })
             }),
             Property::always(LOSS_BEFORE_GRANT, |_: &LockModel, s: &State| {
@@ -1420,7 +1481,7 @@ impl Model for LockModel {
             }),
             Property::always(RELEASED_IS_FREE, |_: &LockModel, s: &State| {
                 let now = s.now();
-                (s.server.docs.iter().filter_map(|d| d.entry.as_ref())).all(|e| {
+                (s.server.docs.iter().flat_map(Doc::entries)).all(|e| {
                     let info = &s.nonces[e.nonce as usize];
                     !e.holds(now) || !info.given_up || info.abandoned || LockModel::owed(s, e.nonce)
                 })
@@ -1450,8 +1511,12 @@ impl Model for LockModel {
     }
 }
 
-/// Never two holders of a resource that both believe they hold it (none excused).
+/// Never two holders of a resource that both believe they hold it, unless both hold shares
+/// (never a writer together with a believing reader or another writer); none excused.
 pub const EXCLUSION: &str = "exclusion: never two believing holders";
+/// Never more clients that believe they hold a share of a resource than its cap (a
+/// semaphore's permits); excused as exclusion is.
+pub const CAP: &str = "never more believing shared holders than the cap";
 /// A holder is told its loss before anyone else is granted (except after an operator's
 /// revocation, for a TTL, or a step of the server's clock).
 pub const LOSS_BEFORE_GRANT: &str = "loss told before another grant";
@@ -1488,8 +1553,9 @@ pub const NO_GRANT_IN_HOLD: &str = "no grant inside a minimum hold or a lock-del
 pub const DEADLINE_BEFORE_EXPIRY: &str = "the local deadline comes before the server's expiry";
 
 /// Every property's name.
-pub const PROPERTIES: [&str; 10] = [
+pub const PROPERTIES: [&str; 11] = [
     EXCLUSION,
+    CAP,
     LOSS_BEFORE_GRANT,
     TOKENS_INCREASE,
     RELEASE_OK,
@@ -1501,36 +1567,51 @@ pub const PROPERTIES: [&str; 10] = [
     DEADLINE_BEFORE_EXPIRY,
 ];
 
+/// A one-line picture of an entry, for traces.
+fn show_entry(e: &Entry) -> String {
+    format!(
+        "L{} n{} t{} k{} exp {}{}{}",
+        e.lock_id,
+        e.nonce,
+        e.token,
+        e.keeper.map_or("-".to_owned(), |k| k.to_string()),
+        e.expires_at.map_or("never".to_owned(), |t| t.to_string()),
+        if e.after_unlocks.is_empty() {
+            String::new()
+        } else {
+            format!(" after unlocks {:?}", e.after_unlocks)
+        },
+        if e.adopted { " adopted" } else { "" },
+    ) + &if e.delay > 0 || e.min_hold > 0 {
+        format!(
+            " created {} delay {} hold {}{}",
+            e.created_at,
+            e.delay,
+            e.min_hold,
+            if e.let_go { " LET GO" } else { "" }
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// A one-line picture of `doc`, for traces.
 pub fn show_doc(doc: &Doc) -> String {
-    let entry = match &doc.entry {
-        None => "free".to_owned(),
-        Some(e) => {
-            format!(
-                "L{} n{} t{} k{} exp {}{}{}",
-                e.lock_id,
-                e.nonce,
-                e.token,
-                e.keeper.map_or("-".to_owned(), |k| k.to_string()),
-                e.expires_at.map_or("never".to_owned(), |t| t.to_string()),
-                if e.after_unlocks.is_empty() {
-                    String::new()
-                } else {
-                    format!(" after unlocks {:?}", e.after_unlocks)
-                },
-                if e.adopted { " adopted" } else { "" },
-            ) + &if e.delay > 0 || e.min_hold > 0 {
-                format!(
-                    " created {} delay {} hold {}{}",
-                    e.created_at,
-                    e.delay,
-                    e.min_hold,
-                    if e.let_go { " LET GO" } else { "" }
-                )
-            } else {
-                String::new()
-            }
-        }
+    let mut entry = match &doc.entry {
+        None if doc.shared.is_empty() => "free".to_owned(),
+        None => String::new(),
+        Some(e) => show_entry(e),
     };
+    if !doc.shared.is_empty() {
+        let shared: Vec<String> = doc.shared.iter().map(show_entry).collect();
+        if !entry.is_empty() {
+            entry += "; ";
+        }
+        entry += &format!(
+            "shared ({}): {}",
+            doc.cap.map_or("no cap".to_owned(), |c| format!("cap {c}")),
+            shared.join(" | ")
+        );
+    }
     format!("[{entry}; fence {}; tombs {:?}]", doc.fence, doc.tombstones)
 }

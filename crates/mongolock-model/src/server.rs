@@ -2,12 +2,16 @@
 //! the one atomic step each command takes on it.
 //!
 //! A document here is the exclusive entry (`lockId`, `nonce`, `token`, `keeper`,
-//! `expiresAt`, `afterUnlocks`, `adopted`), the fence (the last token granted) and the
-//! tombstones (retired nonces).
+//! `expiresAt`, `afterUnlocks`, `adopted`), the shared entries (the same fields each) and
+//! their cap, the fence (the last token granted, shared or exclusive) and the tombstones
+//! (retired nonces).
 //! An entry also carries `createdAt`, its lock-delay (`delayMs`), its minimum hold
 //! (`minHoldMs`) and `letGoAt` (let go of within its hold).
-//! Times are whole ticks of the server's clock. Shared entries, the line, the cap,
-//! `idleSince` and the wake are left out (see the crate docs). Each request is
+//! Times are whole ticks of the server's clock. The line (`queue`: a waiting writer's
+//! announcement, arrival order), `idleSince` and the wake are left out (see the crate
+//! docs): the line only adds terms to a grant's condition, so every grant the library makes
+//! the model makes too, and a waiting attempt (the variant a waiting acquire sends, with
+//! its place in line) decides as a single attempt here. Each request is
 //! the command of the same name in `mongolock/src/command/`, decided the way its pipeline
 //! decides it; the conformance test (`tests/conformance.rs`) runs both on the same
 //! documents and compares.
@@ -76,7 +80,27 @@ impl std::fmt::Debug for Unlocks {
     }
 }
 
-/// The exclusive entry of a lock document.
+/// The kind of lock an attempt asks for (`LockKind`, and a shared request's cap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// An exclusive lock: a mutex, a writer, `xlock`.
+    Exclusive,
+    /// A shared lock, granted beside other shared ones while fewer than `cap` are in force
+    /// (none: no cap): a reader (no cap) or a semaphore's permit (`cap` its permits).
+    Shared {
+        /// `max_shared`: the cap the request asks for (the stored `cap` must agree).
+        cap: Option<u8>,
+    },
+}
+
+impl Kind {
+    /// Whether it is a shared kind.
+    pub const fn is_shared(self) -> bool {
+        matches!(self, Kind::Shared { .. })
+    }
+}
+
+/// An entry of a lock document: the exclusive one, or one of the shared ones.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Entry {
     /// `lockId`: the holder.
@@ -149,7 +173,13 @@ impl Entry {
 pub struct Doc {
     /// `exclusive`.
     pub entry: Option<Entry>,
-    /// `fence`: the last token granted.
+    /// `shared`: the shared entries, in the order they were granted (a lock id has one in
+    /// force at most).
+    pub shared: Vec<Entry>,
+    /// `cap`: the cap the shared entries were granted under (none: no cap, or no shared
+    /// entry: it is cleared when the last one goes).
+    pub cap: Option<u8>,
+    /// `fence`: the last token granted (shared and exclusive grants share it).
     pub fence: Token,
     /// `released`: retired nonces, sorted. A tombstone lives at least five minutes, longer
     /// than any run of the model, so none lapses here.
@@ -157,6 +187,37 @@ pub struct Doc {
 }
 
 impl Doc {
+    /// Every entry, the exclusive one first.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entry.iter().chain(self.shared.iter())
+    }
+
+    /// Every entry, the exclusive one first, to change.
+    pub fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
+        self.entry.iter_mut().chain(self.shared.iter_mut())
+    }
+
+    /// Each entry replaced by what `next` makes of it (none: it goes), on both sides; the
+    /// cap cleared when no shared entry is left. Whether any changed.
+    fn map_entries(&mut self, mut next: impl FnMut(&Entry) -> Option<Entry>) -> bool {
+        let mut changed = false;
+        if let Some(e) = self.entry.take() {
+            let n = next(&e);
+            changed |= n.as_ref() != Some(&e);
+            self.entry = n;
+        }
+        let shared = std::mem::take(&mut self.shared);
+        for e in shared {
+            let n = next(&e);
+            changed |= n.as_ref() != Some(&e);
+            self.shared.extend(n);
+        }
+        if self.shared.is_empty() {
+            self.cap = None;
+        }
+        changed
+    }
+
     fn tombstone(&mut self, nonce: Nonce) {
         if let Err(at) = self.tombstones.binary_search(&nonce) {
             self.tombstones.insert(at, nonce);
@@ -167,11 +228,15 @@ impl Doc {
 /// A request, as the library sends it (the commands of `mongolock/src/command/`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Request {
-    /// `acquire` (exclusive): grant if free, repeat a grant to the same attempt; not
-    /// granted, the lock id's own live entry gains the attempt's `afterUnlocks`.
+    /// `acquire`: grant if free for the kind, repeat a grant to the same attempt; not
+    /// granted, the lock id's own live entries gain the attempt's `afterUnlocks`. A waiting
+    /// acquire's attempt (its place in line) decides the same way here (the line is left
+    /// out).
     Acquire {
         /// The resource.
         resource: Res,
+        /// Exclusive, or shared with the cap asked for.
+        kind: Kind,
         /// The holder.
         lock_id: LockId,
         /// The attempt.
@@ -220,6 +285,9 @@ pub enum Request {
         /// `Hold::Kept` with a minimum hold: the entry is let go of, not removed (`Waived`: a
         /// grant nobody was handed, removed).
         hold: bool,
+        /// The attempt asked for a shared lock: the reply tells whether a shared entry was
+        /// removed (an exclusive one, else), though entries of both sides go.
+        shared: bool,
     },
     /// The keeper's renewal: one statement per lease it tracks (resource, token), each
     /// matching lock id, token and keeper, only while live.
@@ -294,6 +362,10 @@ pub enum Reply {
     },
     /// `Attempt::Contended`.
     Refused,
+    /// `Attempt::HeldWithOtherKind`: this lock id holds it with the other kind.
+    HeldOtherKind,
+    /// `Attempt::CapMismatch`: the shared entries in force were granted under another cap.
+    CapMismatch,
     /// `Attempt::Withdrawn`: the nonce was retired.
     Withdrawn,
     /// A release or a withdrawal: whether it removed the entry, and whether it was live.
@@ -376,6 +448,20 @@ pub struct Bugs {
     /// 1943688: a late copy of it ends the grant that next attempt was answered "already
     /// held" with).
     pub release_attempt_not_owed: bool,
+    /// (v) A shared grant ignores the cap (the `$lt` term of a semaphore's attempt left
+    /// out): a permit granted while every permit is taken.
+    pub shared_ignores_cap: bool,
+    /// (w) A shared grant ignores the exclusive entry in force (the `x == null` term left
+    /// out of a reader's attempt): a reader admitted while a writer holds.
+    pub reader_beside_writer: bool,
+    /// (x) An exclusive grant ignores the shared entries in force (the `$size` of `s` term
+    /// left out): a writer admitted while a reader's share is live; the shared entries are
+    /// kept beside it.
+    pub writer_beside_readers: bool,
+    /// (y) A shared grant's release removes every shared entry of the document (filtering
+    /// the shared entries by the lock id's `$elemMatch` found, not by token): the other
+    /// holders' shares go with it, while they believe.
+    pub shared_release_takes_all: bool,
 }
 
 /// Whether `keeper` (a request's) matches `stored` (the entry's), as the library's release
@@ -410,11 +496,12 @@ impl Server {
     }
 
     /// Carries out `request` atomically at server time `now`, as the library's command
-    /// does, and returns its reply and, for a grant, the new entry's token.
+    /// does, and returns its reply.
     pub fn execute(&mut self, request: &Request, now: Time, bugs: &Bugs) -> Reply {
         match *request {
             Request::Acquire {
                 resource,
+                kind,
                 lock_id,
                 nonce,
                 keeper,
@@ -423,66 +510,105 @@ impl Server {
                 delay,
                 min_hold,
             } => {
-                // Entries no longer in force never stand in the way: dropped first.
-                if (self.docs[resource as usize].entry.as_ref())
-                    .is_some_and(|e| !e.is_live(now) || (bugs.delay_ignored && !e.holds(now)))
-                {
+                // Entries no longer in force never stand in the way: dropped first (`x` and
+                // `s` are the live ones, and the document is rewritten with them).
+                let gone = |e: &Entry| !e.is_live(now) || (bugs.delay_ignored && !e.holds(now));
+                if (self.docs[resource as usize].entry.as_ref()).is_some_and(gone) {
                     self.remove(resource, bugs);
                 }
                 let doc = &mut self.docs[resource as usize];
-                // Not granted, the lock id's own live entry (which answers the attempt) names
-                // the unlocks the attempt carries too, as a grant would: its holder goes on
-                // believing, so a late copy of those unlocks must leave it (the `marked`
-                // closure of the library's `acquire` pipeline: a set union).
-                if let Some(e) = &mut doc.entry
-                    && e.lock_id == lock_id
-                    && !bugs.held_answer_unmarked
-                {
-                    e.after_unlocks = e.after_unlocks.union(after_unlocks);
+                doc.shared.retain(|e| !gone(e));
+                if doc.shared.is_empty() {
+                    doc.cap = None;
                 }
-                // This lock id's entry holds nothing once its lease has ended: within its
-                // lock-delay or minimum hold it keeps this lock id out as it keeps everybody
-                // out (the client's `interpret`). A reply tells the lease's end.
-                let mine = (doc.entry.as_ref()).filter(|e| e.lock_id == lock_id && e.holds(now));
-                match (mine, &doc.entry) {
-                    (Some(e), _) if e.nonce == nonce => Reply::Granted {
+                // Not granted, the lock id's own live entries (which answer the attempt) name
+                // the unlocks the attempt carries too, as a grant would: its holder goes on
+                // believing, so a late copy of those unlocks must leave them (the `marked`
+                // closure of the library's `acquire` pipeline: a set union).
+                if !bugs.held_answer_unmarked {
+                    for e in doc.entries_mut().filter(|e| e.lock_id == lock_id) {
+                        e.after_unlocks = e.after_unlocks.union(after_unlocks);
+                    }
+                }
+                let withdrawn = doc.tombstones.binary_search(&nonce).is_ok();
+                // `g`: the grant's terms (the line's left out).
+                let granted = !withdrawn
+                    && match kind {
+                        Kind::Exclusive => {
+                            doc.entry.is_none()
+                                && (doc.shared.is_empty() || bugs.writer_beside_readers)
+                        }
+                        Kind::Shared { cap } => {
+                            (doc.entry.is_none() || bugs.reader_beside_writer)
+                                && !doc.shared.iter().any(|e| e.lock_id == lock_id)
+                                && (doc.shared.is_empty() || doc.cap == cap)
+                                && (cap.is_none_or(|max| doc.shared.len() < max as usize)
+                                    || bugs.shared_ignores_cap)
+                        }
+                    };
+                if granted {
+                    let token = doc.fence + 1;
+                    doc.fence = token;
+                    let entry = Entry {
+                        lock_id,
+                        nonce,
+                        token,
+                        keeper,
+                        expires_at: ttl.map(|ttl| now + ttl + delay),
+                        after_unlocks,
+                        adopted: false,
+                        // Read only by a minimum hold: none, none kept (fewer states).
+                        created_at: if min_hold > 0 { now } else { 0 },
+                        delay,
+                        min_hold,
+                        let_go: false,
+                    };
+                    let expires_at = entry.lease_end();
+                    match kind {
+                        Kind::Exclusive => doc.entry = Some(entry),
+                        Kind::Shared { cap } => {
+                            doc.shared.push(entry);
+                            doc.cap = cap;
+                        }
+                    }
+                    return Reply::Granted {
+                        token,
+                        expires_at,
+                        now,
+                    };
+                }
+                // This lock id's entry (the exclusive one, else its shared one) holds
+                // nothing once its lease has ended: within its lock-delay or minimum hold it
+                // keeps this lock id out as it keeps everybody out (the client's
+                // `interpret`). A reply tells the lease's end.
+                let (mine, mine_kind) = match &doc.entry {
+                    Some(e) if e.lock_id == lock_id => (Some(e), Kind::Exclusive),
+                    _ => (
+                        doc.shared.iter().find(|e| e.lock_id == lock_id),
+                        Kind::Shared { cap: None },
+                    ),
+                };
+                let mine = mine.filter(|e| e.holds(now));
+                match mine {
+                    Some(e) if e.nonce == nonce => Reply::Granted {
                         token: e.token,
                         expires_at: e.lease_end(),
                         now,
                     },
-                    _ if doc.tombstones.binary_search(&nonce).is_ok() => Reply::Withdrawn,
-                    (Some(e), _) => Reply::AlreadyHeld {
+                    _ if withdrawn => Reply::Withdrawn,
+                    Some(e) if mine_kind.is_shared() == kind.is_shared() => Reply::AlreadyHeld {
                         token: e.token,
                         nonce: e.nonce,
                         expires_at: e.lease_end(),
                         now,
                     },
-                    (None, Some(_)) => Reply::Refused,
-                    (None, None) => {
-                        let token = doc.fence + 1;
-                        doc.fence = token;
-                        let entry = Entry {
-                            lock_id,
-                            nonce,
-                            token,
-                            keeper,
-                            expires_at: ttl.map(|ttl| now + ttl + delay),
-                            after_unlocks,
-                            adopted: false,
-                            // Read only by a minimum hold: none, none kept (fewer states).
-                            created_at: if min_hold > 0 { now } else { 0 },
-                            delay,
-                            min_hold,
-                            let_go: false,
-                        };
-                        let expires_at = entry.lease_end();
-                        doc.entry = Some(entry);
-                        Reply::Granted {
-                            token,
-                            expires_at,
-                            now,
+                    Some(_) => Reply::HeldOtherKind,
+                    None => match kind {
+                        Kind::Shared { cap } if !doc.shared.is_empty() && doc.cap != cap => {
+                            Reply::CapMismatch
                         }
-                    }
+                        _ => Reply::Refused,
+                    },
                 }
             }
             Request::Release {
@@ -494,38 +620,50 @@ impl Server {
                 hold,
             } => {
                 let doc = &self.docs[resource as usize];
-                let found = doc.entry.as_ref().is_some_and(|e| {
+                let reports = |e: &Entry| {
                     e.lock_id == lock_id
                         && e.token == token
                         && keeper_matches(keeper, e.keeper, bugs)
-                });
-                let live = found && doc.entry.as_ref().is_some_and(|e| e.holds(now));
+                };
+                let found = doc.entries().find(|e| reports(e));
+                let removed = found.is_some();
+                let live = found.is_some_and(|e| e.holds(now));
+                let shared = doc.shared.iter().any(reports);
                 // A retiring release also removes a re-grant of its attempt (same nonce, another
                 // token: only a late copy makes one, whatever keeper it named), which nobody
                 // holds, unless a client adopted it since (its adopter holds it).
-                let regrant = !bugs.release_by_token_only
-                    && retire.is_some_and(|nonce| {
-                        doc.entry.as_ref().is_some_and(|e| {
+                let regrant = |e: &Entry| {
+                    !bugs.release_by_token_only
+                        && retire.is_some_and(|nonce| {
                             e.lock_id == lock_id
                                 && e.nonce == nonce
                                 && e.token != token
                                 && (!e.adopted || bugs.release_ignores_adopted)
                         })
-                    });
-                if found && hold {
-                    // Let go of: kept in force for what is left of its minimum hold.
-                    let doc = &mut self.docs[resource as usize];
-                    doc.entry = doc.entry.as_ref().and_then(|e| e.let_go(now));
-                } else if found || regrant {
+                };
+                if (doc.entry.as_ref()).is_some_and(|e| regrant(e) || (reports(e) && !hold)) {
                     self.remove(resource, bugs);
                 }
+                let doc = &mut self.docs[resource as usize];
+                let takes_all = bugs.shared_release_takes_all && shared;
+                doc.map_entries(|e| {
+                    if reports(e) && hold {
+                        // Let go of: kept in force for what is left of its minimum hold.
+                        e.let_go(now)
+                    } else if reports(e) || regrant(e) {
+                        None
+                    } else {
+                        Some(e.clone())
+                    }
+                });
+                if takes_all {
+                    doc.shared.clear();
+                    doc.cap = None;
+                }
                 if let Some(nonce) = retire {
-                    self.docs[resource as usize].tombstone(nonce);
+                    doc.tombstone(nonce);
                 }
-                Reply::Released {
-                    removed: found,
-                    live,
-                }
+                Reply::Released { removed, live }
             }
             Request::Withdraw {
                 resource,
@@ -533,25 +671,32 @@ impl Server {
                 nonce,
                 keeper,
                 hold,
+                shared,
             } => {
                 let doc = &self.docs[resource as usize];
-                let found = doc.entry.as_ref().is_some_and(|e| {
+                let matches = |e: &Entry| {
                     e.lock_id == lock_id
                         && e.nonce == nonce
                         && keeper_matches(keeper, e.keeper, bugs)
-                });
-                let live = found && doc.entry.as_ref().is_some_and(|e| e.holds(now));
-                if found && hold && !bugs.withdraw_drops_hold {
-                    let doc = &mut self.docs[resource as usize];
-                    doc.entry = doc.entry.as_ref().and_then(|e| e.let_go(now));
-                } else if found {
+                };
+                let found = match shared {
+                    false => doc.entry.as_ref().filter(|e| matches(e)),
+                    true => doc.shared.iter().find(|e| matches(e)),
+                };
+                let removed = found.is_some();
+                let live = found.is_some_and(|e| e.holds(now));
+                let keep_hold = hold && !bugs.withdraw_drops_hold;
+                if (doc.entry.as_ref()).is_some_and(|e| matches(e) && !keep_hold) {
                     self.remove(resource, bugs);
                 }
-                self.docs[resource as usize].tombstone(nonce);
-                Reply::Released {
-                    removed: found,
-                    live,
-                }
+                let doc = &mut self.docs[resource as usize];
+                doc.map_entries(|e| match (matches(e), keep_hold) {
+                    (true, true) => e.let_go(now),
+                    (true, false) => None,
+                    (false, _) => Some(e.clone()),
+                });
+                doc.tombstone(nonce);
+                Reply::Released { removed, live }
             }
             Request::Renew {
                 lock_id,
@@ -560,16 +705,18 @@ impl Server {
                 ttl,
             } => {
                 let mut count = 0;
+                let named = |e: &Entry, token: Token| {
+                    e.lock_id == lock_id
+                        && e.token == token
+                        && e.keeper == Some(keeper)
+                        && e.holds(now)
+                };
                 if bugs.keeper_by_lock_id {
                     count = self.renew_lock_id(lock_id, ttl, now, false);
                 } else {
                     for &(resource, token) in leases {
-                        if let Some(e) = &mut self.docs[resource as usize].entry
-                            && e.lock_id == lock_id
-                            && e.token == token
-                            && e.keeper == Some(keeper)
-                            && e.holds(now)
-                        {
+                        let doc = &mut self.docs[resource as usize];
+                        if let Some(e) = doc.entries_mut().find(|e| named(e, token)) {
                             e.expires_at = Some(now + ttl + e.delay);
                             count += 1;
                         }
@@ -578,15 +725,7 @@ impl Server {
                 // The keeper's read: which of the named leases it holds live.
                 let live = (leases.iter())
                     .map(|&(resource, token)| {
-                        self.docs[resource as usize]
-                            .entry
-                            .as_ref()
-                            .is_some_and(|e| {
-                                e.lock_id == lock_id
-                                    && e.token == token
-                                    && e.keeper == Some(keeper)
-                                    && e.holds(now)
-                            })
+                        (self.docs[resource as usize].entries()).any(|e| named(e, token))
                     })
                     .collect();
                 Reply::Renewed { live, count }
@@ -600,55 +739,65 @@ impl Server {
                 token,
                 keeper,
                 after_unlocks,
-            } => match &mut self.docs[resource as usize].entry {
-                Some(e) if e.lock_id == lock_id && e.token == token && e.holds(now) => {
-                    e.keeper = Some(keeper);
-                    e.after_unlocks = e.after_unlocks.union(after_unlocks);
-                    e.adopted = true;
-                    Reply::Adopted(true)
+            } => {
+                let doc = &mut self.docs[resource as usize];
+                match (doc.entries_mut())
+                    .find(|e| e.lock_id == lock_id && e.token == token && e.holds(now))
+                {
+                    Some(e) => {
+                        e.keeper = Some(keeper);
+                        e.after_unlocks = e.after_unlocks.union(after_unlocks);
+                        e.adopted = true;
+                        Reply::Adopted(true)
+                    }
+                    None => Reply::Adopted(false),
                 }
-                _ => Reply::Adopted(false),
-            },
+            }
             Request::Unlock { lock_id, op } => {
                 let mut count = 0;
                 for resource in 0..self.docs.len() {
                     // An entry that names this call was granted (or resumed) after it was
                     // sent: this is a late copy, and the entry stays. The others are let go
-                    // of (their minimum hold kept); `nModified` counts those that changed.
-                    let Some(e) = self.docs[resource].entry.clone() else {
-                        continue;
+                    // of (their minimum hold kept); `nModified` counts the documents that
+                    // changed.
+                    let unspared = |e: &Entry| {
+                        e.lock_id == lock_id
+                            && (bugs.unlock_spares_nothing || !e.after_unlocks.contains(op))
                     };
-                    if e.lock_id == lock_id
-                        && (bugs.unlock_spares_nothing || !e.after_unlocks.contains(op))
+                    let doc = &self.docs[resource];
+                    let mut changed = false;
+                    if (doc.entry.as_ref()).is_some_and(|e| unspared(e) && e.let_go(now).is_none())
                     {
-                        match e.let_go(now) {
-                            Some(kept) => {
-                                count += u8::from(kept != e);
-                                self.docs[resource].entry = Some(kept);
-                            }
-                            None => {
-                                self.remove(resource as Res, bugs);
-                                count += 1;
-                            }
-                        }
+                        self.remove(resource as Res, bugs);
+                        changed = true;
                     }
+                    changed |= self.docs[resource].map_entries(|e| match unspared(e) {
+                        true => e.let_go(now),
+                        false => Some(e.clone()),
+                    });
+                    count += u8::from(changed);
                 }
                 Reply::Count(count)
             }
             Request::ForceRelease { resource } => {
                 // Counts the leases it ended. An entry with a lock-delay, in force, stays in
                 // force for its delay from now (never longer than it was): its lease ends.
-                let Some(e) = self.docs[resource as usize].entry.clone() else {
-                    return Reply::Count(0);
+                let doc = &self.docs[resource as usize];
+                let ended = doc.entries().filter(|e| e.holds(now)).count() as u8;
+                let delayed = |e: &Entry| {
+                    (e.delay > 0 && e.is_live(now)).then(|| {
+                        let end = now + e.delay;
+                        Entry {
+                            expires_at: Some(e.expires_at.map_or(end, |at| at.min(end))),
+                            ..e.clone()
+                        }
+                    })
                 };
-                if e.delay > 0 && e.is_live(now) {
-                    let end = now + e.delay;
-                    let entry = self.docs[resource as usize].entry.as_mut().expect("there");
-                    entry.expires_at = Some(e.expires_at.map_or(end, |at| at.min(end)));
-                } else {
+                if (doc.entry.as_ref()).is_some_and(|e| delayed(e).is_none()) {
                     self.remove(resource, bugs);
                 }
-                Reply::Count(u8::from(e.holds(now)))
+                self.docs[resource as usize].map_entries(delayed);
+                Reply::Count(ended)
             }
         }
     }
@@ -661,7 +810,7 @@ impl Server {
     /// only where every entry has one.)
     pub fn purge_groups(&mut self, now: Time, bugs: &Bugs) -> Vec<(Res, Token)> {
         let mut groups: Vec<(LockId, Time)> = vec![];
-        for e in self.docs.iter().filter_map(|d| d.entry.as_ref()) {
+        for e in self.docs.iter().flat_map(Doc::entries) {
             if e.is_live(now) || (e.let_go && !bugs.purge_takes_let_go) {
                 continue;
             }
@@ -680,13 +829,17 @@ impl Server {
         for (l, cut) in groups {
             for (r, doc) in self.docs.iter_mut().enumerate() {
                 // Only a document where the lock id holds an entry is touched.
-                if let Some(e) = &doc.entry
-                    && e.lock_id == l
-                    && (!e.is_live(now) || e.created_at < cut)
-                {
-                    removed.push((r as Res, e.token));
-                    doc.entry = None;
+                if !doc.entries().any(|e| e.lock_id == l) {
+                    continue;
                 }
+                doc.map_entries(|e| {
+                    if e.lock_id == l && (!e.is_live(now) || e.created_at < cut) {
+                        removed.push((r as Res, e.token));
+                        None
+                    } else {
+                        Some(e.clone())
+                    }
+                });
             }
         }
         // The expired entries elsewhere are of no group: dropped by the first statement that
@@ -696,23 +849,25 @@ impl Server {
 
     /// Renews every live entry of `lock_id` by `ttl`; with `never_shorten`, an entry that
     /// names a keeper keeps a later expiry it has (as `renew(lock_id)` treats a kept lease).
+    /// Counts the documents renewed.
     fn renew_lock_id(&mut self, lock_id: LockId, ttl: Time, now: Time, never_shorten: bool) -> u8 {
         let mut count = 0;
         for doc in &mut self.docs {
-            if let Some(e) = &mut doc.entry
-                && e.lock_id == lock_id
-                && e.holds(now)
-            {
-                if let Some(end) = e.expires_at {
-                    let renewed = now + ttl + e.delay;
-                    e.expires_at = Some(if never_shorten && e.keeper.is_some() {
-                        end.max(renewed)
-                    } else {
-                        renewed
-                    });
+            let mut touched = false;
+            for e in doc.entries_mut() {
+                if e.lock_id == lock_id && e.holds(now) {
+                    if let Some(end) = e.expires_at {
+                        let renewed = now + ttl + e.delay;
+                        e.expires_at = Some(if never_shorten && e.keeper.is_some() {
+                            end.max(renewed)
+                        } else {
+                            renewed
+                        });
+                    }
+                    touched = true;
                 }
-                count += 1;
             }
+            count += u8::from(touched);
         }
         count
     }

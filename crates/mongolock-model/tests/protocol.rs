@@ -31,6 +31,7 @@ fn small() -> Vec<Config> {
     .into_iter()
     .chain(scenarios::holds())
     .chain(scenarios::timed())
+    .chain(scenarios::shared_small())
     .collect()
 }
 
@@ -130,7 +131,7 @@ fn time_alone(model: &LockModel, state: &State) -> [bool; 6] {
         return [false; 6];
     }
     let now = state.now();
-    let entries = || state.server.docs.iter().filter_map(|d| d.entry.as_ref());
+    let entries = || state.server.docs.iter().flat_map(|d| d.entries());
     let leases = || state.clients.iter().flat_map(|c| c.leases.iter());
     [
         entries().any(|e| !e.is_live(now)),
