@@ -24,7 +24,9 @@ use std::time::Duration;
 use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Document, doc};
 use mongolock::{AcquireRequest, Attempt, Grant, LockClient, LockDetails, Nonce};
-use mongolock_model::server::{Bugs, Doc, Entry, Reply, Request, Server, Time, UnlockOp, Unlocks};
+use mongolock_model::server::{
+    Bugs, Doc, Entry, Kind, Reply, Request, Server, Time, UnlockOp, Unlocks,
+};
 use mongolock_testkit::TestServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -140,44 +142,46 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
     let at = |t: Time| {
         DateTime::from_millis(now.timestamp_millis() + (i64::from(t) - i64::from(NOW)) * 1000)
     };
-    let exclusive = match &doc.entry {
-        None => Bson::Null,
-        Some(e) => {
-            let mut entry = doc! {
-                "lockId": lock_id(e.lock_id),
-                "nonce": nonces.ids[e.nonce as usize],
-                "owner": Bson::Null,
-                "host": "h",
-                "token": base() + i64::from(e.token),
-                "createdAt": at(NOW.saturating_sub(1)),
-                "expiresAt": e.expires_at.map_or(Bson::Null, |t| Bson::DateTime(at(t))),
-                "ttlMs": e.expires_at.map_or(Bson::Null, |_| Bson::Int64(i64::from(TTL) * 1000)),
-            };
-            if let Some(k) = e.keeper {
-                entry.insert("keeper", keeper(k));
-            }
-            if !e.after_unlocks.is_empty() {
-                let ids: Vec<Bson> = (e.after_unlocks.ops())
-                    .map(|op| Bson::ObjectId(ops.ids[op as usize]))
-                    .collect();
-                entry.insert("afterUnlocks", ids);
-            }
-            if e.adopted {
-                entry.insert("adopted", true);
-            }
-            if e.delay > 0 {
-                entry.insert("delayMs", i64::from(e.delay) * 1000);
-            }
-            if e.min_hold > 0 {
-                entry.insert("createdAt", at(e.created_at));
-                entry.insert("minHoldMs", i64::from(e.min_hold) * 1000);
-            }
-            if e.let_go {
-                entry.insert("letGoAt", at(NOW.saturating_sub(1)));
-            }
-            Bson::Document(entry)
+    let write = |e: &Entry| {
+        let mut entry = doc! {
+            "lockId": lock_id(e.lock_id),
+            "nonce": nonces.ids[e.nonce as usize],
+            "owner": Bson::Null,
+            "host": "h",
+            "token": base() + i64::from(e.token),
+            "createdAt": at(NOW.saturating_sub(1)),
+            "expiresAt": e.expires_at.map_or(Bson::Null, |t| Bson::DateTime(at(t))),
+            "ttlMs": e.expires_at.map_or(Bson::Null, |_| Bson::Int64(i64::from(TTL) * 1000)),
+        };
+        if let Some(k) = e.keeper {
+            entry.insert("keeper", keeper(k));
         }
+        if doc.shared.contains(e) {
+            entry.insert("kind", "shared");
+        }
+        if !e.after_unlocks.is_empty() {
+            let ids: Vec<Bson> = (e.after_unlocks.ops())
+                .map(|op| Bson::ObjectId(ops.ids[op as usize]))
+                .collect();
+            entry.insert("afterUnlocks", ids);
+        }
+        if e.adopted {
+            entry.insert("adopted", true);
+        }
+        if e.delay > 0 {
+            entry.insert("delayMs", i64::from(e.delay) * 1000);
+        }
+        if e.min_hold > 0 {
+            entry.insert("createdAt", at(e.created_at));
+            entry.insert("minHoldMs", i64::from(e.min_hold) * 1000);
+        }
+        if e.let_go {
+            entry.insert("letGoAt", at(NOW.saturating_sub(1)));
+        }
+        Bson::Document(entry)
     };
+    let exclusive = doc.entry.as_ref().map_or(Bson::Null, write);
+    let shared: Vec<Bson> = doc.shared.iter().map(write).collect();
     let released: Vec<Bson> = (doc.tombstones.iter())
         .map(|&n| {
             Bson::Document(doc! {
@@ -192,7 +196,8 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
         "mongolock": 1,
         "fence": base() + i64::from(doc.fence),
         "exclusive": exclusive,
-        "shared": [],
+        "shared": shared,
+        "cap": doc.cap.map_or(Bson::Null, |c| Bson::Int32(i32::from(c))),
         "released": released,
         "queue": [],
         "idleSince": Bson::Null,
@@ -212,14 +217,18 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
         Some(Bson::Int64(f)) => (*f - base()) as u8,
         _ => 0,
     };
-    let entry = match stored.get("exclusive") {
-        Some(Bson::Document(e)) => Some(Entry {
+    let read = |e: &Document| {
+        Entry {
             lock_id: e.get_str("lockId").unwrap()[1..].parse().unwrap(),
             nonce: nonces
                 .model(&e.get_object_id("nonce").unwrap())
                 .expect("a nonce of the case"),
             token: (e.get_i64("token").unwrap() - base()) as u8,
-            keeper: e.get_str("keeper").ok().map(|k| k[1..].parse().unwrap()),
+            keeper: e.get_str("keeper").ok().map(|k| match k.strip_prefix('k') {
+                Some(n) => n.parse().unwrap(),
+                // A handle's own keeper (the waiting variant's, captured).
+                None => HANDLE_KEEPER,
+            }),
             expires_at: e.get_datetime("expiresAt").ok().map(tick),
             after_unlocks: (after_unlocks(e).iter()).fold(Unlocks::NONE, |set, id| {
                 set.union(Unlocks::of(ops.model(id)))
@@ -233,7 +242,23 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
             delay: millis_to_ticks(e.get("delayMs")),
             min_hold: millis_to_ticks(e.get("minHoldMs")),
             let_go: e.get_datetime("letGoAt").is_ok(),
-        }),
+        }
+    };
+    let entry = match stored.get("exclusive") {
+        Some(Bson::Document(e)) => Some(read(e)),
+        _ => None,
+    };
+    let shared: Vec<Entry> = match stored.get("shared") {
+        Some(Bson::Array(list)) => list
+            .iter()
+            .filter_map(|e| e.as_document())
+            .map(read)
+            .collect(),
+        _ => vec![],
+    };
+    let cap = match stored.get("cap") {
+        Some(Bson::Int32(c)) => Some(*c as u8),
+        Some(Bson::Int64(c)) => Some(*c as u8),
         _ => None,
     };
     let mut tombstones: Vec<u8> = match stored.get("released") {
@@ -248,10 +273,15 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
     tombstones.dedup();
     Doc {
         entry,
+        shared,
+        cap,
         fence,
         tombstones,
     }
 }
+
+/// The model's keeper id for a handle's own keeper (a random id of its lock client).
+const HANDLE_KEEPER: u8 = 7;
 
 /// A request's name.
 fn class_of(request: &Request) -> String {
@@ -334,6 +364,10 @@ const NO_BUGS: Bugs = Bugs {
     delay_ignored: false,
     purge_takes_let_go: false,
     release_attempt_not_owed: false,
+    shared_ignores_cap: false,
+    reader_beside_writer: false,
+    writer_beside_readers: false,
+    shared_release_takes_all: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -389,6 +423,7 @@ fn document(rng: &mut StdRng, extra: &mut StdRng) -> Doc {
         entry,
         fence: token + rng.random_range(0..2),
         tombstones,
+        ..Doc::default()
     }
 }
 
@@ -466,6 +501,7 @@ async fn grant(
         }),
         fence: token,
         tombstones: vec![],
+        ..Doc::default()
     };
     seed(locks, RESOURCE, &seeded, nonces, ops).await;
     let request =
@@ -506,6 +542,7 @@ async fn resumed_guard(
         }),
         fence: token,
         tombstones: vec![],
+        ..Doc::default()
     };
     seed(locks, RESOURCE, &seeded, nonces, ops).await;
     let guard = (locks.mutex(RESOURCE).lock_id(lock_id(0)))
@@ -681,6 +718,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                 };
                 let request = Request::Acquire {
                     resource: 0,
+                    kind: Kind::Exclusive,
                     lock_id: l,
                     nonce,
                     keeper: None,
@@ -702,6 +740,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     nonce,
                     keeper: None,
                     hold: min_hold > 0,
+                    shared: false,
                 };
                 (
                     request,
@@ -971,6 +1010,7 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
         entry: None,
         fence: 4,
         tombstones: vec![],
+        ..Doc::default()
     };
     let old = || Doc {
         entry: Some(Entry {
@@ -988,6 +1028,7 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
         }),
         fence: 4,
         tombstones: vec![],
+        ..Doc::default()
     };
     seed(&direct, resources[0], &free, &nonces, &ops).await;
     seed(&direct, resources[1], &old(), &nonces, &ops).await;
@@ -1043,6 +1084,7 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
     let granted = model.execute(
         &Request::Acquire {
             resource: 0,
+            kind: Kind::Exclusive,
             lock_id: 1,
             nonce,
             keeper: None,
@@ -1088,4 +1130,677 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
     };
     mutant.execute(&unlock, NOW, &bugs);
     assert_ne!(real, mutant.docs, "the mutant step removes the later grant");
+}
+
+/// The model's nonce for a waiting acquire's own attempt (its real nonce is learnt from the
+/// command captured for the case).
+const OWN: u8 = 3;
+
+/// A generated document for the shared cases: an exclusive entry (a third of them), or up
+/// to two shared entries under a cap (none, one or two permits), of lock ids 0..3, each
+/// live, live for one more tick, run out at the boundary (`expiresAt` at the command's
+/// second, which has passed when it runs), expired, or without TTL; some with a lock-delay
+/// of a tick (the lease ended at the boundary, in force for the delay) or a minimum hold;
+/// tombstones of nonces 0..=3 (3: the waiting attempt's own).
+fn shared_document(rng: &mut StdRng) -> Doc {
+    let mut tokens = [3, 4, 5];
+    let mut nonces = [0, 1, 2, OWN];
+    let mut lock_ids = [0u8, 1, 2];
+    let entry = |rng: &mut StdRng, i: usize, lock_id: u8, nonce: u8, token: u8| {
+        let expires_at =
+            [Some(NOW + 2), Some(NOW + 1), Some(NOW), Some(NOW - 2), None][rng.random_range(0..5)];
+        let mut e = Entry {
+            lock_id,
+            nonce,
+            token,
+            keeper: [None, Some(1), Some(2)][rng.random_range(0..3)],
+            expires_at,
+            after_unlocks: Unlocks::NONE,
+            adopted: rng.random_bool(0.3),
+            created_at: 0,
+            delay: 0,
+            min_hold: 0,
+            let_go: false,
+        };
+        let _ = i;
+        if expires_at.is_some() && rng.random_bool(0.2) {
+            e.delay = 1;
+        }
+        if rng.random_bool(0.2) {
+            (e.min_hold, e.created_at) = (2, NOW - 1);
+        }
+        e
+    };
+    let shuffle = |rng: &mut StdRng, list: &mut [u8]| {
+        for i in (1..list.len()).rev() {
+            list.swap(i, rng.random_range(0..=i));
+        }
+    };
+    shuffle(rng, &mut tokens);
+    shuffle(rng, &mut nonces);
+    shuffle(rng, &mut lock_ids);
+    let mut doc = Doc::default();
+    if rng.random_bool(0.3) {
+        doc.entry = Some(entry(rng, 0, lock_ids[0], nonces[0], tokens[0]));
+    } else {
+        let n = rng.random_range(0..=2);
+        for i in 0..n {
+            doc.shared
+                .push(entry(rng, i, lock_ids[i], nonces[i], tokens[i]));
+        }
+        if n > 0 {
+            doc.cap = [None, Some(1), Some(2)][rng.random_range(0..3)];
+        }
+    }
+    let top = doc.entries().map(|e| e.token).max().unwrap_or(3);
+    doc.fence = top + rng.random_range(0..2);
+    doc.tombstones = (0..=OWN).filter(|_| rng.random_bool(0.25)).collect();
+    doc
+}
+
+/// A shared case's request.
+#[derive(Debug, Clone, Copy)]
+enum SharedCall {
+    /// A single shared attempt (`acquire` of `AcquireRequest::shared`) with the cap `cap`.
+    Acquire {
+        lock_id: u8,
+        nonce: u8,
+        cap: Option<u8>,
+    },
+    /// A waiting acquire's attempt (the variant with a place in line): a mutex or writer
+    /// (`kind` exclusive), a reader (shared without cap) or a permit of a semaphore.
+    Waiting {
+        lock_id: u8,
+        kind: Kind,
+    },
+    /// `release_attempt` of a shared attempt.
+    Withdraw {
+        lock_id: u8,
+        nonce: u8,
+        cap: Option<u8>,
+    },
+    /// `release` of a shared grant of lock id 0 (a reader's, or a permit's: `cap`), got by
+    /// resuming a seeded share, naming `keeper`.
+    Release {
+        keeper: Option<u8>,
+        cap: Option<u8>,
+    },
+    Renew {
+        lock_id: u8,
+    },
+    Unlock {
+        lock_id: u8,
+    },
+    ForceRelease,
+}
+
+fn shared_call(rng: &mut StdRng) -> SharedCall {
+    let lock_id = rng.random_range(0..3);
+    let nonce = rng.random_range(0..=OWN);
+    let cap = [None, Some(1), Some(2)][rng.random_range(0..3)];
+    let kind = [Kind::Exclusive, Kind::Shared { cap }][rng.random_range(0..2)];
+    match rng.random_range(0..10) {
+        0 | 1 => SharedCall::Acquire {
+            lock_id,
+            nonce,
+            cap,
+        },
+        2..=4 => SharedCall::Waiting { lock_id, kind },
+        5 => SharedCall::Withdraw {
+            lock_id,
+            nonce,
+            cap,
+        },
+        6 | 7 => SharedCall::Release {
+            keeper: [None, Some(1), Some(2)][rng.random_range(0..3)],
+            cap,
+        },
+        8 => [
+            SharedCall::Renew { lock_id },
+            SharedCall::Unlock { lock_id },
+        ][rng.random_range(0..2)],
+        _ => SharedCall::ForceRelease,
+    }
+}
+
+/// The commands a client sends, captured as they go out (command monitoring).
+type Captured = std::sync::Arc<std::sync::Mutex<Vec<Document>>>;
+
+/// The first `findAndModify` captured for `resource`, as a command to send again: the
+/// fields the driver adds (session, transaction number, cluster time, `$db`) left off, and
+/// its `_id` made `to`.
+fn replayable(captured: &Captured, resource: &str, to: &str) -> Document {
+    let commands = captured.lock().unwrap();
+    let command = (commands.iter())
+        .find(|c| {
+            c.contains_key("findAndModify")
+                && c.get_document("query")
+                    .is_ok_and(|q| q.get_str("_id") == Ok(resource))
+        })
+        .expect("the waiting attempt, captured");
+    let mut out = doc! {};
+    for (key, value) in command {
+        if [
+            "findAndModify",
+            "query",
+            "update",
+            "upsert",
+            "new",
+            "fields",
+            "collation",
+        ]
+        .contains(&key.as_str())
+        {
+            out.insert(key, value.clone());
+        }
+    }
+    let mut query = out.get_document("query").unwrap().clone();
+    query.insert("_id", to);
+    out.insert("query", query);
+    out
+}
+
+/// The reply class of an acquire's raw reply (the projection the library reads, see
+/// `command/acquire.rs`'s `interpret`), for an attempt of `lock_id`, `nonce` and `kind`.
+fn class_of_raw(reply: &Document, lock_id: &str, nonce: ObjectId, kind: Kind) -> Reply {
+    let r = reply
+        .get_document("value")
+        .unwrap()
+        .get_document("r")
+        .unwrap();
+    let now = *r.get_datetime("now").unwrap();
+    let holds = |e: &Document| match e.get_datetime("expiresAt") {
+        Ok(at) => {
+            let delay = e
+                .get("delayMs")
+                .and_then(Bson::as_i64)
+                .or_else(|| e.get("delayMs").and_then(Bson::as_i32).map(i64::from));
+            at.timestamp_millis() - delay.unwrap_or(0) > now.timestamp_millis()
+        }
+        Err(_) => true,
+    };
+    let token = |e: &Document| (e.get_i64("token").unwrap() - base()) as u8;
+    let x = r
+        .get_document("x")
+        .ok()
+        .filter(|x| x.get_str("lockId") == Ok(lock_id));
+    let m = (r.get_array("m").ok())
+        .and_then(|m| m.first())
+        .and_then(|e| e.as_document());
+    let (mine, mine_shared) = match x {
+        Some(x) => (Some(x), false),
+        None => (m, true),
+    };
+    let mine = mine.filter(|e| holds(e));
+    if let Some(e) = mine
+        && e.get_object_id("nonce") == Ok(nonce)
+    {
+        return Reply::Granted {
+            token: token(e),
+            expires_at: None,
+            now: 0,
+        };
+    }
+    if r.get_bool("w") == Ok(true) {
+        return Reply::Withdrawn;
+    }
+    if let Some(e) = mine {
+        return if mine_shared == kind.is_shared() {
+            Reply::AlreadyHeld {
+                token: token(e),
+                nonce: 0,
+                expires_at: None,
+                now: 0,
+            }
+        } else {
+            Reply::HeldOtherKind
+        };
+    }
+    if let Kind::Shared { cap } = kind {
+        let n = r
+            .get_i32("n")
+            .map(i64::from)
+            .or_else(|_| r.get_i64("n"))
+            .unwrap_or(0);
+        let stored = match r.get("cap") {
+            Some(Bson::Int32(c)) => Some(*c as u8),
+            Some(Bson::Int64(c)) => Some(*c as u8),
+            _ => None,
+        };
+        if n > 0 && stored != cap {
+            return Reply::CapMismatch;
+        }
+    }
+    Reply::Refused
+}
+
+/// A grant of a share of lock id 0 (`token`, naming `keeper`, under `cap`), got by resuming
+/// a seeded share (the public API makes grants only from replies).
+async fn shared_grant(
+    locks: &LockClient,
+    nonces: &Nonces,
+    ops: &Ops,
+    token: u8,
+    keeper: Option<u8>,
+    cap: Option<u8>,
+    min_hold: Time,
+) -> Grant {
+    let seeded = Doc {
+        shared: vec![Entry {
+            lock_id: 0,
+            nonce: 2,
+            token,
+            keeper,
+            expires_at: Some(NOW + 2),
+            after_unlocks: Unlocks::NONE,
+            adopted: false,
+            created_at: if min_hold > 0 { NOW - 1 } else { 0 },
+            delay: 0,
+            min_hold,
+            let_go: false,
+        }],
+        cap,
+        fence: token,
+        ..Doc::default()
+    };
+    seed(locks, RESOURCE, &seeded, nonces, ops).await;
+    let request =
+        AcquireRequest::shared(RESOURCE, "L0", LockDetails::default(), cap.map(u32::from))
+            .nonce(nonces.requests[0]);
+    match locks.acquire(&request).await.unwrap() {
+        Attempt::AlreadyHeld(grant) => grant,
+        other => panic!("expected the seeded share, got {other:?}"),
+    }
+}
+
+/// Shared entries and the waiting variant: the model's server step against the library's
+/// commands for readers, writers and permits (single attempts, the waiting acquire's
+/// attempt, withdrawals, releases of shares, renewals by lock id, unlocks, force releases),
+/// on documents with shared entries under caps, some at the boundary of their expiry or
+/// their lock-delay. A waiting acquire's attempt is sent by the library (a handle's
+/// `acquire_timeout` on a free resource of its own, its commands captured as they go out),
+/// and the very command it sent is run again on the case's document: the line is left out
+/// of the comparison (the model leaves it out; every seeded line is empty), all else
+/// compared as in [`the_models_server_step_matches_the_librarys_commands`].
+#[tokio::test]
+async fn shared_entries_and_the_waiting_attempt_match_the_model() {
+    let server = TestServer::start().await.unwrap();
+    let captured: Captured = Default::default();
+    let handler = {
+        let captured = captured.clone();
+        mongodb::event::EventHandler::callback(
+            move |event: mongodb::event::command::CommandEvent| {
+                if let mongodb::event::command::CommandEvent::Started(e) = event
+                    && e.command_name == "findAndModify"
+                {
+                    captured.lock().unwrap().push(e.command);
+                }
+            },
+        )
+    };
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .unwrap();
+    options.command_event_handler = Some(handler);
+    let monitored = mongodb::Client::with_options(options).unwrap();
+    let coll = monitored.database("model").collection::<Document>("locks");
+    let locks = LockClient::new(coll.clone());
+    let mut nonces = Nonces::learn(&locks).await;
+    nonces.ids.push(ObjectId::new());
+    set_base(&locks).await;
+    let ops = Ops {
+        ids: vec![
+            ObjectId::new(),
+            ObjectId::new(),
+            ObjectId::new(),
+            ObjectId::new(),
+        ],
+    };
+    let mut rng = StdRng::seed_from_u64(40);
+    let mutants: [(&str, Bugs); 4] = [
+        (
+            "a shared grant that ignores the cap",
+            Bugs {
+                shared_ignores_cap: true,
+                ..NO_BUGS
+            },
+        ),
+        (
+            "a reader admitted beside a writer",
+            Bugs {
+                reader_beside_writer: true,
+                ..NO_BUGS
+            },
+        ),
+        (
+            "a writer admitted beside readers",
+            Bugs {
+                writer_beside_readers: true,
+                ..NO_BUGS
+            },
+        ),
+        (
+            "a shared release that takes every share",
+            Bugs {
+                shared_release_takes_all: true,
+                ..NO_BUGS
+            },
+        ),
+    ];
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    let secs = |ticks: Time| Duration::from_secs(u64::from(ticks));
+    for case in 0..300 {
+        let mut doc = shared_document(&mut rng);
+        let call = shared_call(&mut rng);
+        let ttl = LockDetails::default().ttl(secs(TTL));
+        // The grant of a release is made first (it seeds a document of its own); the
+        // case's document then holds that share (its token), beside what it had.
+        let grant = match call {
+            SharedCall::Release { keeper, cap } => {
+                doc.entry = None;
+                doc.shared.retain(|e| e.lock_id != 0);
+                let token = doc.fence + 1;
+                doc.fence = token;
+                let mut share = Entry {
+                    lock_id: 0,
+                    nonce: 2,
+                    token,
+                    keeper,
+                    expires_at: [Some(NOW + 2), Some(NOW)][rng.random_range(0..2)],
+                    after_unlocks: Unlocks::NONE,
+                    adopted: false,
+                    created_at: 0,
+                    delay: 0,
+                    min_hold: 0,
+                    let_go: false,
+                };
+                if rng.random_bool(0.3) {
+                    (share.min_hold, share.created_at) = (2, NOW - 1);
+                }
+                doc.shared.retain(|e| e.nonce != 2);
+                doc.shared.push(share.clone());
+                doc.cap = cap;
+                let g =
+                    shared_grant(&locks, &nonces, &ops, token, keeper, cap, share.min_hold).await;
+                Some((g, share))
+            }
+            _ => None,
+        };
+        // A waiting acquire's attempt: sent by a handle on a free resource of its own,
+        // captured, its nonce learnt from the grant.
+        let waiting = match call {
+            SharedCall::Waiting { lock_id: l, kind } => {
+                let resource = format!("capture-{case}");
+                captured.lock().unwrap().clear();
+                let guard = match kind {
+                    Kind::Exclusive if case % 2 == 0 => {
+                        (locks.mutex(&resource).lock_id(lock_id(l)).ttl(secs(TTL)))
+                            .acquire_timeout(secs(1))
+                            .await
+                    }
+                    Kind::Exclusive => {
+                        (locks.rwlock(&resource).lock_id(lock_id(l)).ttl(secs(TTL)))
+                            .write_timeout(secs(1))
+                            .await
+                    }
+                    Kind::Shared { cap: None } => {
+                        (locks.rwlock(&resource).lock_id(lock_id(l)).ttl(secs(TTL)))
+                            .read_timeout(secs(1))
+                            .await
+                    }
+                    Kind::Shared { cap: Some(permits) } => {
+                        (locks.semaphore(&resource, u32::from(permits)))
+                            .lock_id(lock_id(l))
+                            .ttl(secs(TTL))
+                            .acquire_timeout(secs(1))
+                            .await
+                    }
+                }
+                .unwrap()
+                .expect("a free resource");
+                let stored = (locks.collection())
+                    .find_one(doc! { "_id": &resource })
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let entry = match kind {
+                    Kind::Exclusive => stored.get_document("exclusive").unwrap().clone(),
+                    Kind::Shared { .. } => (stored.get_array("shared").unwrap()[0])
+                        .as_document()
+                        .unwrap()
+                        .clone(),
+                };
+                nonces.ids[OWN as usize] = entry.get_object_id("nonce").unwrap();
+                guard.release().await.unwrap();
+                Some(replayable(&captured, &resource, RESOURCE))
+            }
+            _ => None,
+        };
+        seed(&locks, RESOURCE, &doc, &nonces, &ops).await;
+        let mut model = Server {
+            docs: vec![doc.clone()],
+        };
+        let (request, real) = match call {
+            SharedCall::Acquire {
+                lock_id: l,
+                nonce,
+                cap,
+            } => {
+                // Nonce 3 has no request of its own: the single attempts use 0..3.
+                let nonce = nonce.min(2);
+                let request = AcquireRequest::shared(RESOURCE, lock_id(l), ttl, cap.map(u32::from))
+                    .nonce(nonces.requests[nonce as usize]);
+                let real = match locks.acquire(&request).await.unwrap() {
+                    Attempt::Granted(g) => Reply::Granted {
+                        token: (g.fencing_token() - base()) as u8,
+                        expires_at: None,
+                        now: 0,
+                    },
+                    Attempt::AlreadyHeld(g) => Reply::AlreadyHeld {
+                        token: (g.fencing_token() - base()) as u8,
+                        nonce: 0,
+                        expires_at: None,
+                        now: 0,
+                    },
+                    Attempt::Contended(_) => Reply::Refused,
+                    Attempt::Withdrawn => Reply::Withdrawn,
+                    Attempt::HeldWithOtherKind(_) => Reply::HeldOtherKind,
+                    Attempt::CapMismatch { .. } => Reply::CapMismatch,
+                    other => panic!("unexpected {other:?}"),
+                };
+                let request = Request::Acquire {
+                    resource: 0,
+                    kind: Kind::Shared { cap },
+                    lock_id: l,
+                    nonce,
+                    keeper: None,
+                    ttl: Some(TTL),
+                    after_unlocks: Unlocks::NONE,
+                    delay: 0,
+                    min_hold: 0,
+                };
+                (request, real)
+            }
+            SharedCall::Waiting { lock_id: l, kind } => {
+                let command = waiting.expect("captured above");
+                let db = monitored.database("model");
+                let reply = db.run_command(command).await.unwrap();
+                let real = class_of_raw(&reply, &lock_id(l), nonces.ids[OWN as usize], kind);
+                let request = Request::Acquire {
+                    resource: 0,
+                    kind,
+                    lock_id: l,
+                    nonce: OWN,
+                    keeper: Some(HANDLE_KEEPER),
+                    ttl: Some(TTL),
+                    after_unlocks: Unlocks::NONE,
+                    delay: 0,
+                    min_hold: 0,
+                };
+                (request, real)
+            }
+            SharedCall::Withdraw {
+                lock_id: l,
+                nonce,
+                cap,
+            } => {
+                let nonce = nonce.min(2);
+                let request = AcquireRequest::shared(RESOURCE, lock_id(l), ttl, cap.map(u32::from))
+                    .nonce(nonces.requests[nonce as usize]);
+                let removed = locks.release_attempt(&request).await.unwrap();
+                let request = Request::Withdraw {
+                    resource: 0,
+                    lock_id: l,
+                    nonce,
+                    keeper: None,
+                    hold: false,
+                    shared: true,
+                };
+                (
+                    request,
+                    Reply::Released {
+                        removed,
+                        live: false,
+                    },
+                )
+            }
+            SharedCall::Release { keeper, .. } => {
+                let (grant, share) = grant.expect("made above");
+                let removed = locks.release(&grant).await.unwrap();
+                let request = Request::Release {
+                    resource: 0,
+                    lock_id: 0,
+                    token: share.token,
+                    keeper,
+                    retire: None,
+                    hold: share.min_hold > 0,
+                };
+                (
+                    request,
+                    Reply::Released {
+                        removed,
+                        live: false,
+                    },
+                )
+            }
+            SharedCall::Renew { lock_id: l } => {
+                let n = locks.renew(&lock_id(l), secs(TTL)).await.unwrap();
+                (
+                    Request::RenewLockId {
+                        lock_id: l,
+                        ttl: TTL,
+                    },
+                    Reply::Count(n as u8),
+                )
+            }
+            SharedCall::Unlock { lock_id: l } => {
+                let n = locks.unlock(&lock_id(l)).await.unwrap();
+                let request = Request::Unlock {
+                    lock_id: l,
+                    op: FRESH,
+                };
+                (request, Reply::Count(n as u8))
+            }
+            SharedCall::ForceRelease => {
+                let n = locks.force_release(RESOURCE).await.unwrap();
+                (Request::ForceRelease { resource: 0 }, Reply::Count(n as u8))
+            }
+        };
+        let now = server_now(&locks).await;
+        let after = (locks.collection())
+            .find_one(doc! { "_id": RESOURCE })
+            .await
+            .unwrap();
+        let real_doc = project(after, &nonces, &ops, now);
+        let expected = model.execute(&request, NOW, &Bugs::default());
+        let class = |reply: &Reply| match reply {
+            Reply::Granted { token, .. } => format!("granted t{token}"),
+            Reply::AlreadyHeld { token, .. } => format!("already held t{token}"),
+            Reply::Released { removed, .. } => format!("removed {removed}"),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(
+            (class(&real), &real_doc),
+            (class(&expected), &model.docs[0]),
+            "case {case}: {call:?} on {doc:?}"
+        );
+        for (name, bugs) in &mutants {
+            let mut mutant = Server {
+                docs: vec![doc.clone()],
+            };
+            let reply = mutant.execute(&request, NOW, bugs);
+            if (class(&reply), &mutant.docs[0]) != (class(&real), &real_doc) {
+                *counts.entry(format!("mutant differs: {name}")).or_default() += 1;
+            }
+        }
+        let variant = match call {
+            SharedCall::Waiting {
+                kind: Kind::Exclusive,
+                ..
+            } => "waiting exclusive",
+            SharedCall::Waiting {
+                kind: Kind::Shared { cap: None },
+                ..
+            } => "waiting reader",
+            SharedCall::Waiting { .. } => "waiting permit",
+            SharedCall::Acquire { cap: None, .. } => "single reader",
+            SharedCall::Acquire { .. } => "single permit",
+            SharedCall::Withdraw { .. } => "withdraw share",
+            SharedCall::Release { cap: None, .. } => "release reader",
+            SharedCall::Release { .. } => "release permit",
+            SharedCall::Renew { .. } => "renew",
+            SharedCall::Unlock { .. } => "unlock",
+            SharedCall::ForceRelease => "force release",
+        };
+        *counts
+            .entry(format!("{variant}: {}", class(&real)))
+            .or_default() += 1;
+        *counts.entry(variant.to_owned()).or_default() += 1;
+        // Something removed, let go of or granted: the document's entries changed.
+        let keys = |d: &Doc| d.entries().map(|e| (e.token, e.let_go)).collect::<Vec<_>>();
+        if keys(&real_doc) != keys(&doc) {
+            *counts
+                .entry(format!("{variant}: entries changed"))
+                .or_default() += 1;
+        }
+        if doc
+            .entries()
+            .any(|e| e.expires_at == Some(NOW) || (e.delay > 0 && e.expires_at == Some(NOW + 1)))
+        {
+            *counts.entry("at a boundary".to_owned()).or_default() += 1;
+        }
+    }
+    println!("{counts:#?}");
+    for needed in [
+        "waiting exclusive: granted",
+        "waiting reader: granted",
+        "waiting permit: granted",
+        "waiting exclusive: Refused",
+        "waiting reader: Refused",
+        "waiting permit: Refused",
+        "waiting permit: CapMismatch",
+        "waiting reader: Withdrawn",
+        "single reader: granted",
+        "single permit: granted",
+        "single permit: Refused",
+        "single permit: CapMismatch",
+        "release reader: removed true",
+        "release permit: removed true",
+        "withdraw share: removed true",
+        "unlock: entries changed",
+        "force release: entries changed",
+        "renew",
+        "at a boundary",
+    ] {
+        assert!(
+            counts.keys().any(|k| k.starts_with(needed)),
+            "no case of {needed}: {counts:#?}"
+        );
+    }
+    for (name, _) in mutants {
+        assert!(
+            counts.contains_key(&format!("mutant differs: {name}")),
+            "no case tells the library from the model with {name}"
+        );
+    }
 }
