@@ -25,8 +25,10 @@
 //! | withdrawal after re-adoption | a multi-lock's first attempt at a member is applied with its outcome unknown (a withdrawal owed); the next round, under the set's lock id, takes the member back; the owed withdrawal lands late and removes the member's entry (written directly), and another client takes it while the set says held | (1) exclusion |
 //! | late copy | a holder's attempt had a copy delayed in the network; the holder works and releases; the late copy is granted a new entry (written directly: the attempt's lock id and nonce, the next token) that nobody holds, and the next holder waits out its TTL | (S10) no attempt granted again after its let-go |
 //! | late unlock | a holder on the low-level API unlocks its lock id (a copy of the unlock delayed in the network) and is granted the resource again under it; the late copy lands and removes the new grant's entry (written directly, as an unlock that spares nothing granted after it), and another client is granted while the holder believes | (1) exclusion |
-//! | stuck lock id | a job under a fixed lock id drops its guard inside a runtime that then ends (its background release never runs); the same client asks again with `acquire_timeout(1 s)` and, as before `be7e380`, first waits for the release it owes, which never comes | (11) calls return within their timeout |
 //! | hold forgotten | a periodic job's holder with a 2 s minimum hold works 100 ms and lets go; its release removes the entry outright (written directly, as a library without minimum holds releases), and another host's timer, firing 150 ms later, is granted the job at once | (S12) no grant inside a minimum hold |
+//! | stuck lock id | a job under a fixed lock id drops its guard inside a runtime that then ends (its background release never runs); the same client asks again with `acquire_timeout(1 s)` and, as before `be7e380`, first waits for the release it owes, which never comes | (11) calls return within their timeout |
+//! | own entry outside the line | host A's job (a fixed lock id, a 2 s minimum hold) lets go at once and asks again; as before the fix, it does not join the line while its own entry is in force and asks again outside it (`try_acquire`), and host B, in line from 1.2 s, is served first at the hold's end | (S9) waiters served in line order (a waiter whose own entry was in force, outside the line) |
+//! | step shown, ignored | A's grant runs, the server's clock steps 3 s forward, another write of A's client shows the step, then the grant's reply is read (held back by a relay); A's renewals are dropped and it believes its send plus the TTL (6 s, less margin and uncertainty) as if the step had not been shown, while B is granted at the server's earlier end | (3) loss noticed before next grant |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
@@ -51,7 +53,9 @@ use crate::observers::{self, QUIET};
 use crate::oracle::{self, ServerCheck};
 use crate::workload::{COLLECTION, DB};
 
+mod clock_step;
 mod late_writes;
+mod line;
 mod owed_release;
 
 const RESOURCE: &str = "control";
@@ -121,7 +125,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the twenty-two controls, each on a fresh emulator.
+/// Runs the twenty-five controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -150,6 +154,8 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
         owed_release::stuck_lock_id().await?,
+        line::own_entry_outside_line().await?,
+        clock_step::step_ignored().await?,
     ])
 }
 

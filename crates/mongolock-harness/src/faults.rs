@@ -88,12 +88,13 @@ pub const MIX: [(FaultKind, u32); 23] = [
 ];
 
 /// The harness's own faults, with their weights in the mix (beside [`MIX`]).
-pub const EXTRA_MIX: [(ExtraFault, u32); 5] = [
+pub const EXTRA_MIX: [(ExtraFault, u32); 6] = [
     (ExtraFault::LateRequest, 3),
     (ExtraFault::DropAfterGrant, 3),
     (ExtraFault::ReleaseFailsThenResume, 3),
     (ExtraFault::MultiUnknown, 3),
     (ExtraFault::LateUnlock, 3),
+    (ExtraFault::ClockStepInFlight, 6),
 ];
 
 /// One pick from the mix.
@@ -468,10 +469,23 @@ impl Injector {
                         held.iter().any(|r| self.workload.is_resumable(r))
                     })
                     .collect();
-                let Some(&holder) = holders.choose(&mut self.rng) else {
+                if let Some(&holder) = holders.choose(&mut self.rng) {
+                    fleet.let_go(holder, kind);
+                    return true;
+                }
+                // None holds it now: a live client is sent for it, to drop it at a step.
+                let live: Vec<usize> = (0..fleet.slots.len())
+                    .filter(|&i| fleet.slots[i].killed_at.is_none())
+                    .collect();
+                let Some(&i) = live.choose(&mut self.rng) else {
                     return false;
                 };
-                fleet.let_go(holder, kind);
+                let Some(resource) = self.workload.resumable.first().cloned() else {
+                    return false;
+                };
+                let ctl = &fleet.slots[i].ctl;
+                ctl.drop_on_ending_runtime.store(true, Ordering::SeqCst);
+                ctl.go_for_next(Target::Resource(resource, Mode::Exclusive));
             }
             FaultKind::ReleaseBlip => {
                 let Some(holder) = self.pair_holder(kind, fleet) else {
@@ -630,6 +644,18 @@ impl Injector {
                 // contender for the member whose attempt was lost.
                 let target = Target::Multi(self.workload.pool(Mode::Multi));
                 return self.go_with_contender(fleet, &live, ClientCtl::multi_unknown, target);
+            }
+            ExtraFault::ClockStepInFlight => {
+                // One at a time; the client carries it out as its next target (see the
+                // workload's `step` submodule), forward two times in three.
+                if fleet.stepping.load(Ordering::SeqCst) {
+                    return false;
+                }
+                let Some(&i) = live.choose(&mut self.rng) else {
+                    return false;
+                };
+                let forward = self.rng.random_bool(2.0 / 3.0);
+                fleet.slots[i].ctl.go_for_next(Target::ClockStep(forward));
             }
             ExtraFault::LateUnlock => {
                 // The client goes for a group next and arms the fault as its first round is

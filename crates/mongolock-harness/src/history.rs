@@ -55,16 +55,26 @@ pub enum ExtraFault {
     /// late copy has landed and a TTL more, while another client is sent for its first
     /// member. A late unlock must leave what the lock id was granted after it.
     LateUnlock,
+    /// A client takes a lease on the clock-step resource (TTL 6 s, a clock uncertainty of
+    /// 1 s), then asks for it again while its relay holds back the reply to the attempt: the
+    /// attempt runs, the server's clock steps (forward 2–3 s, or back 0.5–1 s), another
+    /// write of the same client (a `force_release` of nothing) returns and shows the step,
+    /// and only then is the grant's reply let go. After a step forward the client's renewals
+    /// are dropped, so that nothing renews the lease, and another client asks for it: the
+    /// holder must know it lost the lease before that client is granted it, by the server's
+    /// earlier end. After a step back it holds a while: no lease may be reported lost for it.
+    ClockStepInFlight,
 }
 
 impl ExtraFault {
     /// Every kind, in report order.
-    pub const ALL: [ExtraFault; 5] = [
+    pub const ALL: [ExtraFault; 6] = [
         ExtraFault::LateRequest,
         ExtraFault::DropAfterGrant,
         ExtraFault::ReleaseFailsThenResume,
         ExtraFault::MultiUnknown,
         ExtraFault::LateUnlock,
+        ExtraFault::ClockStepInFlight,
     ];
 
     /// The name in the report.
@@ -75,13 +85,15 @@ impl ExtraFault {
             ExtraFault::ReleaseFailsThenResume => "release refused, same lock id asks again",
             ExtraFault::MultiUnknown => "multi attempts unknown, withdrawals refused",
             ExtraFault::LateUnlock => "unlock delivered late, same lock id asks again",
+            ExtraFault::ClockStepInFlight => "server clock step while a grant's reply is held",
         }
     }
 
     /// The kind the history records it as: a late request (and a drop whose attempt may
     /// be late) and a late unlock as a blocked connection, whose command also runs on the
     /// server whenever the block ends; a refused release as an error reply (the command never ran); attempts
-    /// answered with an error after they ran as a write concern error.
+    /// answered with an error after they ran as a write concern error; a reply held back
+    /// while the server's clock steps as latency.
     pub fn recorded_as(self) -> FaultKind {
         match self {
             ExtraFault::LateRequest | ExtraFault::DropAfterGrant | ExtraFault::LateUnlock => {
@@ -89,6 +101,7 @@ impl ExtraFault {
             }
             ExtraFault::ReleaseFailsThenResume => FaultKind::StepDownError,
             ExtraFault::MultiUnknown => FaultKind::WriteConcernError,
+            ExtraFault::ClockStepInFlight => FaultKind::Latency,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
 //! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
 //! connected directly. Faults are drawn from the seed ([`faults`]); the history
-//! ([`history`]) is checked ([`check`]); twenty-two negative controls ([`controls`]) prove
+//! ([`history`]) is checked ([`check`]); twenty-five negative controls ([`controls`]) prove
 //! that the checker catches the bugs it looks for; [`report`] prints it all. Observers
 //! ([`observers`]) follow each election with `observe()` and poll its `leader()` during the
 //! run, and read it fresh at the end.
@@ -28,6 +28,7 @@ pub mod faults;
 pub mod history;
 pub mod observers;
 pub mod oracle;
+pub mod relay;
 pub mod report;
 pub mod workload;
 
@@ -142,7 +143,14 @@ pub async fn run_once(
     let mut observers =
         observers::Observers::start(&server, &workload.pool(Mode::Election), &recorder, seed)
             .await?;
-    let mut fleet = Fleet::start(server.addr(), workload, &recorder, seed).await?;
+    let mut fleet = Fleet::start(
+        server.addr(),
+        server.clock().clone(),
+        workload,
+        &recorder,
+        seed,
+    )
+    .await?;
     let operator = tokio::spawn(workload::periodic::operator(
         observer.clone(),
         recorder.clone(),
@@ -491,6 +499,30 @@ fn explain(history: &history::History, outcome: &check::Outcome) {
     let resources: std::collections::BTreeSet<&str> = (outcome.violations.iter())
         .filter_map(|v| v.resource.as_deref())
         .collect();
+    if outcome.has(check::Check::CallTimeout) {
+        eprintln!("faults (kind, client, start, end):");
+        for f in &history.faults {
+            eprintln!(
+                "  {:?} {:?} {} {}",
+                f.kind,
+                f.client,
+                ms(f.start),
+                ms(f.end)
+            );
+        }
+        eprintln!("calls with a timeout (client, resource, lock id, invoked, ended, granted):");
+        for c in history.acquire_calls.iter().filter(|c| c.timeout.is_some()) {
+            eprintln!(
+                "  {} {} {} {} {} {}",
+                c.client,
+                c.resource,
+                c.lock_id,
+                ms(c.invoked_at),
+                ms(c.ended_at),
+                c.granted
+            );
+        }
+    }
     for resource in resources {
         eprintln!("holders of {resource}:");
         let mut holders: Vec<_> = (history.holders.iter())

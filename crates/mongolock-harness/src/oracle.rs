@@ -115,6 +115,11 @@ pub const COMMAND_TIMEOUT: Duration = mongolock::DEFAULT_COMMAND_TIMEOUT;
 /// [`crate::history::Recorder::min_hold`] recorded.
 pub type MinHolds = HashMap<u64, Duration>;
 
+/// How long after a waiting call begins its first attempt has surely reached the server and
+/// taken its place in line, if nothing hit its client: (S9) judges a waiter that stood
+/// outside the line only against lock ids that joined it later than this.
+pub const JOIN_ALLOWANCE: Duration = Duration::from_secs(1);
+
 /// The `_id` of the marker document the tap writes last (not a resource of any workload).
 const MARKER: &str = "mongolock-harness/oracle-marker";
 
@@ -443,6 +448,11 @@ pub struct Outcome {
     /// For each of those followed by another grant, how long after the hold's end that grant
     /// came (server ms; negative: inside the hold, an (S12) violation).
     pub min_hold_margins_ms: Vec<f64>,
+    /// Places in line taken by a lock id whose own entry was in force on the resource then
+    /// (let go of within its minimum hold, or in its lock-delay), and of those, the ones
+    /// served from their place (the lock id's next grant on the resource came while it
+    /// stood there). (S9) judges every grant past them.
+    pub own_entry_places: (usize, usize),
     /// Every violation, with what the log shows.
     pub violations: Vec<(ServerCheck, String)>,
 }
@@ -636,6 +646,69 @@ fn order(
     }
 }
 
+/// (S9), for the waiters that stood outside the line: the exclusive grant of `new` on
+/// `resource` at its `created_ms`, whose lock id joined the line at `joined_ms` (its grant
+/// time, without a place), went past no waiting call (one given a timeout) that began more
+/// than [`JOIN_ALLOWANCE`] before that, was still waiting, had no place in `before` (the
+/// line before the grant), and whose own lock id had an entry in force on the resource when
+/// it began (let go of within its minimum hold, or in its lock-delay): that waiter must
+/// stand in line like anybody (issue 39, item 5). A call whose client a fault hit while it
+/// waited is not judged (its attempts may not have reached the server).
+fn outside_line(
+    out: &mut Outcome,
+    history: &History,
+    grants: &[Granted],
+    (resource, before, joined_ms): (&str, &[Place], i64),
+    new: &Entry,
+) {
+    let at = new.created_ms;
+    let allowance = JOIN_ALLOWANCE.as_millis() as i64;
+    for call in &history.acquire_calls {
+        if call.timeout.is_none()
+            || call.resource != resource
+            || call.lock_id == new.lock_id
+            || before.iter().any(|p| p.lock_id == call.lock_id)
+        {
+            continue;
+        }
+        let (Some(began), Some(ended)) = (
+            history.server_ms(call.invoked_at),
+            history.server_ms(call.ended_at),
+        ) else {
+            continue;
+        };
+        if began + allowance >= joined_ms || ended <= at {
+            continue;
+        }
+        let own_in_force = grants.iter().any(|g| {
+            g.resource == resource
+                && g.lock_id == call.lock_id
+                && g.at_ms <= began
+                && g.removed_ms.is_none_or(|r| r > began)
+        });
+        if !own_in_force {
+            continue;
+        }
+        let hit = history.faults.iter().any(|f| {
+            f.client == Some(call.client) && f.start <= call.ended_at && f.end >= call.invoked_at
+        });
+        if hit {
+            continue;
+        }
+        out.violations.push((
+            ServerCheck::Order,
+            format!(
+                "{resource}: {} token {} granted to {} at {at} (in line from {joined_ms}) while \
+                 {}, whose own entry was in force, had waited since {began} outside the line",
+                kind(new),
+                new.token,
+                new.lock_id,
+                call.lock_id
+            ),
+        ));
+    }
+}
+
 /// The entries of a lock document, by [`Entry::key`].
 fn entries(doc: &Document) -> Result<HashMap<String, Entry>, String> {
     let mut out = HashMap::new();
@@ -718,6 +791,10 @@ pub fn check(
     let mut grants: Vec<Granted> = Vec::new();
     // Index into `grants` of each live entry, by resource and key.
     let mut open: HashMap<(&str, String), usize> = HashMap::new();
+    // When each lock id took its place in a resource's line (server ms), while it stands
+    // there; and the places taken while the lock id's own entry was in force, until served.
+    let mut joined: HashMap<(&str, String), i64> = HashMap::new();
+    let mut own_in_line: HashSet<(&str, String)> = HashSet::new();
     for (index, event) in events.iter().enumerate() {
         let resource = event.resource.as_str();
         let after = match &event.doc {
@@ -739,6 +816,18 @@ pub fn check(
                 continue;
             }
         };
+        for place in &line_after {
+            let key = (resource, place.lock_id.clone());
+            if joined.contains_key(&key) {
+                continue;
+            }
+            joined.insert(key.clone(), event.at_ms);
+            if after.values().any(|e| e.lock_id == place.lock_id) {
+                out.own_entry_places.0 += 1;
+                own_in_line.insert(key);
+            }
+        }
+        joined.retain(|(r, id), _| *r != resource || line_after.iter().any(|p| p.lock_id == *id));
         let line_before = lines.insert(resource, line_after).unwrap_or_default();
         let before = current.remove(resource).unwrap_or_default();
         for (key, old) in &before {
@@ -810,6 +899,14 @@ pub fn check(
                 &before,
                 permits.get(resource).copied(),
             );
+            if own_in_line.remove(&(resource, new.lock_id.clone())) {
+                out.own_entry_places.1 += 1;
+            }
+            if new.exclusive {
+                let joined_ms = joined.get(&(resource, new.lock_id.clone())).copied();
+                let line = (resource, &line_before[..], joined_ms.unwrap_or(at));
+                outside_line(&mut out, history, &grants, line, new);
+            }
             for other in before.values().filter(|o| o.live_at(at)) {
                 if new.exclusive || other.exclusive {
                     out.violations.push((

@@ -474,6 +474,15 @@ impl fmt::Display for Report {
                 margins.len()
             ),
         );
+        row(
+            &mut t,
+            "(S9) places taken with the lock id's own entry in force (served)",
+            format!(
+                "{} ({})",
+                self.sum(|r| r.oracle.own_entry_places.0),
+                self.sum(|r| r.oracle.own_entry_places.1)
+            ),
+        );
         let mut server: BTreeMap<crate::oracle::ServerCheck, usize> = BTreeMap::new();
         for r in &self.runs {
             for (c, n) in r.oracle.by_check() {

@@ -58,6 +58,17 @@
 //! for what such a fault may free under its holder ([`ClientCtl::go_for_next`]), so that a
 //! lease ended behind its holder's back is taken while the holder still believes.
 //!
+//! Three scenarios of their own take resources no other target takes. A small share of the
+//! picks ([`Workload::own_entry_share`]) makes the worker ask again under a lock id whose own
+//! entry is still in force (let go of within its minimum hold, or in its lock-delay), with a
+//! second client of its slot asking after it: it must stand in line and be served first
+//! ([`OwnEntryLine`], the `line` submodule). The injector sends a worker to step the server's
+//! clock, forward or back, while the reply to its grant is held back on its way and another
+//! reply of its client is read first ([`ClockSteps`], the `step` submodule). And a guard of
+//! the resumable lease dropped inside a runtime that then ends (its background release never
+//! runs) is followed by the same client asking for it again under the same lock id, which
+//! must return within its timeout ([`FaultKind::DropOnEndingRuntime`], the `hold` submodule).
+//!
 //! Pauses and kills are asked for through [`ClientCtl`]. Those aimed at a holder are carried
 //! out by the worker itself at its next step: a pause is a `std::thread::sleep` that stops
 //! the whole runtime (the worker, its keeper, its driver), a kill forgets the guard
@@ -75,7 +86,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mongolock::{LockClient, LockGuard};
-use mongolock_testkit::FaultProxy;
+use mongolock_testkit::{Clock, FaultProxy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -84,9 +95,11 @@ use crate::history::{HolderLog, Mode, PauseLog, Recorder, WriteLog};
 
 mod group;
 mod hold;
+mod line;
 pub mod periodic;
 mod recipes;
 mod resume;
+mod step;
 
 use group::attach_acquiring_pauses;
 
@@ -140,6 +153,50 @@ pub struct Workload {
     /// The chance that a worker becomes a host of the periodic jobs for a few periods rather
     /// than go for one of [`Workload::targets`], while faults are injected.
     pub periodic_share: f64,
+    /// Waiters whose own entry is still in force, if any (the `line` submodule).
+    pub own_entry: Option<OwnEntryLine>,
+    /// The chance that a worker plays one round of [`Workload::own_entry`] rather than go
+    /// for one of [`Workload::targets`], while faults are injected.
+    pub own_entry_share: f64,
+    /// Steps of the server's clock while a grant's reply is on its way, if any (the `step`
+    /// submodule; the injector sends a client for one: [`ExtraFault::ClockStepInFlight`]).
+    pub clock_steps: Option<ClockSteps>,
+}
+
+/// A step of the server's clock while the reply to a grant is held back on its way, with
+/// another reply of the same client read first (the `step` submodule); its resource is among
+/// [`Workload::resources`] but no other target's.
+#[derive(Debug, Clone)]
+pub struct ClockSteps {
+    /// The resource (a mutex).
+    pub resource: String,
+    /// The TTL of the leases taken there.
+    pub ttl: Duration,
+    /// The clock uncertainty of the client that takes them
+    /// (`LockClient::with_clock_uncertainty`): a reply's `operationTime` shows a step only to
+    /// the whole second, so up to a second of it goes unnoticed.
+    pub uncertainty: Duration,
+    /// A step forward, in milliseconds (inclusive range).
+    pub forward_ms: (u64, u64),
+    /// A step back, in milliseconds (inclusive range).
+    pub back_ms: (u64, u64),
+}
+
+/// A lock id whose own entry is still in force waits again, with another client after it
+/// (the `line` submodule); its resource is among [`Workload::resources`] but no other
+/// target's.
+#[derive(Debug, Clone)]
+pub struct OwnEntryLine {
+    /// The resource (a mutex).
+    pub resource: String,
+    /// The minimum hold of the first lease, in the hold way.
+    pub min_hold: Duration,
+    /// The lock-delay of the first lease, in the delay way.
+    pub lock_delay: Duration,
+    /// The TTL of the first lease in the delay way (nothing renews it).
+    pub short_ttl: Duration,
+    /// How long after the lock id asks again the other client asks.
+    pub contender_after: Duration,
 }
 
 /// Periodic jobs run at most once per period across hosts whose timers differ, each under a
@@ -193,6 +250,12 @@ pub enum Target {
     Election(String),
     /// The periodic jobs, as one host, for a few periods ([`Workload::periodic`]).
     Periodic,
+    /// One round of a lock id asking again while its own entry is in force
+    /// ([`Workload::own_entry`]).
+    OwnEntry,
+    /// A step of the server's clock (forward if true, else back) while the reply to this
+    /// client's grant is held back ([`Workload::clock_steps`]).
+    ClockStep(bool),
 }
 
 impl Target {
@@ -202,7 +265,7 @@ impl Target {
             Target::Resource(resource, _) | Target::Election(resource) => vec![resource.clone()],
             Target::Group(pool) | Target::Multi(pool) => pool.clone(),
             Target::Pair(pair) => pair.iter().map(|(resource, _)| resource.clone()).collect(),
-            Target::Periodic => Vec::new(),
+            Target::Periodic | Target::OwnEntry | Target::ClockStep(_) => Vec::new(),
         }
     }
 }
@@ -215,7 +278,12 @@ impl Workload {
     /// lock-delay of 700 ms and `r0` under a lock id fixed per client, which is resumed after
     /// a kill and, beside some pauses, by a twin. One pick in twenty makes a host of the
     /// periodic jobs (a period of 1 s, a minimum hold of 800 ms, timers late by 0–300 ms) on
-    /// `job0` (a mutex), `jobm0` and `jobm1` (a multi-lock) and `jobl0` (low level).
+    /// `job0` (a mutex), `jobm0` and `jobm1` (a multi-lock) and `jobl0` (low level). One
+    /// pick in twenty-five is a round of a lock id asking again on `q0` while its own entry
+    /// is in force (a minimum hold of 600 ms, or a lock-delay of 600 ms after a 300 ms
+    /// lease), with the slot's second client asking 150 ms later. The server's clock steps
+    /// forward by 2–3 s, or back by 0.5–1 s, while a grant's reply on `c0` (TTL 6 s, a clock
+    /// uncertainty of 1 s) is held back.
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -242,6 +310,8 @@ impl Workload {
                 ("jobm0".into(), Mode::Multi),
                 ("jobm1".into(), Mode::Multi),
                 ("jobl0".into(), Mode::Exclusive),
+                ("q0".into(), Mode::Exclusive),
+                ("c0".into(), Mode::Exclusive),
             ],
             steps: (2, 5),
             step_ms: (40, 200),
@@ -264,6 +334,21 @@ impl Workload {
                 purge_every_ms: (1_500, 3_000),
             }),
             periodic_share: 0.05,
+            own_entry: Some(OwnEntryLine {
+                resource: "q0".into(),
+                min_hold: Duration::from_millis(600),
+                lock_delay: Duration::from_millis(600),
+                short_ttl: Duration::from_millis(300),
+                contender_after: Duration::from_millis(150),
+            }),
+            own_entry_share: 0.04,
+            clock_steps: Some(ClockSteps {
+                resource: "c0".into(),
+                ttl: Duration::from_secs(6),
+                uncertainty: Duration::from_secs(1),
+                forward_ms: (2_000, 3_000),
+                back_ms: (500, 1_000),
+            }),
         }
     }
 
@@ -271,6 +356,19 @@ impl Workload {
     /// target takes it.
     pub fn is_periodic(&self, resource: &str) -> bool {
         (self.periodic.as_ref()).is_some_and(|p| p.resources().iter().any(|r| r == resource))
+    }
+
+    /// True if `resource` is the one of [`Workload::own_entry`]: no other target takes it.
+    pub fn is_own_entry(&self, resource: &str) -> bool {
+        (self.own_entry.as_ref()).is_some_and(|o| o.resource == resource)
+    }
+
+    /// True if `resource` belongs to a scenario of its own (the periodic jobs, a lock id
+    /// asking again while its own entry is in force) rather than to the targets.
+    fn is_set_apart(&self, resource: &str) -> bool {
+        self.is_periodic(resource)
+            || self.is_own_entry(resource)
+            || (self.clock_steps.as_ref()).is_some_and(|c| c.resource == resource)
     }
 
     /// The lock-delay of `resource`'s holders, if it has one ([`Workload::lock_delays`]).
@@ -307,7 +405,7 @@ impl Workload {
         let mut targets: Vec<Target> = self
             .resources
             .iter()
-            .filter(|(r, mode)| is_handle(*mode) && !self.is_periodic(r))
+            .filter(|(r, mode)| is_handle(*mode) && !self.is_set_apart(r))
             .map(|(r, mode)| Target::Resource(r.clone(), *mode))
             .collect();
         let pool = self.group_pool();
@@ -328,7 +426,7 @@ impl Workload {
         let singles: Vec<(String, Mode)> = self
             .resources
             .iter()
-            .filter(|(r, mode)| is_handle(*mode) && !self.is_periodic(r))
+            .filter(|(r, mode)| is_handle(*mode) && !self.is_set_apart(r))
             .cloned()
             .collect();
         (singles.len() >= 2).then_some(Target::Pair(singles))
@@ -343,7 +441,7 @@ impl Workload {
     pub fn pool(&self, mode: Mode) -> Vec<String> {
         self.resources
             .iter()
-            .filter(|(r, m)| *m == mode && !self.is_periodic(r))
+            .filter(|(r, m)| *m == mode && !self.is_set_apart(r))
             .map(|(r, _)| r.clone())
             .collect()
     }
@@ -358,7 +456,9 @@ impl Workload {
                 Target::Resource(r, _) => Some(vec![r]),
                 Target::Group(pool) | Target::Multi(pool) => Some(pool),
                 Target::Election(r) => Some(vec![r]),
-                Target::Pair(_) | Target::Periodic => None,
+                Target::Pair(_) | Target::Periodic | Target::OwnEntry | Target::ClockStep(_) => {
+                    None
+                }
             })
             .collect()
     }
@@ -504,6 +604,9 @@ pub struct ClientCtl {
     /// Carry out [`ExtraFault::LateUnlock`] in the next group taken, and then send this
     /// contender (if any) for its first member.
     pub late_unlock: std::sync::Mutex<Option<Option<Arc<ClientCtl>>>>,
+    /// Drop the guard of the resumable lease on a runtime that ends
+    /// ([`FaultKind::DropOnEndingRuntime`]) at a step of the next holding of it.
+    pub drop_on_ending_runtime: AtomicBool,
 }
 
 /// How to drop an acquire future mid-flight.
@@ -630,15 +733,21 @@ pub struct Fleet {
     seed: u64,
     /// When the periods of the periodic jobs begin.
     epoch: Instant,
+    /// The server's clock.
+    clock: Clock,
+    /// Set while a client carries out a clock step ([`Target::ClockStep`]): one at a time.
+    pub stepping: Arc<AtomicBool>,
 }
 
 impl Fleet {
-    /// Starts one proxy per client in front of `server` and a worker thread per client.
+    /// Starts one proxy per client in front of `server` (whose clock is `clock`) and a worker
+    /// thread per client.
     ///
     /// # Errors
     /// A proxy could not bind.
     pub async fn start(
         server: std::net::SocketAddr,
+        clock: Clock,
         workload: &Workload,
         recorder: &Recorder,
         seed: u64,
@@ -662,6 +771,8 @@ impl Fleet {
             recorder: recorder.clone(),
             seed,
             epoch: Instant::now(),
+            clock,
+            stepping: Arc::default(),
         };
         for index in 0..fleet.slots.len() {
             fleet.spawn(index);
@@ -705,6 +816,10 @@ impl Fleet {
             calls: 0,
             epoch: self.epoch,
             periodic_first: index < 2 && slot.incarnation == 1,
+            own_entry_first: index == 2 && slot.incarnation == 1,
+            contender: None,
+            clock: self.clock.clone(),
+            stepping: self.stepping.clone(),
         };
         let ctl = slot.ctl.clone();
         let recorder = self.recorder.clone();
@@ -820,7 +935,13 @@ impl Fleet {
             lock(&slot.ctl.drop_acquire).take();
             lock(&slot.ctl.hold_until).take();
             lock(&slot.ctl.hold_next).take();
-            lock(&slot.ctl.next_target).take();
+            if let Some(Target::ClockStep(_)) = lock(&slot.ctl.next_target).take() {
+                let kind = ExtraFault::ClockStepInFlight;
+                self.recorder.extra(kind, slot.index, "not carried out");
+            }
+            slot.ctl
+                .drop_on_ending_runtime
+                .store(false, Ordering::SeqCst);
             if slot.ctl.drop_after_grant.swap(false, Ordering::SeqCst) {
                 let kind = ExtraFault::DropAfterGrant;
                 self.recorder.extra(kind, slot.index, "not carried out");
@@ -946,6 +1067,16 @@ struct Worker {
     /// Its first pick is the periodic jobs (the first incarnations of clients 0 and 1: every
     /// run has hosts whose timers meet).
     periodic_first: bool,
+    /// Its first pick is a round of [`Workload::own_entry`] (the first incarnation of client
+    /// 2: every run has one).
+    own_entry_first: bool,
+    /// The slot's second client, for the scenarios that need another client of the slot
+    /// (the `line` submodule), made at its first use.
+    contender: Option<LockClient>,
+    /// The server's clock, which the `step` submodule steps.
+    clock: Clock,
+    /// Set while a client of the fleet carries out a clock step (one at a time).
+    stepping: Arc<AtomicBool>,
 }
 
 /// How one holding ended.
@@ -974,6 +1105,11 @@ impl Worker {
             } else if self.recorder.is_healed() {
                 after_healing += 1;
                 targets[(self.index + after_healing - 1) % targets.len()].clone()
+            } else if self.workload.own_entry.is_some()
+                && (std::mem::take(&mut self.own_entry_first)
+                    || self.rng.random_bool(self.workload.own_entry_share))
+            {
+                Target::OwnEntry
             } else if self.workload.periodic.is_some()
                 && (std::mem::take(&mut self.periodic_first)
                     || self.rng.random_bool(self.workload.periodic_share))
@@ -1009,6 +1145,8 @@ impl Worker {
                 Target::Multi(pool) => self.multi(locks, &pool).await,
                 Target::Election(resource) => self.lead(locks, resource).await,
                 Target::Periodic => self.periodic(locks).await,
+                Target::OwnEntry => self.own_entry_line(locks).await,
+                Target::ClockStep(forward) => self.clock_step(locks, forward).await,
             };
             if let Held::Killed = held {
                 return Exit::Killed;

@@ -21,13 +21,13 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     );
     assert_eq!(
         report.controls.len(),
-        22,
-        "twenty-two negative controls ran"
+        25,
+        "twenty-five negative controls ran"
     );
     assert_eq!(
         report.controls_caught(),
-        22,
-        "controls caught: {}/22",
+        25,
+        "controls caught: {}/25",
         report.controls_caught()
     );
     assert!(report.passed());
@@ -48,6 +48,10 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     assert!(
         run.outcome.final_reads_checked > 0,
         "the election was read fresh at the end"
+    );
+    assert!(
+        run.oracle.own_entry_places.1 > 0,
+        "a lock id whose own entry was in force stood in line and was served"
     );
     for role in mongolock_harness::history::Role::ALL {
         let grants = run.outcome.by_role.get(&role).map_or(0, |c| c.grants);

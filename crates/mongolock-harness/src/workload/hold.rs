@@ -567,7 +567,10 @@ impl Worker {
                     }
                     break;
                 }
-                if let Some(nemesis) = self.take_let_go() {
+                if let Some(nemesis) = self
+                    .take_let_go()
+                    .or_else(|| self.ending_runtime_due(leases))
+                {
                     // A guard dropped on a runtime that ends is the resumable one, if held:
                     // its lock id is asked for again next (see `Worker::let_go`).
                     let resumable = (leases.iter())
@@ -605,6 +608,21 @@ impl Worker {
     /// The nemesis asked for the next let-go, if any (taken: it is carried out once).
     fn take_let_go(&self) -> Option<FaultKind> {
         lock(&self.ctl.let_go).take()
+    }
+
+    /// [`FaultKind::DropOnEndingRuntime`] if it was asked for the resumable lease
+    /// ([`ClientCtl::drop_on_ending_runtime`], taken) and `leases` holds that lease through a
+    /// guard of its own.
+    fn ending_runtime_due(&self, leases: &[Lease]) -> Option<FaultKind> {
+        let held = leases
+            .iter()
+            .any(|l| self.workload.is_resumable(&l.log.resource) && !l.twinned);
+        (held
+            && self
+                .ctl
+                .drop_on_ending_runtime
+                .swap(false, Ordering::SeqCst))
+        .then_some(FaultKind::DropOnEndingRuntime)
     }
 
     /// Which of `leases` to release and ask for again ([`ExtraFault::ReleaseFailsThenResume`]),

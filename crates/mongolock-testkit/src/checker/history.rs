@@ -986,6 +986,44 @@ mod tests {
     }
 
     #[test]
+    fn the_server_clock_is_read_across_a_step_back() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut history = History::new(t0);
+        // Read just before and just after a step back of 800 ms at 300 ms.
+        history.server_clock = vec![(at(0), 1_000_000), (at(299), 1_000_299), (at(300), 999_500)];
+        assert_eq!(
+            history.server_ms(at(200)),
+            Some(1_000_200),
+            "before the step"
+        );
+        assert_eq!(history.server_ms(at(299)), Some(1_000_299));
+        assert_eq!(history.server_ms(at(300)), Some(999_500), "after it, back");
+        assert_eq!(history.server_ms(at(1_300)), Some(1_000_500));
+    }
+
+    #[test]
+    fn a_clock_step_excuses_every_holder_but_the_one_it_judges() {
+        let forward = OpKind::ClockStep {
+            by_ms: 2_000,
+            judged: Some(7),
+        };
+        assert!(forward.ends_leases_of("r", 8), "another holder is excused");
+        assert!(
+            !forward.ends_leases_of("r", 7),
+            "the holder shown the step is not"
+        );
+        let back = OpKind::ClockStep {
+            by_ms: -800,
+            judged: None,
+        };
+        assert!(!back.ends_leases_of("r", 8), "a step back ends no lease");
+        assert!(OpKind::ClockJump(Duration::from_secs(3)).ends_leases_of("r", 7));
+        assert!(OpKind::ForceRelease("r".into()).ends_leases_of("r", 7));
+        assert!(!OpKind::ForceRelease("s".into()).ends_leases_of("r", 7));
+    }
+
+    #[test]
     fn names_say_what_happened() {
         assert_eq!(
             ReleaseResult::Lost(LossKind::Revoked).name(),

@@ -1,0 +1,153 @@
+//! The control of a server clock step shown while a grant's reply is on its way (issue 39,
+//! item 2): a holder that ignores the step another reply showed believes the TTL from its
+//! send, by its own clock, while the server ends the lease the step earlier.
+
+use std::time::{Duration, Instant};
+
+use mongolock_testkit::TestServer;
+
+use super::{ControlResult, RESOURCE, finish, hold_honestly, locks, read_clock};
+use crate::check::Check;
+use crate::history::{GuardLog, HolderLog, LetGo, LossKind, Mode, OpKind, Recorder, watch_until};
+use crate::relay::ReplyHold;
+use crate::workload::{COLLECTION, DB};
+
+/// The lease of the holder whose grant's reply is held: long enough that, after the step
+/// (counted to the whole second), the margin and the uncertainty, some of it is left.
+const TTL: Duration = Duration::from_secs(6);
+/// Its client's clock uncertainty (a reply shows a step to the whole second only).
+const UNCERTAINTY: Duration = Duration::from_secs(1);
+/// The step forward.
+const STEP: Duration = Duration::from_secs(3);
+
+/// A's grant runs, the server's clock steps 3 s forward, another write of A's client
+/// returns and shows the step, then the grant's reply is read; A's renewals are dropped and
+/// B asks for the lock every 20 ms. The old behaviour, planted: A believes until its send plus the TTL less the
+/// margin and its uncertainty, by its own clock, as if the step had not been shown; the
+/// server ended the lease 3 s earlier and B is granted while A believes.
+pub(super) async fn step_ignored() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    step_in_flight(true).await
+}
+
+/// The scenario of [`step_ignored`]; `planted`: with the old behaviour put back, else with
+/// the library as it is (A watches its guard until it says the lease is lost).
+async fn step_in_flight(planted: bool) -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let server = TestServer::start().await?;
+    let recorder = Recorder::new();
+    read_clock(&server, &recorder);
+    let relay = ReplyHold::start(server.addr()).await?;
+    let direct = mongodb::options::ClientOptions::builder()
+        .direct_connection(true)
+        .build();
+    let client = mongodb::Client::with_options(relay.client_options(direct))?;
+    let a_locks = mongolock::LockClient::new(client.database(DB).collection(COLLECTION))
+        .with_clock_uncertainty(UNCERTAINTY);
+    let b_locks = locks(server.new_client());
+    b_locks.create_indexes().await?;
+    // A learns the server's clock from a grant.
+    let first = a_locks.mutex(RESOURCE).ttl(TTL).acquire().await;
+    let first = first.map_err(|e| format!("A's first grant: {e}"))?;
+    let released = first.release().await;
+    released.map_err(|e| format!("A's first release: {e}"))?;
+
+    relay.arm();
+    let invoked = Instant::now();
+    let attempt = tokio::spawn({
+        let a_locks = a_locks.clone();
+        async move {
+            (a_locks.mutex(RESOURCE).ttl(TTL))
+                .acquire_timeout(Duration::from_secs(8))
+                .await
+        }
+    });
+    relay
+        .held(Duration::from_secs(5))
+        .await
+        .ok_or("the grant's reply was not held")?;
+    let stepped_at = Instant::now();
+    server.clock().advance(STEP);
+    read_clock(&server, &recorder);
+    let witness = a_locks.force_release("witness").await;
+    witness.map_err(|e| format!("the witness: {e}"))?;
+    if !relay.holding() {
+        return Err("the grant's reply went on before the step was shown".into());
+    }
+    // A's renewals are dropped as soon as the reply is on its way: nothing renews the lease.
+    relay.release_then_blackhole();
+    let a = attempt.await??.ok_or("A was not granted the lock")?;
+    let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
+    a_log.fake = planted;
+    recorder.op(
+        OpKind::ClockStep {
+            by_ms: STEP.as_millis() as i64,
+            judged: Some(a_log.id),
+        },
+        stepped_at,
+        stepped_at,
+    );
+
+    let b_task = tokio::spawn({
+        let (b_locks, recorder) = (b_locks.clone(), recorder.clone());
+        async move {
+            // B asks every 20 ms, so that it is granted as soon as the server frees the lock.
+            let invoked = Instant::now();
+            let mut b = Ok(None);
+            while matches!(b, Ok(None)) && invoked.elapsed() < Duration::from_secs(8) {
+                b = b_locks.mutex(RESOURCE).ttl(TTL).try_acquire().await;
+                if matches!(b, Ok(None)) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            match b {
+                Ok(Some(b)) => {
+                    Some(hold_honestly(&recorder, 1, b, invoked, Duration::from_millis(300)).await)
+                }
+                _ => None,
+            }
+        }
+    });
+    if planted {
+        // The bug: the step shown is forgotten for this grant.
+        let believed = a_log.attempt_sent_at + TTL - TTL / 10 - UNCERTAINTY;
+        a_log.max_deadline = Some(believed);
+        a_log.believed_until = Some(believed);
+        tokio::time::sleep_until(believed.into()).await;
+        // Told of the loss only at that deadline, by its own clock.
+        a_log.notice(believed, LossKind::Deadline);
+    } else {
+        watch_until(&mut a_log, &a, Instant::now() + TTL).await;
+        a_log.check_lost(&a);
+        a_log.lets_go(LetGo::Released);
+    }
+    recorder.holder(a_log);
+    std::mem::forget(a);
+    if let Some(b_log) = b_task.await? {
+        recorder.holder(b_log);
+    }
+    b_locks.shutdown().await;
+    drop(relay);
+    server.shutdown().await;
+    Ok(finish(
+        "step shown, ignored",
+        Check::LossBeforeNextGrant,
+        &recorder,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_holder_that_ignores_a_step_shown_in_flight_is_caught_by_3() {
+        let result = step_ignored().await.expect("the control runs");
+        assert!(result.caught(), "not caught: {:?}", result.found());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_library_counts_the_step_and_passes() {
+        let result = step_in_flight(false).await.expect("the scenario runs");
+        assert!(!result.caught(), "caught: {:?}", result.found());
+        assert_eq!(result.found(), vec![], "nothing at all");
+    }
+}

@@ -1,0 +1,238 @@
+//! A step of the server's clock while the reply to a grant is on its way
+//! ([`ClockSteps`], [`ExtraFault::ClockStepInFlight`]).
+//!
+//! The worker sent for it connects a second client of its slot through a [`ReplyHold`] in
+//! front of the slot's proxy, with a clock uncertainty of a second (a reply's `operationTime`
+//! tells a step only to the whole second). That client takes the resource once and releases
+//! it (so that it knows the server's clock from a grant's `$$NOW`), then asks again while the
+//! relay holds back the reply to its attempt. Once the attempt has run, the emulator's clock
+//! steps (forward or back); another write of the same client (a `force_release` of a
+//! resource nobody holds) returns and shows the step; only then does the grant's reply go
+//! on. The step is recorded as [`OpKind::ClockStep`], naming the holder it judges, with a
+//! reading of the server's clock right after it.
+//!
+//! - **Forward**: the server counts the lease from its clock before the step, so it ends
+//!   that much earlier; the holder must count the step. Its client's renewals are dropped
+//!   from the moment the reply goes on (none lands), and the worker's own client asks for
+//!   the resource every 20 ms: (3) judges that the
+//!   holder knew it had lost the lease before that client was granted it, and (1) that they
+//!   never both believed.
+//! - **Back**: the server ends the lease later by its reckoning; the holder holds half its
+//!   TTL and must not be told it lost the lease for it.
+//!
+//! How each went is recorded ([`crate::history::Recorder::extra`]), so that a step whose
+//! reply was not held past it (or that never ran) is told apart: a fault that did not happen
+//! proves nothing.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mongolock::LockClient;
+use rand::Rng;
+
+use super::line::Asked;
+use super::{COLLECTION, ClockSteps, DB, Held, Worker, owner_label};
+use crate::history::{
+    AcquireCall, ExtraFault, FaultKind, FromLibrary, GuardLog, HolderLog, LetGo, Mode, OpKind,
+    ReleaseResult, watch_until,
+};
+use crate::relay::ReplyHold;
+
+/// How long the relay waits for the attempt's reply before the step is given up.
+const HOLD_WITHIN: Duration = Duration::from_secs(3);
+
+impl Worker {
+    /// Carries out a clock step (forward if `forward`) while a grant's reply is held back
+    /// (see the module's documentation), unless another client is carrying one out.
+    pub(super) async fn clock_step(&mut self, locks: &LockClient, forward: bool) -> Held {
+        let Some(steps) = self.workload.clock_steps.clone() else {
+            return Held::Done;
+        };
+        let kind = ExtraFault::ClockStepInFlight;
+        if self.stepping.swap(true, Ordering::SeqCst) {
+            self.recorder
+                .extra(kind, self.index, "not carried out: another step under way");
+            return Held::Done;
+        }
+        let ended = match ReplyHold::start(self.proxy.addr()).await {
+            Ok(relay) => self.step_in_flight(locks, &steps, &relay, forward).await,
+            Err(_) => "not carried out: the relay did not start".to_owned(),
+        };
+        self.stepping.store(false, Ordering::SeqCst);
+        self.recorder.extra(kind, self.index, ended);
+        Held::Done
+    }
+
+    /// The step itself, through `relay`; how it went, in a few words.
+    async fn step_in_flight(
+        &mut self,
+        locks: &LockClient,
+        steps: &ClockSteps,
+        relay: &ReplyHold,
+        forward: bool,
+    ) -> String {
+        let way = if forward { "forward" } else { "back" };
+        let options = relay.client_options(self.options.clone());
+        let Ok(client) = mongodb::Client::with_options(options) else {
+            return format!("{way}: not carried out: no client");
+        };
+        let stepped = LockClient::new(client.database(DB).collection(COLLECTION))
+            .with_clock_uncertainty(steps.uncertainty);
+        let owner = owner_label(self.index, self.incarnation);
+        self.calls += 1;
+        let lock_id = format!("{owner}.step-{}", self.calls);
+        let wait = steps.ttl + self.workload.acquire_timeout;
+        let asked = Asked {
+            recorder: self.recorder.clone(),
+            client: self.index,
+            resource: steps.resource.clone(),
+            timeout: wait,
+            hold: None,
+        };
+        let mutex = |locks: &LockClient, lock_id: &str| {
+            (locks.mutex(&steps.resource).ttl(steps.ttl))
+                .owner(owner.clone())
+                .lock_id(lock_id.to_owned())
+        };
+        // A grant first: the client learns the server's clock from its `$$NOW`.
+        let first = format!("{lock_id}-first");
+        if asked.wait(mutex(&stepped, &first), &first).await.is_none() {
+            stepped.shutdown().await;
+            return format!("{way}: not carried out: the first grant failed");
+        }
+        relay.arm();
+        let invoked = Instant::now();
+        let again = mutex(&stepped, &lock_id);
+        let mut attempt = Box::pin(again.acquire_timeout(wait));
+        let held = tokio::select! {
+            biased;
+            _ = &mut attempt => None,
+            held = relay.held(HOLD_WITHIN) => held,
+        };
+        let Some(held_at) = held else {
+            relay.release();
+            let _ = attempt.await;
+            stepped.shutdown().await;
+            return format!("{way}: not carried out: no reply held");
+        };
+        let by_ms = if forward {
+            self.rng
+                .random_range(steps.forward_ms.0..=steps.forward_ms.1) as i64
+        } else {
+            -(self.rng.random_range(steps.back_ms.0..=steps.back_ms.1) as i64)
+        };
+        // Readings of the server's clock just before and just after the step: every instant
+        // maps to the server's time through the last reading before it (`History::server_ms`),
+        // across a step back too.
+        let now = Instant::now();
+        self.recorder
+            .server_clock(now, self.clock.now().timestamp_millis());
+        let stepped_at = Instant::now();
+        let by = Duration::from_millis(by_ms.unsigned_abs());
+        if forward {
+            self.clock.advance(by);
+        } else {
+            self.clock.step_back(by);
+        }
+        let now = Instant::now();
+        self.recorder
+            .server_clock(now, self.clock.now().timestamp_millis());
+        // Another reply of the same client, read before the grant's.
+        let witness = format!("{}-witness", steps.resource);
+        let shown = stepped.force_release(&witness).await.is_ok() && relay.holding();
+        if forward {
+            // Its renewals dropped as soon as the reply is on its way: none lands.
+            relay.release_then_blackhole();
+        } else {
+            relay.release();
+        }
+        let got = attempt.await;
+        let released_at = Instant::now();
+        let kind = ExtraFault::ClockStepInFlight.recorded_as();
+        self.recorder
+            .fault(kind, Some(self.index), held_at, released_at);
+        self.recorder.acquire_call(AcquireCall {
+            client: self.index,
+            resource: steps.resource.clone(),
+            lock_id: lock_id.clone(),
+            invoked_at: invoked,
+            ended_at: released_at,
+            granted: matches!(got, Ok(Some(_))),
+            timeout: Some(wait),
+        });
+        let shown = if shown {
+            "held past the step, another reply read first"
+        } else {
+            "held past the step, no other reply read first"
+        };
+        let cut_at = released_at;
+        let Ok(Some(guard)) = got else {
+            relay.blackhole(false);
+            self.recorder.op(
+                OpKind::ClockStep {
+                    by_ms,
+                    judged: None,
+                },
+                stepped_at,
+                stepped_at,
+            );
+            stepped.shutdown().await;
+            return format!("{way}: {shown}, not granted");
+        };
+        let mut log = HolderLog::new(
+            self.recorder.next_id(),
+            self.index,
+            Mode::Exclusive,
+            invoked,
+            &guard,
+        );
+        self.recorder.op(
+            OpKind::ClockStep {
+                by_ms,
+                judged: Some(log.id),
+            },
+            stepped_at,
+            stepped_at,
+        );
+        if !log.check_lost(&guard) {
+            self.write(&mut log);
+        }
+        let outcome = if forward {
+            // No renewal since the reply went on; the worker's own client asks for the lease.
+            let until = cut_at + steps.ttl + Duration::from_secs(1);
+            let other = format!("{lock_id}-other");
+            // It polls, so that it is granted as soon as the server frees the lock, whatever
+            // it knows of the server's clock.
+            let (lost, granted) = tokio::join!(
+                watch_until(&mut log, &guard, until),
+                asked.poll(mutex(locks, &other), &other)
+            );
+            relay.blackhole(false);
+            self.recorder.fault(
+                FaultKind::Partition,
+                Some(self.index),
+                cut_at,
+                Instant::now(),
+            );
+            match (lost, granted) {
+                (Some(lost), Some(granted)) if lost <= granted => {
+                    "lost before the other client's grant"
+                }
+                (Some(_), Some(_)) => "lost after the other client's grant",
+                (Some(_), None) => "lost, the other client not granted",
+                (None, _) => "not lost",
+            }
+        } else {
+            let until = Instant::now() + steps.ttl / 2;
+            match watch_until(&mut log, &guard, until).await {
+                Some(_) => "lease reported lost",
+                None => "lease kept",
+            }
+        };
+        log.lets_go(LetGo::Released);
+        log.release = Some(ReleaseResult::of(&guard.release().await));
+        self.recorder.holder(log);
+        stepped.shutdown().await;
+        format!("{way}: {shown}, {outcome}")
+    }
+}
