@@ -459,33 +459,36 @@ impl Injector {
                 fleet.let_go(holder, kind);
             }
             FaultKind::DropOnEndingRuntime => {
-                // A holder of a resumable lease: its lock id is fixed, so that the client asks
-                // again under it at once (see the workload's `hold` submodule).
-                let holders: Vec<usize> = (0..fleet.slots.len())
+                // The resumable lease, whose lock id is fixed per slot, so that the client
+                // asks again under it at once (see the workload's `hold` submodule): dropped
+                // at a step of its holder, or, if none holds it now, of a live client sent for
+                // it.
+                let live: Vec<usize> = (0..fleet.slots.len())
                     .filter(|&i| fleet.slots[i].killed_at.is_none())
+                    .collect();
+                let holders: Vec<usize> = (live.iter().copied())
                     .filter(|&i| !fleet.slots[i].ctl.recipe.load(Ordering::SeqCst))
                     .filter(|&i| {
                         let held = fleet.slots[i].ctl.held();
                         held.iter().any(|r| self.workload.is_resumable(r))
                     })
                     .collect();
-                if let Some(&holder) = holders.choose(&mut self.rng) {
-                    fleet.let_go(holder, kind);
-                    return true;
-                }
-                // None holds it now: a live client is sent for it, to drop it at a step.
-                let live: Vec<usize> = (0..fleet.slots.len())
-                    .filter(|&i| fleet.slots[i].killed_at.is_none())
-                    .collect();
-                let Some(&i) = live.choose(&mut self.rng) else {
+                let Some(resource) = self.workload.resumable.first().cloned() else {
                     return false;
                 };
-                let Some(resource) = self.workload.resumable.first().cloned() else {
+                let (pool, send) = if holders.is_empty() {
+                    (&live, true)
+                } else {
+                    (&holders, false)
+                };
+                let Some(&i) = pool.choose(&mut self.rng) else {
                     return false;
                 };
                 let ctl = &fleet.slots[i].ctl;
                 ctl.drop_on_ending_runtime.store(true, Ordering::SeqCst);
-                ctl.go_for_next(Target::Resource(resource, Mode::Exclusive));
+                if send {
+                    ctl.go_for_next(Target::Resource(resource, Mode::Exclusive));
+                }
             }
             FaultKind::ReleaseBlip => {
                 let Some(holder) = self.pair_holder(kind, fleet) else {

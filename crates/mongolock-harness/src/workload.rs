@@ -605,7 +605,8 @@ pub struct ClientCtl {
     /// contender (if any) for its first member.
     pub late_unlock: std::sync::Mutex<Option<Option<Arc<ClientCtl>>>>,
     /// Drop the guard of the resumable lease on a runtime that ends
-    /// ([`FaultKind::DropOnEndingRuntime`]) at a step of the next holding of it.
+    /// ([`FaultKind::DropOnEndingRuntime`]) at a step of its current or next holding, or
+    /// when that holding lets go of it.
     pub drop_on_ending_runtime: AtomicBool,
 }
 
@@ -651,9 +652,13 @@ impl ClientCtl {
         *lock(&self.hold_until) = Some(until);
     }
 
-    /// Asks the worker to go for `target` next (a contender for what a fault may free).
+    /// Asks the worker to go for `target` next (a contender for what a fault may free); a
+    /// clock step it was sent for ([`Target::ClockStep`]) is not replaced.
     pub fn go_for_next(&self, target: Target) {
-        *lock(&self.next_target) = Some(target);
+        let mut next = lock(&self.next_target);
+        if !matches!(*next, Some(Target::ClockStep(_))) {
+            *next = Some(target);
+        }
     }
 
     /// Asks the holder of a lease of `resource` (a resumable one) to release it at its next

@@ -459,10 +459,10 @@ impl Worker {
         self.publish(&leases);
         let held = self.work(locks, &mut leases).await;
         while !leases.is_empty() {
-            let lease = leases.remove(0);
             // A nemesis asked for just now comes with this let-go; none is asked for a lease
             // it is letting go of.
-            let nemesis = self.take_let_go();
+            let nemesis = (self.take_let_go()).or_else(|| self.ending_runtime_due(&leases[..1]));
+            let lease = leases.remove(0);
             self.publish(&leases);
             watching(self.let_go(lease, nemesis), &mut leases, None).await;
         }
