@@ -180,10 +180,12 @@ impl LockClient {
     /// background, tracked so that [`shutdown`](LockClient::shutdown) waits for it. At most
     /// [`CHORES_AT_ONCE`](crate::lease::CHORES_AT_ONCE) chores are on their way at once, the keeper's retries included; the
     /// others wait for their turn. If it fails, or no tokio runtime runs here, the keeper
-    /// retries it. So does it if its task is dropped before it is done (the runtime it was
-    /// spawned in ended first): the chore is owed until then, and a debt whose task is gone
-    /// is queued for the keeper, where the next attempt of its lock id on its resource finds
-    /// it and carries it out ([`Keeper::settle`]) instead of waiting for it for ever.
+    /// retries it. The chore is owed until it is done, and waits in the keeper's queue until
+    /// its task claims it: a task never polled (its runtime ended, or lives on undriven, as a
+    /// current-thread runtime between two `block_on`s) leaves it there, where the next attempt
+    /// of its lock id on its resource finds it and carries it out ([`Keeper::settle`]) instead
+    /// of waiting for it for ever, and the keeper's chores task does after a command time
+    /// limit. A task dropped midway queues it again ([`Owed`]).
     pub(crate) fn finish_in_background(&self, chore: Chore) {
         let keeper = self.shared.keeper.clone();
         // Owed from now on: the next attempt of its lock id on its resource waits for it.
@@ -198,13 +200,18 @@ impl LockClient {
         };
         let ctx = self.ctx.clone();
         let turns = keeper.turns.clone();
-        let mut owed = Owed {
-            keeper,
-            chore: Some(chore),
-        };
+        let id = keeper.queue_for_task(chore, ctx.timeout);
         let task = async move {
             // The semaphore is never closed, so a turn always comes.
             let _turn = turns.acquire_owned().await;
+            // Sent already by an attempt of its lock id, or by the keeper, if gone.
+            let Some(chore) = keeper.claim(id) else {
+                return;
+            };
+            let mut owed = Owed {
+                keeper,
+                chore: Some(chore),
+            };
             let chore = owed.chore.as_ref().expect("owed until paid here");
             match chore.run(&ctx).await {
                 Ok(()) => {
@@ -239,8 +246,10 @@ impl LockClient {
     /// 0. ends every stream of [`Election::observe`](crate::Election::observe) started
     ///    before it, and closes their change streams (each yields `None` from then on,
     ///    whether or not anybody polls it), then
-    /// 1. waits for the releases and withdrawals that dropped guards and dropped acquires left
-    ///    to background tasks, so that no lock is left to its TTL, then
+    /// 1. sends the releases and withdrawals that dropped guards and dropped acquires left to
+    ///    background tasks not started yet, and waits for those on their way, so that no lock
+    ///    is left to its TTL (for one command time limit at most: a task whose runtime is no
+    ///    longer driven is not waited for), then
     /// 2. tries once more, now, each release and withdrawal that failed earlier (one that
     ///    fails again stays queued for retries, and its lock ends with its TTL at the
     ///    latest), then
@@ -299,7 +308,11 @@ impl LockClient {
         );
         observers.cancel();
         self.shared.tasks.close();
-        self.shared.tasks.wait().await;
+        // What background tasks have not taken yet goes now, here: a task whose runtime is
+        // no longer driven would never take it. Those on their way are waited for, no
+        // longer than a command may take.
+        self.shared.keeper.flush().await;
+        let _ = tokio::time::timeout(self.ctx.timeout, self.shared.tasks.wait()).await;
         self.shared.tasks.reopen();
         // Releases and withdrawals that failed in the background get one more try now.
         self.shared.keeper.flush().await;
@@ -630,7 +643,11 @@ impl LockClient {
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
     /// [`ErrorKind::Database`](crate::ErrorKind::Database) for the server's or the network's
     /// failures ([`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown) says whether a write may have
-    /// been applied). A refusal is an [`Attempt`], not an error.
+    /// been applied). A refusal is an [`Attempt`], not an error. Also a retryable `Timeout`,
+    /// with nothing sent, when a release of an earlier grant of the lock id that this client
+    /// owes (from a dropped guard or call) is still on its way in a task that has not
+    /// finished it within the command time limit: the attempt waits for it, since it could
+    /// otherwise land later and end what this attempt is granted.
     ///
     /// # Cancel safety
     ///
@@ -662,10 +679,14 @@ impl LockClient {
         let ctx = self.ready()?;
         request.validate()?;
         // A release or withdrawal this client still owes for the lock id on the resource
-        // goes first: landing later, it would remove what this attempt is granted.
-        (self.shared.keeper)
-            .settle(&request.resource, &request.lock_id)
-            .await?;
+        // goes first: landing later, it would remove what this attempt is granted. One that
+        // another task took and has not finished within the call's time limit (its task
+        // stopped being polled midway) is not waited for past it.
+        self.shared.keeper.resume_chores();
+        let settled = (self.shared.keeper).settle(&request.resource, &request.lock_id);
+        tokio::time::timeout(ctx.timeout, settled)
+            .await
+            .map_err(|_| Error::still_owed(ctx.timeout))??;
         // The unlocks of the lock id that may still land leave what this grants.
         let after_unlocks = self.shared.unlocks.of(&request.lock_id)?;
         command::acquire::run(ctx, request, &after_unlocks).await
@@ -1042,11 +1063,11 @@ impl LockClient {
     }
 }
 
-/// A chore a background task of [`LockClient::finish_in_background`] owes: dropped before the
-/// task paid it (the chore failed, or the task was dropped unrun or midway, its runtime
-/// ended), it is queued for the keeper's retries, still owed. Without it, a task dropped with
-/// its runtime would leave a debt nobody pays, and every later attempt of its lock id on its
-/// resource would wait for it for ever.
+/// A chore a background task of [`LockClient::finish_in_background`] claimed and owes:
+/// dropped before the task paid it (the chore failed, or the task was dropped midway, its
+/// runtime ended), it is queued for the keeper's retries, still owed. Without it, a task
+/// dropped with its runtime would leave a debt nobody pays, and every later attempt of its
+/// lock id on its resource would wait for it for ever.
 struct Owed {
     keeper: Arc<Keeper>,
     chore: Option<Chore>,

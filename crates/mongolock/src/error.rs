@@ -300,6 +300,20 @@ impl Error {
         error
     }
 
+    /// A chore this client owes for the lock id (the release or withdrawal of an earlier
+    /// grant) was still on its way after `limit`: the attempt was not sent (it could land
+    /// before that chore, which would then end what it was granted). Retryable, and
+    /// definite: nothing was written.
+    pub(crate) fn still_owed(limit: Duration) -> Self {
+        let mut error = Error::new(ErrorKind::Timeout { limit });
+        error.inner.retryable = true;
+        error.inner.source = Some(
+            "an earlier release of this lock id by this client is still on its way; the attempt was not sent"
+                .into(),
+        );
+        error
+    }
+
     /// A write concern error in a reply: the write was applied on the primary but not
     /// confirmed as durable, so its fate is unknown (it may yet be rolled back, or not).
     pub(crate) fn write_concern(code: i32, message: String) -> Self {

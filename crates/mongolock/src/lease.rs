@@ -371,6 +371,9 @@ type Debt = (String, String);
 /// A queued chore and when to try it.
 #[derive(Debug)]
 struct Queued {
+    /// Which chore it is: a background task handed it claims it by this
+    /// ([`Keeper::claim`]).
+    id: u64,
     chore: Chore,
     next_try: Instant,
     give_up_at: Instant,
@@ -428,6 +431,8 @@ struct Registry {
     /// with the runtime it ran in, and the next lease added starts another.
     renewer: Option<tokio::task::JoinHandle<()>>,
     chores: Vec<Queued>,
+    /// The id of the next chore queued.
+    next_chore: u64,
     /// How many chores are owed for each resource and lock id: queued, or on their way to
     /// the server (a chore sent in the background by `LockClient::finish_in_background`,
     /// or taken by the chores task, a flush or [`Keeper::settle`]).
@@ -513,9 +518,9 @@ impl Keeper {
         self.registry().leases.len()
     }
 
-    /// Starts the chores task if chores wait (queued where no runtime ran) and none runs.
-    /// Called whenever the client acts in a runtime, so that such a chore waits no longer
-    /// than the client's next acquire.
+    /// Starts the chores task if chores wait (queued where no runtime ran, or for a task
+    /// that may never run) and none runs. Called by every attempt, so that such a chore
+    /// waits no longer than the client's next acquire.
     pub(crate) fn resume_chores(self: &Arc<Self>) {
         let mut registry = self.registry();
         self.start_cleaning(&mut registry);
@@ -547,14 +552,49 @@ impl Keeper {
     /// one, by its next acquire ([`Keeper::resume_chores`]).
     pub(crate) fn retry_later(self: &Arc<Self>, chore: Chore) {
         tracing::debug!(resource = chore.resource(), "chore queued");
-        let now = self.clock.now();
-        let queued = Queued {
-            give_up_at: now + chore.lifetime(self.ctx.timeout),
-            chore,
-            next_try: now,
-            backoff: CHORE_BACKOFF.0,
-        };
+        let queued = self.queued_now(chore, Duration::ZERO);
         self.requeue(vec![queued]);
+    }
+
+    /// Queues `chore`, owed already, for a background task that is to send it: the task
+    /// takes it out of the queue when its turn comes ([`Keeper::claim`]). Until then the
+    /// chore waits in the queue like any other, so nothing depends on that task ever
+    /// running (it may sit unpolled in a runtime nobody drives): the next attempt of its lock
+    /// id on its resource sends it itself ([`Keeper::settle`]), and the chores task does
+    /// after `grace` if it runs. The chores task is not started for it here, in a runtime
+    /// that may never be driven again; the client's next acquire starts it where that runs
+    /// ([`Keeper::resume_chores`]). Returns the id to claim it by.
+    pub(crate) fn queue_for_task(&self, chore: Chore, grace: Duration) -> u64 {
+        let queued = self.queued_now(chore, grace);
+        let id = queued.id;
+        self.registry().chores.push(queued);
+        id
+    }
+
+    /// Takes the chore `id` out of the queue to send it, unless someone took it first.
+    pub(crate) fn claim(&self, id: u64) -> Option<Chore> {
+        let mut registry = self.registry();
+        let at = registry.chores.iter().position(|queued| queued.id == id)?;
+        Some(registry.chores.swap_remove(at).chore)
+    }
+
+    /// `chore` as queued now, to be tried `after` from now, with an id of its own.
+    fn queued_now(&self, chore: Chore, after: Duration) -> Queued {
+        let now = self.clock.now();
+        let id = {
+            let mut registry = self.registry();
+            registry.next_chore += 1;
+            registry.next_chore
+        };
+        let give_up_at = now + chore.lifetime(self.ctx.timeout);
+        Queued {
+            id,
+            // A grace past any instant (a call's time limit without bound) is the last try.
+            next_try: now.checked_add(after).unwrap_or(give_up_at).min(give_up_at),
+            give_up_at,
+            chore,
+            backoff: CHORE_BACKOFF.0,
+        }
     }
 
     /// Carries out, or waits for, every chore this client owes for `lock_id` on `resource`,

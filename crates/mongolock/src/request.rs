@@ -126,6 +126,18 @@ impl LockDetails {
     /// the overlap but promises nothing. After a lease that simply ran out, any delay adds to
     /// what the local deadline already guarantees (see the crate's promises).
     ///
+    /// **With the other features.** A purge and
+    /// [`purge_abandoned_groups`](crate::LockClient::purge_abandoned_groups) keep an entry
+    /// within its delay. A lease resumed by a restarted process (the same lock id) keeps the
+    /// delay it was granted with, whatever the new call asks; once the delay has begun there
+    /// is nothing to resume, and that lock id waits like anyone else, in line in the order it
+    /// came (for a shared lock, a waiter whose own share is in its delay asks again when the
+    /// delay ends, outside the line, as with [`min_hold`](Self::min_hold)). Each member of a [multi-lock](crate::MultiLock) carries the set's delay; the
+    /// members a round took and let go of because the round was refused are released, so no
+    /// delay keeps them. The delay is measured by the server's clock from the lease's end: a
+    /// step of that clock moves its end as it moves the end of every lease, and the client
+    /// learns of such a step as described in the crate's promises.
+    ///
     /// ```
     /// use std::time::Duration;
     /// let details = mongolock::LockDetails::default()

@@ -227,3 +227,134 @@ async fn the_clients_background_work_outlives_the_runtime_that_ended() {
     assert!(grant.is_new());
     locks.shutdown().await;
 }
+
+/// A runtime that stays alive on its thread without being driven again, until the test lets
+/// it go: the tasks spawned in it are never polled, yet never dropped either.
+struct IdleRuntime {
+    release: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for IdleRuntime {
+    fn drop(&mut self) {
+        let _ = self.release.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Takes `resource` for `lock_id` here and drops the guard inside a current-thread runtime
+/// of another thread, whose `block_on` then returns: that runtime lives on, idle, so the
+/// background release the drop spawned in it is neither run nor dropped (a `block_on` drives
+/// a current-thread runtime's tasks only while it runs). The driver's connections all stay
+/// in this runtime, as the driver requires (a `Client` is bound to the runtime it was created
+/// in: "Runtime" in its manual's performance chapter).
+async fn drop_a_guard_in_a_runtime_left_idle(
+    locks: &LockClient,
+    resource: &str,
+    lock_id: &str,
+) -> IdleRuntime {
+    let guard = locks
+        .mutex(resource)
+        .lock_id(lock_id)
+        .ttl(secs(60))
+        .try_acquire()
+        .await
+        .expect("the attempt is answered")
+        .expect("the resource is free");
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (dropped, was_dropped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move { drop(guard) });
+        let _ = dropped.send(());
+        // Idle until the test is done: the release spawned in it is never polled.
+        let _ = released.recv();
+        drop(runtime);
+    });
+    was_dropped.await.expect("the guard was dropped");
+    IdleRuntime {
+        release,
+        thread: Some(thread),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_after_a_guard_dropped_in_a_runtime_left_idle() {
+    let env = common::env("idle_runtime_try_acquire").await;
+    let locks = client(&env);
+    let idle = drop_a_guard_in_a_runtime_left_idle(&locks, "job", "worker-1").await;
+    assert_the_release_never_ran(&env).await;
+
+    let mutex = locks.mutex("job").lock_id("worker-1").ttl(secs(60));
+    let guard = tokio::time::timeout(HANG, mutex.try_acquire())
+        .await
+        .expect("try_acquire waited for a release whose task is never polled")
+        .expect("no error: the release was still to send, and this call sent it")
+        .expect("granted: the owed release was paid first");
+    let other = env.other_client().await;
+    common::assert_xlock_refused(&other, "job", "someone-else").await;
+    guard.release().await.expect("held throughout");
+    tokio::time::timeout(HANG, locks.shutdown())
+        .await
+        .expect("shutdown waited for a task that is never polled");
+    drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xlock_after_a_guard_dropped_in_a_runtime_left_idle() {
+    let env = common::env("idle_runtime_xlock").await;
+    let locks = client(&env);
+    let idle = drop_a_guard_in_a_runtime_left_idle(&locks, "job", "worker-1").await;
+    assert_the_release_never_ran(&env).await;
+
+    let details = mongolock::LockDetails::default().ttl(secs(60));
+    let grant = tokio::time::timeout(HANG, locks.xlock("job", "worker-1", details))
+        .await
+        .expect("xlock waited for a release whose task is never polled")
+        .expect("no error");
+    assert!(
+        grant.is_new(),
+        "the owed release was paid before the attempt"
+    );
+    assert!(locks.release(&grant).await.unwrap());
+    tokio::time::timeout(HANG, locks.shutdown())
+        .await
+        .expect("shutdown waited for a task that is never polled");
+    drop(idle);
+}
+
+/// Without another attempt of its lock id, the client's next call of any other lock starts
+/// the keeper where it runs, which sends the release the idle runtime never will: the lock is
+/// free well before its 60 s TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keeper_sends_a_release_whose_task_is_never_polled() {
+    let env = common::env("idle_runtime_keeper").await;
+    let locks = client(&env);
+    let idle = drop_a_guard_in_a_runtime_left_idle(&locks, "job", "worker-1").await;
+    assert_the_release_never_ran(&env).await;
+    let other = locks
+        .mutex("other")
+        .try_acquire()
+        .await
+        .expect("answered")
+        .expect("free");
+    // Far less than the 60 s TTL: the keeper's turn comes a command time limit (2 s) after
+    // the drop.
+    let released = tokio::time::timeout(Duration::from_secs(20), async {
+        while still_held(&env, "job", "worker-1").await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(released.is_ok(), "the release was left to the lease's TTL");
+    other.release().await.expect("held throughout");
+    tokio::time::timeout(HANG, locks.shutdown())
+        .await
+        .expect("shutdown waited for a task that is never polled");
+    drop(idle);
+}

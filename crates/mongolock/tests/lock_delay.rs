@@ -297,3 +297,122 @@ async fn emulator_only_a_cut_off_revoked_holder_is_covered_by_a_delay_of_the_ttl
     );
     proxy.heal();
 }
+
+/// A restarted process resumes its lease with the lock-delay it was granted with, even when
+/// it does not ask for one: when the resumed lease then ends without a release, nobody is
+/// granted the resource within that delay.
+#[tokio::test]
+async fn emulator_only_a_resumed_lease_keeps_the_delay_it_was_granted_with() {
+    let Some(env) = emulator_env("delay_resumed").await else {
+        return;
+    };
+    // The first process: granted, then gone without a release (no keeper renews it).
+    let first = env.other_client().await;
+    let grant = first.xlock("job", "svc-1", delayed(10, 5)).await.unwrap();
+    // Started again under the same lock id, without a lock-delay of its own.
+    let resumed = (env.locks.mutex("job").lock_id("svc-1").ttl(secs(10)))
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("resumed");
+    assert_eq!(resumed.fencing_token(), grant.fencing_token(), "resumed");
+    assert_eq!(resumed.grant().holder().lock_delay(), Some(secs(5)));
+    // Its lease ends without a release: the server's clock steps past it.
+    env.advance(secs(11));
+    common::assert_xlock_refused(&first, "job", "other").await;
+    env.advance(secs(5));
+    let next = first.xlock("job", "other", LockDetails::default()).await;
+    assert!(next.is_ok(), "granted once the delay passed: {next:?}");
+    drop(resumed);
+    first.shutdown().await;
+}
+
+/// Every member of a multi-lock carries the set's lock-delay: when the set's lease ends
+/// without a release, each member stays taken for the delay. Members a round took and let go
+/// of when the round was refused were released, not lost: no delay keeps them.
+#[tokio::test]
+async fn emulator_only_a_multi_locks_members_keep_its_delay_and_a_refused_round_leaves_none() {
+    let Some(env) = emulator_env("delay_multi").await else {
+        return;
+    };
+    let other = env.other_client().await;
+    let set = || {
+        env.locks
+            .multi(["a", "b"])
+            .ttl(secs(10))
+            .lock_delay(secs(5))
+    };
+
+    // A refused round: b is taken, a is let go of at once, with no delay.
+    let blocker = other
+        .xlock("b", "blocker", LockDetails::default())
+        .await
+        .unwrap();
+    assert!(set().try_acquire().await.unwrap().is_none());
+    let a = other.xlock("a", "third", LockDetails::default()).await;
+    assert!(
+        a.is_ok(),
+        "a, let go of by the refused round, is free: {a:?}"
+    );
+    assert!(other.release(&a.unwrap()).await.unwrap());
+    assert!(other.release(&blocker).await.unwrap());
+
+    // The whole set, held, then lost to the clock.
+    let held = set().try_acquire().await.unwrap().expect("both free");
+    env.advance(secs(11));
+    common::assert_xlock_refused(&other, "a", "third").await;
+    common::assert_xlock_refused(&other, "b", "third").await;
+    env.advance(secs(5));
+    for member in ["a", "b"] {
+        let next = other.xlock(member, "third", LockDetails::default()).await;
+        assert!(
+            next.is_ok(),
+            "{member} granted once the delay passed: {next:?}"
+        );
+    }
+    drop(held);
+    other.shutdown().await;
+}
+
+/// A restarted process whose lease ended without a release and sits in its lock-delay waits
+/// in line like anybody: it asks before another host and is served first, once the delay
+/// has passed.
+#[tokio::test]
+async fn a_waiter_whose_own_lease_is_in_its_delay_keeps_its_place_in_line() {
+    let env = env("delay_own_line").await;
+    let first_process = env.other_client().await;
+    let host_b = env.other_client().await;
+    // Granted to host A's first process, which dies: nothing renews or releases it.
+    let details = LockDetails::default()
+        .ttl(Duration::from_millis(1_000))
+        .lock_delay(Duration::from_millis(2_000));
+    let _left_to_its_ttl = first_process
+        .xlock("hourly", "host-a", details)
+        .await
+        .unwrap();
+    // Its lease has ended; its delay runs until about 3 s.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let job = |locks: &mongolock::LockClient, host: &str| {
+        locks
+            .mutex("hourly")
+            .ttl(Duration::from_millis(5_000))
+            .lock_id(host)
+    };
+    let served_at = |locks: mongolock::LockClient, host: &'static str| async move {
+        let guard = job(&locks, host)
+            .acquire_timeout(Duration::from_millis(8_000))
+            .await
+            .unwrap()
+            .expect("granted once the delay passed");
+        let at = std::time::Instant::now();
+        guard.release().await.unwrap();
+        at
+    };
+    let a = tokio::spawn(served_at(env.locks.clone(), "host-a"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = tokio::spawn(served_at(host_b.clone(), "host-b"));
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert!(a < b, "host B, which came later, was served first");
+    first_process.shutdown().await;
+    host_b.shutdown().await;
+}
