@@ -398,7 +398,10 @@ impl LockClient {
     /// - a larger step is noticed from the next reply that carries the server's time (at the
     ///   latest the lease's next renewal), and every deadline is shortened by it then;
     ///   between the step and that reply, a holder can believe in a lease the server has
-    ///   ended, by up to the step less the margin and the uncertainty;
+    ///   ended, by up to the step less the margin and the uncertainty. An `operationTime`
+    ///   is whole seconds: a step it shows is counted rounded up to the second it may have
+    ///   left out, but one under about a second may show as less than it was (by up to a
+    ///   second), which the margin and this uncertainty cover;
     /// - a step smaller than the TTL less the renewal period is harmless whatever its size:
     ///   the next renewal lands before the shortened lease ends.
     ///

@@ -185,6 +185,18 @@ struct Offset {
     cluster_seconds: Option<u32>,
 }
 
+/// What an `operationTime`'s whole seconds may leave out of the server's clock, in
+/// milliseconds: a step it shows is counted as this much larger (see
+/// [`ServerClock::read_at_least`]).
+const FLOORED_MS: i128 = 999;
+
+/// The smallest step shown by an `operationTime` that is counted rounded up: a smaller one
+/// may be the drift of two clocks' rates adding up between two exact readings, which
+/// rounding up would turn into a second lost for every lease. A real step under about a
+/// second can therefore be counted short by up to a second, which
+/// [`LockClient::with_clock_uncertainty`](crate::LockClient::with_clock_uncertainty) covers.
+const ROUNDED_FROM: Duration = Duration::from_millis(100);
+
 /// Milliseconds as a duration (zero when negative).
 fn millis(ms: i128) -> Duration {
     Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(u64::MAX))
@@ -251,8 +263,10 @@ impl ServerClock {
             return stepped;
         };
         // Older than what other replies showed: the steps noticed since the send, as far
-        // as the reading is below them, came after the command ran.
-        let after = millis(known - upper).min(stepped.saturating_sub(sent.stepped));
+        // as the reading is below them as counted (up to the upper bound, which a step
+        // counted rounded up moved), came after the command ran.
+        let counted = offset.upper.map_or(known, |counted| counted.max(known));
+        let after = millis(counted - upper).min(stepped.saturating_sub(sent.stepped));
         if let Some(before) = sent.lower.filter(|before| upper < *before) {
             // Below what was known before the command was even sent: the server's clock
             // went back. Leases last longer by its reckoning; nothing is shortened.
@@ -274,7 +288,9 @@ impl ServerClock {
     /// A write's reply, here now, carried the `operationTime` `seconds` (since the Unix
     /// epoch): the server's clock had read at least that much. Ignored unless past the
     /// highest seen (see [`ServerClock`]: after a step back it stands still, ahead of the
-    /// server's clock).
+    /// server's clock). A step it shows of at least [`ROUNDED_FROM`] is counted rounded up by
+    /// the second's fraction the seconds leave out ([`FLOORED_MS`]): the server's clock may
+    /// have read that much more.
     pub(crate) fn read_at_least(&self, seconds: u32) {
         let received = self.clock.now();
         let lower = i128::from(seconds) * 1_000 - self.local_ms(received);
@@ -283,7 +299,23 @@ impl ServerClock {
             return;
         }
         offset.cluster_seconds = Some(seconds);
-        let step = self.narrow(&mut offset, None, lower);
+        let step = self.narrow(&mut offset, None, lower).map(|step| {
+            if step < ROUNDED_FROM {
+                // As small as the drift of two clocks over a long while: taken as shown.
+                return step;
+            }
+            // The seconds are floored: the server's clock read up to a second more than
+            // they say, so the step may be up to that much larger. It is counted so, which
+            // keeps every deadline on the safe side, and the upper bound moves up with it,
+            // so that the rest of that second is not counted again by the next reply.
+            offset.upper = Some(lower + FLOORED_MS);
+            self.stepped.fetch_add(
+                u64::try_from(Duration::from_millis(FLOORED_MS as u64).as_nanos())
+                    .unwrap_or(u64::MAX),
+                Ordering::SeqCst,
+            );
+            step + Duration::from_millis(FLOORED_MS as u64)
+        });
         drop(offset);
         report(step);
     }
@@ -434,16 +466,19 @@ mod tests {
         exact(&server, BASE_MS, Duration::from_millis(10)).await;
         tokio::time::advance(Duration::from_secs(1)).await;
         // One second later by the lease clock, the server reads 11 s later: a 10 s step (the
-        // bounds leave out up to the round trip and the second's fraction).
+        // bounds leave out up to the round trip; the second's fraction is counted in).
         server.read_at_least(u32::try_from(BASE_MS / 1000 + 11).unwrap());
         let first = server.stepped();
-        assert!(first >= Duration::from_millis(9_000) && first <= Duration::from_secs(10));
+        assert!(first >= Duration::from_millis(9_990) && first <= Duration::from_secs(11));
         // An exact reading after a second step of 5 s: noticed, and it shows every step so
         // far had happened when it ran.
         tokio::time::advance(Duration::from_secs(1)).await;
         let counted = exact(&server, BASE_MS + 17_000, Duration::from_millis(10)).await;
         let total = server.stepped();
-        assert!(total >= first + Duration::from_millis(4_000), "{total:?}");
+        assert!(
+            total >= Duration::from_millis(14_900),
+            "15 s in all: {total:?}"
+        );
         assert_eq!(counted, total);
     }
 
@@ -480,15 +515,13 @@ mod tests {
         // Every step noticed since the send came after the grant: all of it shortens it.
         assert_eq!(counted, Duration::ZERO);
         // What was learned stands: the replies that follow show the same step, not another
-        // (they may show more of it: the bounds had left out up to a second of it).
+        // (the second's fraction the first reply left out was counted with it).
         tokio::time::advance(Duration::from_secs(1)).await;
         server.read_at_least(u32::try_from((BASE_MS + 2_600 + 7_500) / 1000).unwrap());
         exact(&server, BASE_MS + 2_610 + 7_500, Duration::from_millis(10)).await;
         let total = server.stepped();
-        assert!(
-            total >= noticed && total <= Duration::from_millis(7_500),
-            "{total:?}"
-        );
+        assert_eq!(total, noticed, "counted once");
+        assert!(total >= Duration::from_millis(7_500), "{total:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -520,5 +553,27 @@ mod tests {
             "{:?}",
             server.stepped()
         );
+    }
+
+    /// A step seen in an `operationTime` is counted whole: the reply's seconds are floored,
+    /// and a 2.85 s step that they show as under 2 s is counted as at least the 2.85 s it was.
+    #[tokio::test(start_paused = true)]
+    async fn a_step_shown_in_whole_seconds_is_counted_rounded_up() {
+        let server = ServerClock::new(Clock::system());
+        // The server reads BASE at the send; the reply comes 10 ms later.
+        exact(&server, BASE_MS, Duration::from_millis(10)).await;
+        tokio::time::advance(Duration::from_millis(90)).await;
+        // 100 ms after the send, the server's clock has stepped 2.85 s forward: it reads
+        // BASE + 2.95 s, which a write's reply shows as BASE's second + 2.
+        server.read_at_least(u32::try_from(BASE_MS / 1000 + 2).unwrap());
+        let counted = server.stepped();
+        assert!(
+            counted >= Duration::from_millis(2_850),
+            "a 2.85 s step counted as {counted:?}"
+        );
+        // The rest of that second is not counted again.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        exact(&server, BASE_MS + 3_450, Duration::from_millis(10)).await;
+        assert_eq!(server.stepped(), counted);
     }
 }
