@@ -148,6 +148,14 @@ impl Worker {
         };
         let deadline = sent + ttl - ttl / 10;
         let granted_ms = grant.holder().created_at().timestamp_millis();
+        if Instant::now() >= deadline {
+            // The reply came after the lease's deadline: nobody believes this grant (a
+            // handle's call would withdraw it), and no holder is logged. Its entry is left to
+            // its TTL and its delay all the same.
+            self.wait_for_server_past(granted_ms + ttl.as_millis() as i64 + 100)
+                .await;
+            return true;
+        }
         let mut log = HolderLog {
             lock_id: lock_id.to_owned(),
             invoked_at: sent,
@@ -172,15 +180,20 @@ impl Worker {
         self.recorder.holder(log);
         // Past the lease's end by the server's clock: the entry is in its delay, not live
         // (a live one would be resumed under the lock id, not waited for).
-        let ended = granted_ms + ttl.as_millis() as i64 + 100;
+        self.wait_for_server_past(granted_ms + ttl.as_millis() as i64 + 100)
+            .await;
+        true
+    }
+
+    /// Waits until the server's clock, as the recorder maps it, is past `ms`.
+    async fn wait_for_server_past(&self, ms: i64) {
         while self
             .recorder
             .server_ms(Instant::now())
-            .is_none_or(|now| now < ended)
+            .is_none_or(|now| now < ms)
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        true
     }
 
     /// Records a waiting call of the scenario.
