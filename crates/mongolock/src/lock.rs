@@ -74,6 +74,9 @@ pub struct Holder {
     pub(crate) ttl: Option<Duration>,
     pub(crate) lock_delay: Option<Duration>,
     pub(crate) min_hold: Option<Duration>,
+    /// When the holder let go of the entry within its minimum hold (`letGoAt`), if it did:
+    /// the entry then holds nothing, whatever the clock reads.
+    pub(crate) let_go_at: Option<DateTime>,
     /// The lease keeper the entry names (see `crate::schema`), if any: a release or a
     /// withdrawal by a lease's client matches it, so that it never removes an entry another
     /// client adopted.
@@ -132,6 +135,12 @@ impl Holder {
     /// [`LockDetails::min_hold`](crate::LockDetails::min_hold)).
     pub fn min_hold(&self) -> Option<Duration> {
         self.min_hold
+    }
+    /// When its holder let go of this lock within its minimum hold (server time), if it
+    /// did: the entry is then held by nobody, its own lock id included, and only keeps the
+    /// resource from everybody until the hold ends ([`in_force_until`](Self::in_force_until)).
+    pub fn let_go_at(&self) -> Option<DateTime> {
+        self.let_go_at
     }
     /// Until when the entry keeps the resource from others (server time): its lease's end
     /// plus its lock-delay; `None` without TTL.
@@ -193,6 +202,7 @@ impl Grant {
                 ttl: None,
                 lock_delay: None,
                 min_hold: None,
+                let_go_at: None,
                 keeper: None,
             },
             new: true,

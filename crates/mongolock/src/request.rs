@@ -185,7 +185,11 @@ impl LockDetails {
     /// cover both). A lease resumed by a restarted process
     /// ([`LockClient`](crate::LockClient) with the same lock id) keeps the hold it was
     /// granted with. The hold is measured by the server's clock, from the grant's
-    /// `createdAt`: a step of that clock moves its end as it moves the end of every lease.
+    /// `createdAt`: a step of that clock moves its end as it moves the end of every lease. A
+    /// step back, even to before the grant, never gives a lock let go of back to its lock
+    /// id: no acquire, renewal or keepalive takes it for held again (the entry is marked,
+    /// see [`Holder::let_go_at`](crate::Holder::let_go_at)), so it stays held by nobody
+    /// until its hold ends.
     ///
     /// [`purge_abandoned_groups`]: crate::LockClient::purge_abandoned_groups
     ///

@@ -290,6 +290,10 @@ pub(crate) fn decode_entry(
         ttl,
         lock_delay,
         min_hold: millis(MIN_HOLD_MS)?.filter(|hold| !hold.is_zero()),
+        let_go_at: match entry.get(LET_GO_AT) {
+            Some(Bson::DateTime(at)) => Some(*at),
+            _ => None,
+        },
         keeper: optional_string(KEEPER)?,
     })
 }

@@ -447,3 +447,52 @@ async fn emulator_only_a_step_back_loses_no_lease_and_grants_none_twice() {
     locks.shutdown().await;
     other.shutdown().await;
 }
+
+/// A lease let go within its minimum hold stays in force for the rest of the hold, from
+/// everybody, its own lock id included (`LockDetails::min_hold`). A step back of the
+/// server's clock must not make it held again: the hold's entry says it was let go, and no
+/// acquire, renewal or keepalive of its lock id takes it back, however the clock reads.
+#[tokio::test]
+async fn emulator_only_a_step_back_does_not_give_a_let_go_lease_back_to_its_lock_id() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: a step back needs the emulator's clock");
+        return;
+    }
+    let server = TestServer::start().await.unwrap();
+    let locks = LockClient::new(server.new_client().database("let_go").collection("locks"));
+    let job = || {
+        locks
+            .mutex("job")
+            .lock_id("host-a")
+            .ttl(secs(10))
+            .min_hold(Duration::from_millis(1_500))
+    };
+    let first = job().acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    // The hold is in force: its own lock id is refused, as everybody is.
+    assert!(job().try_acquire().await.unwrap().is_none());
+    // The fault: the server's clock goes back past the lease's grant.
+    let before = server.clock().now().timestamp_millis();
+    let after = server.clock().step_back(secs(3)).timestamp_millis();
+    assert!(after <= before - 2_900, "{before} -> {after}");
+    // No renewal takes the let-go entry back.
+    assert_eq!(locks.renew("host-a", secs(10)).await.unwrap(), 0);
+    // Nor an attempt of its lock id: the hold still keeps it out.
+    let again = job().try_acquire().await.unwrap();
+    assert!(
+        again.is_none(),
+        "the let-go lease was given back to its lock id (token {:?}, first {token})",
+        again.as_ref().map(|g| g.fencing_token())
+    );
+    // Once the hold has ended by the server's clock, the lock id is granted a new lease.
+    server.clock().advance(secs(6));
+    let next = job().acquire().await.unwrap();
+    assert!(
+        next.fencing_token() > token,
+        "{} <= {token}",
+        next.fencing_token()
+    );
+    next.release().await.unwrap();
+    locks.shutdown().await;
+}

@@ -57,7 +57,7 @@ const UNDO_MAX: usize = 3_600;
 /// The most a force release may weigh on the wire (4.0 KB: it keeps each entry with a
 /// lock-delay for that delay, on both sides of the document; an operator's command, rare).
 const FORCE_MAX: usize = 4_096;
-/// The most a renew, unlock or purge may weigh on the wire (renew, the largest, is 3.8 KB:
+/// The most a renew, unlock or purge may weigh on the wire (renew, the largest, is 3.9 KB:
 /// it renews an entry's lock-delay with its lease, and never shortens a lease a keeper
 /// renews, whose holder counts on the TTL it was granted with).
 const GROUP_WRITE_MAX: usize = 3_900;

@@ -534,9 +534,13 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     // What the server's clock left of the grant when it executed this copy of the attempt.
     let remaining =
         |holder: &crate::lock::Holder| until(holder.expires_at).map(schema::millis_left);
-    // This lock id's entry holds nothing once its lease has ended: within its lock-delay it
-    // is only in force, keeping the resource from everybody, this lock id included.
-    let mine = mine.filter(|mine| until(mine.expires_at).is_none_or(|left| left > 0));
+    // This lock id's entry holds nothing once its lease has ended, or once its holder let
+    // go of it within its minimum hold (whatever the clock reads: a clock stepped back
+    // before its grant would read the hold as a lease again): within its lock-delay or hold
+    // it is only in force, keeping the resource from everybody, this lock id included.
+    let mine = mine.filter(|mine| {
+        mine.let_go_at.is_none() && until(mine.expires_at).is_none_or(|left| left > 0)
+    });
     if let Some(mine) = &mine
         && mine.nonce == Some(request.nonce.0)
     {

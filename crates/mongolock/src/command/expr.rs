@@ -120,10 +120,19 @@ pub(crate) fn is_live(entry: &str) -> Bson {
 
 /// True when the holder of the entry at `entry` still holds its lease at `$$NOW`: as
 /// [`is_live`], but an entry with a lock-delay (`delayMs`) counts its lease as ended that
-/// long before its `expiresAt`. What renewals, a release's report and proclaim ask.
+/// long before its `expiresAt`, and an entry its holder let go of within its minimum hold
+/// ([`let_go`]) holds nothing, whatever the clock reads (a clock stepped back before the
+/// lease's grant would otherwise read its hold as a lease again). What acquires, renewals,
+/// a release's report and proclaim ask.
 pub(crate) fn holds(entry: &str) -> Bson {
+    // A let-go entry's end reads as null, which sorts before every date. (`letGoAt` is a
+    // date or missing: only a let-go entry's is true.)
     bson!({ "$gt": [
-        { "$ifNull": [format!("{entry}.{EXPIRES_AT}"), Bson::MaxKey] },
+        { "$cond": [
+            format!("{entry}.{LET_GO_AT}"),
+            null,
+            { "$ifNull": [format!("{entry}.{EXPIRES_AT}"), Bson::MaxKey] },
+        ]},
         { "$add": ["$$NOW", { "$ifNull": [format!("{entry}.{DELAY_MS}"), 0] }] },
     ]})
 }

@@ -359,6 +359,7 @@ mod tests {
                 ttl: None,
                 lock_delay: None,
                 min_hold: None,
+                let_go_at: None,
                 keeper: None,
             },
             new: true,

@@ -40,15 +40,15 @@ pub(crate) fn command(ctx: &Context, lock_id: &str, ttl_ms: i64) -> Document {
         let kept =
             bson!({ "$eq": [{ "$type": format!("{entry}.{}", crate::schema::KEEPER) }, "string"] });
         bson!({ "$let": {
-            "vars": { "end": { "$add": ["$$NOW", ttl_ms, delay] }, "kept": kept },
+            "vars": { "end": { "$add": ["$$NOW", ttl_ms, delay] }, "kept": kept, "t": has_ttl },
             "in": { "$mergeObjects": [entry, {
                 "renewedAt": "$$NOW",
                 "expiresAt": { "$cond": [
-                    has_ttl.clone(),
+                    "$$t",
                     { "$cond": ["$$kept", { "$max": [format!("{entry}.expiresAt"), "$$end"] }, "$$end"] },
                     null,
                 ]},
-                "ttlMs": { "$cond": [has_ttl, { "$cond": ["$$kept", format!("{entry}.ttlMs"), ttl_ms] }, null] },
+                "ttlMs": { "$cond": ["$$t", { "$cond": ["$$kept", format!("{entry}.ttlMs"), ttl_ms] }, null] },
             }]},
         }})
     };
@@ -112,19 +112,22 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"{"$gt":[{"$ifNull":["$$e.expiresAt",{"$maxKey":1}]},{"$add":["$$NOW",{"$ifNull":["$$e.delayMs",0]}]}]}"#),
+            text.contains(r#"{"$gt":[{"$cond":["$$e.letGoAt",null,{"$ifNull":["$$e.expiresAt",{"$maxKey":1}]}]},{"$add":["$$NOW",{"$ifNull":["$$e.delayMs",0]}]}]}"#),
             "{text}"
         );
         assert!(
-            text.contains(r#""expiresAt":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$cond":["$$kept",{"$max":["$$e.expiresAt","$$end"]},"$$end"]},null]}"#),
+            text.contains(r#""t":{"$eq":[{"$type":"$$e.expiresAt"},"date"]}"#)
+                && text.contains(r#""expiresAt":{"$cond":["$$t",{"$cond":["$$kept",{"$max":["$$e.expiresAt","$$end"]},"$$end"]},null]}"#),
             "a lease's keeper counts on its TTL: never shortened; {text}"
         );
         assert!(
-            text.contains(r#""vars":{"end":{"$add":["$$NOW",2000,{"$ifNull":["$$e.delayMs",0]}]},"kept":{"$eq":[{"$type":"$$e.keeper"},"string"]}}"#),
+            text.contains(r#""vars":{"end":{"$add":["$$NOW",2000,{"$ifNull":["$$e.delayMs",0]}]},"kept":{"$eq":[{"$type":"$$e.keeper"},"string"]},"t":"#),
             "{text}"
         );
         assert!(
-            text.contains(r#""ttlMs":{"$cond":[{"$eq":[{"$type":"$$e.expiresAt"},"date"]},{"$cond":["$$kept","$$e.ttlMs",2000]},null]}"#),
+            text.contains(
+                r#""ttlMs":{"$cond":["$$t",{"$cond":["$$kept","$$e.ttlMs",2000]},null]}"#
+            ),
             "{text}"
         );
         let update = command.get_array("updates").unwrap()[0]
