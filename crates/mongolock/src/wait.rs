@@ -443,15 +443,12 @@ async fn acquire_in_span(
     };
     let _turn = match &gate {
         None => None,
-        Some(gate) => match wait.deadline() {
-            Some(deadline) => match tokio::time::timeout_at(deadline, gate.lock()).await {
-                Ok(turn) => Some(turn),
-                Err(_) => {
-                    observe::timed_out(kind);
-                    return Ok(None);
-                }
-            },
-            None => Some(gate.lock().await),
+        Some(gate) => match within(wait, gate.lock()).await {
+            Some(turn) => Some(turn),
+            None => {
+                observe::timed_out(kind);
+                return Ok(None);
+            }
         },
     };
     let mut changes = match wait {
@@ -500,11 +497,19 @@ async fn acquire_in_span(
                     // The reply came back after the lease's own deadline: not trusted.
                     // Withdraw it, then try again as a new attempt if there is time.
                     tracing::debug!(resource = %resource, "grant arrived too late to trust");
-                    if let Err(error) = withdraw(client, &pending.request, wait).await {
-                        // `pending` withdraws it in the background from here on; the next
-                        // attempt would find the lock id still holding the resource.
-                        observe::timed_out(kind);
-                        return Err(error);
+                    match withdraw(client, &pending.request, wait).await {
+                        Ok(true) => {}
+                        // Out of time, or failed: `pending` withdraws it in the background
+                        // from here on; the next attempt would find the lock id still
+                        // holding the resource.
+                        Ok(false) => {
+                            observe::timed_out(kind);
+                            return Ok(None);
+                        }
+                        Err(error) => {
+                            observe::timed_out(kind);
+                            return Err(error);
+                        }
                     }
                     pending.settled();
                     let out_of_time = match wait {
@@ -569,8 +574,15 @@ async fn acquire_in_span(
                 }
                 // This lock id holds the resource from before: its holder restarted, and
                 // resumes its lease.
-                let failure = match resume(client, grant, &timing, &request.details, sent_at).await
-                {
+                // Not past the call's own time: cut short, an adoption that lands leaves
+                // the lease to its TTL (nobody renews it), and the lock id's next attempt
+                // finds it again.
+                let resumed = resume(client, grant, &timing, &request.details, sent_at);
+                let Some(resumed) = within(wait, resumed).await else {
+                    observe::timed_out(kind);
+                    return Ok(None);
+                };
+                let failure = match resumed {
                     Ok(Some(lease)) => {
                         let key = shared.keeper.add(lease.clone());
                         observe::acquired(kind, started.elapsed());
@@ -720,7 +732,8 @@ async fn acquire_in_span(
 /// withdrawal of an earlier grant of the same lock id must not land after this attempt).
 /// Returns when the attempt was sent, on the lease clock, and what came back; `None` when
 /// `wait`'s deadline came while the owed chores were still on their way (nothing was sent:
-/// a call never waits for them past its own time). An error before anything was sent (a
+/// a call never waits for them past its own time), or while the attempt was (its outcome
+/// is unknown: `pending` withdraws it when it goes). An error before anything was sent (a
 /// bad request, an owed chore that failed again) leaves the attempt as it was; one after it
 /// was sent makes its outcome unknown.
 async fn send(
@@ -731,19 +744,21 @@ async fn send(
     let keeper = &client.shared().keeper;
     let server = client.server_clock();
     let request = &pending.request;
-    let settled = keeper.settle(&request.resource, &request.lock_id);
-    let settled = match wait.deadline() {
-        // Dropped on time, `settle` leaves every chore owed (see `Keeper::settle`).
-        Some(deadline) => tokio::time::timeout_at(deadline, settled).await.ok()?,
-        None => settled.await,
-    };
+    // Dropped on time, `settle` leaves every chore owed (see `Keeper::settle`).
+    let settled = within(wait, keeper.settle(&request.resource, &request.lock_id)).await?;
     if let Err(error) = settled {
         return Some((server.stamp(), Err(error)));
     }
     pending.sending();
     let mut sent_at = server.stamp();
     pending.first_sent.get_or_insert(sent_at.at);
-    let outcome = client.acquire(&pending.request).await;
+    // Out of time with the attempt on its way: its outcome is unknown, and `pending`
+    // withdraws it when the call ends (a call never waits past its own time for a reply,
+    // which could come as late as the command time limit).
+    let Some(outcome) = within(wait, client.acquire(&pending.request)).await else {
+        pending.failed();
+        return None;
+    };
     // A grant says exactly what the server's clock read: its lease's end less what it had
     // left (see `ServerClock`). A step it shows came before the grant, which counts from
     // the clock as stepped: such steps do not shorten this lease.
@@ -840,12 +855,16 @@ async fn resume(
 
 /// Withdraws an attempt whose grant is not trusted, retrying a transient failure with backoff
 /// as long as `wait` allows: the next attempt of the same lock id could not be granted
-/// before it is gone.
-async fn withdraw(client: &LockClient, request: &AcquireRequest, wait: Wait) -> Result<()> {
+/// before it is gone. `Ok(false)` when `wait`'s deadline came first (a call never waits past
+/// its own time for a reply): whether it was withdrawn is then unknown.
+async fn withdraw(client: &LockClient, request: &AcquireRequest, wait: Wait) -> Result<bool> {
     let mut backoff = FIRST_BACKOFF;
     loop {
-        match client.withdraw_unused(request).await {
-            Ok(_) => return Ok(()),
+        let Some(withdrawn) = within(wait, client.withdraw_unused(request)).await else {
+            return Ok(false);
+        };
+        match withdrawn {
+            Ok(_) => return Ok(true),
             Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
                 tracing::warn!(%error, "could not withdraw a grant that came too late; retrying");
                 let pause = jitter(backoff);
@@ -856,6 +875,14 @@ async fn withdraw(client: &LockClient, request: &AcquireRequest, wait: Wait) -> 
             }
             Err(error) => return Err(error),
         }
+    }
+}
+
+/// Runs `work` until `wait`'s deadline: `None` (`work` dropped) if the deadline came first.
+async fn within<T>(wait: Wait, work: impl std::future::Future<Output = T>) -> Option<T> {
+    match wait.deadline() {
+        Some(deadline) => tokio::time::timeout_at(deadline, work).await.ok(),
+        None => Some(work.await),
     }
 }
 

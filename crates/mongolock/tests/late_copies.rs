@@ -395,3 +395,47 @@ async fn emulator_only_a_late_unlock_leaves_a_grant_answered_again_after_it() {
         "the late unlock removed a grant its caller was told it holds: {held:?}"
     );
 }
+
+/// A waiting call's attempt held on the wire past the call's timeout: the call gives up at
+/// its own time, not at the command time limit (10 s here), and never returns a grant that
+/// came after it gave up. The attempt, whose outcome is then unknown, is withdrawn in the
+/// background, so its copy, delivered after the call returned, grants nothing.
+#[tokio::test]
+async fn emulator_only_a_waiting_call_gives_up_at_its_timeout_while_its_attempt_is_on_the_wire() {
+    let Some(Proxied {
+        server: _server,
+        proxy,
+        cut_off: locks,
+        direct,
+    }) = common::proxied("late_wait").await
+    else {
+        return;
+    };
+    warm(&locks).await;
+    let late = deliver_late(&proxy, "findAndModify", 1, secs(3), None);
+    let got = tokio::time::timeout(
+        secs(30),
+        locks.mutex("job").ttl(secs(20)).acquire_timeout(secs(1)),
+    )
+    .await
+    .expect("returned within the hang guard");
+    // Returned before its attempt even reached the server: at its own timeout.
+    not_delivered_yet(&late);
+    assert!(
+        matches!(got, Ok(None)),
+        "expected a timeout, got {:?}",
+        got.map(|g| g.map(|g| g.fencing_token()))
+    );
+    // The fault happened: the held attempt ran on the server once delivered.
+    late_copies_ran(&late, 1).await;
+    // And granted nothing that stays: the withdrawal came first, or removes it.
+    let give_up = tokio::time::Instant::now() + secs(15);
+    while !held_on_job(&direct).await.is_empty() && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held = held_on_job(&direct).await;
+    assert!(held.is_empty(), "a grant nobody keeps: {held:?}");
+    assert!(direct.mutex("job").try_acquire().await.unwrap().is_some());
+    direct.shutdown().await;
+    locks.shutdown().await;
+}
