@@ -494,5 +494,25 @@ async fn emulator_only_a_step_back_does_not_give_a_let_go_lease_back_to_its_lock
         next.fencing_token()
     );
     next.release().await.unwrap();
+
+    // A reader's share let go of within its hold: the same after a step back.
+    let reader = || {
+        locks
+            .rwlock("shelf")
+            .lock_id("reader-a")
+            .ttl(secs(10))
+            .min_hold(Duration::from_millis(1_500))
+    };
+    let first = reader().read().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    server.clock().step_back(secs(3));
+    assert_eq!(locks.renew("reader-a", secs(10)).await.unwrap(), 0);
+    let again = reader().try_read().await.unwrap();
+    assert!(
+        again.as_ref().is_none_or(|g| g.fencing_token() > token),
+        "the let-go share was given back to its lock id with token {token}"
+    );
+    drop(again);
     locks.shutdown().await;
 }
