@@ -88,13 +88,14 @@ pub const MIX: [(FaultKind, u32); 23] = [
 ];
 
 /// The harness's own faults, with their weights in the mix (beside [`MIX`]).
-pub const EXTRA_MIX: [(ExtraFault, u32); 6] = [
+pub const EXTRA_MIX: [(ExtraFault, u32); 7] = [
     (ExtraFault::LateRequest, 3),
     (ExtraFault::DropAfterGrant, 3),
     (ExtraFault::ReleaseFailsThenResume, 3),
     (ExtraFault::MultiUnknown, 3),
     (ExtraFault::LateUnlock, 3),
     (ExtraFault::ClockStepInFlight, 6),
+    (ExtraFault::StepBackUnderHold, 4),
 ];
 
 /// One pick from the mix.
@@ -659,6 +660,17 @@ impl Injector {
                 };
                 let forward = self.rng.random_bool(2.0 / 3.0);
                 fleet.slots[i].ctl.go_for_next(Target::ClockStep(forward));
+            }
+            ExtraFault::StepBackUnderHold => {
+                // One clock step at a time; the client carries it out as its next target (see
+                // the workload's `step_back` submodule).
+                if fleet.stepping.load(Ordering::SeqCst) {
+                    return false;
+                }
+                let Some(&i) = live.choose(&mut self.rng) else {
+                    return false;
+                };
+                fleet.slots[i].ctl.go_for_next(Target::StepBack);
             }
             ExtraFault::LateUnlock => {
                 // The client goes for a group next and arms the fault as its first round is

@@ -64,17 +64,25 @@ pub enum ExtraFault {
     /// holder must know it lost the lease before that client is granted it, by the server's
     /// earlier end. After a step back it holds a while: no lease may be reported lost for it.
     ClockStepInFlight,
+    /// A client hosts a periodic job with a minimum hold on several hosts (a client each,
+    /// each under a lock id of its own that it keeps); after the first job let go of within
+    /// its hold, the server's clock steps back by more than the hold, past that grant, and
+    /// the host renews its lock id and asks again at once: nothing may give it its let-go
+    /// lease back inside its hold (the workload's `step_back` submodule). Recorded as
+    /// carried out only if the clock read before the grant with the let-go entry in force.
+    StepBackUnderHold,
 }
 
 impl ExtraFault {
     /// Every kind, in report order.
-    pub const ALL: [ExtraFault; 6] = [
+    pub const ALL: [ExtraFault; 7] = [
         ExtraFault::LateRequest,
         ExtraFault::DropAfterGrant,
         ExtraFault::ReleaseFailsThenResume,
         ExtraFault::MultiUnknown,
         ExtraFault::LateUnlock,
         ExtraFault::ClockStepInFlight,
+        ExtraFault::StepBackUnderHold,
     ];
 
     /// The name in the report.
@@ -86,6 +94,7 @@ impl ExtraFault {
             ExtraFault::MultiUnknown => "multi attempts unknown, withdrawals refused",
             ExtraFault::LateUnlock => "unlock delivered late, same lock id asks again",
             ExtraFault::ClockStepInFlight => "server clock step while a grant's reply is held",
+            ExtraFault::StepBackUnderHold => "server clock back past a let-go grant in its hold",
         }
     }
 
@@ -101,7 +110,7 @@ impl ExtraFault {
             }
             ExtraFault::ReleaseFailsThenResume => FaultKind::StepDownError,
             ExtraFault::MultiUnknown => FaultKind::WriteConcernError,
-            ExtraFault::ClockStepInFlight => FaultKind::Latency,
+            ExtraFault::ClockStepInFlight | ExtraFault::StepBackUnderHold => FaultKind::Latency,
         }
     }
 }

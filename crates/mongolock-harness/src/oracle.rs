@@ -1452,8 +1452,30 @@ fn renewed_after_call(out: &mut Outcome, g: &Granted, call: &AcquireCall, histor
     ));
 }
 
+/// The lowest reading of the server's clock at our instant `from` or after: the server's
+/// time at `from` ([`History::server_ms`]), or lower if the clock stepped back later (the
+/// harness reads it right after every step). A server time below this was read before
+/// `from`; one at or above it may have been read after `from`, even if it is below the
+/// server's time at `from`: after a step back the server's clock reads again times it read
+/// before. `None` without readings.
+///
+/// Comparing a server time of the log with `server_ms(from)` alone takes a removal made
+/// after `from` and after a step back (so at a lower server time) for one made before
+/// `from`: (S8) fired so on a release that began just before a step back of 0.5–1 s and
+/// whose grant was removed just after it (--long --seed 131071, run 131071, rerun alone).
+fn earliest_server_ms_from(history: &History, from: std::time::Instant) -> Option<i64> {
+    let at_from = history.server_ms(from)?;
+    let later = (history.server_clock.iter())
+        .filter(|(at, _)| *at > from)
+        .map(|(_, ms)| *ms);
+    Some(later.fold(at_from, i64::min))
+}
+
 /// (S8): a handle holder's release that returned `Ok` was not for a grant the server had
-/// removed (by [`RELEASE_SLACK`]) before the release began. (The converse is not judged: a
+/// removed (by [`RELEASE_SLACK`]) before the release began: removed at a server time below
+/// every reading of the server's clock from the release's start on
+/// ([`earliest_server_ms_from`], so that a step back of the clock after the release began
+/// does not make a removal after it look earlier). (The converse is not judged: a
 /// release that says `LeaseLost` may have raced an operator, or an acquire that cleared the
 /// entry once it expired, and the log does not say who removed an entry.)
 fn releases(out: &mut Outcome, grants: &[Granted], history: &History) {
@@ -1469,7 +1491,7 @@ fn releases(out: &mut Outcome, grants: &[Granted], history: &History) {
         ) else {
             continue; // a token never granted is (S5)'s
         };
-        let Some(began_ms) = history.server_ms(began) else {
+        let Some(began_ms) = earliest_server_ms_from(history, began) else {
             continue;
         };
         out.releases_checked += 1;
@@ -1995,6 +2017,39 @@ mod tests {
         let told = judge(&[granted, removed(1_500)], &honest);
         assert!(told.violations.is_empty(), "{:?}", told.violations);
         assert_eq!(told.releases_checked, 0);
+    }
+
+    #[test]
+    fn a_removal_after_a_step_back_is_not_taken_for_one_before_the_release() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let a = ObjectId::new();
+        let granted = event(1_000, Some(entry(&a, 10, 1_000, 1_000, 9_000)), vec![]);
+        let removed = |at: i64| ServerEvent {
+            resource: "r".into(),
+            at_ms: at,
+            doc: None,
+        };
+        let mut holder = believer(t0, 2_000, LetGo::Released);
+        holder.release = Some(ReleaseResult::Ok);
+        let mut history = timed(t0, vec![holder]);
+        // The server's clock steps back 800 ms at 2,100 ms (read just before and after); the
+        // release, begun at 2,000 ms, removes the grant at 2,200 ms, server time 1,400.
+        history
+            .server_clock
+            .extend([(at(2_100), 2_100), (at(2_101), 1_301)]);
+        let own = judge(&[granted.clone(), removed(1_400)], &history);
+        assert!(own.violations.is_empty(), "{:?}", own.violations);
+        assert_eq!(own.releases_checked, 1);
+        // The old comparison, with the server's time at the release's start alone: (S8).
+        assert!(1_400 < history.server_ms(at(2_000)).unwrap() - 50);
+        // A removal before the release began is still caught: at 1,250 the server's clock
+        // never read that again from 2,000 ms on.
+        let revoked = judge(&[granted, removed(1_250)], &history);
+        assert_eq!(
+            revoked.by_check(),
+            BTreeMap::from([(ServerCheck::ReleaseOk, 1)])
+        );
     }
 
     /// An entry of lock id "id-10" for `nonce` with `token`, granted at `created` (ms) and

@@ -91,7 +91,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::history::{ExtraFault, FaultKind};
-use crate::history::{HolderLog, Mode, PauseLog, Recorder, WriteLog};
+use crate::history::{GuardLog, HolderLog, Mode, PauseLog, Recorder, WriteLog};
 
 mod group;
 mod hold;
@@ -100,6 +100,7 @@ pub mod periodic;
 mod recipes;
 mod resume;
 mod step;
+pub mod step_back;
 
 use group::attach_acquiring_pauses;
 
@@ -161,6 +162,32 @@ pub struct Workload {
     /// Steps of the server's clock while a grant's reply is on its way, if any (the `step`
     /// submodule; the injector sends a client for one: [`ExtraFault::ClockStepInFlight`]).
     pub clock_steps: Option<ClockSteps>,
+    /// Steps of the server's clock back past the grant of a job's lock let go of within its
+    /// minimum hold, if any (the `step_back` submodule; the injector sends a client for one:
+    /// [`ExtraFault::StepBackUnderHold`]).
+    pub step_back: Option<StepBackHold>,
+}
+
+/// Periodic jobs with a minimum hold on several hosts, each under a lock id of its own that
+/// it keeps, while the server's clock steps back past a let-go grant (the `step_back`
+/// submodule); its resource is among [`Workload::resources`] but no other target's.
+#[derive(Debug, Clone)]
+pub struct StepBackHold {
+    /// The resource (a mutex).
+    pub resource: String,
+    /// How many hosts (two or more).
+    pub hosts: usize,
+    /// The minimum hold of every job's lock.
+    pub hold: Duration,
+    /// The period of the hosts' timers.
+    pub period: Duration,
+    /// Host `k`'s timer fires `k` times this late.
+    pub lateness: Duration,
+    /// How many periods the hosts run.
+    pub periods: u32,
+    /// How much further back than the hold and the time since the grant the clock steps, in
+    /// milliseconds (inclusive range).
+    pub beyond_ms: (u64, u64),
 }
 
 /// A step of the server's clock while the reply to a grant is held back on its way, with
@@ -256,6 +283,9 @@ pub enum Target {
     /// A step of the server's clock (forward if true, else back) while the reply to this
     /// client's grant is held back ([`Workload::clock_steps`]).
     ClockStep(bool),
+    /// A step of the server's clock back past a let-go grant in its minimum hold, with jobs
+    /// on several hosts ([`Workload::step_back`]).
+    StepBack,
 }
 
 impl Target {
@@ -265,7 +295,9 @@ impl Target {
             Target::Resource(resource, _) | Target::Election(resource) => vec![resource.clone()],
             Target::Group(pool) | Target::Multi(pool) => pool.clone(),
             Target::Pair(pair) => pair.iter().map(|(resource, _)| resource.clone()).collect(),
-            Target::Periodic | Target::OwnEntry | Target::ClockStep(_) => Vec::new(),
+            Target::Periodic | Target::OwnEntry | Target::ClockStep(_) | Target::StepBack => {
+                Vec::new()
+            }
         }
     }
 }
@@ -283,7 +315,10 @@ impl Workload {
     /// is in force (a minimum hold of 600 ms, or a lock-delay of 600 ms after a 300 ms
     /// lease), with the slot's second client asking 150 ms later. The server's clock steps
     /// forward by 2–3 s, or back by 0.5–1 s, while a grant's reply on `c0` (TTL 6 s, a clock
-    /// uncertainty of 1 s) is held back.
+    /// uncertainty of 1 s) is held back. And it steps back past the grant of a job's lock let
+    /// go of within its minimum hold (600 ms), by the hold, the time since the grant and
+    /// 100–400 ms more, while three hosts run a job on `h0` every second under lock ids they
+    /// keep.
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -312,6 +347,7 @@ impl Workload {
                 ("jobl0".into(), Mode::Exclusive),
                 ("q0".into(), Mode::Exclusive),
                 ("c0".into(), Mode::Exclusive),
+                ("h0".into(), Mode::Exclusive),
             ],
             steps: (2, 5),
             step_ms: (40, 200),
@@ -349,6 +385,15 @@ impl Workload {
                 forward_ms: (2_000, 3_000),
                 back_ms: (500, 1_000),
             }),
+            step_back: Some(StepBackHold {
+                resource: "h0".into(),
+                hosts: 3,
+                hold: Duration::from_millis(600),
+                period: Duration::from_millis(1_000),
+                lateness: Duration::from_millis(80),
+                periods: 3,
+                beyond_ms: (100, 400),
+            }),
         }
     }
 
@@ -369,6 +414,7 @@ impl Workload {
         self.is_periodic(resource)
             || self.is_own_entry(resource)
             || (self.clock_steps.as_ref()).is_some_and(|c| c.resource == resource)
+            || (self.step_back.as_ref()).is_some_and(|s| s.resource == resource)
     }
 
     /// The lock-delay of `resource`'s holders, if it has one ([`Workload::lock_delays`]).
@@ -456,9 +502,11 @@ impl Workload {
                 Target::Resource(r, _) => Some(vec![r]),
                 Target::Group(pool) | Target::Multi(pool) => Some(pool),
                 Target::Election(r) => Some(vec![r]),
-                Target::Pair(_) | Target::Periodic | Target::OwnEntry | Target::ClockStep(_) => {
-                    None
-                }
+                Target::Pair(_)
+                | Target::Periodic
+                | Target::OwnEntry
+                | Target::ClockStep(_)
+                | Target::StepBack => None,
             })
             .collect()
     }
@@ -653,10 +701,11 @@ impl ClientCtl {
     }
 
     /// Asks the worker to go for `target` next (a contender for what a fault may free); a
-    /// clock step it was sent for ([`Target::ClockStep`]) is not replaced.
+    /// clock step it was sent for ([`Target::ClockStep`], [`Target::StepBack`]) is not
+    /// replaced.
     pub fn go_for_next(&self, target: Target) {
         let mut next = lock(&self.next_target);
-        if !matches!(*next, Some(Target::ClockStep(_))) {
+        if !matches!(*next, Some(Target::ClockStep(_) | Target::StepBack)) {
             *next = Some(target);
         }
     }
@@ -940,9 +989,16 @@ impl Fleet {
             lock(&slot.ctl.drop_acquire).take();
             lock(&slot.ctl.hold_until).take();
             lock(&slot.ctl.hold_next).take();
-            if let Some(Target::ClockStep(_)) = lock(&slot.ctl.next_target).take() {
-                let kind = ExtraFault::ClockStepInFlight;
-                self.recorder.extra(kind, slot.index, "not carried out");
+            match lock(&slot.ctl.next_target).take() {
+                Some(Target::ClockStep(_)) => {
+                    let kind = ExtraFault::ClockStepInFlight;
+                    self.recorder.extra(kind, slot.index, "not carried out");
+                }
+                Some(Target::StepBack) => {
+                    let kind = ExtraFault::StepBackUnderHold;
+                    self.recorder.extra(kind, slot.index, "not carried out");
+                }
+                _ => {}
             }
             slot.ctl
                 .drop_on_ending_runtime
@@ -1152,6 +1208,7 @@ impl Worker {
                 Target::Periodic => self.periodic(locks).await,
                 Target::OwnEntry => self.own_entry_line(locks).await,
                 Target::ClockStep(forward) => self.clock_step(locks, forward).await,
+                Target::StepBack => self.step_back().await,
             };
             if let Held::Killed = held {
                 return Exit::Killed;
@@ -1216,6 +1273,17 @@ impl Worker {
     }
 
     /// One write (a reader: one read) of `log`'s holder to the guarded record.
+    /// The log of an exclusive holder of `guard`, granted to a call invoked at `invoked`, with
+    /// one write made under it unless the guard already says it is lost.
+    fn log_exclusive_and_write(&mut self, invoked: Instant, guard: &LockGuard) -> HolderLog {
+        let id = self.recorder.next_id();
+        let mut log = HolderLog::new(id, self.index, Mode::Exclusive, invoked, guard);
+        if !log.check_lost(guard) {
+            self.write(&mut log);
+        }
+        log
+    }
+
     fn write(&mut self, log: &mut HolderLog) {
         let value = self.rng.random::<u64>();
         let (at, accepted) =

@@ -110,17 +110,8 @@ impl Worker {
         let Ok(Some(guard)) = got else {
             return false;
         };
-        let mut log = HolderLog::new(
-            self.recorder.next_id(),
-            self.index,
-            Mode::Exclusive,
-            invoked,
-            &guard,
-        );
+        let mut log = self.log_exclusive_and_write(invoked, &guard);
         self.recorder.min_hold(log.id, line.min_hold);
-        if !log.check_lost(&guard) {
-            self.write(&mut log);
-        }
         log.lets_go(LetGo::Released);
         let released = guard.release().await;
         log.release = Some(ReleaseResult::of(&released));

@@ -33,8 +33,7 @@ use rand::Rng;
 use super::line::Asked;
 use super::{COLLECTION, ClockSteps, DB, Held, Worker, owner_label};
 use crate::history::{
-    AcquireCall, ExtraFault, FaultKind, FromLibrary, GuardLog, HolderLog, LetGo, Mode, OpKind,
-    ReleaseResult, watch_until,
+    AcquireCall, ExtraFault, FaultKind, FromLibrary, LetGo, OpKind, ReleaseResult, watch_until,
 };
 use crate::relay::ReplyHold;
 
@@ -179,13 +178,7 @@ impl Worker {
             stepped.shutdown().await;
             return format!("{way}: {shown}, not granted");
         };
-        let mut log = HolderLog::new(
-            self.recorder.next_id(),
-            self.index,
-            Mode::Exclusive,
-            invoked,
-            &guard,
-        );
+        let mut log = self.log_exclusive_and_write(invoked, &guard);
         self.recorder.op(
             OpKind::ClockStep {
                 by_ms,
@@ -194,9 +187,6 @@ impl Worker {
             stepped_at,
             stepped_at,
         );
-        if !log.check_lost(&guard) {
-            self.write(&mut log);
-        }
         let outcome = if forward {
             // No renewal since the reply went on; the worker's own client asks for the lease.
             let until = cut_at + steps.ttl + Duration::from_secs(1);
@@ -214,13 +204,19 @@ impl Worker {
                 cut_at,
                 Instant::now(),
             );
+            // What (3) judges is the holder's belief, which ends at its local deadline if
+            // that comes before it is told (`lost()` resolves up to a 10 ms slice later).
+            let believed_past = |granted: Instant| log.max_deadline.is_none_or(|d| d > granted);
             match (lost, granted) {
                 (Some(lost), Some(granted)) if lost <= granted => {
-                    "lost before the other client's grant"
+                    "told of the loss before the other client's grant"
                 }
-                (Some(_), Some(_)) => "lost after the other client's grant",
-                (Some(_), None) => "lost, the other client not granted",
-                (None, _) => "not lost",
+                (Some(_), Some(granted)) if !believed_past(granted) => {
+                    "local deadline passed before the other client's grant, told after it"
+                }
+                (Some(_), Some(_)) => "believed past the other client's grant",
+                (Some(_), None) => "told of the loss, the other client not granted",
+                (None, _) => "never told of the loss",
             }
         } else {
             let until = Instant::now() + steps.ttl / 2;

@@ -1,0 +1,106 @@
+//! The control of a step back of the server's clock past a let-go grant (issue 39; the
+//! library's fix `d44da17`): the harness's [`step_back`](crate::workload::step_back) scenario
+//! with the old behaviour planted: after the step, the host renews its lock id with the old
+//! time-only test of a holding entry (sent as a raw update), which renews its let-go entry,
+//! and runs its job again under the old grant inside its hold.
+
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::{ControlResult, Expected, RESOURCE, Watched, locks};
+use crate::check::Check;
+use crate::workload::step_back::{self, Stage, Went};
+use crate::workload::{COLLECTION, DB, StepBackHold};
+
+/// The scenario's shape here: three hosts, a 600 ms hold, three one-second periods.
+fn shape() -> StepBackHold {
+    StepBackHold {
+        resource: RESOURCE.to_owned(),
+        hosts: 3,
+        hold: Duration::from_millis(600),
+        period: Duration::from_millis(1_000),
+        lateness: Duration::from_millis(80),
+        periods: 3,
+        beyond_ms: (100, 400),
+    }
+}
+
+/// The host renews its let-go entry after the step back with the old test and believes it
+/// holds it again: caught by (10), a lease given back after its release returned `Ok`.
+pub(super) async fn step_back_renewed() -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let (result, went) = step_back_under_hold(true).await?;
+    if went.renewed == 0 {
+        return Err(format!("the planted renewal renewed nothing: {went:?}").into());
+    }
+    Ok(result)
+}
+
+/// The scenario on an emulator of its own, planted or with the library as it is; an error
+/// if the clock did not go back past a let-go entry's grant while it was in force.
+async fn step_back_under_hold(
+    planted: bool,
+) -> Result<(ControlResult, Went), Box<dyn std::error::Error>> {
+    let stage = Watched::start().await?;
+    let hosts = (0..3)
+        .map(|_| locks(stage.server.new_client()))
+        .collect::<Vec<_>>();
+    let raw = stage
+        .server
+        .new_client()
+        .database(DB)
+        .collection(COLLECTION);
+    let scenario = Stage {
+        hosts: hosts.clone(),
+        raw,
+        clock: stage.server.clock().clone(),
+        recorder: &stage.recorder,
+        client: 0,
+        owner: "control".into(),
+        shape: shape(),
+        ttl: Duration::from_millis(1_500),
+        planted,
+    };
+    let went = step_back::run(&scenario, &mut StdRng::seed_from_u64(39)).await;
+    for host in hosts {
+        host.shutdown().await;
+    }
+    if went.past_grant_ms.is_none() {
+        return Err(format!("the step back did not happen: {}", went.ended()).into());
+    }
+    let result = stage
+        .finish(
+            "step back, let-go entry renewed",
+            Expected::Client(Check::Resume),
+            &[RESOURCE],
+        )
+        .await?;
+    Ok((result, went))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_host_that_renews_its_let_go_entry_after_a_step_back_is_caught_by_10() {
+        let (result, went) = step_back_under_hold(true).await.expect("the control runs");
+        println!("planted: {went:?}; found {:?}", result.found());
+        assert!(went.renewed > 0, "the plant renewed nothing: {went:?}");
+        assert!(result.caught(), "not caught: {:?}", result.found());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_library_gives_nothing_back_after_a_step_back_and_passes() {
+        let (result, went) = step_back_under_hold(false)
+            .await
+            .expect("the scenario runs");
+        println!("library: {went:?}; found {:?}", result.found());
+        assert!(went.past_grant_ms.is_some_and(|ms| ms > 0), "{went:?}");
+        assert!(went.by_ms > 600, "a step by more than the hold: {went:?}");
+        assert_eq!((went.renewed, went.regranted), (0, None), "{went:?}");
+        assert!(went.jobs >= 2, "jobs in a later period too: {went:?}");
+        assert_eq!(result.found(), vec![], "nothing at all");
+    }
+}
