@@ -17,11 +17,14 @@
 //!   guards under the same lock id, which they resume by; a low-level process under a new
 //!   lock id of its own, as the library's contract asks: a lock id belongs to one holder),
 //!   a paused client being one that takes no step while time passes, the server's clock
-//!   stepping forward, an operator's force release.
+//!   stepping forward or back (`$$NOW` follows the system clock; a step back excuses no
+//!   holder: the library reports no lease lost for it), an operator's force release.
 //!
 //! The lock-delay and the minimum hold are modelled in the scenarios that set them (an
 //! entry in force after its lease for its delay; one let go of within its hold in force
-//! until `createdAt + minHoldMs`, marked `letGoAt`), and `purge_abandoned_groups` as an
+//! until `createdAt + minHoldMs`, marked `letGoAt`, held by nobody whatever the server's
+//! clock reads: a step back before its grant does not give it back to its lock id, control
+//! (z)), and `purge_abandoned_groups` as an
 //! operator's call. Shared entries are modelled (the server's step for readers, writers and
 //! semaphore permits, their caps; clients with guards of each kind in the scenarios "a
 //! reader and a writer" and "a semaphore of one / two permits, two holders"), without a
@@ -29,7 +32,8 @@
 //! leaves out of the document: the line (a writer's announcement, arrival order: it only
 //! adds terms to a grant's condition, so the model grants whatever the library grants, and
 //! more), sealing at the tombstone cap, the TTL index and `purge`, the unlock limit,
-//! clock-step detection and a clock stepping back.
+//! clock-step detection (a forward step excuses the holders it may have cut short, a step
+//! back excuses nobody).
 //!
 //! Its properties are the promises of `docs/reliability.md` ([`model::PROPERTIES`]). Each
 //! bug found in the library so far can be put back ([`server::Bugs`], [`controls`]), and
@@ -67,6 +71,7 @@ pub mod scenarios {
             kills: b[5],
             force_releases: b[6],
             jumps: b[7],
+            backs: 0,
         }
     }
 
@@ -86,6 +91,32 @@ pub mod scenarios {
     /// release and a step of the server's clock, one attempt per client, a timeout.
     pub const HOLD_FAULTS: Bounds = bounds([1, 1, 0, 1, 2, 0, 1, 1]);
 
+    /// The small bound of a backward step of the server's clock, for `cargo test`: one step
+    /// back (by a TTL), a tick of real time, two attempts per client, a timeout. Force
+    /// releases are left out of it (see [`steps_back`]).
+    pub const STEP_BACK: Bounds = Bounds {
+        backs: 1,
+        ..bounds([1, 2, 0, 1, 2, 0, 0, 0])
+    };
+
+    /// The scenarios checked with a backward step of the server's clock, for `cargo test`:
+    /// those with a minimum hold at [`STEP_BACK`] (an entry let go of within its hold, read
+    /// at a clock stepped back before its grant), and two guards whose leases run out by
+    /// time at [`TIME`] with a step back (every lease lasts longer by the server's
+    /// reckoning; nobody is excused). A force release after a step back cuts the hold of a
+    /// let-go entry to `$$NOW + minHoldMs` (earlier, by the server's clock, than
+    /// `createdAt + minHoldMs`): "no grant inside a minimum hold", judged by the server's
+    /// clock, then fails once a forward step follows; the force release is the operator's,
+    /// the hold is kept a full hold from it in real time, so the bounds leave force releases
+    /// out of the steps back.
+    pub fn steps_back() -> Vec<Config> {
+        vec![
+            min_hold(STEP_BACK),
+            guards_min_hold(STEP_BACK),
+            handles(Bounds { backs: 1, ..TIME }),
+        ]
+    }
+
     /// The deeper runs, for `--deep` (minutes, in a release build): each scenario at the
     /// largest bounds that fit in a few GiB of memory.
     pub fn deep() -> Vec<Config> {
@@ -93,6 +124,11 @@ pub mod scenarios {
         let faults = bounds([1, 2, 1, 1, 2, 1, 1, 1]);
         let holds = bounds([2, 2, 0, 1, 2, 0, 1, 1]);
         let time = bounds([4, 1, 0, 1, 2, 0, 1, 1]);
+        let back = Bounds {
+            backs: 1,
+            ..bounds([2, 2, 0, 1, 2, 0, 0, 1])
+        };
+        let time_no_force = bounds([4, 1, 0, 1, 2, 0, 0, 1]);
         vec![
             min_hold(holds),
             guards_min_hold(holds),
@@ -108,6 +144,12 @@ pub mod scenarios {
             keeper_alone(faults),
             two_resources(bounds([1, 2, 1, 1, 2, 0, 0, 0])),
             two_resources(bounds([0, 2, 0, 1, 2, 0, 1, 0])),
+            min_hold(back),
+            guards_min_hold(back),
+            handles(Bounds {
+                backs: 1,
+                ..time_no_force
+            }),
         ]
     }
 
@@ -344,6 +386,12 @@ pub mod controls {
         }
     }
 
+    /// `control` with one backward step of the server's clock allowed.
+    fn stepping_back(mut control: Control) -> Control {
+        control.config.bounds.backs = 1;
+        control
+    }
+
     /// Every control, each with the smallest bound that shows it.
     pub fn all() -> Vec<Control> {
         use scenarios::{
@@ -529,6 +577,20 @@ pub mod controls {
                 |b| b.shared_release_takes_all = true,
                 model::DEADLINE_BEFORE_EXPIRY,
             ),
+            stepping_back(control(
+                "(z) xlock after a step back: a grant let go of within its hold held again",
+                min_hold,
+                [0, 2, 0, 0, 1, 0, 0, 0],
+                |b| b.let_go_held = true,
+                model::LET_GO_NOT_HELD_AGAIN,
+            )),
+            stepping_back(control(
+                "(z') a guard after a step back: its let-go lease resumed within its hold",
+                guards_min_hold,
+                [0, 2, 0, 0, 1, 0, 0, 0],
+                |b| b.let_go_held = true,
+                model::LET_GO_NOT_HELD_AGAIN,
+            )),
         ]
     }
 }
@@ -689,6 +751,7 @@ pub mod trace {
             }
             Action::Drop(k) => format!("network loses {:?}", state.network[k as usize].request),
             Action::Jump => format!("server clock steps forward by {}", model.config.ttl),
+            Action::StepBack => format!("server clock steps back by {}", model.config.ttl),
             ref other => format!("{other:?}"),
         }
     }

@@ -24,6 +24,7 @@ fn main() {
             .chain(scenarios::holds())
             .chain(scenarios::timed())
             .chain(scenarios::shared_small())
+            .chain(scenarios::steps_back())
             .collect()
     };
     let mut failed = false;

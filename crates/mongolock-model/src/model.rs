@@ -12,9 +12,14 @@
 //! same attempt again after a timeout leaves two copies (duplication).
 //!
 //! Time: `rt` is real time, which the clients' monotonic clocks follow; the server's clock is
-//! `rt + skew`, and a clock step moves `skew` forward by a TTL. A lease's local deadline is
-//! in real time: the send time of the attempt or renewal the server confirmed, plus what the
-//! server says the grant had left, minus the margin.
+//! `rt + skew`, and a clock step moves `skew` forward or back by a TTL (`skew` starts at a TTL
+//! per backward step the bounds allow, so that the server's clock never reads below 0). A
+//! lease's local deadline is in real time: the send time of the attempt or renewal the server
+//! confirmed, plus what the server says the grant had left, minus the margin. A forward step
+//! ends leases early by the server's reckoning, and excuses the holders whose attempt or last
+//! confirmed renewal was sent before it; a backward step excuses nobody: the library reports
+//! no lease lost for it (cluster time never goes back, and the leases last longer by the
+//! server's reckoning), so every holder goes on believing until its local deadline.
 
 use stateright::{Model, Property};
 
@@ -53,6 +58,9 @@ pub struct Bounds {
     pub force_releases: u8,
     /// Forward steps of the server's clock.
     pub jumps: u8,
+    /// Backward steps of the server's clock (`$$NOW` follows the system clock, which can
+    /// step back; each by a TTL).
+    pub backs: u8,
 }
 
 /// What the checker checks: the clients, the TTL, the bounds and the bugs put back.
@@ -314,8 +322,10 @@ pub struct State {
     pub rt: Time,
     /// The server's clock minus real time.
     pub skew: Time,
-    /// Clock steps so far.
+    /// Forward clock steps so far.
     pub jumps: u8,
+    /// Backward clock steps so far.
+    pub backs: u8,
     /// Force releases so far.
     pub forces: u8,
     /// Kills so far.
@@ -359,6 +369,8 @@ pub enum Action {
     Tick,
     /// The server's clock steps forward by a TTL.
     Jump,
+    /// The server's clock steps back by a TTL.
+    StepBack,
     /// An operator force-releases a resource.
     ForceRelease(Res),
     /// An operator calls `purge_abandoned_groups`.
@@ -1078,8 +1090,9 @@ impl Model for LockModel {
         let clients = self.config.clients.len();
         vec![State {
             rt: 0,
-            skew: 0,
+            skew: self.config.bounds.backs * self.config.ttl,
             jumps: 0,
+            backs: 0,
             forces: 0,
             kills: 0,
             timeouts: 0,
@@ -1115,6 +1128,9 @@ impl Model for LockModel {
         }
         if state.jumps < b.jumps {
             actions.push(Action::Jump);
+        }
+        if state.backs < b.backs {
+            actions.push(Action::StepBack);
         }
         for r in 0..self.config.resources {
             if state.forces < b.force_releases
@@ -1219,6 +1235,18 @@ impl Model for LockModel {
             Action::Jump => {
                 s.jumps += 1;
                 s.skew += self.config.ttl;
+            }
+            Action::StepBack => {
+                // A hold that ended by the server's clock stays ended: the entry may be gone
+                // already, and the step back does not bring it back.
+                let now = s.now();
+                for quiet in &mut s.quiet_until {
+                    if *quiet <= now {
+                        *quiet = 0;
+                    }
+                }
+                s.backs += 1;
+                s.skew -= self.config.ttl;
             }
             Action::ForceRelease(r) => {
                 s.forces += 1;
@@ -1495,6 +1523,13 @@ impl Model for LockModel {
             Property::always(DEADLINE_BEFORE_EXPIRY, |m: &LockModel, s: &State| {
                 m.leases_held(s)
             }),
+            Property::always(LET_GO_NOT_HELD_AGAIN, |m: &LockModel, s: &State| {
+                (0..m.config.resources).all(|r| {
+                    let doc = &s.server.docs[r as usize];
+                    (m.believers(s, r).iter())
+                        .all(|&(_, token, _)| !doc.entries().any(|e| e.token == token && e.let_go))
+                })
+            }),
             Property::always(REVOCATION_NOTICED, |m: &LockModel, s: &State| {
                 s.clients.iter().all(|c| {
                     c.leases.iter().all(|l| {
@@ -1552,8 +1587,16 @@ pub const NO_GRANT_IN_HOLD: &str = "no grant inside a minimum hold or a lock-del
 /// operator revoked it less than a TTL ago.
 pub const DEADLINE_BEFORE_EXPIRY: &str = "the local deadline comes before the server's expiry";
 
+/// A grant let go of within its minimum hold is not held again: no holder believes (unless
+/// excused, as for exclusion) a grant whose entry the server keeps as let go of (in force
+/// until `createdAt + minHoldMs`, held by nobody, its own lock id included), whatever the
+/// server's clock reads: neither the lock id's next attempt (answered "already held" with
+/// it, and adopting it) nor a renewal takes it back, not even after a step back of the
+/// server's clock before its grant (`LockDetails::min_hold`).
+pub const LET_GO_NOT_HELD_AGAIN: &str = "a grant let go of within its hold is not held again";
+
 /// Every property's name.
-pub const PROPERTIES: [&str; 11] = [
+pub const PROPERTIES: [&str; 12] = [
     EXCLUSION,
     CAP,
     LOSS_BEFORE_GRANT,
@@ -1565,6 +1608,7 @@ pub const PROPERTIES: [&str; 11] = [
     UNLOCK_LEAVES_LATER,
     NO_GRANT_IN_HOLD,
     DEADLINE_BEFORE_EXPIRY,
+    LET_GO_NOT_HELD_AGAIN,
 ];
 
 /// A one-line picture of an entry, for traces.

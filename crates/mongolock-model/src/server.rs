@@ -141,10 +141,21 @@ impl Entry {
     }
 
     /// Whether its holder still holds its lease at `now` (`expr::holds`): as [`is_live`],
-    /// the lock-delay taken off `expiresAt`.
+    /// the lock-delay taken off `expiresAt`; an entry let go of within its minimum hold
+    /// holds nothing, whatever the clock reads (a clock stepped back before its grant would
+    /// otherwise read its hold as a lease again: see [`holds_by_time`]).
     ///
     /// [`is_live`]: Entry::is_live
+    /// [`holds_by_time`]: Entry::holds_by_time
     pub fn holds(&self, now: Time) -> bool {
+        !self.let_go && self.holds_by_time(now)
+    }
+
+    /// The time test of [`holds`](Entry::holds) alone: `expiresAt` less the lock-delay is
+    /// after `now`. For a let-go entry (`expiresAt = createdAt + minHoldMs`, the hold as its
+    /// delay) that is `createdAt > now`: false while the clock only moves forward, true once
+    /// it steps back before the grant (`expr::holds` before d44da17; bug (z)).
+    pub fn holds_by_time(&self, now: Time) -> bool {
         self.expires_at.is_none_or(|end| end > now + self.delay)
     }
 
@@ -462,6 +473,21 @@ pub struct Bugs {
     /// the shared entries by the lock id's `$elemMatch` found, not by token): the other
     /// holders' shares go with it, while they believe.
     pub shared_release_takes_all: bool,
+    /// (z) "Held" is a time test only (`expr::holds` and the client's `interpret` before
+    /// d44da17): an entry let go of within its minimum hold is read as held again once the
+    /// server's clock steps back before its grant, so its lock id's next attempt is answered
+    /// "already held" with it (and adopts it), and renewals extend it.
+    pub let_go_held: bool,
+}
+
+/// Whether `e`'s holder holds its lease at `now`, as the server's commands ask it
+/// ([`Entry::holds`]; with bug (z), [`Entry::holds_by_time`]).
+fn held(e: &Entry, now: Time, bugs: &Bugs) -> bool {
+    if bugs.let_go_held {
+        e.holds_by_time(now)
+    } else {
+        e.holds(now)
+    }
 }
 
 /// Whether `keeper` (a request's) matches `stored` (the entry's), as the library's release
@@ -588,7 +614,7 @@ impl Server {
                         Kind::Shared { cap: None },
                     ),
                 };
-                let mine = mine.filter(|e| e.holds(now));
+                let mine = mine.filter(|e| held(e, now, bugs));
                 match mine {
                     Some(e) if e.nonce == nonce => Reply::Granted {
                         token: e.token,
@@ -627,7 +653,7 @@ impl Server {
                 };
                 let found = doc.entries().find(|e| reports(e));
                 let removed = found.is_some();
-                let live = found.is_some_and(|e| e.holds(now));
+                let live = found.is_some_and(|e| held(e, now, bugs));
                 let shared = doc.shared.iter().any(reports);
                 // A retiring release also removes a re-grant of its attempt (same nonce, another
                 // token: only a late copy makes one, whatever keeper it named), which nobody
@@ -684,7 +710,7 @@ impl Server {
                     true => doc.shared.iter().find(|e| matches(e)),
                 };
                 let removed = found.is_some();
-                let live = found.is_some_and(|e| e.holds(now));
+                let live = found.is_some_and(|e| held(e, now, bugs));
                 let keep_hold = hold && !bugs.withdraw_drops_hold;
                 if (doc.entry.as_ref()).is_some_and(|e| matches(e) && !keep_hold) {
                     self.remove(resource, bugs);
@@ -709,10 +735,10 @@ impl Server {
                     e.lock_id == lock_id
                         && e.token == token
                         && e.keeper == Some(keeper)
-                        && e.holds(now)
+                        && held(e, now, bugs)
                 };
                 if bugs.keeper_by_lock_id {
-                    count = self.renew_lock_id(lock_id, ttl, now, false);
+                    count = self.renew_lock_id(lock_id, ttl, now, false, bugs);
                 } else {
                     for &(resource, token) in leases {
                         let doc = &mut self.docs[resource as usize];
@@ -731,7 +757,7 @@ impl Server {
                 Reply::Renewed { live, count }
             }
             Request::RenewLockId { lock_id, ttl } => {
-                Reply::Count(self.renew_lock_id(lock_id, ttl, now, true))
+                Reply::Count(self.renew_lock_id(lock_id, ttl, now, true, bugs))
             }
             Request::Adopt {
                 resource,
@@ -742,7 +768,7 @@ impl Server {
             } => {
                 let doc = &mut self.docs[resource as usize];
                 match (doc.entries_mut())
-                    .find(|e| e.lock_id == lock_id && e.token == token && e.holds(now))
+                    .find(|e| e.lock_id == lock_id && e.token == token && held(e, now, bugs))
                 {
                     Some(e) => {
                         e.keeper = Some(keeper);
@@ -783,7 +809,7 @@ impl Server {
                 // Counts the leases it ended. An entry with a lock-delay, in force, stays in
                 // force for its delay from now (never longer than it was): its lease ends.
                 let doc = &self.docs[resource as usize];
-                let ended = doc.entries().filter(|e| e.holds(now)).count() as u8;
+                let ended = doc.entries().filter(|e| held(e, now, bugs)).count() as u8;
                 let delayed = |e: &Entry| {
                     (e.delay > 0 && e.is_live(now)).then(|| {
                         let end = now + e.delay;
@@ -850,12 +876,19 @@ impl Server {
     /// Renews every live entry of `lock_id` by `ttl`; with `never_shorten`, an entry that
     /// names a keeper keeps a later expiry it has (as `renew(lock_id)` treats a kept lease).
     /// Counts the documents renewed.
-    fn renew_lock_id(&mut self, lock_id: LockId, ttl: Time, now: Time, never_shorten: bool) -> u8 {
+    fn renew_lock_id(
+        &mut self,
+        lock_id: LockId,
+        ttl: Time,
+        now: Time,
+        never_shorten: bool,
+        bugs: &Bugs,
+    ) -> u8 {
         let mut count = 0;
         for doc in &mut self.docs {
             let mut touched = false;
             for e in doc.entries_mut() {
-                if e.lock_id == lock_id && e.holds(now) {
+                if e.lock_id == lock_id && held(e, now, bugs) {
                     if let Some(end) = e.expires_at {
                         let renewed = now + ttl + e.delay;
                         e.expires_at = Some(if never_shorten && e.keeper.is_some() {

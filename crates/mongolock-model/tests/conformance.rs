@@ -368,6 +368,7 @@ const NO_BUGS: Bugs = Bugs {
     reader_beside_writer: false,
     writer_beside_readers: false,
     shared_release_takes_all: false,
+    let_go_held: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's

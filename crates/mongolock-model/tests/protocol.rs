@@ -32,6 +32,7 @@ fn small() -> Vec<Config> {
     .chain(scenarios::holds())
     .chain(scenarios::timed())
     .chain(scenarios::shared_small())
+    .chain(scenarios::steps_back())
     .collect()
 }
 
