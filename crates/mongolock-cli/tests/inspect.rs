@@ -174,6 +174,48 @@ async fn status_marks_expired_locks_and_purge_removes_them() {
     assert_eq!(purged, serde_json::json!({ "resources": 0 }));
 }
 
+/// A lock let go of within its minimum hold is shown as such: its holder released it, and
+/// it keeps the resource (for a reader: from writers) until the hold ends. It is neither a
+/// lease that "ended without a release" nor in a lock-delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_lock_let_go_of_within_its_minimum_hold() {
+    let env = Env::start("held").await;
+    let locks = env.locks();
+    let hold = Duration::from_secs(60);
+    let job = locks
+        .mutex("nightly")
+        .ttl(Duration::from_secs(30))
+        .min_hold(hold);
+    job.acquire().await.unwrap().release().await.unwrap();
+    let reader = (locks.rwlock("shelf").ttl(Duration::from_secs(30))).min_hold(hold);
+    reader.read().await.unwrap().release().await.unwrap();
+
+    let output = run(env.cmd(&["status"])).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let row = |resource: &str| {
+        (stdout.lines())
+            .find(|l| l.starts_with(resource))
+            .unwrap_or_else(|| panic!("{resource} is listed: {stdout}"))
+    };
+    for resource in ["nightly", "shelf"] {
+        assert!(row(resource).contains("min hold"), "{stdout}");
+    }
+    assert!(!stdout.contains("without a release"), "{stdout}");
+    assert!(!stdout.contains("lock-delay"), "{stdout}");
+    assert!(
+        stdout.contains("2 lock(s) let go of within their minimum hold"),
+        "{stdout}"
+    );
+
+    let output = run(env.cmd(&["status", "--json", "--resource", "nightly"])).await;
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(rows[0]["let_go_at"].is_string(), "{rows:?}");
+    assert!(rows[0]["lock_delay_remaining_ms"].is_null(), "{rows:?}");
+    let left = rows[0]["min_hold_remaining_ms"].as_u64().unwrap();
+    assert!(left > 50_000 && left <= 60_000, "{rows:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_force_frees_a_lock_without_a_prompt_off_a_terminal() {
     let env = Env::start("release").await;

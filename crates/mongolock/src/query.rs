@@ -37,6 +37,7 @@ pub struct LockStatus {
     pub(crate) remaining: Option<Duration>,
     pub(crate) expired: bool,
     pub(crate) delay_left: Option<Duration>,
+    pub(crate) hold_left: Option<Duration>,
 }
 
 impl LockStatus {
@@ -74,8 +75,9 @@ impl LockStatus {
         self.remaining
     }
     /// Whether the lock's lease had ended when the server answered: its holder holds
-    /// nothing. Unless it is within its lock-delay ([`lock_delay_remaining`](Self::lock_delay_remaining)),
-    /// it blocks nobody either, and stays in the collection until an acquire on its resource
+    /// nothing. Unless it is within its lock-delay ([`lock_delay_remaining`](Self::lock_delay_remaining))
+    /// or its minimum hold ([`min_hold_remaining`](Self::min_hold_remaining)), it blocks
+    /// nobody either, and stays in the collection until an acquire on its resource
     /// or a purge clears it.
     pub fn is_expired(&self) -> bool {
         self.expired
@@ -85,6 +87,15 @@ impl LockStatus {
     /// reader's delay keeps writers out); `None` otherwise.
     pub fn lock_delay_remaining(&self) -> Option<Duration> {
         self.delay_left
+    }
+    /// For a lock its holder let go of within its minimum hold
+    /// ([`LockDetails::min_hold`](crate::LockDetails::min_hold)): how much of the hold was
+    /// left when the server answered, during which the lock stays in force (an exclusive
+    /// one keeps everybody out, its own lock id included; a reader's share keeps writers
+    /// out; a permit stays taken). Its lease ended at the release
+    /// ([`is_expired`](Self::is_expired) is true) and nobody holds it. `None` otherwise.
+    pub fn min_hold_remaining(&self) -> Option<Duration> {
+        self.hold_left
     }
     /// The fencing token.
     pub fn fencing_token(&self) -> i64 {

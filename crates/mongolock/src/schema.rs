@@ -322,15 +322,19 @@ pub(crate) fn decode_status(row: &Document) -> Result<LockStatus> {
     // Within its lock-delay: the lease ended, the entry is still in force for the rest of
     // the delay (both by the server's clock, as `remainingMs` is).
     let delay_ms = (holder.lock_delay).map_or(0, crate::clock::saturating_millis);
-    let delay_left = remaining_ms
+    // An entry let go of within its minimum hold keeps the hold as its delay.
+    let in_force_left = remaining_ms
         .filter(|&ms| ms <= 0)
         .map(|ms| ms.saturating_add(delay_ms))
-        .filter(|&left| left > 0);
+        .filter(|&left| left > 0)
+        .map(|ms| Duration::from_millis(ms as u64));
+    let let_go = holder.let_go_at.is_some();
     Ok(LockStatus {
         holder,
         remaining: remaining_ms.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         expired: remaining_ms.is_some_and(|ms| ms <= 0),
-        delay_left: delay_left.map(|ms| Duration::from_millis(ms as u64)),
+        delay_left: in_force_left.filter(|_| !let_go),
+        hold_left: in_force_left.filter(|_| let_go),
     })
 }
 

@@ -26,13 +26,15 @@ async fn a_release_within_the_minimum_hold_keeps_the_lock_until_then() {
     let token = guard.fencing_token();
     guard.release().await.unwrap();
     // Released at once: the lock stays taken for the rest of the hold, for everybody (this
-    // lock client too), and status shows what is left of it as a lock-delay.
+    // lock client too), and status shows what is left of the hold.
     assert!(other.mutex("report").try_acquire().await.unwrap().is_none());
     assert!(job.try_acquire().await.unwrap().is_none());
     let status = env.locks.status(&Filter::default()).await.unwrap();
     assert_eq!(status.len(), 1, "{status:?}");
     assert_eq!(status[0].fencing_token(), token);
-    assert!(status[0].lock_delay_remaining().is_some(), "{status:?}");
+    assert!(status[0].min_hold_remaining().is_some(), "{status:?}");
+    assert_eq!(status[0].lock_delay_remaining(), None, "{status:?}");
+    assert!(status[0].holder().let_go_at().is_some(), "{status:?}");
     sleep(ms(1_700)).await;
     let next = other.mutex("report").try_acquire().await.unwrap();
     assert!(next.expect("free once the hold is over").fencing_token() > token);

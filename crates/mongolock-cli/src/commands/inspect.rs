@@ -37,6 +37,13 @@ struct StatusRow {
     /// For an ended lease with a lock-delay, the milliseconds of the delay left, during which
     /// nobody gets the lock; `null` otherwise.
     lock_delay_remaining_ms: Option<u128>,
+    /// When its holder let go of it within its minimum hold (server time, RFC 3339);
+    /// `null` otherwise.
+    let_go_at: Option<String>,
+    /// For a lock let go of within its minimum hold, the milliseconds of the hold left,
+    /// during which it stays in force (an exclusive lock keeps everybody out, a reader's
+    /// share keeps writers out); `null` otherwise.
+    min_hold_remaining_ms: Option<u128>,
     /// When it was granted (server time, RFC 3339).
     created_at: String,
     /// When it was last renewed (server time, RFC 3339).
@@ -58,6 +65,8 @@ impl StatusRow {
             ttl_remaining_ms: lock.ttl_remaining().map(|d| d.as_millis()),
             expired: lock.is_expired(),
             lock_delay_remaining_ms: lock.lock_delay_remaining().map(|d| d.as_millis()),
+            let_go_at: lock.holder().let_go_at().map(rfc3339),
+            min_hold_remaining_ms: lock.min_hold_remaining().map(|d| d.as_millis()),
             created_at: rfc3339(lock.created_at()),
             renewed_at: rfc3339(lock.renewed_at()),
             expires_at: lock.holder().expires_at().map(rfc3339),
@@ -101,10 +110,18 @@ pub async fn status(global: &Global, args: StatusArgs) -> anyhow::Result<ExitCod
     let delayed = (held.iter())
         .filter(|lock| lock.lock_delay_remaining().is_some())
         .count();
-    let expired = held.iter().filter(|lock| lock.is_expired()).count() - delayed;
+    let kept = (held.iter())
+        .filter(|lock| lock.min_hold_remaining().is_some())
+        .count();
+    let expired = held.iter().filter(|lock| lock.is_expired()).count() - delayed - kept;
     if delayed > 0 {
         println!(
-            "{delayed} lock(s) ended without a release keep everybody out until their lock-delay ends"
+            "{delayed} lock(s) ended without a release keep the resource (from writers, for a reader) until their lock-delay ends"
+        );
+    }
+    if kept > 0 {
+        println!(
+            "{kept} lock(s) let go of within their minimum hold stay in force (a reader's from writers) until the hold ends"
         );
     }
     if expired > 0 {
@@ -123,9 +140,10 @@ fn table(held: &[LockStatus]) -> String {
         .iter()
         .map(|lock| {
             let ttl = match (lock.is_expired(), lock.ttl_remaining()) {
-                (true, _) => match lock.lock_delay_remaining() {
-                    Some(left) => format!("lock-delay {}", format_ttl(left)),
-                    None => "expired".to_owned(),
+                (true, _) => match (lock.lock_delay_remaining(), lock.min_hold_remaining()) {
+                    (Some(left), _) => format!("lock-delay {}", format_ttl(left)),
+                    (None, Some(left)) => format!("min hold {}", format_ttl(left)),
+                    (None, None) => "expired".to_owned(),
                 },
                 (false, Some(left)) => format_ttl(left),
                 (false, None) => "no TTL".to_owned(),
