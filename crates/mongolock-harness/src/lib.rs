@@ -207,6 +207,17 @@ pub async fn run_once(
             if workload.periodic.is_some() {
                 oracle::min_hold_vacuous(&mut outcome);
             }
+            if workload.step_back.is_some()
+                && workload::step_back::carried_out(&recorder.extras()) == 0
+            {
+                // A fault that did not happen proves nothing: the run says so.
+                outcome.violations.push((
+                    oracle::ServerCheck::MinHold,
+                    "vacuous: the server's clock never went back past a let-go entry's grant \
+                     in its hold (the step back under a hold was not carried out)"
+                        .to_owned(),
+                ));
+            }
             outcome
         }
         Err(why) => oracle::Outcome::incomplete(why),

@@ -871,6 +871,7 @@ impl Fleet {
             epoch: self.epoch,
             periodic_first: index < 2 && slot.incarnation == 1,
             own_entry_first: index == 2 && slot.incarnation == 1,
+            step_back_first: index == 3 && slot.incarnation == 1,
             contender: None,
             clock: self.clock.clone(),
             stepping: self.stepping.clone(),
@@ -1131,6 +1132,9 @@ struct Worker {
     /// Its first pick is a round of [`Workload::own_entry`] (the first incarnation of client
     /// 2: every run has one).
     own_entry_first: bool,
+    /// Its first pick is a step back under a hold ([`Workload::step_back`]; the first
+    /// incarnation of client 3: every run has one, besides those the injector sends for).
+    step_back_first: bool,
     /// The slot's second client, for the scenarios that need another client of the slot
     /// (the `line` submodule), made at its first use.
     contender: Option<LockClient>,
@@ -1166,6 +1170,9 @@ impl Worker {
             } else if self.recorder.is_healed() {
                 after_healing += 1;
                 targets[(self.index + after_healing - 1) % targets.len()].clone()
+            } else if self.workload.step_back.is_some() && std::mem::take(&mut self.step_back_first)
+            {
+                Target::StepBack
             } else if self.workload.own_entry.is_some()
                 && (std::mem::take(&mut self.own_entry_first)
                     || self.rng.random_bool(self.workload.own_entry_share))

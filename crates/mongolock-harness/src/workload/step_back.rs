@@ -26,6 +26,8 @@
 //! The negative control (`controls::step_back`) plants the old behaviour: the host renews
 //! with the old time-only test of a holding entry, sent as a raw update.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bson::{Document, doc};
@@ -37,8 +39,8 @@ use rand::rngs::StdRng;
 
 use super::{Held, StepBackHold, Worker, owner_label};
 use crate::history::{
-    AcquireCall, ExtraFault, FromLibrary, GuardLog, HolderLog, LetGo, Mode, OpKind, Recorder,
-    ReleaseResult,
+    AcquireCall, ExtraFault, ExtraLog, FromLibrary, GuardLog, HolderLog, LetGo, Mode, OpKind,
+    Recorder, ReleaseResult,
 };
 
 /// How long a job works under its lock.
@@ -103,7 +105,7 @@ impl Went {
             Some(token) if token == self.token => "its retry given the let-go entry back",
             Some(_) => "its retry granted anew",
         };
-        format!("back past a let-go entry's grant: {renew}, {retry}")
+        format!("{CARRIED_OUT}: {renew}, {retry}")
     }
 }
 
@@ -115,14 +117,13 @@ impl Worker {
             return Held::Done;
         };
         let kind = ExtraFault::StepBackUnderHold;
-        if self
-            .stepping
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
+        if self.stepping.swap(true, Ordering::SeqCst) {
             self.recorder
                 .extra(kind, self.index, "not carried out: another step under way");
             return Held::Done;
         }
+        // Cleared however this ends, a kill that drops the runtime included.
+        let _stepping = ClearOnDrop(self.stepping.clone());
         let clients: Result<Vec<mongodb::Client>, _> = (0..shape.hosts)
             .map(|_| mongodb::Client::with_options(self.options.clone()))
             .collect();
@@ -156,12 +157,30 @@ impl Worker {
             }
             Err(_) => "not carried out: no client".to_owned(),
         };
-        self.stepping
-            .store(false, std::sync::atomic::Ordering::SeqCst);
         self.recorder.extra(kind, self.index, ended);
         Held::Done
     }
 }
+
+/// Clears the fleet's stepping flag when dropped.
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// How many steps back under a hold `extras` show carried out: the clock read before a
+/// let-go entry's grant while the entry was in force ([`Went::ended`]).
+pub fn carried_out(extras: &[ExtraLog]) -> usize {
+    (extras.iter())
+        .filter(|e| e.kind == ExtraFault::StepBackUnderHold && e.ended.starts_with(CARRIED_OUT))
+        .count()
+}
+
+/// How the ending of a step back that happened begins.
+const CARRIED_OUT: &str = "back past a let-go entry's grant";
 
 /// Runs the scenario on `stage` (see the module's documentation).
 pub async fn run(stage: &Stage<'_>, rng: &mut StdRng) -> Went {
@@ -416,4 +435,37 @@ async fn believe_again(stage: &Stage<'_>, k: usize, lock_id: &str, token: i64, i
         Err(_) => ReleaseResult::Failed,
     });
     recorder.holder(log);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_step_that_went_past_a_let_go_grant_counts_as_carried_out() {
+        let log = |ended: String| ExtraLog {
+            kind: ExtraFault::StepBackUnderHold,
+            client: 3,
+            at: Instant::now(),
+            ended,
+        };
+        let made = Went {
+            past_grant_ms: Some(700),
+            ..Went::default()
+        };
+        let not_made = Went {
+            not_made: Some("the entry is not marked let go".into()),
+            ..Went::default()
+        };
+        let other = ExtraLog {
+            kind: ExtraFault::ClockStepInFlight,
+            ..log(made.ended())
+        };
+        assert_eq!(carried_out(&[log(made.ended())]), 1);
+        assert_eq!(carried_out(&[log(not_made.ended()), other]), 0);
+        assert_eq!(
+            made.ended(),
+            "back past a let-go entry's grant: renew renewed nothing, its retry refused"
+        );
+    }
 }
