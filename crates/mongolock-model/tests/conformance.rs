@@ -17,7 +17,12 @@
 //! time limit, has the client granted meanwhile, and compares what the late copy leaves.
 //!
 //! Times: a model tick is a second; the model's `now` is 10 when the command runs, and
-//! expiries are read back rounded to the second.
+//! expiries are read back rounded to the second. A step back of the server's clock is a
+//! document whose times are ahead of `now`: some cases hold an entry let go of within its
+//! minimum hold whose `createdAt` is after `now` (the clock stepped back before its grant
+//! since), mostly of the lock id the request names, which the time-only "held" of before
+//! d44da17 reads as held (the mutant [`HELD_BY_TIME`], told apart on acquires, renewals by
+//! lock id, force releases and waiting attempts).
 
 use std::time::Duration;
 
@@ -176,21 +181,38 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
             entry.insert("minHoldMs", i64::from(e.min_hold) * 1000);
         }
         if e.let_go {
-            entry.insert("letGoAt", at(NOW.saturating_sub(1)));
+            // Let go of at or after its grant, by the clock of the time (a clock stepped back
+            // since reads a `now` before both).
+            entry.insert("letGoAt", at(e.created_at.max(NOW.saturating_sub(1))));
         }
         Bson::Document(entry)
     };
     let exclusive = doc.entry.as_ref().map_or(Bson::Null, write);
     let shared: Vec<Bson> = doc.shared.iter().map(write).collect();
+    // Live for ten minutes, as a withdrawal leaves it (five at least).
+    let until = DateTime::from_millis(now.timestamp_millis() + 600_000);
     let released: Vec<Bson> = (doc.tombstones.iter())
         .map(|&n| {
             Bson::Document(doc! {
                 "nonce": nonces.ids[n as usize],
-                // Live for ten minutes, as a withdrawal leaves it (five at least).
-                "until": DateTime::from_millis(now.timestamp_millis() + 600_000),
+                "until": until,
             })
         })
         .collect();
+    // `idleSince` as the write that left the document set it: null while an entry has no
+    // TTL, else the latest end of its entries and tombstones. (A write that changes no entry
+    // then leaves it as it is, and an `unlock`'s `nModified` counts what the model counts.)
+    let ends: Vec<Option<Time>> = doc.entries().map(|e| e.expires_at).collect();
+    let idle_since = if ends.is_empty() || ends.contains(&None) {
+        Bson::Null
+    } else {
+        let latest = at(ends.iter().flatten().copied().max().expect("an entry"));
+        Bson::DateTime(if doc.tombstones.is_empty() {
+            latest
+        } else {
+            latest.max(until)
+        })
+    };
     doc! {
         "_id": resource,
         "mongolock": 1,
@@ -200,7 +222,7 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
         "cap": doc.cap.map_or(Bson::Null, |c| Bson::Int32(i32::from(c))),
         "released": released,
         "queue": [],
-        "idleSince": Bson::Null,
+        "idleSince": idle_since,
     }
 }
 
@@ -298,7 +320,7 @@ fn millis_to_ticks(value: Option<&Bson>) -> Time {
 }
 
 /// Server steps with a bug put back, each of which some case must tell from the library.
-const MUTANTS: [(&str, Bugs); 6] = [
+const MUTANTS: [(&str, Bugs); 7] = [
     (
         "a release that ignores the keeper",
         Bugs {
@@ -341,7 +363,34 @@ const MUTANTS: [(&str, Bugs); 6] = [
             ..NO_BUGS
         },
     ),
+    (
+        HELD_BY_TIME,
+        Bugs {
+            let_go_held: true,
+            ..NO_BUGS
+        },
+    ),
 ];
+
+/// The mutant whose "held" is a time test only (before d44da17: a let-go entry read as held
+/// once the clock stepped back before its grant).
+const HELD_BY_TIME: &str = "held by time alone, a let-go entry held again after a step back";
+
+/// Makes `e` an entry let go of within a minimum hold of `min_hold`, read at a clock that
+/// stepped back before its grant since: `createdAt` (and the hold's end) after the command's
+/// `now`. The old time-only test reads it as held (`createdAt + minHoldMs > now + minHoldMs`).
+fn let_go_before_grant(e: &mut Entry, min_hold: Time) {
+    e.min_hold = min_hold;
+    e.created_at = NOW + 1;
+    e.let_go = true;
+    e.delay = min_hold;
+    e.expires_at = Some(e.created_at + min_hold);
+}
+
+/// Whether `doc` holds an entry let go of and read before its grant (a stepped-back clock).
+fn stepped_back(doc: &Doc) -> bool {
+    doc.entries().any(|e| e.let_go && e.created_at > NOW)
+}
 
 const NO_BUGS: Bugs = Bugs {
     no_settle_releases: false,
@@ -620,6 +669,9 @@ async fn the_models_server_step_matches_the_librarys_commands() {
     set_base(&locks).await;
     let mut rng = StdRng::seed_from_u64(7);
     let mut extra = StdRng::seed_from_u64(8);
+    // The let-go entries read at a clock stepped back before their grant: a generator of
+    // their own (the cases drawn from the others stay as they were).
+    let mut back = StdRng::seed_from_u64(9);
     let ops = Ops {
         ids: vec![
             ObjectId::new(),
@@ -653,6 +705,32 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                 (e.min_hold, e.created_at, e.let_go) = (2, NOW - 1, false);
                 e.delay = e.delay.min(1);
                 min_hold = 2;
+            }
+        }
+        // Now and then, the entry was let go of within its hold and the server's clock has
+        // stepped back before its grant since; mostly the entry of the lock id (and now and
+        // then of the attempt) the request names, so that what it asks of "held" decides.
+        if let Some(e) = &mut doc.entry
+            && back.random_bool(0.25)
+        {
+            let_go_before_grant(e, [1, 2][back.random_range(0..2)]);
+            let named = match call {
+                Call::Acquire { lock_id, .. }
+                | Call::Withdraw { lock_id, .. }
+                | Call::Renew { lock_id }
+                | Call::Unlock { lock_id } => Some(lock_id),
+                Call::Release { .. } | Call::RetiringRelease { .. } => Some(0),
+                Call::ForceRelease => None,
+            };
+            if let Some(l) = named
+                && back.random_bool(0.8)
+            {
+                e.lock_id = l;
+            }
+            if let Call::Acquire { nonce, .. } | Call::Withdraw { nonce, .. } = call
+                && back.random_bool(0.4)
+            {
+                e.nonce = nonce;
             }
         }
         // The grant of a release is made first (it seeds a document of its own).
@@ -859,9 +937,22 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             let reply = mutant.execute(&request, NOW, &bugs);
             if (class(&reply), &mutant.docs[0]) != (class(&real), &real_doc) {
                 *counts.entry(format!("mutant differs: {name}")).or_default() += 1;
+                if name == HELD_BY_TIME {
+                    *counts
+                        .entry(format!("held by time differs: {}", class_of(&request)))
+                        .or_default() += 1;
+                }
             }
         }
         *counts.entry(class(&real)).or_default() += 1;
+        if stepped_back(&doc) {
+            *counts
+                .entry(format!(
+                    "let go of, before its grant: {}",
+                    class_of(&request)
+                ))
+                .or_default() += 1;
+        }
         // The minimum hold and the lock-delay: an entry let go of by this request (kept in
         // force for the rest of its hold), and an attempt refused by an entry within its
         // lock-delay or hold.
@@ -975,6 +1066,33 @@ async fn the_models_server_step_matches_the_librarys_commands() {
         assert!(
             counts.contains_key(needed),
             "no case of {needed}: {counts:?}"
+        );
+    }
+    // The time-only "held" differs from the library on a let-go entry read before its
+    // grant for each command here that asks it and tells it: the acquire's answer, the
+    // renewal by lock id, the force release's count. (A release's and a withdrawal's `live`
+    // is not told by the calls these cases make: `release` and `release_attempt` return
+    // whether something was removed, and a retiring release's guard names a keeper no
+    // seeded entry names.)
+    for needed in ["Acquire", "RenewLockId", "ForceRelease"] {
+        assert!(
+            counts.contains_key(&format!("held by time differs: {needed}")),
+            "no {needed} case tells the time-only held from the library: {counts:#?}"
+        );
+    }
+    // Every request that asks whether an entry is held met a let-go entry read at a clock
+    // stepped back before its grant.
+    for needed in [
+        "Acquire",
+        "Withdraw",
+        "Release",
+        "RenewLockId",
+        "Unlock",
+        "ForceRelease",
+    ] {
+        assert!(
+            counts.contains_key(&format!("let go of, before its grant: {needed}")),
+            "no case of {needed} on a let-go entry read before its grant: {counts:#?}"
         );
     }
     for (name, _) in MUTANTS {
@@ -1310,7 +1428,9 @@ fn class_of_raw(reply: &Document, lock_id: &str, nonce: ObjectId, kind: Kind) ->
         .get_document("r")
         .unwrap();
     let now = *r.get_datetime("now").unwrap();
+    // A let-go entry holds nothing, whatever the clock reads (`Holder::let_go_at`).
     let holds = |e: &Document| match e.get_datetime("expiresAt") {
+        _ if e.get_datetime("letGoAt").is_ok() => false,
         Ok(at) => {
             let delay = e
                 .get("delayMs")
@@ -1458,7 +1578,9 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
         ],
     };
     let mut rng = StdRng::seed_from_u64(40);
-    let mutants: [(&str, Bugs); 4] = [
+    // Let-go entries, some read before their grant: a generator of their own.
+    let mut back = StdRng::seed_from_u64(41);
+    let mutants: [(&str, Bugs); 5] = [
         (
             "a shared grant that ignores the cap",
             Bugs {
@@ -1487,12 +1609,48 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                 ..NO_BUGS
             },
         ),
+        (
+            HELD_BY_TIME,
+            Bugs {
+                let_go_held: true,
+                ..NO_BUGS
+            },
+        ),
     ];
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     let secs = |ticks: Time| Duration::from_secs(u64::from(ticks));
     for case in 0..300 {
         let mut doc = shared_document(&mut rng);
         let call = shared_call(&mut rng);
+        // Now and then an entry was let go of within its hold: read before its grant (the
+        // server's clock stepped back since), or within its hold; mostly of the lock id the
+        // request names (when no other entry has it: a lock id has one entry at most).
+        let named = match call {
+            SharedCall::Acquire { lock_id, .. }
+            | SharedCall::Waiting { lock_id, .. }
+            | SharedCall::Withdraw { lock_id, .. }
+            | SharedCall::Renew { lock_id }
+            | SharedCall::Unlock { lock_id } => Some(lock_id),
+            SharedCall::Release { .. } | SharedCall::ForceRelease => None,
+        };
+        let lock_ids: Vec<u8> = doc.entries().map(|e| e.lock_id).collect();
+        for e in doc.entries_mut() {
+            if back.random_bool(0.25) {
+                let min_hold = [1, 2][back.random_range(0..2)];
+                if back.random_bool(0.7) {
+                    let_go_before_grant(e, min_hold);
+                } else {
+                    (e.min_hold, e.created_at, e.let_go) = (2, NOW - 1, true);
+                    (e.delay, e.expires_at) = (2, Some(NOW + 1));
+                }
+                if let Some(l) = named
+                    && !lock_ids.contains(&l)
+                    && back.random_bool(0.7)
+                {
+                    e.lock_id = l;
+                }
+            }
+        }
         let ttl = LockDetails::default().ttl(secs(TTL));
         // The grant of a release is made first (it seeds a document of its own); the
         // case's document then holds that share (its token), beside what it had.
@@ -1734,6 +1892,7 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                 *counts.entry(format!("mutant differs: {name}")).or_default() += 1;
             }
         }
+        let let_go_read_early = stepped_back(&doc);
         let variant = match call {
             SharedCall::Waiting {
                 kind: Kind::Exclusive,
@@ -1757,6 +1916,11 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
             .entry(format!("{variant}: {}", class(&real)))
             .or_default() += 1;
         *counts.entry(variant.to_owned()).or_default() += 1;
+        if let_go_read_early {
+            *counts
+                .entry(format!("let go of, before its grant: {variant}"))
+                .or_default() += 1;
+        }
         // Something removed, let go of or granted: the document's entries changed.
         let keys = |d: &Doc| d.entries().map(|e| (e.token, e.let_go)).collect::<Vec<_>>();
         if keys(&real_doc) != keys(&doc) {
@@ -1792,6 +1956,12 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
         "force release: entries changed",
         "renew",
         "at a boundary",
+        "let go of, before its grant: waiting exclusive",
+        "let go of, before its grant: waiting reader",
+        "let go of, before its grant: waiting permit",
+        "let go of, before its grant: single",
+        "let go of, before its grant: renew",
+        "let go of, before its grant: force release",
     ] {
         assert!(
             counts.keys().any(|k| k.starts_with(needed)),
