@@ -55,8 +55,8 @@ pub enum ExtraFault {
     /// late copy has landed and a TTL more, while another client is sent for its first
     /// member. A late unlock must leave what the lock id was granted after it.
     LateUnlock,
-    /// A client takes a lease on the clock-step resource (TTL 6 s, a clock uncertainty of
-    /// 1 s), then asks for it again while its relay holds back the reply to the attempt: the
+    /// A client takes a lease on the clock-step resource (TTL 6 s, no clock uncertainty),
+    /// then asks for it again while its relay holds back the reply to the attempt: the
     /// attempt runs, the server's clock steps (forward 2–3 s, or back 0.5–1 s), another
     /// write of the same client (a `force_release` of nothing) returns and shows the step,
     /// and only then is the grant's reply let go. After a step forward the client's renewals

@@ -427,6 +427,11 @@ pub struct Outcome {
     pub longest_outlived_ms: i64,
     /// Releases that returned `Ok`, judged by (S8).
     pub releases_checked: usize,
+    /// Of those, releases whose grant was removed at a server time below the server's time
+    /// at the release's start (by more than [`RELEASE_SLACK`]) but after a step back of the
+    /// clock that came later: what (S8) took for a removal before the release when it read
+    /// the server's time at the release's start alone.
+    pub releases_after_step_back: usize,
     /// Grants that went to an attempt granted before (same resource, lock id and nonce):
     /// an attempt repeated after its first grant expired unseen, or a late copy. (S10)
     /// judges those after a let-go.
@@ -1495,6 +1500,12 @@ fn releases(out: &mut Outcome, grants: &[Granted], history: &History) {
             continue;
         };
         out.releases_checked += 1;
+        let at_start = history.server_ms(began).unwrap_or(began_ms);
+        if g.removed_ms
+            .is_some_and(|r| r < at_start - slack_ms && r >= began_ms - slack_ms)
+        {
+            out.releases_after_step_back += 1;
+        }
         if let Some(removed) = g.removed_ms
             && removed < began_ms - slack_ms
         {
@@ -2040,7 +2051,7 @@ mod tests {
             .extend([(at(2_100), 2_100), (at(2_101), 1_301)]);
         let own = judge(&[granted.clone(), removed(1_400)], &history);
         assert!(own.violations.is_empty(), "{:?}", own.violations);
-        assert_eq!(own.releases_checked, 1);
+        assert_eq!((own.releases_checked, own.releases_after_step_back), (1, 1));
         // The old comparison, with the server's time at the release's start alone: (S8).
         assert!(1_400 < history.server_ms(at(2_000)).unwrap() - 50);
         // A removal before the release began is still caught: at 1,250 the server's clock

@@ -430,7 +430,11 @@ impl fmt::Display for Report {
         row(
             &mut t,
             "releases returning Ok judged",
-            self.sum(|r| r.oracle.releases_checked).to_string(),
+            format!(
+                "{} ({} removed after a later step back, below their start's server time)",
+                self.sum(|r| r.oracle.releases_checked),
+                self.sum(|r| r.oracle.releases_after_step_back)
+            ),
         );
         row(
             &mut t,

@@ -200,8 +200,13 @@ pub struct ClockSteps {
     /// The TTL of the leases taken there.
     pub ttl: Duration,
     /// The clock uncertainty of the client that takes them
-    /// (`LockClient::with_clock_uncertainty`): a reply's `operationTime` shows a step only to
-    /// the whole second, so up to a second of it goes unnoticed.
+    /// (`LockClient::with_clock_uncertainty`). Zero in the standard workload: a reply's
+    /// `operationTime` shows a step only to the whole second, but the library counts a step
+    /// of 100 ms and more rounded up to the second its whole seconds may leave out (`e87044e`),
+    /// and the steps here are 2–3 s forward, so the step shown must be counted whole. An
+    /// uncertainty of a second (as before) made the holder's deadline that much earlier,
+    /// which hid an undercount of up to a second: the 0.95 s of a 2.85 s step counted as
+    /// 1.9 s, which `e87044e` fixed, is the size of what it would hide.
     pub uncertainty: Duration,
     /// A step forward, in milliseconds (inclusive range).
     pub forward_ms: (u64, u64),
@@ -314,8 +319,8 @@ impl Workload {
     /// pick in twenty-five is a round of a lock id asking again on `q0` while its own entry
     /// is in force (a minimum hold of 600 ms, or a lock-delay of 600 ms after a 300 ms
     /// lease), with the slot's second client asking 150 ms later. The server's clock steps
-    /// forward by 2–3 s, or back by 0.5–1 s, while a grant's reply on `c0` (TTL 6 s, a clock
-    /// uncertainty of 1 s) is held back. And it steps back past the grant of a job's lock let
+    /// forward by 2–3 s, or back by 0.5–1 s, while a grant's reply on `c0` (TTL 6 s, no clock
+    /// uncertainty) is held back. And it steps back past the grant of a job's lock let
     /// go of within its minimum hold (600 ms), by the hold, the time since the grant and
     /// 100–400 ms more, while three hosts run a job on `h0` every second under lock ids they
     /// keep.
@@ -381,7 +386,7 @@ impl Workload {
             clock_steps: Some(ClockSteps {
                 resource: "c0".into(),
                 ttl: Duration::from_secs(6),
-                uncertainty: Duration::from_secs(1),
+                uncertainty: Duration::ZERO,
                 forward_ms: (2_000, 3_000),
                 back_ms: (500, 1_000),
             }),

@@ -2,8 +2,8 @@
 //! ([`ClockSteps`], [`ExtraFault::ClockStepInFlight`]).
 //!
 //! The worker sent for it connects a second client of its slot through a [`ReplyHold`] in
-//! front of the slot's proxy, with a clock uncertainty of a second (a reply's `operationTime`
-//! tells a step only to the whole second). That client takes the resource once and releases
+//! front of the slot's proxy, with no clock uncertainty ([`ClockSteps::uncertainty`]). That
+//! client takes the resource once and releases
 //! it (so that it knows the server's clock from a grant's `$$NOW`), then asks again while the
 //! relay holds back the reply to its attempt. Once the attempt has run, the emulator's clock
 //! steps (forward or back); another write of the same client (a `force_release` of a
