@@ -284,6 +284,11 @@ mod fence;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The project README's examples (its quickstart), compiled as doc tests too.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ProjectReadmeDoctests;
 mod guard;
 mod handle;
 mod lease;
