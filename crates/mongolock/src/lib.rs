@@ -60,14 +60,18 @@
 //! lease of the same client, in one command whatever their number. The guard keeps a
 //! deadline on the monotonic clock: the send time of the last successful renewal, plus the
 //! TTL, minus a safety margin. When it passes, or the server says the lease is gone (an
-//! operator's [`LockClient::force_release`], a purge), the guard is lost:
-//! [`LockGuard::is_lost`] turns true and [`LockGuard::lost`] resolves, before the server can
-//! grant the lock to anyone else. [`LockGuard::state`] also tells when renewals are failing
-//! but the deadline is still ahead ([`LeaseState::Suspended`]).
+//! operator's [`LockClient::force_release`] or
+//! [`purge_abandoned_groups`](LockClient::purge_abandoned_groups); a plain
+//! [`purge`](LockClient::purge) never ends a live lease), the guard is lost:
+//! [`LockGuard::is_lost`] turns true and [`LockGuard::lost`] resolves. For a lease that runs
+//! out, that is before the server can grant the lock to anyone else; for a revoked one, at
+//! the next renewal (see [Guarantees](#guarantees) for both, and the conditions).
+//! [`LockGuard::state`] also tells when renewals are failing but the deadline is still ahead
+//! ([`LeaseState::Suspended`]).
 //!
-//! A lease can still be lost while work is under way (a pause longer than the TTL): pass the
-//! fencing token to the store you protect and have it reject tokens lower than the highest it
-//! has seen.
+//! A lease can still be lost while work is under way (a pause longer than the TTL), so the
+//! lock alone does not keep a late writer out: pass the fencing token to the store you
+//! protect and have it reject tokens lower than the highest it has seen.
 //! For a store that is a MongoDB collection, [`Fence`] builds writes that do that.
 //!
 //! # Waiting
@@ -200,41 +204,137 @@
 //! clock), late copies included, while locks already granted stay held. The document stays
 //! bounded, and no late copy is ever let through to make room.
 //!
-//! # What is promised
+//! # Guarantees
+//!
+//! This is the one list of what mongolock promises and what it does not; the READMEs and
+//! the guides link here. Each promise names the test that shows it
+//! (`crates/mongolock/tests/`).
+//!
+//! ## What holds
 //!
 //! - **Exclusion, by the server's clock.** Every acquire is one `findAndModify` whose update
 //!   is an aggregation pipeline: it drops expired entries, decides and writes in one atomic
-//!   step using `$$NOW`. Client clocks decide nothing. An expired lock never blocks anybody,
-//!   whatever its kind.
-//! - **Loss is noticed.** A lease that expires (server unreachable, replies slow, the process
-//!   paused, the machine suspended) is reported lost no later than its local deadline, which
-//!   comes before the server's expiry: before anyone else can be granted the lock. A lease
-//!   that is revoked (an operator's force release or group purge) cannot be reported before
-//!   the operator acts: it is reported at the keeper's next renewal, and
-//!   [`LockGuard::release`] never returns `Ok` for a grant the server no longer held.
-//! - **Fencing.** Every grant carries a token greater than every token granted before on its
-//!   resource, also after the resource's document was deleted: the token is
-//!   `max(last + 1, server time in µs)`. A lock can still be lost while you work (a pause
-//!   longer than the TTL): pass the token to the store you protect and have it reject
-//!   tokens lower than the highest it has seen.
-//! - **Idempotent acquire.** Asking again with a lock id that holds the resource returns the
-//!   existing grant (same token) instead of failing, so after a timeout or dropped
-//!   connection ([`Error::is_outcome_unknown`]) you just repeat the call.
-//!   [`acquire`](LockClient::acquire) tells a repeat of the same attempt (same nonce,
-//!   [`Attempt::Granted`]) from another attempt by a lock id that already holds the resource
-//!   ([`Attempt::AlreadyHeld`]), and from one that holds it with the other kind
-//!   ([`Attempt::HeldWithOtherKind`]; locks are never upgraded or downgraded).
-//! - **Bounded in time.** Every command carries a time limit (`maxTimeMS`, `wtimeout`, and a
-//!   client-side timer; [`LockClient::with_command_timeout`]). An error says whether the
-//!   write may have been applied ([`Error::is_outcome_unknown`]): an error reply from the
-//!   server is definite, a lost connection, a timeout or a write concern error is not.
-//! - **Durable grants.** Writes wait for a majority and the journal unless you opt out with
-//!   [`LockClient::with_unsafe_write_concern`].
-//! - **Nothing stranded.** A lock with a TTL ends by itself; [`LockClient::purge`] clears
-//!   expired locks and never ends a live lease; the TTL index that
-//!   [`LockClient::create_indexes`] makes deletes resource documents idle for the retention
-//!   period (a day by default). An attempt whose outcome is unknown is
-//!   withdrawn for good by [`LockClient::release_attempt`]: a late copy of it is refused.
+//!   step using `$$NOW`. Client clocks decide nothing, and an expired lock never blocks
+//!   anybody, whatever its kind (`exclusion.rs`, `expiry.rs`).
+//! - **A lease that runs out is reported lost before anyone else can be granted the lock.**
+//!   A guard's local deadline is the send time of its last confirmed grant or renewal, plus
+//!   the TTL, minus the safety margin (and minus [`with_clock_uncertainty`]), on a
+//!   monotonic clock that counts the time the machine was suspended. The server counts the
+//!   TTL from when it runs the command, later, so the deadline comes first. When it passes
+//!   (server unreachable, replies slow, the process paused, the machine suspended),
+//!   [`LockGuard::is_lost`] is true at once (it reads the clock) and [`LockGuard::lost`]
+//!   resolves within a second of the process running again (`leases.rs`, `expiry.rs`).
+//!   This holds under the conditions listed below: the server's clock does not step forward
+//!   by more than the margin plus the clock uncertainty, and the machine's monotonic clock
+//!   counts suspended time.
+//! - **A revoked lease is reported at the next renewal.** An operator's
+//!   [`force_release`](LockClient::force_release) or
+//!   [`purge_abandoned_groups`](LockClient::purge_abandoned_groups) (or a hand edit) ends a
+//!   lease on the server, and nobody can be warned before the operator acts. The holder is
+//!   told ([`LossReason::Revoked`]) at the keeper's next renewal: at most one renewal period
+//!   (a third of the TTL by default) after the revocation, plus that renewal and one read of
+//!   the live leases (two round trips, each cut off at the renewal's time limit: the longer
+//!   of the renewal period and a quarter of the TTL), and at its local deadline at the
+//!   latest. Meanwhile another holder may be granted the lock: fencing tokens, or a
+//!   lock-delay at least that long, protect the resource then (`revocation.rs`,
+//!   `lock_delay.rs`). [`LockGuard::release`] never returns `Ok` for a grant the server no
+//!   longer held: it returns [`ErrorKind::LeaseLost`] with `Revoked` (or `Deadline` if the
+//!   reply came after the local deadline).
+//! - **Fencing tokens only grow.** Every grant carries a token greater than every token
+//!   granted before on its resource, across releases, expiry, purges and force releases
+//!   (`fencing.rs`). Once the TTL index has deleted an idle resource's document (after the
+//!   retention, a day by default), the next token is `max(last + 1, server time in µs)`: it
+//!   is still greater unless the server's clock went back by more than the time since the
+//!   last grant, that is, at least the retention (a step back, or a failover to a primary
+//!   whose clock is behind).
+//! - **A call whose outcome is unknown can be repeated.** An error says whether the write
+//!   may have been applied ([`Error::is_outcome_unknown`]). A repeated
+//!   [`xlock`](LockClient::xlock) or [`slock`](LockClient::slock) after such an error waits
+//!   for the background withdrawal of the first attempt, then is granted anew, with a new
+//!   token, or refused as usual (`ambiguous_outcome.rs`). Asking again with a lock id that
+//!   holds the resource (a call that succeeded) returns that grant unchanged, same token
+//!   (`idempotent_retry.rs`). [`acquire`](LockClient::acquire) with the same request (its
+//!   nonce) returns [`Attempt::Granted`] with the same token if an earlier copy got
+//!   through, never a second grant. The handles' waiting calls repeat their attempt
+//!   themselves. Details in [Unknown outcomes and late copies](#unknown-outcomes-and-late-copies).
+//! - **Waiters are served in the order they joined the resource's line,** whatever their
+//!   client and their kind: a waiting acquire joins with its first refused attempt and keeps
+//!   its place (twice its TTL, refreshed by its client) until it is granted or gives up.
+//!   Readers that joined before a waiting writer go before it, and readers after it wait
+//!   (writers are not starved); semaphore permits go in line order; a single attempt
+//!   (`try_acquire`) joins no line and is refused while anybody waits (`fairness.rs`,
+//!   `writer_announcement.rs`). A waiting [`MultiLock`] holds no lease on part of its set
+//!   while it waits, and two sets never deadlock (`multi.rs`).
+//! - **Caps.** A semaphore never has more holders than permits, and a request with another
+//!   cap than the one stored is refused with [`ErrorKind::CapMismatch`] (`shared_caps.rs`).
+//! - **Minimum hold.** A holder with [`min_hold`](Mutex::min_hold) that lets go of its lock
+//!   (a release, a dropped guard, [`unlock`](LockClient::unlock),
+//!   [`release_attempt`](LockClient::release_attempt) of a granted attempt) within the hold
+//!   keeps it in force until grant + hold, by the server's clock: an exclusive lock from
+//!   everybody, its own lock id included, whatever the server's clock does meanwhile; a
+//!   reader's share or a permit stays taken. It does not apply to a holder that dies or is
+//!   cut off (its TTL and lock-delay do), nor to a lease force-released while it is held
+//!   (`min_hold.rs`, `clock_steps.rs`).
+//! - **Lock-delay.** After a lease that ends without a release (it ran out, or was
+//!   force-released), nobody, its own lock id included, is granted the lock for the delay
+//!   more, by the server's clock; a release frees it at once (`lock_delay.rs`).
+//! - **Nothing stranded.** A lock with a TTL ends by itself, and a dropped guard or acquire
+//!   leaves no lock behind (`cancellation.rs`, `dropped_runtime.rs`).
+//!   [`purge`](LockClient::purge) removes expired entries and **never ends a live lease**;
+//!   [`purge_abandoned_groups`](LockClient::purge_abandoned_groups) and
+//!   [`force_release`](LockClient::force_release) do end live leases, which their holders
+//!   learn as revocations (`purge.rs`, `force_release.rs`). The TTL index deletes only
+//!   documents idle for the retention (`cleanup.rs`).
+//! - **Bounded in time.** Every command carries a time limit (`maxTimeMS`, `wtimeout` and a
+//!   client-side timer; [`LockClient::with_command_timeout`], 10 s by default), and a
+//!   waiting call returns at its own timeout (`late_copies.rs`).
+//! - **Majority writes.** Every write is sent with `{w: "majority", j: true}` and every read
+//!   with read concern `majority`, whatever the driver's settings, unless you opt out with
+//!   [`LockClient::with_unsafe_write_concern`] (`write_concern.rs`, `wire_settings.rs`).
+//!
+//! ## What does not hold
+//!
+//! - **A lease can be lost while its holder works.** The guard tells, but a holder paused
+//!   past its TTL (a garbage-collection pause, a stopped VM) can still act when it resumes,
+//!   before it looks. The lock alone never stops its writes: pass the fencing token to the
+//!   store you protect and have it refuse tokens lower than the highest it has seen
+//!   ([`Fence`] does that for a MongoDB collection).
+//! - **Clock steps larger than the margin plus the clock uncertainty.** If the server's
+//!   clock steps forward (an NTP step, a failover to a primary whose clock is ahead) by more
+//!   than the safety margin plus [`with_clock_uncertainty`] (default 0), a holder can
+//!   believe in a lease the server has already ended, by up to the step less those two,
+//!   until the next reply that carries the server's time (at the latest the next renewal).
+//!   A step smaller than the TTL less the renewal period is harmless whatever the margin:
+//!   the next renewal lands first (`clock_steps.rs`). A step back ends no lease (leases last
+//!   longer by the server's reckoning) and can break the fencing promise above once a
+//!   document was deleted. Keep the members' clocks synchronised.
+//! - **Suspended machines on macOS and iOS.** The deadline counts suspended time on Linux
+//!   and Android (`CLOCK_BOOTTIME`) and on Windows; on macOS and iOS the monotonic clock
+//!   stops while the machine sleeps, so a holder that wakes after its TTL may believe it
+//!   still holds a lock the server has given to someone else.
+//! - **Two processes under one lock id.** The server takes every call with a lock id as
+//!   coming from one holder: asking again returns the lock it holds, `unlock` releases all
+//!   of it, and a release or withdrawal one process owes can remove what the other was
+//!   granted. Never give one lock id to two live processes or tasks.
+//! - **Late copies past the tombstone's life.** A withdrawn attempt's tombstone lives the
+//!   attempt's TTL, and at least five minutes; an `unlock` whose outcome was unknown is
+//!   named by this client's attempts for five minutes. A copy delivered later than that is
+//!   not refused.
+//! - **Sealing.** A resource keeps at most [`MAX_TOMBSTONES`] tombstones; one more
+//!   withdrawal seals it: every new attempt on it, waiting ones included, is refused with
+//!   [`ErrorKind::Sealed`] (or [`Attempt::Sealed`]) until the last attempt it stands for can
+//!   no longer land, while locks already granted stay held (`withdrawal.rs`). A waiting
+//!   acquire returns that error rather than waiting.
+//! - **Unsafe write concern.** With [`LockClient::with_unsafe_write_concern`], a grant
+//!   acknowledged by fewer than a majority can be rolled back by a failover, and the same
+//!   lock granted again to a second holder while the first believes it holds it.
+//! - **What is tested where.** Every test in CI runs against the embedded emulator (a
+//!   one-member replica set), not a real `mongod`. That a `w: majority` grant survives a
+//!   replica-set failover (the durability the write concern is there for) has not been
+//!   tested against a replica set yet, nor has a sharded cluster. The tests run against a
+//!   real server when `MONGODB_URI` is set; the CI job that does so has not run yet.
+//!
+//! [`with_clock_uncertainty`]: LockClient::with_clock_uncertainty
 //!
 //! # When not to use it
 //!
@@ -253,7 +353,9 @@
 //! than the one it holds gets [`ErrorKind::HeldWithOtherKind`], and a shared request whose cap
 //! differs from the one stored with the resource [`ErrorKind::CapMismatch`]. A lease found
 //! lost by [`LockGuard::release`] or [`Mutex::run`] is [`ErrorKind::LeaseLost`], and a write
-//! a [`Fence`] refused is [`ErrorKind::StaleToken`]. The server's and the network's failures
+//! a [`Fence`] refused is [`ErrorKind::StaleToken`]. A resource sealed by too many withdrawn
+//! attempts refuses every new one, a waiting acquire's included, with
+//! [`ErrorKind::Sealed`] until the time it names. The server's and the network's failures
 //! are [`ErrorKind::Timeout`] and [`ErrorKind::Database`]; [`Error::is_outcome_unknown`] says
 //! whether a write may have been applied, [`Error::is_retryable`] whether repeating the call
 //! may succeed.
