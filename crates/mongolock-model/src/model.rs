@@ -963,6 +963,7 @@ impl LockModel {
                                 token,
                                 keeper,
                                 after_unlocks,
+                                delay: self.config.delay,
                             },
                         );
                     }
@@ -1408,6 +1409,7 @@ impl Model for LockModel {
                     keeper,
                     leases,
                     ttl: self.config.ttl,
+                    delay: self.config.delay,
                 };
                 self.send(s, i, request);
             }

@@ -301,7 +301,11 @@ pub enum Request {
         shared: bool,
     },
     /// The keeper's renewal: one statement per lease it tracks (resource, token), each
-    /// matching lock id, token and keeper, only while live.
+    /// matching lock id, token and keeper while the lease is live by the grant's lock-delay
+    /// (`keepalive::lease_query`: `expiresAt > $$NOW + delay`, the grant's delay, not the
+    /// entry's `delayMs`, and `letGoAt` unread), renewing it to `$$NOW + ttl + delay`; then
+    /// the keeper's read of which of them it holds (`keepalive::live_leases`, by
+    /// [`Entry::holds`]).
     Renew {
         /// The lock id of the leases.
         lock_id: LockId,
@@ -311,6 +315,8 @@ pub enum Request {
         leases: Vec<(Res, Token)>,
         /// Their TTL.
         ttl: Time,
+        /// Their grants' lock-delay.
+        delay: Time,
     },
     /// `renew(lock_id)` of the low-level API: every live entry of the lock id.
     RenewLockId {
@@ -321,6 +327,8 @@ pub enum Request {
     },
     /// Resume's adoption: the live entry of lock id and token names `keeper` from now on,
     /// and the client's doubted `unlock` calls of the lock id too; it is marked `adopted`.
+    /// Live as the keeper's renewal matches it (`keepalive::lease_query`, by the grant's
+    /// lock-delay, `letGoAt` unread).
     Adopt {
         /// The resource.
         resource: Res,
@@ -332,6 +340,8 @@ pub enum Request {
         keeper: KeeperId,
         /// The client's doubted `unlock` calls of the lock id, added to the entry's.
         after_unlocks: Unlocks,
+        /// The grant's lock-delay (the entry's `delayMs` when the attempt was answered).
+        delay: Time,
     },
     /// `unlock(lock_id)`, the call `op`: every entry of the lock id goes, except one that
     /// names `op` (granted or resumed after `op` was sent).
@@ -478,6 +488,13 @@ pub struct Bugs {
     /// server's clock steps back before its grant, so its lock id's next attempt is answered
     /// "already held" with it (and adopts it), and renewals extend it.
     pub let_go_held: bool,
+}
+
+/// Whether the lease of `e` is live at `now` as the keeper's statements ask it
+/// (`keepalive::lease_query`): `expiresAt` after `now` plus the grant's lock-delay `delay`
+/// (not the entry's `delayMs`); a let-go entry is not told apart.
+fn lease_live(e: &Entry, now: Time, delay: Time) -> bool {
+    e.expires_at.is_some_and(|end| end > now + delay)
 }
 
 /// Whether `e`'s holder holds its lease at `now`, as the server's commands ask it
@@ -729,21 +746,20 @@ impl Server {
                 keeper,
                 ref leases,
                 ttl,
+                delay,
             } => {
                 let mut count = 0;
-                let named = |e: &Entry, token: Token| {
-                    e.lock_id == lock_id
-                        && e.token == token
-                        && e.keeper == Some(keeper)
-                        && held(e, now, bugs)
+                let kept = |e: &Entry, token: Token| {
+                    e.lock_id == lock_id && e.token == token && e.keeper == Some(keeper)
                 };
                 if bugs.keeper_by_lock_id {
                     count = self.renew_lock_id(lock_id, ttl, now, false, bugs);
                 } else {
                     for &(resource, token) in leases {
                         let doc = &mut self.docs[resource as usize];
-                        if let Some(e) = doc.entries_mut().find(|e| named(e, token)) {
-                            e.expires_at = Some(now + ttl + e.delay);
+                        let statement = |e: &Entry| kept(e, token) && lease_live(e, now, delay);
+                        if let Some(e) = doc.entries_mut().find(|e| statement(e)) {
+                            e.expires_at = Some(now + ttl + delay);
                             count += 1;
                         }
                     }
@@ -751,7 +767,8 @@ impl Server {
                 // The keeper's read: which of the named leases it holds live.
                 let live = (leases.iter())
                     .map(|&(resource, token)| {
-                        (self.docs[resource as usize].entries()).any(|e| named(e, token))
+                        (self.docs[resource as usize].entries())
+                            .any(|e| kept(e, token) && held(e, now, bugs))
                     })
                     .collect();
                 Reply::Renewed { live, count }
@@ -765,10 +782,15 @@ impl Server {
                 token,
                 keeper,
                 after_unlocks,
+                delay,
             } => {
                 let doc = &mut self.docs[resource as usize];
+                let live = |e: &Entry| match bugs.let_go_held {
+                    true => e.holds_by_time(now),
+                    false => lease_live(e, now, delay),
+                };
                 match (doc.entries_mut())
-                    .find(|e| e.lock_id == lock_id && e.token == token && held(e, now, bugs))
+                    .find(|e| e.lock_id == lock_id && e.token == token && live(e))
                 {
                     Some(e) => {
                         e.keeper = Some(keeper);

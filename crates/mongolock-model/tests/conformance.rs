@@ -1975,3 +1975,174 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
         );
     }
 }
+
+/// The first `update` captured whose statement's query names `resource`, as a command to
+/// send again (the fields the driver adds left off), its query's `_id` made `to`.
+fn replayable_update(captured: &Captured, resource: &str, to: &str) -> Document {
+    let commands = captured.lock().unwrap();
+    let query_of = |c: &Document| -> Option<Document> {
+        let statement = c.get_array("updates").ok()?.first()?.as_document()?;
+        statement.get_document("q").ok().cloned()
+    };
+    let command = (commands.iter())
+        .find(|c| {
+            c.contains_key("update")
+                && query_of(c).is_some_and(|q| q.get_str("_id") == Ok(resource))
+        })
+        .expect("the adoption, captured");
+    let mut statement = command.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    let mut query = statement.get_document("q").unwrap().clone();
+    query.insert("_id", to);
+    statement.insert("q", query);
+    let mut out = doc! { "update": command.get_str("update").unwrap(), "updates": [statement] };
+    if let Ok(concern) = command.get_document("writeConcern") {
+        out.insert("writeConcern", concern.clone());
+    }
+    out
+}
+
+/// Resume's adoption (`keepalive::adopt_command`, sent when an attempt of a handle is
+/// answered "already held") against the model's [`Request::Adopt`], on entries let go of
+/// within their minimum hold: the statement asks whether the lease is live as the keeper's
+/// statements do (`expiresAt` after `$$NOW` plus the grant's lock-delay, `letGoAt` unread),
+/// so it adopts a let-go entry within a tick of its let-go, and one read before its grant
+/// (a clock stepped back). The adoption is captured from a real resume (a mutex of lock id 0
+/// answered "already held" on a resource of its own, its entry with the case's lock-delay),
+/// then run again on each case's document; the document and whether it was adopted must be
+/// the model's. This is the step of the finding pinned in `findings::KNOWN` (a restarted
+/// guard adopts the entry its predecessor's late release let go of).
+#[tokio::test]
+async fn the_adoption_matches_the_model_on_let_go_entries() {
+    let server = TestServer::start().await.unwrap();
+    let captured: Captured = Default::default();
+    let handler = {
+        let captured = captured.clone();
+        mongodb::event::EventHandler::callback(
+            move |event: mongodb::event::command::CommandEvent| {
+                if let mongodb::event::command::CommandEvent::Started(e) = event
+                    && e.command_name == "update"
+                {
+                    captured.lock().unwrap().push(e.command);
+                }
+            },
+        )
+    };
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .unwrap();
+    options.command_event_handler = Some(handler);
+    let monitored = mongodb::Client::with_options(options).unwrap();
+    let locks = LockClient::new(monitored.database("model").collection("locks"));
+    let nonces = Nonces::learn(&locks).await;
+    set_base(&locks).await;
+    let ops = Ops { ids: vec![] };
+    let token = 5;
+    let entry = |delay: Time| Entry {
+        lock_id: 0,
+        nonce: 2,
+        token,
+        keeper: Some(1),
+        expires_at: Some(NOW + 2 + delay),
+        after_unlocks: Unlocks::NONE,
+        adopted: false,
+        created_at: NOW - 1,
+        delay,
+        min_hold: 2,
+        let_go: false,
+    };
+    let mut adopted_let_go = 0;
+    for delay in [0, 1] {
+        // The adoption a resume sends for a grant with this lock-delay.
+        let resource = format!("capture-adopt-{delay}");
+        let live = Doc {
+            entry: Some(entry(delay)),
+            fence: token,
+            ..Doc::default()
+        };
+        seed(&locks, &resource, &live, &nonces, &ops).await;
+        captured.lock().unwrap().clear();
+        let guard = (locks.mutex(&resource).lock_id(lock_id(0)))
+            .ttl(Duration::from_secs(u64::from(TTL)))
+            .min_hold(Duration::from_secs(2))
+            .try_acquire()
+            .await
+            .unwrap()
+            .expect("the seeded entry, resumed");
+        assert_eq!(guard.fencing_token(), base() + i64::from(token));
+        let command = replayable_update(&captured, &resource, RESOURCE);
+        drop(guard);
+        // The cases: the entry live; let go of within its hold (granted a tick ago, or
+        // just now); let go of and read before its grant (a clock stepped back).
+        let let_go = |e: Entry, created_at: Time| {
+            (Entry { created_at, ..e })
+                .let_go(NOW)
+                .expect("within its hold")
+        };
+        let cases = [
+            ("live", entry(delay)),
+            (
+                "let go of, granted a tick ago",
+                let_go(entry(delay), NOW - 1),
+            ),
+            ("let go of, granted just now", let_go(entry(delay), NOW)),
+            ("let go of, before its grant", {
+                let mut e = entry(delay);
+                let_go_before_grant(&mut e, 2);
+                e
+            }),
+        ];
+        for (name, e) in cases {
+            let doc = Doc {
+                entry: Some(e),
+                fence: token,
+                ..Doc::default()
+            };
+            seed(&locks, RESOURCE, &doc, &nonces, &ops).await;
+            let reply = (monitored.database("model"))
+                .run_command(command.clone())
+                .await
+                .unwrap();
+            let real = Reply::Adopted(count(&reply) == 1);
+            let now = server_now(&locks).await;
+            let after = (locks.collection())
+                .find_one(doc! { "_id": RESOURCE })
+                .await
+                .unwrap();
+            let real_doc = project(after, &nonces, &ops, now);
+            let mut model = Server {
+                docs: vec![doc.clone()],
+            };
+            let request = Request::Adopt {
+                resource: 0,
+                lock_id: 0,
+                token,
+                keeper: HANDLE_KEEPER,
+                after_unlocks: Unlocks::NONE,
+                delay,
+            };
+            let expected = model.execute(&request, NOW, &Bugs::default());
+            assert_eq!(
+                (&real, &real_doc),
+                (&expected, &model.docs[0]),
+                "delay {delay}, {name}: {doc:?}"
+            );
+            if real == Reply::Adopted(true) && doc.entry.as_ref().is_some_and(|e| e.let_go) {
+                adopted_let_go += 1;
+            }
+        }
+    }
+    // The adoption takes let-go entries (the finding), as the model's step does.
+    assert!(adopted_let_go > 0, "no let-go entry adopted");
+}
+
+/// `n` of a write's reply.
+fn count(reply: &Document) -> u64 {
+    match reply.get("n") {
+        Some(Bson::Int32(n)) => *n as u64,
+        Some(Bson::Int64(n)) => *n as u64,
+        _ => 0,
+    }
+}
