@@ -259,6 +259,32 @@ pub(crate) enum Effect {
     Write,
 }
 
+/// The oldest MongoDB release the commands run on (see `command/compat.rs`).
+pub(crate) const MINIMUM_VERSION: &str = "4.4";
+
+/// Refusals that mean the server lacks what the commands use: CommandNotSupported (115),
+/// InvalidPipelineOperator (168: an unknown expression operator), NotImplemented (238), an
+/// undefined variable such as `$$NOW` (17276), an unknown pipeline stage (40324).
+pub(crate) const UNSUPPORTED_CODES: [i32; 5] = [115, 168, 238, 17276, 40324];
+
+/// The error for a server that refused a command with `code`, if that code means it lacks
+/// what the commands use.
+fn unsupported_refusal(code: i32, message: &str) -> Option<Error> {
+    UNSUPPORTED_CODES.contains(&code).then(|| {
+        unsupported(format!(
+            "pipeline updates with $$NOW (the server refused one with code {code}: {message})"
+        ))
+    })
+}
+
+/// The error for a server that lacks `missing`, which MongoDB has from [`MINIMUM_VERSION`].
+fn unsupported(missing: String) -> Error {
+    Error::new(ErrorKind::UnsupportedServer {
+        missing,
+        minimum: MINIMUM_VERSION,
+    })
+}
+
 impl Error {
     pub(crate) fn new(kind: ErrorKind) -> Self {
         Error {
@@ -329,7 +355,7 @@ impl Error {
 
     /// A write error in a reply (`writeErrors`): the statement did not apply.
     pub(crate) fn write_error(code: Option<i32>, message: String) -> Self {
-        if let Some(unsupported) = code.and_then(|c| crate::command::compat::refused(c, &message)) {
+        if let Some(unsupported) = code.and_then(|c| unsupported_refusal(c, &message)) {
             return unsupported;
         }
         let mut error = Error::new(ErrorKind::Database { code });
@@ -365,14 +391,14 @@ impl Error {
             _ => None,
         };
         if let Some(message) = incompatible {
-            return crate::command::compat::unsupported(format!(
+            return unsupported(format!(
                 "pipeline updates with $$NOW and computed fields in findAndModify's projection (the driver refused the server as too old: {})",
                 message.trim_end_matches('.')
             ));
         }
 
         if let Driver::Command(e) = error.kind.as_ref()
-            && let Some(unsupported) = crate::command::compat::refused(e.code, &e.message)
+            && let Some(unsupported) = unsupported_refusal(e.code, &e.message)
         {
             return unsupported;
         }

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use bson::{Bson, Document, Uuid, doc};
 use parking_lot::{Mutex, RwLock};
 
-use super::changes::{ChangeKind, ChangeLog, diff, stored};
+use super::changes::{ChangeKind, ChangeLog, stored};
+use super::update_description::diff;
 use super::compare::OrdBson;
 use super::error::{CommandError, Result, codes};
 use super::index::Index;

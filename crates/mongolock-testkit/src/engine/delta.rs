@@ -38,7 +38,7 @@ use std::collections::BTreeSet;
 
 use bson::{Bson, Document};
 
-use super::changes::{FieldPath, PathPart, UpdateDescription};
+use super::update_description::{FieldPath, PathPart, UpdateDescription};
 use super::size::{document_size, value_size};
 
 /// The oplog entry's own fields, counted in with the top-level diff

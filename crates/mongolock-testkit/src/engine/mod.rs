@@ -15,6 +15,7 @@ pub mod projection;
 pub mod size;
 pub mod sort;
 pub mod update;
+pub mod update_description;
 
 use std::time::Instant;
 
