@@ -88,6 +88,10 @@ mod tests {
         let (result, went) = step_back_under_hold(true).await.expect("the control runs");
         println!("planted: {went:?}; found {:?}", result.found());
         assert!(went.renewed > 0, "the plant renewed nothing: {went:?}");
+        assert_eq!(
+            went.most_in_a_period, 2,
+            "the job ran twice in a period: {went:?}"
+        );
         assert!(result.caught(), "not caught: {:?}", result.found());
     }
 
@@ -101,6 +105,10 @@ mod tests {
         assert!(went.by_ms > 600, "a step by more than the hold: {went:?}");
         assert_eq!((went.renewed, went.regranted), (0, None), "{went:?}");
         assert!(went.jobs >= 2, "jobs in a later period too: {went:?}");
+        assert_eq!(
+            went.most_in_a_period, 1,
+            "at most once per period: {went:?}"
+        );
         assert_eq!(result.found(), vec![], "nothing at all");
     }
 }

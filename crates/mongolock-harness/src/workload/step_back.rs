@@ -85,6 +85,10 @@ pub struct Went {
     pub token: i64,
     /// Jobs granted over all periods (the first included).
     pub jobs: usize,
+    /// The most jobs run in one period, over all hosts: 1 if each ran at most once per
+    /// period (a job run again under a renewed let-go grant, or under a grant given back or
+    /// anew right after the step, counts in its period).
+    pub most_in_a_period: usize,
     /// Why the step was not made, if it was not.
     pub not_made: Option<String>,
 }
@@ -194,6 +198,8 @@ pub async fn run(stage: &Stage<'_>, rng: &mut StdRng) -> Went {
     };
     let epoch = Instant::now();
     for period in 0..shape.periods {
+        let before =
+            went.jobs + usize::from(went.renewed > 0) + usize::from(went.regranted.is_some());
         for (k, lock_id) in lock_ids.iter().enumerate() {
             let fires = epoch + shape.period * period + shape.lateness * k as u32;
             tokio::time::sleep_until(fires.into()).await;
@@ -205,6 +211,9 @@ pub async fn run(stage: &Stage<'_>, rng: &mut StdRng) -> Went {
                 step_and_ask_again(stage, rng, k, lock_id, token, &mut went).await;
             }
         }
+        let after =
+            went.jobs + usize::from(went.renewed > 0) + usize::from(went.regranted.is_some());
+        went.most_in_a_period = went.most_in_a_period.max(after - before);
     }
     went
 }
@@ -218,7 +227,7 @@ async fn job(stage: &Stage<'_>, k: usize, lock_id: &str) -> Option<(i64, bool)> 
         .lock_id(lock_id.to_owned());
     let invoked = Instant::now();
     let got = mutex.try_acquire().await;
-    call(stage, lock_id, invoked, matches!(got, Ok(Some(_))));
+    call(stage, lock_id, invoked, &got);
     let Ok(Some(guard)) = got else {
         return None;
     };
@@ -245,8 +254,14 @@ async fn job(stage: &Stage<'_>, k: usize, lock_id: &str) -> Option<(i64, bool)> 
     Some((token, released == ReleaseResult::Ok))
 }
 
-/// Records a `try_acquire` of the scenario.
-fn call(stage: &Stage<'_>, lock_id: &str, invoked_at: Instant, granted: bool) {
+/// Records a `try_acquire` of the scenario, which returned `got`.
+fn call<T>(
+    stage: &Stage<'_>,
+    lock_id: &str,
+    invoked_at: Instant,
+    got: &mongolock::Result<Option<T>>,
+) {
+    let granted = matches!(got, Ok(Some(_)));
     stage.recorder.acquire_call(AcquireCall {
         client: stage.client,
         resource: stage.shape.resource.clone(),
@@ -256,7 +271,7 @@ fn call(stage: &Stage<'_>, lock_id: &str, invoked_at: Instant, granted: bool) {
         granted,
         timeout: None,
     });
-    stage.recorder.attempt(false, false);
+    stage.recorder.attempt(false, got.is_err());
 }
 
 /// The let-go entry of `token` under `lock_id`, as the server has it: its grant's server
@@ -357,7 +372,7 @@ async fn step_and_ask_again(
         .lock_id(lock_id.to_owned());
     let invoked = Instant::now();
     let got = mutex.try_acquire().await;
-    call(stage, lock_id, invoked, matches!(got, Ok(Some(_))));
+    call(stage, lock_id, invoked, &got);
     if let Ok(Some(guard)) = got {
         went.regranted = Some(guard.fencing_token());
         let mut log = HolderLog::new(
