@@ -176,7 +176,7 @@ fn settings(quick: bool) -> Settings {
             memory_leases: 100,
             memory_waiters: 20,
             // A small form, so that the smoke run exercises both modes in a few seconds.
-            modes: modes::ModeSettings {
+            modes: measure::ModeSettings {
                 handoffs: vec![(4, 3)],
                 hold: Duration::from_millis(10)..Duration::from_millis(60),
                 leases: 10,
@@ -207,7 +207,7 @@ fn settings(quick: bool) -> Settings {
             group_sizes: vec![10, 1_000, 10_000],
             memory_leases: 1_000,
             memory_waiters: 200,
-            modes: modes::ModeSettings {
+            modes: measure::ModeSettings {
                 handoffs: vec![(16, 100), (64, 100)],
                 hold: modes_hold,
                 leases: 100,

@@ -54,7 +54,24 @@ pub(crate) struct Settings {
     pub(crate) memory_leases: usize,
     pub(crate) memory_waiters: usize,
     /// The server-modes scenario (`--server-modes`).
-    pub(crate) modes: crate::modes::ModeSettings,
+    pub(crate) modes: ModeSettings,
+}
+
+/// How much the server-modes scenario (`crate::modes`) does.
+#[derive(Debug, Clone)]
+pub(crate) struct ModeSettings {
+    /// Waiter counts, each with the handoffs measured.
+    pub(crate) handoffs: Vec<(usize, usize)>,
+    /// How long each holder keeps the lock (uniformly at random in this range).
+    pub(crate) hold: std::ops::Range<Duration>,
+    /// Leases the keeper holds.
+    pub(crate) leases: usize,
+    /// Their TTL (renewed every third of it).
+    pub(crate) ttl: Duration,
+    /// How long the keeper's commands and both clients' events are counted.
+    pub(crate) window: Duration,
+    /// Both modes at once (the quick run's), rather than one after the other.
+    pub(crate) concurrent: bool,
 }
 
 /// Warm-up iterations before the uncontended measurement (connections, first documents).

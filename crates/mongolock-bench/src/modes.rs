@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::ops::Range;
 use std::time::Duration;
 
 use mongodb::bson::{Document, doc};
@@ -26,7 +25,7 @@ use mongolock::LockClient;
 
 use crate::emulator::{Emulator, ServerMode, Topology};
 use crate::keepalive;
-use crate::measure::{self, HandoffByClient, Outcome, Settings};
+use crate::measure::{self, HandoffByClient, ModeSettings, Outcome, Settings};
 use crate::monitor::{Counts, EVENTS, Monitor, per_op};
 use crate::peers::{Lib, Result, monitored_client};
 
@@ -36,23 +35,6 @@ const NAMED: [&str; 3] = ["findAndModify", "update", "getMore"];
 /// The target of issue 32 at 16 waiters on the 5.0+ rule, per handoff: commands other
 /// than `getMore`, and `getMore`s.
 const TARGET: (usize, f64, f64) = (16, 3.0, 4.0);
-
-/// How much the scenario does.
-#[derive(Debug, Clone)]
-pub(crate) struct ModeSettings {
-    /// Waiter counts, each with the handoffs measured.
-    pub(crate) handoffs: Vec<(usize, usize)>,
-    /// How long each holder keeps the lock (uniformly at random in this range).
-    pub(crate) hold: Range<Duration>,
-    /// Leases the keeper holds.
-    pub(crate) leases: usize,
-    /// Their TTL (renewed every third of it).
-    pub(crate) ttl: Duration,
-    /// How long the keeper's commands and both clients' events are counted.
-    pub(crate) window: Duration,
-    /// Both modes at once (the quick run's), rather than one after the other.
-    pub(crate) concurrent: bool,
-}
 
 /// One handoff run in one mode.
 pub(crate) struct ModeHandoff {
