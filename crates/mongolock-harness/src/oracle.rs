@@ -2281,6 +2281,62 @@ mod tests {
         assert_eq!(none.by_check(), BTreeMap::from([(ServerCheck::MinHold, 1)]));
     }
 
+    /// Through the real path: a release delayed on the wire (300 ms of proxy latency) while
+    /// the server's clock steps back 800 ms lands after the step, so the server removes the
+    /// grant at a server time below the one the release began at; the release's `Ok` is
+    /// true, and (S8) must not call it false (the old comparison, with the server's time at
+    /// the release's start alone, did).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_that_lands_after_a_step_back_is_not_judged_false() {
+        use mongolock_testkit::FaultProxy;
+        let server = TestServer::start().await.unwrap();
+        let db = server.new_client().database("oracle_test");
+        LockClient::new(db.collection("locks"))
+            .create_indexes()
+            .await
+            .unwrap();
+        let tap = Tap::start(&db, "locks").await.unwrap();
+        let proxy = FaultProxy::start(server.addr()).await.unwrap();
+        let locks = LockClient::new(proxy.client().database("oracle_test").collection("locks"));
+        let recorder = Recorder::new();
+        let read = |recorder: &Recorder| {
+            recorder.server_clock(Instant::now(), server.clock().now().timestamp_millis())
+        };
+        read(&recorder);
+        let invoked = Instant::now();
+        let guard = locks
+            .mutex("m")
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        let mut log = HolderLog::new(1, 0, Mode::Exclusive, invoked, &guard);
+        proxy.add_latency(Duration::from_millis(300));
+        log.lets_go(LetGo::Released);
+        let release = tokio::spawn(async move { guard.release().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        read(&recorder);
+        server.clock().step_back(Duration::from_millis(800));
+        read(&recorder);
+        let released = release.await.unwrap();
+        log.release = Some(crate::history::FromLibrary::of(&released));
+        assert_eq!(log.release, Some(ReleaseResult::Ok), "{released:?}");
+        recorder.holder(log);
+        read(&recorder);
+        let events = tap.finish().await.unwrap();
+        let history = recorder.finish(HashMap::new());
+        let bound = Duration::from_secs(10);
+        let outcome = check(&events, &history, &HashMap::new(), bound, &MinHolds::new());
+        assert_eq!(outcome.releases_checked, 1);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        assert_eq!(
+            outcome.releases_after_step_back, 1,
+            "the removal came after the step, below the release's start in server time"
+        );
+        proxy.shutdown().await;
+        server.shutdown().await;
+    }
+
     /// Through the real path: the tap reads a run of handle grants from the emulator's
     /// change stream; then a grant forged over a live lease is caught, and so is a holder
     /// whose token the server never granted.
