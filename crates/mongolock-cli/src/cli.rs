@@ -353,6 +353,32 @@ pub struct DemoArgs {
     pub seconds: u64,
 }
 
+/// The fewest workers of the demo: one ordinary worker, one that is cut off (an ordinary
+/// one with `--uri`, where there is no proxy), one that crashes.
+pub const DEMO_MIN_WORKERS: usize = 3;
+/// The most workers of the demo.
+pub const DEMO_MAX_WORKERS: usize = 64;
+/// The demo's longest run: a day.
+pub const DEMO_MAX_SECONDS: u64 = 24 * 60 * 60;
+
+impl DemoArgs {
+    /// What is wrong with these arguments, if anything: a usage error, found before
+    /// anything starts.
+    pub fn usage_error(&self) -> Option<String> {
+        if !(DEMO_MIN_WORKERS..=DEMO_MAX_WORKERS).contains(&self.workers) {
+            return Some(format!(
+                "--workers must be between {DEMO_MIN_WORKERS} and {DEMO_MAX_WORKERS} (one crashes, one is cut off, the others work)"
+            ));
+        }
+        if self.seconds > DEMO_MAX_SECONDS {
+            return Some(format!(
+                "--seconds must be at most {DEMO_MAX_SECONDS} (a day)"
+            ));
+        }
+        None
+    }
+}
+
 impl Cli {
     /// Checks what clap cannot express, before anything connects: the values the library
     /// or the server would refuse ([`checks`]), and the combinations clap cannot see. A usage
@@ -436,7 +462,7 @@ impl Cli {
             Command::Indexes(IndexesArgs {
                 retention: Some(retention),
             }) => checks::retention(*retention).map_err(invalid),
-            Command::Demo(args) => match crate::commands::demo_usage_error(args) {
+            Command::Demo(args) => match args.usage_error() {
                 Some(message) => Err(invalid(message)),
                 None => Ok(()),
             },

@@ -202,9 +202,11 @@ macro_rules! acquire_methods {
 
         #[doc = concat!("Waits up to `timeout` for ", $what, ": `None` if the wait gave up.")]
         /// A `timeout` too long for the clock (such as `Duration::MAX`) waits as long as
-        /// needed. The call returns at its timeout even with an attempt still on its way
-        /// (a slow network, a busy server): that attempt is then withdrawn in the
-        /// background, so a grant that comes after the call gave up holds nothing.
+        /// needed. The first attempt is made to the end, whatever the timeout (zero
+        /// included: one attempt, as `try_` makes), within the command time limit; after
+        /// it the call returns at its timeout even with a later attempt still on its way (a
+        /// slow network, a busy server): that attempt is then withdrawn in the background,
+        /// so a grant that comes after the call gave up holds nothing.
         ///
         /// # Errors
         ///

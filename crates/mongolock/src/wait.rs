@@ -466,7 +466,10 @@ async fn acquire_in_span(
     // then at the earliest (a later attempt leaves the place as it is).
     let mut first_sent: Option<Instant> = None;
     loop {
-        let Some((sent_at, outcome)) = send(client, &mut pending, wait).await else {
+        // The call's first attempt is made to the end, whatever its timeout (as a single
+        // attempt is); a later one is cut short at the deadline.
+        let first = first_sent.is_none();
+        let Some((sent_at, outcome)) = send(client, &mut pending, wait, first).await else {
             // Out of time while a release or withdrawal this client owes for the lock id
             // was still on its way: nothing was sent.
             observe::timed_out(kind);
@@ -574,15 +577,8 @@ async fn acquire_in_span(
                 }
                 // This lock id holds the resource from before: its holder restarted, and
                 // resumes its lease.
-                // Not past the call's own time: cut short, an adoption that lands leaves
-                // the lease to its TTL (nobody renews it), and the lock id's next attempt
-                // finds it again.
-                let resumed = resume(client, grant, &timing, &request.details, sent_at);
-                let Some(resumed) = within(wait, resumed).await else {
-                    observe::timed_out(kind);
-                    return Ok(None);
-                };
-                let failure = match resumed {
+                let failure = match resume(client, grant, &timing, &request.details, sent_at).await
+                {
                     Ok(Some(lease)) => {
                         let key = shared.keeper.add(lease.clone());
                         observe::acquired(kind, started.elapsed());
@@ -731,16 +727,27 @@ async fn acquire_in_span(
 /// resource ([`Keeper::settle`](crate::lease::Keeper::settle): a queued release or
 /// withdrawal of an earlier grant of the same lock id must not land after this attempt).
 /// Returns when the attempt was sent, on the lease clock, and what came back; `None` when
-/// `wait`'s deadline came while the owed chores were still on their way (nothing was sent:
-/// a call never waits for them past its own time), or while the attempt was (its outcome
-/// is unknown: `pending` withdraws it when it goes). An error before anything was sent (a
-/// bad request, an owed chore that failed again) leaves the attempt as it was; one after it
-/// was sent makes its outcome unknown.
+/// `wait`'s deadline came while the owed chores were still on their way or, for a later
+/// attempt, before it was sent (nothing was sent: a call never waits past its own time),
+/// or, unless it is the call's `first`
+/// attempt (made to the end, as a single attempt is, within the command time limit), while
+/// the attempt was (its outcome is unknown: `pending` withdraws it when it goes). An error
+/// before anything was sent (a bad request, an owed chore that failed again) leaves the
+/// attempt as it was; one after it was sent makes its outcome unknown.
 async fn send(
     client: &LockClient,
     pending: &mut Pending,
     wait: Wait,
+    first: bool,
 ) -> Option<(Stamp, Result<Attempt>)> {
+    // Past the deadline (woken by a change as it came), a later attempt is not sent.
+    if !first
+        && wait
+            .deadline()
+            .is_some_and(|deadline| deadline <= Instant::now())
+    {
+        return None;
+    }
     let keeper = &client.shared().keeper;
     let server = client.server_clock();
     let request = &pending.request;
@@ -755,7 +762,8 @@ async fn send(
     // Out of time with the attempt on its way: its outcome is unknown, and `pending`
     // withdraws it when the call ends (a call never waits past its own time for a reply,
     // which could come as late as the command time limit).
-    let Some(outcome) = within(wait, client.acquire(&pending.request)).await else {
+    let bound = if first { Wait::Forever } else { wait };
+    let Some(outcome) = within(bound, client.acquire(&pending.request)).await else {
         pending.failed();
         return None;
     };

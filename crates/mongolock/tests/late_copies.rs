@@ -396,10 +396,11 @@ async fn emulator_only_a_late_unlock_leaves_a_grant_answered_again_after_it() {
     );
 }
 
-/// A waiting call's attempt held on the wire past the call's timeout: the call gives up at
-/// its own time, not at the command time limit (10 s here), and never returns a grant that
-/// came after it gave up. The attempt, whose outcome is then unknown, is withdrawn in the
-/// background, so its copy, delivered after the call returned, grants nothing.
+/// A waiting call's later attempt (after a wake-up) held on the wire past the call's
+/// timeout: the call gives up at its own time, not at the command time limit (10 s here),
+/// and never returns a grant that came after it gave up. The attempt, whose outcome is then
+/// unknown, is withdrawn in the background, so its copy, delivered after the call returned,
+/// grants nothing. (The call's first attempt is made to the end, as a single attempt is.)
 #[tokio::test]
 async fn emulator_only_a_waiting_call_gives_up_at_its_timeout_while_its_attempt_is_on_the_wire() {
     let Some(Proxied {
@@ -412,13 +413,28 @@ async fn emulator_only_a_waiting_call_gives_up_at_its_timeout_while_its_attempt_
         return;
     };
     warm(&locks).await;
-    let late = deliver_late(&proxy, "findAndModify", 1, secs(3), None);
-    let got = tokio::time::timeout(
-        secs(30),
-        locks.mutex("job").ttl(secs(20)).acquire_timeout(secs(1)),
-    )
-    .await
-    .expect("returned within the hang guard");
+    let holder = direct.mutex("job").ttl(secs(20)).acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let job = locks.mutex("job").ttl(secs(20));
+            tokio::time::timeout(secs(30), job.acquire_timeout(secs(2))).await
+        }
+    });
+    // The first attempt was refused (the waiter is in line); hold the next one.
+    let give_up = tokio::time::Instant::now() + secs(10);
+    while direct.status(&Filter::default()).await.unwrap().is_empty()
+        && tokio::time::Instant::now() < give_up
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late = deliver_late(&proxy, "findAndModify", 1, secs(4), None);
+    holder.release().await.unwrap();
+    let got = waiting
+        .await
+        .unwrap()
+        .expect("returned within the hang guard");
     // Returned before its attempt even reached the server: at its own timeout.
     not_delivered_yet(&late);
     assert!(

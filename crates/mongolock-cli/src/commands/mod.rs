@@ -14,8 +14,6 @@ use std::process::ExitCode;
 use crate::cli::{Cli, Command, NoServer, exit};
 use crate::output;
 
-pub use demo::usage_error as demo_usage_error;
-
 /// Runs the command and returns the process's exit status.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = cli.global;

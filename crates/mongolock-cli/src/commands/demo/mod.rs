@@ -29,13 +29,6 @@ use crate::cli::{DemoArgs, Global, exit};
 use self::log::{Lock, Log, Output, What};
 use self::workers::{Shared, TTL};
 
-/// The fewest workers: one ordinary worker, one that is cut off (an ordinary one with
-/// `--uri`, where there is no proxy), one that crashes.
-const MIN_WORKERS: usize = 3;
-/// The most workers.
-const MAX_WORKERS: usize = 64;
-/// The longest run: a day.
-const MAX_SECONDS: u64 = 24 * 60 * 60;
 /// How long, past `--seconds`, the demo waits for the crash and the cut to play out (a
 /// takeover needs the lost lease to run out, then someone to ask).
 const SCENARIO_GRACE: Duration = Duration::from_secs(10);
@@ -56,20 +49,7 @@ enum Target {
     },
 }
 
-/// What is wrong with `args`, if anything: a usage error, found before anything starts.
-pub fn usage_error(args: &DemoArgs) -> Option<String> {
-    if !(MIN_WORKERS..=MAX_WORKERS).contains(&args.workers) {
-        return Some(format!(
-            "--workers must be between {MIN_WORKERS} and {MAX_WORKERS} (one crashes, one is cut off, the others work)"
-        ));
-    }
-    if args.seconds > MAX_SECONDS {
-        return Some(format!("--seconds must be at most {MAX_SECONDS} (a day)"));
-    }
-    None
-}
-
-/// Runs `demo` (its arguments checked by [`usage_error`]).
+/// Runs `demo` (its arguments checked by [`DemoArgs::usage_error`]).
 pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     let out = if global.json {
         Output::Stderr
