@@ -274,9 +274,9 @@ impl LockClient {
     /// this order: `locks.shutdown().await; client.shutdown().await;` (as in the example
     /// below).
     ///
-    /// With mongodb 3.9.1, a driver client dropped while its runtime shuts down can panic in
-    /// a background task of the driver (its session cleanup finds the connection pool gone),
-    /// which the `mongolock` command's bad-input tests saw about once in eight runs.
+    /// A driver client dropped while its runtime shuts down can panic in a background task
+    /// of the driver (mongodb 3.x: its session cleanup finds the connection pool gone):
+    /// shut it down before the runtime ends.
     ///
     /// # Cancel safety
     ///

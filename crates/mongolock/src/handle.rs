@@ -80,8 +80,8 @@ macro_rules! lease_settings {
         /// by the server's clock: a holder that was only slow cannot race its successor
         /// (Chubby's and Consul's lock-delay). A release frees it at once. Default: none.
         /// After an operator's force release, a revoked holder is covered only by a delay of
-        /// at least its renewal period plus a renewal's time limit (at least the TTL if it
-        /// cannot reach the server): see
+        /// at least its renewal period plus two renewal time limits (the TTL with the
+        /// default period; at least the TTL if it cannot reach the server): see
         /// [`LockDetails::lock_delay`](crate::LockDetails::lock_delay).
         pub fn lock_delay(mut self, delay: Duration) -> Self {
             self.options.details = self.options.details.lock_delay(delay);
@@ -172,9 +172,10 @@ macro_rules! acquire_methods {
         /// # Errors
         ///
         /// Bad settings ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)),
-        /// a database error that waiting cannot fix, or a stored cap that differs
-        /// ([`ErrorKind::CapMismatch`](crate::ErrorKind::CapMismatch)). Transient errors
-        /// are retried.
+        /// a database error that waiting cannot fix, a stored cap that differs
+        /// ([`ErrorKind::CapMismatch`](crate::ErrorKind::CapMismatch)), or a resource
+        /// sealed against late copies ([`ErrorKind::Sealed`](crate::ErrorKind::Sealed), with
+        /// when the seal ends: it is not waited out). Transient errors are retried.
         ///
         /// # Cancel safety
         ///

@@ -117,13 +117,14 @@ impl LockDetails {
     ///
     /// **What it covers after a revocation.** A force release ends the lease at once, and
     /// the delay runs from then; the revoked holder's guard learns of it at its next renewal:
-    /// within the renewal period plus that renewal's time limit (the longer of the period and
-    /// a quarter of the TTL, at most), if it can reach the server, and at its local deadline
-    /// (up to the TTL after its last renewal) if it cannot. So a lock-delay of at least the
-    /// renewal period plus its time limit (two thirds of the TTL with the default period)
-    /// keeps a reachable revoked holder from overlapping its successor, and only a lock-delay
-    /// of at least the TTL covers one that cannot reach the server. A shorter delay narrows
-    /// the overlap but promises nothing. After a lease that simply ran out, any delay adds to
+    /// within the renewal period plus two time limits (that renewal's, and the read of the
+    /// live leases that follows a renewal that did not renew every lease; each the longer of
+    /// the period and a quarter of the TTL, at most), if it can reach the server, and at its
+    /// local deadline (up to the TTL after its last renewal) if it cannot. So a lock-delay of
+    /// at least the renewal period plus two of its time limits (the whole TTL with the
+    /// default period of a third of it) keeps a reachable revoked holder from overlapping its
+    /// successor, and a lock-delay of at least the TTL covers one that cannot reach the
+    /// server. A shorter delay narrows the overlap but promises nothing. After a lease that simply ran out, any delay adds to
     /// what the local deadline already guarantees (see the crate's promises).
     ///
     /// **With the other features.** A purge and

@@ -27,7 +27,7 @@ fn fail_find_and_modify(times: i32, data: Document) -> Document {
 }
 
 #[tokio::test]
-async fn emulator_only_a_write_concern_error_leaves_a_grant_that_asking_again_finds() {
+async fn emulator_only_a_write_concern_error_is_withdrawn_and_asking_again_is_granted_anew() {
     let Some(env) = emulator_env("ambiguous_wce").await else {
         return;
     };
