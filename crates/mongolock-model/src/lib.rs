@@ -27,8 +27,8 @@
 //! (z)), and `purge_abandoned_groups` as an
 //! operator's call. Shared entries are modelled (the server's step for readers, writers and
 //! semaphore permits, their caps; clients with guards of each kind in the scenarios "a
-//! reader and a writer" and "a semaphore of one / two permits, two holders"), without a
-//! lock-delay or a minimum hold in those scenarios. Not modelled, besides what [`server`]
+//! reader and a writer" and "a semaphore of one / two permits, two holders", and the same
+//! with a lock-delay and a minimum hold, [`scenarios::shared_holds`]). Not modelled, besides what [`server`]
 //! leaves out of the document: the line (a writer's announcement, arrival order: it only
 //! adds terms to a grant's condition, so the model grants whatever the library grants, and
 //! more), sealing at the tombstone cap, the TTL index and `purge`, the unlock limit,
@@ -150,6 +150,12 @@ pub mod scenarios {
                 backs: 1,
                 ..time_no_force
             }),
+            readers_writer(clock),
+            readers_writer(faults),
+            two_permits(clock),
+            readers_writer_holds(holds),
+            semaphore_holds(2, holds),
+            guards_min_hold_restart(bounds([1, 2, 1, 1, 2, 1, 0, 0])),
         ]
     }
 
@@ -270,6 +276,56 @@ pub mod scenarios {
     /// [`semaphore`] of two permits.
     pub fn two_permits(bounds: Bounds) -> Config {
         semaphore(2, bounds)
+    }
+
+    /// [`readers_writer`], every attempt with a lock-delay of a tick and a minimum hold of
+    /// two: a reader's share let go of within its hold keeps the writer out, and counts
+    /// against no other reader.
+    pub fn readers_writer_holds(bounds: Bounds) -> Config {
+        Config {
+            name: "a reader and a writer, a minimum hold and a lock-delay",
+            delay: 1,
+            min_hold: 2,
+            ..readers_writer(bounds)
+        }
+    }
+
+    /// [`semaphore`] of `permits`, every attempt with a lock-delay of a tick and a minimum
+    /// hold of two: a permit let go of within its hold stays taken until the hold ends.
+    pub fn semaphore_holds(permits: u8, bounds: Bounds) -> Config {
+        Config {
+            name: if permits == 1 {
+                "a semaphore of one permit, a minimum hold and a lock-delay"
+            } else {
+                "a semaphore of two permits, a minimum hold and a lock-delay"
+            },
+            delay: 1,
+            min_hold: 2,
+            ..semaphore(permits, bounds)
+        }
+    }
+
+    /// The shared scenarios with a minimum hold and a lock-delay, at the small bounds, for
+    /// `cargo test`: the reader and the writer at the first of [`SMALL`], at [`TIME`] and at
+    /// [`STEP_BACK`]; two permits at the first of [`SMALL`] (no repeat) and at [`TIME`]; one
+    /// permit at [`HOLD_FAULTS`]. ("No grant inside a minimum hold" judges a share's hold and
+    /// lock-delay against writers: no exclusive grant while a share is in force; control
+    /// (r').)
+    pub fn shared_holds() -> Vec<Config> {
+        vec![
+            readers_writer_holds(SMALL[0]),
+            readers_writer_holds(TIME),
+            readers_writer_holds(STEP_BACK),
+            semaphore_holds(
+                2,
+                Bounds {
+                    retries: 0,
+                    ..SMALL[0]
+                },
+            ),
+            semaphore_holds(2, TIME),
+            semaphore_holds(1, HOLD_FAULTS),
+        ]
     }
 
     /// The shared scenarios (readers and a writer, semaphores of one and two permits) at
@@ -414,7 +470,7 @@ pub mod controls {
     pub fn all() -> Vec<Control> {
         use scenarios::{
             guards_min_hold, handles, keeper_alone, low_level, min_hold, one_permit, purge_groups,
-            readers_writer, two_permits,
+            readers_writer, readers_writer_holds, two_permits,
         };
         vec![
             control(
@@ -594,6 +650,13 @@ pub mod controls {
                 [0, 1, 0, 0, 1, 0, 0, 0],
                 |b| b.shared_release_takes_all = true,
                 model::DEADLINE_BEFORE_EXPIRY,
+            ),
+            control(
+                "(r') a writer admitted while a reader's share is within its lock-delay or hold",
+                readers_writer_holds,
+                [0, 1, 0, 0, 1, 0, 1, 0],
+                |b| b.delay_ignored = true,
+                model::NO_GRANT_IN_HOLD,
             ),
             stepping_back(control(
                 "(z) xlock after a step back: a grant let go of within its hold held again",

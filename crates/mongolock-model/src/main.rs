@@ -25,6 +25,7 @@ fn main() {
             .chain(scenarios::timed())
             .chain(scenarios::shared_small())
             .chain(scenarios::steps_back())
+            .chain(scenarios::shared_holds())
             .collect()
     };
     let mut failed = false;

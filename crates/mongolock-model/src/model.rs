@@ -311,7 +311,8 @@ pub mod flag {
     /// after the unlock.
     pub const LATER_GRANT_UNLOCKED: u16 = 16;
     /// A grant while an entry let go of within its minimum hold, or within its lock-delay,
-    /// was to keep the resource from everybody.
+    /// was to keep the resource from everybody (an exclusive grant: from it, shares
+    /// included).
     pub const GRANT_IN_HOLD: u16 = 32;
 }
 
@@ -667,6 +668,14 @@ impl LockModel {
             Request::Acquire { resource, .. } => state.server.docs[resource as usize].entry.clone(),
             _ => None,
         };
+        // Whether a share was in force (its lease, its lock-delay or its minimum hold) on the
+        // resource an acquire asks for: an exclusive grant may not be made beside it.
+        let shares_in_force = match msg.request {
+            Request::Acquire { resource, .. } => (state.server.docs[resource as usize].shared)
+                .iter()
+                .any(|e| e.is_live(now)),
+            _ => false,
+        };
         self.note_let_go(state, &msg.request, now);
         let answer = state.server.execute(&msg.request, now, &self.config.bugs);
         if let Request::Unlock { op, .. } = msg.request {
@@ -698,7 +707,10 @@ impl LockModel {
             self.judge_grant(state, resource, token, msg.from);
             // Nothing in force may stand in the way of a grant: no entry within its lock-delay
             // or let go of within its minimum hold, nor one that was to be.
+            let exclusive = (state.server.docs[resource as usize].entry.as_ref())
+                .is_some_and(|e| e.token == token);
             if replaced.is_some_and(|e| e.is_live(now))
+                || (exclusive && shares_in_force)
                 || now < state.quiet_until[resource as usize]
             {
                 state.flags |= flag::GRANT_IN_HOLD;

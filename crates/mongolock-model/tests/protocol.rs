@@ -33,6 +33,7 @@ fn small() -> Vec<Config> {
     .chain(scenarios::timed())
     .chain(scenarios::shared_small())
     .chain(scenarios::steps_back())
+    .chain(scenarios::shared_holds())
     .collect()
 }
 
