@@ -1511,13 +1511,19 @@ impl<'a> Checker<'a> {
     /// `b`'s server grant time must be at least `a`'s lease end plus `d`.
     ///
     /// The lease end is bounded from below, so the check never blames a correct server:
-    /// the grant's own expiry (renewals only move it later), and the server's time at the
-    /// send of the last renewal behind the holder's latest local deadline plus the TTL (the
-    /// local deadline is the renewal's send plus the TTL less the safety margin, and the
-    /// server's clock only jumps forward); a force release of the resource after the
-    /// lease's attempt was sent may have ended it sooner, at its start's server time at the
-    /// earliest. [`DELAY_SLACK_MS`] covers the mapping of our instants to the server's
-    /// clock. A clock jump needs no excuse: the delay counts in the server's time.
+    /// the grant's own expiry (renewals only move it later), and the TTL past the lowest
+    /// server time of the window in which the last renewal behind the holder's latest local
+    /// deadline may have run (the local deadline is the renewal's send plus the TTL less the
+    /// safety margin, so the renewal ran from the deadline less the TTL on, and before the
+    /// deadline, since its reply set it); a force release of the resource after the lease's
+    /// attempt was sent may have ended it sooner, at the lowest server time of the call's
+    /// window at the earliest. The server's clock can step back (the harness steps it back
+    /// 0.5–1 s while a command is in flight): a step back between the send and the run puts
+    /// the run below the send's server time, so the lowest reading of each window
+    /// ([`History::lowest_server_ms`]) counts, not its start's server time (that took a
+    /// correct server for one granting 564 ms inside a delay, --long --seed 1009001).
+    /// [`DELAY_SLACK_MS`] covers the mapping of our instants to the server's clock. A clock
+    /// jump needs no excuse: the delay counts in the server's time.
     fn lock_delay(&mut self, resource: &str) {
         let list = self.by_resource[resource].clone();
         for (j, b) in list.iter().enumerate() {
@@ -1576,16 +1582,17 @@ impl<'a> Checker<'a> {
     fn lease_end_lower_ms(&self, a: &HolderLog) -> Option<i64> {
         let mut end = a.server_expires_ms.or(a.server_granted_ms)?;
         if let (Some(deadline), Some(ttl)) = (a.max_deadline, a.ttl)
-            && let Some(sent) = deadline.checked_sub(ttl).and_then(|t| self.h.server_ms(t))
+            && let Some(ran) =
+                (deadline.checked_sub(ttl)).and_then(|sent| self.h.lowest_server_ms(sent, deadline))
         {
-            end = end.max(sent + ttl.as_millis() as i64 - DELAY_SLACK_MS);
+            end = end.max(ran + ttl.as_millis() as i64 - DELAY_SLACK_MS);
         }
         for op in &self.h.ops {
             if matches!(&op.kind, OpKind::ForceRelease(r) if *r == a.resource)
                 && op.end > a.attempt_sent_at
-                && let Some(start) = self.h.server_ms(op.start)
+                && let Some(ran) = self.h.lowest_server_ms(op.start, op.end)
             {
-                end = end.min(start - DELAY_SLACK_MS);
+                end = end.min(ran - DELAY_SLACK_MS);
             }
         }
         Some(end)
@@ -2285,5 +2292,95 @@ mod tests {
         let mut nobody = h;
         nobody.observations = vec![seen(t0, 20, 60, None)];
         assert_eq!(count(&nobody, Check::ObservedLeaders), 1);
+    }
+
+    /// A holder on "d0" with a lock-delay of 700 ms and a TTL of 1,500 ms, its attempt sent
+    /// at `sent` and granted at `granted` (ms after `t0`), granted at server time
+    /// `server_ms`, its local deadline the send plus the TTL less 150 ms; killed at
+    /// `killed` if given, never released.
+    fn delayed(
+        t0: Instant,
+        id: u64,
+        (sent, granted): (u64, u64),
+        server_ms: i64,
+        killed: Option<u64>,
+    ) -> HolderLog {
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        HolderLog {
+            lock_id: format!("id-{id}"),
+            invoked_at: ms(sent),
+            attempt_sent_at: ms(sent),
+            granted_at: ms(granted),
+            ttl: Some(Duration::from_millis(1_500)),
+            lock_delay: Some(Duration::from_millis(700)),
+            server_granted_ms: Some(server_ms),
+            server_expires_ms: Some(server_ms + 1_500),
+            max_deadline: Some(ms(sent + 1_350)),
+            killed_at: killed.map(ms),
+            ..HolderLog::granted(id, id as usize, Mode::Exclusive, "d0", server_ms * 1_000)
+        }
+    }
+
+    /// The margin of the grant (9) judged, and whether it called it a violation.
+    fn delay_judged(history: &History) -> (Vec<f64>, bool) {
+        let outcome = check(history);
+        (
+            outcome.delay_margins_ms.clone(),
+            outcome.has(Check::LockDelay),
+        )
+    }
+
+    #[test]
+    fn a_step_back_between_a_lease_send_and_its_execution_is_no_lock_delay_violation() {
+        // The false (9) of --long --seed 1009001 (run 1009004): the server's clock steps
+        // back 800 ms between the send of holder 1's attempt and its execution, so the
+        // server's time at the send is above the grant's. Holder 1 (killed, never released)
+        // is granted at server time 999,330: its entry, 1,500 ms of TTL and 700 ms of
+        // delay, frees the resource at 1,001,530; holder 2 is granted 6 ms after.
+        let t0 = Instant::now();
+        let mut h = History::new(t0 + Duration::from_secs(10));
+        h.modes = HashMap::from([("d0".to_owned(), Mode::Exclusive)]);
+        h.server_clock = vec![
+            (t0, 1_000_000),
+            (t0 + Duration::from_millis(120), 1_000_120),
+            (t0 + Duration::from_millis(121), 999_321),
+        ];
+        let a = delayed(t0, 1, (100, 135), 999_330, Some(300));
+        // 1,001,536 in server time is 2,336 ms after t0.
+        let b = delayed(t0, 2, (2_300, 2_340), 1_001_536, None);
+        h.holders = vec![a.clone(), b];
+        assert_eq!(delay_judged(&h), (vec![6.0], false));
+        // Granted before the delay ended, it is caught.
+        let early = delayed(t0, 2, (2_100, 2_140), 1_001_330, None);
+        h.holders = vec![a, early];
+        assert_eq!(delay_judged(&h), (vec![-200.0], true));
+    }
+
+    #[test]
+    fn a_step_back_during_a_force_release_is_no_lock_delay_violation() {
+        // Holder 1 holds from server time 1,000,010; a force release of "d0" runs from 500
+        // to 600 ms, the server's clock stepping back 800 ms at 520 ms before it executes
+        // (at 550 ms, server time 999,750): the lease ends there, and the delay at
+        // 1,000,450. Holder 2 is granted 6 ms after.
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut h = History::new(t0 + Duration::from_secs(10));
+        h.modes = HashMap::from([("d0".to_owned(), Mode::Exclusive)]);
+        h.server_clock = vec![(ms(0), 1_000_000), (ms(519), 1_000_519), (ms(520), 999_720)];
+        h.ops = vec![OpEvent {
+            kind: OpKind::ForceRelease("d0".into()),
+            start: ms(500),
+            end: ms(600),
+        }];
+        let a = delayed(t0, 1, (5, 15), 1_000_010, Some(400));
+        // 1,000,456 in server time is 1,256 ms after t0.
+        let b = delayed(t0, 2, (1_220, 1_260), 1_000_456, None);
+        h.holders = vec![a.clone(), b];
+        // The bound: the lowest reading in the call (999,720) less 50 ms of slack, plus
+        // the delay.
+        assert_eq!(delay_judged(&h), (vec![86.0], false));
+        let early = delayed(t0, 2, (1_100, 1_150), 1_000_350, None);
+        h.holders = vec![a, early];
+        assert_eq!(delay_judged(&h), (vec![-20.0], true));
     }
 }

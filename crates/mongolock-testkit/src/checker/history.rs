@@ -963,6 +963,38 @@ impl History {
         };
         Some(ms + since)
     }
+
+    /// The lowest the server's clock read at any of our instants from `from` to `to`
+    /// (inclusive): the server's time at `from` ([`History::server_ms`]), or a reading after
+    /// it, up to `to`, if lower (the harness reads the clock right after every step back).
+    /// A lower bound of the server's time of anything done at some instant in the window,
+    /// the clock's steps back included: the server's time at `from` alone is not one, since
+    /// a step back after `from` puts later instants below it. `None` without readings.
+    pub fn lowest_server_ms(&self, from: Instant, to: Instant) -> Option<i64> {
+        let at_from = self.server_ms(from)?;
+        let later = (self.server_clock.iter())
+            .filter(|(at, _)| *at > from && *at <= to)
+            .map(|(_, ms)| *ms);
+        Some(later.fold(at_from, i64::min))
+    }
+
+    /// The highest the server's clock read at any of our instants from `from` to `to`
+    /// (inclusive): the server's time at `to`, or what it read just before a reading in the
+    /// window (just before a step back), if higher. An upper bound of the server's time of
+    /// anything done at some instant in the window, the clock's steps back included. `None`
+    /// without readings.
+    pub fn highest_server_ms(&self, from: Instant, to: Instant) -> Option<i64> {
+        let at_to = self.server_ms(to)?.max(self.server_ms(from)?);
+        let before_readings = (self.server_clock.iter())
+            .filter(|(at, _)| *at > from && *at <= to)
+            .filter_map(|(at, _)| {
+                let (prev_at, prev_ms) = (self.server_clock.iter())
+                    .filter(|(p, _)| p < at)
+                    .max_by_key(|(p, _)| *p)?;
+                Some(prev_ms + at.duration_since(*prev_at).as_millis() as i64)
+            });
+        Some(before_readings.fold(at_to, i64::max))
+    }
 }
 
 #[cfg(test)]
@@ -1000,6 +1032,30 @@ mod tests {
         assert_eq!(history.server_ms(at(299)), Some(1_000_299));
         assert_eq!(history.server_ms(at(300)), Some(999_500), "after it, back");
         assert_eq!(history.server_ms(at(1_300)), Some(1_000_500));
+    }
+
+    #[test]
+    fn a_window_of_instants_is_bounded_in_server_time_across_a_step_back() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut history = History::new(t0);
+        assert_eq!(history.lowest_server_ms(at(0), at(10)), None, "no readings");
+        // A step back of 800 ms at 300 ms, read just before and just after.
+        history.server_clock = vec![(at(0), 1_000_000), (at(299), 1_000_299), (at(300), 999_500)];
+        // A window before the step: its ends.
+        assert_eq!(history.lowest_server_ms(at(100), at(200)), Some(1_000_100));
+        assert_eq!(history.highest_server_ms(at(100), at(200)), Some(1_000_200));
+        // Across the step: the reading after it is the lowest, the time just before it the
+        // highest (the window's end reads lower than its start).
+        assert_eq!(history.lowest_server_ms(at(100), at(400)), Some(999_500));
+        assert_eq!(history.highest_server_ms(at(100), at(400)), Some(1_000_300));
+        // After it.
+        assert_eq!(history.lowest_server_ms(at(400), at(600)), Some(999_600));
+        assert_eq!(history.highest_server_ms(at(400), at(600)), Some(999_800));
+        // A jump forward raises the highest, not the lowest.
+        history.server_clock.push((at(700), 1_010_000));
+        assert_eq!(history.lowest_server_ms(at(600), at(800)), Some(999_800));
+        assert_eq!(history.highest_server_ms(at(600), at(800)), Some(1_010_100));
     }
 
     #[test]
