@@ -89,7 +89,9 @@ use mongodb::Database;
 use tokio::task::JoinHandle;
 
 use crate::history::FaultKind;
-use crate::history::{AcquireCall, History, HolderLog, LetGo, Mode, OpKind, ReleaseResult};
+use crate::history::{
+    AcquireCall, History, HolderLog, LetGo, Mode, OpEvent, OpKind, ReleaseResult,
+};
 
 /// Added to the bound of unbelieved grants, for the time a withdrawal takes to reach the
 /// server.
@@ -1020,20 +1022,35 @@ pub fn check(
     out
 }
 
-/// True if an operator's force-release of `resource` began by `to_ms` (server time, with
-/// [`RELEASE_SLACK`]) and ended after `from_ms`: it may have ended a lease held then at once.
+/// True if an operator's force-release of `resource` may have run between two things the
+/// server did at its times `from_ms` and `to_ms` (with [`RELEASE_SLACK`]): it may have ended
+/// a lease held then at once. Compared in our instants ([`ran_between`]), not in server
+/// time, which a step back of the server's clock puts out of order.
 fn force_released_between(history: &History, resource: &str, from_ms: i64, to_ms: i64) -> bool {
-    let slack = RELEASE_SLACK.as_millis() as i64;
     history.ops.iter().any(|op| {
-        if !matches!(&op.kind, OpKind::ForceRelease(r) if r == resource) {
-            return false;
-        }
-        let (Some(start), Some(end)) = (history.server_ms(op.start), history.server_ms(op.end))
-        else {
-            return true;
-        };
-        start - slack <= to_ms && end + slack >= from_ms
+        matches!(&op.kind, OpKind::ForceRelease(r) if r == resource)
+            && ran_between(history, op, from_ms, to_ms)
     })
+}
+
+/// True if the operator's call `op` may have overlapped the stretch between two things the
+/// server did at its times `from_ms` and `to_ms` (with [`RELEASE_SLACK`]): the first was done
+/// no earlier than the first of our instants at which the server's clock read `from_ms`, the
+/// second no later than the last at which it read `to_ms`
+/// ([`History::first_instant_at_server_ms`], [`History::last_instant_at_server_ms`]). After
+/// a step back the clock reads again times it read before, so the server's times of the
+/// call's start and end, compared with `from_ms` and `to_ms`, can put a call made between
+/// the two before both (a false (S12): a force release it ran after a grant and before its
+/// let-go, read 600 ms below the grant). True without readings.
+fn ran_between(history: &History, op: &OpEvent, from_ms: i64, to_ms: i64) -> bool {
+    let slack = RELEASE_SLACK.as_millis() as i64;
+    let (Some(first), Some(last)) = (
+        history.first_instant_at_server_ms(from_ms - slack),
+        history.last_instant_at_server_ms(to_ms + slack),
+    ) else {
+        return true;
+    };
+    op.start <= last && op.end >= first
 }
 
 /// (S12): no grant inside the minimum hold of a lease its holder let go of (see the module's
@@ -1184,22 +1201,18 @@ fn by_attempt(grants: &[Granted]) -> HashMap<(&str, &str, &str), Vec<&Granted>> 
     attempts
 }
 
-/// True if an operator's force-release of `resource`, or a purge, ran between `from_ms` and
-/// `to_ms` (server time, with [`RELEASE_SLACK`]): it, not the holder's release, may have
+/// True if an operator's force-release of `resource`, or a purge, may have run between two
+/// things the server did at its times `from_ms` and `to_ms` (with [`RELEASE_SLACK`],
+/// compared in our instants: [`ran_between`]): it, not the holder's release, may have
 /// removed an entry then.
 fn operator_between(history: &History, resource: &str, from_ms: i64, to_ms: i64) -> bool {
-    let slack = RELEASE_SLACK.as_millis() as i64;
     history.ops.iter().any(|op| {
         let about = match &op.kind {
             OpKind::ForceRelease(r) => r == resource,
             OpKind::Purge => true,
             OpKind::ClockJump(_) | OpKind::ClockStep { .. } => false,
         };
-        let (Some(start), Some(end)) = (history.server_ms(op.start), history.server_ms(op.end))
-        else {
-            return about;
-        };
-        about && start - slack <= to_ms && end + slack >= from_ms
+        about && ran_between(history, op, from_ms, to_ms)
     })
 }
 
@@ -2340,6 +2353,36 @@ mod tests {
     /// Through the real path: the tap reads a run of handle grants from the emulator's
     /// change stream; then a grant forged over a live lease is caught, and so is a holder
     /// whose token the server never granted.
+    #[test]
+    fn an_operator_between_two_server_times_is_found_across_a_step_back() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut history = timed(t0, vec![]);
+        // The server's clock steps back 800 ms at 10,100 ms (read just before and after).
+        history
+            .server_clock
+            .extend([(at(10_099), 10_099), (at(10_100), 9_300)]);
+        // A force release runs from 10,200 to 10,220 ms (server time 9,400 to 9,420), after a
+        // grant at server time 10,000 (10,000 ms) and before a let-go committed at 9,600
+        // (10,400 ms): in server time it reads before the grant.
+        history.ops = vec![OpEvent {
+            kind: OpKind::ForceRelease("r".into()),
+            start: at(10_200),
+            end: at(10_220),
+        }];
+        assert!(force_released_between(&history, "r", 10_000, 9_600));
+        assert!(operator_between(&history, "r", 10_000, 9_600));
+        // Not between a grant and a let-go both well before it (or on another resource).
+        assert!(!force_released_between(&history, "r", 5_000, 6_000));
+        assert!(!operator_between(&history, "r", 5_000, 6_000));
+        assert!(!force_released_between(&history, "s", 10_000, 9_600));
+        // Nor between two times the clock first read after it (9,700, read before the step
+        // and again after it, may be either side).
+        assert!(!force_released_between(&history, "r", 10_200, 10_400));
+        assert!(!operator_between(&history, "r", 10_200, 10_400));
+        assert!(force_released_between(&history, "r", 9_700, 9_900));
+    }
+
     #[tokio::test]
     async fn the_tap_reads_real_grants_and_catches_a_forged_one() {
         let server = TestServer::start().await.unwrap();

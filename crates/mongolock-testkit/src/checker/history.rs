@@ -995,6 +995,54 @@ impl History {
             });
         Some(before_readings.fold(at_to, i64::max))
     }
+
+    /// The readings in the order they were taken.
+    fn readings(&self) -> Vec<(Instant, i64)> {
+        let mut readings = self.server_clock.clone();
+        readings.sort_by_key(|(at, _)| *at);
+        readings
+    }
+
+    /// The earliest of our instants at which the server's clock read `ms` or more: anything
+    /// the server did at its time `ms` was done then or later, whatever the clock's steps
+    /// (back, the clock reads `ms` again later; forward past it, this is the jump).
+    /// [`History::server_ms`] inverted; `None` without readings.
+    pub fn first_instant_at_server_ms(&self, ms: i64) -> Option<Instant> {
+        let readings = self.readings();
+        let &(first_at, first_ms) = readings.first()?;
+        if ms < first_ms {
+            let before = Duration::from_millis((first_ms - ms) as u64);
+            return Some(first_at.checked_sub(before).unwrap_or(first_at));
+        }
+        for (k, &(at, read)) in readings.iter().enumerate() {
+            let next = readings.get(k + 1).map(|(n, _)| *n);
+            let reached = at + Duration::from_millis((ms - read).max(0) as u64);
+            if next.is_none_or(|n| reached < n) {
+                return Some(reached);
+            }
+        }
+        None
+    }
+
+    /// The latest of our instants at which the server's clock read `ms` or less: anything
+    /// the server did at its time `ms` was done then or earlier, whatever the clock's steps
+    /// (after a step back, the clock reads `ms` again). `None` without readings.
+    pub fn last_instant_at_server_ms(&self, ms: i64) -> Option<Instant> {
+        let readings = self.readings();
+        let &(first_at, first_ms) = readings.first()?;
+        for (k, &(at, read)) in readings.iter().enumerate().rev() {
+            if read > ms {
+                continue;
+            }
+            let reached = at + Duration::from_millis((ms - read) as u64);
+            return Some(match readings.get(k + 1) {
+                Some(&(next, _)) => reached.min(next),
+                None => reached,
+            });
+        }
+        let before = Duration::from_millis((first_ms - ms) as u64);
+        Some(first_at.checked_sub(before).unwrap_or(first_at))
+    }
 }
 
 #[cfg(test)]
@@ -1056,6 +1104,51 @@ mod tests {
         history.server_clock.push((at(700), 1_010_000));
         assert_eq!(history.lowest_server_ms(at(600), at(800)), Some(999_800));
         assert_eq!(history.highest_server_ms(at(600), at(800)), Some(1_010_100));
+    }
+
+    #[test]
+    fn a_server_time_maps_back_to_the_instants_it_was_read_at() {
+        let t0 = Instant::now() + Duration::from_secs(10);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut history = History::new(t0);
+        assert_eq!(history.first_instant_at_server_ms(5), None, "no readings");
+        // A step back of 800 ms at 300 ms, then a jump of 5 s forward at 2,000 ms.
+        history.server_clock = vec![
+            (at(0), 1_000_000),
+            (at(299), 1_000_299),
+            (at(300), 999_500),
+            (at(2_000), 1_006_200),
+        ];
+        // Read once: before the step back's range.
+        assert_eq!(
+            history.first_instant_at_server_ms(999_400),
+            Some(at(0) - Duration::from_millis(600))
+        );
+        assert_eq!(
+            history.last_instant_at_server_ms(999_400),
+            Some(at(0) - Duration::from_millis(600))
+        );
+        // Read twice, before and after the step back.
+        assert_eq!(history.first_instant_at_server_ms(1_000_100), Some(at(100)));
+        assert_eq!(history.last_instant_at_server_ms(1_000_100), Some(at(900)));
+        // Skipped by the jump: it is the jump.
+        assert_eq!(
+            history.first_instant_at_server_ms(1_003_000),
+            Some(at(2_000))
+        );
+        assert_eq!(
+            history.last_instant_at_server_ms(1_003_000),
+            Some(at(2_000))
+        );
+        // After it.
+        assert_eq!(
+            history.first_instant_at_server_ms(1_006_300),
+            Some(at(2_100))
+        );
+        assert_eq!(
+            history.last_instant_at_server_ms(1_006_300),
+            Some(at(2_100))
+        );
     }
 
     #[test]
