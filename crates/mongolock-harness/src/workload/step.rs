@@ -31,6 +31,7 @@ use mongolock::LockClient;
 use rand::Rng;
 
 use super::line::Asked;
+use super::step_back::ClearOnDrop;
 use super::{COLLECTION, ClockSteps, DB, Held, Worker, owner_label};
 use crate::history::{
     AcquireCall, ExtraFault, FaultKind, FromLibrary, LetGo, OpKind, ReleaseResult, watch_until,
@@ -53,11 +54,13 @@ impl Worker {
                 .extra(kind, self.index, "not carried out: another step under way");
             return Held::Done;
         }
+        // Cleared however this ends, a kill that drops the runtime mid-step included: left
+        // set, it would stop every later step of the run, both kinds.
+        let _stepping = ClearOnDrop(self.stepping.clone());
         let ended = match ReplyHold::start(self.proxy.addr()).await {
             Ok(relay) => self.step_in_flight(locks, &steps, &relay, forward).await,
             Err(_) => "not carried out: the relay did not start".to_owned(),
         };
-        self.stepping.store(false, Ordering::SeqCst);
         self.recorder.extra(kind, self.index, ended);
         Held::Done
     }

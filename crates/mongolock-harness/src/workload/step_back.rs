@@ -166,8 +166,9 @@ impl Worker {
     }
 }
 
-/// Clears the fleet's stepping flag when dropped.
-struct ClearOnDrop(Arc<AtomicBool>);
+/// Clears the fleet's stepping flag when dropped (both clock-step faults hold one while
+/// they step).
+pub(super) struct ClearOnDrop(pub(super) Arc<AtomicBool>);
 
 impl Drop for ClearOnDrop {
     fn drop(&mut self) {
