@@ -354,3 +354,78 @@ async fn a_force_release_keeps_a_hold_under_way_and_ends_a_held_lease() {
         "a force-released lease is free at once: {next:?}"
     );
 }
+
+/// A holder with a minimum hold lets go and dies, its release late on the wire; its
+/// restarted process asks again under the same lock id, is answered "already held" (the
+/// release has not landed yet), and sends its adoption, which lands after the release. The
+/// entry is then let go of, held by nobody until its hold ends: the adoption must not take
+/// it, or the restarted process believes a lease the server keeps for nobody, and another
+/// host is granted the lock when the hold ends while it still believes. (Found by the
+/// model, `findings::KNOWN`: the keeper's statements read a let-go entry as live.)
+#[tokio::test]
+async fn emulator_only_a_restarted_holder_never_adopts_an_entry_its_late_release_let_go_of() {
+    let Some(common::Proxied {
+        server,
+        proxy,
+        cut_off: dying,
+        direct,
+    }) = common::proxied("min_hold_adopt").await
+    else {
+        return;
+    };
+    let job = |locks: &LockClient| {
+        locks
+            .mutex("job")
+            .lock_id("host-a")
+            .ttl(ms(20_000))
+            .min_hold(ms(3_000))
+    };
+    warm_through(&dying).await;
+    let guard = job(&dying).acquire().await.unwrap();
+    let token = guard.fencing_token();
+    // The dying process's release is held on the wire for 600 ms.
+    let late = proxy.fault_requests(
+        mongolock_testkit::faults::proxy::Requests::named(&["findAndModify"]).times(1),
+        mongolock_testkit::faults::proxy::RequestFault::Late {
+            hold: ms(600),
+            cut_after: None,
+        },
+    );
+    let dying_release = tokio::spawn(async move { guard.release().await });
+    tokio::time::sleep(ms(50)).await;
+    // The restarted process, 300 ms away from the server each way: its attempt runs before
+    // the release lands, its adoption after.
+    let far = mongolock_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let (monitor, client) = common::recorder::recorded_client(&far.uri(), None).await;
+    let restarted = LockClient::new(client.database("min_hold_adopt").collection("locks"));
+    warm_through(&restarted).await;
+    far.add_latency(ms(300));
+    monitor.clear();
+    let started = Instant::now();
+    let again = job(&restarted).acquire_timeout(ms(15_000)).await.unwrap();
+    let again = again.expect("granted once the hold has ended");
+    // The faults happened: the release ran late, and the restarted process was answered
+    // with the entry and sent its adoption.
+    assert_eq!(late.late_replies().len(), 1, "the release ran late");
+    let names = monitor.take_names();
+    assert!(
+        names.iter().any(|n| n == "update"),
+        "the restarted process sent an adoption: {names:?}"
+    );
+    assert!(
+        again.fencing_token() > token,
+        "the restarted process took the let-go entry (token {token}) for its lease"
+    );
+    assert!(started.elapsed() >= ms(1_500), "granted inside the hold");
+    let _ = dying_release.abort();
+    again.release().await.unwrap();
+    direct.shutdown().await;
+}
+
+/// A lock taken and released through `locks`, so that its connections are open.
+async fn warm_through(locks: &LockClient) {
+    let guard = locks.mutex("warm").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}

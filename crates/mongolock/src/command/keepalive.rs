@@ -53,7 +53,7 @@ use crate::command::{Context, batched, send_batched};
 use crate::error::{Error, Result};
 use crate::lock::{Grant, LockKind};
 use crate::request::LockDetails;
-use crate::schema::{self, FORMAT, MARK};
+use crate::schema::{self, FORMAT, LET_GO_AT, MARK};
 
 /// `{ $or: [{ "exclusive.keeper": k }, { "shared.keeper": k }] }`: the documents where the
 /// keeper has an entry, found by index.
@@ -99,7 +99,10 @@ fn idle_since(renewed_expiry: Bson) -> Document {
 }
 
 /// The query that finds one lease's entry while its holder holds it: by resource, lock id,
-/// token and, when `keeper` is given, the keeper it names.
+/// token and, when `keeper` is given, the keeper it names; never an entry its holder let go
+/// of within its minimum hold (`letGoAt`, see `expr::let_go`), which holds nothing until the
+/// hold ends, whatever its `expiresAt`: neither renewed nor adopted (a late release of a
+/// dead holder landing between its restarted process's attempt and its adoption).
 fn lease_query(grant: &Grant, keeper: Option<&str>) -> Document {
     let (resource, lock_id, token) = (grant.resource(), grant.lock_id(), grant.fencing_token());
     let now = lease_now(delay_millis(grant));
@@ -112,6 +115,7 @@ fn lease_query(grant: &Grant, keeper: Option<&str>) -> Document {
             if let Some(keeper) = keeper {
                 query.insert("exclusive.keeper", keeper);
             }
+            query.insert(format!("exclusive.{LET_GO_AT}"), doc! { "$exists": false });
             query.insert("$expr", bson!({ "$gt": ["$exclusive.expiresAt", now] }));
             query
         }
@@ -122,6 +126,7 @@ fn lease_query(grant: &Grant, keeper: Option<&str>) -> Document {
             if let Some(keeper) = keeper {
                 entry.insert(schema::KEEPER, keeper);
             }
+            entry.insert(LET_GO_AT, doc! { "$exists": false });
             doc! {
                 "_id": resource, MARK: FORMAT,
                 "shared": { "$elemMatch": entry },
