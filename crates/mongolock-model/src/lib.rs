@@ -236,8 +236,8 @@ pub mod scenarios {
     /// [`guards_min_hold_restart`]'s name.
     pub const RESUMED_IN_HOLD: &str = "two guards with a minimum hold, one restarting";
 
-    /// The bound that finds [`guards_min_hold_restart`]'s finding: a kill, a timeout, two
-    /// attempts per client, no time passing.
+    /// The bound that found [`guards_min_hold_restart`]'s finding (control (aa)): a kill, a
+    /// timeout, two attempts per client, no time passing.
     pub const RESTART: Bounds = bounds([0, 2, 0, 1, 2, 1, 0, 0]);
 
     /// A reader and a writer (clients with guards, the reader's shares without cap, the
@@ -469,8 +469,8 @@ pub mod controls {
     /// Every control, each with the smallest bound that shows it.
     pub fn all() -> Vec<Control> {
         use scenarios::{
-            guards_min_hold, handles, keeper_alone, low_level, min_hold, one_permit, purge_groups,
-            readers_writer, readers_writer_holds, two_permits,
+            guards_min_hold, guards_min_hold_restart, handles, keeper_alone, low_level, min_hold,
+            one_permit, purge_groups, readers_writer, readers_writer_holds, two_permits,
         };
         vec![
             control(
@@ -658,6 +658,13 @@ pub mod controls {
                 |b| b.delay_ignored = true,
                 model::NO_GRANT_IN_HOLD,
             ),
+            control(
+                "(aa) a restarted guard adopts the entry its predecessor's late release let go of",
+                guards_min_hold_restart,
+                [0, 2, 0, 1, 2, 1, 0, 0],
+                |b| b.keeper_ignores_let_go = true,
+                model::LET_GO_NOT_HELD_AGAIN,
+            ),
             stepping_back(control(
                 "(z) xlock after a step back: a grant let go of within its hold held again",
                 min_hold,
@@ -683,7 +690,7 @@ pub mod controls {
 pub mod findings {
     /// (scenario, property) pairs the protocol is known to fail at the bounds checked.
     ///
-    /// The findings pinned here before are fixed, in the library and in the
+    /// None today. The findings pinned here before are fixed, in the library and in the
     /// model, each with a control that puts it back: a late copy of `unlock` removing a grant
     /// of its lock id made after it was sent (control (m)); an `xlock` answered "already
     /// held" after a doubted `unlock`, its entry not naming the unlock (control (o), fixed in
@@ -707,34 +714,21 @@ pub mod findings {
     /// before the client's next attempt of the lock id on the resource, which is then never
     /// answered with the grant it withdraws (a late copy that lands after is harmless).
     ///
-    /// Found when the keeper's statements were modelled as the library sends them
+    /// Found when the keeper's statements were modelled as the library sent them
     /// (`keepalive::lease_query`, for the renewal and resume's adoption: live while
     /// `expiresAt > $$NOW + the grant's lock-delay`, `letGoAt` unread, where every other
     /// command asks `expr::holds`), at [`RESTART`](crate::scenarios::RESTART) of
     /// [`guards_min_hold_restart`](crate::scenarios::guards_min_hold_restart), with no clock
-    /// step: a guard with a minimum hold calls `release` and its process dies, the release's
-    /// copy still on its way; the restarted process asks again under the same lock id, is
-    /// answered "already held" with the entry (not let go of yet) and sends its adoption; the
-    /// late release lands first and lets go of the entry within its hold; the adoption
-    /// still matches it (its `expiresAt`, the hold's end, is after `$$NOW` plus the grant's
-    /// delay of a tick) and the restarted guard believes a lease the server holds for nobody
-    /// ("a grant let go of within its hold is not held again", and "the local deadline comes
-    /// before the server's expiry"). Its local deadline counts from the lease's old end, so
-    /// where the hold is shorter than the TTL less the margin, another client is granted when
-    /// the hold ends while it still believes, until its keeper's next read reports it lost
-    /// (that read asks `expr::holds`). The keeper's renewal statement likewise extends a
-    /// let-go entry within a tick of its let-go (harmless: the entry is kept longer). Asking
-    /// `expr::holds` in `lease_query` would remove both; the model then takes the same change.
-    pub const KNOWN: [(&str, &str); 2] = [
-        (
-            crate::scenarios::RESUMED_IN_HOLD,
-            crate::model::LET_GO_NOT_HELD_AGAIN,
-        ),
-        (
-            crate::scenarios::RESUMED_IN_HOLD,
-            crate::model::DEADLINE_BEFORE_EXPIRY,
-        ),
-    ];
+    /// step, and fixed in `lease_query` (control (aa) puts it back): a guard with a minimum
+    /// hold calls `release` and its process dies, the release's copy still on its way; the
+    /// restarted process asks again under the same lock id, is answered "already held" with
+    /// the entry (not let go of yet) and sends its adoption; the late release lands first and
+    /// lets go of the entry within its hold; the adoption still matched it, and the restarted
+    /// guard believed a lease the server holds for nobody ("a grant let go of within its hold
+    /// is not held again", "the local deadline comes before the server's expiry"), its local
+    /// deadline counted from the lease's old end: where the hold is shorter than the TTL less
+    /// the margin, another client could be granted at the hold's end while it believed.
+    pub const KNOWN: [(&str, &str); 0] = [];
 
     /// Whether `property` failing in `scenario` is a known finding.
     pub fn is_known(scenario: &str, property: &str) -> bool {

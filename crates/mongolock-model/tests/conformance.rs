@@ -418,6 +418,7 @@ const NO_BUGS: Bugs = Bugs {
     writer_beside_readers: false,
     shared_release_takes_all: false,
     let_go_held: false,
+    keeper_ignores_let_go: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -2007,13 +2008,14 @@ fn replayable_update(captured: &Captured, resource: &str, to: &str) -> Document 
 /// Resume's adoption (`keepalive::adopt_command`, sent when an attempt of a handle is
 /// answered "already held") against the model's [`Request::Adopt`], on entries let go of
 /// within their minimum hold: the statement asks whether the lease is live as the keeper's
-/// statements do (`expiresAt` after `$$NOW` plus the grant's lock-delay, `letGoAt` unread),
-/// so it adopts a let-go entry within a tick of its let-go, and one read before its grant
-/// (a clock stepped back). The adoption is captured from a real resume (a mutex of lock id 0
-/// answered "already held" on a resource of its own, its entry with the case's lock-delay),
-/// then run again on each case's document; the document and whether it was adopted must be
-/// the model's. This is the step of the finding pinned in `findings::KNOWN` (a restarted
-/// guard adopts the entry its predecessor's late release let go of).
+/// statements do (`expiresAt` after `$$NOW` plus the grant's lock-delay, never a let-go
+/// entry). The adoption is captured from a real resume (a mutex of lock id 0 answered
+/// "already held" on a resource of its own, its entry with the case's lock-delay), then run
+/// again on each case's document: a live entry, let-go entries granted a tick ago and just
+/// now, one read before its grant (a clock stepped back). The document and whether it was
+/// adopted must be the model's; the step of control (aa) (`letGoAt` unread, as before the
+/// fix: a restarted guard adopted the entry its predecessor's late release let go of)
+/// differs.
 #[tokio::test]
 async fn the_adoption_matches_the_model_on_let_go_entries() {
     let server = TestServer::start().await.unwrap();
@@ -2053,7 +2055,7 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
         min_hold: 2,
         let_go: false,
     };
-    let mut adopted_let_go = 0;
+    let mut mutant_differs = 0;
     for delay in [0, 1] {
         // The adoption a resume sends for a grant with this lock-delay.
         let resource = format!("capture-adopt-{delay}");
@@ -2129,13 +2131,22 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
                 (&expected, &model.docs[0]),
                 "delay {delay}, {name}: {doc:?}"
             );
-            if real == Reply::Adopted(true) && doc.entry.as_ref().is_some_and(|e| e.let_go) {
-                adopted_let_go += 1;
+            let mut mutant = Server {
+                docs: vec![doc.clone()],
+            };
+            let bugs = Bugs {
+                keeper_ignores_let_go: true,
+                ..NO_BUGS
+            };
+            if (mutant.execute(&request, NOW, &bugs), &mutant.docs[0]) != (real, &real_doc) {
+                mutant_differs += 1;
             }
         }
     }
-    // The adoption takes let-go entries (the finding), as the model's step does.
-    assert!(adopted_let_go > 0, "no let-go entry adopted");
+    assert!(
+        mutant_differs > 0,
+        "no case tells control (aa)'s step apart"
+    );
 }
 
 /// `n` of a write's reply.
