@@ -419,7 +419,7 @@ async fn emulator_only_a_restarted_holder_never_adopts_an_entry_its_late_release
         "the restarted process took the let-go entry (token {token}) for its lease"
     );
     assert!(started.elapsed() >= ms(1_500), "granted inside the hold");
-    let _ = dying_release.abort();
+    dying_release.abort();
     again.release().await.unwrap();
     direct.shutdown().await;
 }
