@@ -64,8 +64,9 @@ const GROUP_WRITE_MAX: usize = 3_900;
 /// The most a status aggregation may weigh on the wire (1.2 KB).
 const STATUS_MAX: usize = 1_300;
 /// The most the keepalive may grow by for each lease it renews (a shared lease's
-/// statement, the largest, is 1,030 B, and 1,063 B with a lock-delay; each names its
-/// keeper, so that a lease another client adopted is not renewed).
+/// statement, the largest, is 1,044 B, and 1,077 B with a lock-delay; each names its
+/// keeper, so that a lease another client adopted is not renewed, and skips an entry let
+/// go of within its minimum hold).
 const KEEPALIVE_PER_LEASE_MAX: usize = 1_100;
 
 /// A 32-character name.
