@@ -12,6 +12,7 @@ use crate::client::LockClient;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::LockKind;
+use crate::query::{Filter, LockStatus};
 use crate::request::AcquireRequest;
 use crate::wait::{self, LeaseOptions, LeaseTiming, Wait};
 
@@ -164,6 +165,31 @@ macro_rules! lease_settings {
 
 pub(crate) use lease_settings;
 
+/// `holders`, for every handle.
+macro_rules! holders_method {
+    () => {
+        /// Who holds the resource now: its locks whose lease is held, of either kind
+        /// (newest first), as the server answered. A lock only in force (a lease that ended
+        /// and sits in its lock-delay, or was let go of within its minimum hold) is held by
+        /// nobody and is left out, as expired ones are: [`LockClient::status`] lists those
+        /// too. One read; what it says may change at once.
+        ///
+        /// # Errors
+        ///
+        /// As [`LockClient::status`].
+        ///
+        /// # Cancel safety
+        ///
+        /// It only reads: dropping the future changes nothing.
+        pub async fn holders(&self) -> Result<Vec<LockStatus>> {
+            let filter = Filter::default().resource(self.resource.clone());
+            let mut held = self.client.status(&filter).await?;
+            held.retain(|lock| !lock.is_expired());
+            Ok(held)
+        }
+    };
+}
+
 /// The three ways to acquire, for one kind of lock.
 macro_rules! acquire_methods {
     ($acquire:ident, $try_acquire:ident, $acquire_timeout:ident, $request:ident, $what:literal) => {
@@ -303,6 +329,7 @@ impl Mutex {
 
     lease_settings!();
     acquire_methods!(acquire, try_acquire, acquire_timeout, request, "the mutex");
+    holders_method!();
 
     /// Runs `work` under the mutex: acquires it (waiting as long as needed), passes the
     /// fencing token, releases it when `work` is done. If the lease is lost first, `work`
@@ -416,6 +443,7 @@ impl RwLock {
     lease_settings!();
     acquire_methods!(read, try_read, read_timeout, reader, "a read lock");
     acquire_methods!(write, try_write, write_timeout, writer, "the write lock");
+    holders_method!();
 
     /// Runs `work` under a read lock, as [`Mutex::run`] does under the mutex.
     ///
@@ -509,6 +537,7 @@ impl Semaphore {
 
     lease_settings!();
     acquire_methods!(acquire, try_acquire, acquire_timeout, permit, "a permit");
+    holders_method!();
 
     /// Runs `work` holding a permit, as [`Mutex::run`] does under the mutex.
     ///

@@ -15,6 +15,8 @@
 //! - **Semaphore.** At most its number of permits at once; a semaphore on the same resource
 //!   with another number is refused with [`ErrorKind::CapMismatch`]; a released permit can
 //!   be taken again.
+//! - **`holders()`** on each handle lists the locks held on its resource, leaving out those
+//!   only in force (a lock-delay, a minimum hold) and expired ones.
 //! - **`Mutex::run`** returns the work's value and releases the lock; if the lease is lost
 //!   while the work runs, the work is dropped and `run` fails with
 //!   [`ErrorKind::LeaseLost`].
@@ -767,4 +769,52 @@ async fn bad_settings_are_refused_and_nothing_is_written() {
         "nothing was written"
     );
     assert_eq!(locks.leases(), 0);
+}
+
+/// `holders()` on a handle says who holds its resource, without a filter: the guards'
+/// lock ids while they hold, nobody once they let go, and nobody for a lock only in force
+/// for the rest of its minimum hold.
+#[tokio::test]
+async fn a_handle_says_who_holds_its_resource() {
+    let env = env("holders").await;
+    let mutex = env.locks.mutex("ledger");
+    assert!(mutex.holders().await.unwrap().is_empty());
+    let guard = mutex.acquire().await.unwrap();
+    let held = mutex.holders().await.unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].lock_id(), guard.lock_id());
+    assert_eq!(held[0].fencing_token(), guard.fencing_token());
+    guard.release().await.unwrap();
+    assert!(mutex.holders().await.unwrap().is_empty());
+
+    let config = env.locks.rwlock("config");
+    let (a, b) = (config.read().await.unwrap(), config.read().await.unwrap());
+    let mut ids: Vec<String> = (config.holders().await.unwrap().iter())
+        .map(|lock| lock.lock_id().to_owned())
+        .collect();
+    ids.sort();
+    let mut expected = vec![a.lock_id().to_owned(), b.lock_id().to_owned()];
+    expected.sort();
+    assert_eq!(ids, expected);
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+
+    let held_for = env
+        .locks
+        .semaphore("gpu", 2)
+        .min_hold(Duration::from_secs(60));
+    held_for.acquire().await.unwrap().release().await.unwrap();
+    assert!(
+        held_for.holders().await.unwrap().is_empty(),
+        "held by nobody"
+    );
+    let status = env
+        .locks
+        .status(&mongolock::Filter::default())
+        .await
+        .unwrap();
+    assert!(
+        status.iter().any(|lock| lock.resource() == "gpu"),
+        "in force all the same: {status:?}"
+    );
 }
