@@ -12,11 +12,11 @@ use bson::{Bson, Document, Uuid, doc};
 use parking_lot::{Mutex, RwLock};
 
 use super::changes::{ChangeKind, ChangeLog, stored};
-use super::update_description::diff;
 use super::compare::OrdBson;
 use super::error::{CommandError, Result, codes};
 use super::index::Index;
 use super::update::UpdateStyle;
+use super::update_description::diff;
 
 /// One collection: documents in record order plus indexes.
 #[derive(Debug)]

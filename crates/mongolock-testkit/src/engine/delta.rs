@@ -38,8 +38,8 @@ use std::collections::BTreeSet;
 
 use bson::{Bson, Document};
 
-use super::update_description::{FieldPath, PathPart, UpdateDescription};
 use super::size::{document_size, value_size};
+use super::update_description::{FieldPath, PathPart, UpdateDescription};
 
 /// The oplog entry's own fields, counted in with the top-level diff
 /// (`update_oplog_entry::kSizeOfDeltaOplogEntryMetadata`).
