@@ -669,7 +669,6 @@ fn outside_line(
     new: &Entry,
 ) {
     let at = new.created_ms;
-    let allowance = JOIN_ALLOWANCE.as_millis() as i64;
     for call in &history.acquire_calls {
         if call.timeout.is_none()
             || call.resource != resource
@@ -678,13 +677,19 @@ fn outside_line(
         {
             continue;
         }
-        let (Some(began), Some(ended)) = (
+        // Judged in our instants, not in server times, which a step back of the server's
+        // clock makes read the same twice: the call must have begun well before the lock
+        // id it waited for could join (the first instant the server's clock read
+        // `joined_ms`), and ended after the grant surely came (the last instant it read
+        // `at`).
+        let (Some(began), Some(joined), Some(granted)) = (
             history.server_ms(call.invoked_at),
-            history.server_ms(call.ended_at),
+            history.first_instant_at_server_ms(joined_ms),
+            history.last_instant_at_server_ms(at),
         ) else {
             continue;
         };
-        if began + allowance >= joined_ms || ended <= at {
+        if call.invoked_at + JOIN_ALLOWANCE >= joined || call.ended_at <= granted {
             continue;
         }
         let own_in_force = grants.iter().any(|g| {
@@ -2381,6 +2386,72 @@ mod tests {
         assert!(!force_released_between(&history, "r", 10_200, 10_400));
         assert!(!operator_between(&history, "r", 10_200, 10_400));
         assert!(force_released_between(&history, "r", 9_700, 9_900));
+    }
+
+    #[test]
+    fn a_waiter_that_ended_before_a_step_back_is_not_passed_by_a_later_grant() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut history = timed(t0, vec![]);
+        // The server's clock steps back 1,000 ms at 1,900 ms (read just before and after).
+        history
+            .server_clock
+            .extend([(at(1_899), 1_899), (at(1_900), 900)]);
+        // A waiter whose own entry was in force began at 0 and gave up at 1,800 ms (server
+        // time 1,800); "other" is granted at 2,500 ms (server time 1,500), after it ended,
+        // though its server time reads before the waiter's end.
+        let waiter = |ended: u64| AcquireCall {
+            client: 1,
+            resource: "q0".into(),
+            lock_id: "waiter".into(),
+            invoked_at: t0,
+            ended_at: at(ended),
+            granted: false,
+            timeout: Some(Duration::from_secs(3)),
+        };
+        let own = Granted {
+            resource: "q0".into(),
+            lock_id: "waiter".into(),
+            token: 1,
+            nonce: "n1".into(),
+            at_ms: -100,
+            event: 0,
+            removed_event: None,
+            ttl_ms: None,
+            removed_ms: None,
+            expires_ms: None,
+            delay_ms: 0,
+            renewals: Vec::new(),
+            let_go: None,
+        };
+        let new = Entry {
+            nonce: "n2".into(),
+            lock_id: "other".into(),
+            token: 2,
+            ttl_ms: None,
+            created_ms: 1_500,
+            renewed_ms: 1_500,
+            expires_ms: None,
+            delay_ms: 0,
+            let_go_ms: None,
+            exclusive: true,
+        };
+        let judged = |history: &History| {
+            let mut out = Outcome::default();
+            outside_line(
+                &mut out,
+                history,
+                std::slice::from_ref(&own),
+                ("q0", &[], 1_500),
+                &new,
+            );
+            out.violations.len()
+        };
+        history.acquire_calls = vec![waiter(1_800)];
+        assert_eq!(judged(&history), 0, "the waiter had ended before the grant");
+        // Still waiting at the grant (it gave up at 2,700 ms): passed outside the line.
+        history.acquire_calls = vec![waiter(2_700)];
+        assert_eq!(judged(&history), 1);
     }
 
     #[tokio::test]
