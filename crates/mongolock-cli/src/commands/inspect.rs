@@ -116,12 +116,12 @@ pub async fn status(global: &Global, args: StatusArgs) -> anyhow::Result<ExitCod
     let expired = held.iter().filter(|lock| lock.is_expired()).count() - delayed - kept;
     if delayed > 0 {
         println!(
-            "{delayed} lock(s) ended without a release keep the resource (from writers, for a reader) until their lock-delay ends"
+            "{delayed} lock(s) ended without a release keep everybody out (a reader's: writers) until their lock-delay ends"
         );
     }
     if kept > 0 {
         println!(
-            "{kept} lock(s) let go of within their minimum hold stay in force (a reader's from writers) until the hold ends"
+            "{kept} lock(s) let go of within their minimum hold keep everybody out (a reader's: writers) until the hold ends"
         );
     }
     if expired > 0 {
