@@ -10,9 +10,11 @@ pub mod checker;
 pub(crate) mod commands;
 pub(crate) mod engine;
 pub mod faults;
+pub mod replset;
 pub mod server;
 pub(crate) mod wire;
 
 pub use faults::clock::Clock;
 pub use faults::proxy::FaultProxy;
+pub use replset::{ReplicaSet, ReplicaSetBuilder};
 pub use server::{ServerVersion, TestServer, TestServerBuilder};

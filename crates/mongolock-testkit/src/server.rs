@@ -149,6 +149,28 @@ impl TestServerBuilder {
     /// spawned once it is bound.
     pub async fn start(self) -> std::io::Result<TestServer> {
         let listener = TcpListener::bind(("127.0.0.1", self.port)).await?;
+        self.serve(listener, None)
+    }
+
+    /// The release the server reports itself as.
+    pub(crate) fn version(&self) -> ServerVersion {
+        self.version
+    }
+
+    /// Starts a member of a replica set on a listener already bound.
+    pub(crate) fn start_member(
+        self,
+        listener: TcpListener,
+        replica: crate::replset::Replica,
+    ) -> std::io::Result<TestServer> {
+        self.serve(listener, Some(replica))
+    }
+
+    fn serve(
+        self,
+        listener: TcpListener,
+        replica: Option<crate::replset::Replica>,
+    ) -> std::io::Result<TestServer> {
         let addr = listener.local_addr()?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let clock = self.clock.unwrap_or_default();
@@ -173,6 +195,7 @@ impl TestServerBuilder {
             fail_points: FailPoints::default(),
             next_connection_id: AtomicI64::new(1),
             shutdown: shutdown_rx,
+            replica,
         });
         let accept = tokio::spawn(accept_loop(listener, state.clone()));
         let ttl = tokio::spawn(ttl_monitor(state.clone()));
@@ -275,6 +298,11 @@ impl TestServer {
         &self.state.clock
     }
 
+    /// The server's state, for the replica set it is a member of.
+    pub(crate) fn state_weak(&self) -> std::sync::Weak<ServerState> {
+        Arc::downgrade(&self.state)
+    }
+
     /// Stops accepting connections and ends background tasks.
     ///
     /// # Cancel safety
@@ -307,6 +335,10 @@ async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    if state.replica.as_ref().is_some_and(|r| r.is_down()) {
+                        // A stopped replica-set member: the connection is refused.
+                        continue;
+                    }
                     let _ = stream.set_nodelay(true);
                     let id = state.next_connection_id.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(serve_connection(stream, id, state.clone()));
@@ -369,6 +401,10 @@ async fn ttl_monitor(state: Arc<ServerState>) {
         tokio::select! {
             _ = tokio::time::sleep(state.ttl_monitor_interval) => {}
             _ = shutdown.changed() => return,
+        }
+        // Secondaries do not delete: they apply the primary's deletes.
+        if state.replica.as_ref().is_some_and(|r| !r.is_primary()) {
+            continue;
         }
         // Off the runtime: the pass waits for collection locks a long command may hold.
         let pass_state = state.clone();

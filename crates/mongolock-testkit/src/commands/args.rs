@@ -147,8 +147,14 @@ pub fn opt_non_negative(cmd: &Document, command: &str, field: &str) -> Result<Op
 }
 
 /// Validates `writeConcern` (w, j, wtimeout, fsync). Majority and numbers up to the member
-/// count are satisfiable on a one-member set; anything else is answered as mongod would.
-pub fn check_write_concern(cmd: &Document, standalone: bool) -> Result<Option<i64>> {
+/// count are satisfiable (one member, or the members of the server's replica set);
+/// anything else is answered as mongod would.
+pub fn check_write_concern(
+    cmd: &Document,
+    state: &super::state::ServerState,
+) -> Result<Option<i64>> {
+    let standalone = state.standalone;
+    let members = state.replica.as_ref().map_or(1, |r| r.members()) as f64;
     let Some(wc) = opt_document(cmd, "command", "writeConcern")? else {
         return Ok(None);
     };
@@ -167,7 +173,7 @@ pub fn check_write_concern(cmd: &Document, standalone: bool) -> Result<Option<i6
                 }
                 v => match as_f64(v) {
                     Some(n) if n >= 0.0 && n.fract() == 0.0 => {
-                        if n > 1.0 {
+                        if n > members {
                             return Err(CommandError::new(
                                 100,
                                 if standalone {

@@ -32,7 +32,7 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "findAndModify", FIELDS)?;
     let name = args::collection_name(cmd, "findAndModify")?;
     super::views::refuse_write(ctx, &name)?;
-    args::check_write_concern(cmd, ctx.state.standalone)?;
+    args::check_write_concern(cmd, ctx.state)?;
     collation::check(cmd.get("collation"), "findAndModify.collation")?;
     let empty = Document::new();
     let filter = args::opt_document(cmd, "findAndModify", "query")?.unwrap_or(&empty);

@@ -42,7 +42,7 @@ pub fn hello(ctx: &Ctx<'_>, cmd: &Document, name: &str) -> Result<Document> {
     } else {
         reply.insert("ismaster", true);
     }
-    if !state.standalone {
+    if !state.standalone && state.replica.is_none() {
         reply.insert("hosts", vec![state.address.clone()]);
         reply.insert("setName", REPLICA_SET_NAME);
         reply.insert("setVersion", 1);
@@ -63,5 +63,8 @@ pub fn hello(ctx: &Ctx<'_>, cmd: &Document, name: &str) -> Result<Document> {
     reply.insert("minWireVersion", 0);
     reply.insert("maxWireVersion", state.version.max_wire_version());
     reply.insert("readOnly", false);
+    if let Some(replica) = &state.replica {
+        replica.hello_fields(&mut reply, name != "hello");
+    }
     Ok(reply)
 }

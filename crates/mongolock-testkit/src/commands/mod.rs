@@ -117,6 +117,17 @@ pub async fn dispatch(
         return Outcome::Reply(finish(state, Err(error), false));
     }
     let retryable = cmd.contains_key("txnNumber") && !cmd.contains_key("autocommit");
+    // A member of a replica set: closed when stopped; an awaitable hello waits for a
+    // topology change (see `crate::replset`).
+    let replica = state.replica.clone();
+    if let Some(replica) = &replica {
+        if replica.is_down() {
+            return Outcome::CloseConnection;
+        }
+        if (name == "hello" || name == "isMaster") && !replica.await_topology_change(&cmd).await {
+            return Outcome::CloseConnection;
+        }
+    }
     let ns = match cmd.iter().next() {
         Some((_, Bson::String(coll))) => cmd.get_str("$db").ok().map(|db| format!("{db}.{coll}")),
         _ => None,
@@ -141,11 +152,51 @@ pub async fn dispatch(
         Ok(deadline) => deadline,
         Err(error) => return Outcome::Reply(finish(state, Err(error), retryable)),
     };
-    let result = match run(state, conn, &name, cmd, kind, deadline).await {
+    // On a replica-set member, whether the command may run here is checked after the
+    // `failCommand` fail point, as `service_entry_point_common.cpp` orders them; a write
+    // that passes remembers the term it was admitted in.
+    let mut member_cmd = None;
+    let admitted = replica.as_ref().and_then(|r| r.admitted_term());
+    if let Some(replica) = &replica {
+        let checked = replica.check_command(&name, &cmd);
+        let result = match checked {
+            Err(error) => Some(Err(error)),
+            Ok(()) if name == "replSetStepDown" => Some(if cmd.get_str("$db") == Ok("admin") {
+                replica.step_down(&cmd).await
+            } else {
+                Err(CommandError::new(
+                    13,
+                    "replSetStepDown may only be run against the admin database.",
+                ))
+            }),
+            Ok(()) => None,
+        };
+        if let Some(result) = result {
+            let mut reply = finish(state, result, retryable);
+            replica.annotate_error(&mut reply);
+            return Outcome::Reply(reply);
+        }
+        member_cmd = Some(cmd.clone());
+    }
+    let result = match run(state, conn, &name, cmd, kind, deadline, admitted).await {
         Completion::Done(result) => result,
         Completion::CloseConnection => return Outcome::CloseConnection,
     };
     let mut reply = finish(state, result, retryable);
+    if let (Some(replica), Some(cmd)) = (&replica, &member_cmd) {
+        replica.annotate_error(&mut reply);
+        if reply.get_f64("ok") == Ok(1.0)
+            && let Some(wce) = replica.await_write_concern(&name, cmd, admitted).await
+        {
+            let code = wce.get_i32("code").unwrap_or(64);
+            reply.insert("writeConcernError", wce);
+            if retryable && RETRYABLE_CODES.contains(&code) {
+                reply.insert("errorLabels", vec!["RetryableWriteError"]);
+            }
+            // The reply's times are taken again after the wait.
+            cluster_fields(state, &mut reply);
+        }
+    }
     if let Some(wce) = injection.and_then(|i| i.write_concern_error.map(|w| (w, i.labels)))
         && reply.get_f64("ok") == Ok(1.0)
     {
@@ -234,6 +285,7 @@ async fn run(
     cmd: Document,
     kind: RequestKind,
     deadline: Option<Instant>,
+    admitted: Option<i64>,
 ) -> Completion {
     let (db, retryable) = match prepare(state, conn, name, &cmd, kind) {
         Ok(prepared) => prepared,
@@ -247,6 +299,7 @@ async fn run(
         deadline,
         name: name.to_string(),
         cmd,
+        admitted,
     };
     match retryable {
         Some((lsid, txn)) => {
@@ -271,6 +324,8 @@ struct Job {
     deadline: Option<Instant>,
     name: String,
     cmd: Document,
+    /// The term, when the command arrived on a replica-set member that was primary.
+    admitted: Option<i64>,
 }
 
 impl Job {
@@ -289,6 +344,11 @@ impl Job {
     fn run(&self) -> Result<Document> {
         let ctx = self.ctx();
         ctx.check_deadline()?;
+        // On a replica-set member a write holds the state transition lock while it runs.
+        let _intent = match &self.state.replica {
+            Some(replica) => replica.write_intent(&self.name, &self.cmd, self.admitted)?,
+            None => None,
+        };
         execute(&ctx, &self.name, &self.cmd)
     }
 }

@@ -50,6 +50,9 @@ pub struct ServerState {
     pub next_connection_id: AtomicI64,
     /// Turns true when the server stops: the listener, connections and TTL monitor end.
     pub shutdown: watch::Receiver<bool>,
+    /// The replica set this server is a member of (`None`: a one-member set or a
+    /// standalone, as the server was started).
+    pub replica: Option<crate::replset::Replica>,
 }
 
 impl ServerState {

@@ -1,0 +1,1044 @@
+//! The set's shared state (term, primary, the oplog, each member's progress) and what a
+//! member's commands ask of it: `hello`'s fields, whether a command may run here, write
+//! concern, `replSetStepDown`. The sources each behaviour follows are listed in the
+//! module's parent ([`crate::replset`]).
+
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use bson::{Bson, DateTime, Document, doc, oid::ObjectId};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use tokio::sync::watch;
+
+use super::apply::apply;
+use crate::commands::identity::{REPLICA_SET_NAME, ServerVersion};
+use crate::commands::state::ServerState;
+use crate::engine::changes::ChangeEvent;
+use crate::engine::error::{CommandError, Result};
+
+/// Commands mongod never runs on a secondary (`AllowedOnSecondary::kNever`).
+const WRITE_COMMANDS: &[&str] = &[
+    "insert",
+    "update",
+    "delete",
+    "findAndModify",
+    "create",
+    "drop",
+    "dropDatabase",
+    "createIndexes",
+    "dropIndexes",
+    "collMod",
+    "renameCollection",
+];
+
+/// Reads a secondary runs only when the client opted in (`AllowedOnSecondary::kOptIn`).
+const OPT_IN_READS: &[&str] = &[
+    "find",
+    "count",
+    "distinct",
+    "aggregate",
+    "listCollections",
+    "listIndexes",
+    "listDatabases",
+];
+
+/// Codes drivers treat as a state change (SDAM "not writable primary" and "node is
+/// recovering"); their replies carry the member's `topologyVersion`.
+const STATE_CHANGE_CODES: &[i32] = &[91, 189, 10058, 10107, 11600, 11602, 13435, 13436];
+
+/// One operation of the primary's oplog.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// The term it was written in.
+    term: i64,
+    /// What it did.
+    event: Arc<ChangeEvent>,
+    /// When the primary wrote it; a secondary applies it its lag later.
+    at: Instant,
+}
+
+#[derive(Debug)]
+struct MemberInner {
+    up: bool,
+    /// Its history diverged from the set's: it needs a rollback (not emulated yet).
+    recovering: bool,
+    /// Oplog entries applied (a primary's own writes included).
+    applied: usize,
+    /// As primary: the last sequence number of its change log already in the oplog.
+    published_seq: u64,
+    process_id: ObjectId,
+    counter: i64,
+    unelectable_until: Option<Instant>,
+    lag: Duration,
+    /// A `replSetStepDown` is waiting for a secondary to catch up: writes are refused.
+    stepping_down: bool,
+}
+
+#[derive(Debug)]
+struct SetInner {
+    term: i64,
+    primary: Option<usize>,
+    oplog: Vec<Entry>,
+    members: Vec<MemberInner>,
+    /// Since when the set has had no primary.
+    primary_lost_at: Option<Instant>,
+}
+
+/// What every member of one set shares.
+#[derive(Debug)]
+pub struct SetShared {
+    hosts: Vec<String>,
+    election_timeout: Duration,
+    version: ServerVersion,
+    states: OnceLock<Vec<Weak<ServerState>>>,
+    inner: Mutex<SetInner>,
+    /// Per member, the replication state transition lock: writes hold it shared while
+    /// they run, a state change takes it exclusively.
+    rstl: Vec<RwLock<()>>,
+    /// Per member, held while it applies oplog entries.
+    applying: Vec<Mutex<()>>,
+    /// Bumped on every change waiters care about (applied, state, term).
+    changed: watch::Sender<u64>,
+}
+
+impl SetShared {
+    /// A set of `hosts`, not yet attached to its members' servers.
+    pub fn new(
+        hosts: Vec<String>,
+        lag: Duration,
+        election_timeout: Duration,
+        version: ServerVersion,
+    ) -> Self {
+        let members = hosts
+            .iter()
+            .map(|_| MemberInner {
+                up: true,
+                recovering: false,
+                applied: 0,
+                published_seq: 0,
+                process_id: ObjectId::new(),
+                counter: 0,
+                unelectable_until: None,
+                lag,
+                stepping_down: false,
+            })
+            .collect();
+        Self {
+            rstl: hosts.iter().map(|_| RwLock::new(())).collect(),
+            applying: hosts.iter().map(|_| Mutex::new(())).collect(),
+            hosts,
+            election_timeout,
+            version,
+            states: OnceLock::new(),
+            inner: Mutex::new(SetInner {
+                term: 0,
+                primary: None,
+                oplog: Vec::new(),
+                members,
+                primary_lost_at: Some(Instant::now()),
+            }),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    /// Gives the set its members' servers.
+    pub fn attach(&self, states: Vec<Weak<ServerState>>) {
+        let _ = self.states.set(states);
+    }
+
+    fn state(&self, index: usize) -> Option<Arc<ServerState>> {
+        self.states.get()?.get(index)?.upgrade()
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// The members' `host:port`.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// The primary now.
+    pub fn primary(&self) -> Option<usize> {
+        self.inner.lock().primary
+    }
+
+    /// The current term.
+    pub fn term(&self) -> i64 {
+        self.inner.lock().term
+    }
+
+    /// Oplog entries member `index` applied.
+    pub fn applied(&self, index: usize) -> usize {
+        self.inner.lock().members[index].applied
+    }
+
+    /// Sets member `index`'s replication lag.
+    pub fn set_lag(&self, index: usize, lag: Duration) {
+        self.inner.lock().members[index].lag = lag;
+        self.notify();
+    }
+
+    fn majority(&self) -> usize {
+        self.hosts.len() / 2 + 1
+    }
+
+    /// The first election: member `index` becomes primary in term 1.
+    pub fn become_initial_primary(&self, index: usize) {
+        let mut inner = self.inner.lock();
+        inner.term = 1;
+        inner.primary = Some(index);
+        inner.primary_lost_at = None;
+        for member in &mut inner.members {
+            member.counter += 1;
+        }
+        drop(inner);
+        self.notify();
+    }
+
+    /// Stops member `index` (see [`super::ReplicaSet::stop`]).
+    pub fn stop(&self, index: usize) {
+        {
+            let mut inner = self.inner.lock();
+            inner.members[index].up = false;
+            inner.members[index].stepping_down = false;
+            if inner.primary == Some(index) {
+                inner.primary = None;
+                inner.primary_lost_at = Some(Instant::now());
+            }
+            for member in &mut inner.members {
+                member.counter += 1;
+            }
+        }
+        self.notify();
+    }
+
+    /// Restarts member `index` (see [`super::ReplicaSet::restart`]).
+    pub fn restart(&self, index: usize) {
+        {
+            let mut inner = self.inner.lock();
+            let len = inner.oplog.len();
+            let member = &mut inner.members[index];
+            member.up = true;
+            member.process_id = ObjectId::new();
+            member.counter = 0;
+            if member.applied > len {
+                member.recovering = true;
+                tracing::warn!(
+                    member = index,
+                    "the member's history diverged from the set's; rollback is not emulated, it stays RECOVERING"
+                );
+            }
+            for member in &mut inner.members {
+                member.counter += 1;
+            }
+        }
+        self.notify();
+    }
+
+    /// Moves the primary's new change-log events into the oplog. Returns the oplog length.
+    fn publish(&self, index: usize) -> usize {
+        let Some(state) = self.state(index) else {
+            return self.inner.lock().oplog.len();
+        };
+        let mut inner = self.inner.lock();
+        if inner.primary != Some(index) {
+            return inner.oplog.len();
+        }
+        let from = inner.members[index].published_seq + 1;
+        let events = state
+            .catalog
+            .changes
+            .read_from(from, usize::MAX)
+            .unwrap_or_default();
+        if events.is_empty() {
+            return inner.oplog.len();
+        }
+        let term = inner.term;
+        let now = Instant::now();
+        for event in events {
+            inner.members[index].published_seq = event.seq;
+            inner.oplog.push(Entry {
+                term,
+                event,
+                at: now,
+            });
+        }
+        let len = inner.oplog.len();
+        inner.members[index].applied = len;
+        drop(inner);
+        self.notify();
+        len
+    }
+
+    /// Elects `candidate` (on a blocking thread: it applies what it lacks first). Nothing
+    /// happens if the set found a primary meanwhile or the candidate went down.
+    fn elect(&self, candidate: usize) {
+        let _applying = self.applying[candidate].lock();
+        let state = self.state(candidate);
+        // Catch-up: the newest oplog entry a reachable member has; what only unreachable
+        // members have is dropped (their rollback is a later slice).
+        let entries = {
+            let mut inner = self.inner.lock();
+            if inner.primary.is_some() || !inner.members[candidate].up {
+                return;
+            }
+            let target = inner
+                .members
+                .iter()
+                .filter(|m| m.up && !m.recovering)
+                .map(|m| m.applied)
+                .max()
+                .unwrap_or(0);
+            if target < inner.oplog.len() {
+                inner.oplog.truncate(target);
+                for member in inner.members.iter_mut().filter(|m| m.applied > target) {
+                    member.recovering = true;
+                }
+            }
+            let from = inner.members[candidate].applied.min(target);
+            inner.oplog[from..target].to_vec()
+        };
+        for entry in entries.iter().filter(|_| state.is_some()) {
+            let catalog = &state.as_ref().expect("filtered").catalog;
+            if let Err(error) = apply(catalog, &entry.event) {
+                tracing::error!(%error, member = candidate, "catch-up failed to apply an entry");
+            }
+        }
+        let mut inner = self.inner.lock();
+        if inner.primary.is_some() || !inner.members[candidate].up {
+            return;
+        }
+        let len = inner.oplog.len();
+        inner.term += 1;
+        inner.primary = Some(candidate);
+        inner.primary_lost_at = None;
+        let member = &mut inner.members[candidate];
+        member.applied = len;
+        member.published_seq = state.as_ref().map_or(0, |s| s.catalog.changes.last_seq());
+        for member in &mut inner.members {
+            member.counter += 1;
+        }
+        let term = inner.term;
+        drop(inner);
+        tracing::debug!(member = candidate, term, "elected primary");
+        self.notify();
+    }
+
+    /// The candidate the reachable members would elect now, if the set may elect one.
+    fn candidate(&self, now: Instant, ignore_timeout: bool) -> Option<usize> {
+        let inner = self.inner.lock();
+        if inner.primary.is_some() {
+            return None;
+        }
+        let reachable = inner
+            .members
+            .iter()
+            .filter(|m| m.up && !m.recovering)
+            .count();
+        if reachable < self.majority() {
+            return None;
+        }
+        if !ignore_timeout
+            && inner
+                .primary_lost_at
+                .is_some_and(|at| now < at + self.election_timeout)
+        {
+            return None;
+        }
+        let newest = inner
+            .members
+            .iter()
+            .filter(|m| m.up && !m.recovering)
+            .map(|m| m.applied)
+            .max()?;
+        inner.members.iter().position(|m| {
+            m.up && !m.recovering
+                && m.applied == newest
+                && m.unelectable_until.is_none_or(|until| now >= until)
+        })
+    }
+}
+
+/// Elects a primary whenever the set has been without one for the election timeout.
+pub async fn monitor(set: Arc<SetShared>) {
+    let tick = (set.election_timeout / 4).max(Duration::from_millis(5));
+    loop {
+        tokio::time::sleep(tick).await;
+        if let Some(candidate) = set.candidate(Instant::now(), false) {
+            let electing = set.clone();
+            let _ = tokio::task::spawn_blocking(move || electing.elect(candidate)).await;
+        }
+    }
+}
+
+/// Member `index`'s replication: as primary it moves its writes into the oplog (the TTL
+/// monitor's deletes included), as secondary it applies the oplog in order, each entry its
+/// lag after the primary wrote it.
+pub async fn replicate(set: Arc<SetShared>, index: usize) {
+    let mut changed = set.changed.subscribe();
+    loop {
+        let mut wait = Duration::from_millis(50);
+        let batch = {
+            let inner = set.inner.lock();
+            let member = &inner.members[index];
+            if !member.up || member.recovering {
+                None
+            } else if inner.primary == Some(index) {
+                drop(inner);
+                set.publish(index);
+                None
+            } else {
+                let now = Instant::now();
+                let start = member.applied.min(inner.oplog.len());
+                let mut end = start;
+                while let Some(entry) = inner.oplog.get(end) {
+                    let due = entry.at + member.lag;
+                    if due > now {
+                        wait = wait.min(due - now);
+                        break;
+                    }
+                    end += 1;
+                }
+                (end > start).then(|| (start, inner.oplog[start..end].to_vec()))
+            }
+        };
+        if let Some((start, entries)) = batch {
+            let applying = set.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                applying.apply_batch(index, start, &entries);
+            })
+            .await;
+            continue;
+        }
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+impl SetShared {
+    fn apply_batch(&self, index: usize, start: usize, entries: &[Entry]) {
+        let _applying = self.applying[index].lock();
+        let Some(state) = self.state(index) else {
+            return;
+        };
+        {
+            let inner = self.inner.lock();
+            if inner.members[index].applied != start || inner.primary == Some(index) {
+                return;
+            }
+        }
+        let mut done = 0;
+        for entry in entries {
+            if let Err(error) = apply(&state.catalog, &entry.event) {
+                tracing::error!(%error, member = index, "failed to apply an oplog entry");
+                break;
+            }
+            done += 1;
+        }
+        let mut inner = self.inner.lock();
+        if inner.members[index].applied == start && inner.primary != Some(index) {
+            inner.members[index].applied = start + done;
+            if done < entries.len() {
+                inner.members[index].recovering = true;
+            }
+        }
+        drop(inner);
+        self.notify();
+    }
+}
+
+/// A member's link to its set, held by its server's state.
+#[derive(Debug, Clone)]
+pub struct Replica {
+    set: Arc<SetShared>,
+    index: usize,
+}
+
+/// The write concern a command asked for (or the implicit default).
+enum Wanted {
+    Members(usize),
+    Majority,
+}
+
+/// A write admitted on the primary: holds the member's state transition lock shared while
+/// the write runs, and publishes it to the oplog when dropped.
+pub struct WriteIntent<'a> {
+    replica: &'a Replica,
+    _rstl: RwLockReadGuard<'a, ()>,
+}
+
+impl Drop for WriteIntent<'_> {
+    fn drop(&mut self) {
+        self.replica.set.publish(self.replica.index);
+    }
+}
+
+impl Replica {
+    /// Member `index` of `set`.
+    pub fn new(set: Arc<SetShared>, index: usize) -> Self {
+        Self { set, index }
+    }
+
+    /// The set's size (its data-bearing members).
+    pub fn members(&self) -> usize {
+        self.set.hosts.len()
+    }
+
+    /// Whether this member is stopped (its connections close).
+    pub fn is_down(&self) -> bool {
+        !self.set.inner.lock().members[self.index].up
+    }
+
+    /// Whether this member is primary now (the TTL monitor runs only there).
+    pub fn is_primary(&self) -> bool {
+        self.set.inner.lock().primary == Some(self.index)
+    }
+
+    /// `{processId, counter}`.
+    pub fn topology_version(&self) -> Document {
+        let inner = self.set.inner.lock();
+        let member = &inner.members[self.index];
+        doc! {"processId": member.process_id, "counter": member.counter}
+    }
+
+    /// The replica-set fields of `hello` for this member's state
+    /// (`HelloResponse::addToBSON`).
+    pub fn hello_fields(&self, reply: &mut Document, legacy: bool) {
+        let inner = self.set.inner.lock();
+        let member = &inner.members[self.index];
+        let primary = inner.primary == Some(self.index);
+        let secondary = !primary && !member.recovering;
+        let mut fields = Document::new();
+        fields.insert(
+            "topologyVersion",
+            doc! {"processId": member.process_id, "counter": member.counter},
+        );
+        fields.insert("hosts", self.set.hosts.clone());
+        fields.insert("setName", REPLICA_SET_NAME);
+        fields.insert("setVersion", 1);
+        fields.insert(
+            if legacy {
+                "ismaster"
+            } else {
+                "isWritablePrimary"
+            },
+            primary,
+        );
+        fields.insert("secondary", secondary);
+        if let Some(p) = inner.primary {
+            fields.insert("primary", self.set.hosts[p].clone());
+        }
+        fields.insert("me", self.set.hosts[self.index].clone());
+        if primary {
+            fields.insert("electionId", election_id(inner.term));
+        }
+        let applied = member.applied.min(inner.oplog.len());
+        if let Some(last) = applied.checked_sub(1).and_then(|i| inner.oplog.get(i)) {
+            let committed = self.majority_point(&inner);
+            let mut last_write = doc! {
+                "opTime": {"ts": last.event.cluster_time, "t": last.term},
+                "lastWriteDate": second_precision(last.event.wall_time),
+            };
+            if let Some(c) = committed.checked_sub(1).and_then(|i| inner.oplog.get(i)) {
+                last_write.insert(
+                    "majorityOpTime",
+                    doc! {"ts": c.event.cluster_time, "t": c.term},
+                );
+                last_write.insert("majorityWriteDate", second_precision(c.event.wall_time));
+            }
+            fields.insert("lastWrite", last_write);
+        }
+        drop(inner);
+        for key in ["ismaster", "isWritablePrimary"] {
+            reply.remove(key);
+        }
+        let rest = std::mem::take(reply);
+        *reply = fields;
+        reply.extend(rest);
+    }
+
+    fn majority_point(&self, inner: &SetInner) -> usize {
+        let mut applied: Vec<usize> = inner.members.iter().map(|m| m.applied).collect();
+        applied.sort_unstable_by(|a, b| b.cmp(a));
+        applied
+            .get(self.set.majority() - 1)
+            .copied()
+            .unwrap_or(0)
+            .min(inner.oplog.len())
+    }
+
+    /// Waits, for an awaitable `hello` (`topologyVersion` and `maxAwaitTimeMS` given), until
+    /// this member's topology version is newer than the client's or the time is up
+    /// (server-monitoring spec, "Awaitable hello"). Returns at once when the process ids
+    /// differ. Returns false if the member stopped meanwhile.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: waiting changes nothing.
+    pub async fn await_topology_change(&self, cmd: &Document) -> bool {
+        let (Ok(known), Some(wait)) = (
+            cmd.get_document("topologyVersion"),
+            cmd.get("maxAwaitTimeMS").and_then(as_millis),
+        ) else {
+            return true;
+        };
+        let until = Instant::now() + wait;
+        let mut changed = self.set.changed.subscribe();
+        loop {
+            {
+                let inner = self.set.inner.lock();
+                let member = &inner.members[self.index];
+                if !member.up {
+                    return false;
+                }
+                let same_process = known.get_object_id("processId") == Ok(member.process_id);
+                let counter = match known.get("counter") {
+                    Some(Bson::Int64(n)) => *n,
+                    Some(Bson::Int32(n)) => i64::from(*n),
+                    _ => -1,
+                };
+                if !same_process || member.counter > counter {
+                    return true;
+                }
+            }
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(until - now) => return true,
+            }
+        }
+    }
+
+    /// Whether a command may run on this member in its state
+    /// (`service_entry_point_common.cpp`): writes only on the primary, reads on a secondary
+    /// only when the client opted in with a read preference other than `primary`.
+    ///
+    /// # Errors
+    ///
+    /// 10107 `NotWritablePrimary` or 13435 `NotPrimaryNoSecondaryOk`.
+    pub fn check_command(&self, name: &str, cmd: &Document) -> Result<()> {
+        if self.is_primary() {
+            return Ok(());
+        }
+        if WRITE_COMMANDS.contains(&name) {
+            return Err(CommandError::new(10107, "not primary"));
+        }
+        if name == "aggregate" && writes_out(cmd) {
+            return Err(CommandError::new(
+                238,
+                "$out and $merge on a secondary are not supported by this emulator",
+            ));
+        }
+        if OPT_IN_READS.contains(&name) {
+            let opted_in = cmd
+                .get_document("$readPreference")
+                .ok()
+                .and_then(|rp| rp.get_str("mode").ok())
+                .is_some_and(|mode| mode != "primary");
+            if !opted_in {
+                return Err(CommandError::new(
+                    13435,
+                    "not primary and secondaryOk=false",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Admits a write command on this member: takes the state transition lock shared for
+    /// as long as the write runs. `None` for commands that are not writes.
+    ///
+    /// # Errors
+    ///
+    /// 11602 `InterruptedDueToReplStateChange` if the member was primary in `term` (when
+    /// the command arrived) and no longer is; 10107 `NotWritablePrimary` if it is not
+    /// primary (or a step-down is being attempted).
+    pub fn write_intent(
+        &self,
+        name: &str,
+        cmd: &Document,
+        admitted: Option<i64>,
+    ) -> Result<Option<WriteIntent<'_>>> {
+        let is_write = WRITE_COMMANDS.contains(&name) || (name == "aggregate" && writes_out(cmd));
+        if !is_write {
+            return Ok(None);
+        }
+        let guard = self.set.rstl[self.index].read();
+        let inner = self.set.inner.lock();
+        let member = &inner.members[self.index];
+        let primary = inner.primary == Some(self.index);
+        if primary && !member.stepping_down && admitted == Some(inner.term) {
+            drop(inner);
+            return Ok(Some(WriteIntent {
+                replica: self,
+                _rstl: guard,
+            }));
+        }
+        if admitted.is_some_and(|term| term != inner.term || !primary) {
+            // Admitted on the primary, and the state changed before it could run.
+            return Err(CommandError::new(
+                11602,
+                "operation was interrupted because of a replica set state change",
+            ));
+        }
+        Err(CommandError::new(10107, "not primary"))
+    }
+
+    /// The term, when this member is primary: a write remembers it when it arrives.
+    pub fn admitted_term(&self) -> Option<i64> {
+        let inner = self.set.inner.lock();
+        (inner.primary == Some(self.index)).then_some(inner.term)
+    }
+
+    /// Adds this member's `topologyVersion` to a state-change error reply.
+    pub fn annotate_error(&self, reply: &mut Document) {
+        if let Ok(code) = reply.get_i32("code")
+            && STATE_CHANGE_CODES.contains(&code)
+        {
+            reply.insert("topologyVersion", self.topology_version());
+        }
+    }
+
+    /// Waits for the write concern of a write command that succeeded on the primary.
+    /// Returns the `writeConcernError` to add to the reply, if any.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the write is done; only the wait is dropped.
+    pub async fn await_write_concern(
+        &self,
+        name: &str,
+        cmd: &Document,
+        term: Option<i64>,
+    ) -> Option<Document> {
+        if !(WRITE_COMMANDS.contains(&name) || (name == "aggregate" && writes_out(cmd))) {
+            return None;
+        }
+        let wc = cmd.get_document("writeConcern").ok();
+        let wanted = match wc.and_then(|wc| wc.get("w")) {
+            Some(Bson::String(mode)) if mode == "majority" => Wanted::Majority,
+            Some(w) => Wanted::Members(as_number(w).map_or(1, |n| n.max(0.0) as usize)),
+            // 4.2 and 4.4 default to w: 1.
+            None if !matches!(self.set.version, ServerVersion::V4_2 | ServerVersion::V4_4) => {
+                Wanted::Majority
+            }
+            None => Wanted::Members(1),
+        };
+        let needed = match wanted {
+            Wanted::Majority => self.set.majority(),
+            Wanted::Members(n) => n,
+        };
+        if needed <= 1 {
+            return None;
+        }
+        let timeout = wc
+            .and_then(|wc| wc.get("wtimeout").or_else(|| wc.get("wtimeoutMS")))
+            .and_then(as_millis)
+            .filter(|d| !d.is_zero());
+        let started = Instant::now();
+        let mut changed = self.set.changed.subscribe();
+        let target = self.set.publish(self.index);
+        loop {
+            {
+                let inner = self.set.inner.lock();
+                if inner.primary != Some(self.index) || Some(inner.term) != term {
+                    return Some(wc_error(
+                        189,
+                        "Primary stepped down while waiting for replication",
+                        false,
+                    ));
+                }
+                let acked = inner.members.iter().filter(|m| m.applied >= target).count();
+                if acked >= needed {
+                    return None;
+                }
+            }
+            let left = match timeout {
+                Some(t) => match t.checked_sub(started.elapsed()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return Some(wc_error(64, "waiting for replication timed out", true)),
+                },
+                None => Duration::from_secs(3600),
+            };
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(left) => {}
+            }
+        }
+    }
+
+    /// `replSetStepDown` (arguments as `repl_set_commands.cpp` parses them).
+    ///
+    /// # Errors
+    ///
+    /// `BadValue` (2) and `TypeMismatch` (14) for bad arguments, 10107 if not primary, 262
+    /// `ExceededTimeLimit` when no electable secondary caught up in time.
+    ///
+    /// # Cancel safety
+    /// Dropping the future while it waits for a secondary ends the attempt (writes are
+    /// accepted again).
+    pub async fn step_down(&self, cmd: &Document) -> Result<Document> {
+        let force = cmd.get("force").is_some_and(truthy);
+        let mut period = match cmd.get("replSetStepDown").and_then(as_number) {
+            Some(n) => n as i64,
+            None => 0,
+        };
+        if period == 0 {
+            period = 60;
+        } else if period < 0 {
+            return Err(CommandError::bad_value(
+                "stepdown period must be a positive integer",
+            ));
+        }
+        let catch_up = match cmd.get("secondaryCatchUpPeriodSecs") {
+            None => {
+                if force {
+                    0
+                } else {
+                    10
+                }
+            }
+            Some(value) => match as_number(value) {
+                Some(n) => n as i64,
+                None => {
+                    return Err(CommandError::type_mismatch(format!(
+                        "\"secondaryCatchUpPeriodSecs\" had the wrong type. Expected number, found {}",
+                        crate::engine::compare::type_alias(value)
+                    )));
+                }
+            },
+        };
+        if catch_up < 0 {
+            return Err(CommandError::bad_value(
+                "secondaryCatchUpPeriodSecs period must be a positive or absent",
+            ));
+        }
+        if period < catch_up {
+            return Err(CommandError::bad_value(
+                "stepdown period must be longer than secondaryCatchUpPeriodSecs",
+            ));
+        }
+        {
+            let mut inner = self.set.inner.lock();
+            if inner.primary != Some(self.index) {
+                return Err(CommandError::new(10107, "not primary so can't step down"));
+            }
+            inner.members[self.index].stepping_down = true;
+        }
+        let attempt = SteppingDown(self);
+        let until = Instant::now() + Duration::from_secs(catch_up as u64);
+        let mut changed = self.set.changed.subscribe();
+        let handoff = loop {
+            let target = self.set.publish(self.index);
+            if let Some(caught_up) = self.caught_up_secondary(target) {
+                break Some(caught_up);
+            }
+            let now = Instant::now();
+            if now >= until {
+                if force {
+                    break None;
+                }
+                return Err(CommandError::new(
+                    262,
+                    format!(
+                        "No electable secondaries caught up as of {}. Please use the replSetStepDown command with the argument {{force: true}} to force node to step down.",
+                        DateTime::now().try_to_rfc3339_string().unwrap_or_default()
+                    ),
+                ));
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(until - now) => {}
+            }
+        };
+        // Take the state transition lock: writes in progress finish first.
+        let set = self.set.clone();
+        let index = self.index;
+        tokio::task::spawn_blocking(move || {
+            let _rstl = set.rstl[index].write();
+            let mut inner = set.inner.lock();
+            if inner.primary == Some(index) {
+                inner.primary = None;
+                inner.primary_lost_at = Some(Instant::now());
+                inner.members[index].unelectable_until =
+                    Some(Instant::now() + Duration::from_secs(period as u64));
+                for member in &mut inner.members {
+                    member.counter += 1;
+                }
+            }
+            inner.members[index].stepping_down = false;
+            drop(inner);
+            set.notify();
+            // Election handoff: the caught-up secondary runs at once.
+            if let Some(next) = handoff {
+                set.elect(next);
+            }
+        })
+        .await
+        .map_err(|_| CommandError::internal("step-down task failed"))?;
+        drop(attempt);
+        Ok(Document::new())
+    }
+
+    /// A secondary that has applied `target` entries and is electable, when a majority
+    /// (this primary included) has applied them too.
+    fn caught_up_secondary(&self, target: usize) -> Option<usize> {
+        let inner = self.set.inner.lock();
+        let caught_up = inner.members.iter().filter(|m| m.applied >= target).count();
+        if caught_up < self.set.majority() {
+            return None;
+        }
+        let now = Instant::now();
+        inner.members.iter().enumerate().position(|(i, m)| {
+            i != self.index
+                && m.up
+                && !m.recovering
+                && m.applied >= target
+                && m.unelectable_until.is_none_or(|until| now >= until)
+        })
+    }
+}
+
+/// Ends a step-down attempt when dropped (writes are accepted again if it failed).
+struct SteppingDown<'a>(&'a Replica);
+
+impl Drop for SteppingDown<'_> {
+    fn drop(&mut self) {
+        self.0.set.inner.lock().members[self.0.index].stepping_down = false;
+        self.0.set.notify();
+    }
+}
+
+fn writes_out(cmd: &Document) -> bool {
+    cmd.get_array("pipeline").is_ok_and(|stages| {
+        stages.iter().any(|s| {
+            s.as_document()
+                .is_some_and(|d| d.contains_key("$out") || d.contains_key("$merge"))
+        })
+    })
+}
+
+/// `OID::fromTerm`: `7fffffff` followed by the term, big-endian.
+fn election_id(term: i64) -> ObjectId {
+    let mut bytes = [0u8; 12];
+    bytes[..4].copy_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
+    bytes[4..].copy_from_slice(&term.to_be_bytes());
+    ObjectId::from_bytes(bytes)
+}
+
+fn second_precision(date: DateTime) -> DateTime {
+    DateTime::from_millis(date.timestamp_millis() / 1000 * 1000)
+}
+
+fn wc_error(code: i32, errmsg: &str, wtimeout: bool) -> Document {
+    let mut error = doc! {
+        "code": code,
+        "codeName": crate::engine::error::code_name(code),
+        "errmsg": errmsg,
+    };
+    if wtimeout {
+        error.insert("errInfo", doc! {"wtimeout": true});
+    }
+    error
+}
+
+fn as_number(value: &Bson) -> Option<f64> {
+    match value {
+        Bson::Int32(n) => Some(f64::from(*n)),
+        Bson::Int64(n) => Some(*n as f64),
+        Bson::Double(d) => Some(*d),
+        _ => None,
+    }
+}
+
+fn as_millis(value: &Bson) -> Option<Duration> {
+    as_number(value).map(|n| Duration::from_millis(n.max(0.0) as u64))
+}
+
+fn truthy(value: &Bson) -> bool {
+    match value {
+        Bson::Boolean(b) => *b,
+        Bson::Null => false,
+        other => as_number(other).is_none_or(|n| n != 0.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set() -> Arc<SetShared> {
+        let hosts = (0..3).map(|i| format!("127.0.0.1:{}", 1000 + i)).collect();
+        let set = Arc::new(SetShared::new(
+            hosts,
+            Duration::ZERO,
+            Duration::from_millis(100),
+            ServerVersion::V7_0,
+        ));
+        set.become_initial_primary(0);
+        set
+    }
+
+    /// A write admitted on the primary (past the "can run here" check) that had not taken
+    /// the replication state transition lock when the member stepped down is interrupted
+    /// with `InterruptedDueToReplStateChange` (11602), as step-down kills the operations
+    /// holding that lock (`src/mongo/db/repl/README.md`, "Conditional"); one that arrives
+    /// after it fails `NotWritablePrimary` (10107).
+    #[test]
+    fn a_write_admitted_before_a_state_change_is_interrupted() {
+        let set = set();
+        let primary = Replica::new(set.clone(), 0);
+        let admitted = primary.admitted_term();
+        assert_eq!(admitted, Some(1));
+        assert!(
+            primary
+                .write_intent("insert", &doc! {}, admitted)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            primary
+                .write_intent("find", &doc! {}, admitted)
+                .unwrap()
+                .is_none()
+        );
+        {
+            let mut inner = set.inner.lock();
+            inner.primary = None;
+        }
+        let interrupted = primary
+            .write_intent("insert", &doc! {}, admitted)
+            .err()
+            .unwrap();
+        assert_eq!(interrupted.code, 11602);
+        set.elect(1);
+        assert_eq!(set.term(), 2);
+        let later = primary.admitted_term();
+        assert_eq!(later, None);
+        let refused = primary
+            .write_intent("update", &doc! {}, later)
+            .err()
+            .unwrap();
+        assert_eq!(
+            (refused.code, refused.errmsg.as_str()),
+            (10107, "not primary")
+        );
+        let new = Replica::new(set.clone(), 1);
+        assert!(
+            new.write_intent("insert", &doc! {}, new.admitted_term())
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn election_ids_sort_by_term() {
+        assert_eq!(election_id(1).to_hex(), "7fffffff0000000000000001");
+        assert!(election_id(2).bytes() > election_id(1).bytes());
+    }
+}

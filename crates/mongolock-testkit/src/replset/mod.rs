@@ -1,0 +1,339 @@
+//! A replica set of N emulated members: each a server on its own port with its own data,
+//! a primary whose writes the secondaries apply in order (with a lag the test sets), write
+//! concern that waits for them, and elections with terms.
+//!
+//! What each part follows in mongod (`mongodb/mongo`):
+//! - `hello` per member state: `src/mongo/db/repl/hello/hello_response.cpp`
+//!   (`HelloResponse::addToBSON`): `topologyVersion` first, then `hosts`, `setName`,
+//!   `setVersion`, `isWritablePrimary`/`ismaster`, `secondary`, `primary` when known, `me`,
+//!   `electionId` on the primary only, `lastWrite`. `electionId` is `OID::fromTerm(term)`
+//!   (`src/mongo/bson/oid.cpp`, its test `FromTerm`: `7fffffff` then the term).
+//! - Commands a secondary refuses: `src/mongo/db/service_entry_point_common.cpp`: a command
+//!   never allowed on a secondary fails `NotWritablePrimary` (10107) "not primary"; a read
+//!   that could opt in but did not (no `$readPreference` other than `primary`) fails
+//!   `NotPrimaryNoSecondaryOk` (13435) "not primary and secondaryOk=false".
+//! - Write concern: `src/mongo/db/repl/replication_coordinator_impl.cpp`
+//!   (`awaitReplication`): on `wtimeout` the reply keeps the write's result and carries
+//!   `writeConcernError: {code: 64, errmsg: "waiting for replication timed out",
+//!   errInfo: {wtimeout: true}}`; a waiter whose primary steps down gets 189
+//!   `PrimarySteppedDown` "Primary stepped down while waiting for replication". With no
+//!   `writeConcern` the implicit default is `{w: "majority"}` from 5.0 on
+//!   (`src/mongo/db/repl/README.md`, "Implicit Default Write Concern").
+//! - `replSetStepDown`: arguments as `src/mongo/db/repl/repl_set_commands.cpp` parses them;
+//!   the wait for a caught-up electable secondary and `ExceededTimeLimit` (262) "No
+//!   electable secondaries caught up as of ..." from `replication_coordinator_impl.cpp`
+//!   (`stepDown`); writes are refused while the step-down is attempted, and in-progress
+//!   writes hold the replication state transition lock that step-down takes
+//!   (`src/mongo/db/repl/README.md`, "Conditional" step-down): a write that was admitted
+//!   under the old primary's term and had not started when the state changed fails
+//!   `InterruptedDueToReplStateChange` (11602). After a non-forced step-down the
+//!   caught-up secondary is elected at once (election handoff, README "Step Up").
+//! - Elections: a member of the reachable majority with the newest applied optime wins
+//!   (voters refuse candidates older than themselves, README "Voter Perspective"), after
+//!   `electionTimeoutMillis` without a primary; the term goes up by one. The new primary
+//!   first catches up on what reachable members have (README "Transitioning to PRIMARY").
+//!
+//! Not yet here (later slices): partitions, rollback (a restarted member whose history
+//! diverged stays `RECOVERING`), change streams across failover, retryable-write history
+//! moving with the data, cluster time gossip across members.
+
+mod apply;
+mod member;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use crate::faults::clock::Clock;
+use crate::server::{TestServer, TestServerBuilder};
+
+pub(crate) use member::Replica;
+use member::SetShared;
+
+pub use crate::commands::identity::REPLICA_SET_NAME;
+
+/// How a replica set is started. Build one with [`ReplicaSet::builder`].
+#[derive(Debug, Clone)]
+pub struct ReplicaSetBuilder {
+    members: usize,
+    lag: Duration,
+    election_timeout: Duration,
+    ports: Vec<u16>,
+    server: TestServerBuilder,
+}
+
+impl Default for ReplicaSetBuilder {
+    fn default() -> Self {
+        Self {
+            members: 3,
+            lag: Duration::ZERO,
+            election_timeout: Duration::from_millis(500),
+            ports: Vec::new(),
+            server: TestServerBuilder::default(),
+        }
+    }
+}
+
+impl ReplicaSetBuilder {
+    /// The number of members, all voting and data-bearing (three by default, at least one).
+    pub fn members(mut self, members: usize) -> Self {
+        self.members = members.max(1);
+        self
+    }
+
+    /// How long after the primary writes an operation each secondary applies it (zero by
+    /// default). Change it per member later with [`ReplicaSet::set_lag`].
+    pub fn lag(mut self, lag: Duration) -> Self {
+        self.lag = lag;
+        self
+    }
+
+    /// How long the set is without a primary before a reachable majority elects one
+    /// (mongod's `electionTimeoutMillis`, 10 s there; 500 ms by default here so tests stay
+    /// fast). A non-forced `replSetStepDown` elects at once (election handoff).
+    pub fn election_timeout(mut self, timeout: Duration) -> Self {
+        self.election_timeout = timeout;
+        self
+    }
+
+    /// The ports of 127.0.0.1 the members listen on, one per member (free ports by default).
+    pub fn ports(mut self, ports: Vec<u16>) -> Self {
+        self.ports = ports;
+        self
+    }
+
+    /// The options every member's server starts with (latency, TTL monitor period, server
+    /// version, ...); its port, clock and standalone setting are the set's own.
+    pub fn server(mut self, server: TestServerBuilder) -> Self {
+        self.server = server;
+        self
+    }
+
+    /// Binds every member's listener, makes member 0 primary in term 1 and starts
+    /// replication.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of binding a listener (a port is taken, say).
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it completes stops the members started so far.
+    pub async fn start(self) -> std::io::Result<ReplicaSet> {
+        let mut listeners = Vec::new();
+        for i in 0..self.members {
+            let port = self.ports.get(i).copied().unwrap_or(0);
+            listeners.push(tokio::net::TcpListener::bind(("127.0.0.1", port)).await?);
+        }
+        let mut hosts = Vec::new();
+        for listener in &listeners {
+            hosts.push(format!("127.0.0.1:{}", listener.local_addr()?.port()));
+        }
+        let set = Arc::new(SetShared::new(
+            hosts,
+            self.lag,
+            self.election_timeout,
+            self.server.version(),
+        ));
+        let mut servers = Vec::new();
+        for (index, listener) in listeners.into_iter().enumerate() {
+            let server = self
+                .server
+                .clone()
+                .clock(Clock::new())
+                .standalone(false)
+                .start_member(listener, Replica::new(set.clone(), index))?;
+            servers.push(server);
+        }
+        set.attach(servers.iter().map(TestServer::state_weak).collect());
+        set.become_initial_primary(0);
+        let mut tasks = Vec::new();
+        for index in 0..servers.len() {
+            tasks.push(tokio::spawn(member::replicate(set.clone(), index)));
+        }
+        tasks.push(tokio::spawn(member::monitor(set.clone())));
+        let mut replica_set = ReplicaSet {
+            set,
+            servers,
+            tasks,
+            client: None,
+        };
+        replica_set.client = Some(replica_set.new_client());
+        Ok(replica_set)
+    }
+}
+
+/// A running replica set of emulated members. Dropping it stops every member.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use mongolock_testkit::ReplicaSet;
+/// let set = ReplicaSet::builder().members(3).start().await?;
+/// let coll = set.client().database("app").collection::<bson::Document>("things");
+/// coll.insert_one(bson::doc! {"_id": 1}).await?; // waits for a majority by default
+/// assert_eq!(set.primary(), Some(0));
+/// set.shutdown().await;
+/// # Ok::<_, Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct ReplicaSet {
+    set: Arc<SetShared>,
+    servers: Vec<TestServer>,
+    tasks: Vec<JoinHandle<()>>,
+    client: Option<mongodb::Client>,
+}
+
+impl ReplicaSet {
+    /// Options for a replica set to start.
+    pub fn builder() -> ReplicaSetBuilder {
+        ReplicaSetBuilder::default()
+    }
+
+    /// The members' `host:port`, as `hello` reports them, member 0 first.
+    pub fn hosts(&self) -> Vec<String> {
+        self.set.hosts().to_vec()
+    }
+
+    /// A connection string naming every member and the set.
+    pub fn uri(&self) -> String {
+        format!(
+            "mongodb://{}/?replicaSet={REPLICA_SET_NAME}",
+            self.hosts().join(",")
+        )
+    }
+
+    /// A driver client on the set, shared by every caller.
+    pub fn client(&self) -> mongodb::Client {
+        match &self.client {
+            Some(client) => client.clone(),
+            None => self.new_client(),
+        }
+    }
+
+    /// A new driver client on the set (seeded with every member, `replicaSet` set), with
+    /// its own connection pool.
+    pub fn new_client(&self) -> mongodb::Client {
+        let options = mongodb::options::ClientOptions::builder()
+            .hosts(
+                self.servers
+                    .iter()
+                    .map(|s| mongodb::options::ServerAddress::Tcp {
+                        host: "127.0.0.1".into(),
+                        port: Some(s.addr().port()),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .repl_set_name(Some(REPLICA_SET_NAME.to_string()))
+            .server_selection_timeout(Duration::from_secs(10))
+            .build();
+        mongodb::Client::with_options(options).expect("client options are valid")
+    }
+
+    /// The number of members.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Always false: a set has at least one member.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Member `index`'s server (its address, a client connected to it alone, its clock).
+    ///
+    /// # Panics
+    ///
+    /// If there is no such member.
+    pub fn member(&self, index: usize) -> &TestServer {
+        &self.servers[index]
+    }
+
+    /// Member `index`'s clock: its `$$NOW` and cluster time come from it.
+    ///
+    /// # Panics
+    ///
+    /// If there is no such member.
+    pub fn clock(&self, index: usize) -> &Clock {
+        self.servers[index].clock()
+    }
+
+    /// The member that is primary now, if any.
+    pub fn primary(&self) -> Option<usize> {
+        self.set.primary()
+    }
+
+    /// The current term.
+    pub fn term(&self) -> i64 {
+        self.set.term()
+    }
+
+    /// Waits until some member is primary (at most `timeout`) and returns it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: waiting changes nothing.
+    pub async fn wait_for_primary(&self, timeout: Duration) -> Option<usize> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(primary) = self.primary() {
+                return Some(primary);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Sets how long after the primary writes an operation member `index` applies it.
+    pub fn set_lag(&self, index: usize, lag: Duration) {
+        self.set.set_lag(index, lag);
+    }
+
+    /// How many of the primary's operations member `index` has applied.
+    pub fn applied(&self, index: usize) -> usize {
+        self.set.applied(index)
+    }
+
+    /// Stops member `index` as if its process was killed: it closes its connections,
+    /// refuses new ones and stops replicating; its data is kept for [`ReplicaSet::restart`].
+    /// A stopped primary leaves the set without one until the others elect a new primary
+    /// after the election timeout.
+    pub fn stop(&self, index: usize) {
+        self.set.stop(index);
+    }
+
+    /// Restarts a stopped member with the data it had: it comes back as a secondary (with a
+    /// new `topologyVersion.processId`) and catches up. A member whose history diverged
+    /// from the set's (it was primary and wrote what no other member has) would need a
+    /// rollback, which is not emulated yet: it stays `RECOVERING`.
+    pub fn restart(&self, index: usize) {
+        self.set.restart(index);
+    }
+
+    /// Stops every member and its background tasks.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after it started still stops the set (the tasks are aborted on
+    /// drop).
+    pub async fn shutdown(mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+            let _ = task.await;
+        }
+        if let Some(client) = self.client.take() {
+            client.shutdown().immediate(true).await;
+        }
+        for server in std::mem::take(&mut self.servers) {
+            server.shutdown().await;
+        }
+    }
+}
+
+impl Drop for ReplicaSet {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
