@@ -30,6 +30,7 @@
 //! | own entry outside the line | host A's job (a fixed lock id, a 2 s minimum hold) lets go at once and asks again; as before the fix, it does not join the line while its own entry is in force and asks again outside it (`try_acquire`), and host B, in line from 1.2 s, is served first at the hold's end | (S9) waiters served in line order (a waiter whose own entry was in force, outside the line) |
 //! | step shown, ignored | A's grant runs, the server's clock steps 3 s forward, another write of A's client shows the step, then the grant's reply is read (held back by a relay); A's renewals are dropped and it believes its send plus the TTL (6 s, less margin and uncertainty) as if the step had not been shown, while B is granted at the server's earlier end | (3) loss noticed before next grant |
 //! | step back, let-go entry renewed | three hosts run a job every second under lock ids they keep, with a 600 ms minimum hold; after the first job lets go, the server's clock steps back past its grant (by the hold, the time since the grant and 100–400 ms); that host renews its lock id with the old time-only test of a holding entry (`expiresAt` ahead of `$$NOW` plus `delayMs`, sent raw), which renews the let-go entry, and runs its job again under the old grant inside its hold | (10) resumed lease keeps its token, old incarnation learns (a lease given back after its release returned `Ok`) |
+//! | step back taken for a loss | A holds a mutex (TTL 3 s); the server's clock steps back 900 ms; A sees the clock go back and reports its lease lost (as by its local deadline), while its keeper goes on renewing it for 2.2 s and the server keeps it (`controls::false_loss`; the library as it is keeps the lease and shows nothing) | (S13) no loss reported while the server keeps the lease |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
@@ -55,6 +56,7 @@ use crate::oracle::{self, ServerCheck};
 use crate::workload::{COLLECTION, DB};
 
 mod clock_step;
+mod false_loss;
 mod late_writes;
 mod line;
 mod owed_release;
@@ -127,7 +129,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the twenty-six controls, each on a fresh emulator.
+/// Runs the twenty-seven controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -156,16 +158,17 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
     ];
-    // These four mostly wait (a timeout, a minimum hold, a lease after a clock step, periods
-    // of a job), each on an emulator of its own: side by side, they add seconds rather than
-    // a dozen.
-    let (stuck, outside, step, back) = tokio::join!(
+    // These five mostly wait (a timeout, a minimum hold, a lease after a clock step, periods
+    // of a job, a lease through a step back), each on an emulator of its own: side by side,
+    // they add seconds rather than a dozen.
+    let (stuck, outside, step, back, taken) = tokio::join!(
         owed_release::stuck_lock_id(),
         line::own_entry_outside_line(),
         clock_step::step_ignored(),
-        step_back::step_back_renewed()
+        step_back::step_back_renewed(),
+        false_loss::step_back_taken_for_loss()
     );
-    all.extend([stuck?, outside?, step?, back?]);
+    all.extend([stuck?, outside?, step?, back?, taken?]);
     Ok(all)
 }
 

@@ -66,8 +66,26 @@
 //!   `createdAt` + H, by the server's clock. Each judged lease is counted, and those let go
 //!   of within their hold (the let-go committed before `createdAt` + H) apart: a workload with
 //!   minimum holds that judged none of those proves nothing, and the run says so.
+//! - **no loss reported while the server keeps the lease** (in a run whose server clock
+//!   stepped back): mongod's `$$NOW` follows the system clock, which can step back, while
+//!   `operationTime` never goes back; a library that took a step back for a loss, or reset
+//!   its bounds on it and then counted a false step forward, would tell a holder its lease
+//!   is lost while the server still keeps it. A holder's first report of a loss (its loss
+//!   signal or `is_lost()`, a renewal refused as revoked, a release refused as lost) is
+//!   judged against its grant's entry (by resource, lock id and token) in the log: it is
+//!   false if the entry was surely still there when the report came (removed, if ever, at a
+//!   server time the clock first read after the report: nobody took it, no operator removed
+//!   it) and surely not expired by the server's clock (the lease's end after the entry's
+//!   last write surely made before the report is above the highest the clock read from the
+//!   attempt's send to the report by at least [`FALSE_LOSS_MARGIN_MS`], or for a report by
+//!   the local deadline by the renewal period, a third of the TTL: a keeper starved past its
+//!   deadline on a loaded machine is told with only its margin left). Not judged: a holder
+//!   whose client a fault hit (a cut-off may expire the lease), that was paused, whose lease
+//!   another incarnation resumed, that a forward step or jump of the clock may have cut
+//!   short, or a member of a set (a multi-lock or a low-level group, which is lost with its
+//!   weakest member). Each judged report is counted.
 //!
-//! (S7), (S8), (S10), (S11) and (S12) compare our instants with the server's clock through the
+//! (S7), (S8), (S10), (S11), (S12) and (S13) compare our instants with the server's clock through the
 //! readings of it in the history ([`History::server_ms`]).
 //!
 //! (S6) and (S7) judge a lease's end, not its lock-delay: an entry with `delayMs` ends its
@@ -90,7 +108,7 @@ use tokio::task::JoinHandle;
 
 use crate::history::FaultKind;
 use crate::history::{
-    AcquireCall, History, HolderLog, LetGo, Mode, OpEvent, OpKind, ReleaseResult,
+    AcquireCall, History, HolderLog, LetGo, LossKind, Mode, OpEvent, OpKind, ReleaseResult,
 };
 
 /// Added to the bound of unbelieved grants, for the time a withdrawal takes to reach the
@@ -121,6 +139,11 @@ pub type MinHolds = HashMap<u64, Duration>;
 /// taken its place in line, if nothing hit its client: (S9) judges a waiter that stood
 /// outside the line only against lock ids that joined it later than this.
 pub const JOIN_ALLOWANCE: Duration = Duration::from_secs(1);
+
+/// How much of its lease a holder told of a loss (revoked, or refused as lost) must
+/// surely have had left by the server's clock for (S13) to call the report false: the
+/// error of the mapping of our instants to the server's clock, with room to spare.
+pub const FALSE_LOSS_MARGIN_MS: i64 = 100;
 
 /// The `_id` of the marker document the tap writes last (not a resource of any workload).
 const MARKER: &str = "mongolock-harness/oracle-marker";
@@ -358,13 +381,16 @@ pub enum ServerCheck {
     /// A grant was created inside the minimum hold of a lease its holder let go of within
     /// it (or a run with minimum holds judged no such lease).
     MinHold,
+    /// In a run whose server clock stepped back, a holder was told its lease was lost while
+    /// the server still kept the grant's entry in force and nobody had taken it.
+    FalseLoss,
     /// The log is not complete (the stream failed).
     Incomplete,
 }
 
 impl ServerCheck {
     /// Every check, in report order.
-    pub const ALL: [ServerCheck; 13] = [
+    pub const ALL: [ServerCheck; 14] = [
         ServerCheck::Exclusion,
         ServerCheck::Fencing,
         ServerCheck::Caps,
@@ -377,6 +403,7 @@ impl ServerCheck {
         ServerCheck::LateCopy,
         ServerCheck::LetGo,
         ServerCheck::MinHold,
+        ServerCheck::FalseLoss,
         ServerCheck::Incomplete,
     ];
 }
@@ -396,6 +423,7 @@ impl fmt::Display for ServerCheck {
             ServerCheck::LateCopy => "(S10) no attempt granted again after its let-go",
             ServerCheck::LetGo => "(S11) a let-go lock is usable in time",
             ServerCheck::MinHold => "(S12) no grant inside a minimum hold",
+            ServerCheck::FalseLoss => "(S13) no loss reported while the server keeps the lease",
             ServerCheck::Incomplete => "(S0) change stream complete",
         })
     }
@@ -460,6 +488,9 @@ pub struct Outcome {
     /// served from their place (the lock id's next grant on the resource came while it
     /// stood there). (S9) judges every grant past them.
     pub own_entry_places: (usize, usize),
+    /// Reports of a loss judged by (S13) (in runs whose server clock stepped back), and of
+    /// those, the ones for a lease the server surely kept (each also an (S13) violation).
+    pub losses_judged: (usize, usize),
     /// Every violation, with what the log shows.
     pub violations: Vec<(ServerCheck, String)>,
 }
@@ -763,6 +794,10 @@ struct Granted {
     delay_ms: i64,
     /// When it was renewed.
     renewals: Vec<i64>,
+    /// Every write that left it in the document (its grant, renewals, a let-go mark), in
+    /// commit order: the server's time of the write and the end of the lease after it (its
+    /// expiry less its lock-delay; `None`: no TTL).
+    writes: Vec<(i64, Option<i64>)>,
     /// When the server marked it let go of within its minimum hold (`letGoAt`), with the end
     /// of its lease (its expiry less its lock-delay) just before.
     let_go: Option<(i64, Option<i64>)>,
@@ -879,6 +914,10 @@ pub fn check(
                     grants[i].let_go = Some((at, lease_end));
                 }
                 grants[i].expires_ms = new.expires_ms;
+                if new != old {
+                    let lease_end = new.expires_ms.map(|e| e - new.delay_ms);
+                    grants[i].writes.push((event.at_ms, lease_end));
+                }
                 if new.renewed_ms != old.renewed_ms {
                     grants[i].renewals.push(new.renewed_ms);
                 }
@@ -965,6 +1004,7 @@ pub fn check(
                 expires_ms: new.expires_ms,
                 delay_ms: new.delay_ms,
                 renewals: Vec::new(),
+                writes: vec![(event.at_ms, new.expires_ms.map(|e| e - new.delay_ms))],
                 let_go: new.let_go_ms.map(|at| (at, None)),
             });
         }
@@ -1024,7 +1064,123 @@ pub fn check(
     late_copies(&mut out, &grants, history, &last);
     let_gos(&mut out, &grants, history, &last);
     min_holds(&mut out, &grants, history, holds);
+    false_losses(&mut out, &grants, history);
     out
+}
+
+/// (S13): in a run whose server clock stepped back, no holder is told its lease is lost
+/// while the server surely keeps its grant's entry in force (see the module's
+/// documentation for what is judged).
+fn false_losses(out: &mut Outcome, grants: &[Granted], history: &History) {
+    let stepped_back = (history.ops.iter())
+        .any(|op| matches!(op.kind, OpKind::ClockStep { by_ms, .. } if by_ms < 0));
+    if !stepped_back {
+        return;
+    }
+    let slack = RELEASE_SLACK.as_millis() as i64;
+    let keyed = by_key(grants);
+    for l in &history.holders {
+        let Some((reported, how)) = loss_reported(l) else {
+            continue;
+        };
+        let Some(ttl) = l.ttl else {
+            continue;
+        };
+        if !loss_judged(l, reported, history) {
+            continue;
+        }
+        let Some(g) = keyed.get(&(l.resource.as_str(), l.lock_id.as_str(), l.token)) else {
+            continue;
+        };
+        // Removed (taken over, released, force-released) at a server time the clock may have
+        // read by the report: not kept.
+        let removed_before = g.removed_ms.is_none_or(|r| {
+            history
+                .first_instant_at_server_ms(r - slack)
+                .is_none_or(|t| t <= reported)
+        });
+        if g.removed_ms.is_some() && removed_before {
+            continue;
+        }
+        // The lease's end after the last write surely made before the report (renewals only
+        // move it later).
+        let Some(&(_, lease_end)) = g.writes.iter().rev().find(|(at, _)| {
+            history
+                .last_instant_at_server_ms(at + slack)
+                .is_some_and(|t| t < reported)
+        }) else {
+            continue;
+        };
+        let Some(highest) = history.highest_server_ms(l.attempt_sent_at, reported) else {
+            continue;
+        };
+        out.losses_judged.0 += 1;
+        let needed = if how == "local deadline" {
+            (ttl / 3).as_millis() as i64
+        } else {
+            FALSE_LOSS_MARGIN_MS
+        };
+        let left = lease_end.map_or(i64::MAX, |end| end - highest);
+        if left >= needed {
+            out.losses_judged.1 += 1;
+            let left = lease_end.map_or("no TTL".to_owned(), |_| format!("{left} ms"));
+            out.violations.push((
+                ServerCheck::FalseLoss,
+                format!(
+                    "{}: holder {} (client {}, lock id {}, token {}) was told its lease was lost                      ({how}) while the server kept its entry, with {left} of its lease left                      by the highest the server's clock read by then (removed at {:?})",
+                    l.resource, l.id, l.client, l.lock_id, l.token, g.removed_ms
+                ),
+            ));
+        }
+    }
+}
+
+/// When and how `l` was first told its lease was lost, if it was before it let go: its
+/// loss notice, or its release refused as lost.
+fn loss_reported(l: &HolderLog) -> Option<(std::time::Instant, &'static str)> {
+    if let Some((at, kind)) = l.notified
+        && l.released_at.is_none_or(|r| at <= r)
+    {
+        let how = match kind {
+            LossKind::Deadline => "local deadline",
+            LossKind::Revoked => "revoked",
+            LossKind::Other => "other",
+        };
+        return Some((at, how));
+    }
+    match l.release {
+        Some(ReleaseResult::Lost(LossKind::Deadline)) => Some((l.released_at?, "local deadline")),
+        Some(ReleaseResult::Lost(_)) => Some((l.released_at?, "release refused as lost")),
+        _ => None,
+    }
+}
+
+/// True if (S13) judges `l`'s report of a loss at `reported`: nothing the history knows of
+/// may have ended or resumed its lease, or cut its client off, from its attempt's send to
+/// the report.
+fn loss_judged(l: &HolderLog, reported: std::time::Instant, history: &History) -> bool {
+    let from = l.attempt_sent_at;
+    let set = matches!(l.mode, Mode::Group | Mode::Multi);
+    let killed = l.killed_at.is_some_and(|k| k <= reported);
+    let hit = (history.faults.iter()).any(|f| {
+        f.client.is_none_or(|c| c == l.client)
+            && f.start <= reported
+            && f.end + crate::check::FAULT_SLACK >= from
+    });
+    let nemesis =
+        (history.nemeses.iter()).any(|n| n.client == l.client && n.at >= from && n.at <= reported);
+    let ended = (history.ops.iter()).any(|op| {
+        let may_end = match &op.kind {
+            OpKind::ForceRelease(r) => *r == l.resource,
+            OpKind::ClockJump(_) => true,
+            OpKind::ClockStep { by_ms, .. } => *by_ms > 0,
+            OpKind::Purge => false,
+        };
+        may_end && op.start <= reported && op.end >= from
+    });
+    let resumed =
+        (history.holders.iter()).any(|h| l.continued_by(h) && h.attempt_sent_at <= reported);
+    !(set || killed || !l.pauses.is_empty() || hit || nemesis || ended || resumed)
 }
 
 /// True if an operator's force-release of `resource` may have run between two things the
@@ -2422,6 +2578,7 @@ mod tests {
             expires_ms: None,
             delay_ms: 0,
             renewals: Vec::new(),
+            writes: Vec::new(),
             let_go: None,
         };
         let new = Entry {
@@ -2536,5 +2693,80 @@ mod tests {
         );
         drop(guard);
         server.shutdown().await;
+    }
+
+    /// Token 10 on "r" (lock id "id-10", TTL 3 s) granted at 1,000 ms and renewed every
+    /// second; the server's clock steps back 800 ms at 3,500 ms, renewals go on at server
+    /// times 2,800 and 3,800, and the holder's release removes the entry at server time
+    /// 4,000 (our 4,800 ms). The holder is told at our 3,600 ms that its lease is lost.
+    fn kept_through_a_step_back(t0: Instant, how: LossKind) -> (Vec<ServerEvent>, History) {
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let a = ObjectId::new();
+        let renewed = |ms: i64| {
+            let mut e = entry(&a, 10, 1_000, ms, ms + 3_000);
+            if let Bson::Document(d) = &mut e {
+                d.insert("ttlMs", 3_000_i64);
+            }
+            event(ms, Some(e), vec![])
+        };
+        let mut events: Vec<ServerEvent> = [1_000, 2_000, 3_000, 2_800, 3_800]
+            .into_iter()
+            .map(renewed)
+            .collect();
+        events.push(event(4_000, None, vec![]));
+        let mut l = HolderLog::granted(1, 0, Mode::Exclusive, "r", 10);
+        l.lock_id = "id-10".into();
+        l.ttl = Some(Duration::from_secs(3));
+        (l.invoked_at, l.attempt_sent_at, l.granted_at) = (at(990), at(990), at(1_002));
+        l.notice(at(3_600), how);
+        l.released_at = Some(at(4_790));
+        l.let_go = Some(LetGo::Released);
+        let mut history = history(vec![l]);
+        history.server_clock = vec![(t0, 0), (at(3_499), 3_499), (at(3_501), 2_701)];
+        history.ops.push(OpEvent {
+            kind: OpKind::ClockStep {
+                by_ms: -800,
+                judged: None,
+            },
+            start: at(3_500),
+            end: at(3_500),
+        });
+        (events, history)
+    }
+
+    #[test]
+    fn a_loss_reported_while_the_server_keeps_the_entry_after_a_step_back_is_caught() {
+        let t0 = Instant::now();
+        for how in [LossKind::Deadline, LossKind::Revoked] {
+            let (events, history) = kept_through_a_step_back(t0, how);
+            let out = judge(&events, &history);
+            assert_eq!(out.losses_judged, (1, 1), "{how:?}: {:?}", out.violations);
+            assert_eq!(
+                out.by_check().get(&ServerCheck::FalseLoss),
+                Some(&1),
+                "{:?}",
+                out.violations
+            );
+        }
+        // The same report after the entry was taken (removed at server time 2,500, before the
+        // step): the server did not keep it.
+        let (mut events, history) = kept_through_a_step_back(t0, LossKind::Revoked);
+        events.truncate(2);
+        events.push(event(2_500, None, vec![]));
+        let out = judge(&events, &history);
+        assert_eq!(out.losses_judged, (0, 0), "{:?}", out.violations);
+        // A cut-off of the holder's client excuses the report, and so does a run whose
+        // clock never stepped back.
+        let (events, mut history) = kept_through_a_step_back(t0, LossKind::Deadline);
+        history.faults.push(crate::history::FaultEvent {
+            kind: FaultKind::Partition,
+            client: Some(0),
+            start: t0 + Duration::from_millis(2_000),
+            end: t0 + Duration::from_millis(3_000),
+        });
+        assert_eq!(judge(&events, &history).losses_judged, (0, 0));
+        let (events, mut history) = kept_through_a_step_back(t0, LossKind::Deadline);
+        history.ops.clear();
+        assert_eq!(judge(&events, &history).losses_judged, (0, 0));
     }
 }

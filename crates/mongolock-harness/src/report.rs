@@ -487,6 +487,15 @@ impl fmt::Display for Report {
                 self.sum(|r| r.oracle.own_entry_places.1)
             ),
         );
+        row(
+            &mut t,
+            "(S13) losses reported after a step back judged (server kept the lease)",
+            format!(
+                "{} ({})",
+                self.sum(|r| r.oracle.losses_judged.0),
+                self.sum(|r| r.oracle.losses_judged.1)
+            ),
+        );
         let mut server: BTreeMap<crate::oracle::ServerCheck, usize> = BTreeMap::new();
         for r in &self.runs {
             for (c, n) in r.oracle.by_check() {

@@ -21,13 +21,13 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     );
     assert_eq!(
         report.controls.len(),
-        26,
-        "twenty-six negative controls ran"
+        27,
+        "twenty-seven negative controls ran"
     );
     assert_eq!(
         report.controls_caught(),
-        26,
-        "controls caught: {}/26",
+        27,
+        "controls caught: {}/27",
         report.controls_caught()
     );
     assert!(report.passed());

@@ -262,6 +262,16 @@ impl ServerClock {
             report(step);
             return stepped;
         };
+        let went_back = sent.lower.is_some_and(|before| upper < before);
+        // No exact reading before this one: the step the other replies showed could not be
+        // counted against anything, and this reading shows it (it is older than they are).
+        let (stepped, first) = match offset.upper {
+            None if !went_back => {
+                let step = self.narrow(&mut offset, Some(upper), lower);
+                (self.stepped(), step)
+            }
+            _ => (stepped, None),
+        };
         // Older than what other replies showed: the steps noticed since the send, as far
         // as the reading is below them as counted (up to the upper bound, which a step
         // counted rounded up moved), came after the command ran.
@@ -276,12 +286,13 @@ impl ServerClock {
                 lower: Some(lower),
                 cluster_seconds: offset.cluster_seconds,
             };
-            drop(offset);
             tracing::info!(
                 ?back,
                 "the server's clock stepped back: leases last longer by its reckoning"
             );
         }
+        drop(offset);
+        report(first);
         stepped.saturating_sub(after)
     }
 
@@ -575,5 +586,28 @@ mod tests {
         tokio::time::advance(Duration::from_millis(500)).await;
         exact(&server, BASE_MS + 3_450, Duration::from_millis(10)).await;
         assert_eq!(server.stepped(), counted);
+    }
+
+    /// A client's first grant, whose reply is read after another reply showed a step the
+    /// server made after the grant: there was no exact reading to count the step against
+    /// when that reply came, so the grant's reading is what shows it, and its lease is
+    /// shortened by it.
+    #[tokio::test(start_paused = true)]
+    async fn a_first_grant_read_after_a_step_is_shortened_by_it() {
+        let server = ServerClock::new(Clock::system());
+        let sent = server.stamp();
+        // The grant runs at once (the server reads BASE); its reply is on its way while
+        // the server's clock steps 5 s forward and another reply shows the step.
+        tokio::time::advance(Duration::from_millis(300)).await;
+        server.read_at_least(u32::try_from((BASE_MS + 300 + 5_000) / 1000).unwrap());
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let counted = server.read_exactly(sent, BASE_MS);
+        // What the lease is shortened by: the steps noticed less those its reading shows
+        // had happened when it ran (see `Lease`'s deadline).
+        let shortened = server.stepped().saturating_sub(counted);
+        assert!(
+            shortened >= Duration::from_millis(4_000),
+            "a 5 s step after the grant shortened it by {shortened:?}"
+        );
     }
 }
