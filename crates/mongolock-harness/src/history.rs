@@ -431,6 +431,11 @@ impl Recorder {
         self.with(|i| i.ops.push(OpEvent { kind, start, end }));
     }
 
+    /// The operator actions and moves of the server's clock recorded so far.
+    pub fn ops(&self) -> Vec<OpEvent> {
+        self.with(|i| i.ops.clone())
+    }
+
     /// Counts an acquire call and how it ended: granted, timed out, or failed.
     pub fn attempt(&self, timed_out: bool, failed: bool) {
         self.with(|i| {
