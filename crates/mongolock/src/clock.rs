@@ -89,6 +89,11 @@ pub(crate) struct Stamp {
     pub(crate) at: Instant,
     /// The forward steps noticed by then, in all.
     pub(crate) stepped: Duration,
+    /// Forward steps that came after the command stamped here ran and that no
+    /// [`ServerClock::stepped`] counts (another reply's exact reading, taken after them,
+    /// set the bounds): they shorten this stamp's deadline alone (see
+    /// [`ServerClock::read_exactly`]).
+    pub(crate) unseen: Duration,
     /// The lower bound on the server's clock known then (see [`ServerClock`]), if any: an
     /// exact reading by a command sent at this moment that is below it shows that the
     /// server's clock stepped back.
@@ -102,6 +107,7 @@ impl Stamp {
         Stamp {
             at,
             stepped: Duration::ZERO,
+            unseen: Duration::ZERO,
             lower: None,
         }
     }
@@ -138,7 +144,12 @@ impl Stamp {
 /// not a step back. It leaves the bounds as they are, and the lease it grants counts the
 /// steps noticed since its command was sent as shortening it, up to how far its reading is
 /// below the lower bound (the steps that came after the grant): see
-/// [`ServerClock::read_exactly`].
+/// [`ServerClock::read_exactly`]. Where no count holds such a step (the reply that showed
+/// it was the client's first exact reading, which set the bounds above it and counted no
+/// step), the lease's own stamp carries it ([`Stamp::unseen`]); where the client had no
+/// exact reading before the grant's, the grant's reading counts it for every lease. Both
+/// only when the grant's own `operationTime` is not ahead of its reading: the server's
+/// cluster time stands ahead of its clock after a step back, and would look the same.
 ///
 /// # Steps back
 ///
@@ -226,6 +237,7 @@ impl ServerClock {
         Stamp {
             at: self.clock.now(),
             stepped: self.stepped(),
+            unseen: Duration::ZERO,
             lower: offset.lower,
         }
     }
@@ -249,7 +261,19 @@ impl ServerClock {
     ///
     /// A reading below the lower bound known at `sent` is a step back (see
     /// [`ServerClock`]): the bounds start over from it.
-    pub(crate) fn read_exactly(&self, sent: Stamp, server_ms: i64) -> Duration {
+    ///
+    /// `own_seconds` is the `operationTime` (whole seconds) of the reply that carried the
+    /// reading. With no exact reading before this one (a client's first grant), a lower bound
+    /// above the reading can be a step shown by another reply, or a cluster time left ahead
+    /// of the server's clock by a step back before the command ran; only the reply's own
+    /// `operationTime` tells them apart: not past the reading's second, the server's clock
+    /// was not behind its cluster time when it answered, and the step is counted.
+    pub(crate) fn read_exactly(
+        &self,
+        sent: Stamp,
+        server_ms: i64,
+        own_seconds: Option<u32>,
+    ) -> Stamp {
         let received = self.clock.now();
         let upper = i128::from(server_ms) - self.local_ms(sent.at);
         let lower = i128::from(server_ms) - self.local_ms(received);
@@ -260,13 +284,17 @@ impl ServerClock {
             let stepped = self.stepped();
             drop(offset);
             report(step);
-            return stepped;
+            return Stamp { stepped, ..sent };
         };
         let went_back = sent.lower.is_some_and(|before| upper < before);
+        // The cluster time was not ahead of the server's clock when it answered: no step
+        // back hides behind the lower bound.
+        let clock_caught_up =
+            own_seconds.is_some_and(|seconds| i128::from(seconds) * 1_000 <= i128::from(server_ms));
         // No exact reading before this one: the step the other replies showed could not be
         // counted against anything, and this reading shows it (it is older than they are).
         let (stepped, first) = match offset.upper {
-            None if !went_back => {
+            None if !went_back && clock_caught_up => {
                 let step = self.narrow(&mut offset, Some(upper), lower);
                 (self.stepped(), step)
             }
@@ -291,9 +319,23 @@ impl ServerClock {
                 "the server's clock stepped back: leases last longer by its reckoning"
             );
         }
+        // The steps this reading shows came after the command ran, as far as the lower
+        // bound (never ahead of the server's clock but after a step back, which
+        // `clock_caught_up` rules out) is above it: those the steps noticed since the send do
+        // not count (an exact reading taken after them set the bounds, counting none) are
+        // this lease's alone.
+        let unseen = if went_back || !clock_caught_up {
+            Duration::ZERO
+        } else {
+            millis(known - upper).saturating_sub(after)
+        };
         drop(offset);
         report(first);
-        stepped.saturating_sub(after)
+        Stamp {
+            stepped: stepped.saturating_sub(after),
+            unseen,
+            ..sent
+        }
     }
 
     /// A write's reply, here now, carried the `operationTime` `seconds` (since the Unix
@@ -451,7 +493,9 @@ mod tests {
     async fn exact(server: &ServerClock, at_ms: i64, rtt: Duration) -> Duration {
         let sent = server.stamp();
         tokio::time::advance(rtt).await;
-        server.read_exactly(sent, at_ms)
+        server
+            .read_exactly(sent, at_ms, u32::try_from(at_ms / 1_000).ok())
+            .stepped
     }
 
     const BASE_MS: i64 = 1_800_000_000_000;
@@ -522,7 +566,9 @@ mod tests {
         let noticed = server.stepped();
         assert!(noticed >= Duration::from_millis(6_500), "{noticed:?}");
         tokio::time::advance(Duration::from_millis(300)).await;
-        let counted = server.read_exactly(sent, BASE_MS + 1_000);
+        let counted = server
+            .read_exactly(sent, BASE_MS + 1_000, second(BASE_MS + 1_000))
+            .stepped;
         // Every step noticed since the send came after the grant: all of it shortens it.
         assert_eq!(counted, Duration::ZERO);
         // What was learned stands: the replies that follow show the same step, not another
@@ -601,13 +647,82 @@ mod tests {
         tokio::time::advance(Duration::from_millis(300)).await;
         server.read_at_least(u32::try_from((BASE_MS + 300 + 5_000) / 1000).unwrap());
         tokio::time::advance(Duration::from_millis(300)).await;
-        let counted = server.read_exactly(sent, BASE_MS);
-        // What the lease is shortened by: the steps noticed less those its reading shows
-        // had happened when it ran (see `Lease`'s deadline).
-        let shortened = server.stepped().saturating_sub(counted);
+        // The grant's own reply: its `operationTime` (read first, as `write_once` does) was
+        // taken when the grant ran, before the step.
+        server.read_at_least(second(BASE_MS).unwrap());
+        let read = server.read_exactly(sent, BASE_MS, second(BASE_MS));
+        let shortened = shortened(&server, read);
         assert!(
             shortened >= Duration::from_millis(4_000),
             "a 5 s step after the grant shortened it by {shortened:?}"
         );
+    }
+
+    /// A brand-new client's first command is a grant, from a server whose clock stepped
+    /// back 5 s before: the cluster time stands ahead of the server's clock (mongod's
+    /// `LogicalClock::reserveTicks` keeps it), so the grant's own `operationTime` reads
+    /// ahead of its `$$NOW`, and so may another reply read while it is on its way. That is
+    /// no step forward: the lease is not shortened, and it is not lost for nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_first_grant_after_a_step_back_is_not_shortened() {
+        let server = ServerClock::new(Clock::system());
+        let ahead = second(BASE_MS + 5_000).unwrap();
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(150)).await;
+        // Another command of the client, sent after the grant, answers first.
+        server.read_at_least(ahead);
+        tokio::time::advance(Duration::from_millis(150)).await;
+        // The grant ran at BASE by the server's clock; its reply carries the cluster time,
+        // read first (as `write_once` does).
+        server.read_at_least(ahead);
+        let read = server.read_exactly(sent, BASE_MS, Some(ahead));
+        let shortened = shortened(&server, read);
+        assert_eq!(
+            shortened,
+            Duration::ZERO,
+            "a step back counted as a step forward"
+        );
+        assert_eq!(server.stepped(), Duration::ZERO);
+    }
+
+    /// A client's first grant, whose reply is read after the reply of a later grant that
+    /// ran after the server's clock stepped 6 s forward: the later grant's exact reading,
+    /// the client's first, sets the bounds above the step and counts none, so only the
+    /// first grant's own stamp can carry it. The later lease is not shortened.
+    #[tokio::test(start_paused = true)]
+    async fn a_first_grant_read_after_a_later_grant_showed_a_step_is_shortened_by_it() {
+        let server = ServerClock::new(Clock::system());
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(150)).await;
+        // The step; the later grant is sent and answered while the first reply is held.
+        let later_sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let later_ms = BASE_MS + 150 + 6_000;
+        server.read_at_least(second(later_ms).unwrap());
+        let later = server.read_exactly(later_sent, later_ms, second(later_ms));
+        tokio::time::advance(Duration::from_millis(140)).await;
+        server.read_at_least(second(BASE_MS).unwrap());
+        let first = server.read_exactly(sent, BASE_MS, second(BASE_MS));
+        assert!(
+            shortened(&server, first) >= Duration::from_millis(5_000),
+            "a 6 s step after the first grant shortened it by {:?}",
+            shortened(&server, first)
+        );
+        assert_eq!(
+            shortened(&server, later),
+            Duration::ZERO,
+            "granted after the step"
+        );
+    }
+
+    /// What a lease counted from `read` is shortened by now (see `Lease`'s deadline): the
+    /// steps noticed since, and those its reading shows came after it that no count holds.
+    fn shortened(server: &ServerClock, read: Stamp) -> Duration {
+        server.stepped().saturating_sub(read.stepped) + read.unseen
+    }
+
+    /// The seconds of an `operationTime` taken when the server's clock read `ms`.
+    fn second(ms: i64) -> Option<u32> {
+        u32::try_from(ms / 1_000).ok()
     }
 }

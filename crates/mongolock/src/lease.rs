@@ -177,12 +177,13 @@ impl Lease {
         self.shortened(stamp)
     }
 
-    /// `stamp`'s moment, less the steps noticed since it.
+    /// `stamp`'s moment, less the steps noticed since it and those that came after its
+    /// command ran that no count holds (see [`Stamp::unseen`]).
     fn shortened(&self, stamp: Stamp) -> Instant {
         let since = match &self.server {
             Some(server) => server.stepped().saturating_sub(stamp.stepped),
             None => Duration::ZERO,
-        };
+        } + stamp.unseen;
         stamp
             .at
             .checked_sub(since)

@@ -356,6 +356,176 @@ async fn emulator_only_a_step_shown_before_a_grant_s_reply_is_read_shortens_that
     other.shutdown().await;
 }
 
+/// Issue 39, item 2, for a brand-new client: its first command is the attempt, so it knows
+/// nothing of the server's clock when the step comes. The grant's command runs, the
+/// server's clock steps forward, another write of the same client (an unlock, whose reply
+/// carries only an `operationTime`) shows the step and is read first, then the grant's
+/// reply. The grant's own `operationTime`, taken when it ran, is not ahead of its `$$NOW`,
+/// so the gap is a step after the grant: it shortens the guard.
+#[tokio::test]
+async fn emulator_only_a_brand_new_client_s_first_grant_is_shortened_by_a_step_an_unlock_showed() {
+    first_grant_shortened_by_a_step(Witness::Unlock).await;
+}
+
+/// The same, the other reply a grant of another lock: its exact reading, the client's
+/// first, sets what the client knows of the server's clock above the step and counts no
+/// step, so the held grant alone is shortened by it, and the witness's lease is whole.
+#[tokio::test]
+async fn emulator_only_a_brand_new_client_s_first_grant_is_shortened_by_a_step_a_later_grant_showed()
+ {
+    first_grant_shortened_by_a_step(Witness::Grant).await;
+}
+
+/// The reply of the same client read while a grant's reply is held.
+enum Witness {
+    Unlock,
+    Grant,
+}
+
+async fn first_grant_shortened_by_a_step(witness: Witness) {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: the step before a grant's reply needs the emulator's clock");
+        return;
+    }
+    let server = TestServer::start().await.unwrap();
+    let relay = Relay::start(server.addr()).await;
+    let db = "first_grant_step";
+    let locks = LockClient::new(relay.client().database(db).collection("locks"));
+    let other = LockClient::new(server.new_client().database(db).collection("locks"));
+    let resource = "contested-after-the-step";
+    relay.hold_reply_to(resource);
+    // Renewed late (8.5 s), after the server ends the lease (about 4 s): the guard keeps it
+    // only as long as the server gave it.
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            (locks.mutex(resource).ttl(secs(10)))
+                .extend_every(Duration::from_millis(8_500))
+                .try_acquire()
+                .await
+        }
+    });
+    relay.held().await;
+    let before_step = server.clock().now().timestamp_millis();
+    server.clock().advance(Duration::from_secs(6));
+    let witness = match witness {
+        Witness::Unlock => {
+            assert_eq!(locks.unlock("nobody").await.unwrap(), 0);
+            None
+        }
+        Witness::Grant => Some(
+            locks
+                .mutex("witness")
+                .ttl(secs(10))
+                .acquire()
+                .await
+                .unwrap(),
+        ),
+    };
+    // The fault happened: the witness's reply came back while the grant's reply was held.
+    assert!(relay.holding() && !attempt.is_finished());
+    relay.release();
+    let guard = attempt
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted: the lock was free");
+    let expires = guard.grant().expires_at().unwrap().timestamp_millis();
+    assert!(
+        expires <= before_step + 10_000,
+        "granted after the step: expires at {expires}, the step came at {before_step}"
+    );
+    // 10 s, less the margin (1 s), less the step (6 s, less what the bounds leave out):
+    // about 3 s, and less than the 4 s the server gives it.
+    assert!(
+        guard.time_left() < secs(4),
+        "the guard believes it has {:?} left of a lease the server ends about 4 s after it \
+         granted it",
+        guard.time_left()
+    );
+    let mut taken = None;
+    for _ in 0..750 {
+        taken = other
+            .mutex(resource)
+            .ttl(secs(10))
+            .try_acquire()
+            .await
+            .unwrap();
+        if taken.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let taken = taken.expect("the server ended the lease within 15 s");
+    assert!(
+        guard.is_lost(),
+        "another client was granted the lock while the guard still held it ({:?} left)",
+        guard.time_left()
+    );
+    // A lease granted after the step is not shortened by it.
+    if let Some(witness) = witness {
+        assert!(
+            !witness.is_lost() && witness.time_left() > secs(2),
+            "a lease granted after the step was shortened by it: {:?}",
+            witness.state()
+        );
+        witness.release().await.unwrap();
+    }
+    taken.release().await.unwrap();
+    drop(guard);
+    locks.shutdown().await;
+    other.shutdown().await;
+}
+
+/// A brand-new client's first grant from a server whose clock stepped back 5 s just
+/// before: the cluster time stands ahead of the clock (`LogicalClock::reserveTicks`,
+/// `src/mongo/db/logical_clock.cpp`), so the grant's own `operationTime` reads ahead of its
+/// `$$NOW`. That is no step forward: the guard keeps its whole lease.
+#[tokio::test]
+async fn emulator_only_a_brand_new_client_s_first_grant_after_a_step_back_keeps_its_lease() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: a step back needs the emulator's clock");
+        return;
+    }
+    let server = TestServer::start().await.unwrap();
+    let db = "first_grant_step_back";
+    // The cluster time moves to the clock's reading, then the clock steps back.
+    let cluster_before = operation_time(&server.new_client()).await;
+    let clock_before = server.clock().now().timestamp_millis();
+    let clock_after = server
+        .clock()
+        .step_back(Duration::from_secs(5))
+        .timestamp_millis();
+    assert!(
+        clock_after <= clock_before - 4_000,
+        "{clock_before} -> {clock_after}"
+    );
+    let locks = LockClient::new(server.new_client().database(db).collection("locks"));
+    let guard = locks
+        .mutex("after-the-step-back")
+        .ttl(secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    // The fault happened: the grant read the clock behind the cluster time.
+    let cluster_after = operation_time(&server.new_client()).await;
+    let expires = guard.grant().expires_at().unwrap().timestamp_millis();
+    assert!(
+        i64::from(cluster_after.time) * 1_000 > expires - 10_000 + 1_000
+            && cluster_after >= cluster_before,
+        "the grant ran at {} by the clock, the cluster time read {cluster_after:?}",
+        expires - 10_000
+    );
+    // 10 s less the margin (1 s): not shortened by a step that never was.
+    assert!(
+        guard.time_left() > secs(8),
+        "a step back counted as a step forward: {:?} left",
+        guard.time_left()
+    );
+    guard.release().await.unwrap();
+    locks.shutdown().await;
+}
+
 /// The operation time (the cluster time) a reply of `client` carries.
 async fn operation_time(client: &mongodb::Client) -> bson::Timestamp {
     client

@@ -369,6 +369,7 @@ mod tests {
             },
             new: true,
             remaining: None,
+            operation_seconds: None,
         }
     }
 
