@@ -84,13 +84,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             name,
             LockClient::new(db.collection("locks")),
             db.collection::<Document>("runs"),
+            client,
         ));
     }
     let mut schedule = tokio::time::interval(PERIOD);
     for tick in 0..TICKS {
         schedule.tick().await;
         let late_host = rand::rng().random_range(0..hosts.len());
-        let turns = hosts.iter().enumerate().map(|(i, (name, locks, runs))| {
+        let turns = hosts.iter().enumerate().map(|(i, (name, locks, runs, _))| {
             let (locks, runs) = (locks.clone(), runs.clone());
             let name = *name;
             async move {
@@ -113,8 +114,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     }
     println!("every tick ran exactly once, late timers included ({TICKS} ticks)");
-    for (_, locks, _) in &hosts {
+    // Each host's lock client first (it sends what it still owes), then its driver client.
+    for (_, locks, _, client) in hosts {
         locks.shutdown().await;
+        client.shutdown().await;
     }
+    start.shutdown().await;
     Ok(())
 }

@@ -96,7 +96,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 format!("process-{process}/worker-{slot}"),
             )));
         }
-        processes.push(locks);
+        processes.push((locks, client));
     }
     let mut ran = 0;
     for worker in workers {
@@ -110,8 +110,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if most > GPUS as usize || done != JOBS as u64 || ran != JOBS as u32 {
         return Err(format!("{most} at once, {done} done, {ran} run").into());
     }
-    for locks in &processes {
+    // Each process's lock client first (it sends what it still owes), then its driver
+    // client.
+    for (locks, client) in processes {
         locks.shutdown().await;
+        client.shutdown().await;
     }
+    start.shutdown().await;
     Ok(())
 }

@@ -20,7 +20,7 @@ pub struct Start {
     /// The lock client on `db`'s `locks` collection, whose indexes are created.
     pub locks: LockClient,
     /// The embedded emulator when `MONGODB_URI` is not set: it runs while this lives.
-    _emulator: Option<TestServer>,
+    emulator: Option<TestServer>,
 }
 
 /// Connects to `MONGODB_URI`, or starts the emulator, then empties the database `db_name`
@@ -42,6 +42,18 @@ pub async fn start(db_name: &str) -> Result<Start, Box<dyn std::error::Error>> {
         client,
         db,
         locks,
-        _emulator: emulator,
+        emulator,
     })
+}
+
+impl Start {
+    /// Shuts down in the order `LockClient::shutdown` asks for: the lock client (it sends
+    /// what it still owes), then the driver's client, then the emulator.
+    pub async fn shutdown(self) {
+        self.locks.shutdown().await;
+        self.client.shutdown().await;
+        if let Some(emulator) = self.emulator {
+            emulator.shutdown().await;
+        }
+    }
 }
