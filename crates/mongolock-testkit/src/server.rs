@@ -373,6 +373,7 @@ async fn serve_connection(stream: TcpStream, id: i64, state: Arc<ServerState>) {
             }
         };
         let (request_id, kind) = (request.request_id, request.kind);
+        let streamed = streamed_hello(&state, &request);
         let outcome = commands::dispatch(&state, &mut info, request).await;
         let body = match outcome {
             Outcome::Reply(body) => body,
@@ -388,8 +389,93 @@ async fn serve_connection(stream: TcpStream, id: i64, state: Arc<ServerState>) {
             RequestKind::Msg { .. } => wire::encode_op_msg(next_reply_id, request_id, &body),
             RequestKind::Query => wire::encode_op_reply(next_reply_id, request_id, &body),
         };
+        if let Some(command) = streamed
+            && body.get_f64("ok") == Ok(1.0)
+        {
+            stream_hello(
+                &state,
+                &mut info,
+                &mut write,
+                command,
+                body,
+                bytes,
+                next_reply_id,
+            )
+            .await;
+            return;
+        }
         next_reply_id = next_reply_id.wrapping_add(1);
         if wire::write_message(&mut write, &bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// OP_MSG's `exhaustAllowed` flag bit.
+const EXHAUST_ALLOWED: u32 = 1 << 16;
+
+/// The command of an awaitable `hello` sent to a replica-set member with `exhaustAllowed`:
+/// the member streams its replies (server-monitoring spec, "Streaming Protocol"; the Node
+/// driver, under mongosh, requires `moreToCome` on them).
+fn streamed_hello(state: &ServerState, request: &wire::Request) -> Option<bson::Document> {
+    let RequestKind::Msg { flags } = request.kind else {
+        return None;
+    };
+    let cmd = &request.command;
+    let hello = matches!(
+        cmd.keys().next().map(String::as_str),
+        Some("hello" | "isMaster" | "ismaster")
+    );
+    (state.replica.is_some()
+        && flags & EXHAUST_ALLOWED != 0
+        && hello
+        && cmd.contains_key("topologyVersion")
+        && cmd.contains_key("maxAwaitTimeMS"))
+    .then(|| cmd.clone())
+}
+
+/// Streams `hello` replies with `moreToCome`, each answering the previous one (its
+/// `responseTo` is the previous reply's id), one per topology change or `maxAwaitTimeMS`,
+/// until the connection or the member goes away. The connection serves nothing else after.
+/// As mongod's `CmdHello` (`src/mongo/db/repl/replication_info.cpp`) does, each next
+/// invocation is the same command with the `topologyVersion` of the reply just sent.
+#[allow(clippy::too_many_arguments)]
+async fn stream_hello(
+    state: &Arc<ServerState>,
+    info: &mut ConnectionInfo,
+    write: &mut tokio::net::tcp::OwnedWriteHalf,
+    mut command: bson::Document,
+    mut body: bson::Document,
+    mut bytes: Vec<u8>,
+    mut reply_id: i32,
+) {
+    loop {
+        bytes[16..20].copy_from_slice(&wire::FLAG_MORE_TO_COME.to_le_bytes());
+        if wire::write_message(write, &bytes).await.is_err() {
+            return;
+        }
+        if let Ok(version) = body.get_document("topologyVersion") {
+            command.insert("topologyVersion", version.clone());
+        }
+        let request = wire::Request {
+            request_id: reply_id,
+            kind: RequestKind::Msg {
+                flags: EXHAUST_ALLOWED,
+            },
+            command: command.clone(),
+            duplicate_field: None,
+            error: None,
+        };
+        body = match commands::dispatch(state, info, request).await {
+            Outcome::Reply(body) => body,
+            Outcome::CloseConnection => return,
+        };
+        let previous = reply_id;
+        reply_id = reply_id.wrapping_add(1);
+        bytes = wire::encode_op_msg(reply_id, previous, &body);
+        if body.get_f64("ok") != Ok(1.0) {
+            // An error reply never carries moreToCome; the stream ends with it.
+            let _ = wire::write_message(write, &bytes).await;
             return;
         }
     }

@@ -286,7 +286,8 @@ struct Parsed {
 fn parse_op_msg(body: &[u8]) -> Result<(u32, Parsed), WireError> {
     let flags = read_i32(body, 0)? as u32;
     // Bits 0-15 are required: an unknown one set is an error. Bits 16-31 are optional (the
-    // only one defined, exhaustAllowed, 1 << 16, is ignored: replies are never streamed).
+    // only one defined, exhaustAllowed, 1 << 16, streams replies only for an awaitable hello on
+    // a replica-set member; see `server.rs`).
     let known = FLAG_CHECKSUM_PRESENT | FLAG_MORE_TO_COME;
     if flags & 0xFFFF & !known != 0 {
         return Err(WireError::Malformed(format!(
