@@ -184,6 +184,10 @@ pub async fn dispatch(
     };
     let mut reply = finish(state, result, retryable);
     if let (Some(replica), Some(cmd)) = (&replica, &member_cmd) {
+        if replica.is_down() {
+            // Stopped while the command ran: a killed process sends no reply.
+            return Outcome::CloseConnection;
+        }
         replica.annotate_error(&mut reply);
         if reply.get_f64("ok") == Ok(1.0)
             && let Some(wce) = replica.await_write_concern(&name, cmd, admitted).await
@@ -195,6 +199,9 @@ pub async fn dispatch(
             }
             // The reply's times are taken again after the wait.
             cluster_fields(state, &mut reply);
+        }
+        if replica.is_down() {
+            return Outcome::CloseConnection;
         }
     }
     if let Some(wce) = injection.and_then(|i| i.write_concern_error.map(|w| (w, i.labels)))
