@@ -272,9 +272,10 @@
 //!   [`release_attempt`](LockClient::release_attempt) of a granted attempt) within the hold
 //!   keeps it in force until grant + hold, by the server's clock: an exclusive lock from
 //!   everybody, its own lock id included, whatever the server's clock does meanwhile; a
-//!   reader's share or a permit stays taken. It does not apply to a holder that dies or is
-//!   cut off (its TTL and lock-delay do), nor to a lease force-released while it is held
-//!   (`min_hold.rs`, `clock_steps.rs`).
+//!   reader's share or a permit stays taken; a force release or a purge after the let-go
+//!   leaves the hold as it is. It does not apply to a holder that dies or is cut off (its
+//!   TTL and lock-delay do), nor to a lease force-released while it is held (`min_hold.rs`,
+//!   `clock_steps.rs`).
 //! - **Lock-delay.** After a lease that ends without a release (it ran out, or was
 //!   force-released), nobody, its own lock id included, is granted the lock for the delay
 //!   more, by the server's clock; a release frees it at once (`lock_delay.rs`).

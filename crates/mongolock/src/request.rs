@@ -116,7 +116,8 @@ impl LockDetails {
     /// delay, see `schema.rs`), so status shows who caused it, and a purge keeps it.
     ///
     /// **What it covers after a revocation.** A force release ends the lease at once, and
-    /// the delay runs from then; the revoked holder's guard learns of it at its next renewal:
+    /// the delay runs from then (from the grant, if the server's clock then reads before it,
+    /// stepped back: the delay is never shorter by that clock); the revoked holder's guard learns of it at its next renewal:
     /// within the renewal period plus two time limits (that renewal's, and the read of the
     /// live leases that follows a renewal that did not renew every lease; each the longer of
     /// the period and a quarter of the TTL, at most), if it can reach the server, and at its
@@ -178,7 +179,8 @@ impl LockDetails {
     ///
     /// Against an operator: a hold under way (its holder let go) is not cut short by
     /// [`force_release`](crate::LockClient::force_release) nor by a purge, like a lock-delay
-    /// under way. A force release of a lease still held ends it at once, as it ends any
+    /// under way; it ends at grant + hold by the server's clock, also when that clock
+    /// stepped back past the grant before the force release. A force release of a lease still held ends it at once, as it ends any
     /// lease: the hold, which starts when the holder lets go, never starts (a lock-delay, if
     /// the entry has one, still applies). [`purge_abandoned_groups`] takes a lock let go of
     /// within its hold for released, not abandoned. A holder that dies leaves the resource to

@@ -526,6 +526,61 @@ async fn emulator_only_a_brand_new_client_s_first_grant_after_a_step_back_keeps_
     locks.shutdown().await;
 }
 
+/// A lock let go of within its minimum hold, then the server's clock steps back past its
+/// grant, then an operator force-releases the resource. The hold under way stays until
+/// grant + hold by the server's clock (`LockDetails::min_hold`): a force release breaks
+/// leases, and a let-go entry holds none. Cut to the force release's `$$NOW` + hold, it
+/// would end earlier by the stepped-back clock, and a grant inside the hold would follow.
+#[tokio::test]
+async fn emulator_only_a_force_release_after_a_step_back_keeps_a_hold_under_way() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: a step back needs the emulator's clock");
+        return;
+    }
+    let server = TestServer::start().await.unwrap();
+    let db = "force_after_step_back";
+    let locks = LockClient::new(server.new_client().database(db).collection("locks"));
+    let details = mongolock::LockDetails::default()
+        .ttl(secs(10))
+        .min_hold(secs(3));
+    let grant = locks.xlock("job", "host-a", details).await.unwrap();
+    let granted_at = grant.expires_at().unwrap().timestamp_millis() - 10_000;
+    assert!(locks.release(&grant).await.unwrap());
+    // Back past the grant, so that `$$NOW` + hold reads before grant + hold.
+    let back = server
+        .clock()
+        .step_back(Duration::from_secs(5))
+        .timestamp_millis();
+    assert!(back < granted_at - 4_000, "{granted_at} -> {back}");
+    locks.force_release("job").await.unwrap();
+    // Inside the hold by the server's clock (grant + 1 s), past `$$NOW` + hold.
+    let inside = server
+        .clock()
+        .advance(Duration::from_millis(
+            u64::try_from(granted_at + 1_000 - back).unwrap(),
+        ))
+        .timestamp_millis();
+    assert!(
+        (granted_at..granted_at + 3_000).contains(&inside) && inside > back + 3_000,
+        "grant {granted_at}, back to {back}, now {inside}"
+    );
+    let refused = locks
+        .xlock("job", "host-b", mongolock::LockDetails::default())
+        .await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.is_already_locked()),
+        "granted inside the hold after a force release: {refused:?}"
+    );
+    // The hold ends at grant + hold.
+    server.clock().advance(Duration::from_millis(2_100));
+    let next = locks
+        .xlock("job", "host-b", mongolock::LockDetails::default())
+        .await
+        .unwrap();
+    assert!(next.fencing_token() > grant.fencing_token());
+    locks.shutdown().await;
+}
+
 /// The operation time (the cluster time) a reply of `client` carries.
 async fn operation_time(client: &mongodb::Client) -> bson::Timestamp {
     client

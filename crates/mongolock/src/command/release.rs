@@ -471,14 +471,20 @@ pub(crate) async fn release_attempt(
 pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Document {
     let repeat = bson!({ "$in": [op, "$$t.nonce"] });
     let life_ms = schema::TOMBSTONE_MIN_LIFE.as_millis() as i64;
-    // The entry at `entry` after the break: its delay, or nothing.
+    // The entry at `entry` after the break: its delay, from now, or nothing. From its grant
+    // when the server's clock reads before it (stepped back past it): a let-go entry's
+    // delay is its minimum hold, which then stays as it is, in force until grant + hold
+    // (from `$$NOW`, it would end earlier by the stepped-back clock); a lease's delay then
+    // lasts longer, never shorter. (A missing or null `delayMs` is not greater than 0: they
+    // sort before numbers.)
     let delayed = |entry: &str| {
         let delay = format!("{entry}.{}", schema::DELAY_MS);
+        let from = bson!({ "$max": ["$$NOW", format!("{entry}.createdAt")] });
         bson!({ "$cond": [
-            { "$and": [{ "$gt": [{ "$ifNull": [&delay, 0] }, 0] }, expr::is_live(entry)] },
+            { "$and": [{ "$gt": [&delay, 0] }, expr::is_live(entry)] },
             { "$mergeObjects": [entry, { "expiresAt": {
                 // `$min` passes over null: an entry without TTL gets the delay's end.
-                "$min": [format!("{entry}.expiresAt"), { "$add": ["$$NOW", &delay] }],
+                "$min": [format!("{entry}.expiresAt"), { "$add": [from, &delay] }],
             }}]},
             null,
         ]})
