@@ -490,3 +490,74 @@ async fn a_stopped_primary_is_replaced_and_rejoins_as_a_secondary() {
     assert_eq!(on_old, 2);
     set.shutdown().await;
 }
+
+/// A `w: "majority"` wait on a primary that steps down fails as
+/// `replication_coordinator_impl.cpp` fails its replication waiters on a state change:
+/// `writeConcernError {code: 189 PrimarySteppedDown, errmsg: "Primary stepped down while
+/// waiting for replication"}`, labelled `RetryableWriteError` on a retryable write
+/// (`error_labels.cpp`: the write-concern error's code counts); the write itself stays, and
+/// the new primary caught up on it before taking writes (`src/mongo/db/repl/README.md`,
+/// "Transitioning to PRIMARY"). A forced step-down needs no caught-up secondary
+/// (`repl_set_commands.cpp`: `secondaryCatchUpPeriodSecs` is 0 with `force`).
+#[tokio::test]
+async fn a_majority_wait_ends_with_primary_stepped_down() {
+    let set = ReplicaSet::builder()
+        .members(3)
+        .election_timeout(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let primary = direct(&set, 0, false);
+    let db = primary.database("d");
+    db.collection::<Document>("c")
+        .insert_one(doc! {"_id": 0})
+        .await
+        .unwrap();
+    set.set_lag(1, Duration::from_secs(30));
+    set.set_lag(2, Duration::from_secs(30));
+    // An explicit session gives the command its lsid; the txnNumber is ours to choose.
+    let mut session = primary.start_session().await.unwrap();
+    let waiting = tokio::spawn({
+        let db = db.clone();
+        async move {
+            db.run_command(doc! {
+                "insert": "c", "documents": [{"_id": 1}],
+                "writeConcern": {"w": "majority"}, "txnNumber": 1_i64,
+            })
+            .session(&mut session)
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    direct(&set, 0, true)
+        .database("admin")
+        .run_command(doc! {"replSetStepDown": 30, "force": true})
+        .await
+        .unwrap();
+    let reply = waiting.await.unwrap().unwrap();
+    assert_eq!(reply.get_i32("n").unwrap(), 1, "{reply}");
+    let wce = reply.get_document("writeConcernError").unwrap();
+    assert_eq!(wce.get_i32("code").unwrap(), 189);
+    assert_eq!(wce.get_str("codeName").unwrap(), "PrimarySteppedDown");
+    assert_eq!(
+        wce.get_str("errmsg").unwrap(),
+        "Primary stepped down while waiting for replication"
+    );
+    let labels: Vec<&str> = reply
+        .get_array("errorLabels")
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .collect();
+    assert_eq!(labels, ["RetryableWriteError"]);
+    let new = set.wait_for_primary(Duration::from_secs(5)).await.unwrap();
+    assert_ne!(new, 0);
+    let on_new = direct(&set, new, true)
+        .database("d")
+        .collection::<Document>("c")
+        .count_documents(doc! {"_id": 1})
+        .await
+        .unwrap();
+    assert_eq!(on_new, 1);
+    set.shutdown().await;
+}

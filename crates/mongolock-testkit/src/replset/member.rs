@@ -347,17 +347,23 @@ impl SetShared {
         {
             return None;
         }
-        let newest = inner
+        // The electable member with the newest data runs; a voter refuses a candidate
+        // whose last applied optime is older than its own (README "Voter Perspective"), so
+        // it wins with the votes of the members no newer than itself.
+        let live = |m: &&MemberInner| m.up && !m.recovering;
+        let (index, candidate) = inner
             .members
             .iter()
-            .filter(|m| m.up && !m.recovering)
-            .map(|m| m.applied)
-            .max()?;
-        inner.members.iter().position(|m| {
-            m.up && !m.recovering
-                && m.applied == newest
-                && m.unelectable_until.is_none_or(|until| now >= until)
-        })
+            .enumerate()
+            .filter(|(_, m)| live(m) && m.unelectable_until.is_none_or(|until| now >= until))
+            .max_by_key(|(i, m)| (m.applied, std::cmp::Reverse(*i)))?;
+        let votes = inner
+            .members
+            .iter()
+            .filter(live)
+            .filter(|m| m.applied <= candidate.applied)
+            .count();
+        (votes >= self.majority()).then_some(index)
     }
 }
 
