@@ -18,22 +18,34 @@
 //!   lock id of its own, as the library's contract asks: a lock id belongs to one holder),
 //!   a paused client being one that takes no step while time passes, the server's clock
 //!   stepping forward or back (`$$NOW` follows the system clock; a step back excuses no
-//!   holder: the library reports no lease lost for it), an operator's force release.
+//!   holder: the library reports no lease lost for it), an operator's force release, `purge`
+//!   and `purge_abandoned_groups`, and the TTL index's deletion of an idle document.
 //!
 //! The lock-delay and the minimum hold are modelled in the scenarios that set them (an
 //! entry in force after its lease for its delay; one let go of within its hold in force
 //! until `createdAt + minHoldMs`, marked `letGoAt`, held by nobody whatever the server's
 //! clock reads: a step back before its grant does not give it back to its lock id, control
-//! (z)), and `purge_abandoned_groups` as an
-//! operator's call. Shared entries are modelled (the server's step for readers, writers and
+//! (z)). A force release after the let-go leaves a hold under way as it is, also after a
+//! step back of the clock past the grant (the library's promise since 224dfb8; control (ae)
+//! puts back the cut to `$$NOW + minHoldMs`; [`model::FORCE_RELEASE_ENDS_HOLDS`] switches to
+//! a force release that ends holds too), and force releases are in the steps back
+//! ([`scenarios::STEP_BACK_FORCE`]). `purge` (only entries out of force go),
+//! `purge_abandoned_groups` (the live leases of an abandoned group go too; a let-go entry
+//! makes no group abandoned) and the TTL index (a document whose `idleSince` is the
+//! retention past: every entry out of force, no tombstone; the retention taken as 0, the
+//! worst case; the fence kept, as the clock's floor on tokens keeps it) are operators' steps,
+//! judged by "a purge ends no live lease and no hold" ([`scenarios::purges`]). Shared entries are modelled (the server's step for readers, writers and
 //! semaphore permits, their caps; clients with guards of each kind in the scenarios "a
 //! reader and a writer" and "a semaphore of one / two permits, two holders", and the same
 //! with a lock-delay and a minimum hold, [`scenarios::shared_holds`]). Not modelled, besides what [`server`]
 //! leaves out of the document: the line (a writer's announcement, arrival order: it only
 //! adds terms to a grant's condition, so the model grants whatever the library grants, and
-//! more), sealing at the tombstone cap, the TTL index and `purge`, the unlock limit,
-//! clock-step detection (a forward step excuses the holders it may have cut short, a step
-//! back excuses nobody).
+//! more), sealing at the tombstone cap (the model's tombstones never lapse, and a run makes
+//! far fewer than the cap), the limit of 16 unlocks in flight per lock id, a client's
+//! `renew(lock_id)` (the server's step is modelled and in the conformance test; no model
+//! client calls it), clock-step detection (a forward step excuses the holders it may have
+//! cut short, a step back excuses nobody), the clock's floor on tokens (`$$NOW` in
+//! microseconds: a TTL deletion keeps the fence instead).
 //!
 //! Its properties are the promises of `docs/reliability.md` ([`model::PROPERTIES`]). Each
 //! bug found in the library so far can be put back ([`server::Bugs`], [`controls`]), and
@@ -101,19 +113,68 @@ pub mod scenarios {
 
     /// The scenarios checked with a backward step of the server's clock, for `cargo test`:
     /// those with a minimum hold at [`STEP_BACK`] (an entry let go of within its hold, read
-    /// at a clock stepped back before its grant), and two guards whose leases run out by
-    /// time at [`TIME`] with a step back (every lease lasts longer by the server's
-    /// reckoning; nobody is excused). A force release after a step back cuts the hold of a
-    /// let-go entry to `$$NOW + minHoldMs` (earlier, by the server's clock, than
-    /// `createdAt + minHoldMs`): "no grant inside a minimum hold", judged by the server's
-    /// clock, then fails once a forward step follows; the force release is the operator's,
-    /// the hold is kept a full hold from it in real time, so the bounds leave force releases
-    /// out of the steps back.
+    /// at a clock stepped back before its grant), two guards with a hold at
+    /// [`STEP_BACK_FORCE`] (a force release and a forward step besides), two guards whose
+    /// leases run out by time at [`TIME`] with a step back (every lease lasts longer by the
+    /// server's reckoning; nobody is excused), and [`forced_back`] (the known finding of a
+    /// force-released lease revived by a step back). A force release after a step back cuts
+    /// the hold of a let-go entry to `$$NOW + minHoldMs` (earlier, by the server's clock, than
+    /// `createdAt + minHoldMs`) with bug (ae) only: the library's counts the delay from the
+    /// grant then, and the hold stays whole.
     pub fn steps_back() -> Vec<Config> {
         vec![
             min_hold(STEP_BACK),
             guards_min_hold(STEP_BACK),
+            guards_min_hold(STEP_BACK_FORCE),
             handles(Bounds { backs: 1, ..TIME }),
+            forced_back(FORCED_BACK_BOUND),
+        ]
+    }
+
+    /// The bound of a force release after a step back of the server's clock, for `cargo
+    /// test`: a step back, a force release, a forward step, one attempt per client, a
+    /// timeout. Control (ae) is caught here in 9 steps (a let-go entry read after a step back
+    /// past its grant, force-released, its hold cut to `$$NOW + minHoldMs`, then a forward
+    /// step and a grant before `createdAt + minHoldMs`).
+    pub const STEP_BACK_FORCE: Bounds = Bounds {
+        backs: 1,
+        ..bounds([1, 1, 0, 1, 2, 0, 1, 1])
+    };
+
+    /// One client with guards, alone, every attempt with a lock-delay of a tick, an operator's
+    /// force release and a step back of the server's clock: the finding
+    /// [`FORCED_BACK`]'s (see [`findings::KNOWN`](crate::findings::KNOWN)).
+    pub fn forced_back(bounds: Bounds) -> Config {
+        Config {
+            name: FORCED_BACK,
+            clients: vec![Mode::Handle],
+            kinds: vec![Kind::Exclusive],
+            delay: 1,
+            ..handles(bounds)
+        }
+    }
+
+    /// [`forced_back`]'s name.
+    pub const FORCED_BACK: &str =
+        "a guard with a lock-delay, force-released, the clock stepping back";
+
+    /// The bound [`forced_back`] runs at in `cargo test`: three ticks, a timeout, a force
+    /// release, a step back.
+    pub const FORCED_BACK_BOUND: Bounds = Bounds {
+        backs: 1,
+        ..bounds([3, 1, 0, 1, 2, 0, 1, 0])
+    };
+
+    /// The purges at the small bounds, for `cargo test`: [`guards_purges`] at [`TIME`] with one
+    /// operator's call (a purge, the TTL index's deletion, or a force release), and at
+    /// [`HOLD_FAULTS`].
+    pub fn purges() -> Vec<Config> {
+        vec![
+            guards_purges(Bounds {
+                force_releases: 1,
+                ..TIME
+            }),
+            guards_purges(HOLD_FAULTS),
         ]
     }
 
@@ -156,6 +217,16 @@ pub mod scenarios {
             readers_writer_holds(holds),
             semaphore_holds(2, holds),
             guards_min_hold_restart(bounds([1, 2, 1, 1, 2, 1, 0, 0])),
+            guards_min_hold(Bounds {
+                attempts: 2,
+                ..STEP_BACK_FORCE
+            }),
+            guards_purges(bounds([3, 2, 0, 1, 2, 0, 1, 1])),
+            low_level_purges(bounds([3, 1, 0, 1, 2, 0, 1, 1])),
+            forced_back(Bounds {
+                backs: 1,
+                ..bounds([4, 2, 1, 1, 2, 1, 1, 1])
+            }),
         ]
     }
 
@@ -170,6 +241,7 @@ pub mod scenarios {
             delay: 0,
             min_hold: 0,
             purge_groups: false,
+            purges: false,
             bounds,
             bugs: Bugs::default(),
         }
@@ -205,6 +277,26 @@ pub mod scenarios {
                 vec![Mode::Handle],
                 bounds,
             )
+        }
+    }
+
+    /// [`guards_min_hold`], with an operator who may call `purge` and the TTL index, which
+    /// may delete the document once nothing in it is in force (the retention 0).
+    pub fn guards_purges(bounds: Bounds) -> Config {
+        Config {
+            name: "two guards with a minimum hold, purges and the TTL index",
+            purges: true,
+            ..guards_min_hold(bounds)
+        }
+    }
+
+    /// [`min_hold`] (a low-level client, `xlock` without TTL, and a guard), with an operator
+    /// who may call `purge` and the TTL index.
+    pub fn low_level_purges(bounds: Bounds) -> Config {
+        Config {
+            name: "a minimum hold, low-level calls, purges and the TTL index",
+            purges: true,
+            ..min_hold(bounds)
         }
     }
 
@@ -466,11 +558,30 @@ pub mod controls {
         control
     }
 
-    /// Every control, each with the smallest bound that shows it.
+    /// Every control, each with the smallest bound that shows it (control (ae) only where
+    /// a force release keeps a hold under way: [`model::FORCE_RELEASE_ENDS_HOLDS`] false).
     pub fn all() -> Vec<Control> {
+        let mut all = listed();
+        if !model::FORCE_RELEASE_ENDS_HOLDS {
+            all.push(control(
+                "(ae) a force release after a step back cuts a hold under way ($$NOW + hold)",
+                scenarios::guards_min_hold,
+                [1, 1, 0, 1, 2, 0, 1, 1],
+                |b| b.force_cuts_hold = true,
+                model::NO_GRANT_IN_HOLD,
+            ));
+            if let Some(last) = all.last_mut() {
+                last.config.bounds.backs = 1;
+            }
+        }
+        all
+    }
+
+    fn listed() -> Vec<Control> {
         use scenarios::{
-            guards_min_hold, guards_min_hold_restart, handles, keeper_alone, low_level, min_hold,
-            one_permit, purge_groups, readers_writer, readers_writer_holds, two_permits,
+            guards_min_hold, guards_min_hold_restart, guards_purges, handles, keeper_alone,
+            low_level, min_hold, one_permit, purge_groups, readers_writer, readers_writer_holds,
+            two_permits,
         };
         vec![
             control(
@@ -617,6 +728,34 @@ pub mod controls {
                 model::DEADLINE_BEFORE_EXPIRY,
             ),
             control(
+                "(t') purge_abandoned_groups takes a let-go entry for abandoned: a live lease ended",
+                purge_groups,
+                [2, 2, 0, 0, 1, 0, 1, 0],
+                |b| b.purge_takes_let_go = true,
+                model::PURGE_ENDS_NOTHING_IN_FORCE,
+            ),
+            control(
+                "(ac) a purge that reads an entry as expired at its lease's end (its hold purged)",
+                guards_purges,
+                [0, 1, 0, 0, 1, 0, 1, 0],
+                |b| b.purge_by_lease_end = true,
+                model::NO_GRANT_IN_HOLD,
+            ),
+            control(
+                "(ac') a purge that reads an entry as expired at its lease's end",
+                guards_purges,
+                [0, 1, 0, 0, 1, 0, 1, 0],
+                |b| b.purge_by_lease_end = true,
+                model::PURGE_ENDS_NOTHING_IN_FORCE,
+            ),
+            control(
+                "(ad) the TTL index's deletion restarts the fence (no clock floor on tokens)",
+                guards_purges,
+                [3, 2, 0, 0, 1, 0, 1, 0],
+                |b| b.ttl_resets_fence = true,
+                model::TOKENS_INCREASE,
+            ),
+            control(
                 "(u) a release_attempt of unknown outcome not owed (no settle)",
                 min_hold,
                 [0, 2, 0, 1, 2, 0, 0, 1],
@@ -690,7 +829,7 @@ pub mod controls {
 pub mod findings {
     /// (scenario, property) pairs the protocol is known to fail at the bounds checked.
     ///
-    /// None today. The findings pinned here before are fixed, in the library and in the
+    /// One today (the last below). The findings pinned here before are fixed, in the library and in the
     /// model, each with a control that puts it back: a late copy of `unlock` removing a grant
     /// of its lock id made after it was sent (control (m)); an `xlock` answered "already
     /// held" after a doubted `unlock`, its entry not naming the unlock (control (o), fixed in
@@ -728,7 +867,28 @@ pub mod findings {
     /// is not held again", "the local deadline comes before the server's expiry"), its local
     /// deadline counted from the lease's old end: where the hold is shorter than the TTL less
     /// the margin, another client could be granted at the hold's end while it believed.
-    pub const KNOWN: [(&str, &str); 0] = [];
+    ///
+    /// Found when force releases were put back into the steps back of the server's clock
+    /// (issue 40), at [`FORCED_BACK_BOUND`](crate::scenarios::FORCED_BACK_BOUND) of
+    /// [`forced_back`](crate::scenarios::forced_back), and open in the library: **a step back
+    /// of the server's clock revives a force-released lease that has a lock-delay**. A
+    /// force release keeps an entry with a lock-delay in force for the delay, its lease
+    /// ended (`expiresAt` becomes at most `$$NOW + delayMs`), and marks nothing; once the
+    /// server's clock steps back by more than the delay, `expiresAt > $$NOW + delayMs` reads
+    /// true again, so the holder's keeper (`keepalive::lease_query`) renews the lease it was
+    /// to lose (and `expr::holds` answers its lock id's next attempt "already held" with
+    /// it): the holder is never told, and goes on holding a lock the operator broke
+    /// ("revocation noticed within a TTL"). Nobody else is granted meanwhile (the entry is
+    /// held), so exclusion holds. The same cause as control (z) had for a let-go entry, and
+    /// the same remedy: a force-released entry marked (as `letGoAt` marks a let-go one),
+    /// which `expr::holds` and `lease_query` read as holding nothing whatever the clock
+    /// reads. The trace: granted at server time 3 (`expiresAt` 7, delay 1), force-released
+    /// at 3 (`expiresAt` 4), the clock steps back to 1, the keeper's renewal matches
+    /// (4 > 1 + 1) and sets `expiresAt` 5: the revoked guard's deadline moves on.
+    pub const KNOWN: [(&str, &str); 1] = [(
+        crate::scenarios::FORCED_BACK,
+        crate::model::REVOCATION_NOTICED,
+    )];
 
     /// Whether `property` failing in `scenario` is a known finding.
     pub fn is_known(scenario: &str, property: &str) -> bool {

@@ -26,6 +26,7 @@ fn main() {
             .chain(scenarios::shared_small())
             .chain(scenarios::steps_back())
             .chain(scenarios::shared_holds())
+            .chain(scenarios::purges())
             .collect()
     };
     let mut failed = false;

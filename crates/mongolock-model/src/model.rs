@@ -89,6 +89,10 @@ pub struct Config {
     /// An operator may call `purge_abandoned_groups` (counted with the force releases; only
     /// with a minimum hold, whose entries keep `createdAt`).
     pub purge_groups: bool,
+    /// An operator may call `purge`, and the TTL index may delete a document that has been
+    /// idle for the retention (both counted with the force releases; the retention is 0, the
+    /// worst case: a document is deleted as soon as nothing in it is in force).
+    pub purges: bool,
     /// The bounds.
     pub bounds: Bounds,
     /// The bugs put back (none: the library's protocol).
@@ -314,6 +318,10 @@ pub mod flag {
     /// was to keep the resource from everybody (an exclusive grant: from it, shares
     /// included).
     pub const GRANT_IN_HOLD: u16 = 32;
+    /// A purge, `purge_abandoned_groups` or the TTL index removed an entry in force (a live
+    /// lease, or an entry within its lock-delay or minimum hold) that the call is not
+    /// documented to end.
+    pub const PURGE_ENDED: u16 = 64;
 }
 
 /// The whole system.
@@ -376,6 +384,10 @@ pub enum Action {
     ForceRelease(Res),
     /// An operator calls `purge_abandoned_groups`.
     PurgeGroups,
+    /// An operator calls `purge`.
+    Purge,
+    /// The TTL index deletes a resource's document.
+    TtlDelete(Res),
     /// A client dies and restarts (a new keeper): under the same lock id with guards, under
     /// a new lock id of its own for the low-level calls.
     Kill(u8),
@@ -789,6 +801,29 @@ impl LockModel {
         }
     }
 
+    /// The entries in force at `now` (a live lease, or within its lock-delay or minimum
+    /// hold), as (resource, token).
+    fn in_force(state: &State, now: Time) -> Vec<(Res, Token)> {
+        (state.server.docs.iter().enumerate())
+            .flat_map(|(r, d)| {
+                (d.entries().filter(|e| e.is_live(now))).map(move |e| (r as Res, e.token))
+            })
+            .collect()
+    }
+
+    /// After a purge, `purge_abandoned_groups` or a deletion by the TTL index: every entry
+    /// in force before it (`in_force`) that the call is not documented to end (`documented`:
+    /// the live leases of an abandoned group) is still there.
+    fn judge_purge(state: &mut State, in_force: &[(Res, Token)], documented: &[(Res, Token)]) {
+        for &(r, token) in in_force {
+            if !documented.contains(&(r, token))
+                && !(state.server.docs[r as usize].entries()).any(|e| e.token == token)
+            {
+                state.flags |= flag::PURGE_ENDED;
+            }
+        }
+    }
+
     /// A new grant of `token` on `resource`: nobody else may believe it holds the resource,
     /// and the token must be above every earlier one.
     fn judge_grant(&self, state: &mut State, resource: Res, token: Token, to: u8) {
@@ -1159,6 +1194,19 @@ impl Model for LockModel {
         {
             actions.push(Action::PurgeGroups);
         }
+        if self.config.purges && state.forces < b.force_releases {
+            // Offered only where it removes something (a purge that removes nothing changes
+            // nothing but the count).
+            if !state.server.clone().purge(now, self.bugs()).is_empty() {
+                actions.push(Action::Purge);
+            }
+            for r in 0..self.config.resources {
+                let mut server = state.server.clone();
+                if server.ttl_delete(r, now, 0, self.bugs()).is_some() {
+                    actions.push(Action::TtlDelete(r));
+                }
+            }
+        }
         let room = self.room(state);
         for (i, c) in state.clients.iter().enumerate() {
             let i = i as u8;
@@ -1267,6 +1315,12 @@ impl Model for LockModel {
                 for e in s.server.docs[r as usize].entries() {
                     s.revoked.push((r, e.token, s.rt));
                 }
+                // With `FORCE_RELEASE_ENDS_HOLDS`, a force release ends everything on the
+                // resource, a hold under way included: a hold its holder let go into before it
+                // no longer keeps anybody out. A hold let go into after it is judged as any.
+                if FORCE_RELEASE_ENDS_HOLDS {
+                    s.quiet_until[r as usize] = 0;
+                }
                 s.server
                     .execute(&Request::ForceRelease { resource: r }, now, self.bugs());
             }
@@ -1276,10 +1330,27 @@ impl Model for LockModel {
                 // What the call is documented to end (live leases of an abandoned group,
                 // untold) is an operator's revocation; anything else it removes is not.
                 let documented = s.server.clone().purge_groups(now, &Bugs::default());
-                for (r, token) in documented {
+                let in_force = Self::in_force(s, now);
+                for &(r, token) in &documented {
                     s.revoked.push((r, token, s.rt));
                 }
                 s.server.purge_groups(now, self.bugs());
+                Self::judge_purge(s, &in_force, &documented);
+            }
+            Action::Purge => {
+                s.forces += 1;
+                let now = s.now();
+                // Documented to end nothing in force.
+                let in_force = Self::in_force(s, now);
+                s.server.purge(now, self.bugs());
+                Self::judge_purge(s, &in_force, &[]);
+            }
+            Action::TtlDelete(r) => {
+                s.forces += 1;
+                let now = s.now();
+                let in_force = Self::in_force(s, now);
+                s.server.ttl_delete(r, now, 0, self.bugs());
+                Self::judge_purge(s, &in_force, &[]);
             }
             Action::Kill(i) => {
                 s.kills += 1;
@@ -1547,6 +1618,9 @@ impl Model for LockModel {
                         })
                 })
             }),
+            Property::always(PURGE_ENDS_NOTHING_IN_FORCE, |_: &LockModel, s: &State| {
+                s.flags & flag::PURGE_ENDED == 0
+            }),
             Property::always(REVOCATION_NOTICED, |m: &LockModel, s: &State| {
                 s.clients.iter().all(|c| {
                     c.leases.iter().all(|l| {
@@ -1592,11 +1666,26 @@ pub const REVOCATION_NOTICED: &str = "revocation noticed within a TTL";
 /// new process knows nothing of its predecessor's unlocks).
 pub const UNLOCK_LEAVES_LATER: &str = "an unlock leaves its client's later grants";
 
+/// Whether an operator's force release ends a minimum hold under way (its holder let go of
+/// the grant before it), so that "no grant inside a minimum hold" does not judge a grant
+/// after it against that hold. False: the library promises that a force release or a purge
+/// after the let-go leaves the hold as it is, until `createdAt + minHoldMs` by the server's
+/// clock, also after a step back past the grant (`LockDetails::min_hold`, 224dfb8: its
+/// force release counts an entry's delay from the later of `$$NOW` and its grant), and
+/// control (ae) (the delay from `$$NOW` alone, which after a step back past the grant cuts
+/// the hold) is caught at [`STEP_BACK_FORCE`](crate::scenarios::STEP_BACK_FORCE). True: a
+/// force release ends everything on the resource, a hold included (a grant inside a hold let
+/// go into before a force release is excused; a force release before the let-go excuses
+/// nothing), and control (ae) is not checked.
+pub const FORCE_RELEASE_ENDS_HOLDS: bool = false;
+
 /// Nobody is granted a resource while an entry that was let go of within its minimum hold,
 /// or whose lease ended within its lock-delay, is to keep it from everybody (by the server's
 /// clock): a release, an `unlock` or a `release_attempt` of a granted attempt within the hold
 /// keeps the entry in force until `createdAt + minHoldMs`; a lease that ends without a release
-/// (by time, or a force release) keeps it for the delay.
+/// (by time, or a force release) keeps it for the delay. A force release after the let-go
+/// leaves the hold as it is (unless [`FORCE_RELEASE_ENDS_HOLDS`]: then a grant after it is
+/// not judged against that hold).
 pub const NO_GRANT_IN_HOLD: &str = "no grant inside a minimum hold or a lock-delay";
 /// A holder's local deadline comes before the server's expiry: while a guard believes it
 /// holds a lease, the server holds that very entry's lease (lock id and token), unless the
@@ -1612,8 +1701,18 @@ pub const DEADLINE_BEFORE_EXPIRY: &str = "the local deadline comes before the se
 /// server's clock before its grant (`LockDetails::min_hold`).
 pub const LET_GO_NOT_HELD_AGAIN: &str = "a grant let go of within its hold is not held again";
 
+/// A purge never ends a live lease, nor an entry in force for its lock-delay or let go of
+/// within its minimum hold: `purge` removes only entries out of force, the TTL index deletes
+/// only a document idle for the retention (every entry out of force), and
+/// `purge_abandoned_groups` ends besides only the live leases of an abandoned group (a lock
+/// id with an entry that expired without being let go of), never one its lock id took after
+/// that entry's lease ended, and never an entry let go of within its hold, which makes no
+/// group abandoned.
+pub const PURGE_ENDS_NOTHING_IN_FORCE: &str =
+    "a purge ends no live lease and no hold (but an abandoned group's)";
+
 /// Every property's name.
-pub const PROPERTIES: [&str; 12] = [
+pub const PROPERTIES: [&str; 13] = [
     EXCLUSION,
     CAP,
     LOSS_BEFORE_GRANT,
@@ -1626,6 +1725,7 @@ pub const PROPERTIES: [&str; 12] = [
     NO_GRANT_IN_HOLD,
     DEADLINE_BEFORE_EXPIRY,
     LET_GO_NOT_HELD_AGAIN,
+    PURGE_ENDS_NOTHING_IN_FORCE,
 ];
 
 /// A one-line picture of an entry, for traces.

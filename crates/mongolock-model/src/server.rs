@@ -494,6 +494,20 @@ pub struct Bugs {
     /// believes a lease the server holds for nobody (found by the model, fixed in the
     /// library's `lease_query`).
     pub keeper_ignores_let_go: bool,
+    /// (ac) `purge` (and the TTL index's `idleSince`) reads an entry as expired once its
+    /// lease has ended (`expiresAt` less `delayMs`): an entry within its lock-delay, or let go
+    /// of within its minimum hold, is purged (or its document deleted) while it is to keep
+    /// the resource from everybody.
+    pub purge_by_lease_end: bool,
+    /// (ad) The TTL index's deletion takes the fence with the document, and nothing
+    /// replaces it (before tokens were at least `$$NOW` in microseconds: a counter that
+    /// restarts at 1).
+    pub ttl_resets_fence: bool,
+    /// (ae) A force release keeps an entry with a lock-delay in force for its delay from
+    /// `$$NOW` alone: after a step back of the server's clock past the grant, an entry let go
+    /// of within its minimum hold (its hold as its delay) ends before `createdAt +
+    /// minHoldMs`.
+    pub force_cuts_hold: bool,
 }
 
 /// Whether the lease of `e` is live at `now` as the keeper's statements ask it
@@ -836,12 +850,22 @@ impl Server {
             }
             Request::ForceRelease { resource } => {
                 // Counts the leases it ended. An entry with a lock-delay, in force, stays in
-                // force for its delay from now (never longer than it was): its lease ends.
+                // force for its delay from now, or from its grant when the clock reads before
+                // it (stepped back past it), never longer than it was: its lease ends. An
+                // entry let go of within its minimum hold (its hold as its delay) so stays as
+                // it is, in force until `createdAt + minHoldMs` (from `$$NOW` after a step back
+                // past its grant it ended earlier, bug (ae)). The model keeps `createdAt` only
+                // for an entry with a minimum hold (0 for the others: from `$$NOW`, a shorter
+                // delay, which allows more).
                 let doc = &self.docs[resource as usize];
                 let ended = doc.entries().filter(|e| held(e, now, bugs)).count() as u8;
                 let delayed = |e: &Entry| {
                     (e.delay > 0 && e.is_live(now)).then(|| {
-                        let end = now + e.delay;
+                        let from = match bugs.force_cuts_hold {
+                            true => now,
+                            false => now.max(e.created_at),
+                        };
+                        let end = from + e.delay;
                         Entry {
                             expires_at: Some(e.expires_at.map_or(end, |at| at.min(end))),
                             ..e.clone()
@@ -887,8 +911,10 @@ impl Server {
                 if !doc.entries().any(|e| e.lock_id == l) {
                     continue;
                 }
+                // Every entry out of force goes, whoever's (conformance: the model took only
+                // the lock id's before), and the lock id's granted before its cut-off.
                 doc.map_entries(|e| {
-                    if e.lock_id == l && (!e.is_live(now) || e.created_at < cut) {
+                    if !e.is_live(now) || (e.lock_id == l && e.created_at < cut) {
                         removed.push((r as Res, e.token));
                         None
                     } else {
@@ -900,6 +926,69 @@ impl Server {
         // The expired entries elsewhere are of no group: dropped by the first statement that
         // meets them, or by the next acquire; they hold nothing either way.
         removed
+    }
+
+    /// `purge` at `now` (`command/purge.rs`, `run`), as one step: every entry no longer in
+    /// force goes (`expiresAt` not after `now`: an entry within its lock-delay, or let go of
+    /// within its minimum hold, stays), and nothing else. Returns what it removed, as
+    /// (resource, token). With bug [`Bugs::purge_by_lease_end`], an entry goes once its
+    /// lease has ended (`expiresAt` less `delayMs`), its delay or hold under way.
+    pub fn purge(&mut self, now: Time, bugs: &Bugs) -> Vec<(Res, Token)> {
+        let mut removed = vec![];
+        for (r, doc) in self.docs.iter_mut().enumerate() {
+            doc.map_entries(|e| {
+                let out = !e.is_live(now)
+                    || (bugs.purge_by_lease_end && e.lease_end().is_some_and(|end| end <= now));
+                if out {
+                    removed.push((r as Res, e.token));
+                    None
+                } else {
+                    Some(e.clone())
+                }
+            });
+        }
+        removed
+    }
+
+    /// The TTL index's deletion of `resource`'s document at `now`, if it is due: the
+    /// document is deleted `retention` after `idleSince` (`crate::schema`: the latest
+    /// `expiresAt` of its entries, null when one has no TTL, pushed to the end of its last
+    /// tombstone; the model's tombstones outlive every run, so a document with one is never
+    /// deleted). What it removed, as tokens; none: not due (a document without entries is
+    /// left: deleting it changes nothing the model reads). The fence survives: a grant's
+    /// token is at least `$$NOW` in microseconds, and the clock has moved on by the
+    /// retention since every token of the deleted document (`crate::schema`), unless bug
+    /// [`Bugs::ttl_resets_fence`]. With bug [`Bugs::purge_by_lease_end`], `idleSince` is
+    /// the latest lease end (the delays and holds left out).
+    pub fn ttl_delete(
+        &mut self,
+        resource: Res,
+        now: Time,
+        retention: Time,
+        bugs: &Bugs,
+    ) -> Option<Vec<Token>> {
+        let doc = &mut self.docs[resource as usize];
+        if !doc.tombstones.is_empty() || doc.entries().next().is_none() {
+            return None;
+        }
+        let mut idle_since = 0;
+        for e in doc.entries() {
+            let end = match bugs.purge_by_lease_end {
+                true => e.lease_end()?,
+                false => e.expires_at?,
+            };
+            idle_since = idle_since.max(end);
+        }
+        if idle_since + retention > now {
+            return None;
+        }
+        let removed = doc.entries().map(|e| e.token).collect();
+        let fence = if bugs.ttl_resets_fence { 0 } else { doc.fence };
+        *doc = Doc {
+            fence,
+            ..Doc::default()
+        };
+        Some(removed)
     }
 
     /// Renews every live entry of `lock_id` by `ttl`; with `never_shorten`, an entry that

@@ -320,7 +320,7 @@ fn millis_to_ticks(value: Option<&Bson>) -> Time {
 }
 
 /// Server steps with a bug put back, each of which some case must tell from the library.
-const MUTANTS: [(&str, Bugs); 7] = [
+const MUTANTS: [(&str, Bugs); 8] = [
     (
         "a release that ignores the keeper",
         Bugs {
@@ -367,6 +367,13 @@ const MUTANTS: [(&str, Bugs); 7] = [
         HELD_BY_TIME,
         Bugs {
             let_go_held: true,
+            ..NO_BUGS
+        },
+    ),
+    (
+        "a force release that counts a delay from $$NOW alone, cutting a hold under way",
+        Bugs {
+            force_cuts_hold: true,
             ..NO_BUGS
         },
     ),
@@ -419,6 +426,9 @@ const NO_BUGS: Bugs = Bugs {
     shared_release_takes_all: false,
     let_go_held: false,
     keeper_ignores_let_go: false,
+    purge_by_lease_end: false,
+    ttl_resets_fence: false,
+    force_cuts_hold: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -2155,5 +2165,211 @@ fn count(reply: &Document) -> u64 {
         Some(Bson::Int32(n)) => *n as u64,
         Some(Bson::Int64(n)) => *n as u64,
         _ => 0,
+    }
+}
+
+/// A document for the purge cases: an exclusive entry or up to two shared ones, of lock ids
+/// 0..=2 (the two documents of a case share them, so that a group spans both), live, expired,
+/// within a lock-delay or without TTL; with `holds` (the group purge, which reads
+/// `createdAt`: the model keeps it only for an entry with a minimum hold), each with a
+/// minimum hold, granted long before or just now, and some let go of within it (in force,
+/// or ended).
+fn purge_document(rng: &mut StdRng, holds: bool) -> Doc {
+    let entry = |rng: &mut StdRng, token: u8| {
+        let expires_at = [
+            Some(NOW + 2),
+            Some(NOW + 1),
+            Some(NOW - 2),
+            Some(NOW - 4),
+            None,
+        ][rng.random_range(0..5)];
+        let mut e = Entry {
+            lock_id: rng.random_range(0..3),
+            nonce: rng.random_range(0..3),
+            token,
+            keeper: [None, Some(1), Some(2)][rng.random_range(0..3)],
+            expires_at,
+            after_unlocks: Unlocks::NONE,
+            adopted: false,
+            created_at: 0,
+            delay: 0,
+            min_hold: 0,
+            let_go: false,
+        };
+        if expires_at.is_some() && rng.random_bool(0.4) {
+            e.delay = [1, 3][rng.random_range(0..2)];
+        }
+        if holds {
+            e.min_hold = [1, 2][rng.random_range(0..2)];
+            e.created_at = [NOW - 6, NOW - 1][rng.random_range(0..2)];
+            if rng.random_bool(0.35) {
+                // Let go of within its hold: in force until createdAt + minHoldMs.
+                e.let_go = true;
+                e.delay = e.min_hold;
+                e.expires_at = Some(e.created_at + e.min_hold);
+            }
+        }
+        e
+    };
+    let mut doc = Doc::default();
+    if rng.random_bool(0.5) {
+        doc.entry = Some(entry(rng, 3));
+    } else {
+        let first = entry(rng, 3);
+        let mut second = entry(rng, 4);
+        doc.shared.push(first);
+        if second.lock_id != doc.shared[0].lock_id && rng.random_bool(0.6) {
+            second.nonce = (doc.shared[0].nonce + 1) % 3;
+            doc.shared.push(second);
+        }
+        doc.cap = [None, Some(2)][rng.random_range(0..2)];
+    }
+    let top = doc.entries().map(|e| e.token).max().unwrap_or(3);
+    doc.fence = top + rng.random_range(0..2);
+    doc.tombstones = (0..3).filter(|_| rng.random_bool(0.15)).collect();
+    doc
+}
+
+/// `purge` and `purge_abandoned_groups` against the model's steps ([`Server::purge`],
+/// [`Server::purge_groups`]) on two seeded documents, and the `idleSince` the library
+/// writes against what the model's TTL index reads ([`Server::ttl_delete`]: the latest
+/// `expiresAt`); the mutants of controls (ac) (a purge by the lease's end) and (t) (a let-go
+/// entry taken for abandoned) must differ on some case.
+#[tokio::test]
+async fn purges_match_the_model() {
+    let server = TestServer::start().await.unwrap();
+    let locks = LockClient::new(server.client().database("model").collection("locks"));
+    let nonces = Nonces::learn(&locks).await;
+    set_base(&locks).await;
+    // A collection of their own: a purge reads every document.
+    let purges = LockClient::new(server.client().database("model").collection("purges"));
+    let ops = Ops {
+        ids: vec![ObjectId::new()],
+    };
+    let resources = ["p0", "p1"];
+    let mut rng = StdRng::seed_from_u64(40);
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for case in 0..120 {
+        let groups = case % 2 == 1;
+        let docs: Vec<Doc> = (0..2).map(|_| purge_document(&mut rng, groups)).collect();
+        for (resource, doc) in resources.iter().zip(&docs) {
+            seed(&purges, resource, doc, &nonces, &ops).await;
+        }
+        let mut model = Server { docs: docs.clone() };
+        let step = |server: &mut Server, bugs: &Bugs| match groups {
+            true => server.purge_groups(NOW, bugs),
+            false => server.purge(NOW, bugs),
+        };
+        let removed = step(&mut model, &Bugs::default());
+        let purged = match groups {
+            true => purges.purge_abandoned_groups().await.unwrap(),
+            false => purges.purge().await.unwrap(),
+        };
+        let now = server_now(&purges).await;
+        let mut real = vec![];
+        for resource in resources {
+            let stored = (purges.collection())
+                .find_one(doc! { "_id": resource })
+                .await
+                .unwrap();
+            // The TTL index reads `idleSince`: where every entry has a TTL and no tombstone
+            // pushes it, the model reads the latest `expiresAt`.
+            if let Some(Bson::DateTime(idle)) = stored.as_ref().and_then(|d| d.get("idleSince")) {
+                let projected = project(stored.clone(), &nonces, &ops, now);
+                let ends: Vec<Option<Time>> = projected.entries().map(|e| e.expires_at).collect();
+                if !ends.is_empty() && !ends.contains(&None) && projected.tombstones.is_empty() {
+                    let tick = NOW as i64
+                        + ((idle.timestamp_millis() - now.timestamp_millis()) as f64 / 1000.0)
+                            .round() as i64;
+                    let latest = ends.iter().flatten().max().copied().unwrap();
+                    assert_eq!(
+                        tick,
+                        i64::from(latest),
+                        "case {case}: idleSince of {resource} in {projected:?}"
+                    );
+                    *counts.entry("idleSince read".to_owned()).or_default() += 1;
+                }
+            }
+            real.push(project(stored, &nonces, &ops, now));
+        }
+        assert_eq!(
+            real,
+            model.docs,
+            "case {case}: {} on {docs:?}",
+            if groups {
+                "purge_abandoned_groups"
+            } else {
+                "purge"
+            }
+        );
+        let changed = (0..2).filter(|&r| real[r] != docs[r]).count() as u64;
+        // A purge counts the documents it changed; a group purge its statements' changes
+        // (a document two groups touch counts twice).
+        match groups {
+            false => assert_eq!(purged.resources(), changed, "case {case}: the count"),
+            true => assert!(purged.resources() >= changed, "case {case}: the count"),
+        }
+        let name = if groups { "groups" } else { "purge" };
+        *counts.entry(format!("{name}: cases")).or_default() += 1;
+        if !removed.is_empty() {
+            *counts
+                .entry(format!("{name}: removed something"))
+                .or_default() += 1;
+        }
+        // What decides: an entry in force that stays (within its delay or hold), a live
+        // lease a group purge ends, a let-go entry that makes no group.
+        let kept = |pick: fn(&Entry) -> bool| {
+            (0..2).any(|r| {
+                (docs[r].entries())
+                    .any(|e| pick(e) && real[r].entries().any(|k| k.token == e.token))
+            })
+        };
+        if kept(|e| e.is_live(NOW) && !e.holds_by_time(NOW)) {
+            *counts
+                .entry(format!("{name}: kept within a delay or hold"))
+                .or_default() += 1;
+        }
+        if groups
+            && removed.iter().any(|&(r, t)| {
+                docs[r as usize]
+                    .entries()
+                    .any(|e| e.token == t && e.is_live(NOW))
+            })
+        {
+            *counts
+                .entry("groups: ended a live lease".to_owned())
+                .or_default() += 1;
+        }
+        let mutant = match groups {
+            true => Bugs {
+                purge_takes_let_go: true,
+                ..NO_BUGS
+            },
+            false => Bugs {
+                purge_by_lease_end: true,
+                ..NO_BUGS
+            },
+        };
+        let mut other = Server { docs: docs.clone() };
+        step(&mut other, &mutant);
+        if other.docs != real {
+            *counts.entry(format!("{name}: mutant differs")).or_default() += 1;
+        }
+    }
+    println!("{counts:#?}");
+    for needed in [
+        "purge: removed something",
+        "purge: kept within a delay or hold",
+        "purge: mutant differs",
+        "groups: removed something",
+        "groups: ended a live lease",
+        "groups: kept within a delay or hold",
+        "groups: mutant differs",
+        "idleSince read",
+    ] {
+        assert!(
+            counts.contains_key(needed),
+            "no case of {needed}: {counts:#?}"
+        );
     }
 }
