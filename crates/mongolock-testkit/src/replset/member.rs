@@ -687,11 +687,11 @@ impl Replica {
             }));
         }
         if admitted.is_some_and(|term| term != inner.term || !primary) {
-            // Admitted on the primary, and the state changed before it could run.
-            return Err(CommandError::new(
-                11602,
-                "operation was interrupted because of a replica set state change",
-            ));
+            // Admitted on the primary, and the state changed before it could run: killed
+            // with the state change's code; the message is the one every killed operation
+            // gets (`OperationContext::checkForInterruptNoAssert`,
+            // `src/mongo/db/operation_context.cpp`).
+            return Err(CommandError::new(11602, "operation was interrupted"));
         }
         Err(CommandError::new(10107, "not primary"))
     }
@@ -1021,7 +1021,10 @@ mod tests {
             .write_intent("insert", &doc! {}, admitted)
             .err()
             .unwrap();
-        assert_eq!(interrupted.code, 11602);
+        assert_eq!(
+            (interrupted.code, interrupted.errmsg.as_str()),
+            (11602, "operation was interrupted")
+        );
         set.elect(1);
         assert_eq!(set.term(), 2);
         let later = primary.admitted_term();
