@@ -561,3 +561,56 @@ async fn a_majority_wait_ends_with_primary_stepped_down() {
     assert_eq!(on_new, 1);
     set.shutdown().await;
 }
+
+/// A primary stopped with a `w: 1` write no other member applied: the others elect a new
+/// primary without it (the write is not on it), and the old primary, restarted, has a
+/// history that diverged. mongod would roll it back (`src/mongo/db/repl/README.md`,
+/// "Rollback"), which is not emulated yet: it stays neither primary nor secondary
+/// (`hello` says `secondary: false`, drivers type it RSOther) and refuses reads with
+/// `NotPrimaryOrSecondary` (13436) "node is recovering", as
+/// `service_entry_point_common.cpp` does for a recovering member.
+#[tokio::test]
+async fn a_restarted_primary_whose_writes_were_lost_is_recovering() {
+    let set = ReplicaSet::builder()
+        .members(3)
+        .election_timeout(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let primary = direct(&set, 0, false);
+    let coll = primary.database("d").collection::<Document>("c");
+    coll.insert_one(doc! {"_id": 0}).await.unwrap();
+    set.set_lag(1, Duration::from_secs(30));
+    set.set_lag(2, Duration::from_secs(30));
+    coll.insert_one(doc! {"_id": 1})
+        .with_options(
+            mongodb::options::InsertOneOptions::builder()
+                .write_concern(WriteConcern::nodes(1))
+                .build(),
+        )
+        .await
+        .unwrap();
+    set.stop(0);
+    let new = set.wait_for_primary(Duration::from_secs(5)).await.unwrap();
+    assert_ne!(new, 0);
+    let on_new = direct(&set, new, true)
+        .database("d")
+        .collection::<Document>("c")
+        .count_documents(doc! {})
+        .await
+        .unwrap();
+    assert_eq!(on_new, 1, "the w:1 write was only on the stopped primary");
+    set.restart(0);
+    let reply = hello(&set, 0).await;
+    assert!(!reply.get_bool("isWritablePrimary").unwrap());
+    assert!(!reply.get_bool("secondary").unwrap());
+    let error = direct(&set, 0, true)
+        .database("d")
+        .collection::<Document>("c")
+        .find_one(doc! {})
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&error), 13436, "{error}");
+    assert!(error.to_string().contains("node is recovering"));
+    set.shutdown().await;
+}

@@ -627,7 +627,8 @@ impl Replica {
     ///
     /// # Errors
     ///
-    /// 10107 `NotWritablePrimary` or 13435 `NotPrimaryNoSecondaryOk`.
+    /// 10107 `NotWritablePrimary`, 13435 `NotPrimaryNoSecondaryOk`, or 13436
+    /// `NotPrimaryOrSecondary` on a member that is neither.
     pub fn check_command(&self, name: &str, cmd: &Document) -> Result<()> {
         if self.is_primary() {
             return Ok(());
@@ -652,6 +653,11 @@ impl Replica {
                     13435,
                     "not primary and secondaryOk=false",
                 ));
+            }
+            // Neither primary nor secondary (its history needs a rollback): mongod refuses
+            // with `NotPrimaryOrSecondary` (13436), "node is recovering".
+            if self.set.inner.lock().members[self.index].recovering {
+                return Err(CommandError::new(13436, "node is recovering"));
             }
         }
         Ok(())
