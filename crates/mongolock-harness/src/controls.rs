@@ -31,6 +31,7 @@
 //! | step shown, ignored | A's grant runs, the server's clock steps 3 s forward, another write of A's client shows the step, then the grant's reply is read (held back by a relay); A's renewals are dropped and it believes its send plus the TTL (6 s, less margin and uncertainty) as if the step had not been shown, while B is granted at the server's earlier end | (3) loss noticed before next grant |
 //! | step back, let-go entry renewed | three hosts run a job every second under lock ids they keep, with a 600 ms minimum hold; after the first job lets go, the server's clock steps back past its grant (by the hold, the time since the grant and 100–400 ms); that host renews its lock id with the old time-only test of a holding entry (`expiresAt` ahead of `$$NOW` plus `delayMs`, sent raw), which renews the let-go entry, and runs its job again under the old grant inside its hold | (10) resumed lease keeps its token, old incarnation learns (a lease given back after its release returned `Ok`) |
 //! | step back taken for a loss | A holds a mutex (TTL 3 s); the server's clock steps back 900 ms; A sees the clock go back and reports its lease lost (as by its local deadline), while its keeper goes on renewing it for 2.2 s and the server keeps it (`controls::false_loss`; the library as it is keeps the lease and shows nothing) | (S13) no loss reported while the server keeps the lease |
+//! | restarted holder adopts its let-go entry | a job's holder (fixed lock id, 1.5 s minimum hold) lets go and dies, its release held 600 ms on the wire; its restarted process, 300 ms away, asks under the same lock id; once the release has landed and marked the entry let go, it adopts the entry with the keepalive's lease query of before `1e762e7` (no `letGoAt: {$exists: false}`, sent raw) and works under the old grant past the hold's end, while a contender waiting in line is granted when the hold ends (`controls::adoption`; the library as it is sends its adoption, adopts nothing and is granted anew) | (1) exclusion |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
@@ -55,6 +56,7 @@ use crate::observers::{self, QUIET};
 use crate::oracle::{self, ServerCheck};
 use crate::workload::{COLLECTION, DB};
 
+mod adoption;
 mod clock_step;
 mod false_loss;
 mod late_writes;
@@ -129,7 +131,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the twenty-seven controls, each on a fresh emulator.
+/// Runs the twenty-eight controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -158,17 +160,18 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
     ];
-    // These five mostly wait (a timeout, a minimum hold, a lease after a clock step, periods
-    // of a job, a lease through a step back), each on an emulator of its own: side by side,
-    // they add seconds rather than a dozen.
-    let (stuck, outside, step, back, taken) = tokio::join!(
+    // These six mostly wait (a timeout, a minimum hold, a lease after a clock step, periods
+    // of a job, a lease through a step back, a hold after a late release), each on an
+    // emulator of its own: side by side, they add seconds rather than a dozen.
+    let (stuck, outside, step, back, taken, adopted) = tokio::join!(
         owed_release::stuck_lock_id(),
         line::own_entry_outside_line(),
         clock_step::step_ignored(),
         step_back::step_back_renewed(),
-        false_loss::step_back_taken_for_loss()
+        false_loss::step_back_taken_for_loss(),
+        adoption::adopted_let_go_entry()
     );
-    all.extend([stuck?, outside?, step?, back?, taken?]);
+    all.extend([stuck?, outside?, step?, back?, taken?, adopted?]);
     Ok(all)
 }
 

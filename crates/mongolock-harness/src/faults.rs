@@ -88,7 +88,7 @@ pub const MIX: [(FaultKind, u32); 23] = [
 ];
 
 /// The harness's own faults, with their weights in the mix (beside [`MIX`]).
-pub const EXTRA_MIX: [(ExtraFault, u32); 7] = [
+pub const EXTRA_MIX: [(ExtraFault, u32); 8] = [
     (ExtraFault::LateRequest, 3),
     (ExtraFault::DropAfterGrant, 3),
     (ExtraFault::ReleaseFailsThenResume, 3),
@@ -96,6 +96,7 @@ pub const EXTRA_MIX: [(ExtraFault, u32); 7] = [
     (ExtraFault::LateUnlock, 3),
     (ExtraFault::ClockStepInFlight, 6),
     (ExtraFault::StepBackUnderHold, 4),
+    (ExtraFault::AdoptionRace, 2),
 ];
 
 /// One pick from the mix.
@@ -671,6 +672,14 @@ impl Injector {
                     return false;
                 };
                 fleet.slots[i].ctl.go_for_next(Target::StepBack);
+            }
+            ExtraFault::AdoptionRace => {
+                // The client carries it out as its next target (see the workload's
+                // `adoption` submodule).
+                let Some(&i) = live.choose(&mut self.rng) else {
+                    return false;
+                };
+                fleet.slots[i].ctl.go_for_next(Target::Adoption);
             }
             ExtraFault::LateUnlock => {
                 // The client goes for a group next and arms the fault as its first round is

@@ -71,11 +71,17 @@ pub enum ExtraFault {
     /// lease back inside its hold (the workload's `step_back` submodule). Recorded as
     /// carried out only if the clock read before the grant with the let-go entry in force.
     StepBackUnderHold,
+    /// A client's holder with a minimum hold lets go and dies, its release held on the wire;
+    /// its restarted process asks under the same lock id before the release lands, 300 ms
+    /// away, and sends its adoption after: it must not adopt the let-go entry (the workload's
+    /// `adoption` submodule). Recorded as carried out only if the release ran late and the
+    /// adoption was sent.
+    AdoptionRace,
 }
 
 impl ExtraFault {
     /// Every kind, in report order.
-    pub const ALL: [ExtraFault; 7] = [
+    pub const ALL: [ExtraFault; 8] = [
         ExtraFault::LateRequest,
         ExtraFault::DropAfterGrant,
         ExtraFault::ReleaseFailsThenResume,
@@ -83,6 +89,7 @@ impl ExtraFault {
         ExtraFault::LateUnlock,
         ExtraFault::ClockStepInFlight,
         ExtraFault::StepBackUnderHold,
+        ExtraFault::AdoptionRace,
     ];
 
     /// The name in the report.
@@ -95,6 +102,7 @@ impl ExtraFault {
             ExtraFault::LateUnlock => "unlock delivered late, same lock id asks again",
             ExtraFault::ClockStepInFlight => "server clock step while a grant's reply is held",
             ExtraFault::StepBackUnderHold => "server clock back past a let-go grant in its hold",
+            ExtraFault::AdoptionRace => "restarted holder's adoption races its late release",
         }
     }
 
@@ -109,6 +117,7 @@ impl ExtraFault {
                 FaultKind::BlockConnection
             }
             ExtraFault::ReleaseFailsThenResume => FaultKind::StepDownError,
+            ExtraFault::AdoptionRace => FaultKind::BlockConnection,
             ExtraFault::MultiUnknown => FaultKind::WriteConcernError,
             ExtraFault::ClockStepInFlight | ExtraFault::StepBackUnderHold => FaultKind::Latency,
         }

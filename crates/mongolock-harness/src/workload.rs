@@ -93,6 +93,7 @@ use rand::{Rng, SeedableRng};
 use crate::history::{ExtraFault, FaultKind};
 use crate::history::{GuardLog, HolderLog, Mode, PauseLog, Recorder, WriteLog};
 
+pub mod adoption;
 mod group;
 mod hold;
 mod line;
@@ -166,6 +167,42 @@ pub struct Workload {
     /// minimum hold, if any (the `step_back` submodule; the injector sends a client for one:
     /// [`ExtraFault::StepBackUnderHold`]).
     pub step_back: Option<StepBackHold>,
+    /// A restarted holder's adoption racing its dead process's late release, if any (the
+    /// `adoption` submodule; the injector sends a client for one:
+    /// [`ExtraFault::AdoptionRace`]).
+    pub adoption: Option<AdoptionRace>,
+}
+
+/// A holder with a minimum hold lets go and dies, its release late on the wire, and its
+/// restarted process asks under the same lock id before the release lands (the `adoption`
+/// submodule); its resource is among [`Workload::resources`] but no other target's.
+#[derive(Debug, Clone)]
+pub struct AdoptionRace {
+    /// The resource (a mutex).
+    pub resource: String,
+    /// The TTL of the job's lock.
+    pub ttl: Duration,
+    /// Its minimum hold.
+    pub hold: Duration,
+    /// How long the first process's release is held on the wire.
+    pub late: Duration,
+    /// The latency each way between the restarted process and the server.
+    pub far: Duration,
+}
+
+impl AdoptionRace {
+    /// The race on `resource`: a 3 s TTL, a 1.5 s hold, the release 600 ms late, the
+    /// restarted process 300 ms away each way (its attempt runs before the release lands,
+    /// its adoption after).
+    pub fn on(resource: &str) -> Self {
+        AdoptionRace {
+            resource: resource.to_owned(),
+            ttl: Duration::from_secs(3),
+            hold: Duration::from_millis(1_500),
+            late: Duration::from_millis(600),
+            far: Duration::from_millis(300),
+        }
+    }
 }
 
 /// Periodic jobs with a minimum hold on several hosts, each under a lock id of its own that
@@ -291,6 +328,9 @@ pub enum Target {
     /// A step of the server's clock back past a let-go grant in its minimum hold, with jobs
     /// on several hosts ([`Workload::step_back`]).
     StepBack,
+    /// A restarted holder's adoption racing its dead process's late release
+    /// ([`Workload::adoption`]).
+    Adoption,
 }
 
 impl Target {
@@ -300,9 +340,11 @@ impl Target {
             Target::Resource(resource, _) | Target::Election(resource) => vec![resource.clone()],
             Target::Group(pool) | Target::Multi(pool) => pool.clone(),
             Target::Pair(pair) => pair.iter().map(|(resource, _)| resource.clone()).collect(),
-            Target::Periodic | Target::OwnEntry | Target::ClockStep(_) | Target::StepBack => {
-                Vec::new()
-            }
+            Target::Periodic
+            | Target::OwnEntry
+            | Target::ClockStep(_)
+            | Target::StepBack
+            | Target::Adoption => Vec::new(),
         }
     }
 }
@@ -323,7 +365,8 @@ impl Workload {
     /// uncertainty) is held back. And it steps back past the grant of a job's lock let
     /// go of within its minimum hold (600 ms), by the hold, the time since the grant and
     /// 100–400 ms more, while three hosts run a job on `h0` every second under lock ids they
-    /// keep.
+    /// keep. And a restarted holder's adoption races its dead process's late release on `a0`
+    /// ([`AdoptionRace::on`]).
     pub fn standard() -> Self {
         Workload {
             clients: 6,
@@ -353,6 +396,7 @@ impl Workload {
                 ("q0".into(), Mode::Exclusive),
                 ("c0".into(), Mode::Exclusive),
                 ("h0".into(), Mode::Exclusive),
+                ("a0".into(), Mode::Exclusive),
             ],
             steps: (2, 5),
             step_ms: (40, 200),
@@ -399,6 +443,7 @@ impl Workload {
                 periods: 3,
                 beyond_ms: (100, 400),
             }),
+            adoption: Some(AdoptionRace::on("a0")),
         }
     }
 
@@ -420,6 +465,7 @@ impl Workload {
             || self.is_own_entry(resource)
             || (self.clock_steps.as_ref()).is_some_and(|c| c.resource == resource)
             || (self.step_back.as_ref()).is_some_and(|s| s.resource == resource)
+            || (self.adoption.as_ref()).is_some_and(|a| a.resource == resource)
     }
 
     /// The lock-delay of `resource`'s holders, if it has one ([`Workload::lock_delays`]).
@@ -511,7 +557,8 @@ impl Workload {
                 | Target::Periodic
                 | Target::OwnEntry
                 | Target::ClockStep(_)
-                | Target::StepBack => None,
+                | Target::StepBack
+                | Target::Adoption => None,
             })
             .collect()
     }
@@ -706,11 +753,15 @@ impl ClientCtl {
     }
 
     /// Asks the worker to go for `target` next (a contender for what a fault may free); a
-    /// clock step it was sent for ([`Target::ClockStep`], [`Target::StepBack`]) is not
-    /// replaced.
+    /// clock step or adoption race it was sent for ([`Target::ClockStep`],
+    /// [`Target::StepBack`], [`Target::Adoption`]) is not replaced.
     pub fn go_for_next(&self, target: Target) {
         let mut next = lock(&self.next_target);
-        if !matches!(*next, Some(Target::ClockStep(_) | Target::StepBack)) {
+        let kept = matches!(
+            *next,
+            Some(Target::ClockStep(_) | Target::StepBack | Target::Adoption)
+        );
+        if !kept {
             *next = Some(target);
         }
     }
@@ -877,6 +928,7 @@ impl Fleet {
             periodic_first: index < 2 && slot.incarnation == 1,
             own_entry_first: index == 2 && slot.incarnation == 1,
             step_back_first: index == 3 && slot.incarnation == 1,
+            adoption_first: index == 4 && slot.incarnation == 1,
             contender: None,
             clock: self.clock.clone(),
             stepping: self.stepping.clone(),
@@ -1002,6 +1054,10 @@ impl Fleet {
                 }
                 Some(Target::StepBack) => {
                     let kind = ExtraFault::StepBackUnderHold;
+                    self.recorder.extra(kind, slot.index, "not carried out");
+                }
+                Some(Target::Adoption) => {
+                    let kind = ExtraFault::AdoptionRace;
                     self.recorder.extra(kind, slot.index, "not carried out");
                 }
                 _ => {}
@@ -1140,6 +1196,9 @@ struct Worker {
     /// Its first pick is a step back under a hold ([`Workload::step_back`]; the first
     /// incarnation of client 3: every run has one, besides those the injector sends for).
     step_back_first: bool,
+    /// Its first pick is an adoption race ([`Workload::adoption`]; the first incarnation of
+    /// client 4: every run has one, besides those the injector sends for).
+    adoption_first: bool,
     /// The slot's second client, for the scenarios that need another client of the slot
     /// (the `line` submodule), made at its first use.
     contender: Option<LockClient>,
@@ -1178,6 +1237,8 @@ impl Worker {
             } else if self.workload.step_back.is_some() && std::mem::take(&mut self.step_back_first)
             {
                 Target::StepBack
+            } else if self.workload.adoption.is_some() && std::mem::take(&mut self.adoption_first) {
+                Target::Adoption
             } else if self.workload.own_entry.is_some()
                 && (std::mem::take(&mut self.own_entry_first)
                     || self.rng.random_bool(self.workload.own_entry_share))
@@ -1221,6 +1282,7 @@ impl Worker {
                 Target::OwnEntry => self.own_entry_line(locks).await,
                 Target::ClockStep(forward) => self.clock_step(locks, forward).await,
                 Target::StepBack => self.step_back().await,
+                Target::Adoption => self.adoption_race().await,
             };
             if let Held::Killed = held {
                 return Exit::Killed;

@@ -21,13 +21,13 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     );
     assert_eq!(
         report.controls.len(),
-        27,
-        "twenty-seven negative controls ran"
+        28,
+        "twenty-eight negative controls ran"
     );
     assert_eq!(
         report.controls_caught(),
-        27,
-        "controls caught: {}/27",
+        28,
+        "controls caught: {}/28",
         report.controls_caught()
     );
     assert!(report.passed());
@@ -56,6 +56,10 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     assert!(
         mongolock_harness::workload::step_back::carried_out(&run.extras) > 0,
         "the server's clock went back past a let-go entry's grant in its hold"
+    );
+    assert!(
+        mongolock_harness::workload::adoption::carried_out(&run.extras) > 0,
+        "a restarted process sent its adoption after its dead process's late release landed"
     );
     for role in mongolock_harness::history::Role::ALL {
         let grants = run.outcome.by_role.get(&role).map_or(0, |c| c.grants);
