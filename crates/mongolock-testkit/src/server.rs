@@ -199,14 +199,18 @@ impl TestServerBuilder {
         });
         let accept = tokio::spawn(accept_loop(listener, state.clone()));
         let ttl = tokio::spawn(ttl_monitor(state.clone()));
-        let mut server = TestServer {
+        let server = TestServer {
             addr,
             state,
             shutdown: shutdown_tx,
             tasks: vec![accept, ttl],
-            client: None,
+            client: std::sync::OnceLock::new(),
         };
-        server.client = Some(server.new_client());
+        // A replica-set member's shared client is made on first use: each would monitor
+        // the whole set.
+        if server.state.replica.is_none() {
+            let _ = server.client.set(server.new_client());
+        }
         Ok(server)
     }
 }
@@ -230,7 +234,7 @@ pub struct TestServer {
     state: Arc<ServerState>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    client: Option<mongodb::Client>,
+    client: std::sync::OnceLock<mongodb::Client>,
 }
 
 impl TestServer {
@@ -270,10 +274,7 @@ impl TestServer {
 
     /// A driver client connected to this server, shared by every caller.
     pub fn client(&self) -> mongodb::Client {
-        match &self.client {
-            Some(client) => client.clone(),
-            None => self.new_client(),
-        }
+        self.client.get_or_init(|| self.new_client()).clone()
     }
 
     /// A new driver client with its own connection pool.

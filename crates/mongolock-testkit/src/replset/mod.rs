@@ -240,7 +240,9 @@ impl ReplicaSet {
         self.servers.is_empty()
     }
 
-    /// Member `index`'s server (its address, a client connected to it alone, its clock).
+    /// Member `index`'s server: its address and clock. Its [`TestServer::client`] is seeded
+    /// with this member and names the set, so it discovers and uses the whole set; for this
+    /// member alone connect with `directConnection=true` to [`TestServer::addr`].
     ///
     /// # Panics
     ///
