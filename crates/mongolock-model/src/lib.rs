@@ -34,14 +34,17 @@
 //! makes no group abandoned) and the TTL index (a document whose `idleSince` is the
 //! retention past: every entry out of force, no tombstone; the retention taken as 0, the
 //! worst case; the fence kept, as the clock's floor on tokens keeps it) are operators' steps,
-//! judged by "a purge ends no live lease and no hold" ([`scenarios::purges`]). Shared entries are modelled (the server's step for readers, writers and
+//! judged by "a purge ends no live lease and no hold" ([`scenarios::purges`]). The limit of
+//! doubted unlocks an attempt carries (16 per lock id in the library, 1 in
+//! [`scenarios::unlock_limit`]): an attempt past it is refused before it is sent (control
+//! (af) sends it with the first ones only). Shared entries are modelled (the server's step for readers, writers and
 //! semaphore permits, their caps; clients with guards of each kind in the scenarios "a
 //! reader and a writer" and "a semaphore of one / two permits, two holders", and the same
 //! with a lock-delay and a minimum hold, [`scenarios::shared_holds`]). Not modelled, besides what [`server`]
 //! leaves out of the document: the line (a writer's announcement, arrival order: it only
 //! adds terms to a grant's condition, so the model grants whatever the library grants, and
 //! more), sealing at the tombstone cap (the model's tombstones never lapse, and a run makes
-//! far fewer than the cap), the limit of 16 unlocks in flight per lock id, a client's
+//! far fewer than the cap), a client's
 //! `renew(lock_id)` (the server's step is modelled and in the conformance test; no model
 //! client calls it), clock-step detection (a forward step excuses the holders it may have
 //! cut short, a step back excuses nobody), the clock's floor on tokens (`$$NOW` in
@@ -227,6 +230,7 @@ pub mod scenarios {
                 backs: 1,
                 ..bounds([4, 2, 1, 1, 2, 1, 1, 1])
             }),
+            unlock_limit(bounds([1, 4, 1, 3, 2, 1, 0, 0])),
         ]
     }
 
@@ -242,6 +246,7 @@ pub mod scenarios {
             min_hold: 0,
             purge_groups: false,
             purges: false,
+            unlock_limit: None,
             bounds,
             bugs: Bugs::default(),
         }
@@ -452,6 +457,25 @@ pub mod scenarios {
         config("one keeper, two resources", 2, vec![Mode::Handle], bounds)
     }
 
+    /// The limits at the small bounds, for `cargo test`: [`unlock_limit`] with three
+    /// attempts, two timeouts, the library's repeat of an unlock and a tick.
+    pub fn limits() -> Vec<Config> {
+        vec![unlock_limit(bounds([1, 3, 1, 2, 2, 0, 0, 0]))]
+    }
+
+    /// A low-level client alone (`xlock` without TTL, `unlock`) under an unlock limit of
+    /// one (the library's 16 doubted unlocks per lock id, scaled down): with two unlocks of
+    /// unknown outcome it makes no attempt until one is answered.
+    pub fn unlock_limit(bounds: Bounds) -> Config {
+        Config {
+            name: "a low-level client under the unlock limit",
+            clients: vec![Mode::LowLevel],
+            kinds: vec![Kind::Exclusive],
+            unlock_limit: Some(1),
+            ..low_level(bounds)
+        }
+    }
+
     /// A low-level client (`xlock` without TTL, `unlock`) and a client with guards.
     pub fn low_level(bounds: Bounds) -> Config {
         config(
@@ -581,7 +605,7 @@ pub mod controls {
         use scenarios::{
             guards_min_hold, guards_min_hold_restart, guards_purges, handles, keeper_alone,
             low_level, min_hold, one_permit, purge_groups, readers_writer, readers_writer_holds,
-            two_permits,
+            two_permits, unlock_limit,
         };
         vec![
             control(
@@ -754,6 +778,13 @@ pub mod controls {
                 [3, 2, 0, 0, 1, 0, 1, 0],
                 |b| b.ttl_resets_fence = true,
                 model::TOKENS_INCREASE,
+            ),
+            control(
+                "(af) an attempt past the unlock limit carries the first doubted unlocks only",
+                unlock_limit,
+                [0, 3, 0, 2, 2, 0, 0, 0],
+                |b| b.unlock_limit_truncates = true,
+                model::UNLOCK_LEAVES_LATER,
             ),
             control(
                 "(u) a release_attempt of unknown outcome not owed (no settle)",

@@ -27,6 +27,7 @@ fn main() {
             .chain(scenarios::steps_back())
             .chain(scenarios::shared_holds())
             .chain(scenarios::purges())
+            .chain(scenarios::limits())
             .collect()
     };
     let mut failed = false;

@@ -93,6 +93,11 @@ pub struct Config {
     /// idle for the retention (both counted with the force releases; the retention is 0, the
     /// worst case: a document is deleted as soon as nothing in it is in force).
     pub purges: bool,
+    /// The most doubted unlocks of its lock id an attempt carries (the library's 16,
+    /// `unlocks::MAX_DOUBTED_UNLOCKS`, scaled down): a low-level client that doubts more makes
+    /// no attempt (the library refuses it before sending) until some are answered. None: no
+    /// limit (a run makes at most [`Unlocks::CAPACITY`] calls, far fewer than 16).
+    pub unlock_limit: Option<u8>,
     /// The bounds.
     pub bounds: Bounds,
     /// The bugs put back (none: the library's protocol).
@@ -522,10 +527,23 @@ impl LockModel {
             nonce,
             keeper: handle.then(|| self.keeper(client, state)),
             ttl: handle.then_some(self.config.ttl),
-            after_unlocks: state.clients[client as usize].doubted,
+            after_unlocks: match self.config.unlock_limit {
+                Some(limit) if self.bugs().unlock_limit_truncates => {
+                    state.clients[client as usize].doubted.first(limit)
+                }
+                _ => state.clients[client as usize].doubted,
+            },
             delay: self.config.delay,
             min_hold: self.config.min_hold,
         }
+    }
+
+    /// Whether `client` may send an attempt under the unlock limit: it doubts no more
+    /// unlocks than the limit (unless bug (af), which sends it with the first ones).
+    fn within_unlock_limit(&self, state: &State, client: u8) -> bool {
+        self.bugs().unlock_limit_truncates
+            || (self.config.unlock_limit)
+                .is_none_or(|limit| state.clients[client as usize].doubted.len() <= limit)
     }
 
     fn chore_request(&self, state: &State, client: u8, chore: &Chore) -> Request {
@@ -1266,7 +1284,11 @@ impl Model for LockModel {
                 Mode::LowLevel => {
                     for r in 0..self.config.resources {
                         let holds = c.held.iter().any(|&(h, _, _)| h == r);
-                        if !holds && c.attempts < b.attempts && self.settled(state, i, r) {
+                        if !holds
+                            && c.attempts < b.attempts
+                            && self.settled(state, i, r)
+                            && self.within_unlock_limit(state, i)
+                        {
                             actions.push(Action::Xlock(i, r));
                         }
                         if holds && self.config.min_hold > 0 {

@@ -67,6 +67,16 @@ impl Unlocks {
         self.0 == 0
     }
 
+    /// How many calls it names.
+    pub const fn len(self) -> u8 {
+        self.0.count_ones() as u8
+    }
+
+    /// Its first `n` calls (by operation id).
+    pub fn first(self, n: u8) -> Unlocks {
+        (self.ops().take(n as usize)).fold(Unlocks::NONE, |set, op| set.union(Unlocks::of(op)))
+    }
+
     /// The calls it names, in order.
     pub fn ops(self) -> impl Iterator<Item = UnlockOp> {
         (0..Self::CAPACITY).filter(move |&op| self.contains(op))
@@ -508,6 +518,10 @@ pub struct Bugs {
     /// of within its minimum hold (its hold as its delay) ends before `createdAt +
     /// minHoldMs`.
     pub force_cuts_hold: bool,
+    /// (af) An attempt of a lock id whose client doubts more unlocks than the limit
+    /// (`unlocks::MAX_DOUBTED_UNLOCKS`) is sent with the first of them only, instead of
+    /// being refused: a late copy of an unlock it leaves out removes its grant.
+    pub unlock_limit_truncates: bool,
 }
 
 /// Whether the lease of `e` is live at `now` as the keeper's statements ask it

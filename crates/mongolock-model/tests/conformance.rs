@@ -429,6 +429,7 @@ const NO_BUGS: Bugs = Bugs {
     purge_by_lease_end: false,
     ttl_resets_fence: false,
     force_cuts_hold: false,
+    unlock_limit_truncates: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's

@@ -35,6 +35,7 @@ fn small() -> Vec<Config> {
     .chain(scenarios::steps_back())
     .chain(scenarios::shared_holds())
     .chain(scenarios::purges())
+    .chain(scenarios::limits())
     .collect()
 }
 
