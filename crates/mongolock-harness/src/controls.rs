@@ -27,6 +27,7 @@
 //! | late unlock | a holder on the low-level API unlocks its lock id (a copy of the unlock delayed in the network) and is granted the resource again under it; the late copy lands and removes the new grant's entry (written directly, as an unlock that spares nothing granted after it), and another client is granted while the holder believes | (1) exclusion |
 //! | hold forgotten | a periodic job's holder with a 2 s minimum hold works 100 ms and lets go; its release removes the entry outright (written directly, as a library without minimum holds releases), and another host's timer, firing 150 ms later, is granted the job at once | (S12) no grant inside a minimum hold |
 //! | stuck lock id | a job under a fixed lock id drops its guard inside a runtime that then ends (its background release never runs); the same client asks again with `acquire_timeout(1 s)` and, as before `be7e380`, first waits for the release it owes, which never comes | (11) calls return within their timeout |
+//! | later attempt unbounded | a waiter written against the low-level API (`xlock` under its lock id, again every 50 ms until its 1 s deadline, each attempt awaited to its end) whose later attempt is held 4 s on the wire by its proxy: bounded only by its command time limit (3 s), as a waiting call's later attempt (or the withdrawal of a grant that came too late) was before `c9b00e8`/`e715c59`, it returns seconds past its timeout (`controls::late_attempt`; the library's `acquire_timeout` through the same fault returns within it) | (11) calls return within their timeout |
 //! | own entry outside the line | host A's job (a fixed lock id, a 2 s minimum hold) lets go at once and asks again; as before the fix, it does not join the line while its own entry is in force and asks again outside it (`try_acquire`), and host B, in line from 1.2 s, is served first at the hold's end | (S9) waiters served in line order (a waiter whose own entry was in force, outside the line) |
 //! | step shown, ignored | A's grant runs, the server's clock steps 3 s forward, another write of A's client shows the step, then the grant's reply is read (held back by a relay); A's renewals are dropped and it believes its send plus the TTL (6 s, less margin and uncertainty) as if the step had not been shown, while B is granted at the server's earlier end | (3) loss noticed before next grant |
 //! | step back, let-go entry renewed | three hosts run a job every second under lock ids they keep, with a 600 ms minimum hold; after the first job lets go, the server's clock steps back past its grant (by the hold, the time since the grant and 100–400 ms); that host renews its lock id with the old time-only test of a holding entry (`expiresAt` ahead of `$$NOW` plus `delayMs`, sent raw), which renews the let-go entry, and runs its job again under the old grant inside its hold | (10) resumed lease keeps its token, old incarnation learns (a lease given back after its release returned `Ok`) |
@@ -59,6 +60,7 @@ use crate::workload::{COLLECTION, DB};
 mod adoption;
 mod clock_step;
 mod false_loss;
+mod late_attempt;
 mod late_writes;
 mod line;
 mod owed_release;
@@ -131,7 +133,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the twenty-eight controls, each on a fresh emulator.
+/// Runs the twenty-nine controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -160,18 +162,20 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
     ];
-    // These six mostly wait (a timeout, a minimum hold, a lease after a clock step, periods
-    // of a job, a lease through a step back, a hold after a late release), each on an
-    // emulator of its own: side by side, they add seconds rather than a dozen.
-    let (stuck, outside, step, back, taken, adopted) = tokio::join!(
+    // These seven mostly wait (a timeout, a minimum hold, a lease after a clock step, periods
+    // of a job, a lease through a step back, a hold after a late release, a command time
+    // limit), each on an emulator of its own: side by side, they add seconds rather than a
+    // dozen.
+    let (stuck, outside, step, back, taken, adopted, late) = tokio::join!(
         owed_release::stuck_lock_id(),
         line::own_entry_outside_line(),
         clock_step::step_ignored(),
         step_back::step_back_renewed(),
         false_loss::step_back_taken_for_loss(),
-        adoption::adopted_let_go_entry()
+        adoption::adopted_let_go_entry(),
+        late_attempt::unbounded_later_attempt()
     );
-    all.extend([stuck?, outside?, step?, back?, taken?, adopted?]);
+    all.extend([stuck?, outside?, step?, back?, taken?, adopted?, late?]);
     Ok(all)
 }
 

@@ -21,13 +21,13 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     );
     assert_eq!(
         report.controls.len(),
-        28,
-        "twenty-eight negative controls ran"
+        29,
+        "twenty-nine negative controls ran"
     );
     assert_eq!(
         report.controls_caught(),
-        28,
-        "controls caught: {}/28",
+        29,
+        "controls caught: {}/29",
         report.controls_caught()
     );
     assert!(report.passed());

@@ -84,7 +84,9 @@
 //! **Calls within their timeout** (11): an acquire call given a timeout (`acquire_timeout`
 //! and the like: [`AcquireCall::timeout`]) returns within it (+ [`CALL_SLACK`]), whatever
 //! its client owes for the lock id (a release a dropped guard never sent, a withdrawal): a
-//! debt that cannot be paid must not hold the call. A call during which its client was
+//! debt that cannot be paid must not hold the call, and neither may a slow reply: a later
+//! attempt on the wire, or the withdrawal of a grant that came too late, is cut at the
+//! call's deadline, not left to the command time limit. A call during which its client was
 //! paused (its thread stopped) is excused.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
