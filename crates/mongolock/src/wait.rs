@@ -410,32 +410,19 @@ fn acquire_span(request: &AcquireRequest) -> tracing::Span {
     )
 }
 
+/// The attempt loop of one acquire call (see the module's steps): each attempt's outcome is
+/// one named step of [`Waiter`], which says whether the call is done, attempts again at
+/// once, or sleeps until a change or a timer before the next attempt.
 async fn acquire_in_span(
     client: &LockClient,
-    mut request: AcquireRequest,
+    request: AcquireRequest,
     timing: LeaseTiming,
     wait: Wait,
     earlier: &[Turn],
 ) -> Result<Option<Reached>> {
-    let started = Instant::now();
     let timing = timing.with_uncertainty(client.clock_uncertainty())?;
-    let shared = client.shared();
-    // Chores left where no runtime ran (a guard or an acquire dropped on a plain thread)
-    // start now at the latest.
-    shared.keeper.resume_chores();
-    request.keeper = Some(shared.keeper.id.clone());
-    // Only a call that will wait joins the resource's line: a single attempt (or a call with
-    // no time left to wait) must not keep anybody out.
-    let no_time = wait
-        .deadline()
-        .is_some_and(|deadline| deadline <= Instant::now());
-    if matches!(wait, Wait::Once) || no_time {
-        request.announce = None;
-    }
-    let resource = request.resource.clone();
-    let kind = request.kind;
-    let announce = request.announce;
-
+    let request = joining_the_line(client, request, wait);
+    let (kind, resource) = (request.kind, request.resource.clone());
     // Local waiters on one resource take turns.
     let gate = match wait {
         Wait::Once => None,
@@ -453,201 +440,327 @@ async fn acquire_in_span(
     };
     let mut changes = match wait {
         Wait::Once => None,
-        _ => Some(shared.wakeups.subscribe(&resource)),
+        _ => Some(client.shared().wakeups.subscribe(&resource)),
     };
-
-    let mut pending = Pending::new(client, request.clone());
-    // This call's place in line, kept by the client while it waits (see `crate::places`).
-    let mut in_line: Option<crate::places::Held> = None;
-    let mut backoff = FIRST_BACKOFF;
-    // A single attempt is sent once more, at once, after a failure that repeating can fix.
-    let mut repeated_once = false;
-    // When this call's first attempt was sent: a place in line it holds was made to last from
-    // then at the earliest (a later attempt leaves the place as it is).
-    let mut first_sent: Option<Instant> = None;
+    let mut waiter = Waiter::new(client, request, timing, wait);
     loop {
         // The call's first attempt is made to the end, whatever its timeout (as a single
         // attempt is); a later one is cut short at the deadline.
-        let first = first_sent.is_none();
-        let Some((sent_at, outcome)) = send(client, &mut pending, wait, first).await else {
+        let first = waiter.first_sent.is_none();
+        let Some((sent_at, outcome)) = send(client, &mut waiter.pending, wait, first).await else {
             // Out of time while a release or withdrawal this client owes for the lock id
             // was still on its way: nothing was sent.
             observe::timed_out(kind);
             return Ok(None);
         };
-        let in_line_from = *first_sent.get_or_insert(sent_at.at);
-        let contention = match outcome {
-            Ok(Attempt::Granted(grant)) => {
-                let lease = Lease::new(
-                    grant,
-                    timing.ttl,
-                    timing.margin,
-                    timing.every,
-                    sent_at,
-                    shared.keeper.clock().clone(),
-                )
-                .following(client.server_clock().clone())
-                // The grant may be an earlier copy's, found by this one.
-                .first_sent(pending.first_sent.unwrap_or(sent_at.at));
-                // A copy of this attempt had an unknown outcome: it may still reach the
-                // server, so the release must retire the attempt too.
-                let lease = Arc::new(if pending.uncertain {
-                    lease.retiring()
-                } else {
-                    lease
-                });
-                if lease.is_lost() {
-                    // The reply came back after the lease's own deadline: not trusted.
-                    // Withdraw it, then try again as a new attempt if there is time.
-                    tracing::debug!(resource = %resource, "grant arrived too late to trust");
-                    match withdraw(client, &pending.request, wait).await {
-                        Ok(true) => {}
-                        // Out of time, or failed: `pending` withdraws it in the background
-                        // from here on; the next attempt would find the lock id still
-                        // holding the resource.
-                        Ok(false) => {
-                            observe::timed_out(kind);
-                            return Ok(None);
-                        }
-                        Err(error) => {
-                            observe::timed_out(kind);
-                            return Err(error);
-                        }
-                    }
-                    pending.settled();
-                    let out_of_time = match wait {
-                        Wait::Once => true,
-                        Wait::Until(deadline) => Instant::now() >= deadline,
-                        Wait::Forever => false,
-                    };
-                    if out_of_time {
-                        observe::timed_out(kind);
-                        return Ok(None);
-                    }
-                    pending = Pending::new(client, request.clone().nonce(Nonce::new()));
-                    continue;
-                }
-                let key = shared.keeper.add(lease.clone());
-                pending.settled();
-                observe::acquired(kind, started.elapsed());
-                tracing::debug!(
-                    resource = %resource, kind = %kind, token = lease.grant.fencing_token(),
-                    waited = ?started.elapsed(), "lease acquired"
-                );
-                return Ok(Some(Reached::Lease(LockGuard::new(
-                    client.clone(),
-                    lease,
-                    key,
-                ))));
-            }
-            Ok(Attempt::Contended(contention)) => {
-                pending.refused();
-                // In line: the client keeps the place from now on, until this call ends.
-                if let (None, Some(life), Some(_)) =
-                    (&in_line, announce, contention.place_in_line())
-                {
-                    // Back from this attempt by now, at the latest.
-                    in_line = Some(shared.places.hold(
-                        Place {
-                            resource: resource.clone(),
-                            lock_id: pending.request.lock_id.clone(),
-                            life,
-                        },
-                        in_line_from,
-                        Instant::now() + life,
-                    ));
-                }
-                // Waiting for its turn only: reached when its place heads the line and
-                // nobody holds the resource.
-                if request.turn_only
-                    && contention.place_in_line() == Some(0)
-                    && contention.holder_count() == 0
-                    && let Some(in_line) = in_line.take()
-                {
-                    return Ok(Some(Reached::Turn(Box::new(Turn { pending, in_line }))));
-                }
-                contention
-            }
-            Ok(Attempt::AlreadyHeld(grant)) => {
-                // Settled, unless a copy of this attempt had an unknown outcome: that copy may
-                // still land and grant, so `pending` withdraws it when it goes (the withdrawal
-                // matches this attempt's nonce, never the entry resumed here).
-                if !pending.uncertain {
-                    pending.settled();
-                }
-                // This lock id holds the resource from before: its holder restarted, and
-                // resumes its lease.
-                let failure = match resume(client, grant, &timing, &request.details, sent_at).await
-                {
-                    Ok(Some(lease)) => {
-                        let key = shared.keeper.add(lease.clone());
-                        observe::acquired(kind, started.elapsed());
-                        tracing::info!(
-                            resource = %resource, kind = %kind,
-                            token = lease.grant.fencing_token(), "lease resumed"
-                        );
-                        return Ok(Some(Reached::Lease(LockGuard::new(
-                            client.clone(),
-                            lease,
-                            key,
-                        ))));
-                    }
-                    // It ended meanwhile, or too little of it is left to trust.
-                    Ok(None) => None,
-                    // Whether the adoption landed is unknown: the next attempt finds the lease
-                    // again, and adopting it again is harmless (it names the same keeper).
-                    Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
-                        tracing::warn!(
-                            %error, resource = %resource, retry_in = ?backoff,
-                            "could not resume the lease; trying again"
-                        );
-                        Some(error)
-                    }
-                    Err(error) => return Err(error),
-                };
-                // A new attempt, after a pause.
-                if matches!(wait, Wait::Once) || !sleep_within(jitter(backoff), wait).await {
-                    observe::timed_out(kind);
-                    return failure.map_or(Ok(None), Err);
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                pending = Pending::new(client, request.clone().nonce(Nonce::new()));
-                continue;
-            }
+        let in_line_from = *waiter.first_sent.get_or_insert(sent_at.at);
+        let step = match outcome {
+            Ok(Attempt::Granted(grant)) => waiter.granted(grant, sent_at).await,
+            Ok(Attempt::Contended(contention)) => waiter.contended(contention, in_line_from),
+            Ok(Attempt::AlreadyHeld(grant)) => waiter.already_held(grant, sent_at).await,
             Ok(other) => {
-                pending.settled();
-                return other.into_result().map(|_| None);
+                waiter.pending.settled();
+                Step::Done(other.into_result().map(|_| None))
             }
-            // As every write is repeated once (see `Context::write`), but here, where
-            // `pending` knows of the copy whose outcome is unknown: the same attempt, so if
-            // that copy got through the server says so, and never grants it twice.
-            Err(error) if error.is_retryable() && matches!(wait, Wait::Once) && !repeated_once => {
-                repeated_once = true;
-                tracing::debug!(%error, resource = %resource, "attempt failed; sending it again");
-                continue;
+            Err(error) => waiter.failed(error).await,
+        };
+        let contention = match step {
+            Step::Done(result) => return result,
+            Step::Again => continue,
+            Step::Turn(in_line) => {
+                let pending = waiter.pending;
+                return Ok(Some(Reached::Turn(Box::new(Turn { pending, in_line }))));
             }
-            Err(error) if error.is_retryable() && !matches!(wait, Wait::Once) => {
-                // The same attempt is sent again: if the first got through, the server says
-                // so; it is never granted twice.
-                tracing::warn!(
-                    %error, resource = %resource, retry_in = ?backoff,
-                    "attempt failed; trying again (the wait goes on while the server is unreachable)"
-                );
-                let pause = jitter(backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                if !sleep_within(pause, wait).await {
-                    observe::timed_out(kind);
-                    return Err(error);
-                }
-                continue;
-            }
-            Err(error) => return Err(error),
+            Step::Sleep(contention) => contention,
         };
         let Some(changes) = changes.as_mut() else {
             return Ok(None);
         };
-        // How long until the server could decide otherwise, and how long to sleep at most.
-        let streaming = shared.wakeups.availability() == Availability::Streaming;
+        let sleep = waiter.sleep_after(&contention);
+        waiter.keep_places(sleep, earlier);
+        if !sleep_or_wake(changes, sleep, wait, contention.holder_count()).await {
+            // Slept to the deadline without a change: give up.
+            observe::timed_out(kind);
+            tracing::debug!(
+                resource = %resource, waited = ?waiter.started.elapsed(), "gave up waiting"
+            );
+            return Ok(None);
+        }
+    }
+}
+
+/// `request` as this call sends it: renewed by this client's keeper, and joining the
+/// resource's line only if the call will wait (a single attempt, or a call with no time left
+/// to wait, must not keep anybody out).
+fn joining_the_line(
+    client: &LockClient,
+    mut request: AcquireRequest,
+    wait: Wait,
+) -> AcquireRequest {
+    let shared = client.shared();
+    // Chores left where no runtime ran (a guard or an acquire dropped on a plain thread)
+    // start now at the latest.
+    shared.keeper.resume_chores();
+    request.keeper = Some(shared.keeper.id.clone());
+    let no_time = wait
+        .deadline()
+        .is_some_and(|deadline| deadline <= Instant::now());
+    if matches!(wait, Wait::Once) || no_time {
+        request.announce = None;
+    }
+    request
+}
+
+/// What an attempt's outcome leaves the call to do.
+enum Step {
+    /// The call returns this.
+    Done(Result<Option<Reached>>),
+    /// Attempt again at once (the attempt to send is in [`Waiter::pending`]).
+    Again,
+    /// The turn this call waited for (see [`wait_turn`]): its place in line.
+    Turn(crate::places::Held),
+    /// Refused: sleep until a change or a timer, then attempt again.
+    Sleep(crate::attempt::Contention),
+}
+
+/// The state of one acquire call between its attempts.
+struct Waiter<'a> {
+    client: &'a LockClient,
+    /// The call's request; each new attempt is a copy with a fresh nonce.
+    request: AcquireRequest,
+    timing: LeaseTiming,
+    wait: Wait,
+    started: Instant,
+    /// The attempt being sent (the same nonce each time until it is settled).
+    pending: Pending,
+    /// This call's place in line, kept by the client while it waits (see `crate::places`).
+    in_line: Option<crate::places::Held>,
+    backoff: Duration,
+    /// A single attempt is sent once more, at once, after a failure that repeating can fix.
+    repeated_once: bool,
+    /// When this call's first attempt was sent: a place in line it holds was made to last
+    /// from then at the earliest (a later attempt leaves the place as it is).
+    first_sent: Option<Instant>,
+}
+
+impl<'a> Waiter<'a> {
+    fn new(
+        client: &'a LockClient,
+        request: AcquireRequest,
+        timing: LeaseTiming,
+        wait: Wait,
+    ) -> Self {
+        Waiter {
+            client,
+            pending: Pending::new(client, request.clone()),
+            request,
+            timing,
+            wait,
+            started: Instant::now(),
+            in_line: None,
+            backoff: FIRST_BACKOFF,
+            repeated_once: false,
+            first_sent: None,
+        }
+    }
+
+    /// The next attempt is a new one (a fresh nonce): the last was withdrawn or settled.
+    fn new_attempt(&mut self) {
+        self.pending = Pending::new(self.client, self.request.clone().nonce(Nonce::new()));
+    }
+
+    /// The call gives up: out of time, or failed with `result`.
+    fn give_up<T>(&self, result: Result<Option<T>>) -> Result<Option<T>> {
+        observe::timed_out(self.request.kind);
+        result
+    }
+
+    /// Granted: the lease starts from the attempt's send, `sent_at`, and its guard is
+    /// returned. A grant whose reply came after the lease's own deadline is not trusted: it
+    /// is withdrawn, and a new attempt follows if there is time.
+    async fn granted(&mut self, grant: Grant, sent_at: Stamp) -> Step {
+        let shared = self.client.shared();
+        let timing = self.timing;
+        let lease = Lease::new(
+            grant,
+            timing.ttl,
+            timing.margin,
+            timing.every,
+            sent_at,
+            shared.keeper.clock().clone(),
+        )
+        .following(self.client.server_clock().clone())
+        // The grant may be an earlier copy's, found by this one.
+        .first_sent(self.pending.first_sent.unwrap_or(sent_at.at));
+        // A copy of this attempt had an unknown outcome: it may still reach the server, so
+        // the release must retire the attempt too.
+        let lease = Arc::new(if self.pending.uncertain {
+            lease.retiring()
+        } else {
+            lease
+        });
+        if lease.is_lost() {
+            return self.too_late().await;
+        }
+        let key = shared.keeper.add(lease.clone());
+        self.pending.settled();
+        let (kind, waited) = (self.request.kind, self.started.elapsed());
+        observe::acquired(kind, waited);
+        tracing::debug!(
+            resource = %self.request.resource, kind = %kind,
+            token = lease.grant.fencing_token(), ?waited, "lease acquired"
+        );
+        Step::Done(Ok(Some(Reached::Lease(LockGuard::new(
+            self.client.clone(),
+            lease,
+            key,
+        )))))
+    }
+
+    /// The grant's reply came back after the lease's own deadline: not trusted. It is
+    /// withdrawn, then a new attempt follows if there is time.
+    async fn too_late(&mut self) -> Step {
+        tracing::debug!(resource = %self.request.resource, "grant arrived too late to trust");
+        match withdraw(self.client, &self.pending.request, self.wait).await {
+            Ok(true) => {}
+            // Out of time, or failed: `pending` withdraws it in the background from here on;
+            // the next attempt would find the lock id still holding the resource.
+            Ok(false) => return Step::Done(self.give_up(Ok(None))),
+            Err(error) => return Step::Done(self.give_up(Err(error))),
+        }
+        self.pending.settled();
+        let out_of_time = match self.wait {
+            Wait::Once => true,
+            Wait::Until(deadline) => Instant::now() >= deadline,
+            Wait::Forever => false,
+        };
+        if out_of_time {
+            return Step::Done(self.give_up(Ok(None)));
+        }
+        self.new_attempt();
+        Step::Again
+    }
+
+    /// Refused: the first refusal that gives the call a place in line makes the client keep
+    /// that place from then on, until the call ends. A call waiting for its turn only has
+    /// reached it when its place heads the line and nobody holds the resource.
+    fn contended(&mut self, contention: crate::attempt::Contention, in_line_from: Instant) -> Step {
+        self.pending.refused();
+        if let (None, Some(life), Some(_)) = (
+            &self.in_line,
+            self.request.announce,
+            contention.place_in_line(),
+        ) {
+            // Back from this attempt by now, at the latest.
+            self.in_line = Some(self.client.shared().places.hold(
+                Place {
+                    resource: self.request.resource.clone(),
+                    lock_id: self.pending.request.lock_id.clone(),
+                    life,
+                },
+                in_line_from,
+                Instant::now() + life,
+            ));
+        }
+        if self.request.turn_only
+            && contention.place_in_line() == Some(0)
+            && contention.holder_count() == 0
+            && let Some(in_line) = self.in_line.take()
+        {
+            return Step::Turn(in_line);
+        }
+        Step::Sleep(contention)
+    }
+
+    /// This lock id holds the resource from before (its holder restarted): the lease is
+    /// resumed. If it ended meanwhile, or the adoption failed in a way a retry can fix, a
+    /// new attempt follows after a pause.
+    async fn already_held(&mut self, grant: Grant, sent_at: Stamp) -> Step {
+        // Settled, unless a copy of this attempt had an unknown outcome: that copy may still
+        // land and grant, so `pending` withdraws it when it goes (the withdrawal matches
+        // this attempt's nonce, never the entry resumed here).
+        if !self.pending.uncertain {
+            self.pending.settled();
+        }
+        let resumed = resume(
+            self.client,
+            grant,
+            &self.timing,
+            &self.request.details,
+            sent_at,
+        );
+        let failure = match resumed.await {
+            Ok(Some(lease)) => {
+                let key = self.client.shared().keeper.add(lease.clone());
+                observe::acquired(self.request.kind, self.started.elapsed());
+                tracing::info!(
+                    resource = %self.request.resource, kind = %self.request.kind,
+                    token = lease.grant.fencing_token(), "lease resumed"
+                );
+                return Step::Done(Ok(Some(Reached::Lease(LockGuard::new(
+                    self.client.clone(),
+                    lease,
+                    key,
+                )))));
+            }
+            // It ended meanwhile, or too little of it is left to trust.
+            Ok(None) => None,
+            // Whether the adoption landed is unknown: the next attempt finds the lease again,
+            // and adopting it again is harmless (it names the same keeper).
+            Err(error) if error.is_retryable() && !matches!(self.wait, Wait::Once) => {
+                tracing::warn!(
+                    %error, resource = %self.request.resource, retry_in = ?self.backoff,
+                    "could not resume the lease; trying again"
+                );
+                Some(error)
+            }
+            Err(error) => return Step::Done(Err(error)),
+        };
+        // A new attempt, after a pause.
+        if matches!(self.wait, Wait::Once) || !sleep_within(jitter(self.backoff), self.wait).await {
+            return Step::Done(self.give_up(failure.map_or(Ok(None), Err)));
+        }
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        self.new_attempt();
+        Step::Again
+    }
+
+    /// The attempt failed. One that repeating can fix is sent again, the same attempt (if
+    /// the first copy got through, the server says so, and never grants it twice): a single
+    /// attempt once more at once (as every write is repeated once, see `Context::write`, but
+    /// here, where `pending` knows of the copy whose outcome is unknown), a waiting one after
+    /// a backoff, for as long as the wait allows.
+    async fn failed(&mut self, error: Error) -> Step {
+        if !error.is_retryable() {
+            return Step::Done(Err(error));
+        }
+        if matches!(self.wait, Wait::Once) {
+            if self.repeated_once {
+                return Step::Done(Err(error));
+            }
+            self.repeated_once = true;
+            tracing::debug!(
+                %error, resource = %self.request.resource, "attempt failed; sending it again"
+            );
+            return Step::Again;
+        }
+        tracing::warn!(
+            %error, resource = %self.request.resource, retry_in = ?self.backoff,
+            "attempt failed; trying again (the wait goes on while the server is unreachable)"
+        );
+        let pause = jitter(self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        if !sleep_within(pause, self.wait).await {
+            return Step::Done(self.give_up(Err(error)));
+        }
+        Step::Again
+    }
+
+    /// How long to sleep after a refusal at most: until the server could decide otherwise,
+    /// capped by the re-check (change streams) or the poll's backoff (none), and by half of
+    /// the place's life.
+    fn sleep_after(&mut self, contention: &crate::attempt::Contention) -> Duration {
+        let streaming = self.client.shared().wakeups.availability() == Availability::Streaming;
         let place = contention.place_in_line();
         let until_free = contention
             .wait()
@@ -661,66 +774,71 @@ async fn acquire_in_span(
         } else {
             // Polling: the head of the line briskly, each place behind it a step slower.
             let cap = poll_cap(place.unwrap_or(0));
-            backoff = backoff.min(cap);
-            let pause = jitter(backoff);
-            backoff = (backoff * 2).min(cap);
+            self.backoff = self.backoff.min(cap);
+            let pause = jitter(self.backoff);
+            self.backoff = (self.backoff * 2).min(cap);
             until_free.map_or(pause, |free| free.min(pause))
         };
         // A waiter attempts again at least every half of its place's life, whatever the
-        // holders have left: if the waiters ahead of it are gone without a word (their client
-        // died, or was cut off), it finds out by then that it heads the line. Its client keeps
-        // its place fresh, so these attempts write nothing.
-        let sleep = match announce {
+        // holders have left: if the waiters ahead of it are gone without a word (their
+        // client died, or was cut off), it finds out by then that it heads the line. Its
+        // client keeps its place fresh, so these attempts write nothing.
+        let sleep = match self.request.announce {
             Some(announce) => sleep.min(announce / 2),
             None => sleep,
         };
-        let sleep = spread(sleep);
-        // Back from this sleep and the next attempt by then: a waiter whose future is no
-        // longer polled stops being kept in line (see `crate::places`).
-        if let (Some(in_line), Some(life)) = (&in_line, announce) {
-            let back = sleep
-                .saturating_add(client.command_timeout())
-                .saturating_add(life);
-            let now = Instant::now();
-            let until = now.checked_add(back).unwrap_or(now + MAX_BACKOFF);
-            in_line.keep_until(until);
-            // The turns reached before this wait are kept as long.
-            for turn in earlier {
-                turn.in_line.keep_until(until);
-            }
-        }
-        let waited = async {
-            let wake_at = Instant::now() + sleep;
-            let (wake_at, at_deadline) = match wait.deadline() {
-                Some(deadline) if deadline <= wake_at => (deadline, true),
-                _ => (wake_at, false),
-            };
-            tokio::select! {
-                cause = changes.changed() => {
-                    observe::woke(match cause {
-                        WakeCause::Change => Wakeup::Change,
-                        WakeCause::Resync => Wakeup::Resync,
-                    });
-                    true
-                }
-                _ = tokio::time::sleep_until(wake_at) => {
-                    observe::woke(Wakeup::Timer);
-                    !at_deadline
-                }
-            }
+        spread(sleep)
+    }
+
+    /// Keeps this call's place in line, and those of the `earlier` turns, until it is back
+    /// from a `sleep` and the next attempt: a waiter whose future is no longer polled stops
+    /// being kept in line (see `crate::places`).
+    fn keep_places(&self, sleep: Duration, earlier: &[Turn]) {
+        let (Some(in_line), Some(life)) = (&self.in_line, self.request.announce) else {
+            return;
         };
-        let span = tracing::debug_span!(
-            "mongolock.wait",
-            ?sleep,
-            holders = contention.holder_count()
-        );
-        if !waited.instrument(span).await {
-            // Slept to the deadline without a change: give up.
-            observe::timed_out(kind);
-            tracing::debug!(resource = %resource, waited = ?started.elapsed(), "gave up waiting");
-            return Ok(None);
+        let back = sleep
+            .saturating_add(self.client.command_timeout())
+            .saturating_add(life);
+        let now = Instant::now();
+        let until = now.checked_add(back).unwrap_or(now + MAX_BACKOFF);
+        in_line.keep_until(until);
+        for turn in earlier {
+            turn.in_line.keep_until(until);
         }
     }
+}
+
+/// Sleeps for `sleep`, or less: until a change of the resource may have let the waiter in,
+/// or `wait`'s deadline. False when it slept to the deadline without a change.
+async fn sleep_or_wake(
+    changes: &mut crate::changes::Subscription,
+    sleep: Duration,
+    wait: Wait,
+    holders: u64,
+) -> bool {
+    let waited = async {
+        let wake_at = Instant::now() + sleep;
+        let (wake_at, at_deadline) = match wait.deadline() {
+            Some(deadline) if deadline <= wake_at => (deadline, true),
+            _ => (wake_at, false),
+        };
+        tokio::select! {
+            cause = changes.changed() => {
+                observe::woke(match cause {
+                    WakeCause::Change => Wakeup::Change,
+                    WakeCause::Resync => Wakeup::Resync,
+                });
+                true
+            }
+            _ = tokio::time::sleep_until(wake_at) => {
+                observe::woke(Wakeup::Timer);
+                !at_deadline
+            }
+        }
+    };
+    let span = tracing::debug_span!("mongolock.wait", ?sleep, holders);
+    waited.instrument(span).await
 }
 
 /// Sends one attempt of `pending`, after the chores this client owes for its lock id on its
@@ -931,6 +1049,117 @@ pub(crate) fn lease_lost(resource: &str, reason: crate::lock::LossReason) -> Err
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lock client on a fresh emulator (kept alive by the returned server).
+    async fn client() -> (mongolock_testkit::TestServer, LockClient) {
+        let server = mongolock_testkit::TestServer::start().await.unwrap();
+        let locks = LockClient::new(server.client().database("wait").collection("locks"));
+        (server, locks)
+    }
+
+    fn request(resource: &str) -> AcquireRequest {
+        let (request, _) = LeaseOptions::default()
+            .request(LockKind::Exclusive, resource, None)
+            .unwrap();
+        request
+    }
+
+    fn contention(place: Option<u64>, holders: u64) -> crate::attempt::Contention {
+        crate::attempt::Contention {
+            resource: "r".into(),
+            holders: Vec::new(),
+            holder_count: holders,
+            wait: Some(Duration::from_secs(20)),
+            free_at: None,
+            writer_waiting: false,
+            place,
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_call_that_will_wait_joins_the_line() {
+        let (_server, locks) = client().await;
+        let keeper = Some(locks.shared().keeper.id.clone());
+        let once = joining_the_line(&locks, request("r"), Wait::Once);
+        assert_eq!((once.announce, &once.keeper), (None, &keeper));
+        let past = Wait::Until(Instant::now() - Duration::from_millis(1));
+        assert_eq!(joining_the_line(&locks, request("r"), past).announce, None);
+        let waits = joining_the_line(&locks, request("r"), Wait::Forever);
+        assert_eq!(waits.announce, Some(place_life(DEFAULT_LEASE_TTL)));
+        locks.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_refusal_keeps_the_place_and_a_turn_is_reached_only_at_the_head_of_a_free_line() {
+        let (_server, locks) = client().await;
+        let timing = LeaseOptions::default().timing().unwrap();
+        let request = joining_the_line(&locks, request("r"), Wait::Forever);
+        let mut waiter = Waiter::new(&locks, request.clone(), timing, Wait::Forever);
+        // Not in line (a single attempt's refusal): nothing to keep, sleep.
+        let step = waiter.contended(contention(None, 1), Instant::now());
+        assert!(matches!(step, Step::Sleep(_)) && waiter.in_line.is_none());
+        // In line: the client keeps the place from then on.
+        let step = waiter.contended(contention(Some(2), 1), Instant::now());
+        assert!(matches!(step, Step::Sleep(_)) && waiter.in_line.is_some());
+        // A call for its turn only: at the head of a free line it has it, not before.
+        let mut turn_only = request;
+        turn_only.turn_only = true;
+        let mut waiter = Waiter::new(&locks, turn_only, timing, Wait::Forever);
+        let step = waiter.contended(contention(Some(0), 1), Instant::now());
+        assert!(matches!(step, Step::Sleep(_)), "the resource is held");
+        let step = waiter.contended(contention(Some(0), 0), Instant::now());
+        assert!(matches!(step, Step::Turn(_)) && waiter.in_line.is_none());
+        locks.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_attempt_is_sent_again_once_alone_and_for_as_long_as_a_wait_allows() {
+        let (_server, locks) = client().await;
+        let timing = LeaseOptions::default().timing().unwrap();
+        let unreachable = || Error::timeout(Duration::from_secs(1), crate::error::Effect::Write);
+        let mut once = Waiter::new(&locks, request("r"), timing, Wait::Once);
+        assert!(matches!(once.failed(unreachable()).await, Step::Again));
+        assert!(matches!(
+            once.failed(unreachable()).await,
+            Step::Done(Err(_))
+        ));
+        let bad = || Error::invalid("resource", "bad");
+        let mut waits = Waiter::new(&locks, request("r"), timing, Wait::Forever);
+        assert!(matches!(waits.failed(bad()).await, Step::Done(Err(_))));
+        for _ in 0..3 {
+            assert!(matches!(waits.failed(unreachable()).await, Step::Again));
+        }
+        assert!(
+            waits.backoff > FIRST_BACKOFF,
+            "backs off: {:?}",
+            waits.backoff
+        );
+        let ending = Wait::Until(Instant::now() + Duration::from_millis(5));
+        let mut ends = Waiter::new(&locks, request("r"), timing, ending);
+        ends.backoff = Duration::from_secs(1);
+        assert!(matches!(
+            ends.failed(unreachable()).await,
+            Step::Done(Err(_))
+        ));
+        locks.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_waiter_sleeps_at_most_half_its_place_s_life_and_polls_by_its_place() {
+        let (_server, locks) = client().await;
+        let timing = LeaseOptions::default().timing().unwrap();
+        let request = joining_the_line(&locks, request("r"), Wait::Forever);
+        let life = request.announce.unwrap();
+        let mut waiter = Waiter::new(&locks, request, timing, Wait::Forever);
+        for place in [0, 3, 40] {
+            let sleep = waiter.sleep_after(&contention(Some(place), 1));
+            assert!(sleep <= life / 2, "{sleep:?} past half of {life:?}");
+            if locks.shared().wakeups.availability() != Availability::Streaming {
+                assert!(sleep <= poll_cap(place), "place {place}: {sleep:?}");
+            }
+        }
+        locks.shutdown().await;
+    }
 
     #[test]
     fn settings_are_checked() {

@@ -526,11 +526,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
         Some(Bson::DateTime(now)) => Some(*now),
         _ => None,
     };
-    // Milliseconds from the server's `now` to `at`, by the server's clock.
-    let until = |at: Option<DateTime>| match (at, now) {
-        (Some(at), Some(now)) => Some(at.timestamp_millis().saturating_sub(now.timestamp_millis())),
-        _ => None,
-    };
+    let until = |at: Option<DateTime>| millis_from(now, at);
     // What the server's clock left of the grant when it executed this copy of the attempt.
     let remaining =
         |holder: &crate::lock::Holder| until(holder.expires_at).map(schema::millis_left);
@@ -579,6 +575,29 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             until: *until,
         });
     }
+    refused(request, &id, fields, exclusive, now)
+}
+
+/// Milliseconds from the server's `now` to `at`, by the server's clock.
+fn millis_from(now: Option<DateTime>, at: Option<DateTime>) -> Option<i64> {
+    match (at, now) {
+        (Some(at), Some(now)) => Some(at.timestamp_millis().saturating_sub(now.timestamp_millis())),
+        _ => None,
+    }
+}
+
+/// Reads a refusal from the reply's `fields` (of the document `id`, read at the server's
+/// `now`; `exclusive`, its exclusive entry): a cap that differs from the request's, or the
+/// contention (who holds the resource, for how long, and the request's place in line).
+fn refused(
+    request: &AcquireRequest,
+    id: &Bson,
+    fields: &Document,
+    exclusive: Option<crate::lock::Holder>,
+    now: Option<DateTime>,
+) -> Result<Attempt> {
+    let resource = request.resource.as_str();
+    let until = |at: Option<DateTime>| millis_from(now, at);
     let int = |field: &str| fields.get(field).and_then(schema::number);
     let shared_count = int("n").map_or(0, |n| u64::try_from(n).unwrap_or(0));
     if request.kind == LockKind::Shared && shared_count > 0 {
@@ -596,9 +615,9 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             .iter()
             .map(|item| match item {
                 Bson::Document(entry) => {
-                    schema::decode_entry(&id, resource, LockKind::Shared, entry)
+                    schema::decode_entry(id, resource, LockKind::Shared, entry)
                 }
-                _ => Err(Error::unexpected(&id, "a holder is not a document")),
+                _ => Err(Error::unexpected(id, "a holder is not a document")),
             })
             .collect::<Result<Vec<_>>>()?,
         _ => Vec::new(),

@@ -392,31 +392,12 @@ impl NextDocument {
         let mut inner = doc! {};
         let idle_since = match self.idle_since {
             Some(given) => given,
-            None => {
-                // Every entry has an `expiresAt` (null without TTL).
-                let shared_ends = format!("{ns}.expiresAt");
-                let ends = if no_exclusive {
-                    bson!(shared_ends)
-                } else {
-                    bson!({ "$concatArrays": [
-                        { "$cond": [{ "$eq": [&nx, null] }, [], [format!("{nx}.expiresAt")]] },
-                        shared_ends,
-                    ]})
-                };
-                let ne = bind(&mut inner, "ne", ends);
-                let tombstone_ends = match &nt {
-                    Some(nt) => format!("{nt}.until"),
-                    None => "$released.until".to_owned(),
-                };
-                bson!({ "$cond": [
-                    { "$in": [null, &ne] },
-                    null,
-                    { "$max": [
-                        { "$ifNull": [{ "$max": &ne }, { "$min": ["$idleSince", "$$NOW"] }] },
-                        { "$max": tombstone_ends },
-                    ]},
-                ]})
-            }
+            None => derived_idle_since(
+                &mut inner,
+                (!no_exclusive).then_some(&nx),
+                &ns,
+                nt.as_deref(),
+            ),
         };
         fields.insert("idleSince", idle_since);
         // The wake when this change wakes nobody: kept (a missing field stays missing), or
@@ -429,44 +410,14 @@ impl NextDocument {
             fields.insert(WAKE, kept_wake.clone());
         }
         if let Some(frees) = self.frees {
+            let next = Next {
+                exclusive: (!no_exclusive).then_some(nx.as_str()),
+                shared: &ns,
+                queue: &nq,
+                cap: &cap,
+            };
+            let terms = head_let_in(&mut inner, frees, self.shared_grant, self.lets_go, &next);
             let head = format!("$$h.{KEEPER}");
-            inner.insert("h", bson!({ "$arrayElemAt": [&nq, 0] }));
-            let mut terms = Vec::new();
-            if frees != Bson::Boolean(true) {
-                terms.push(frees);
-            }
-            if let Some(room) = self.shared_grant {
-                // A grant writes anyway: with nobody at the head, `wake` becomes null, which
-                // wakes nobody.
-                terms.extend([bson!({ "$eq": ["$$h.kind", "shared"] }), room]);
-            } else {
-                // The head names a keeper (a string, which is true; missing is false).
-                terms.push(bson!(&head));
-                // When the change lets go of entries within their minimum hold, those count
-                // as gone here: the head, woken, is refused until the hold ends and learns
-                // when that is, where its timer would otherwise wait for the lease's old end.
-                if !no_exclusive {
-                    terms.push(if self.lets_go {
-                        bson!({ "$or": [{ "$eq": [&nx, null] }, was_let_go(&nx)] })
-                    } else {
-                        bson!({ "$eq": [&nx, null] })
-                    });
-                }
-                let held = if self.lets_go {
-                    let held = bson!({ "$size": { "$filter": {
-                        "input": &ns, "as": "e", "cond": { "$not": [was_let_go("$$e")] },
-                    }}});
-                    bson!(bind(&mut inner, "nh", held))
-                } else {
-                    bson!({ "$size": &ns })
-                };
-                // The shared entries leave a permit: MaxKey sorts after every number.
-                let room = bson!({ "$lt": [held.clone(), { "$ifNull": [&cap, Bson::MaxKey] }] });
-                terms.push(bson!({ "$or": [
-                    { "$eq": [held, 0] },
-                    { "$and": [{ "$eq": ["$$h.kind", "shared"] }, room] },
-                ]}));
-            }
             let stamp = format!(" {:016x}", rand::random::<u64>());
             fields.insert(
                 WAKE,
@@ -487,6 +438,98 @@ impl NextDocument {
             bson!({ "$let": { "vars": vars, "in": document } })
         }
     }
+}
+
+/// The new document's entries, line and cap, as variables of [`NextDocument::document`]
+/// (`exclusive` is `None` when the change leaves no exclusive entry).
+struct Next<'a> {
+    exclusive: Option<&'a str>,
+    shared: &'a str,
+    queue: &'a str,
+    cap: &'a str,
+}
+
+/// `idleSince` derived from the new entries (`nx`, the exclusive one, `None` when there is
+/// none; `ns`, the shared ones) and tombstones (`nt`, `None` when they do not change): see
+/// [`NextDocument::document`]. Binds `ne` in `inner`.
+fn derived_idle_since(inner: &mut Document, nx: Option<&str>, ns: &str, nt: Option<&str>) -> Bson {
+    // Every entry has an `expiresAt` (null without TTL).
+    let shared_ends = format!("{ns}.expiresAt");
+    let ends = match nx {
+        None => bson!(shared_ends),
+        Some(nx) => bson!({ "$concatArrays": [
+            { "$cond": [{ "$eq": [nx, null] }, [], [format!("{nx}.expiresAt")]] },
+            shared_ends,
+        ]}),
+    };
+    let ne = bind(inner, "ne", ends);
+    let tombstone_ends = match nt {
+        Some(nt) => format!("{nt}.until"),
+        None => "$released.until".to_owned(),
+    };
+    bson!({ "$cond": [
+        { "$in": [null, &ne] },
+        null,
+        { "$max": [
+            { "$ifNull": [{ "$max": &ne }, { "$min": ["$idleSince", "$$NOW"] }] },
+            { "$max": tombstone_ends },
+        ]},
+    ]})
+}
+
+/// The terms, all true, under which a change that `frees` (true, or a condition) lets the
+/// head of the new line in (see [`NextDocument::document`]): a shared grant's `room`, or no
+/// exclusive entry and either no shared entry or the head waits for a shared lock and the
+/// shared entries leave a permit under the cap. With `lets_go`, entries let go of within
+/// their minimum hold count as gone. Binds `h` (the head) and, with `lets_go`, `nh` in
+/// `inner`.
+fn head_let_in(
+    inner: &mut Document,
+    frees: Bson,
+    shared_grant: Option<Bson>,
+    lets_go: bool,
+    next: &Next<'_>,
+) -> Vec<Bson> {
+    let head = format!("$$h.{KEEPER}");
+    inner.insert("h", bson!({ "$arrayElemAt": [next.queue, 0] }));
+    let mut terms = Vec::new();
+    if frees != Bson::Boolean(true) {
+        terms.push(frees);
+    }
+    if let Some(room) = shared_grant {
+        // A grant writes anyway: with nobody at the head, `wake` becomes null, which wakes
+        // nobody.
+        terms.extend([bson!({ "$eq": ["$$h.kind", "shared"] }), room]);
+        return terms;
+    }
+    // The head names a keeper (a string, which is true; missing is false).
+    terms.push(bson!(&head));
+    // When the change lets go of entries within their minimum hold, those count as gone
+    // here: the head, woken, is refused until the hold ends and learns when that is, where
+    // its timer would otherwise wait for the lease's old end.
+    if let Some(nx) = next.exclusive {
+        terms.push(if lets_go {
+            bson!({ "$or": [{ "$eq": [nx, null] }, was_let_go(nx)] })
+        } else {
+            bson!({ "$eq": [nx, null] })
+        });
+    }
+    let ns = next.shared;
+    let held = if lets_go {
+        let held = bson!({ "$size": { "$filter": {
+            "input": ns, "as": "e", "cond": { "$not": [was_let_go("$$e")] },
+        }}});
+        bson!(bind(inner, "nh", held))
+    } else {
+        bson!({ "$size": ns })
+    };
+    // The shared entries leave a permit: MaxKey sorts after every number.
+    let room = bson!({ "$lt": [held.clone(), { "$ifNull": [next.cap, Bson::MaxKey] }] });
+    terms.push(bson!({ "$or": [
+        { "$eq": [held, 0] },
+        { "$and": [{ "$eq": ["$$h.kind", "shared"] }, room] },
+    ]}));
+    terms
 }
 
 /// A reference to `value` in the expressions that follow: `value` itself when it is a
