@@ -488,6 +488,24 @@ impl Recorder {
         self.with(|i| i.min_holds.insert(id, hold));
     }
 
+    /// The log of a mutex holder's grant `guard`, whose call began at `invoked`, in client
+    /// slot `client`: its minimum hold `hold` recorded (what its call asked for), and its
+    /// first write to the guarded record made unless the guard says it is lost already.
+    pub fn job_holder(
+        &self,
+        client: usize,
+        invoked: Instant,
+        guard: &LockGuard,
+        hold: Duration,
+    ) -> HolderLog {
+        let mut log = HolderLog::new(self.next_id(), client, Mode::Exclusive, invoked, guard);
+        self.min_hold(log.id, hold);
+        if !log.check_lost(guard) {
+            self.record.write_for(&mut log, guard.fencing_token());
+        }
+        log
+    }
+
     /// The minimum holds asked for so far, by holder id ([`Recorder::min_hold`]).
     pub fn min_holds(&self) -> HashMap<u64, Duration> {
         self.with(|i| i.min_holds.clone())

@@ -227,6 +227,21 @@ pub struct StepBackHold {
     pub beyond_ms: (u64, u64),
 }
 
+impl StepBackHold {
+    /// The shape the fleet and the control run (with a resource of their own): three hosts,
+    /// a 600 ms hold, three one-second periods, timers 80 ms apart, and a step back of the
+    /// hold, the time since the grant and 100–400 ms more.
+    pub const THREE_HOSTS: StepBackHold = StepBackHold {
+        resource: String::new(),
+        hosts: 3,
+        hold: Duration::from_millis(600),
+        period: Duration::from_millis(1_000),
+        lateness: Duration::from_millis(80),
+        periods: 3,
+        beyond_ms: (100, 400),
+    };
+}
+
 /// A step of the server's clock while the reply to a grant is held back on its way, with
 /// another reply of the same client read first (the `step` submodule); its resource is among
 /// [`Workload::resources`] but no other target's.
@@ -436,12 +451,7 @@ impl Workload {
             }),
             step_back: Some(StepBackHold {
                 resource: "h0".into(),
-                hosts: 3,
-                hold: Duration::from_millis(600),
-                period: Duration::from_millis(1_000),
-                lateness: Duration::from_millis(80),
-                periods: 3,
-                beyond_ms: (100, 400),
+                ..StepBackHold::THREE_HOSTS
             }),
             adoption: Some(AdoptionRace::on("a0")),
         }

@@ -14,16 +14,12 @@ use crate::check::Check;
 use crate::workload::step_back::{self, Stage, Went};
 use crate::workload::{COLLECTION, DB, StepBackHold};
 
-/// The scenario's shape here: three hosts, a 600 ms hold, three one-second periods.
+/// The scenario's shape here: the fleet's ([`StepBackHold::THREE_HOSTS`]) on the control's
+/// resource.
 fn shape() -> StepBackHold {
     StepBackHold {
         resource: RESOURCE.to_owned(),
-        hosts: 3,
-        hold: Duration::from_millis(600),
-        period: Duration::from_millis(1_000),
-        lateness: Duration::from_millis(80),
-        periods: 3,
-        beyond_ms: (100, 400),
+        ..StepBackHold::THREE_HOSTS
     }
 }
 

@@ -109,6 +109,13 @@ impl Went {
     }
 }
 
+impl Went {
+    /// True if the race happened ([`Went::ended`] says so).
+    pub fn carried_out(&self) -> bool {
+        self.ended().starts_with(CARRIED_OUT)
+    }
+}
+
 /// How the ending of a race that happened begins.
 const CARRIED_OUT: &str = "adoption sent after the late release landed";
 
@@ -215,17 +222,7 @@ async fn race(stage: &Stage<'_>, dying: &FaultProxy, far: &FaultProxy, near: &Fa
         token: guard.fencing_token(),
         ..Went::default()
     };
-    let mut log = HolderLog::new(
-        recorder.next_id(),
-        stage.client,
-        Mode::Exclusive,
-        invoked,
-        &guard,
-    );
-    recorder.min_hold(log.id, shape.hold);
-    if !log.check_lost(&guard) {
-        recorder.record.write_for(&mut log, guard.fencing_token());
-    }
+    let mut log = recorder.job_holder(stage.client, invoked, &guard, shape.hold);
     // Its release is held on the wire; the process dies before the reply.
     let resource = shape.resource.clone();
     let late = dying.fault_requests(
@@ -267,17 +264,7 @@ async fn race(stage: &Stage<'_>, dying: &FaultProxy, far: &FaultProxy, near: &Fa
             let Ok(Some(guard)) = got else {
                 return (false, None);
             };
-            let mut log = HolderLog::new(
-                recorder.next_id(),
-                stage.client,
-                Mode::Exclusive,
-                invoked,
-                &guard,
-            );
-            recorder.min_hold(log.id, shape.hold);
-            if !log.check_lost(&guard) {
-                recorder.record.write_for(&mut log, guard.fencing_token());
-            }
+            let mut log = recorder.job_holder(stage.client, invoked, &guard, shape.hold);
             tokio::time::sleep(Duration::from_millis(50)).await;
             log.check_lost(&guard);
             log.lets_go(LetGo::Released);

@@ -222,28 +222,12 @@ pub async fn run(stage: &Stage<'_>, rng: &mut StdRng) -> Went {
 /// One job of host `k`: `try_acquire` under its lock id, one write, 50 ms of work, a
 /// release. The token and whether the release returned `Ok`, if it was granted.
 async fn job(stage: &Stage<'_>, k: usize, lock_id: &str) -> Option<(i64, bool)> {
-    let mutex = (stage.hosts[k].mutex(&stage.shape.resource).ttl(stage.ttl))
-        .min_hold(stage.shape.hold)
-        .owner(stage.owner.clone())
-        .lock_id(lock_id.to_owned());
-    let invoked = Instant::now();
-    let got = mutex.try_acquire().await;
-    call(stage, lock_id, invoked, &got);
+    let (invoked, got) = ask(stage, k, lock_id).await;
     let Ok(Some(guard)) = got else {
         return None;
     };
     let recorder = stage.recorder;
-    let mut log = HolderLog::new(
-        recorder.next_id(),
-        stage.client,
-        Mode::Exclusive,
-        invoked,
-        &guard,
-    );
-    recorder.min_hold(log.id, stage.shape.hold);
-    if !log.check_lost(&guard) {
-        recorder.record.write_for(&mut log, guard.fencing_token());
-    }
+    let mut log = recorder.job_holder(stage.client, invoked, &guard, stage.shape.hold);
     tokio::time::sleep(JOB).await;
     log.check_lost(&guard);
     log.sample(&guard);
@@ -253,6 +237,23 @@ async fn job(stage: &Stage<'_>, k: usize, lock_id: &str) -> Option<(i64, bool)> 
     let token = log.token;
     recorder.holder(log);
     Some((token, released == ReleaseResult::Ok))
+}
+
+/// Host `k`'s `try_acquire` of the job under `lock_id` (the job's TTL, hold and owner),
+/// recorded: when the call began, and what it returned.
+async fn ask(
+    stage: &Stage<'_>,
+    k: usize,
+    lock_id: &str,
+) -> (Instant, mongolock::Result<Option<mongolock::LockGuard>>) {
+    let mutex = (stage.hosts[k].mutex(&stage.shape.resource).ttl(stage.ttl))
+        .min_hold(stage.shape.hold)
+        .owner(stage.owner.clone())
+        .lock_id(lock_id.to_owned());
+    let invoked = Instant::now();
+    let got = mutex.try_acquire().await;
+    call(stage, lock_id, invoked, &got);
+    (invoked, got)
 }
 
 /// Records a `try_acquire` of the scenario, which returned `got`.
@@ -367,26 +368,10 @@ async fn step_and_ask_again(
         believe_again(stage, k, lock_id, token, invoked).await;
     }
     // The same lock id's next run asks at once.
-    let mutex = (stage.hosts[k].mutex(&stage.shape.resource).ttl(stage.ttl))
-        .min_hold(stage.shape.hold)
-        .owner(stage.owner.clone())
-        .lock_id(lock_id.to_owned());
-    let invoked = Instant::now();
-    let got = mutex.try_acquire().await;
-    call(stage, lock_id, invoked, &got);
+    let (invoked, got) = ask(stage, k, lock_id).await;
     if let Ok(Some(guard)) = got {
         went.regranted = Some(guard.fencing_token());
-        let mut log = HolderLog::new(
-            recorder.next_id(),
-            stage.client,
-            Mode::Exclusive,
-            invoked,
-            &guard,
-        );
-        recorder.min_hold(log.id, stage.shape.hold);
-        if !log.check_lost(&guard) {
-            recorder.record.write_for(&mut log, guard.fencing_token());
-        }
+        let mut log = recorder.job_holder(stage.client, invoked, &guard, stage.shape.hold);
         log.lets_go(LetGo::Released);
         log.release = Some(ReleaseResult::of(&guard.release().await));
         recorder.holder(log);
