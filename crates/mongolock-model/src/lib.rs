@@ -27,8 +27,7 @@
 //! clock reads: a step back before its grant does not give it back to its lock id, control
 //! (z)). A force release after the let-go leaves a hold under way as it is, also after a
 //! step back of the clock past the grant (the library's promise since 224dfb8; control (ae)
-//! puts back the cut to `$$NOW + minHoldMs`; [`model::FORCE_RELEASE_ENDS_HOLDS`] switches to
-//! a force release that ends holds too), and force releases are in the steps back
+//! puts back the cut to `$$NOW + minHoldMs`), and force releases are in the steps back
 //! ([`scenarios::STEP_BACK_FORCE`]). `purge` (only entries out of force go),
 //! `purge_abandoned_groups` (the live leases of an abandoned group go too; a let-go entry
 //! makes no group abandoned) and the TTL index (a document whose `idleSince` is the
@@ -586,21 +585,18 @@ pub mod controls {
         control
     }
 
-    /// Every control, each with the smallest bound that shows it (control (ae) only where
-    /// a force release keeps a hold under way: [`model::FORCE_RELEASE_ENDS_HOLDS`] false).
+    /// Every control, each with the smallest bound that shows it.
     pub fn all() -> Vec<Control> {
         let mut all = listed();
-        if !model::FORCE_RELEASE_ENDS_HOLDS {
-            all.push(control(
-                "(ae) a force release after a step back cuts a hold under way ($$NOW + hold)",
-                scenarios::guards_min_hold,
-                [1, 1, 0, 1, 2, 0, 1, 1],
-                |b| b.force_cuts_hold = true,
-                model::NO_GRANT_IN_HOLD,
-            ));
-            if let Some(last) = all.last_mut() {
-                last.config.bounds.backs = 1;
-            }
+        all.push(control(
+            "(ae) a force release after a step back cuts a hold under way ($$NOW + hold)",
+            scenarios::guards_min_hold,
+            [1, 1, 0, 1, 2, 0, 1, 1],
+            |b| b.force_cuts_hold = true,
+            model::NO_GRANT_IN_HOLD,
+        ));
+        if let Some(last) = all.last_mut() {
+            last.config.bounds.backs = 1;
         }
         all
     }

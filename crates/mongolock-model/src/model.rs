@@ -1337,12 +1337,8 @@ impl Model for LockModel {
                 for e in s.server.docs[r as usize].entries() {
                     s.revoked.push((r, e.token, s.rt));
                 }
-                // With `FORCE_RELEASE_ENDS_HOLDS`, a force release ends everything on the
-                // resource, a hold under way included: a hold its holder let go into before it
-                // no longer keeps anybody out. A hold let go into after it is judged as any.
-                if FORCE_RELEASE_ENDS_HOLDS {
-                    s.quiet_until[r as usize] = 0;
-                }
+                // A hold under way stays: a force release leaves it as it is
+                // (`LockDetails::min_hold`), and a grant inside it is judged as any.
                 s.server
                     .execute(&Request::ForceRelease { resource: r }, now, self.bugs());
             }
@@ -1688,26 +1684,13 @@ pub const REVOCATION_NOTICED: &str = "revocation noticed within a TTL";
 /// new process knows nothing of its predecessor's unlocks).
 pub const UNLOCK_LEAVES_LATER: &str = "an unlock leaves its client's later grants";
 
-/// Whether an operator's force release ends a minimum hold under way (its holder let go of
-/// the grant before it), so that "no grant inside a minimum hold" does not judge a grant
-/// after it against that hold. False: the library promises that a force release or a purge
-/// after the let-go leaves the hold as it is, until `createdAt + minHoldMs` by the server's
-/// clock, also after a step back past the grant (`LockDetails::min_hold`, 224dfb8: its
-/// force release counts an entry's delay from the later of `$$NOW` and its grant), and
-/// control (ae) (the delay from `$$NOW` alone, which after a step back past the grant cuts
-/// the hold) is caught at [`STEP_BACK_FORCE`](crate::scenarios::STEP_BACK_FORCE). True: a
-/// force release ends everything on the resource, a hold included (a grant inside a hold let
-/// go into before a force release is excused; a force release before the let-go excuses
-/// nothing), and control (ae) is not checked.
-pub const FORCE_RELEASE_ENDS_HOLDS: bool = false;
-
 /// Nobody is granted a resource while an entry that was let go of within its minimum hold,
 /// or whose lease ended within its lock-delay, is to keep it from everybody (by the server's
 /// clock): a release, an `unlock` or a `release_attempt` of a granted attempt within the hold
 /// keeps the entry in force until `createdAt + minHoldMs`; a lease that ends without a release
 /// (by time, or a force release) keeps it for the delay. A force release after the let-go
-/// leaves the hold as it is (unless [`FORCE_RELEASE_ENDS_HOLDS`]: then a grant after it is
-/// not judged against that hold).
+/// leaves the hold as it is, also after a step back past the grant (`LockDetails::min_hold`;
+/// control (ae) cuts it).
 pub const NO_GRANT_IN_HOLD: &str = "no grant inside a minimum hold or a lock-delay";
 /// A holder's local deadline comes before the server's expiry: while a guard believes it
 /// holds a lease, the server holds that very entry's lease (lock id and token), unless the
