@@ -492,6 +492,7 @@ impl Keeper {
         let key = registry.next_key;
         registry.next_key += 1;
         registry.leases.insert(key, lease);
+        crate::observe::lease_kept(true);
         registry.runtime = Some(tokio::runtime::Handle::current());
         if !running(registry.renewing, registry.renewer.as_ref()) {
             registry.renewing = true;
@@ -504,7 +505,9 @@ impl Keeper {
 
     /// Stops keeping the lease `key` alive: from now on it is never renewed.
     pub(crate) fn remove(&self, key: u64) {
-        self.registry().leases.remove(&key);
+        if self.registry().leases.remove(&key).is_some() {
+            crate::observe::lease_kept(false);
+        }
     }
 
     /// Whether this keeper keeps a lease of `lock_id` on `resource` (lost or not): then a
@@ -795,8 +798,9 @@ async fn tick(keeper: &Arc<Keeper>, leases: Vec<Arc<Lease>>) -> bool {
     };
     let grants: Vec<&Grant> = live.iter().map(|l| &l.grant).collect();
     let sent_at = ctx.server_clock.stamp();
+    let started = std::time::Instant::now();
     let renewed = keepalive::renew(ctx, &keeper.id, &grants, limit).await;
-    crate::observe::renewal(renewed.is_ok());
+    crate::observe::renewal(renewed.is_ok(), started.elapsed());
     match &renewed {
         Ok(count) if *count == live.len() as u64 => {
             for lease in &live {

@@ -8,6 +8,9 @@
 //! | `mongolock_acquire_timeouts_total` | counter | `kind` | waits that gave up at the caller's deadline |
 //! | `mongolock_lease_losses_total` | counter | `reason` | leases lost (`deadline`, `revoked`) |
 //! | `mongolock_renewals_total` | counter | `outcome` | keepalive ticks (`ok`, `failed`) |
+//! | `mongolock_renewal_seconds` | histogram | | how long each keepalive command took, failed ones included |
+//! | `mongolock_leases_held` | gauge | | leases the client's keepers renew now (a lost lease counts until its guard goes) |
+//! | `mongolock_waiters` | gauge | | calls waiting to acquire (from the call to its return) |
 //! | `mongolock_wakeups_total` | counter | `cause` | waiter wake-ups (`change`, `resync`, `timer`) |
 //! | `mongolock_releases_total` | counter | `how` | guard releases (`explicit`, `drop`) |
 
@@ -52,9 +55,36 @@ pub(crate) fn lease_lost(grant: &Grant, reason: LossReason) {
     metrics::counter!("mongolock_lease_losses_total", "reason" => reason).increment(1);
 }
 
-pub(crate) fn renewal(ok: bool) {
+pub(crate) fn renewal(ok: bool, took: Duration) {
     let outcome = if ok { "ok" } else { "failed" };
     metrics::counter!("mongolock_renewals_total", "outcome" => outcome).increment(1);
+    metrics::histogram!("mongolock_renewal_seconds").record(took.as_secs_f64());
+}
+
+/// A lease kept alive from now on (`true`), or no longer (`false`).
+pub(crate) fn lease_kept(kept: bool) {
+    let gauge = metrics::gauge!("mongolock_leases_held");
+    if kept {
+        gauge.increment(1.0);
+    } else {
+        gauge.decrement(1.0);
+    }
+}
+
+/// A call waiting to acquire, counted in `mongolock_waiters` while it lives.
+pub(crate) struct Waiting(());
+
+impl Waiting {
+    pub(crate) fn start() -> Self {
+        metrics::gauge!("mongolock_waiters").increment(1.0);
+        Waiting(())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        metrics::gauge!("mongolock_waiters").decrement(1.0);
+    }
 }
 
 pub(crate) fn woke(cause: Wakeup) {

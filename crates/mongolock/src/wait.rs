@@ -421,6 +421,7 @@ async fn acquire_in_span(
     earlier: &[Turn],
 ) -> Result<Option<Reached>> {
     let timing = timing.with_uncertainty(client.clock_uncertainty())?;
+    let _waiting = (!matches!(wait, Wait::Once)).then(observe::Waiting::start);
     let request = joining_the_line(client, request, wait);
     let (kind, resource) = (request.kind, request.resource.clone());
     // Local waiters on one resource take turns.
