@@ -126,12 +126,18 @@ pub fn carried_out(extras: &[ExtraLog]) -> usize {
         .count()
 }
 
+/// One adoption race at a time in the fleet: two at once on the race's resource would each
+/// be the other's contender, which the fleet's race leaves out (see [`Stage::contender`]).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 impl Worker {
-    /// Carries out an adoption race (see the module's documentation).
+    /// Carries out an adoption race (see the module's documentation), once no other worker's
+    /// race is under way.
     pub(super) async fn adoption_race(&mut self) -> Held {
         let Some(shape) = self.workload.adoption.clone() else {
             return Held::Done;
         };
+        let _alone = ONE_AT_A_TIME.lock().await;
         self.calls += 1;
         let stage = Stage {
             upstream: self.proxy.addr(),
