@@ -55,13 +55,33 @@ struct Entry {
     event: Arc<ChangeEvent>,
     /// When the primary wrote it; a secondary applies it its lag later.
     at: Instant,
+    /// The member that wrote it (as primary): a member partitioned from it cannot fetch it.
+    by: usize,
+}
+
+/// A member's history after the point it shares with the set's: the operations it wrote
+/// as primary that no member of the majority that elected the next primary had applied.
+/// mongod's rollback undoes them once the member reaches a sync source again.
+#[derive(Debug, Clone)]
+struct Diverged {
+    /// The common point: how many of the set's oplog entries both histories share.
+    common: usize,
+    /// Its own entries after the common point.
+    entries: Vec<Entry>,
 }
 
 #[derive(Debug)]
 struct MemberInner {
     up: bool,
-    /// Its history diverged from the set's: it needs a rollback (not emulated yet).
+    /// Neither primary nor secondary: rolling back, or an entry failed to apply.
     recovering: bool,
+    /// Partitioned from every other member (clients still reach it).
+    isolated: bool,
+    /// Its history diverged from the set's: it rolls back when it reaches the others.
+    diverged: Option<Diverged>,
+    /// Rollbacks it went through, and the operations they undid.
+    rollbacks: usize,
+    rolled_back: usize,
     /// Oplog entries applied (a primary's own writes included).
     applied: usize,
     /// As primary: the last sequence number of its change log already in the oplog.
@@ -82,6 +102,38 @@ struct SetInner {
     members: Vec<MemberInner>,
     /// Since when the set has had no primary.
     primary_lost_at: Option<Instant>,
+    /// Since when the primary has not seen a majority of the set (itself included).
+    minority_since: Option<Instant>,
+}
+
+impl SetInner {
+    /// Whether members `a` and `b` reach each other: the same member, or two that are up
+    /// and not partitioned.
+    fn sees(&self, a: usize, b: usize) -> bool {
+        let (ma, mb) = (&self.members[a], &self.members[b]);
+        a == b || (ma.up && mb.up && !ma.isolated && !mb.isolated)
+    }
+
+    /// A member that may vote and run: up, reachable by the others, its history the set's.
+    fn live(member: &MemberInner) -> bool {
+        member.up && !member.recovering && !member.isolated && member.diverged.is_none()
+    }
+
+    /// Starts or stops the primary's count towards stepping down for want of a majority.
+    fn refresh_minority(&mut self, majority: usize, now: Instant) {
+        let Some(primary) = self.primary else {
+            self.minority_since = None;
+            return;
+        };
+        let seen = (0..self.members.len())
+            .filter(|&j| self.sees(primary, j))
+            .count();
+        if seen >= majority {
+            self.minority_since = None;
+        } else if self.minority_since.is_none() {
+            self.minority_since = Some(now);
+        }
+    }
 }
 
 /// What every member of one set shares.
@@ -114,6 +166,10 @@ impl SetShared {
             .map(|_| MemberInner {
                 up: true,
                 recovering: false,
+                isolated: false,
+                diverged: None,
+                rollbacks: 0,
+                rolled_back: 0,
                 applied: 0,
                 published_seq: 0,
                 process_id: ObjectId::new(),
@@ -136,6 +192,7 @@ impl SetShared {
                 oplog: Vec::new(),
                 members,
                 primary_lost_at: Some(Instant::now()),
+                minority_since: None,
             }),
             changed: watch::channel(0).0,
         }
@@ -210,8 +267,48 @@ impl SetShared {
             for member in &mut inner.members {
                 member.counter += 1;
             }
+            inner.refresh_minority(self.majority(), Instant::now());
         }
         self.notify();
+    }
+
+    /// Partitions member `index` from the others, or heals it (see
+    /// [`super::ReplicaSet::partition`]).
+    pub fn set_isolated(&self, index: usize, isolated: bool) {
+        {
+            let mut inner = self.inner.lock();
+            if inner.members[index].isolated == isolated {
+                return;
+            }
+            inner.members[index].isolated = isolated;
+            for member in &mut inner.members {
+                member.counter += 1;
+            }
+            inner.refresh_minority(self.majority(), Instant::now());
+            if isolated && inner.primary.is_some_and(|p| p == index) {
+                // The others stop hearing from their primary now; their election timeout
+                // counts from here.
+                inner.primary_lost_at = Some(Instant::now());
+            }
+        }
+        self.notify();
+    }
+
+    /// Whether member `index` is partitioned from the others.
+    pub fn is_isolated(&self, index: usize) -> bool {
+        self.inner.lock().members[index].isolated
+    }
+
+    /// Rollbacks member `index` went through, and the operations they undid.
+    pub fn rollbacks(&self, index: usize) -> (usize, usize) {
+        let inner = self.inner.lock();
+        let member = &inner.members[index];
+        (member.rollbacks, member.rolled_back)
+    }
+
+    /// Whether member `index`'s history diverged and awaits its rollback.
+    pub fn is_diverged(&self, index: usize) -> bool {
+        self.inner.lock().members[index].diverged.is_some()
     }
 
     /// Restarts member `index` (see [`super::ReplicaSet::restart`]).
@@ -223,16 +320,18 @@ impl SetShared {
             member.up = true;
             member.process_id = ObjectId::new();
             member.counter = 0;
-            if member.applied > len {
-                member.recovering = true;
-                tracing::warn!(
-                    member = index,
-                    "the member's history diverged from the set's; rollback is not emulated, it stays RECOVERING"
-                );
+            if member.applied > len && member.diverged.is_none() {
+                // Entries the set no longer has (an election dropped them): rolled back
+                // once it reaches a sync source.
+                member.diverged = Some(Diverged {
+                    common: len,
+                    entries: Vec::new(),
+                });
             }
             for member in &mut inner.members {
                 member.counter += 1;
             }
+            inner.refresh_minority(self.majority(), Instant::now());
         }
         self.notify();
     }
@@ -263,6 +362,7 @@ impl SetShared {
                 term,
                 event,
                 at: now,
+                by: index,
             });
         }
         let len = inner.oplog.len();
@@ -277,8 +377,10 @@ impl SetShared {
     fn elect(&self, candidate: usize) {
         let _applying = self.applying[candidate].lock();
         let state = self.state(candidate);
-        // Catch-up: the newest oplog entry a reachable member has; what only unreachable
-        // members have is dropped (their rollback is a later slice).
+        // Catch-up: the newest oplog entry a reachable member has. What only unreachable
+        // members have (a partitioned or stopped former primary's writes that no member of
+        // this majority applied) leaves the set's history: those members diverged, and
+        // roll back to this common point when they reach the others again.
         let entries = {
             let mut inner = self.inner.lock();
             if inner.primary.is_some() || !inner.members[candidate].up {
@@ -287,14 +389,20 @@ impl SetShared {
             let target = inner
                 .members
                 .iter()
-                .filter(|m| m.up && !m.recovering)
+                .filter(|m| SetInner::live(m))
                 .map(|m| m.applied)
                 .max()
                 .unwrap_or(0);
             if target < inner.oplog.len() {
-                inner.oplog.truncate(target);
-                for member in inner.members.iter_mut().filter(|m| m.applied > target) {
-                    member.recovering = true;
+                let dropped = inner.oplog.split_off(target);
+                for member in inner.members.iter_mut() {
+                    if member.applied > target && member.diverged.is_none() {
+                        let end = (member.applied - target).min(dropped.len());
+                        member.diverged = Some(Diverged {
+                            common: target,
+                            entries: dropped[..end].to_vec(),
+                        });
+                    }
                 }
             }
             let from = inner.members[candidate].applied.min(target);
@@ -314,6 +422,7 @@ impl SetShared {
         inner.term += 1;
         inner.primary = Some(candidate);
         inner.primary_lost_at = None;
+        inner.refresh_minority(self.majority(), Instant::now());
         let member = &mut inner.members[candidate];
         member.applied = len;
         member.published_seq = state.as_ref().map_or(0, |s| s.catalog.changes.last_seq());
@@ -326,17 +435,53 @@ impl SetShared {
         self.notify();
     }
 
+    /// The primary, when it has not seen a majority of the set (itself included) for the
+    /// election timeout: mongod's `TopologyCoordinator::checkMemberTimeouts`
+    /// (`src/mongo/db/repl/topology_coordinator.cpp`) marks a member not heard from for
+    /// `getElectionTimeoutPeriod()` down, and a primary that then cannot see a majority
+    /// steps down ("Can't see a majority of the set, relinquishing primary").
+    fn unable_to_see_majority(&self, now: Instant) -> Option<usize> {
+        let mut inner = self.inner.lock();
+        inner.refresh_minority(self.majority(), now);
+        let since = inner.minority_since?;
+        (now >= since + self.election_timeout)
+            .then_some(inner.primary)
+            .flatten()
+    }
+
+    /// Steps `primary` down for want of a majority (on a blocking thread: it takes the
+    /// state transition lock, so writes in progress finish first and the replication
+    /// waiters fail with `PrimarySteppedDown`). The others lost it when it stopped seeing
+    /// them: their election timeout counts from then.
+    fn relinquish(&self, primary: usize) {
+        let _rstl = self.rstl[primary].write();
+        let mut inner = self.inner.lock();
+        if inner.primary != Some(primary) {
+            return;
+        }
+        let since = inner.minority_since.take().unwrap_or_else(Instant::now);
+        inner.primary = None;
+        inner.primary_lost_at = Some(since);
+        for member in &mut inner.members {
+            member.counter += 1;
+        }
+        let term = inner.term;
+        drop(inner);
+        tracing::debug!(
+            member = primary,
+            term,
+            "can't see a majority of the set, relinquishing primary"
+        );
+        self.notify();
+    }
+
     /// The candidate the reachable members would elect now, if the set may elect one.
     fn candidate(&self, now: Instant, ignore_timeout: bool) -> Option<usize> {
         let inner = self.inner.lock();
         if inner.primary.is_some() {
             return None;
         }
-        let reachable = inner
-            .members
-            .iter()
-            .filter(|m| m.up && !m.recovering)
-            .count();
+        let reachable = inner.members.iter().filter(|m| SetInner::live(m)).count();
         if reachable < self.majority() {
             return None;
         }
@@ -350,7 +495,7 @@ impl SetShared {
         // The electable member with the newest data runs; a voter refuses a candidate
         // whose last applied optime is older than its own (README "Voter Perspective"), so
         // it wins with the votes of the members no newer than itself.
-        let live = |m: &&MemberInner| m.up && !m.recovering;
+        let live = |m: &&MemberInner| SetInner::live(m);
         let (index, candidate) = inner
             .members
             .iter()
@@ -367,11 +512,16 @@ impl SetShared {
     }
 }
 
-/// Elects a primary whenever the set has been without one for the election timeout.
+/// Steps down a primary that has not seen a majority of the set for the election timeout,
+/// and elects a primary whenever the set has been without one for the election timeout.
 pub async fn monitor(set: Arc<SetShared>) {
     let tick = (set.election_timeout / 4).max(Duration::from_millis(5));
     loop {
         tokio::time::sleep(tick).await;
+        if let Some(primary) = set.unable_to_see_majority(Instant::now()) {
+            let stepping = set.clone();
+            let _ = tokio::task::spawn_blocking(move || stepping.relinquish(primary)).await;
+        }
         if let Some(candidate) = set.candidate(Instant::now(), false) {
             let electing = set.clone();
             let _ = tokio::task::spawn_blocking(move || electing.elect(candidate)).await;
@@ -386,20 +536,31 @@ pub async fn replicate(set: Arc<SetShared>, index: usize) {
     let mut changed = set.changed.subscribe();
     loop {
         let mut wait = Duration::from_millis(50);
+        let mut rollback = false;
         let batch = {
             let inner = set.inner.lock();
             let member = &inner.members[index];
+            let reaches_others =
+                (0..inner.members.len()).any(|other| other != index && inner.sees(index, other));
             if !member.up || member.recovering {
                 None
             } else if inner.primary == Some(index) {
                 drop(inner);
                 set.publish(index);
                 None
+            } else if member.diverged.is_some() {
+                rollback = reaches_others;
+                None
             } else {
                 let now = Instant::now();
                 let start = member.applied.min(inner.oplog.len());
                 let mut end = start;
                 while let Some(entry) = inner.oplog.get(end) {
+                    // Only from a member it reaches (a partitioned primary's writes stay
+                    // on it).
+                    if member.isolated || inner.members[entry.by].isolated {
+                        break;
+                    }
                     let due = entry.at + member.lag;
                     if due > now {
                         wait = wait.min(due - now);
@@ -410,6 +571,11 @@ pub async fn replicate(set: Arc<SetShared>, index: usize) {
                 (end > start).then(|| (start, inner.oplog[start..end].to_vec()))
             }
         };
+        if rollback {
+            let rolling_back = set.clone();
+            let _ = tokio::task::spawn_blocking(move || rolling_back.roll_back(index)).await;
+            continue;
+        }
         if let Some((start, entries)) = batch {
             let applying = set.clone();
             let _ = tokio::task::spawn_blocking(move || {
@@ -426,6 +592,61 @@ pub async fn replicate(set: Arc<SetShared>, index: usize) {
 }
 
 impl SetShared {
+    /// Rolls member `index` back to the point its history shares with the set's, then
+    /// brings it up to the set's oplog, as mongod's rollback does when a member whose
+    /// oplog diverged reaches a sync source (`src/mongo/db/repl/rollback_impl.cpp`,
+    /// `RollbackImpl::runRollback`: state ROLLBACK, the common point found, the data
+    /// recovered to the stable timestamp, which is majority-committed, so no
+    /// majority-committed write is undone; then the sync source's entries applied, and the
+    /// member is SECONDARY again). Here the data is rebuilt from the set's history up to
+    /// now (its oplog from the start), which leaves exactly what the common point had plus
+    /// what the set applied since; the member's own entries past the common point are the
+    /// ones undone. While it runs the member refuses reads (13436, as in ROLLBACK).
+    fn roll_back(&self, index: usize) {
+        let _applying = self.applying[index].lock();
+        let Some(state) = self.state(index) else {
+            return;
+        };
+        let (history, diverged) = {
+            let mut inner = self.inner.lock();
+            let member = &mut inner.members[index];
+            let Some(diverged) = member.diverged.clone() else {
+                return;
+            };
+            member.recovering = true;
+            member.counter += 1;
+            (inner.oplog.clone(), diverged)
+        };
+        self.notify();
+        tracing::debug!(
+            member = index,
+            common = diverged.common,
+            undone = diverged.entries.len(),
+            "rollback"
+        );
+        for db in state.catalog.database_names() {
+            state.catalog.drop_database(&db);
+        }
+        let mut failed = false;
+        for entry in &history {
+            if let Err(error) = apply(&state.catalog, &entry.event) {
+                tracing::error!(%error, member = index, "rollback failed to apply an entry");
+                failed = true;
+                break;
+            }
+        }
+        let mut inner = self.inner.lock();
+        let member = &mut inner.members[index];
+        member.applied = history.len();
+        member.diverged = None;
+        member.recovering = failed;
+        member.rollbacks += 1;
+        member.rolled_back += diverged.entries.len();
+        member.counter += 1;
+        drop(inner);
+        self.notify();
+    }
+
     fn apply_batch(&self, index: usize, start: usize, entries: &[Entry]) {
         let _applying = self.applying[index].lock();
         let Some(state) = self.state(index) else {
@@ -535,7 +756,9 @@ impl Replica {
             primary,
         );
         fields.insert("secondary", secondary);
-        if let Some(p) = inner.primary {
+        // The primary as this member knows it: one it cannot reach (it is partitioned from
+        // it) it does not name.
+        if let Some(p) = inner.primary.filter(|&p| inner.sees(self.index, p)) {
             fields.insert("primary", self.set.hosts[p].clone());
         }
         fields.insert("me", self.set.hosts[self.index].clone());
@@ -543,7 +766,18 @@ impl Replica {
             fields.insert("electionId", election_id(inner.term));
         }
         let applied = member.applied.min(inner.oplog.len());
-        if let Some(last) = applied.checked_sub(1).and_then(|i| inner.oplog.get(i)) {
+        let own_last = member.diverged.as_ref().and_then(|d| {
+            d.entries.last().or_else(|| {
+                d.common
+                    .checked_sub(1)
+                    .and_then(|i| inner.oplog.get(i.min(applied.saturating_sub(1))))
+            })
+        });
+        let last = match &member.diverged {
+            Some(_) => own_last,
+            None => applied.checked_sub(1).and_then(|i| inner.oplog.get(i)),
+        };
+        if let Some(last) = last {
             let committed = self.majority_point(&inner);
             let mut last_write = doc! {
                 "opTime": {"ts": last.event.cluster_time, "t": last.term},
@@ -908,8 +1142,8 @@ impl Replica {
         let now = Instant::now();
         inner.members.iter().enumerate().position(|(i, m)| {
             i != self.index
-                && m.up
-                && !m.recovering
+                && SetInner::live(m)
+                && inner.sees(self.index, i)
                 && m.applied >= target
                 && m.unelectable_until.is_none_or(|until| now >= until)
         })

@@ -33,9 +33,26 @@
 //!   `electionTimeoutMillis` without a primary; the term goes up by one. The new primary
 //!   first catches up on what reachable members have (README "Transitioning to PRIMARY").
 //!
-//! Not yet here (later slices): partitions, rollback (a restarted member whose history
-//! diverged stays `RECOVERING`), change streams across failover, retryable-write history
-//! moving with the data, cluster time gossip across members.
+//! - Partitions: a member partitioned from the others (clients still reach it) neither
+//!   fetches nor serves oplog entries, votes or counts towards a majority. A primary that
+//!   cannot see a majority steps down after the election timeout
+//!   (`src/mongo/db/repl/topology_coordinator.cpp`, `TopologyCoordinator::checkMemberTimeouts`:
+//!   members not heard from for `getElectionTimeoutPeriod()` are marked down, then "Can't
+//!   see a majority of the set, relinquishing primary"); until then it takes `w: 1` writes
+//!   and its `w: "majority"` writes wait. The other side's election timeout counts from the
+//!   partition, so it elects (in a higher term) as the old primary steps down. In mongod
+//!   the two can overlap for a moment (two nodes saying primary, in different terms); here
+//!   the step-down comes first, in the same monitor tick.
+//! - Rollback: an election drops from the set's history what no member of the electing
+//!   majority had applied; a member holding such entries diverged, and when it reaches the
+//!   others again it rolls back to the common point and follows the new primary
+//!   (`src/mongo/db/repl/rollback_impl.cpp`, `RollbackImpl::runRollback`, "Rollback common
+//!   point"; recover to the stable timestamp, which is majority-committed, so a
+//!   majority-committed write is never undone; `src/mongo/db/repl/README.md`, "Rollback").
+//!
+//! Not yet here (later slices): change streams across failover, retryable-write history
+//! moving with the data (and sessions invalidated by a rollback), rollback files, partitions
+//! other than one member from all the others, cluster time gossip across members.
 
 mod apply;
 mod member;
@@ -307,10 +324,60 @@ impl ReplicaSet {
 
     /// Restarts a stopped member with the data it had: it comes back as a secondary (with a
     /// new `topologyVersion.processId`) and catches up. A member whose history diverged
-    /// from the set's (it was primary and wrote what no other member has) would need a
-    /// rollback, which is not emulated yet: it stays `RECOVERING`.
+    /// from the set's (it was primary and wrote what no other member has) rolls back first.
     pub fn restart(&self, index: usize) {
         self.set.restart(index);
+    }
+
+    /// Partitions member `index` from every other member: clients still reach it, but it
+    /// neither replicates to nor from the others, nor votes. A partitioned primary stays
+    /// primary (it takes `w: 1` writes; `w: "majority"` writes wait) until it has not seen a
+    /// majority for the election timeout, then steps down; the others elect a new primary,
+    /// in a higher term, after the same timeout.
+    pub fn partition(&self, index: usize) {
+        self.set.set_isolated(index, true);
+    }
+
+    /// Ends member `index`'s partition. If its history diverged meanwhile (it was primary
+    /// and took writes no member of the majority applied), it rolls back to the common
+    /// point and then follows the primary.
+    pub fn heal(&self, index: usize) {
+        self.set.set_isolated(index, false);
+    }
+
+    /// Whether member `index` is partitioned from the others now.
+    pub fn is_partitioned(&self, index: usize) -> bool {
+        self.set.is_isolated(index)
+    }
+
+    /// Whether member `index`'s history diverged from the set's and waits for its rollback
+    /// (it was a primary whose writes the majority that elected the next one lacked).
+    pub fn is_diverged(&self, index: usize) -> bool {
+        self.set.is_diverged(index)
+    }
+
+    /// How many rollbacks member `index` went through, and how many of its oplog entries
+    /// they undid.
+    pub fn rollbacks(&self, index: usize) -> (usize, usize) {
+        self.set.rollbacks(index)
+    }
+
+    /// Waits until member `index` has gone through `count` rollbacks (at most `timeout`);
+    /// returns whether it did.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: waiting changes nothing.
+    pub async fn wait_for_rollbacks(&self, index: usize, count: usize, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        loop {
+            if self.rollbacks(index).0 >= count {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Stops every member and its background tasks.
