@@ -30,9 +30,11 @@
 //! | later attempt unbounded | a waiter written against the low-level API (`xlock` under its lock id, again every 50 ms until its 1 s deadline, each attempt awaited to its end) whose later attempt is held 4 s on the wire by its proxy: bounded only by its command time limit (3 s), as a waiting call's later attempt (or the withdrawal of a grant that came too late) was before `c9b00e8`/`e715c59`, it returns seconds past its timeout (`controls::late_attempt`; the library's `acquire_timeout` through the same fault returns within it) | (11) calls return within their timeout |
 //! | own entry outside the line | host A's job (a fixed lock id, a 2 s minimum hold) lets go at once and asks again; as before the fix, it does not join the line while its own entry is in force and asks again outside it (`try_acquire`), and host B, in line from 1.2 s, is served first at the hold's end | (S9) waiters served in line order (a waiter whose own entry was in force, outside the line) |
 //! | step shown, ignored | A's grant runs, the server's clock steps 3 s forward, another write of A's client shows the step, then the grant's reply is read (held back by a relay); A's renewals are dropped and it believes its send plus the TTL (6 s, less margin and uncertainty) as if the step had not been shown, while B is granted at the server's earlier end | (3) loss noticed before next grant |
+//! | first grant, step shown, ignored | the same with a brand-new client: its first command is the held attempt, and the other reply is an `unlock`'s (an `operationTime` alone); A believes its first grant as if the step had not been shown, as the library did before `0a26365`, while B is granted at the server's earlier end (the library as it is shortens the first grant by the step and shows nothing) | (3) loss noticed before next grant |
 //! | step back, let-go entry renewed | three hosts run a job every second under lock ids they keep, with a 600 ms minimum hold; after the first job lets go, the server's clock steps back past its grant (by the hold, the time since the grant and 100–400 ms); that host renews its lock id with the old time-only test of a holding entry (`expiresAt` ahead of `$$NOW` plus `delayMs`, sent raw), which renews the let-go entry, and runs its job again under the old grant inside its hold | (10) resumed lease keeps its token, old incarnation learns (a lease given back after its release returned `Ok`) |
 //! | step back taken for a loss | A holds a mutex (TTL 3 s); the server's clock steps back 900 ms; A sees the clock go back and reports its lease lost (as by its local deadline), while its keeper goes on renewing it for 2.2 s and the server keeps it (`controls::false_loss`; the library as it is keeps the lease and shows nothing) | (S13) no loss reported while the server keeps the lease |
 //! | restarted holder adopts its let-go entry | a job's holder (fixed lock id, 1.5 s minimum hold) lets go and dies, its release held 600 ms on the wire; its restarted process, 300 ms away, asks under the same lock id; once the release has landed and marked the entry let go, it adopts the entry with the keepalive's lease query of before `1e762e7` (no `letGoAt: {$exists: false}`, sent raw) and works under the old grant past the hold's end, while a contender waiting in line is granted when the hold ends (`controls::adoption`; the library as it is sends its adoption, adopts nothing and is granted anew) | (1) exclusion |
+//! | force release after a step back | the step back under a hold's scenario (three hosts, a 600 ms hold), the host's renewal and retry refused; an operator force-releases the resource while the server's clock reads before the let-go entry's grant, with the force release of before `224dfb8` (sent raw: the entry's delay, its hold, counted from `$$NOW`), so the hold ends early by the server's clock, and the next host, asking every 50 ms, is granted inside it (`controls::step_back`; the library's `force_release` through the same fault leaves the hold as it is, and the next grant comes at its end) | (S12) no grant inside a minimum hold |
 //!
 //! The keeper by id alone and the trusting keeper model, on the low-level API (`xlock`,
 //! `renew`, `unlock`, `force_release`), the keeper bugs of issue 17; they run the server-side
@@ -133,7 +135,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the twenty-nine controls, each on a fresh emulator.
+/// Runs the thirty-one controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.
@@ -162,20 +164,24 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
     ];
-    // These seven mostly wait (a timeout, a minimum hold, a lease after a clock step, periods
-    // of a job, a lease through a step back, a hold after a late release, a command time
-    // limit), each on an emulator of its own: side by side, they add seconds rather than a
-    // dozen.
-    let (stuck, outside, step, back, taken, adopted, late) = tokio::join!(
+    // These nine mostly wait (a timeout, a minimum hold, two leases after a clock step,
+    // periods of a job, a lease through a step back, a hold after a late release, a command
+    // time limit, a hold after a force release), each on an emulator of its own: side by
+    // side, they add seconds rather than a dozen.
+    let (stuck, outside, step, first, back, taken, adopted, late, forced) = tokio::join!(
         owed_release::stuck_lock_id(),
         line::own_entry_outside_line(),
         clock_step::step_ignored(),
+        clock_step::first_grant_step_ignored(),
         step_back::step_back_renewed(),
         false_loss::step_back_taken_for_loss(),
         adoption::adopted_let_go_entry(),
-        late_attempt::unbounded_later_attempt()
+        late_attempt::unbounded_later_attempt(),
+        step_back::force_after_step_back()
     );
-    all.extend([stuck?, outside?, step?, back?, taken?, adopted?, late?]);
+    all.extend([
+        stuck?, outside?, step?, first?, back?, taken?, adopted?, late?, forced?,
+    ]);
     Ok(all)
 }
 

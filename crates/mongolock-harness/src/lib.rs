@@ -9,7 +9,7 @@
 //! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
 //! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
 //! connected directly. Faults are drawn from the seed ([`faults`]); the history
-//! ([`history`]) is checked ([`check`]); twenty-nine negative controls ([`controls`]) prove
+//! ([`history`]) is checked ([`check`]); thirty-one negative controls ([`controls`]) prove
 //! that the checker catches the bugs it looks for; [`report`] prints it all. Observers
 //! ([`observers`]) follow each election with `observe()` and poll its `leader()` during the
 //! run, and read it fresh at the end.
@@ -215,6 +215,17 @@ pub async fn run_once(
                     oracle::ServerCheck::MinHold,
                     "vacuous: the server's clock never went back past a let-go entry's grant \
                      in its hold (the step back under a hold was not carried out)"
+                        .to_owned(),
+                ));
+            }
+            if workload.step_back.is_some()
+                && workload::step_back::forced_carried_out(&recorder.extras()) == 0
+            {
+                outcome.violations.push((
+                    oracle::ServerCheck::MinHold,
+                    "vacuous: no operator force-released a let-go entry's resource while the \
+                     server's clock read before its grant (the force release after a step back \
+                     was not carried out)"
                         .to_owned(),
                 ));
             }

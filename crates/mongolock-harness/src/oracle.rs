@@ -61,7 +61,9 @@
 //!   told of a loss first, its release not refused as lost), and whose let-go the server
 //!   committed while the lease lived (the entry marked `letGoAt`, or removed, no earlier than
 //!   the let-go call and before the lease's end) with no operator's force-release of the
-//!   resource from the grant until then: the next grant of the resource (the next greater
+//!   resource from the grant until then (for a let-go mark, none begun before the let-go
+//!   call: one after the mark must leave the hold as it is, also when the server's clock
+//!   stepped back past the grant before it): the next grant of the resource (the next greater
 //!   token, to any lock id, its own included) was created at or after the lease's
 //!   `createdAt` + H, by the server's clock. Each judged lease is counted, and those let go
 //!   of within their hold (the let-go committed before `createdAt` + H) apart: a workload with
@@ -1194,6 +1196,26 @@ fn force_released_between(history: &History, resource: &str, from_ms: i64, to_ms
     })
 }
 
+/// True if an operator's force-release of `h`'s resource began no later than `h`'s let-go
+/// call and may have run between its grant at `from_ms` and its let-go committed at `to_ms`
+/// ([`ran_between`]). One begun after the let-go call either landed after the let-go (which
+/// it must leave as it is) or before it, and then the let-go finds no lease to mark.
+fn force_released_before_let_go(
+    history: &History,
+    h: &HolderLog,
+    from_ms: i64,
+    to_ms: i64,
+) -> bool {
+    let Some(let_go) = h.released_at else {
+        return force_released_between(history, &h.resource, from_ms, to_ms);
+    };
+    history.ops.iter().any(|op| {
+        matches!(&op.kind, OpKind::ForceRelease(r) if *r == h.resource)
+            && op.start <= let_go
+            && ran_between(history, op, from_ms, to_ms)
+    })
+}
+
 /// True if the operator's call `op` may have overlapped the stretch between two things the
 /// server did at its times `from_ms` and `to_ms` (with [`RELEASE_SLACK`]): the first was done
 /// no earlier than the first of our instants at which the server's clock read `from_ms`, the
@@ -1250,15 +1272,21 @@ fn min_holds(out: &mut Outcome, grants: &[Granted], history: &History, holds: &M
             continue;
         }
         // The let-go as the server committed it: marked within the hold, or removed.
-        let (commit_ms, lease_end) = match (g.let_go, g.removed_ms) {
-            (Some((at, lease_end)), _) => (at, lease_end),
-            (None, Some(removed)) => (removed, g.expires_ms.map(|e| e - g.delay_ms)),
+        let (commit_ms, lease_end, marked) = match (g.let_go, g.removed_ms) {
+            (Some((at, lease_end)), _) => (at, lease_end, true),
+            (None, Some(removed)) => (removed, g.expires_ms.map(|e| e - g.delay_ms), false),
             (None, None) => continue, // it ran out: no let-go reached the server
         };
-        if commit_ms < let_ms - slack
-            || lease_end.is_some_and(|end| end <= commit_ms)
-            || force_released_between(history, &g.resource, g.at_ms, commit_ms)
-        {
+        // A removal may be an operator's force release rather than the holder's let-go; a
+        // let-go mark is the holder's, and a force release after it must leave the hold as
+        // it is (`LockDetails::min_hold`), so only one begun before the let-go call excuses
+        // it (after a step back, the server's times alone cannot say which came first).
+        let forced = if marked {
+            force_released_before_let_go(history, h, g.at_ms, commit_ms)
+        } else {
+            force_released_between(history, &g.resource, g.at_ms, commit_ms)
+        };
+        if commit_ms < let_ms - slack || lease_end.is_some_and(|end| end <= commit_ms) || forced {
             continue; // not its holder's let-go of a live lease
         }
         out.min_hold_judged += 1;
@@ -2453,6 +2481,70 @@ mod tests {
         assert_eq!(none.min_hold_within, 0);
         min_hold_vacuous(&mut none);
         assert_eq!(none.by_check(), BTreeMap::from([(ServerCheck::MinHold, 1)]));
+    }
+
+    /// Token 10 (hold 2 s) granted at server time 1,000 ms, let go of (marked) at 1,210; the
+    /// server's clock steps back 1,500 ms at 1,300 ms (to -200), and an operator
+    /// force-releases the resource at 1,400 ms (server time -100, before the grant). The old
+    /// force release counted the hold from its `$$NOW`: the entry ended at 1,900 by the
+    /// server's clock, and the next grant, at 2,000 (3,500 ms), is inside the hold. (S12)
+    /// catches it: a force release after the let-go call does not excuse a let-go mark
+    /// (before, the clock read 1,210 again after the step, so the force release counted as
+    /// one between the grant and the let-go and the lease was not judged). A force release
+    /// begun before the let-go call still excuses it.
+    #[test]
+    fn a_force_release_after_a_let_go_and_a_step_back_past_the_grant_leaves_the_hold_judged() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let a = ObjectId::new();
+        let holds = MinHolds::from([(1, Duration::from_secs(2))]);
+        let mut kept = attempt_entry(&a, 10, 1_000, 3_000);
+        if let Bson::Document(d) = &mut kept {
+            d.insert("delayMs", 2_000_i64);
+            d.insert("letGoAt", DateTime::from_millis(1_210));
+        }
+        let mut forced_old = kept.clone();
+        if let Bson::Document(d) = &mut forced_old {
+            d.insert("expiresAt", DateTime::from_millis(1_900));
+        }
+        let events = [
+            event(1_000, Some(attempt_entry(&a, 10, 1_000, 2_000)), vec![]),
+            event(1_210, Some(kept), vec![]),
+            event(-100, Some(forced_old), vec![]),
+            event(2_000, Some(next_entry(11, 2_000)), vec![]),
+        ];
+        let mut history = timed(t0, vec![believer(t0, 1_200, LetGo::Released)]);
+        history
+            .server_clock
+            .extend([(at(1_299), 1_299), (at(1_300), -200)]);
+        let op = |start: u64| OpEvent {
+            kind: OpKind::ForceRelease("r".into()),
+            start: at(start),
+            end: at(start + 5),
+        };
+        history.ops = vec![op(1_400)];
+        let judge = |history: &History| {
+            check(
+                &events,
+                history,
+                &HashMap::new(),
+                Duration::from_secs(10),
+                &holds,
+            )
+        };
+        let caught = judge(&history);
+        assert_eq!(
+            caught.by_check(),
+            BTreeMap::from([(ServerCheck::MinHold, 1)]),
+            "{:?}",
+            caught.violations
+        );
+        assert_eq!((caught.min_hold_judged, caught.min_hold_within), (1, 1));
+        // The same force release in server time, begun before the let-go call: excused.
+        history.ops = vec![op(1_100)];
+        let excused = judge(&history);
+        assert!(excused.violations.is_empty(), "{:?}", excused.violations);
+        assert_eq!(excused.min_hold_judged, 0);
     }
 
     /// Through the real path: a release delayed on the wire (300 ms of proxy latency) while

@@ -21,13 +21,13 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     );
     assert_eq!(
         report.controls.len(),
-        29,
-        "twenty-nine negative controls ran"
+        31,
+        "thirty-one negative controls ran"
     );
     assert_eq!(
         report.controls_caught(),
-        29,
-        "controls caught: {}/29",
+        31,
+        "controls caught: {}/31",
         report.controls_caught()
     );
     assert!(report.passed());

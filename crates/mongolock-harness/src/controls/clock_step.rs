@@ -1,6 +1,13 @@
 //! The control of a server clock step shown while a grant's reply is on its way (issue 39,
 //! item 2): a holder that ignores the step another reply showed believes the TTL from its
 //! send, by its own clock, while the server ends the lease the step earlier.
+//!
+//! The same for a brand-new client (the library's fix `0a26365`): its first command is the
+//! attempt, so it knows nothing of the server's clock when the step comes; the other reply
+//! (an `unlock`, whose reply carries only an `operationTime`) shows the step before the
+//! grant's reply is read. A library that reads the first grant ignoring the step believes
+//! its send plus the TTL (less margin and uncertainty) while the server ends the lease the
+//! step earlier.
 
 use std::time::{Duration, Instant};
 
@@ -26,12 +33,34 @@ const STEP: Duration = Duration::from_secs(3);
 /// margin and its uncertainty, by its own clock, as if the step had not been shown; the
 /// server ended the lease 3 s earlier and B is granted while A believes.
 pub(super) async fn step_ignored() -> Result<ControlResult, Box<dyn std::error::Error>> {
-    step_in_flight(true).await
+    step_in_flight(true, Client::Seasoned).await
+}
+
+/// The same for a brand-new client, whose first command is the held attempt and whose
+/// other reply is an `unlock`'s: A believes as if the step had not been shown, as the
+/// library's first grant did before `0a26365`; B is granted at the server's earlier end.
+pub(super) async fn first_grant_step_ignored() -> Result<ControlResult, Box<dyn std::error::Error>>
+{
+    step_in_flight(true, Client::BrandNew).await
+}
+
+/// What A's client knows of the server's clock before its held attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// It was granted and released a lock before (its clock bounds are set).
+    Seasoned,
+    /// The attempt is its first command: it knows nothing of the server's clock.
+    BrandNew,
 }
 
 /// The scenario of [`step_ignored`]; `planted`: with the old behaviour put back, else with
-/// the library as it is (A watches its guard until it says the lease is lost).
-async fn step_in_flight(planted: bool) -> Result<ControlResult, Box<dyn std::error::Error>> {
+/// the library as it is (A watches its guard until it says the lease is lost); `client`:
+/// whether A was granted a lock before (the other reply is then a `force_release`'s) or
+/// is brand-new (the other reply is then an `unlock`'s).
+async fn step_in_flight(
+    planted: bool,
+    client: Client,
+) -> Result<ControlResult, Box<dyn std::error::Error>> {
     let server = TestServer::start().await?;
     let recorder = Recorder::new();
     read_clock(&server, &recorder);
@@ -39,16 +68,18 @@ async fn step_in_flight(planted: bool) -> Result<ControlResult, Box<dyn std::err
     let direct = mongodb::options::ClientOptions::builder()
         .direct_connection(true)
         .build();
-    let client = mongodb::Client::with_options(relay.client_options(direct))?;
-    let a_locks = mongolock::LockClient::new(client.database(DB).collection(COLLECTION))
+    let a_client = mongodb::Client::with_options(relay.client_options(direct))?;
+    let a_locks = mongolock::LockClient::new(a_client.database(DB).collection(COLLECTION))
         .with_clock_uncertainty(UNCERTAINTY);
     let b_locks = locks(server.new_client());
     b_locks.create_indexes().await?;
-    // A learns the server's clock from a grant.
-    let first = a_locks.mutex(RESOURCE).ttl(TTL).acquire().await;
-    let first = first.map_err(|e| format!("A's first grant: {e}"))?;
-    let released = first.release().await;
-    released.map_err(|e| format!("A's first release: {e}"))?;
+    if client == Client::Seasoned {
+        // A learns the server's clock from a grant.
+        let first = a_locks.mutex(RESOURCE).ttl(TTL).acquire().await;
+        let first = first.map_err(|e| format!("A's first grant: {e}"))?;
+        let released = first.release().await;
+        released.map_err(|e| format!("A's first release: {e}"))?;
+    }
 
     relay.arm();
     let invoked = Instant::now();
@@ -67,7 +98,10 @@ async fn step_in_flight(planted: bool) -> Result<ControlResult, Box<dyn std::err
     let stepped_at = Instant::now();
     server.clock().advance(STEP);
     read_clock(&server, &recorder);
-    let witness = a_locks.force_release("witness").await;
+    let witness = match client {
+        Client::Seasoned => a_locks.force_release("witness").await,
+        Client::BrandNew => a_locks.unlock("nobody").await,
+    };
     witness.map_err(|e| format!("the witness: {e}"))?;
     if !relay.holding() {
         return Err("the grant's reply went on before the step was shown".into());
@@ -127,11 +161,11 @@ async fn step_in_flight(planted: bool) -> Result<ControlResult, Box<dyn std::err
     b_locks.shutdown().await;
     drop(relay);
     server.shutdown().await;
-    Ok(finish(
-        "step shown, ignored",
-        Check::LossBeforeNextGrant,
-        &recorder,
-    ))
+    let name = match client {
+        Client::Seasoned => "step shown, ignored",
+        Client::BrandNew => "first grant, step shown, ignored",
+    };
+    Ok(finish(name, Check::LossBeforeNextGrant, &recorder))
 }
 
 #[cfg(test)]
@@ -146,7 +180,24 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_library_counts_the_step_and_passes() {
-        let result = step_in_flight(false).await.expect("the scenario runs");
+        let result = step_in_flight(false, Client::Seasoned)
+            .await
+            .expect("the scenario runs");
+        assert!(!result.caught(), "caught: {:?}", result.found());
+        assert_eq!(result.found(), vec![], "nothing at all");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_brand_new_client_that_ignores_the_step_for_its_first_grant_is_caught_by_3() {
+        let result = first_grant_step_ignored().await.expect("the control runs");
+        assert!(result.caught(), "not caught: {:?}", result.found());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_library_shortens_a_brand_new_client_s_first_grant_by_the_step_and_passes() {
+        let result = step_in_flight(false, Client::BrandNew)
+            .await
+            .expect("the scenario runs");
         assert!(!result.caught(), "caught: {:?}", result.found());
         assert_eq!(result.found(), vec![], "nothing at all");
     }

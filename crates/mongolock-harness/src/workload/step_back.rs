@@ -23,8 +23,18 @@
 //! release returned `Ok`, (S12) a new grant inside the hold, (1) and (2) exclusion and
 //! tokens. The hosts' timers go on for the remaining periods.
 //!
-//! The negative control (`controls::step_back`) plants the old behaviour: the host renews
-//! with the old time-only test of a holding entry, sent as a raw update.
+//! Then, with the host's grant not given back, an operator force-releases the resource
+//! ([`Force`]; the fleet uses the library's `force_release`) while the clock still reads
+//! before the let-go entry's grant, the entry still let go and in force (checked, and said in
+//! how the scenario ended: a run where it never happened fails as vacuous). Before
+//! `224dfb8`, a force release counted a let-go entry's delay (its hold) from `$$NOW`, and,
+//! the clock stepped back past the grant, the hold ended early by the server's clock; the
+//! next host asks every 50 ms until it is granted, and (S12) judges its grant against the
+//! hold (a force release after the let-go mark does not excuse a hold).
+//!
+//! The negative controls (`controls::step_back`) plant the old behaviours: the host renews
+//! with the old time-only test of a holding entry, sent as a raw update; the operator's force
+//! release with the old pipeline's entry part, sent as a raw update.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,7 +77,30 @@ pub struct Stage<'a> {
     pub ttl: Duration,
     /// Plant the old behaviour: the host renews its let-go entry with the old time-only test.
     pub planted: bool,
+    /// Whether, and how, an operator force-releases the resource after the step (and the
+    /// host's renewal and retry), the clock still before the let-go entry's grant.
+    pub force: Force,
 }
+
+/// An operator's force release of the job's resource after the step back, while the let-go
+/// entry's hold is under way and the clock reads before its grant; then another host asks
+/// every 50 ms until it is granted (or the clock is [`FORCE_POLL_PAST_MS`] past the hold's
+/// end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Force {
+    /// No force release.
+    None,
+    /// `force_release(resource)`, the library as it is: the hold stays until grant + hold.
+    Library,
+    /// The old force release, planted as a raw update (the entry's part of the pipeline of
+    /// before `224dfb8`): a let-go entry's delay (its hold) counted from `$$NOW`, which,
+    /// stepped back past the grant, ends the hold early by the server's clock.
+    OldPipeline,
+}
+
+/// How far past the hold's end (by the server's clock) the host after a force release goes
+/// on asking.
+pub const FORCE_POLL_PAST_MS: i64 = 500;
 
 /// How a run of the scenario went.
 #[derive(Debug, Clone, Default)]
@@ -91,6 +124,16 @@ pub struct Went {
     pub most_in_a_period: usize,
     /// Why the step was not made, if it was not.
     pub not_made: Option<String>,
+    /// How far before the let-go entry's grant the server's clock read when the operator's
+    /// force release was sent (ms), the entry still let go and in force: `None` if no force
+    /// release was sent so.
+    pub forced_before_grant_ms: Option<i64>,
+    /// Why no force release was sent after the step, if one was asked for and the step made.
+    pub not_forced: Option<String>,
+    /// After the force release: the next grant's server time less the hold's end (ms;
+    /// negative: inside the hold), if another host was granted by
+    /// [`FORCE_POLL_PAST_MS`] past it.
+    pub after_force_ms: Option<i64>,
 }
 
 impl Went {
@@ -109,7 +152,19 @@ impl Went {
             Some(token) if token == self.token => "its retry given the let-go entry back",
             Some(_) => "its retry granted anew",
         };
-        format!("{CARRIED_OUT}: {renew}, {retry}")
+        let force = match (self.forced_before_grant_ms, &self.not_forced) {
+            (Some(ms), _) => {
+                let next = match self.after_force_ms {
+                    Some(m) if m < 0 => format!("the next grant {} ms inside the hold", -m),
+                    Some(_) => "the next grant at the hold's end or later".to_owned(),
+                    None => "no grant by the hold's end".to_owned(),
+                };
+                format!("; {FORCED} {ms} ms before the grant, {next}")
+            }
+            (None, Some(why)) => format!("; no force release: {why}"),
+            (None, None) => String::new(),
+        };
+        format!("{CARRIED_OUT}: {renew}, {retry}{force}")
     }
 }
 
@@ -152,6 +207,7 @@ impl Worker {
                     shape,
                     ttl: self.workload.ttl,
                     planted: false,
+                    force: Force::Library,
                 };
                 let went = run(&stage, &mut self.rng).await;
                 for host in hosts {
@@ -186,6 +242,18 @@ pub fn carried_out(extras: &[ExtraLog]) -> usize {
 
 /// How the ending of a step back that happened begins.
 const CARRIED_OUT: &str = "back past a let-go entry's grant";
+
+/// How many steps back under a hold `extras` show followed by an operator's force release
+/// while the clock read before the let-go entry's grant, the entry still in force.
+pub fn forced_carried_out(extras: &[ExtraLog]) -> usize {
+    (extras.iter())
+        .filter(|e| e.kind == ExtraFault::StepBackUnderHold && e.ended.contains(FORCED))
+        .filter(|e| e.ended.starts_with(CARRIED_OUT))
+        .count()
+}
+
+/// How the ending says a force release landed after the step, within the hold.
+const FORCED: &str = "force-released";
 
 /// Runs the scenario on `stage` (see the module's documentation).
 pub async fn run(stage: &Stage<'_>, rng: &mut StdRng) -> Went {
@@ -375,6 +443,102 @@ async fn step_and_ask_again(
         log.lets_go(LetGo::Released);
         log.release = Some(ReleaseResult::of(&guard.release().await));
         recorder.holder(log);
+    }
+    if stage.force != Force::None {
+        if went.renewed > 0 || went.regranted.is_some() {
+            went.not_forced = Some("the host had its grant back".into());
+            return;
+        }
+        force_and_ask(stage, k, lock_id, token, granted_ms, went).await;
+    }
+}
+
+/// The operator's force release of the resource while host `k`'s let-go entry (`token`,
+/// granted at `granted_ms`) is in force and the clock reads before its grant, checked to have
+/// happened so; then the next host asks every 50 ms until granted, or until the clock is
+/// [`FORCE_POLL_PAST_MS`] past the hold's end. Its job, if granted, runs as any (one write,
+/// 50 ms, a release).
+async fn force_and_ask(
+    stage: &Stage<'_>,
+    k: usize,
+    lock_id: &str,
+    token: i64,
+    granted_ms: i64,
+    went: &mut Went,
+) {
+    let recorder = stage.recorder;
+    let resource = &stage.shape.resource;
+    if let Err(why) = let_go_entry(stage, lock_id, token).await {
+        went.not_forced = Some(format!("before it: {why}"));
+        return;
+    }
+    let start = Instant::now();
+    let now_ms = stage.clock.now().timestamp_millis();
+    recorder.server_clock(start, now_ms);
+    if now_ms >= granted_ms {
+        went.not_forced = Some("the clock read past the grant again".into());
+        return;
+    }
+    let operator = (k + 1) % stage.hosts.len();
+    let sent = match stage.force {
+        Force::Library => stage.hosts[operator]
+            .force_release(resource)
+            .await
+            .map_err(|e| e.to_string()),
+        Force::OldPipeline => old_force_release(stage).await,
+        Force::None => return,
+    };
+    recorder.op(
+        OpKind::ForceRelease(resource.clone()),
+        start,
+        Instant::now(),
+    );
+    if let Err(why) = sent {
+        went.not_forced = Some(format!("it failed ({why})"));
+        return;
+    }
+    went.forced_before_grant_ms = Some(granted_ms - now_ms);
+    let hold_end = granted_ms + stage.shape.hold.as_millis() as i64;
+    let next = format!("{}.host-{operator}", stage.owner);
+    while stage.clock.now().timestamp_millis() < hold_end + FORCE_POLL_PAST_MS {
+        let (invoked, got) = ask(stage, operator, &next).await;
+        if let Ok(Some(guard)) = got {
+            let mut log = recorder.job_holder(stage.client, invoked, &guard, stage.shape.hold);
+            went.after_force_ms = log.server_granted_ms.map(|ms| ms - hold_end);
+            tokio::time::sleep(JOB).await;
+            log.check_lost(&guard);
+            log.sample(&guard);
+            log.lets_go(LetGo::Released);
+            log.release = Some(ReleaseResult::of(&guard.release().await));
+            recorder.holder(log);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The old force release, planted: the resource's exclusive entry, if it has a lock-delay
+/// (a let-go entry's is its hold) and is in force, stays in force until `$$NOW` plus its
+/// delay at most (before `224dfb8`: from `$$NOW`, not from the later of `$$NOW` and its
+/// grant); without one, it is removed. The part of the force release's pipeline that
+/// changed, sent as a raw update.
+async fn old_force_release(stage: &Stage<'_>) -> Result<u64, String> {
+    let delay = "$exclusive.delayMs";
+    let in_force = doc! { "$gt": [
+        { "$ifNull": ["$exclusive.expiresAt", bson::Bson::MaxKey] }, "$$NOW",
+    ]};
+    let ended = doc! { "$set": { "exclusive": { "$cond": [
+        { "$and": [{ "$gt": [{ "$ifNull": [delay, 0] }, 0] }, in_force] },
+        { "$mergeObjects": ["$exclusive", { "expiresAt": {
+            "$min": ["$exclusive.expiresAt", { "$add": ["$$NOW", delay] }],
+        }}]},
+        bson::Bson::Null,
+    ]}}};
+    let filter = doc! { "_id": &stage.shape.resource, "exclusive": { "$type": "object" } };
+    match stage.raw.update_one(filter, vec![ended]).await {
+        Ok(result) if result.modified_count == 1 => Ok(1),
+        Ok(_) => Err("it changed nothing".into()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
