@@ -120,13 +120,16 @@ pub(crate) fn is_live(entry: &str) -> Bson {
 
 /// True when the holder of the entry at `entry` still holds its lease at `$$NOW`: as
 /// [`is_live`], but an entry with a lock-delay (`delayMs`) counts its lease as ended that
-/// long before its `expiresAt`, and an entry its holder let go of within its minimum hold
-/// ([`let_go`]) holds nothing, whatever the clock reads (a clock stepped back before the
-/// lease's grant would otherwise read its hold as a lease again). What acquires, renewals,
-/// a release's report and proclaim ask.
+/// long before its `expiresAt`, and a marked entry (`letGoAt`, see [`was_let_go`]) holds
+/// nothing, whatever the clock reads: one its holder let go of within its minimum hold
+/// ([`let_go`]), whose hold a clock stepped back before the lease's grant would otherwise
+/// read as a lease again, and one a force release kept in force for its lock-delay
+/// (`command/release.rs`, `force_command`), whose delay a clock stepped back by more than
+/// the delay would read as a lease again, renewed by its revoked holder. What acquires,
+/// renewals, a release's report, proclaim and the keeper's read of its leases ask.
 pub(crate) fn holds(entry: &str) -> Bson {
-    // A let-go entry's end reads as null, which sorts before every date. (`letGoAt` is a
-    // date or missing: only a let-go entry's is true.)
+    // A marked entry's end reads as null, which sorts before every date. (`letGoAt` is a
+    // date or missing: only a marked entry's is true.)
     bson!({ "$gt": [
         { "$cond": [
             format!("{entry}.{LET_GO_AT}"),
@@ -594,8 +597,14 @@ pub(crate) fn let_go(entry: &str) -> Bson {
     ]})
 }
 
-/// True when the entry at `entry` was let go of by its holder and is only in force for what
-/// is left of its minimum hold (see [`let_go`]).
+/// True when the entry at `entry` is marked `letGoAt`: its lease ended and it holds nothing,
+/// whatever the clock reads, and is only in force for what is left of its delay. Either its
+/// holder let go of it within its minimum hold (see [`let_go`]: in force until `createdAt +
+/// minHoldMs`), or a force release broke its lease and keeps it in force for its lock-delay
+/// (`command/release.rs`, `force_command`; a let-go entry stays as it was). Neither is an
+/// abandoned lock (`command/purge.rs`: a force release removes an entry without a delay,
+/// which makes no group abandoned either), and the renewals and adoptions of the keeper
+/// (`keepalive::lease_query`) never match one.
 pub(crate) fn was_let_go(entry: &str) -> Bson {
     bson!({ "$eq": [{ "$type": format!("{entry}.{LET_GO_AT}") }, "date"] })
 }

@@ -99,10 +99,13 @@ fn idle_since(renewed_expiry: Bson) -> Document {
 }
 
 /// The query that finds one lease's entry while its holder holds it: by resource, lock id,
-/// token and, when `keeper` is given, the keeper it names; never an entry its holder let go
-/// of within its minimum hold (`letGoAt`, see `expr::let_go`), which holds nothing until the
-/// hold ends, whatever its `expiresAt`: neither renewed nor adopted (a late release of a
-/// dead holder landing between its restarted process's attempt and its adoption).
+/// token and, when `keeper` is given, the keeper it names; never a marked entry (`letGoAt`,
+/// see `expr::was_let_go`), which holds nothing, whatever its `expiresAt` and the clock
+/// read: neither renewed nor adopted. Its holder let go of it within its minimum hold (a
+/// late release of a dead holder landing between its restarted process's attempt and its
+/// adoption), or a force release broke its lease and keeps it for its lock-delay (a step
+/// back of the server's clock by more than the delay would read it as live again, and its
+/// revoked holder would never be told).
 fn lease_query(grant: &Grant, keeper: Option<&str>) -> Document {
     let (resource, lock_id, token) = (grant.resource(), grant.lock_id(), grant.fencing_token());
     let now = lease_now(delay_millis(grant));

@@ -16,8 +16,10 @@
 //! ends live leases without telling their holders, so it is a separately named call. It only
 //! removes the entries that existed when the group's member expired (granted before its
 //! lease ended: its `expiresAt` less its lock-delay); a lock granted to the same lock id
-//! afterwards survives. An entry its holder let go of within its minimum hold (`letGoAt`)
-//! expires too, but was released: it makes no group abandoned. Two round trips:
+//! afterwards survives. A marked entry (`letGoAt`: its holder let go of it within its
+//! minimum hold, or a force release kept it for its lock-delay) expires too, but was
+//! released, or broken by an operator (whose force release removes an entry without a delay
+//! outright): it makes no group abandoned. Two round trips:
 //!
 //! ```text
 //! 1. aggregate: the lock ids with an abandoned entry (expired, not let go of), each with
@@ -76,11 +78,10 @@ pub(crate) async fn run(ctx: &Context) -> Result<Purged> {
 }
 
 /// The aggregation that finds each lock id with an abandoned entry, and when the first such
-/// entry's lease ended. An entry is abandoned when it expired without its holder letting go
-/// of it: one let go of within its minimum hold (`letGoAt`, see `expr::let_go`) was
-/// released. Its lease ended at `expiresAt` less its lock-delay: a lock its lock id took
-/// after that, while the entry was still in force for its delay, is not of the abandoned
-/// group.
+/// entry's lease ended. An entry is abandoned when it expired unmarked: one marked `letGoAt`
+/// (see `expr::was_let_go`) was let go of within its minimum hold, or force-released. Its
+/// lease ended at `expiresAt` less its lock-delay: a lock its lock id took after that, while
+/// the entry was still in force for its delay, is not of the abandoned group.
 pub(crate) fn abandoned_groups() -> Vec<Document> {
     let lease_end = bson!({ "$subtract": [
         "$e.expiresAt",

@@ -468,6 +468,18 @@ pub(crate) async fn release_attempt(
 /// its lease ends now and it stays in force for its delay (`expiresAt` becomes at most
 /// `$$NOW + delayMs`), so that its revoked holder cannot race a successor (see
 /// `crate::schema`). A delay under way is never cut short, nor made longer.
+///
+/// Such an entry is marked `letGoAt` (`$$NOW`; an entry its holder let go of within its
+/// minimum hold keeps its own), as a let-go entry is (`expr::was_let_go`): it holds nothing,
+/// whatever the clock reads. Unmarked, a step back of the server's clock by more than the
+/// delay would read `expiresAt > $$NOW + delayMs` true again: the revoked holder's keeper
+/// would renew the lease (`keepalive::lease_query`) and its lock id's next attempt be
+/// answered "already held" (`expr::holds`), and the holder would never be told that an
+/// operator broke its lock (issue 40, the model's finding `FORCED_BACK`). The mark changes
+/// nothing else of the entry: it stays in force for the rest of its delay, and a release by
+/// its holder with a minimum hold lets go of it as of any entry (`expr::let_go`).
+///
+/// A repeated copy (its tombstone found) leaves the document exactly as it is.
 pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Document {
     let repeat = bson!({ "$in": [op, "$$t.nonce"] });
     let life_ms = schema::TOMBSTONE_MIN_LIFE.as_millis() as i64;
@@ -482,37 +494,33 @@ pub(crate) fn force_command(ctx: &Context, resource: &str, op: ObjectId) -> Docu
         let from = bson!({ "$max": ["$$NOW", format!("{entry}.createdAt")] });
         bson!({ "$cond": [
             { "$and": [{ "$gt": [&delay, 0] }, expr::is_live(entry)] },
-            { "$mergeObjects": [entry, { "expiresAt": {
-                // `$min` passes over null: an entry without TTL gets the delay's end.
-                "$min": [format!("{entry}.expiresAt"), { "$add": [from, &delay] }],
-            }}]},
+            { "$mergeObjects": [entry, {
+                "expiresAt": {
+                    // `$min` passes over null: an entry without TTL gets the delay's end.
+                    "$min": [format!("{entry}.expiresAt"), { "$add": [from, &delay] }],
+                },
+                // Marked: it holds nothing, whatever the clock reads (`expr::holds`).
+                schema::LET_GO_AT: { "$ifNull": [format!("{entry}.{}", schema::LET_GO_AT), "$$NOW"] },
+            }]},
             null,
         ]})
     };
     let mut next = expr::NextDocument::entries(
-        bson!({ "$cond": [
-            "$$r",
-            { "$ifNull": ["$exclusive", null] },
-            { "$cond": [{ "$eq": [{ "$type": "$exclusive" }, "object"] }, delayed("$exclusive"), null] },
-        ]}),
-        bson!({ "$cond": [
-            "$$r",
-            expr::shared_or_empty(),
-            { "$filter": {
-                "input": { "$map": { "input": expr::shared_or_empty(), "as": "e", "in": delayed("$$e") } },
-                "cond": { "$ne": ["$$this", null] },
-            }},
-        ]}),
+        bson!({ "$cond": [{ "$eq": [{ "$type": "$exclusive" }, "object"] }, delayed("$exclusive"), null] }),
+        bson!({ "$filter": {
+            "input": { "$map": { "input": expr::shared_or_empty(), "as": "e", "in": delayed("$$e") } },
+            "cond": { "$ne": ["$$this", null] },
+        }}),
     );
-    next.released = Some(bson!({ "$cond": [
-        "$$r",
+    next.released = Some(bson!({ "$concatArrays": [
         "$$t",
-        { "$concatArrays": ["$$t", [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }]] },
+        [{ "nonce": op, "until": { "$add": ["$$NOW", life_ms] } }],
     ]}));
     next.frees = Some(Bson::Boolean(true));
+    // A repeated copy leaves the document exactly as it is.
     let document = bson!({ "$let": {
         "vars": { "t": expr::live_tombstones() },
-        "in": { "$let": { "vars": { "r": repeat.clone() }, "in": next.document() } },
+        "in": { "$cond": [repeat.clone(), "$$ROOT", next.document()] },
     }});
     doc! {
         "findAndModify": ctx.collection_name(),

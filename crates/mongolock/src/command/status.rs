@@ -11,7 +11,8 @@
 //!                 entries: <a lock document> ? [<exclusive + kind>, ...<shared + kind>]
 //!                                            : [{ kind: "not a lock document" }] } },
 //!   { $unwind: "$entries" },
-//!   { $replaceWith: { ...entry, resource, kind, remainingMs: expiresAt - delayMs - $$NOW | null } },
+//!   { $replaceWith: { ...entry, resource, kind,
+//!                     remainingMs: expiresAt - delayMs - $$NOW | null } },  // ≤ 0 if letGoAt
 //!   { $match: { $or: [{ kind: "not a lock document" }, <entry-level conditions>] } },
 //! ]
 //! ```
@@ -133,9 +134,15 @@ pub(crate) fn pipeline(filter: &Filter) -> Vec<Document> {
             "remainingMs": { "$cond": [
                 { "$eq": [{ "$type": "$entries.expiresAt" }, "date"] },
                 // The lease's: an entry with a lock-delay stays in force that much longer.
-                { "$subtract": [
-                    "$entries.expiresAt",
-                    { "$add": ["$$NOW", { "$ifNull": ["$entries.delayMs", 0] }] },
+                // A marked entry (`letGoAt`: let go of within its minimum hold, or
+                // force-released) holds nothing whatever the clock reads: at most 0, also
+                // when the server's clock stepped back (`$min` passes over null).
+                { "$min": [
+                    { "$subtract": [
+                        "$entries.expiresAt",
+                        { "$add": ["$$NOW", { "$ifNull": ["$entries.delayMs", 0] }] },
+                    ]},
+                    { "$cond": ["$entries.letGoAt", 0, null] },
                 ]},
                 null,
             ]},
