@@ -307,3 +307,44 @@ async fn a_partition_shorter_than_the_election_timeout_rolls_nothing_back() {
     }
     set.shutdown().await;
 }
+
+/// A member whose history diverged acknowledges none of the new primary's writes: what
+/// counts towards `w: "majority"` is each member's last applied optime in the set's history
+/// (`replication_coordinator_impl.cpp`, `awaitReplication`; `TopologyCoordinator` tracks
+/// each member's `lastAppliedOpTime`), and a diverged member's newer entries are not in that
+/// history. With the third member lagging, a majority write on the new primary times out
+/// (64), however many entries the partitioned former primary wrote alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diverged_member_acknowledges_none_of_the_new_primarys_writes() {
+    let set = ReplicaSet::builder()
+        .members(3)
+        .election_timeout(ELECTION_TIMEOUT)
+        .start()
+        .await
+        .unwrap();
+    let old = direct(&set, 0);
+    set.partition(0);
+    for id in 0..5 {
+        old.database("d")
+            .run_command(doc! {"insert": "c", "documents": [{"_id": id}], "writeConcern": {"w": 1}})
+            .await
+            .unwrap();
+    }
+    let elected = new_primary(&set, 0, Duration::from_secs(5)).await;
+    set.set_lag(3 - elected, Duration::from_secs(30));
+    let reply = direct(&set, elected)
+        .database("d")
+        .run_command(doc! {
+            "insert": "c", "documents": [{"_id": "new"}],
+            "writeConcern": {"w": "majority", "wtimeout": 300},
+        })
+        .await
+        .unwrap();
+    let wce = reply.get_document("writeConcernError");
+    assert_eq!(
+        wce.ok().and_then(|w| w.get_i32("code").ok()),
+        Some(64),
+        "{reply}"
+    );
+    set.shutdown().await;
+}

@@ -327,6 +327,7 @@ impl SetShared {
                     common: len,
                     entries: Vec::new(),
                 });
+                member.applied = len;
             }
             for member in &mut inner.members {
                 member.counter += 1;
@@ -402,6 +403,9 @@ impl SetShared {
                             common: target,
                             entries: dropped[..end].to_vec(),
                         });
+                        // Its progress in the set's history is the common point: its own
+                        // entries acknowledge none of the new primary's.
+                        member.applied = target;
                     }
                 }
             }
@@ -766,17 +770,12 @@ impl Replica {
             fields.insert("electionId", election_id(inner.term));
         }
         let applied = member.applied.min(inner.oplog.len());
-        let own_last = member.diverged.as_ref().and_then(|d| {
-            d.entries.last().or_else(|| {
-                d.common
-                    .checked_sub(1)
-                    .and_then(|i| inner.oplog.get(i.min(applied.saturating_sub(1))))
-            })
-        });
-        let last = match &member.diverged {
-            Some(_) => own_last,
-            None => applied.checked_sub(1).and_then(|i| inner.oplog.get(i)),
-        };
+        // A diverged member's last write is its own newest entry.
+        let last = member
+            .diverged
+            .as_ref()
+            .and_then(|d| d.entries.last())
+            .or_else(|| applied.checked_sub(1).and_then(|i| inner.oplog.get(i)));
         if let Some(last) = last {
             let committed = self.majority_point(&inner);
             let mut last_write = doc! {
