@@ -113,6 +113,28 @@ impl Stamp {
     }
 }
 
+/// A reply's `operationTime`: the cluster time of the operation, which orders the
+/// operations of a replica set. A write's is the time of the oplog entry it wrote, so two
+/// writes' times are in the order they ran; a command that wrote nothing has the time of
+/// the newest entry when it ran (the `operationTime` field of a command's reply in
+/// MongoDB's manual, `fact-runCommand-results.rst`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct OperationTime {
+    /// Whole seconds since the Unix epoch.
+    pub(crate) seconds: u32,
+    /// The counter within that second.
+    pub(crate) increment: u32,
+}
+
+impl From<bson::Timestamp> for OperationTime {
+    fn from(time: bson::Timestamp) -> Self {
+        OperationTime {
+            seconds: time.time,
+            increment: time.increment,
+        }
+    }
+}
+
 /// What the client learns of the server's clock from its replies, to notice a forward step
 /// (an NTP step on the primary, or a failover to a primary whose clock is ahead): the server
 /// then ends leases earlier than their holders' deadlines, which were counted from the
@@ -194,6 +216,9 @@ struct Offset {
     lower: Option<i128>,
     /// The highest `operationTime` seen, in seconds since the Unix epoch.
     cluster_seconds: Option<u32>,
+    /// The newest `operationTime` seen: a reply that ran before it may come from before a
+    /// step back that set the bounds afresh (see [`ServerClock::read_exactly`]).
+    newest: Option<OperationTime>,
 }
 
 /// What an `operationTime`'s whole seconds may leave out of the server's clock, in
@@ -262,22 +287,38 @@ impl ServerClock {
     /// A reading below the lower bound known at `sent` is a step back (see
     /// [`ServerClock`]): the bounds start over from it.
     ///
-    /// `own_seconds` is the `operationTime` (whole seconds) of the reply that carried the
-    /// reading. With no exact reading before this one (a client's first grant), a lower bound
-    /// above the reading can be a step shown by another reply, or a cluster time left ahead
-    /// of the server's clock by a step back before the command ran; only the reply's own
-    /// `operationTime` tells them apart: not past the reading's second, the server's clock
-    /// was not behind its cluster time when it answered, and the step is counted.
+    /// `own` is the `operationTime` of the reply that carried the reading. With no exact
+    /// reading before this one (a client's first grant), a lower bound above the reading can
+    /// be a step shown by another reply, or a cluster time left ahead of the server's clock
+    /// by a step back before the command ran; only the reply's own `operationTime` tells them
+    /// apart: not past the reading's second, the server's clock was not behind its cluster
+    /// time when it answered, and the step is counted.
+    ///
+    /// A reading above the upper bound from a command that ran before a reply already read
+    /// (its `operationTime` is older) shows no step forward: the server's clock read more
+    /// then than the bounds now allow, so it went back since, and a later reading set the
+    /// bounds from the clock as stepped back. It tells nothing of the clock now and is left
+    /// out; its lease is shortened by every step noticed since its send.
     pub(crate) fn read_exactly(
         &self,
         sent: Stamp,
         server_ms: i64,
-        own_seconds: Option<u32>,
+        own: Option<OperationTime>,
     ) -> Stamp {
         let received = self.clock.now();
         let upper = i128::from(server_ms) - self.local_ms(sent.at);
         let lower = i128::from(server_ms) - self.local_ms(received);
+        let own_seconds = own.map(|own| own.seconds);
         let mut offset = self.offset();
+        let ran_before_newest = own
+            .zip(offset.newest)
+            .is_some_and(|(own, newest)| own < newest);
+        offset.newest = offset.newest.max(own);
+        if ran_before_newest && offset.upper.is_some_and(|known| lower > known) {
+            drop(offset);
+            tracing::debug!("a reading from before a step back, read after it: left out");
+            return sent;
+        }
         let stepped = self.stepped();
         let Some(known) = offset.lower.filter(|known| upper < *known) else {
             let step = self.narrow(&mut offset, Some(upper), lower);
@@ -313,6 +354,7 @@ impl ServerClock {
                 upper: Some(upper),
                 lower: Some(lower),
                 cluster_seconds: offset.cluster_seconds,
+                newest: offset.newest,
             };
             tracing::info!(
                 ?back,
@@ -338,16 +380,18 @@ impl ServerClock {
         }
     }
 
-    /// A write's reply, here now, carried the `operationTime` `seconds` (since the Unix
-    /// epoch): the server's clock had read at least that much. Ignored unless past the
+    /// A write's reply, here now, carried the `operationTime` `time`: the server's clock had
+    /// read at least its seconds (since the Unix epoch). Ignored unless past the
     /// highest seen (see [`ServerClock`]: after a step back it stands still, ahead of the
     /// server's clock). A step it shows of at least [`ROUNDED_FROM`] is counted rounded up by
     /// the second's fraction the seconds leave out ([`FLOORED_MS`]): the server's clock may
     /// have read that much more.
-    pub(crate) fn read_at_least(&self, seconds: u32) {
+    pub(crate) fn read_at_least(&self, time: OperationTime) {
+        let seconds = time.seconds;
         let received = self.clock.now();
         let lower = i128::from(seconds) * 1_000 - self.local_ms(received);
         let mut offset = self.offset();
+        offset.newest = offset.newest.max(Some(time));
         if offset.cluster_seconds.is_some_and(|seen| seconds <= seen) {
             return;
         }
@@ -494,7 +538,7 @@ mod tests {
         let sent = server.stamp();
         tokio::time::advance(rtt).await;
         server
-            .read_exactly(sent, at_ms, u32::try_from(at_ms / 1_000).ok())
+            .read_exactly(sent, at_ms, u32::try_from(at_ms / 1_000).ok().map(op))
             .stepped
     }
 
@@ -507,7 +551,7 @@ mod tests {
         for second in 1..=30 {
             tokio::time::advance(Duration::from_secs(1)).await;
             // `operationTime`: whole seconds, never ahead of the server's clock.
-            server.read_at_least(u32::try_from((BASE_MS / 1000) + second).unwrap());
+            server.read_at_least(op(u32::try_from((BASE_MS / 1000) + second).unwrap()));
             exact(&server, BASE_MS + second * 1000, Duration::ZERO).await;
         }
         assert_eq!(server.stepped(), Duration::ZERO);
@@ -522,7 +566,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         // One second later by the lease clock, the server reads 11 s later: a 10 s step (the
         // bounds leave out up to the round trip; the second's fraction is counted in).
-        server.read_at_least(u32::try_from(BASE_MS / 1000 + 11).unwrap());
+        server.read_at_least(op(u32::try_from(BASE_MS / 1000 + 11).unwrap()));
         let first = server.stepped();
         assert!(first >= Duration::from_millis(9_990) && first <= Duration::from_secs(11));
         // An exact reading after a second step of 5 s: noticed, and it shows every step so
@@ -562,7 +606,7 @@ mod tests {
         // 7.5 s forward and another reply shows the step.
         let sent = server.stamp();
         tokio::time::advance(Duration::from_millis(300)).await;
-        server.read_at_least(u32::try_from((BASE_MS + 1_300 + 7_500) / 1000).unwrap());
+        server.read_at_least(op(u32::try_from((BASE_MS + 1_300 + 7_500) / 1000).unwrap()));
         let noticed = server.stepped();
         assert!(noticed >= Duration::from_millis(6_500), "{noticed:?}");
         tokio::time::advance(Duration::from_millis(300)).await;
@@ -574,7 +618,7 @@ mod tests {
         // What was learned stands: the replies that follow show the same step, not another
         // (the second's fraction the first reply left out was counted with it).
         tokio::time::advance(Duration::from_secs(1)).await;
-        server.read_at_least(u32::try_from((BASE_MS + 2_600 + 7_500) / 1000).unwrap());
+        server.read_at_least(op(u32::try_from((BASE_MS + 2_600 + 7_500) / 1000).unwrap()));
         exact(&server, BASE_MS + 2_610 + 7_500, Duration::from_millis(10)).await;
         let total = server.stepped();
         assert_eq!(total, noticed, "counted once");
@@ -585,9 +629,9 @@ mod tests {
     async fn a_step_back_is_no_step_forward_while_the_cluster_time_stands_still() {
         let server = ServerClock::new(Clock::system());
         exact(&server, BASE_MS, Duration::from_millis(10)).await;
-        server.read_at_least(u32::try_from(BASE_MS / 1000).unwrap());
+        server.read_at_least(op(u32::try_from(BASE_MS / 1000).unwrap()));
         tokio::time::advance(Duration::from_secs(1)).await;
-        server.read_at_least(u32::try_from(BASE_MS / 1000 + 1).unwrap());
+        server.read_at_least(op(u32::try_from(BASE_MS / 1000 + 1).unwrap()));
         // The server's clock steps 30 s back; its cluster time stands at its highest second
         // until the clock catches up (30 s later).
         let stuck = u32::try_from(BASE_MS / 1000 + 1).unwrap();
@@ -598,7 +642,7 @@ mod tests {
         );
         for second in 1..=20 {
             tokio::time::advance(Duration::from_secs(1)).await;
-            server.read_at_least(stuck);
+            server.read_at_least(op(stuck));
             exact(&server, back + second * 1_000, Duration::from_millis(10)).await;
             assert_eq!(server.stepped(), Duration::ZERO, "after {second} s");
         }
@@ -622,7 +666,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(90)).await;
         // 100 ms after the send, the server's clock has stepped 2.85 s forward: it reads
         // BASE + 2.95 s, which a write's reply shows as BASE's second + 2.
-        server.read_at_least(u32::try_from(BASE_MS / 1000 + 2).unwrap());
+        server.read_at_least(op(u32::try_from(BASE_MS / 1000 + 2).unwrap()));
         let counted = server.stepped();
         assert!(
             counted >= Duration::from_millis(2_850),
@@ -645,7 +689,7 @@ mod tests {
         // The grant runs at once (the server reads BASE); its reply is on its way while
         // the server's clock steps 5 s forward and another reply shows the step.
         tokio::time::advance(Duration::from_millis(300)).await;
-        server.read_at_least(u32::try_from((BASE_MS + 300 + 5_000) / 1000).unwrap());
+        server.read_at_least(op(u32::try_from((BASE_MS + 300 + 5_000) / 1000).unwrap()));
         tokio::time::advance(Duration::from_millis(300)).await;
         // The grant's own reply: its `operationTime` (read first, as `write_once` does) was
         // taken when the grant ran, before the step.
@@ -721,8 +765,201 @@ mod tests {
         server.stepped().saturating_sub(read.stepped) + read.unseen
     }
 
-    /// The seconds of an `operationTime` taken when the server's clock read `ms`.
-    fn second(ms: i64) -> Option<u32> {
-        u32::try_from(ms / 1_000).ok()
+    /// An `operationTime` taken when the server's clock read `ms`.
+    fn second(ms: i64) -> Option<OperationTime> {
+        u32::try_from(ms / 1_000).ok().map(op)
+    }
+
+    /// An `operationTime` of `seconds`, its counter at zero.
+    fn op(seconds: u32) -> OperationTime {
+        OperationTime {
+            seconds,
+            increment: 0,
+        }
+    }
+
+    /// A small deterministic generator for the simulations below (xorshift64*).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        /// A number in `0..n`.
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A server whose clock steps at given moments (real milliseconds since the start, by
+    /// how much), and whose cluster time's seconds are the highest its clock ever read
+    /// (mongod's `LogicalClock::reserveTicks`, as the emulator has it).
+    struct SimServer {
+        steps: Vec<(u64, i64)>,
+    }
+
+    impl SimServer {
+        fn clock(&self, t: u64) -> i64 {
+            let stepped: i64 = self
+                .steps
+                .iter()
+                .filter(|(at, _)| *at <= t)
+                .map(|s| s.1)
+                .sum();
+            BASE_MS + t as i64 + stepped
+        }
+
+        fn cluster_seconds(&self, t: u64) -> u32 {
+            let mut highest = self.clock(t);
+            for (at, _) in self.steps.iter().filter(|(at, _)| *at <= t) {
+                highest = highest.max(self.clock(at.saturating_sub(1)));
+            }
+            u32::try_from(highest / 1_000).unwrap()
+        }
+    }
+
+    /// One command of the simulation: sent, run by the server, its reply read (real
+    /// milliseconds since the start); a grant carries an exact reading.
+    struct SimCommand {
+        sent: u64,
+        ran: u64,
+        read: u64,
+        grant: bool,
+    }
+
+    /// Runs `commands` against `server` on one client, replies read in the order they come
+    /// back; returns the client and, for each grant, the stamp its lease counts from.
+    async fn simulate(
+        server: &SimServer,
+        commands: &[SimCommand],
+    ) -> (ServerClock, Vec<(usize, Stamp)>) {
+        let client = ServerClock::new(Clock::system());
+        let start = tokio::time::Instant::now();
+        let mut leases = Vec::new();
+        // Events: sends and reads, in time order (sends first at the same moment).
+        let mut events: Vec<(u64, bool, usize)> = Vec::new();
+        for (i, c) in commands.iter().enumerate() {
+            events.push((c.sent, false, i));
+            events.push((c.read, true, i));
+        }
+        events.sort();
+        let mut stamps: Vec<Option<Stamp>> = commands.iter().map(|_| None).collect();
+        for (at, is_read, i) in events {
+            let now = start + Duration::from_millis(at);
+            if now > tokio::time::Instant::now() {
+                tokio::time::advance(now - tokio::time::Instant::now()).await;
+            }
+            if !is_read {
+                stamps[i] = Some(client.stamp());
+                continue;
+            }
+            let c = &commands[i];
+            let seconds = server.cluster_seconds(c.ran);
+            // Operations are timed in the order they ran (their counter: when they ran).
+            let time = OperationTime {
+                seconds,
+                increment: u32::try_from(c.ran).unwrap(),
+            };
+            client.read_at_least(time);
+            if c.grant {
+                let sent = stamps[i].expect("sent before read");
+                let stamp = client.read_exactly(sent, server.clock(c.ran), Some(time));
+                leases.push((i, stamp));
+            }
+        }
+        (client, leases)
+    }
+
+    /// `count` commands sent over 22 s, most answered within 60 ms each way, one in ten
+    /// held up to 1.5 s each way; two in three are grants.
+    fn commands(rng: &mut Rng, count: usize) -> Vec<SimCommand> {
+        (0..count)
+            .map(|_| {
+                let sent = rng.below(22_000);
+                let mut latency = || {
+                    if rng.below(10) == 0 {
+                        rng.below(1_500)
+                    } else {
+                        rng.below(60)
+                    }
+                };
+                let (out, back) = (latency(), latency());
+                SimCommand {
+                    sent,
+                    ran: sent + out,
+                    read: sent + out + back,
+                    grant: rng.below(3) != 0,
+                }
+            })
+            .collect()
+    }
+
+    /// Replies in flight around steps back of the server's clock, read out of order: a step
+    /// back is never counted as a step forward, whatever the order.
+    #[tokio::test(start_paused = true)]
+    async fn steps_back_alone_are_never_counted_as_a_step_forward() {
+        for seed in 1..=1_000u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut steps: Vec<(u64, i64)> = (0..1 + rng.below(3))
+                .map(|_| (rng.below(20_000), -(100 + rng.below(2_400) as i64)))
+                .collect();
+            steps.sort();
+            let server = SimServer { steps };
+            let (client, _) = simulate(&server, &commands(&mut rng, 80)).await;
+            assert_eq!(
+                client.stepped(),
+                Duration::ZERO,
+                "seed {seed}: a step back counted as a step forward"
+            );
+        }
+    }
+
+    /// Replies in flight around forward steps of the server's clock, read out of order: once
+    /// a reply sent after the last step is read, no lease's deadline is later than the
+    /// server's end of it (but for the 10 ms that reply took back, which the bounds leave
+    /// out).
+    #[tokio::test(start_paused = true)]
+    async fn forward_steps_shorten_every_lease_by_as_much_as_they_end_it_earlier() {
+        const TTL_MS: i64 = 30_000;
+        for seed in 1..=1_000u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut steps: Vec<(u64, i64)> = (0..1 + rng.below(3))
+                .map(|_| (rng.below(20_000), 300 + rng.below(2_700) as i64))
+                .collect();
+            steps.sort();
+            let server = SimServer { steps };
+            let mut commands = commands(&mut rng, 80);
+            // The last: a grant sent after every other reply was read, answered at once.
+            let end = commands.iter().map(|c| c.read).max().unwrap() + 1;
+            commands.push(SimCommand {
+                sent: end,
+                ran: end,
+                read: end + 10,
+                grant: true,
+            });
+            let (client, leases) = simulate(&server, &commands).await;
+            let now = end + 10;
+            for (i, stamp) in leases {
+                let c = &commands[i];
+                let shortened = client.stepped().saturating_sub(stamp.stepped) + stamp.unseen;
+                let shortened = i64::try_from(shortened.as_millis()).unwrap();
+                // Milliseconds since the start: believed on the lease clock, and the server's
+                // end of the lease on the same clock, no step coming after `now`.
+                let believed = c.sent as i64 + TTL_MS - shortened;
+                let ends = now as i64 + (server.clock(c.ran) + TTL_MS - server.clock(now));
+                assert!(
+                    believed <= ends + 10,
+                    "seed {seed}: command {i} (sent {}, ran {}, read {}) believed to \
+                     {believed}, the server ends it at {ends}",
+                    c.sent,
+                    c.ran,
+                    c.read
+                );
+            }
+        }
     }
 }

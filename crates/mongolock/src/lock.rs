@@ -181,11 +181,11 @@ pub struct Grant {
     /// A repeated attempt can return a grant an earlier copy made, with less than its TTL
     /// left: the lease must count from this, not from the TTL.
     pub(crate) remaining: Option<Duration>,
-    /// The seconds of the reply's `operationTime` (the server's cluster time when it
-    /// answered), when it had one: read beside the grant's `$$NOW`, it tells whether the
-    /// server's clock was behind its cluster time, as after a step back (see
+    /// The reply's `operationTime` (the grant's cluster time), when it had one: read beside
+    /// the grant's `$$NOW`, it tells whether the server's clock was behind its cluster time,
+    /// as after a step back, and whether the grant ran before a reply already read (see
     /// [`ServerClock::read_exactly`](crate::clock::ServerClock::read_exactly)).
-    pub(crate) operation_seconds: Option<u32>,
+    pub(crate) operation_time: Option<crate::clock::OperationTime>,
 }
 
 #[cfg(test)]
@@ -212,7 +212,7 @@ impl Grant {
             },
             new: true,
             remaining: None,
-            operation_seconds: None,
+            operation_time: None,
         }
     }
 }

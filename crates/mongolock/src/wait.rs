@@ -894,7 +894,7 @@ async fn send(
     {
         let left = crate::clock::saturating_millis(left);
         let now = end.timestamp_millis().saturating_sub(left);
-        sent_at = server.read_exactly(sent_at, now, grant.operation_seconds);
+        sent_at = server.read_exactly(sent_at, now, grant.operation_time);
     }
     match &outcome {
         // Refused before anything was sent: there is nothing to withdraw.

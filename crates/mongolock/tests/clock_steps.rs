@@ -477,6 +477,80 @@ async fn first_grant_shortened_by_a_step(witness: Witness) {
     other.shutdown().await;
 }
 
+/// Issue 39, (S13) of the harness: a grant's command runs, the server's clock steps back
+/// 3 s, another grant of the same client runs after the step and its reply is read first
+/// (it shows the step back: the client's bounds on the server's clock start over from it),
+/// then the first grant's reply. That reading is from before the step, and above the new
+/// bounds; taken for a step forward, it shortened every lease of the client by about 3 s,
+/// and guards were told their leases were lost while the server kept them. Its
+/// `operationTime` is older than the other reply's (a write's `operationTime` is the time of
+/// the oplog entry it wrote, and the cluster time never goes back:
+/// `LogicalClock::reserveTicks`, `src/mongo/db/logical_clock.cpp`; the `operationTime` field
+/// in MongoDB's manual, `fact-runCommand-results.rst`): it ran first, and tells nothing of
+/// the clock now.
+#[tokio::test]
+async fn emulator_only_a_grant_read_after_a_step_back_it_came_before_is_no_step_forward() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: a step back needs the emulator's clock");
+        return;
+    }
+    let server = TestServer::start().await.unwrap();
+    let relay = Relay::start(server.addr()).await;
+    let db = "grant_before_step_back";
+    let locks = LockClient::new(relay.client().database(db).collection("locks"));
+    // A lease whose grant tells the client the server's clock, and whose deadline shows a
+    // step counted.
+    let first = locks.mutex("first").ttl(secs(60)).acquire().await.unwrap();
+    let resource = "granted-before-the-step-back";
+    relay.hold_reply_to(resource);
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.mutex(resource).ttl(secs(10)).try_acquire().await }
+    });
+    relay.held().await;
+    server.clock().step_back(Duration::from_secs(3));
+    let witness = locks
+        .mutex("granted-after-the-step-back")
+        .ttl(secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    // The fault happened: the witness's reply came back while the grant's was held.
+    assert!(relay.holding() && !attempt.is_finished());
+    relay.release();
+    let guard = attempt
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted: the lock was free");
+    // And the grant ran before the step back, the witness after it.
+    let expires = |guard: &mongolock::LockGuard| guard.grant().expires_at().unwrap();
+    let gap = expires(&guard).timestamp_millis() - expires(&witness).timestamp_millis();
+    assert!(
+        gap > 2_500,
+        "the grant ran {gap} ms after the witness by the clock"
+    );
+    // No step forward was counted: every lease keeps what it had less the margin (2 s of
+    // 60 s, 1 s of 10 s) and less under a second since its send, and none is lost.
+    for (name, guard, least) in [
+        ("first", &first, secs(57)),
+        ("witness", &witness, secs(8)),
+        ("held", &guard, secs(8)),
+    ] {
+        assert!(
+            !guard.is_lost() && guard.time_left() > least,
+            "{name}: {:?} left (at least {least:?}), lost: {}: a step back was taken for a \
+             step forward",
+            guard.time_left(),
+            guard.is_lost()
+        );
+    }
+    guard.release().await.unwrap();
+    witness.release().await.unwrap();
+    first.release().await.unwrap();
+    locks.shutdown().await;
+}
+
 /// A brand-new client's first grant from a server whose clock stepped back 5 s just
 /// before: the cluster time stands ahead of the clock (`LogicalClock::reserveTicks`,
 /// `src/mongo/db/logical_clock.cpp`), so the grant's own `operationTime` reads ahead of its

@@ -530,10 +530,10 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
     // What the server's clock left of the grant when it executed this copy of the attempt.
     let remaining =
         |holder: &crate::lock::Holder| until(holder.expires_at).map(schema::millis_left);
-    let operation_seconds = reply
+    let operation_time = reply
         .get_timestamp("operationTime")
         .ok()
-        .map(|time| time.time);
+        .map(crate::clock::OperationTime::from);
     // This lock id's entry holds nothing once its lease has ended, or once its holder let
     // go of it within its minimum hold (whatever the clock reads: a clock stepped back
     // before its grant would read the hold as a lease again): within its lock-delay or hold
@@ -548,7 +548,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
             holder: mine.clone(),
             new: true,
             remaining: remaining(mine),
-            operation_seconds,
+            operation_time,
         }));
     }
     if fields.get_bool("w") == Ok(true) {
@@ -560,7 +560,7 @@ pub(crate) fn interpret(request: &AcquireRequest, reply: &Document) -> Result<At
                 remaining: remaining(&mine),
                 holder: mine,
                 new: false,
-                operation_seconds,
+                operation_time,
             })
         } else {
             Attempt::HeldWithOtherKind(mine)

@@ -372,7 +372,7 @@ mod tests {
             },
             new: true,
             remaining: None,
-            operation_seconds: None,
+            operation_time: None,
         }
     }
 

@@ -364,7 +364,7 @@ impl Context {
         };
         // The server's clock had read at least this much: a forward step shows here.
         if let Ok(time) = reply.get_timestamp("operationTime") {
-            self.server_clock.read_at_least(time.time);
+            self.server_clock.read_at_least(time.into());
         }
         if let Ok(wce) = reply.get_document("writeConcernError") {
             let code = match wce.get("code") {
