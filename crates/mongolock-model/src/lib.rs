@@ -28,7 +28,10 @@
 //! (z)). A force release after the let-go leaves a hold under way as it is, also after a
 //! step back of the clock past the grant (the library's promise since 224dfb8; control (ae)
 //! puts back the cut to `$$NOW + minHoldMs`), and force releases are in the steps back
-//! ([`scenarios::STEP_BACK_FORCE`]). `purge` (only entries out of force go),
+//! ([`scenarios::STEP_BACK_FORCE`]). An entry a force release keeps in force for its
+//! lock-delay is marked as a let-go entry is (`letGoAt`): held by nobody, so a step back of
+//! the clock by more than the delay does not give the lease back to its revoked holder
+//! (control (ag) leaves it unmarked, [`scenarios::forced_back`]). `purge` (only entries out of force go),
 //! `purge_abandoned_groups` (the live leases of an abandoned group go too; a let-go entry
 //! makes no group abandoned) and the TTL index (a document whose `idleSince` is the
 //! retention past: every entry out of force, no tombstone; the retention taken as 0, the
@@ -122,11 +125,12 @@ pub mod scenarios {
     /// at a clock stepped back before its grant), two guards with a hold at
     /// [`STEP_BACK_FORCE`] (a force release and a forward step besides), two guards whose
     /// leases run out by time at [`TIME`] with a step back (every lease lasts longer by the
-    /// server's reckoning; nobody is excused), and [`forced_back`] (the known finding of a
-    /// force-released lease revived by a step back). A force release after a step back cuts
-    /// the hold of a let-go entry to `$$NOW + minHoldMs` (earlier, by the server's clock, than
-    /// `createdAt + minHoldMs`) with bug (ae) only: the library's counts the delay from the
-    /// grant then, and the hold stays whole.
+    /// server's reckoning; nobody is excused), and [`forced_back`] (a force-released lease
+    /// with a lock-delay, then a step back by more than the delay: its entry is marked and
+    /// holds nothing, so its keeper does not renew it; control (ag) leaves it unmarked). A
+    /// force release after a step back cuts the hold of a let-go entry to `$$NOW + minHoldMs`
+    /// (earlier, by the server's clock, than `createdAt + minHoldMs`) with bug (ae) only: the
+    /// library's counts the delay from the grant then, and the hold stays whole.
     pub fn steps_back() -> Vec<Config> {
         vec![
             min_hold(STEP_BACK),
@@ -148,8 +152,8 @@ pub mod scenarios {
     };
 
     /// One client with guards, alone, every attempt with a lock-delay of a tick, an operator's
-    /// force release and a step back of the server's clock: the finding
-    /// [`FORCED_BACK`]'s (see [`findings::KNOWN`](crate::findings::KNOWN)).
+    /// force release and a step back of the server's clock: where the finding [`FORCED_BACK`]
+    /// was made (see [`findings`](crate::findings); fixed, control (ag) puts it back).
     pub fn forced_back(bounds: Bounds) -> Config {
         Config {
             name: FORCED_BACK,
@@ -165,7 +169,9 @@ pub mod scenarios {
         "a guard with a lock-delay, force-released, the clock stepping back";
 
     /// The bound [`forced_back`] runs at in `cargo test`: three ticks, a timeout, a force
-    /// release, a step back.
+    /// release, a step back. Control (ag) is caught here in 9 steps (granted with a delay of
+    /// a tick, force-released, the clock stepped back by more than the delay, the entry left
+    /// unmarked renewed by the revoked guard's keeper, past a TTL from the revocation).
     pub const FORCED_BACK_BOUND: Bounds = Bounds {
         backs: 1,
         ..bounds([3, 1, 0, 1, 2, 0, 1, 0])
@@ -603,9 +609,9 @@ pub mod controls {
 
     fn listed() -> Vec<Control> {
         use scenarios::{
-            guards_min_hold, guards_min_hold_restart, guards_purges, handles, keeper_alone,
-            low_level, min_hold, one_permit, purge_groups, readers_writer, readers_writer_holds,
-            two_permits, unlock_limit,
+            forced_back, guards_min_hold, guards_min_hold_restart, guards_purges, handles,
+            keeper_alone, low_level, min_hold, one_permit, purge_groups, readers_writer,
+            readers_writer_holds, two_permits, unlock_limit,
         };
         vec![
             control(
@@ -849,6 +855,13 @@ pub mod controls {
                 |b| b.let_go_held = true,
                 model::LET_GO_NOT_HELD_AGAIN,
             )),
+            stepping_back(control(
+                "(ag) a force-released lease left unmarked, renewed after a step back",
+                forced_back,
+                [3, 1, 0, 1, 2, 0, 1, 0],
+                |b| b.force_leaves_unmarked = true,
+                model::REVOCATION_NOTICED,
+            )),
         ]
     }
 }
@@ -860,7 +873,7 @@ pub mod controls {
 pub mod findings {
     /// (scenario, property) pairs the protocol is known to fail at the bounds checked.
     ///
-    /// One today (the last below). The findings pinned here before are fixed, in the library and in the
+    /// None today. The findings pinned here before are fixed, in the library and in the
     /// model, each with a control that puts it back: a late copy of `unlock` removing a grant
     /// of its lock id made after it was sent (control (m)); an `xlock` answered "already
     /// held" after a doubted `unlock`, its entry not naming the unlock (control (o), fixed in
@@ -901,25 +914,24 @@ pub mod findings {
     ///
     /// Found when force releases were put back into the steps back of the server's clock
     /// (issue 40), at [`FORCED_BACK_BOUND`](crate::scenarios::FORCED_BACK_BOUND) of
-    /// [`forced_back`](crate::scenarios::forced_back), and open in the library: **a step back
-    /// of the server's clock revives a force-released lease that has a lock-delay**. A
-    /// force release keeps an entry with a lock-delay in force for the delay, its lease
-    /// ended (`expiresAt` becomes at most `$$NOW + delayMs`), and marks nothing; once the
-    /// server's clock steps back by more than the delay, `expiresAt > $$NOW + delayMs` reads
-    /// true again, so the holder's keeper (`keepalive::lease_query`) renews the lease it was
-    /// to lose (and `expr::holds` answers its lock id's next attempt "already held" with
-    /// it): the holder is never told, and goes on holding a lock the operator broke
-    /// ("revocation noticed within a TTL"). Nobody else is granted meanwhile (the entry is
-    /// held), so exclusion holds. The same cause as control (z) had for a let-go entry, and
-    /// the same remedy: a force-released entry marked (as `letGoAt` marks a let-go one),
-    /// which `expr::holds` and `lease_query` read as holding nothing whatever the clock
-    /// reads. The trace: granted at server time 3 (`expiresAt` 7, delay 1), force-released
-    /// at 3 (`expiresAt` 4), the clock steps back to 1, the keeper's renewal matches
-    /// (4 > 1 + 1) and sets `expiresAt` 5: the revoked guard's deadline moves on.
-    pub const KNOWN: [(&str, &str); 1] = [(
-        crate::scenarios::FORCED_BACK,
-        crate::model::REVOCATION_NOTICED,
-    )];
+    /// [`forced_back`](crate::scenarios::forced_back), and fixed in the library's force
+    /// release (control (ag) puts it back): **a step back of the server's clock revived a
+    /// force-released lease that has a lock-delay**. A force release kept an entry with a
+    /// lock-delay in force for the delay, its lease ended (`expiresAt` becomes at most
+    /// `$$NOW + delayMs`), and marked nothing; once the server's clock stepped back by more
+    /// than the delay, `expiresAt > $$NOW + delayMs` read true again, so the holder's keeper
+    /// (`keepalive::lease_query`) renewed the lease it was to lose (and `expr::holds`
+    /// answered its lock id's next attempt "already held" with it): the holder was never
+    /// told, and went on holding a lock the operator broke ("revocation noticed within a
+    /// TTL"). Nobody else was granted meanwhile (the entry is held), so exclusion held. The
+    /// same cause as control (z) had for a let-go entry, and the same remedy: the force
+    /// release now marks the entry it keeps (`letGoAt`, as a let-go entry is marked), which
+    /// `expr::holds`, `lease_query`, status and `purge_abandoned_groups` read as holding
+    /// nothing whatever the clock reads. The trace: granted at server time 3 (`expiresAt` 7,
+    /// delay 1), force-released at 3 (`expiresAt` 4), the clock steps back to 1, the
+    /// keeper's renewal matches (4 > 1 + 1) and sets `expiresAt` 5: the revoked guard's
+    /// deadline moves on.
+    pub const KNOWN: [(&str, &str); 0] = [];
 
     /// Whether `property` failing in `scenario` is a known finding.
     pub fn is_known(scenario: &str, property: &str) -> bool {

@@ -137,8 +137,10 @@ pub struct Entry {
     pub delay: Time,
     /// `minHoldMs`: its minimum hold (0: none).
     pub min_hold: Time,
-    /// `letGoAt` is set: its holder let go of it within its minimum hold, and it is only in
-    /// force until `createdAt + minHoldMs`.
+    /// `letGoAt` is set: the entry holds nothing, whatever the clock reads, and is only in
+    /// force for what is left of its delay: its holder let go of it within its minimum hold
+    /// (in force until `createdAt + minHoldMs`), or a force release ended its lease (in force
+    /// for its lock-delay).
     pub let_go: bool,
 }
 
@@ -522,6 +524,12 @@ pub struct Bugs {
     /// (`unlocks::MAX_DOUBTED_UNLOCKS`) is sent with the first of them only, instead of
     /// being refused: a late copy of an unlock it leaves out removes its grant.
     pub unlock_limit_truncates: bool,
+    /// (ag) A force release that keeps an entry in force for its lock-delay leaves it
+    /// unmarked (no `letGoAt`, before issue 40's fix): once the server's clock steps back by
+    /// more than the delay, its revoked holder's keeper renews it (`keepalive::lease_query`
+    /// reads `expiresAt > $$NOW + delay` true again) and `expr::holds` reads it as held:
+    /// the holder is never told of the revocation.
+    pub force_leaves_unmarked: bool,
 }
 
 /// Whether the lease of `e` is live at `now` as the keeper's statements ask it
@@ -865,7 +873,10 @@ impl Server {
             Request::ForceRelease { resource } => {
                 // Counts the leases it ended. An entry with a lock-delay, in force, stays in
                 // force for its delay from now, or from its grant when the clock reads before
-                // it (stepped back past it), never longer than it was: its lease ends. An
+                // it (stepped back past it), never longer than it was: its lease ends, and it
+                // is marked (`letGoAt`), so that it holds nothing however the clock reads
+                // (unmarked, a step back by more than the delay reads it as held again, and its
+                // keeper renews it: bug (ag)). An
                 // entry let go of within its minimum hold (its hold as its delay) so stays as
                 // it is, in force until `createdAt + minHoldMs` (from `$$NOW` after a step back
                 // past its grant it ended earlier, bug (ae)). The model keeps `createdAt` only
@@ -882,6 +893,7 @@ impl Server {
                         let end = from + e.delay;
                         Entry {
                             expires_at: Some(e.expires_at.map_or(end, |at| at.min(end))),
+                            let_go: e.let_go || !bugs.force_leaves_unmarked,
                             ..e.clone()
                         }
                     })

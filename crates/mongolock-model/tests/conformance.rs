@@ -22,7 +22,9 @@
 //! minimum hold whose `createdAt` is after `now` (the clock stepped back before its grant
 //! since), mostly of the lock id the request names, which the time-only "held" of before
 //! d44da17 reads as held (the mutant [`HELD_BY_TIME`], told apart on acquires, renewals by
-//! lock id, force releases and waiting attempts).
+//! lock id, force releases and waiting attempts). A force release marks the entry it keeps
+//! for its lock-delay (`letGoAt`, read as the model's `let_go`): the mutant
+//! [`FORCE_UNMARKED`], the step of control (ag), leaves it unmarked.
 
 use std::time::Duration;
 
@@ -320,7 +322,7 @@ fn millis_to_ticks(value: Option<&Bson>) -> Time {
 }
 
 /// Server steps with a bug put back, each of which some case must tell from the library.
-const MUTANTS: [(&str, Bugs); 8] = [
+const MUTANTS: [(&str, Bugs); 9] = [
     (
         "a release that ignores the keeper",
         Bugs {
@@ -377,7 +379,19 @@ const MUTANTS: [(&str, Bugs); 8] = [
             ..NO_BUGS
         },
     ),
+    (
+        FORCE_UNMARKED,
+        Bugs {
+            force_leaves_unmarked: true,
+            ..NO_BUGS
+        },
+    ),
 ];
+
+/// The mutant whose force release leaves the entry it keeps for its lock-delay unmarked
+/// (before issue 40's fix: read as held again once the clock steps back by more than the
+/// delay).
+const FORCE_UNMARKED: &str = "a force release that leaves a delayed entry unmarked";
 
 /// The mutant whose "held" is a time test only (before d44da17: a let-go entry read as held
 /// once the clock stepped back before its grant).
@@ -430,6 +444,7 @@ const NO_BUGS: Bugs = Bugs {
     ttl_resets_fence: false,
     force_cuts_hold: false,
     unlock_limit_truncates: false,
+    force_leaves_unmarked: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -1592,7 +1607,7 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
     let mut rng = StdRng::seed_from_u64(40);
     // Let-go entries, some read before their grant: a generator of their own.
     let mut back = StdRng::seed_from_u64(41);
-    let mutants: [(&str, Bugs); 5] = [
+    let mutants: [(&str, Bugs); 6] = [
         (
             "a shared grant that ignores the cap",
             Bugs {
@@ -1625,6 +1640,13 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
             HELD_BY_TIME,
             Bugs {
                 let_go_held: true,
+                ..NO_BUGS
+            },
+        ),
+        (
+            FORCE_UNMARKED,
+            Bugs {
+                force_leaves_unmarked: true,
                 ..NO_BUGS
             },
         ),
