@@ -146,6 +146,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("store: a late write with an old term is refused");
     observer.abort();
-    locks.shutdown().await;
+    // The lock client, then the driver's client, then the emulator.
+    start.shutdown().await;
     Ok(())
 }
