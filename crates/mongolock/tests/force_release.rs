@@ -134,14 +134,28 @@ async fn emulator_only_a_step_back_does_not_revive_a_force_released_lease() {
         status.len() == 1 && status[0].is_expired(),
         "the force-released lease reads as held after the step back: {status:?}"
     );
-    // Nor does its lock id's next attempt get the old grant back: the entry is still in
-    // force (its delay, by the stepped-back clock), so it is refused.
+    // Nor does its lock id's next attempt get the old grant back (answered "already held"
+    // and resumed): the entry is still in force (its delay, by the stepped-back clock), so
+    // it is refused, here and from another process under the same lock id (a restart).
     let again = job().try_acquire().await.expect("attempt");
     assert!(
         again.as_ref().is_none_or(|g| g.fencing_token() > token),
         "the force-released lease was given back to its lock id (token {token})"
     );
     drop(again);
+    let restarted = LockClient::new(server.new_client().database(db).collection("locks"));
+    let resumed = (restarted.mutex("job").lock_id("host-a"))
+        .ttl(Duration::from_secs(10))
+        .lock_delay(Duration::from_secs(1))
+        .try_acquire()
+        .await
+        .expect("attempt");
+    assert!(
+        resumed.as_ref().is_none_or(|g| g.fencing_token() > token),
+        "the force-released lease was resumed by its lock id's restarted process (token {token})"
+    );
+    drop(resumed);
+    restarted.shutdown().await;
     drop(guard);
     // Once the delay has ended by the server's clock, the lock id is granted a new lease.
     server.clock().advance(Duration::from_secs(6));
