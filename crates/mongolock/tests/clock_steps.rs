@@ -265,95 +265,7 @@ async fn relay(client: TcpStream, upstream: SocketAddr, shared: Arc<RelayShared>
 /// granted the lock.
 #[tokio::test]
 async fn emulator_only_a_step_shown_before_a_grant_s_reply_is_read_shortens_that_grant() {
-    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
-        eprintln!("skipped: the step before a grant's reply needs the emulator's clock");
-        return;
-    }
-    let server = TestServer::start().await.unwrap();
-    let relay = Relay::start(server.addr()).await;
-    let db = "step_before_reply";
-    let locks = LockClient::new(relay.client().database(db).collection("locks"));
-    let other = LockClient::new(server.new_client().database(db).collection("locks"));
-    // A lease whose deadline shows when the client notices the step.
-    let first = locks.mutex("first").ttl(secs(60)).acquire().await.unwrap();
-    assert!(first.time_left() > secs(56), "{:?}", first.time_left());
-
-    let resource = "contested-after-the-step";
-    relay.hold_reply_to(resource);
-    let attempt = tokio::spawn({
-        let locks = locks.clone();
-        async move { locks.mutex(resource).ttl(secs(10)).try_acquire().await }
-    });
-    relay.held().await;
-    let before_step = server.clock().now().timestamp_millis();
-    server.clock().advance(Duration::from_secs(6));
-    let witness = locks
-        .mutex("witness")
-        .ttl(secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    // The fault happened: the witness's reply came back and showed the step while the
-    // grant's reply was held.
-    assert!(relay.holding() && !attempt.is_finished());
-    assert!(
-        first.time_left() < secs(54),
-        "the client noticed the step before the grant's reply was read: {:?}",
-        first.time_left()
-    );
-    relay.release();
-    let guard = attempt
-        .await
-        .unwrap()
-        .unwrap()
-        .expect("granted: the lock was free");
-    // The grant was made before the step: its lease ends 10 s after the clock as it was.
-    let expires = guard.grant().expires_at().unwrap().timestamp_millis();
-    assert!(
-        expires <= before_step + 10_000,
-        "granted after the step: expires at {expires}, the step came at {before_step}"
-    );
-    // 10 s, less the margin (1 s), less the step (6 s, less what the bounds leave out):
-    // about 3 s, and less than the 4 s the server gives it.
-    assert!(
-        guard.time_left() < secs(4),
-        "the guard believes it has {:?} left of a lease the server ends about 4 s after it \
-         granted it",
-        guard.time_left()
-    );
-    // Another client is granted the lock once the server ends the lease: the guard knew
-    // it lost it by then.
-    let mut taken = None;
-    for _ in 0..750 {
-        taken = other
-            .mutex(resource)
-            .ttl(secs(10))
-            .try_acquire()
-            .await
-            .unwrap();
-        if taken.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let taken = taken.expect("the server ended the lease within 15 s");
-    assert!(
-        guard.is_lost(),
-        "another client was granted the lock while the guard still held it ({:?} left)",
-        guard.time_left()
-    );
-    // And the step was counted once: the witness, granted after it, is whole.
-    assert!(
-        !witness.is_lost() && witness.time_left() > secs(2),
-        "a lease granted after the step was shortened by it: {:?}",
-        witness.state()
-    );
-    taken.release().await.unwrap();
-    witness.release().await.unwrap();
-    first.release().await.unwrap();
-    drop(guard);
-    locks.shutdown().await;
-    other.shutdown().await;
+    grant_shortened_by_a_step(Known::Yes, Witness::Grant).await;
 }
 
 /// Issue 39, item 2, for a brand-new client: its first command is the attempt, so it knows
@@ -364,7 +276,7 @@ async fn emulator_only_a_step_shown_before_a_grant_s_reply_is_read_shortens_that
 /// so the gap is a step after the grant: it shortens the guard.
 #[tokio::test]
 async fn emulator_only_a_brand_new_client_s_first_grant_is_shortened_by_a_step_an_unlock_showed() {
-    first_grant_shortened_by_a_step(Witness::Unlock).await;
+    grant_shortened_by_a_step(Known::No, Witness::Unlock).await;
 }
 
 /// The same, the other reply a grant of another lock: its exact reading, the client's
@@ -373,7 +285,14 @@ async fn emulator_only_a_brand_new_client_s_first_grant_is_shortened_by_a_step_a
 #[tokio::test]
 async fn emulator_only_a_brand_new_client_s_first_grant_is_shortened_by_a_step_a_later_grant_showed()
  {
-    first_grant_shortened_by_a_step(Witness::Grant).await;
+    grant_shortened_by_a_step(Known::No, Witness::Grant).await;
+}
+
+/// Whether the client knows the server's clock when the step comes (a grant before), or is
+/// brand-new (the attempt is its first command).
+enum Known {
+    Yes,
+    No,
 }
 
 /// The reply of the same client read while a grant's reply is held.
@@ -382,16 +301,29 @@ enum Witness {
     Grant,
 }
 
-async fn first_grant_shortened_by_a_step(witness: Witness) {
+/// A grant's command runs, the server's clock steps 6 s forward, the `witness` reply of the
+/// same client shows the step and is read first, then the grant's reply: the guard counts
+/// the step, knows it lost the lease before anyone else is granted the lock, and a lease
+/// granted after the step is whole.
+async fn grant_shortened_by_a_step(known: Known, witness: Witness) {
     if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
         eprintln!("skipped: the step before a grant's reply needs the emulator's clock");
         return;
     }
     let server = TestServer::start().await.unwrap();
     let relay = Relay::start(server.addr()).await;
-    let db = "first_grant_step";
+    let db = "grant_step";
     let locks = LockClient::new(relay.client().database(db).collection("locks"));
     let other = LockClient::new(server.new_client().database(db).collection("locks"));
+    // A lease whose deadline shows when the client notices the step.
+    let first = match known {
+        Known::Yes => {
+            let first = locks.mutex("first").ttl(secs(60)).acquire().await.unwrap();
+            assert!(first.time_left() > secs(56), "{:?}", first.time_left());
+            Some(first)
+        }
+        Known::No => None,
+    };
     let resource = "contested-after-the-step";
     relay.hold_reply_to(resource);
     // Renewed late (8.5 s), after the server ends the lease (about 4 s): the guard keeps it
@@ -424,6 +356,13 @@ async fn first_grant_shortened_by_a_step(witness: Witness) {
     };
     // The fault happened: the witness's reply came back while the grant's reply was held.
     assert!(relay.holding() && !attempt.is_finished());
+    if let Some(first) = &first {
+        assert!(
+            first.time_left() < secs(54),
+            "the client noticed the step before the grant's reply was read: {:?}",
+            first.time_left()
+        );
+    }
     relay.release();
     let guard = attempt
         .await
@@ -472,6 +411,9 @@ async fn first_grant_shortened_by_a_step(witness: Witness) {
         witness.release().await.unwrap();
     }
     taken.release().await.unwrap();
+    if let Some(first) = first {
+        first.release().await.unwrap();
+    }
     drop(guard);
     locks.shutdown().await;
     other.shutdown().await;
