@@ -136,9 +136,13 @@ impl Holder {
     pub fn min_hold(&self) -> Option<Duration> {
         self.min_hold
     }
-    /// When its holder let go of this lock within its minimum hold (server time), if it
-    /// did: the entry is then held by nobody, its own lock id included, and only keeps the
-    /// resource from everybody until the hold ends ([`in_force_until`](Self::in_force_until)).
+    /// When the entry was marked as held by nobody (server time), if it was: its holder let
+    /// go of it within its minimum hold, or an operator's
+    /// [`force_release`](crate::LockClient::force_release) broke its lease while it had a
+    /// lock-delay. It is then held by nobody, its own lock id included, whatever the server's
+    /// clock reads, and only keeps the resource from everybody until its hold or delay ends
+    /// ([`in_force_until`](Self::in_force_until); [`LockStatus`](crate::LockStatus) tells
+    /// which).
     pub fn let_go_at(&self) -> Option<DateTime> {
         self.let_go_at
     }

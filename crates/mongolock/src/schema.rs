@@ -328,14 +328,26 @@ pub(crate) fn decode_status(row: &Document) -> Result<LockStatus> {
         .map(|ms| ms.saturating_add(delay_ms))
         .filter(|&left| left > 0)
         .map(|ms| Duration::from_millis(ms as u64));
-    let let_go = holder.let_go_at.is_some();
+    let in_hold = in_its_hold(&holder);
     Ok(LockStatus {
         holder,
         remaining: remaining_ms.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         expired: remaining_ms.is_some_and(|ms| ms <= 0),
-        delay_left: in_force_left.filter(|_| !let_go),
-        hold_left: in_force_left.filter(|_| let_go),
+        delay_left: in_force_left.filter(|_| !in_hold),
+        hold_left: in_force_left.filter(|_| in_hold),
     })
+}
+
+/// Whether the entry is one its holder let go of within its minimum hold, in force for the
+/// rest of the hold: marked `letGoAt`, its delay the hold and its lease ended at its grant
+/// (its stored end the grant plus the hold), as `expr::let_go` leaves it. An entry a force
+/// release marked keeps its own lock-delay and the end the release gave it: what keeps it
+/// in force is its delay.
+fn in_its_hold(holder: &Holder) -> bool {
+    holder.let_go_at.is_some()
+        && holder.min_hold.is_some()
+        && holder.lock_delay == holder.min_hold
+        && holder.expires_at == Some(holder.created_at)
 }
 
 /// Newest first: by grant time, then resource and lock id, so reports are deterministic.
@@ -363,6 +375,44 @@ mod tests {
             "renewedAt": DateTime::from_millis(2_000),
             "expiresAt": DateTime::from_millis(32_000), "ttlMs": 30_000_i64,
         }
+    }
+
+    /// A let-go entry in its hold reads as a hold; an entry a force release marked (issue 40)
+    /// reads as within its lock-delay, though both are marked `letGoAt`.
+    #[test]
+    fn a_force_released_entry_is_in_its_delay_and_a_let_go_one_in_its_hold() {
+        let row = |entry: Document| {
+            let mut row = entry;
+            row.insert("resource", "r");
+            row.insert("kind", "exclusive");
+            row
+        };
+        // Granted at 1 s with a 3 s hold and let go of at 1.5 s: in force until 4 s, read
+        // at 2 s.
+        let mut let_go = entry("a", 5);
+        let_go.extend(doc! {
+            "minHoldMs": 3_000_i64, "delayMs": 3_000_i64,
+            "expiresAt": DateTime::from_millis(4_000), "letGoAt": DateTime::from_millis(1_500),
+            "remainingMs": -1_000_i64,
+        });
+        let status = decode_status(&row(let_go)).unwrap();
+        assert_eq!(
+            (status.min_hold_remaining(), status.lock_delay_remaining()),
+            (Some(Duration::from_secs(2)), None)
+        );
+        // The same grant with a 5 s lock-delay, force-released at 1.5 s: in force until
+        // 6.5 s, read at 2 s.
+        let mut forced = entry("a", 5);
+        forced.extend(doc! {
+            "minHoldMs": 3_000_i64, "delayMs": 5_000_i64,
+            "expiresAt": DateTime::from_millis(6_500), "letGoAt": DateTime::from_millis(1_500),
+            "remainingMs": -500_i64,
+        });
+        let status = decode_status(&row(forced)).unwrap();
+        assert_eq!(
+            (status.min_hold_remaining(), status.lock_delay_remaining()),
+            (None, Some(Duration::from_millis(4_500)))
+        );
     }
 
     #[test]
