@@ -2547,6 +2547,59 @@ mod tests {
         assert_eq!(excused.min_hold_judged, 0);
     }
 
+    /// The shape of the two (9) reports of `--long --seed 10000019` (run 10000021) on `d0`,
+    /// scaled: the lease of A (token 1,000,000, lock-delay 700 ms, TTL 1.5 s) is granted at
+    /// server time 1,000 and its client killed; its delay ends at 3,200. C is granted at
+    /// 3,205 (token 3,205,000: the server's `$$NOW` × 1000), after the delay, and releases;
+    /// the server's clock steps back 100 ms; B is granted at server time 3,190 with token
+    /// 3,205,001 (the fence + 1: the earlier grant's, above B's own time × 1000). B came
+    /// after a grant that proves the delay had ended by the server's clock; its grant time
+    /// reads below the delay's end only by the step back. (9) (the testkit's checker,
+    /// `Checker::lock_delay`) judges B against A anyway and reports it, as it reported
+    /// holders 254 (token …634121001, granted at …634106, "10 ms before" …634116) and 849
+    /// (token …688077001, granted at …688033, "35 ms before" …688068): both tokens are the
+    /// fence + 1 of a grant at …634121 and …688077, past the delay's end. Ignored until the
+    /// checker judges a lease's delay by the first conflicting grant after it (or excuses a
+    /// grant preceded by one at or past the delay's end).
+    #[test]
+    #[ignore = "the testkit's (9) compares grant times across a step back (open finding)"]
+    fn a_grant_after_a_step_back_that_follows_a_grant_past_the_delay_is_not_inside_it() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let holder = |id: u64, client: usize, token: i64, granted: u64, server: i64| {
+            let mut h = HolderLog::granted(id, client, Mode::Exclusive, "r", token);
+            h.lock_id = format!("id-{id}");
+            h.attempt_sent_at = at(granted - 5);
+            h.invoked_at = at(granted - 5);
+            h.granted_at = at(granted);
+            h.ttl = Some(Duration::from_millis(1_500));
+            h.max_deadline = Some(at(granted - 5 + 1_350));
+            h.server_granted_ms = Some(server);
+            h.server_expires_ms = Some(server + 1_500);
+            h
+        };
+        let mut a = holder(1, 0, 1_000_000, 1_000, 1_000);
+        a.lock_delay = Some(Duration::from_millis(700));
+        a.killed_at = Some(at(1_300));
+        let mut c = holder(2, 1, 3_205_000, 3_206, 3_205);
+        c.released_at = Some(at(3_220));
+        c.let_go = Some(LetGo::Released);
+        c.release = Some(ReleaseResult::Ok);
+        let mut b = holder(3, 2, 3_205_001, 3_291, 3_190);
+        b.released_at = Some(at(3_400));
+        b.let_go = Some(LetGo::Released);
+        b.release = Some(ReleaseResult::Ok);
+        let modes = HashMap::from([("r".to_owned(), Mode::Exclusive)]);
+        let mut history = Recorder::new().finish(modes);
+        history.holders = vec![a, c, b];
+        history.server_clock = vec![(t0, 0), (at(3_239), 3_239), (at(3_240), 3_140)];
+        let outcome = crate::check::check(&history);
+        let delay: Vec<_> = (outcome.violations.iter())
+            .filter(|v| v.check == crate::check::Check::LockDelay)
+            .collect();
+        assert!(delay.is_empty(), "{delay:#?}");
+    }
+
     /// Through the real path: a release delayed on the wire (300 ms of proxy latency) while
     /// the server's clock steps back 800 ms lands after the step, so the server removes the
     /// grant at a server time below the one the release began at; the release's `Ok` is

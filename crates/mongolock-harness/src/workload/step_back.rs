@@ -152,14 +152,15 @@ impl Went {
             Some(token) if token == self.token => "its retry given the let-go entry back",
             Some(_) => "its retry granted anew",
         };
+        // No figures: the report counts each wording.
         let force = match (self.forced_before_grant_ms, &self.not_forced) {
-            (Some(ms), _) => {
+            (Some(_), _) => {
                 let next = match self.after_force_ms {
-                    Some(m) if m < 0 => format!("the next grant {} ms inside the hold", -m),
-                    Some(_) => "the next grant at the hold's end or later".to_owned(),
-                    None => "no grant by the hold's end".to_owned(),
+                    Some(m) if m < 0 => "the next grant inside the hold",
+                    Some(_) => "the next grant at the hold's end or later",
+                    None => "no grant by the hold's end",
                 };
-                format!("; {FORCED} {ms} ms before the grant, {next}")
+                format!("; {FORCED} before the grant, {next}")
             }
             (None, Some(why)) => format!("; no force release: {why}"),
             (None, None) => String::new(),
@@ -631,6 +632,39 @@ mod tests {
         assert_eq!(
             made.ended(),
             "back past a let-go entry's grant: renew renewed nothing, its retry refused"
+        );
+    }
+
+    #[test]
+    fn only_a_force_release_sent_before_the_grant_after_a_step_counts_as_forced() {
+        let log = |went: &Went| ExtraLog {
+            kind: ExtraFault::StepBackUnderHold,
+            client: 3,
+            at: Instant::now(),
+            ended: went.ended(),
+        };
+        let forced = Went {
+            past_grant_ms: Some(700),
+            forced_before_grant_ms: Some(650),
+            after_force_ms: Some(20),
+            ..Went::default()
+        };
+        let refused = Went {
+            past_grant_ms: Some(700),
+            not_forced: Some("the clock read past the grant again".into()),
+            ..Went::default()
+        };
+        let not_made = Went {
+            not_made: Some("no job let go of within its hold".into()),
+            ..Went::default()
+        };
+        assert_eq!(forced_carried_out(&[log(&forced)]), 1);
+        assert_eq!(forced_carried_out(&[log(&refused), log(&not_made)]), 0);
+        assert_eq!(carried_out(&[log(&forced), log(&refused)]), 2);
+        assert_eq!(
+            forced.ended(),
+            "back past a let-go entry's grant: renew renewed nothing, its retry refused; \
+             force-released before the grant, the next grant at the hold's end or later"
         );
     }
 }
