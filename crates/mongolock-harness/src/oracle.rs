@@ -2558,11 +2558,9 @@ mod tests {
     /// `Checker::lock_delay`) judges B against A anyway and reports it, as it reported
     /// holders 254 (token …634121001, granted at …634106, "10 ms before" …634116) and 849
     /// (token …688077001, granted at …688033, "35 ms before" …688068): both tokens are the
-    /// fence + 1 of a grant at …634121 and …688077, past the delay's end. Ignored until the
-    /// checker judges a lease's delay by the first conflicting grant after it (or excuses a
-    /// grant preceded by one at or past the delay's end).
+    /// fence + 1 of a grant at …634121 and …688077, past the delay's end. The checker now
+    /// judges a lease's delay by the first conflicting grant after it alone.
     #[test]
-    #[ignore = "the testkit's (9) compares grant times across a step back (open finding)"]
     fn a_grant_after_a_step_back_that_follows_a_grant_past_the_delay_is_not_inside_it() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
