@@ -6,6 +6,7 @@ use bson::{Bson, Document, doc};
 use super::context::Ctx;
 use super::cursor_batch::cursor_batch_size;
 use super::identity;
+use super::write_concern;
 use super::{args, session, views};
 use crate::engine::EvalContext;
 use crate::engine::error::{CommandError, Result, codes};
@@ -158,7 +159,7 @@ pub fn create(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         ],
     )?;
     let name = args::collection_name(cmd, "create")?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     crate::engine::collation::check(cmd.get("collation"), "create.collation")?;
     let images = cmd
         .get("changeStreamPreAndPostImages")
@@ -191,7 +192,7 @@ pub fn create(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
 pub fn drop(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "drop", &[])?;
     let name = args::collection_name(cmd, "drop")?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     let ns = format!("{}.{name}", ctx.db);
     if ctx.state.views.drop_view(ctx.db, &name) {
         return Ok(Document::new());
@@ -209,7 +210,7 @@ pub fn drop(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
 /// `dropDatabase`.
 pub fn drop_database(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "dropDatabase", &[])?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     ctx.state.catalog.drop_database(ctx.db);
     ctx.state.views.drop_database(ctx.db);
     Ok(doc! {"dropped": ctx.db})

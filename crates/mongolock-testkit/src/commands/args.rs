@@ -42,7 +42,7 @@ pub fn check_fields(cmd: &Document, command: &str, allowed: &[&str]) -> Result<(
     Ok(())
 }
 
-fn wrong_type(command: &str, field: &str, value: &Bson, expected: &str) -> CommandError {
+pub(super) fn wrong_type(command: &str, field: &str, value: &Bson, expected: &str) -> CommandError {
     CommandError::type_mismatch(format!(
         "BSON field '{command}.{field}' is the wrong type '{}', expected type{expected}",
         type_alias(value)
@@ -144,76 +144,6 @@ pub fn opt_non_negative(cmd: &Document, command: &str, field: &str) -> Result<Op
         ))),
         other => Ok(other),
     }
-}
-
-/// Validates `writeConcern` (w, j, wtimeout, fsync). Majority and numbers up to the member
-/// count are satisfiable (one member, or the members of the server's replica set);
-/// anything else is answered as mongod would.
-pub fn check_write_concern(
-    cmd: &Document,
-    state: &super::state::ServerState,
-) -> Result<Option<i64>> {
-    let standalone = state.standalone;
-    let members = state.replica.as_ref().map_or(1, |r| r.members()) as f64;
-    let Some(wc) = opt_document(cmd, "command", "writeConcern")? else {
-        return Ok(None);
-    };
-    let mut w_number = None;
-    for (field, value) in wc {
-        match field.as_str() {
-            "w" => match value {
-                Bson::String(mode) if mode == "majority" => {}
-                Bson::String(mode) => {
-                    return Err(CommandError::new(
-                        79,
-                        format!(
-                            "No write concern mode named '{mode}' found in replica set configuration"
-                        ),
-                    ));
-                }
-                v => match as_f64(v) {
-                    Some(n) if n >= 0.0 && n.fract() == 0.0 => {
-                        if n > members {
-                            return Err(CommandError::new(
-                                100,
-                                if standalone {
-                                    "cannot use 'w' > 1 on a standalone mongod".to_string()
-                                } else {
-                                    format!(
-                                        "Not enough data-bearing nodes to satisfy write concern w:{n}"
-                                    )
-                                },
-                            ));
-                        }
-                        w_number = Some(n as i64);
-                    }
-                    _ => {
-                        return Err(CommandError::failed_to_parse(format!(
-                            "w has to be a non-negative number and not greater than 50; found: {v}"
-                        )));
-                    }
-                },
-            },
-            "j" | "fsync" => {
-                if !matches!(value, Bson::Boolean(_)) && as_f64(value).is_none() {
-                    return Err(wrong_type("writeConcern", field, value, " 'bool'"));
-                }
-            }
-            "wtimeout" | "wtimeoutMS" => {
-                if as_f64(value).is_none() {
-                    return Err(wrong_type("writeConcern", field, value, " 'int'"));
-                }
-            }
-            "provenance" | "getLastError" => {}
-            other => {
-                return Err(CommandError::new(
-                    codes::UNKNOWN_BSON_FIELD,
-                    format!("BSON field 'writeConcern.{other}' is an unknown field."),
-                ));
-            }
-        }
-    }
-    Ok(w_number)
 }
 
 /// Validates `readConcern.level`.

@@ -5,6 +5,7 @@ use bson::{Bson, Document, doc};
 
 use super::args;
 use super::context::Ctx;
+use super::write_concern;
 use crate::engine::changes::ChangeKind;
 use crate::engine::error::{CommandError, Result, codes};
 
@@ -66,7 +67,7 @@ pub fn coll_mod(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     }
     args::check_fields(cmd, "collMod", &["changeStreamPreAndPostImages"])?;
     let name = args::collection_name(cmd, "collMod")?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     let images = cmd
         .get("changeStreamPreAndPostImages")
         .map(|v| pre_and_post_images_option("collMod", v))
@@ -121,7 +122,7 @@ pub fn rename_collection(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
             "renameCollection may only be run against the admin database.",
         ));
     }
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     let (from_db, from) = namespace(cmd, "renameCollection")?;
     let (to_db, to) = namespace(cmd, "to")?;
     let drop_target = args::opt_bool(cmd, "renameCollection", "dropTarget")?.unwrap_or(false);

@@ -5,6 +5,7 @@ use bson::{Bson, Document, doc};
 use super::args;
 use super::context::Ctx;
 use super::write::{UpdateStatement, check_hint, run_delete, run_update};
+use super::write_concern;
 use crate::engine::collation;
 use crate::engine::error::{CommandError, Result};
 use crate::engine::matcher::Matcher;
@@ -32,7 +33,7 @@ pub fn find_and_modify(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "findAndModify", FIELDS)?;
     let name = args::collection_name(cmd, "findAndModify")?;
     super::views::refuse_write(ctx, &name)?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     collation::check(cmd.get("collation"), "findAndModify.collation")?;
     let empty = Document::new();
     let filter = args::opt_document(cmd, "findAndModify", "query")?.unwrap_or(&empty);

@@ -5,6 +5,7 @@ use bson::{Bson, Document, doc};
 use super::args;
 use super::context::Ctx;
 use super::cursor_batch::cursor_batch_size;
+use super::write_concern;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::index::Index;
 
@@ -17,7 +18,7 @@ pub fn create_indexes(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     )?;
     let name = args::collection_name(cmd, "createIndexes")?;
     super::views::refuse_write(ctx, &name)?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     let specs = args::array(cmd, "createIndexes", "indexes")?;
     if specs.is_empty() {
         return Err(CommandError::bad_value(
@@ -85,7 +86,7 @@ pub fn drop_indexes(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "dropIndexes", &["index"])?;
     let name = args::collection_name(cmd, "dropIndexes")?;
     super::views::refuse_write(ctx, &name)?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     let ns = format!("{}.{name}", ctx.db);
     let coll = ctx.state.catalog.get(ctx.db, &name).ok_or_else(|| {
         CommandError::new(codes::NAMESPACE_NOT_FOUND, format!("ns not found {ns}"))

@@ -42,6 +42,7 @@ pub mod local_sessions;
 pub mod session;
 pub mod state;
 pub mod view_catalog;
+pub mod write_concern;
 
 // The TTL monitor's pass, which the server runs in the background.
 pub mod ttl;

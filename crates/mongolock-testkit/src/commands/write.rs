@@ -5,6 +5,7 @@ use bson::{Bson, Document, doc, oid::ObjectId};
 
 use super::args;
 use super::context::Ctx;
+use super::write_concern;
 use crate::engine::EvalContext;
 use crate::engine::collation;
 use crate::engine::collection::Collection;
@@ -273,7 +274,7 @@ pub fn insert(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     )?;
     let name = args::collection_name(cmd, "insert")?;
     super::views::refuse_write(ctx, &name)?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     let ordered = ordered(cmd, "insert")?;
     let documents = write_batch(cmd, "insert", "documents")?;
     let (coll, _) = ctx.state.catalog.get_or_create(ctx.db, &name)?;
@@ -391,7 +392,7 @@ pub fn update(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     )?;
     let name = args::collection_name(cmd, "update")?;
     super::views::refuse_write(ctx, &name)?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     let ordered = ordered(cmd, "update")?;
     let statements = write_batch(cmd, "update", "updates")?;
     check_update_statement_fields(statements, "update")?;
@@ -476,7 +477,7 @@ pub fn delete(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
     args::check_fields(cmd, "delete", &["deletes", "ordered", "let"])?;
     let name = args::collection_name(cmd, "delete")?;
     super::views::refuse_write(ctx, &name)?;
-    args::check_write_concern(cmd, ctx.state)?;
+    write_concern::check(cmd, ctx.state)?;
     let ordered = ordered(cmd, "delete")?;
     let statements = write_batch(cmd, "delete", "deletes")?;
     let eval = ctx.eval_context(cmd, "delete")?;
