@@ -216,9 +216,19 @@ struct Offset {
     lower: Option<i128>,
     /// The highest `operationTime` seen, in seconds since the Unix epoch.
     cluster_seconds: Option<u32>,
-    /// The newest `operationTime` seen: a reply that ran before it may come from before a
-    /// step back that set the bounds afresh (see [`ServerClock::read_exactly`]).
-    newest: Option<OperationTime>,
+    /// The `operationTime` of the reply that last moved the upper bound, if it had one: a
+    /// reading from a command that ran before it may come from before a step back that set
+    /// the bounds afresh (see [`ServerClock::read_exactly`]).
+    upper_by: Option<OperationTime>,
+}
+
+impl Offset {
+    /// Notes that the reply timed `by` moved the upper bound, if it moved from `before`.
+    fn note_upper(&mut self, before: Option<i128>, by: Option<OperationTime>) {
+        if self.upper != before {
+            self.upper_by = by;
+        }
+    }
 }
 
 /// What an `operationTime`'s whole seconds may leave out of the server's clock, in
@@ -294,11 +304,14 @@ impl ServerClock {
     /// apart: not past the reading's second, the server's clock was not behind its cluster
     /// time when it answered, and the step is counted.
     ///
-    /// A reading above the upper bound from a command that ran before a reply already read
-    /// (its `operationTime` is older) shows no step forward: the server's clock read more
-    /// then than the bounds now allow, so it went back since, and a later reading set the
-    /// bounds from the clock as stepped back. It tells nothing of the clock now and is left
-    /// out; its lease is shortened by every step noticed since its send.
+    /// A reading above the upper bound from a command that ran before the reply that set
+    /// that bound (its `operationTime` is older) shows no step forward: the server's clock
+    /// read more then than it did later, so it went back in between, and the later reading
+    /// set the bounds from the clock as stepped back. It tells nothing of the clock now and
+    /// is left out; its lease is shortened by every step noticed since its send. (A reading
+    /// older only than replies that did not set the bound is counted as usual: a step
+    /// forward after the bound was set is shown by it alone when the cluster time stands
+    /// ahead of the server's clock, after an earlier step back.)
     pub(crate) fn read_exactly(
         &self,
         sent: Stamp,
@@ -310,19 +323,18 @@ impl ServerClock {
         let lower = i128::from(server_ms) - self.local_ms(received);
         let own_seconds = own.map(|own| own.seconds);
         let mut offset = self.offset();
-        let ran_before_newest = own
-            .zip(offset.newest)
-            .is_some_and(|(own, newest)| own < newest);
-        offset.newest = offset.newest.max(own);
-        if ran_before_newest && offset.upper.is_some_and(|known| lower > known) {
+        let ran_before_bound = own.zip(offset.upper_by).is_some_and(|(own, by)| own < by);
+        if ran_before_bound && offset.upper.is_some_and(|known| lower > known) {
             drop(offset);
             tracing::debug!("a reading from before a step back, read after it: left out");
             return sent;
         }
+        let upper_before = offset.upper;
         let stepped = self.stepped();
         let Some(known) = offset.lower.filter(|known| upper < *known) else {
             let step = self.narrow(&mut offset, Some(upper), lower);
             let stepped = self.stepped();
+            offset.note_upper(upper_before, own);
             drop(offset);
             report(step);
             return Stamp { stepped, ..sent };
@@ -354,7 +366,7 @@ impl ServerClock {
                 upper: Some(upper),
                 lower: Some(lower),
                 cluster_seconds: offset.cluster_seconds,
-                newest: offset.newest,
+                upper_by: own,
             };
             tracing::info!(
                 ?back,
@@ -371,6 +383,7 @@ impl ServerClock {
         } else {
             millis(known - upper).saturating_sub(after)
         };
+        offset.note_upper(upper_before, own);
         drop(offset);
         report(first);
         Stamp {
@@ -391,11 +404,11 @@ impl ServerClock {
         let received = self.clock.now();
         let lower = i128::from(seconds) * 1_000 - self.local_ms(received);
         let mut offset = self.offset();
-        offset.newest = offset.newest.max(Some(time));
         if offset.cluster_seconds.is_some_and(|seen| seconds <= seen) {
             return;
         }
         offset.cluster_seconds = Some(seconds);
+        let upper_before = offset.upper;
         let step = self.narrow(&mut offset, None, lower).map(|step| {
             if step < ROUNDED_FROM {
                 // As small as the drift of two clocks over a long while: taken as shown.
@@ -413,6 +426,7 @@ impl ServerClock {
             );
             step + Duration::from_millis(FLOORED_MS as u64)
         });
+        offset.note_upper(upper_before, Some(time));
         drop(offset);
         report(step);
     }
@@ -961,5 +975,46 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The server's clock steps 3 s back (a grant shows it: the bounds start over), then
+    /// 2 s forward, still behind its cluster time, which stands. A grant runs after the
+    /// forward step; an unrelated write that ran after it (its `operationTime`, the standing
+    /// cluster time with a higher counter, shows nothing) is read first, then the grant's
+    /// reply: its reading is the only sign of the forward step, which ends the lease granted
+    /// between the two steps 2 s earlier. It must be counted, though the grant ran before a
+    /// reply already read: only a reply older than the one that set the bounds tells
+    /// nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_forward_step_read_behind_a_later_reply_that_shows_nothing_is_counted() {
+        let server = ServerClock::new(Clock::system());
+        let at = |seconds: u32, increment: u32| OperationTime { seconds, increment };
+        let base = u32::try_from(BASE_MS / 1000).unwrap();
+        // In step: a grant at BASE.
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        server.read_at_least(at(base, 1));
+        server.read_exactly(sent, BASE_MS, Some(at(base, 1)));
+        // 1 s later the clock steps 3 s back; a grant shows it.
+        tokio::time::advance(Duration::from_millis(990)).await;
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        server.read_at_least(at(base + 1, 2));
+        let between = server.read_exactly(sent, BASE_MS + 1_000 - 3_000, Some(at(base + 1, 2)));
+        assert_eq!(server.stepped(), Duration::ZERO, "a step back");
+        // 1 s later the clock steps 2 s forward (still a second behind its cluster time);
+        // a grant runs at once, its reply held; an unlock runs after it and is read first.
+        tokio::time::advance(Duration::from_millis(990)).await;
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        server.read_at_least(at(base + 1, 4));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        server.read_at_least(at(base + 1, 3));
+        server.read_exactly(sent, BASE_MS + 2_000 - 3_000 + 2_000, Some(at(base + 1, 3)));
+        assert!(
+            shortened(&server, between) >= Duration::from_millis(1_800),
+            "a 2 s forward step shortened the lease granted before it by {:?}",
+            shortened(&server, between)
+        );
     }
 }
