@@ -179,11 +179,15 @@ pub async fn dispatch(
         }
         member_cmd = Some(cmd.clone());
     }
-    let result = match run(state, conn, &name, cmd, kind, deadline, admitted).await {
-        Completion::Done(result) => result,
-        Completion::CloseConnection => return Outcome::CloseConnection,
+    let (result, last_op) = match run(state, conn, &name, cmd, kind, deadline, admitted).await {
+        (Completion::Done(result), last_op) => (result, last_op),
+        (Completion::CloseConnection, _) => return Outcome::CloseConnection,
     };
     let mut reply = finish(state, result, retryable);
+    // A write's `operationTime` is its own oplog entry's time (see `cluster_fields_after`).
+    if last_op.is_some() {
+        state::cluster_fields_after(state, &mut reply, last_op);
+    }
     if let (Some(replica), Some(cmd)) = (&replica, &member_cmd) {
         if replica.is_down() {
             // Stopped while the command ran: a killed process sends no reply.
@@ -198,8 +202,9 @@ pub async fn dispatch(
             if retryable && RETRYABLE_CODES.contains(&code) {
                 reply.insert("errorLabels", vec!["RetryableWriteError"]);
             }
-            // The reply's times are taken again after the wait.
-            cluster_fields(state, &mut reply);
+            // The reply's `$clusterTime` is taken again after the wait; its `operationTime`
+            // stays the write's.
+            state::cluster_fields_after(state, &mut reply, last_op);
         }
         if replica.is_down() {
             return Outcome::CloseConnection;
@@ -294,11 +299,12 @@ async fn run(
     kind: RequestKind,
     deadline: Option<Instant>,
     admitted: Option<i64>,
-) -> Completion {
+) -> (Completion, Option<bson::Timestamp>) {
     let (db, retryable) = match prepare(state, conn, name, &cmd, kind) {
         Ok(prepared) => prepared,
-        Err(error) => return Completion::Done(Err(error)),
+        Err(error) => return (Completion::Done(Err(error)), None),
     };
+    let last_op = Arc::new(parking_lot::Mutex::new(None));
     let job = Job {
         state: state.clone(),
         conn: conn.clone(),
@@ -308,8 +314,9 @@ async fn run(
         name: name.to_string(),
         cmd,
         admitted,
+        last_op: last_op.clone(),
     };
-    match retryable {
+    let completion = match retryable {
         Some((lsid, txn)) => {
             session::run_retryable(&state.sessions, &state.fail_points, lsid, txn, move || {
                 job.run()
@@ -319,7 +326,9 @@ async fn run(
         None if name == "getMore" => Completion::Done(cursor::get_more(&job.ctx(), &job.cmd).await),
         None if INLINE_COMMANDS.contains(&name) => Completion::Done(job.run()),
         None => Completion::Done(off_runtime(move || job.run()).await.and_then(|r| r)),
-    }
+    };
+    let last_op = *last_op.lock();
+    (completion, last_op)
 }
 
 /// A synchronous command with everything it needs, owned, so that it can run on another
@@ -334,6 +343,8 @@ struct Job {
     cmd: Document,
     /// The term, when the command arrived on a replica-set member that was primary.
     admitted: Option<i64>,
+    /// Where the run leaves the time of the last oplog entry it wrote (none when replayed).
+    last_op: Arc<parking_lot::Mutex<Option<bson::Timestamp>>>,
 }
 
 impl Job {
@@ -357,7 +368,10 @@ impl Job {
             Some(replica) => replica.write_intent(&self.name, &self.cmd, self.admitted)?,
             None => None,
         };
-        execute(&ctx, &self.name, &self.cmd)
+        let (result, last_op) =
+            crate::engine::changes::recording_last_op(|| execute(&ctx, &self.name, &self.cmd));
+        *self.last_op.lock() = last_op;
+        result
     }
 }
 

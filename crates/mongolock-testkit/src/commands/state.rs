@@ -62,12 +62,39 @@ impl ServerState {
     }
 }
 
-/// Builds the reply fields every replica-set reply carries.
+/// Builds the reply fields every replica-set reply carries, for a command that wrote
+/// nothing: a fresh cluster time for both.
 pub fn cluster_fields(state: &ServerState, reply: &mut Document) {
+    cluster_fields_after(state, reply, None);
+}
+
+/// Builds the reply fields every replica-set reply carries. `last_op` is the cluster time of
+/// the last oplog entry the command wrote, if it wrote any: the reply's `operationTime`, as
+/// mongod's (`computeOperationTime` in `src/mongo/db/service_entry_point_common.cpp` reads
+/// the client's `lastOp`; MongoDB's manual, `fact-runCommand-results.rst`: "The logical time
+/// of the operation"), also when the reply waited for write concern. `$clusterTime` is the
+/// server's cluster time when it replies.
+///
+/// A command that wrote nothing: on a member of an emulated replica set, `$clusterTime` is
+/// the member's cluster time as it stands (mongod reads it, `LogicalClock::getClusterTime`;
+/// only a write reserves a tick, which is where a member's own system clock enters the
+/// set's cluster time) and `operationTime` the newest entry of its oplog ("the timestamp of
+/// the most recent entry in the oplog" for read concern local, the manual's
+/// `fact-runCommand-results.rst`). The one-member emulator gives a fresh cluster time for
+/// both, as it always did (never older than mongod's).
+pub fn cluster_fields_after(state: &ServerState, reply: &mut Document, last_op: Option<Timestamp>) {
     if state.standalone {
         return;
     }
-    let time = state.cluster_time();
+    let changes = &state.catalog.changes;
+    let current = changes.current_cluster_time();
+    let (time, newest) = if state.replica.is_some() && current.time != 0 {
+        (current, changes.newest_time().unwrap_or(current))
+    } else {
+        let time = state.cluster_time();
+        (time, time)
+    };
+    let last_op = last_op.or(Some(newest));
     reply.insert(
         "$clusterTime",
         bson::doc! {
@@ -78,5 +105,5 @@ pub fn cluster_fields(state: &ServerState, reply: &mut Document) {
             },
         },
     );
-    reply.insert("operationTime", time);
+    reply.insert("operationTime", last_op.unwrap_or(time));
 }

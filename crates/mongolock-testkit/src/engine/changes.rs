@@ -11,9 +11,9 @@
 //! then what the log really holds in memory, not a fraction of it (a parsed document takes
 //! several times its BSON size), and streams read them back when they deliver the event.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, Uuid, doc};
 use parking_lot::Mutex;
@@ -188,6 +188,25 @@ pub fn unstored(raw: &RawDocumentBuf) -> Document {
     crate::wire::to_document(raw).unwrap_or_default()
 }
 
+thread_local! {
+    /// The time of the oplog entry being applied on this thread, when a secondary applies one.
+    static APPLYING: Cell<Option<Timestamp>> = const { Cell::new(None) };
+    /// While a command runs on this thread ([`recording_last_op`]): the time of the last
+    /// event it appended, if any.
+    static LAST_OP: Cell<Option<Option<Timestamp>>> = const { Cell::new(None) };
+}
+
+/// Runs `run` (a command, on this thread) and returns its result with the cluster time of the
+/// last event it appended to a change log, if it appended any: the time of the last oplog
+/// entry the command wrote, mongod's client `lastOp` (`repl::ReplClientInfo::getLastOp`),
+/// which a write's reply gives as its `operationTime`.
+pub fn recording_last_op<T>(run: impl FnOnce() -> T) -> (T, Option<Timestamp>) {
+    let before = LAST_OP.with(|last| last.replace(Some(None)));
+    let result = run();
+    let last = LAST_OP.with(|last| last.replace(before)).flatten();
+    (result, last)
+}
+
 /// The resume token of the event at `seq`: an opaque `{_data: hex}` that sorts in log order.
 pub fn resume_token(seq: u64) -> Document {
     doc! {"_data": format!("{seq:016X}")}
@@ -223,7 +242,9 @@ pub struct ChangeLog {
     max_events: usize,
     /// The most bytes of events kept (see [`ChangeEvent::counted_size`]).
     max_bytes: usize,
-    counter: AtomicU32,
+    /// The cluster time: its seconds and its counter (which, unlike mongod's, does not start
+    /// over with each second; times still compare as mongod's do, seconds first).
+    time: Mutex<(u32, u32)>,
     inner: Mutex<Inner>,
     appended: Notify,
     /// Whether a pipeline update may be logged as a delta (MongoDB 5.0 and later); before
@@ -239,7 +260,7 @@ impl ChangeLog {
             clock,
             max_events: max_events.max(1),
             max_bytes,
-            counter: AtomicU32::new(1),
+            time: Mutex::new((0, 0)),
             inner: Mutex::new(Inner {
                 events: VecDeque::new(),
                 bytes: 0,
@@ -271,19 +292,64 @@ impl ChangeLog {
         }
     }
 
-    /// The next cluster time: the clock's seconds and an increasing counter. Its seconds
-    /// never go back, when the clock does (see [`Clock::highest`]).
+    /// The next cluster time (a tick, as `LogicalClock::reserveTicks` reserves one,
+    /// `src/mongo/db/logical_clock.cpp`): the clock's seconds when they are ahead of the
+    /// cluster time's, else the cluster time's, with an increasing counter. Its seconds never
+    /// go back, when the clock does (see [`Clock::highest`]), and never fall below a time
+    /// the server took from the rest of the set ([`ChangeLog::advance_cluster_time`]).
     pub fn cluster_time(&self) -> Timestamp {
         let secs = (self.clock.highest().timestamp_millis() / 1000).max(0) as u32;
+        let mut time = self.time.lock();
+        time.0 = time.0.max(secs);
+        time.1 = time.1.wrapping_add(1);
         Timestamp {
-            time: secs,
-            increment: self.counter.fetch_add(1, Ordering::SeqCst),
+            time: time.0,
+            increment: time.1,
         }
+    }
+
+    /// The cluster time now, without a tick (what the server gossips to the others).
+    pub fn current_cluster_time(&self) -> Timestamp {
+        let time = self.time.lock();
+        Timestamp {
+            time: time.0,
+            increment: time.1,
+        }
+    }
+
+    /// Moves the cluster time up to `to` if it is behind it, as mongod's
+    /// `LogicalClock::advanceClusterTime` does with a time it receives
+    /// (`src/mongo/db/logical_clock.cpp`: "if (newTime > _clusterTime) _clusterTime =
+    /// newTime"): from an oplog entry it applies, and from the `$clusterTime` the other
+    /// members gossip. Its next tick is then past `to`.
+    pub fn advance_cluster_time(&self, to: Timestamp) {
+        let mut time = self.time.lock();
+        if (to.time, to.increment) > *time {
+            *time = (to.time, to.increment);
+        }
+    }
+
+    /// Runs `apply` (a secondary applying an oplog entry) with every event it appends
+    /// stamped with the entry's time `at`, the cluster time moved up to it first: a
+    /// secondary's oplog holds the primary's entries with their times.
+    pub fn applying<T>(&self, at: Timestamp, apply: impl FnOnce() -> T) -> T {
+        self.advance_cluster_time(at);
+        let before = APPLYING.with(|a| a.replace(Some(at)));
+        let result = apply();
+        APPLYING.with(|a| a.set(before));
+        result
     }
 
     /// Appends an event and wakes waiting streams.
     pub fn append(&self, db: &str, coll: &str, collection_uuid: Option<Uuid>, kind: ChangeKind) {
-        let cluster_time = self.cluster_time();
+        let cluster_time = APPLYING
+            .with(Cell::get)
+            .unwrap_or_else(|| self.cluster_time());
+        LAST_OP.with(|last| {
+            if last.get().is_some() {
+                last.set(Some(Some(cluster_time)));
+            }
+        });
         let wall_time = self.clock.now();
         {
             let mut inner = self.inner.lock();
@@ -311,6 +377,11 @@ impl ChangeLog {
             }
         }
         self.appended.notify_waiters();
+    }
+
+    /// The cluster time of the newest event, if any: the newest oplog entry's time.
+    pub fn newest_time(&self) -> Option<Timestamp> {
+        self.inner.lock().events.back().map(|(e, _)| e.cluster_time)
     }
 
     /// The sequence number of the newest event (0 when none).

@@ -10,6 +10,11 @@
 //! only when the system clock is ahead, and otherwise counts up the increment. The emulator
 //! follows both: [`Clock::now`] steps back with [`Clock::step_back`], [`Clock::highest`]
 //! (which its cluster time reads) does not.
+//!
+//! The members of a replica set each have their own system clock: a member's clock
+//! ([`Clock::following`]) reads a clock the set shares plus an offset of its own
+//! ([`Clock::set_offset`]), so a test moves every member's clock at once through the shared
+//! one and puts one member ahead or behind the others with its offset.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -36,6 +41,10 @@ struct ClockInner {
     last_ms: i64,
     /// The latest reading ever, steps back ignored.
     highest_ms: i64,
+    /// The clock this one reads instead of the wall clock (a replica-set member's reads the
+    /// set's): its steps are this clock's too, and this clock's own steps and offset come
+    /// on top.
+    base: Option<Clock>,
 }
 
 impl Clock {
@@ -47,6 +56,19 @@ impl Clock {
     /// The current server time, in milliseconds (BSON dates have millisecond precision):
     /// what `$$NOW` reads.
     pub fn now(&self) -> DateTime {
+        let base = self.inner.lock().base.clone();
+        if let Some(base) = base {
+            // The base clock already never goes back but by its own steps back, which this
+            // clock takes as they come; its own offset moves it either way.
+            let reading = base
+                .now()
+                .timestamp_millis()
+                .saturating_add(self.inner.lock().offset_ms);
+            let mut inner = self.inner.lock();
+            inner.last_ms = reading;
+            inner.highest_ms = inner.highest_ms.max(reading);
+            return DateTime::from_millis(reading);
+        }
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -57,6 +79,37 @@ impl Clock {
         inner.last_ms = reading;
         inner.highest_ms = inner.highest_ms.max(reading);
         DateTime::from_millis(reading)
+    }
+
+    /// A clock that reads `base` plus an offset of its own (zero until
+    /// [`Clock::set_offset`], [`Clock::advance`] or [`Clock::step_back`] move it): a
+    /// replica-set member's system clock, `base` being the set's.
+    pub fn following(base: &Clock) -> Self {
+        let clock = Self::new();
+        clock.inner.lock().base = Some(base.clone());
+        clock
+    }
+
+    /// Sets how far this clock reads ahead of (positive) or behind (negative) the clock it
+    /// follows, in milliseconds, and returns the new time. On a clock that follows none it
+    /// is the offset from the wall clock; a move back is a step back, as
+    /// [`Clock::step_back`]'s.
+    pub fn set_offset(&self, offset_ms: i64) -> DateTime {
+        {
+            let mut inner = self.inner.lock();
+            let by = offset_ms.saturating_sub(inner.offset_ms);
+            inner.offset_ms = offset_ms;
+            if by < 0 {
+                inner.last_ms = inner.last_ms.saturating_add(by);
+            }
+        }
+        self.now()
+    }
+
+    /// This clock's own offset, in milliseconds: from the clock it follows, or from the
+    /// wall clock (negative after steps back past it).
+    pub fn offset_ms(&self) -> i64 {
+        self.inner.lock().offset_ms
     }
 
     /// The latest time the clock has read, now included, whatever steps back came since:
@@ -101,6 +154,27 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_following_clock_reads_its_base_plus_its_offset() {
+        let base = Clock::new();
+        let member = Clock::following(&base);
+        let ahead = member.set_offset(5_000).timestamp_millis();
+        let shared = base.now().timestamp_millis();
+        assert!(
+            (4_900..=5_000).contains(&(ahead - shared)),
+            "{shared} {ahead}"
+        );
+        // The base's steps move it too.
+        base.advance(Duration::from_secs(60));
+        assert!(member.now().timestamp_millis() >= ahead + 60_000);
+        // Behind the base: a step back of its own; its highest reading stays.
+        let highest = member.highest().timestamp_millis();
+        let behind = member.set_offset(-5_000).timestamp_millis();
+        assert!(behind <= base.now().timestamp_millis() - 4_900, "{behind}");
+        assert!(member.highest().timestamp_millis() >= highest);
+        assert_eq!(member.offset_ms(), -5_000);
+    }
 
     #[test]
     fn advance_moves_now_forward_by_at_least_the_step() {

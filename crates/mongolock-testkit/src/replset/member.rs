@@ -251,6 +251,12 @@ impl SetShared {
             member.counter += 1;
         }
         drop(inner);
+        // The set starts with a cluster time: `replSetInitiate` writes the "initiating set"
+        // no-op, whose time every member has before anything else.
+        if let Some(state) = self.state(index) {
+            state.catalog.changes.cluster_time();
+        }
+        self.gossip();
         self.notify();
     }
 
@@ -414,10 +420,12 @@ impl SetShared {
         };
         for entry in entries.iter().filter(|_| state.is_some()) {
             let catalog = &state.as_ref().expect("filtered").catalog;
-            if let Err(error) = apply(catalog, &entry.event) {
+            if let Err(error) = apply_entry(catalog, entry) {
                 tracing::error!(%error, member = candidate, "catch-up failed to apply an entry");
             }
         }
+        // The votes it asked for carried the voters' cluster times.
+        self.gossip();
         let mut inner = self.inner.lock();
         if inner.primary.is_some() || !inner.members[candidate].up {
             return;
@@ -516,12 +524,54 @@ impl SetShared {
     }
 }
 
+/// Applies one oplog entry to a member's `catalog`, with the entry's own time: the member's
+/// oplog holds it at the primary's time, and its cluster time moves up to that time
+/// (`LogicalClock::advanceClusterTime`, `src/mongo/db/logical_clock.cpp`).
+fn apply_entry(catalog: &crate::engine::collection::Catalog, entry: &Entry) -> Result<()> {
+    catalog
+        .changes
+        .applying(entry.event.cluster_time, || apply(catalog, &entry.event))
+}
+
+impl SetShared {
+    /// Cluster-time gossip: the members that reach each other (up, not partitioned) each
+    /// take the highest cluster time among them. mongod's members send their `$clusterTime`
+    /// with every message between them (heartbeats, oplog fetching) and each advances its
+    /// own to a higher one it receives (`LogicalClock::advanceClusterTime`,
+    /// `src/mongo/db/logical_clock.cpp`; `VectorClock::gossipIn` in newer trees), so a
+    /// member's cluster time never falls behind the highest it heard from the set, whatever
+    /// its own system clock reads.
+    fn gossip(&self) {
+        let reaching: Vec<usize> = {
+            let inner = self.inner.lock();
+            (0..inner.members.len())
+                .filter(|&i| inner.members[i].up && !inner.members[i].isolated)
+                .collect()
+        };
+        let states: Vec<Arc<ServerState>> =
+            reaching.iter().filter_map(|&i| self.state(i)).collect();
+        let Some(highest) = states
+            .iter()
+            .map(|s| s.catalog.changes.current_cluster_time())
+            .max_by_key(|t| (t.time, t.increment))
+        else {
+            return;
+        };
+        for state in &states {
+            state.catalog.changes.advance_cluster_time(highest);
+        }
+    }
+}
+
 /// Steps down a primary that has not seen a majority of the set for the election timeout,
 /// and elects a primary whenever the set has been without one for the election timeout.
+/// Every tick the members that reach each other gossip their cluster times
+/// ([`SetShared::gossip`]).
 pub async fn monitor(set: Arc<SetShared>) {
     let tick = (set.election_timeout / 4).max(Duration::from_millis(5));
     loop {
         tokio::time::sleep(tick).await;
+        set.gossip();
         if let Some(primary) = set.unable_to_see_majority(Instant::now()) {
             let stepping = set.clone();
             let _ = tokio::task::spawn_blocking(move || stepping.relinquish(primary)).await;
@@ -633,7 +683,7 @@ impl SetShared {
         }
         let mut failed = false;
         for entry in &history {
-            if let Err(error) = apply(&state.catalog, &entry.event) {
+            if let Err(error) = apply_entry(&state.catalog, entry) {
                 tracing::error!(%error, member = index, "rollback failed to apply an entry");
                 failed = true;
                 break;
@@ -664,7 +714,7 @@ impl SetShared {
         }
         let mut done = 0;
         for entry in entries {
-            if let Err(error) = apply(&state.catalog, &entry.event) {
+            if let Err(error) = apply_entry(&state.catalog, entry) {
                 tracing::error!(%error, member = index, "failed to apply an oplog entry");
                 break;
             }

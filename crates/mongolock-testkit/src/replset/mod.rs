@@ -50,9 +50,24 @@
 //!   point"; recover to the stable timestamp, which is majority-committed, so a
 //!   majority-committed write is never undone; `src/mongo/db/repl/README.md`, "Rollback").
 //!
+//! - Clocks: each member has its own system clock, the set's shared clock plus an offset
+//!   the test sets ([`ReplicaSet::set_clock_offset`]), so `$$NOW` (mongod's system clock,
+//!   `Variables::generateRuntimeConstants`, `src/mongo/db/pipeline/variables.cpp`) jumps
+//!   when the primary changes to a member whose clock is ahead or behind. The cluster time
+//!   does not: a member's never goes below the highest it has seen from the set. It applies
+//!   the primary's entries at their times and moves its cluster time up to them, and the
+//!   members that reach each other gossip their cluster times, each taking a higher one it
+//!   receives (`src/mongo/db/logical_clock.cpp`, `LogicalClock::advanceClusterTime`: "if
+//!   (newTime > _clusterTime) _clusterTime = newTime"); a tick takes the system clock's
+//!   seconds only when they are ahead (`LogicalClock::reserveTicks`). So after a failover
+//!   to a member whose clock is behind, `operationTime` stays ahead of its `$$NOW` until
+//!   its clock catches up.
+//! - `operationTime`: a write's reply carries its own oplog entry's time (its `lastOp`),
+//!   also when it waited for write concern (see `crate::commands::state::cluster_fields_after`).
+//!
 //! Not yet here (later slices): change streams across failover, retryable-write history
 //! moving with the data (and sessions invalidated by a rollback), rollback files, partitions
-//! other than one member from all the others, cluster time gossip across members.
+//! other than one member from all the others, a client's `$clusterTime` gossip taken in.
 
 mod apply;
 mod member;
@@ -152,12 +167,13 @@ impl ReplicaSetBuilder {
             self.election_timeout,
             self.server.version(),
         ));
+        let clock = Clock::new();
         let mut servers = Vec::new();
         for (index, listener) in listeners.into_iter().enumerate() {
             let server = self
                 .server
                 .clone()
-                .clock(Clock::new())
+                .clock(Clock::following(&clock))
                 .standalone(false)
                 .start_member(listener, Replica::new(set.clone(), index))?;
             servers.push(server);
@@ -171,6 +187,7 @@ impl ReplicaSetBuilder {
         tasks.push(tokio::spawn(member::monitor(set.clone())));
         let mut replica_set = ReplicaSet {
             set,
+            clock,
             servers,
             tasks,
             client: None,
@@ -196,6 +213,8 @@ impl ReplicaSetBuilder {
 #[derive(Debug)]
 pub struct ReplicaSet {
     set: Arc<SetShared>,
+    /// The clock every member's follows.
+    clock: Clock,
     servers: Vec<TestServer>,
     tasks: Vec<JoinHandle<()>>,
     client: Option<mongodb::Client>,
@@ -268,13 +287,32 @@ impl ReplicaSet {
         &self.servers[index]
     }
 
-    /// Member `index`'s clock: its `$$NOW` and cluster time come from it.
+    /// Member `index`'s clock: its `$$NOW` and cluster time come from it. It reads the
+    /// set's clock ([`ReplicaSet::shared_clock`]) plus its own offset; moving it moves this
+    /// member's alone.
     ///
     /// # Panics
     ///
     /// If there is no such member.
     pub fn clock(&self, index: usize) -> &Clock {
         self.servers[index].clock()
+    }
+
+    /// The clock every member's follows: moving it moves them all.
+    pub fn shared_clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Sets how far member `index`'s clock reads ahead of (positive) or behind (negative)
+    /// the set's, in milliseconds, as an NTP step or a misconfigured host would put it; the
+    /// member's `$$NOW` moves at once, its cluster time only forward (see the module's
+    /// notes). Returns the member's time now.
+    ///
+    /// # Panics
+    ///
+    /// If there is no such member.
+    pub fn set_clock_offset(&self, index: usize, offset_ms: i64) -> bson::DateTime {
+        self.servers[index].clock().set_offset(offset_ms)
     }
 
     /// The member that is primary now, if any.
