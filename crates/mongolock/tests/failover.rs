@@ -17,6 +17,15 @@
 //! gives none. Both assert that the fault ran (the partitioned member had the first grant
 //! and rolled it back).
 //!
+//! The clock tests (issue 41) fail over to a member whose clock is 5 s ahead or behind
+//! (`ReplicaSet::set_clock_offset`): mongod's `$$NOW` is each member's own system clock
+//! (`Variables::generateRuntimeConstants`, `src/mongo/db/pipeline/variables.cpp`), so it jumps
+//! with the primary, while the cluster time (`operationTime`) never goes back
+//! (`LogicalClock::advanceClusterTime` and `reserveTicks`, `src/mongo/db/logical_clock.cpp`).
+//! Ahead, the holder learns of the step and nobody else is granted its lock while it believes
+//! it holds it; behind, no lease is reported lost and nothing is granted twice. Both assert
+//! from the grants' `$$NOW` that the new primary's clock really was ahead or behind.
+//!
 //! These tests always run on the emulator (a real replica set cannot be stepped down or
 //! partitioned from a test safely), whatever `MONGODB_URI` says.
 
@@ -380,4 +389,193 @@ async fn with_majority_the_same_partition_gives_no_double_holder() {
         "A's write was applied on member 0"
     );
     assert!(run.rollbacks.1 >= 1, "{:?}", run.rollbacks);
+}
+
+/// A set of three whose secondaries' clocks read `offset_ms` off the primary's (the set's
+/// shared clock), with two lock clients that have found the primary and a `job` mutex held by
+/// the first with `ttl`. Every member has the grant.
+async fn clock_failover_setup(
+    offset_ms: i64,
+    db: &str,
+    ttl: Duration,
+) -> (ReplicaSet, LockClient, LockClient, LockGuard) {
+    let set = ReplicaSet::builder()
+        .members(3)
+        .start()
+        .await
+        .expect("the replica set starts");
+    let a = LockClient::new(set.new_client().database(db).collection("locks"));
+    let b = LockClient::new(set.new_client().database(db).collection("locks"));
+    a.create_indexes().await.unwrap();
+    for locks in [&a, &b] {
+        let warm = locks.mutex("warm-up").try_acquire().await.unwrap().unwrap();
+        warm.release().await.unwrap();
+    }
+    // Whichever secondary the step-down hands over to, its clock is off by `offset_ms`.
+    set.set_clock_offset(1, offset_ms);
+    set.set_clock_offset(2, offset_ms);
+    let guard = a
+        .mutex("job")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (1..3).any(|i| set.applied(i) < set.applied(0)) {
+        assert!(Instant::now() < deadline, "the secondaries caught up");
+        sleep(Duration::from_millis(10)).await;
+    }
+    (set, a, b, guard)
+}
+
+/// Steps the primary down (election handoff to a caught-up secondary); returns the new one.
+async fn step_down(set: &ReplicaSet) -> usize {
+    let before = set.primary();
+    set.client()
+        .database("admin")
+        .run_command(bson::doc! {"replSetStepDown": 10})
+        .await
+        .expect("the step-down");
+    let after = set.wait_for_primary(Duration::from_secs(10)).await;
+    assert!(
+        after.is_some() && after != before,
+        "{before:?} -> {after:?}"
+    );
+    after.unwrap()
+}
+
+/// `locks` is granted `resource` (retried while its driver finds the new primary).
+async fn granted(locks: &LockClient, resource: &str, ttl: Duration) -> LockGuard {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match locks.mutex(resource).ttl(ttl).try_acquire().await {
+            Ok(Some(guard)) => return guard,
+            Ok(None) => panic!("{resource} is free"),
+            Err(error) => {
+                assert!(Instant::now() < deadline, "{resource}: {error}");
+                sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A failover to a member whose clock is 5 s ahead (issue 41): the new primary's `$$NOW` is
+/// 5 s ahead of the former one's (each member's own system clock, mongod's
+/// `Variables::generateRuntimeConstants`), so it ends the held lease 5 s earlier than its
+/// holder counted. Once a reply from the new primary shows the step (here a grant of another
+/// mutex to the same client, whose `$$NOW` is read exactly; its `operationTime` jumps too,
+/// `LogicalClock::reserveTicks`), the held guard's time left shrinks by about the step, its
+/// deadline is not after the lease's end by the new primary's clock, and the other client is
+/// refused the mutex while the holder believes it holds it. The fault is asserted from the
+/// grants: the second one's `$$NOW` is 5 s past the first's beyond the time between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_clock_ahead_shortens_the_held_lease_and_grants_it_to_nobody_else() {
+    let ttl = Duration::from_secs(30);
+    let (set, a, b, guard) = clock_failover_setup(5_000, "mongolock_clock_ahead", ttl).await;
+    let old_now = guard.grant().holder().created_at().timestamp_millis();
+    let left_before = guard.time_left();
+    let counted_from = Instant::now();
+    let primary = step_down(&set).await;
+    let other = granted(&a, "other", ttl).await;
+    let new_now = other.grant().holder().created_at().timestamp_millis();
+    let between = counted_from.elapsed();
+    let left_after = guard.time_left();
+    let step = new_now - old_now - i64::try_from(between.as_millis()).unwrap();
+    assert!(
+        (4_500..=5_500).contains(&step),
+        "the new primary's $$NOW is 5 s ahead: {old_now} -> {new_now} in {between:?}"
+    );
+    let shrunk = left_before
+        .saturating_sub(between)
+        .saturating_sub(left_after);
+    eprintln!("time left {left_before:?} -> {left_after:?} in {between:?}: shrunk {shrunk:?}");
+    assert!(
+        (Duration::from_millis(4_500)..=Duration::from_millis(7_000)).contains(&shrunk),
+        "the guard's time left shrank by about the step: {shrunk:?}"
+    );
+    let ends = guard.grant().expires_at().unwrap().timestamp_millis();
+    let server_left = ends - set.clock(primary).now().timestamp_millis();
+    assert!(
+        i128::from(server_left) >= i128::try_from(guard.time_left().as_millis()).unwrap(),
+        "the guard's deadline ({:?} left) is not after the lease's end by the new primary's clock ({server_left} ms)",
+        guard.time_left()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let b_granted = loop {
+        match b.mutex("job").ttl(ttl).try_acquire().await {
+            Ok(granted) => break granted,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "B never answered: {error}");
+                sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(!guard.is_lost(), "A still believes it holds the mutex");
+    assert!(b_granted.is_none(), "B was granted the mutex A holds");
+    drop(b_granted);
+    guard.release().await.unwrap();
+    other.release().await.unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+    set.shutdown().await;
+}
+
+/// A failover to a member whose clock is 5 s behind (issue 41): the new primary's `$$NOW`
+/// is 5 s behind the former one's, while its cluster time (`operationTime`) stays ahead of
+/// it until its clock catches up (it applied the former primary's entries and took their
+/// times: `LogicalClock::advanceClusterTime`, `src/mongo/db/logical_clock.cpp`). The client
+/// must not take that for a forward step: the held lease (3 s, renewed every second on the
+/// new primary) and a lease granted there are never reported lost over 4 s, and the other
+/// client is refused the mutex every time it asks. The fault is asserted from the grants: the
+/// second one's `$$NOW` is 5 s before the first's beyond the time between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_clock_behind_loses_no_lease_and_grants_none_twice() {
+    let ttl = Duration::from_secs(3);
+    let (set, a, b, guard) = clock_failover_setup(-5_000, "mongolock_clock_behind", ttl).await;
+    let old_now = guard.grant().holder().created_at().timestamp_millis();
+    let counted_from = Instant::now();
+    let primary = step_down(&set).await;
+    let other = granted(&a, "other", ttl).await;
+    let new_now = other.grant().holder().created_at().timestamp_millis();
+    let between = counted_from.elapsed();
+    let step = new_now - old_now - i64::try_from(between.as_millis()).unwrap();
+    assert!(
+        (-5_500..=-4_500).contains(&step),
+        "the new primary's $$NOW is 5 s behind: {old_now} -> {new_now} in {between:?}"
+    );
+    let behind =
+        set.shared_clock().now().timestamp_millis() - set.clock(primary).now().timestamp_millis();
+    assert!((4_900..=5_100).contains(&behind), "{behind}");
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut refused = 0;
+    while Instant::now() < until {
+        match b.mutex("job").ttl(ttl).try_acquire().await {
+            Ok(Some(granted)) => panic!(
+                "B granted token {} while A holds token {} (A's guard lost: {})",
+                granted.fencing_token(),
+                guard.fencing_token(),
+                guard.is_lost()
+            ),
+            Ok(None) => refused += 1,
+            Err(_) => {}
+        }
+        assert!(!guard.is_lost(), "the held lease was reported lost");
+        assert!(
+            !other.is_lost(),
+            "the lease granted on the new primary was reported lost"
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+    assert!(refused > 0, "B was never answered");
+    assert!(
+        guard.time_left() > Duration::from_millis(1_000),
+        "no false step shortened the held lease: {:?} left",
+        guard.time_left()
+    );
+    guard.release().await.unwrap();
+    other.release().await.unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+    set.shutdown().await;
 }
