@@ -445,6 +445,43 @@ async fn step_down(set: &ReplicaSet) -> usize {
     after.unwrap()
 }
 
+/// A write on the primary that reads `$$NOW`: the `$$NOW` it read (ms) and its reply's
+/// `operationTime` (sent again while the driver finds the new primary).
+async fn write_now(set: &ReplicaSet, db: &str) -> (i64, bson::Timestamp) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reply = loop {
+        let sent = set
+            .client()
+            .database(db)
+            .run_command(bson::doc! {
+                "findAndModify": "probe",
+                "query": {"_id": 1},
+                "update": [{"$set": {"at": "$$NOW"}}],
+                "upsert": true,
+                "new": true,
+            })
+            .await;
+        match sent {
+            Ok(reply) => break reply,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "{error}");
+                sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let now = reply
+        .get_document("value")
+        .and_then(|v| v.get_datetime("at"))
+        .expect("the probe's $$NOW")
+        .timestamp_millis();
+    (
+        now,
+        reply
+            .get_timestamp("operationTime")
+            .expect("an operationTime"),
+    )
+}
+
 /// `locks` is granted `resource` (retried while its driver finds the new primary).
 async fn granted(locks: &LockClient, resource: &str, ttl: Duration) -> LockGuard {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -526,7 +563,9 @@ async fn a_failover_to_a_clock_ahead_shortens_the_held_lease_and_grants_it_to_no
 /// it until its clock catches up (it applied the former primary's entries and took their
 /// times: `LogicalClock::advanceClusterTime`, `src/mongo/db/logical_clock.cpp`). The client
 /// must not take that for a forward step: the held lease (3 s, renewed every second on the
-/// new primary) and a lease granted there are never reported lost over 4 s, and the other
+/// new primary) and a lease granted there are never reported lost over 7 s (past the moment
+/// the new primary's clock catches up with its cluster time and the seconds move again), and
+/// the other
 /// client is refused the mutex every time it asks. The fault is asserted from the grants: the
 /// second one's `$$NOW` is 5 s before the first's beyond the time between them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -547,7 +586,13 @@ async fn a_failover_to_a_clock_behind_loses_no_lease_and_grants_none_twice() {
     let behind =
         set.shared_clock().now().timestamp_millis() - set.clock(primary).now().timestamp_millis();
     assert!((4_900..=5_100).contains(&behind), "{behind}");
-    let until = Instant::now() + Duration::from_secs(4);
+    // And a write there has an `operationTime` ahead of its `$$NOW`.
+    let (now, time) = write_now(&set, "mongolock_clock_behind").await;
+    assert!(
+        i64::from(time.time) * 1_000 > now + 3_000,
+        "operationTime {time:?} ahead of $$NOW {now}"
+    );
+    let until = Instant::now() + Duration::from_secs(7);
     let mut refused = 0;
     while Instant::now() < until {
         match b.mutex("job").ttl(ttl).try_acquire().await {
