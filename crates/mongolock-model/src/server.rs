@@ -11,7 +11,13 @@
 //! announcement, arrival order), `idleSince` and the wake are left out (see the crate
 //! docs): the line only adds terms to a grant's condition, so every grant the library makes
 //! the model makes too, and a waiting attempt (the variant a waiting acquire sends, with
-//! its place in line) decides as a single attempt here. Each request is
+//! its place in line) decides as a single attempt here. So is what the line alone records:
+//! a waiting exclusive attempt answered "already held" keeps (or takes) its place in line,
+//! and the adoption that resumes the lease takes the lock id's place out in the same update
+//! (issue 39: a restarted process whose adoption was refused keeps its turn); neither
+//! changes a grant's decision or whether an adoption matches, and the model has no property
+//! on arrival order (`tests/min_hold.rs` of the library, and the harness, check it). Each
+//! request is
 //! the command of the same name in `mongolock/src/command/`, decided the way its pipeline
 //! decides it; the conformance test (`tests/conformance.rs`) runs both on the same
 //! documents and compares.
@@ -254,7 +260,7 @@ pub enum Request {
     /// `acquire`: grant if free for the kind, repeat a grant to the same attempt; not
     /// granted, the lock id's own live entries gain the attempt's `afterUnlocks`. A waiting
     /// acquire's attempt (its place in line) decides the same way here (the line is left
-    /// out).
+    /// out: an exclusive one answered "already held" keeps its place in the library's).
     Acquire {
         /// The resource.
         resource: Res,
@@ -340,7 +346,8 @@ pub enum Request {
     /// Resume's adoption: the live entry of lock id and token names `keeper` from now on,
     /// and the client's doubted `unlock` calls of the lock id too; it is marked `adopted`.
     /// Live as the keeper's renewal matches it (`keepalive::lease_query`, by the grant's
-    /// lock-delay; never a let-go entry).
+    /// lock-delay; never a let-go entry). The library's also takes the lock id's place out
+    /// of the line (left out here, with the line).
     Adopt {
         /// The resource.
         resource: Res,

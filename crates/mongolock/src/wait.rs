@@ -677,12 +677,13 @@ impl<'a> Waiter<'a> {
     /// resumed. If it ended meanwhile, or the adoption failed in a way a retry can fix, a
     /// new attempt follows after a pause.
     async fn already_held(&mut self, grant: Grant, sent_at: Stamp) -> Step {
-        // Settled, unless a copy of this attempt had an unknown outcome: that copy may still
-        // land and grant, so `pending` withdraws it when it goes (the withdrawal matches
-        // this attempt's nonce, never the entry resumed here).
-        if !self.pending.uncertain {
-            self.pending.settled();
-        }
+        // Nothing is held by this attempt, unless a copy of it had an unknown outcome: that
+        // copy may still land and grant, so `pending` withdraws it when it goes (the
+        // withdrawal matches this attempt's nonce, never the entry resumed here). A waiting
+        // exclusive attempt answered so kept (or took) its place in line (see
+        // `command/acquire.rs`): the adoption takes it out; otherwise the call's next attempt
+        // keeps it, and a call that ends here leaves it (`pending` is still announced).
+        self.pending.refused();
         let resumed = resume(
             self.client,
             grant,
@@ -692,6 +693,8 @@ impl<'a> Waiter<'a> {
         );
         let failure = match resumed.await {
             Ok(Some(lease)) => {
+                // The adoption took the lock id's place out of the line.
+                self.pending.announced = false;
                 let key = self.client.shared().keeper.add(lease.clone());
                 observe::acquired(self.request.kind, self.started.elapsed());
                 tracing::info!(
@@ -722,7 +725,15 @@ impl<'a> Waiter<'a> {
             return Step::Done(self.give_up(failure.map_or(Ok(None), Err)));
         }
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-        self.new_attempt();
+        // The next attempt keeps the call's place in line: the attempt is sent again (a
+        // copy with an unknown outcome is the same attempt), or a new one takes over its
+        // announcement, so that dropping this one does not take the place out (a withdrawal
+        // or a leave owed for the lock id is sent before the next attempt).
+        if !self.pending.uncertain {
+            let announced = std::mem::replace(&mut self.pending.announced, false);
+            self.new_attempt();
+            self.pending.announced = announced;
+        }
         Step::Again
     }
 

@@ -425,17 +425,17 @@ async fn emulator_only_a_restarted_holder_never_adopts_an_entry_its_late_release
 }
 
 /// The same race, with another host asking for the job after the restarted process began:
-/// the restarted process, whose adoption was refused, should wait in the line in the order
-/// it came, and be served first when the hold ends.
+/// the restarted process, whose adoption was refused, waits in the line in the order it
+/// came, and is served first when the hold ends.
 ///
-/// Open (found 2026-12-06): it is not. Its first attempt, answered "already held", takes no
-/// place in the line, and its next attempt, sent once the adoption came back refused (about
-/// 1.5 s in, at 300 ms each way), joins behind host B, which asked at 1.25 s; B is served
-/// first and A's 15 s wait runs out. A fix must change the protocol (an attempt answered
-/// "already held" by a waiting call, or a refused adoption, keeps the call's place), with
-/// the model.
+/// Issue 39 (found 2026-12-06): it was not. Its first attempt, answered "already held",
+/// took no place in the line, and its next attempt, sent once the adoption came back
+/// refused (about 1.5 s in, at 300 ms each way), joined behind host B, which asked at
+/// 1.25 s; B was served first and A's 15 s wait ran out ("host A granted" failed). Now a
+/// waiting exclusive attempt answered "already held" takes (or keeps) its place, the
+/// adoption takes it out with the lease, and a refused adoption leaves it to the call's
+/// next attempt (`command/acquire.rs`, `keepalive::adopt_command`).
 #[tokio::test]
-#[ignore = "open: a restarted holder whose adoption was refused loses its turn"]
 async fn emulator_only_a_restarted_holder_whose_adoption_was_refused_keeps_its_turn() {
     let Some(common::Proxied {
         server,

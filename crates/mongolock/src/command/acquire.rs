@@ -27,9 +27,15 @@
 //!    Expired entries and places are dropped here, so they never block anybody.
 //! 2. `a`: the places before this lock id's own in the line, or every place if it has none
 //!    (a first or a single attempt). For a waiting attempt also `o` (out of the line):
-//!    whether this attempt's nonce was given up by `release_attempt`, or this lock id
-//!    already holds the resource (its lease: an entry only in force, within its lock-delay
-//!    or minimum hold, makes it wait in line like anybody); for a waiting shared one `y`, whether the requested cap is
+//!    whether this attempt's nonce was given up by `release_attempt`, or the attempt is
+//!    answered with a lock it does not wait for: for an exclusive one, the exclusive entry
+//!    is this attempt's grant, held, or this lock id holds a shared lease (an error); for a
+//!    shared one, this lock id has an entry in force. An exclusive attempt answered
+//!    "already held" (its lock id's exclusive lease, from another attempt: a restarted
+//!    process's) stays in line: the adoption of the lease takes its place out, and if the
+//!    adoption is refused the call keeps its turn. An entry only in force, within its
+//!    lock-delay or minimum hold, makes an exclusive attempt wait in line like anybody; for
+//!    a waiting shared one `y`, whether the requested cap is
 //!    the live shared entries' (or there are none).
 //! 3. `g` (grant): the nonce not withdrawn, no live exclusive entry; for an exclusive lock
 //!    no live shared entry and nobody before it in line; for a shared lock no live shared
@@ -193,14 +199,20 @@ pub(crate) fn pipeline(
             { "$indexOfArray": [{ "$concatArrays": ["$$q.lockId", [lock_id.clone()]] }, lock_id.clone()] },
         ]},
     };
-    // For a waiting attempt, `o` (out of the line): it was withdrawn, or this lock id holds
-    // the resource already (then it is not waiting: the attempt is answered with that
-    // lock). For an exclusive request, an entry of this lock id that is only in force (its
-    // lease ended, within its lock-delay or minimum hold) is not held: it keeps this lock id
-    // out as it keeps everybody out, and the attempt waits in line for it to end, in
-    // arrival order. A shared request counts every entry of its lock id in force (the
-    // shorter expression keeps a waiting permit's command within its bound): one whose own
-    // share is in its hold asks again when the hold ends, outside the line (see
+    // For a waiting attempt, `o` (out of the line): it was withdrawn, or it is answered
+    // with a lock and not made to wait. For an exclusive request: the exclusive entry is
+    // this attempt's grant, held (a repeat finds it), or this lock id holds a
+    // shared lease (answered with an error, which ends the call). An exclusive entry of this
+    // lock id from another attempt does not take it out: held, the attempt is answered
+    // "already held" and keeps (or takes) its place, which the adoption of that lease takes
+    // out (`keepalive::adopt_command`); if the adoption is refused (the lease was let go of
+    // meanwhile, into its minimum hold), the call's next attempt finds its place and waits
+    // in its turn. Only in force (its lease ended, within its lock-delay or minimum hold), it
+    // keeps this lock id out as it keeps everybody out, and the attempt waits in line for it
+    // to end, in arrival order. A shared request counts every entry of its lock id in force
+    // (the shorter expression keeps a waiting permit's command within its bound): one whose
+    // own share is held is answered "already held" outside the line, and one whose own share
+    // is in its hold asks again when the hold ends, outside the line (see
     // `LockDetails::min_hold`).
     if announce.is_some() {
         let Bson::Document(mut out) = withdrawn else {
@@ -208,11 +220,19 @@ pub(crate) fn pipeline(
         };
         let own = match request.kind {
             LockKind::Exclusive => {
-                // The lock ids of the entries whose lease is held (a null `x` maps to null).
+                // The lock ids of the shared entries whose lease is held.
                 let holding = bson!({ "$map": {
-                    "input": { "$concatArrays": [["$$x"], "$$s"] },
+                    "input": "$$s",
                     "in": { "$cond": [expr::holds("$$this"), "$$this.lockId", null] },
                 }});
+                // This attempt's own grant, held (a repeat is answered with it). Its lease
+                // ended, within its lock-delay, it keeps the attempt waiting in line.
+                if let Ok(terms) = out.get_array_mut("$or") {
+                    terms.push(bson!({ "$and": [
+                        { "$eq": ["$$x.nonce", nonce.clone()] },
+                        expr::holds("$$x"),
+                    ]}));
+                }
                 bson!({ "$in": [lock_id.clone(), holding] })
             }
             LockKind::Shared => {
@@ -330,9 +350,9 @@ pub(crate) fn pipeline(
             let kind = request.kind.to_string();
             let until = bson!({ "$add": ["$$NOW", expr::int(bound_ms)] });
             // A withdrawn attempt (a late copy of a dropped one) never joins: its waiter is
-            // gone. Nor does a lock id that holds the resource already: it is not waiting (the
-            // attempt is answered with that lock), and a place would keep others out after it
-            // releases.
+            // gone. Nor does an attempt answered with a lock it is not asked to wait for
+            // (`o`): a place would keep others out after it releases. An exclusive attempt
+            // answered "already held" keeps its place, which the adoption takes out.
             // Nor does a shared request refused for asking another cap than the live shared
             // locks': it is answered with an error, not made to wait.
             let mut stop = vec![bson!("$$g"), bson!("$$o")];
@@ -875,6 +895,63 @@ mod tests {
         ));
         let stored = document_of(&collection, "r").await;
         assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
+    }
+
+    /// A waiting exclusive attempt of a lock id whose lease is held from another attempt (a
+    /// restarted process's) is answered "already held" and takes its place in line, so that
+    /// a refused adoption keeps the call's turn; the adoption takes the place out. A repeat
+    /// of a granted waiting attempt, and a waiting exclusive attempt of a lock id that holds
+    /// a shared lease (an error, which ends the call), take no place.
+    #[tokio::test]
+    async fn an_attempt_answered_already_held_keeps_its_place_until_the_adoption() {
+        let server = mongolock_testkit::TestServer::start().await.unwrap();
+        let collection = server.client().database("d").collection("locks");
+        let locks = crate::LockClient::new(collection.clone());
+        let details = LockDetails::default().ttl(Duration::from_secs(30));
+        let line = |stored: &Document| stored.get_array("queue").unwrap().len();
+        let mut first = AcquireRequest::exclusive("r", "a", details.clone());
+        first.announce = Some(Duration::from_secs(60));
+        assert!(matches!(
+            locks.acquire(&first).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+        // A repeat finds its own grant: no place.
+        assert!(matches!(
+            locks.acquire(&first).await.unwrap(),
+            Attempt::Granted(_)
+        ));
+        assert_eq!(line(&document_of(&collection, "r").await), 0);
+        // The restarted process's attempt: held already, and in line.
+        let again = first.clone().nonce(crate::request::Nonce::new());
+        let Attempt::AlreadyHeld(grant) = locks.acquire(&again).await.unwrap() else {
+            panic!("answered with the lease held")
+        };
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored), 1, "{stored}");
+        // Its next attempt keeps that place (one place, not two).
+        let third = first.clone().nonce(crate::request::Nonce::new());
+        assert!(matches!(
+            locks.acquire(&third).await.unwrap(),
+            Attempt::AlreadyHeld(_)
+        ));
+        assert_eq!(line(&document_of(&collection, "r").await), 1);
+        // The adoption takes it out.
+        let ctx = locks.ready().unwrap();
+        let adopted = crate::command::keepalive::adopt(ctx, &grant, "k2", &details, &[]);
+        assert!(adopted.await.unwrap());
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored), 0, "{stored}");
+
+        // A lock id holding a shared lease is answered with an error, out of the line.
+        let _reader = locks.slock("s", "b", details.clone(), None).await.unwrap();
+        let mut writer = AcquireRequest::exclusive("s", "b", details);
+        writer.announce = Some(Duration::from_secs(60));
+        assert!(matches!(
+            locks.acquire(&writer).await.unwrap(),
+            Attempt::HeldWithOtherKind(_)
+        ));
+        let stored = document_of(&collection, "s").await;
+        assert_eq!(line(&stored), 0, "{stored}");
     }
 
     /// A request that only waits for its turn is never granted, even on a free resource

@@ -217,10 +217,15 @@ pub(crate) async fn renew(
 /// status and an election's leader show who holds it now. From then on only `keeper`
 /// renews it, and the keeper named before finds it gone.
 ///
+/// Its lock id's place in the resource's line goes in the same update: the waiting attempt
+/// answered "already held" kept it, so that a refused adoption keeps the call's turn (see
+/// `command/acquire.rs`), and a lease held keeps no place.
+///
 /// ```text
 /// update: <collection>, updates: [{ q: <the lease, live>,
-///   u: [ { $set: { exclusive: <the entry, keeper, owner, host = this process's> } } ] }]
+///   u: [ { $set: { exclusive: <the entry, keeper, owner, host = this process's>,
 ///                                                           // or that shared entry
+///                  queue: <the line without the lock id's place> } } ] }]
 /// ```
 pub(crate) fn adopt_command(
     ctx: &Context,
@@ -246,13 +251,25 @@ pub(crate) fn adopt_command(
         }
         bson!({ "$mergeObjects": [entry, fields] })
     };
-    let update = match grant.kind() {
-        LockKind::Exclusive => doc! { "$set": { "exclusive": adopted("$exclusive") } },
-        LockKind::Shared => doc! { "$set": { "shared": { "$map": {
+    let mut update = match grant.kind() {
+        LockKind::Exclusive => doc! { "exclusive": adopted("$exclusive") },
+        LockKind::Shared => doc! { "shared": { "$map": {
             "input": "$shared", "as": "e",
             "in": { "$cond": [this_token("$$e", token), adopted("$$e"), "$$e"] },
-        }}}},
+        }}},
     };
+    // The lock id holds the resource: it is not waiting. The attempt answered "already
+    // held" kept (or took) its place in line (see `command/acquire.rs`), so that a refused
+    // adoption keeps the call's turn; an adopted lease leaves no place behind, which would
+    // keep the next waiters out after it releases.
+    update.insert(
+        "queue",
+        bson!({ "$filter": {
+            "input": { "$ifNull": ["$queue", []] },
+            "cond": { "$ne": ["$$this.lockId", literal(grant.lock_id())] },
+        }}),
+    );
+    let update = doc! { "$set": update };
     doc! {
         "update": ctx.collection_name(),
         "updates": [{
