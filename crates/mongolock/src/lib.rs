@@ -259,11 +259,14 @@
 //!   themselves. Details in [Unknown outcomes and late copies](#unknown-outcomes-and-late-copies).
 //! - **Waiters are served in the order they joined the resource's line,** whatever their
 //!   client and their kind: a waiting acquire joins with its first refused attempt and keeps
-//!   its place (twice its TTL, refreshed by its client) until it is granted or gives up.
-//!   Readers that joined before a waiting writer go before it, and readers after it wait
-//!   (writers are not starved); semaphore permits go in line order; a single attempt
-//!   (`try_acquire`) joins no line and is refused while anybody waits (`fairness.rs`,
-//!   `writer_announcement.rs`). A waiting [`MultiLock`] holds no lease on part of its set
+//!   its place (twice its TTL, refreshed by its client) until it is granted or gives up. A
+//!   waiting mutex or writer attempt answered "already held" (a restarted process finding
+//!   its lock id's lease, see [`Mutex::lock_id`]) joins too, and resuming the lease takes
+//!   the place out: if the lease was let go of meanwhile, the process keeps its turn
+//!   (`min_hold.rs`). Readers that joined before a waiting writer go before it, and readers
+//!   after it wait (writers are not starved); semaphore permits go in line order; a single
+//!   attempt (`try_acquire`) joins no line and is refused while anybody waits
+//!   (`fairness.rs`, `writer_announcement.rs`). A waiting [`MultiLock`] holds no lease on part of its set
 //!   while it waits, and two sets never deadlock (`multi.rs`).
 //! - **Caps.** A semaphore never has more holders than permits, and a request with another
 //!   cap than the one stored is refused with [`ErrorKind::CapMismatch`] (`shared_caps.rs`).
