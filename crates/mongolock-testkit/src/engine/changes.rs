@@ -201,9 +201,17 @@ thread_local! {
 /// entry the command wrote, mongod's client `lastOp` (`repl::ReplClientInfo::getLastOp`),
 /// which a write's reply gives as its `operationTime`.
 pub fn recording_last_op<T>(run: impl FnOnce() -> T) -> (T, Option<Timestamp>) {
-    let before = LAST_OP.with(|last| last.replace(Some(None)));
+    /// Puts the thread's previous recording back, also if `run` panics.
+    struct Restore(Option<Option<Timestamp>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LAST_OP.with(|last| last.set(self.0));
+        }
+    }
+    let restore = Restore(LAST_OP.with(|last| last.replace(Some(None))));
     let result = run();
-    let last = LAST_OP.with(|last| last.replace(before)).flatten();
+    let last = LAST_OP.with(Cell::get).flatten();
+    drop(restore);
     (result, last)
 }
 
@@ -333,11 +341,17 @@ impl ChangeLog {
     /// stamped with the entry's time `at`, the cluster time moved up to it first: a
     /// secondary's oplog holds the primary's entries with their times.
     pub fn applying<T>(&self, at: Timestamp, apply: impl FnOnce() -> T) -> T {
+        /// Puts the thread's previous stamp back, also if `apply` panics (the thread is a
+        /// pool's, and runs other work after).
+        struct Restore(Option<Timestamp>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                APPLYING.with(|a| a.set(self.0));
+            }
+        }
         self.advance_cluster_time(at);
-        let before = APPLYING.with(|a| a.replace(Some(at)));
-        let result = apply();
-        APPLYING.with(|a| a.set(before));
-        result
+        let _restore = Restore(APPLYING.with(|a| a.replace(Some(at))));
+        apply()
     }
 
     /// Appends an event and wakes waiting streams.
@@ -456,6 +470,28 @@ mod tests {
         ChangeKind::Insert {
             doc: stored(&doc! {"_id": n, "pad": "x".repeat(pad)}),
         }
+    }
+
+    /// A command's last op is the time of the last event it appended; a secondary's applied
+    /// events keep the primary's time and move its cluster time up to it.
+    #[test]
+    fn a_command_s_last_op_and_an_applied_entry_s_time() {
+        let log = ChangeLog::with_window(Clock::default(), 10, usize::MAX);
+        let (_, none) = recording_last_op(|| ());
+        assert_eq!(none, None);
+        let ((), last) = recording_last_op(|| {
+            log.append("d", "c", None, insert(1, 0));
+            log.append("d", "c", None, insert(2, 0));
+        });
+        assert_eq!(last, log.newest_time());
+        let ahead = Timestamp {
+            time: u32::MAX - 1,
+            increment: 7,
+        };
+        log.applying(ahead, || log.append("d", "c", None, insert(3, 0)));
+        assert_eq!(log.newest_time(), Some(ahead));
+        let next = log.cluster_time();
+        assert_eq!((next.time, next.increment), (ahead.time, 8));
     }
 
     #[test]
