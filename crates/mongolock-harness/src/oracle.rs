@@ -1126,10 +1126,26 @@ fn false_losses(out: &mut Outcome, grants: &[Granted], history: &History) {
         if left >= needed {
             out.losses_judged.1 += 1;
             let left = lease_end.map_or("no TTL".to_owned(), |_| format!("{left} ms"));
+            // What the guard believed: its deadline's latest reading, from its attempt's send
+            // and from its grant (a deadline cut at the grant and one cut later differ).
+            let ms = |from: std::time::Instant, to: std::time::Instant| {
+                to.saturating_duration_since(from).as_millis()
+            };
+            let believed = l
+                .max_deadline
+                .map_or("never sampled".to_owned(), |deadline| {
+                    format!(
+                        "its deadline {} ms after its attempt's send, {} ms after its grant, which \
+                     came {} ms after the send",
+                        ms(l.attempt_sent_at, deadline),
+                        ms(l.granted_at, deadline),
+                        ms(l.attempt_sent_at, l.granted_at)
+                    )
+                });
             out.violations.push((
                 ServerCheck::FalseLoss,
                 format!(
-                    "{}: holder {} (client {}, lock id {}, token {}) was told its lease was lost                      ({how}) while the server kept its entry, with {left} of its lease left                      by the highest the server's clock read by then (removed at {:?})",
+                    "{}: holder {} (client {}, lock id {}, token {}) was told its lease was lost                      ({how}) while the server kept its entry, with {left} of its lease left                      by the highest the server's clock read by then (removed at {:?}); {believed}",
                     l.resource, l.id, l.client, l.lock_id, l.token, g.removed_ms
                 ),
             ));

@@ -61,10 +61,10 @@ pub struct Stage<'a> {
     /// Plant the old adoption (no `letGoAt` test), sent raw once the release landed.
     pub planted: bool,
     /// Send a contender on another host, waiting in line from the start. The fleet sends
-    /// none: the library's restarted process, its adoption refused, waits outside the line
-    /// and is served only long after the hold's end, so a contender is served first and (S9)
-    /// fires on every run (a finding for the library, pinned by an ignored test in
-    /// `controls::adoption`).
+    /// one: the restarted process, whose attempt was answered "already held" before its
+    /// adoption was refused, keeps its place in the line and is served first, which (S9)
+    /// judges (before `4b66416` it waited outside the line and the contender was served
+    /// first).
     pub contender: bool,
 }
 
@@ -127,7 +127,8 @@ pub fn carried_out(extras: &[ExtraLog]) -> usize {
 }
 
 /// One adoption race at a time in the fleet: two at once on the race's resource would each
-/// be the other's contender, which the fleet's race leaves out (see [`Stage::contender`]).
+/// be the other's contender beside its own (see [`Stage::contender`]), a shape the race does
+/// not judge.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Worker {
@@ -150,7 +151,7 @@ impl Worker {
             ),
             shape,
             planted: false,
-            contender: false,
+            contender: true,
         };
         let went = run(&stage).await;
         self.recorder
