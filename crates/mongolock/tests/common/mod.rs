@@ -35,6 +35,15 @@ impl Env {
         self.server.is_some()
     }
 
+    /// Steps the server's clock back. Only for `emulator_only_` tests.
+    pub fn step_back(&self, by: Duration) {
+        self.server
+            .as_ref()
+            .expect("the server's clock can only be moved on the emulator")
+            .clock()
+            .step_back(by);
+    }
+
     /// Moves the server's clock forward. Only for `emulator_only_` tests.
     pub fn advance(&self, by: Duration) {
         self.server
