@@ -341,9 +341,13 @@ impl ServerClock {
         };
         let went_back = sent.lower.is_some_and(|before| upper < before);
         // The cluster time was not ahead of the server's clock when it answered: no step
-        // back hides behind the lower bound.
-        let clock_caught_up =
-            own_seconds.is_some_and(|seconds| i128::from(seconds) * 1_000 <= i128::from(server_ms));
+        // back hides behind the lower bound. The reply's own `operationTime` was taken after
+        // its `$$NOW` (a write's, when it wrote), so its second may have begun since: what it
+        // shows is held against this reading's upper bound (the clock can have moved on by
+        // the round trip at most), not against the `$$NOW` alone, which put a step forward
+        // down to a step back whenever a second began between the two.
+        let clock_caught_up = own_seconds
+            .is_some_and(|seconds| i128::from(seconds) * 1_000 - self.local_ms(received) <= upper);
         // No exact reading before this one: the step the other replies showed could not be
         // counted against anything, and this reading shows it (it is older than they are).
         let (stepped, first) = match offset.upper {
@@ -1060,5 +1064,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A brand-new client's first grant ran at the very end of a second, and its reply's
+    /// `operationTime` was taken as the next one began; another reply, read first, showed a
+    /// 5 s step the server made after the grant. That `operationTime` is no step back: the
+    /// grant is shortened by the step (it was not when the check held the `operationTime`
+    /// against the grant's `$$NOW` alone, and the harness's brand-new client believed its
+    /// grant past the server's end of it).
+    #[tokio::test(start_paused = true)]
+    async fn a_first_grant_whose_operation_time_began_a_second_is_shortened_by_a_step() {
+        let server = ServerClock::new(Clock::system());
+        let now = BASE_MS + 999;
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(150)).await;
+        server.read_at_least(second(now + 5_150).unwrap());
+        tokio::time::advance(Duration::from_millis(150)).await;
+        let own = second(now + 2);
+        server.read_at_least(own.unwrap());
+        let read = server.read_exactly(sent, now, own);
+        assert!(
+            shortened(&server, read) >= Duration::from_millis(4_000),
+            "a 5 s step after the grant shortened it by {:?}",
+            shortened(&server, read)
+        );
     }
 }
