@@ -1342,7 +1342,8 @@ fn min_holds(
                 format!(
                     "{}: lock id {} token {} (holder {}, client {}, {:?}) was granted at {} with \
                      a minimum hold of {} ms and let go of at server time {commit_ms}; token {} \
-                     (lock id {}) was granted at {}, {} ms before the hold's end",
+                     (lock id {}) was granted at {}, {} ms before the hold's end; its entry \
+                     was {} (the resource's writes from its grant to the next: {})",
                     g.resource,
                     g.lock_id,
                     g.token,
@@ -1355,10 +1356,50 @@ fn min_holds(
                     next.lock_id,
                     next.at_ms,
                     hold_end - next.at_ms,
+                    match (marked, g.removed_ms) {
+                        (true, Some(r)) => format!("marked let go of, then removed at {r}"),
+                        (true, None) => "marked let go of".to_owned(),
+                        (false, _) => "removed".to_owned(),
+                    },
+                    trail(&events[g.event..=next.event], &g.resource),
                 ),
             ));
         }
     }
+}
+
+/// The writes to `resource` among `events`, each as the server's time of its commit and the
+/// exclusive entry after it (lock id, token, `expiresAt`, `delayMs`, `letGoAt`; `-`: none;
+/// `deleted`: the document went), for a report to show what happened to an entry.
+fn trail(events: &[ServerEvent], resource: &str) -> String {
+    let field = |e: &Document, name: &str| match e.get(name) {
+        Some(Bson::DateTime(t)) => t.timestamp_millis().to_string(),
+        Some(Bson::String(s)) => s.clone(),
+        Some(Bson::Int64(n)) => n.to_string(),
+        Some(Bson::Int32(n)) => n.to_string(),
+        Some(other) => other.to_string(),
+        None => "-".to_owned(),
+    };
+    let writes: Vec<String> = events
+        .iter()
+        .filter(|e| e.resource == resource)
+        .map(|e| match &e.doc {
+            None => format!("{} deleted", e.at_ms),
+            Some(doc) => match doc.get("exclusive") {
+                Some(Bson::Document(x)) => format!(
+                    "{} {} {} exp {} delay {} letGo {}",
+                    e.at_ms,
+                    field(x, "lockId"),
+                    field(x, "token"),
+                    field(x, "expiresAt"),
+                    field(x, "delayMs"),
+                    field(x, "letGoAt"),
+                ),
+                _ => format!("{} -", e.at_ms),
+            },
+        })
+        .collect();
+    writes.join("; ")
 }
 
 /// (S12) judged nothing that matters in a run whose workload asked for minimum holds: a
@@ -2470,6 +2511,25 @@ mod tests {
             BTreeMap::from([(ServerCheck::MinHold, 1)]),
             "{:?}",
             caught.violations
+        );
+        // The report says what became of the entry, and the resource's writes in between.
+        let report = &caught.violations[0].1;
+        assert!(
+            report.contains("its entry was removed")
+                && report.contains("1000 id-10 10 exp 2000 delay - letGo -; 1210 deleted; 1300"),
+            "{report}"
+        );
+        let marked_then_removed = [
+            granted.clone(),
+            marked.clone(),
+            removed(1_250),
+            event(1_300, Some(next_entry(11, 1_300)), vec![]),
+        ];
+        let report = &judge(&marked_then_removed, &history).violations[0].1;
+        assert!(
+            report.contains("marked let go of, then removed at 1250")
+                && report.contains("1210 id-10 10 exp 3000 delay 2000 letGo 1210; 1250 deleted"),
+            "{report}"
         );
         // Its own lock id is held off too: a grant to "id-10" counts as much.
         let own = [

@@ -936,22 +936,20 @@ mod tests {
         }
     }
 
-    /// Replies in flight around forward steps of the server's clock, read out of order: once
-    /// a reply sent after the last step is read, no lease's deadline is later than the
-    /// server's end of it (but for the 10 ms that reply took back, which the bounds leave
-    /// out).
-    #[tokio::test(start_paused = true)]
-    async fn forward_steps_shorten_every_lease_by_as_much_as_they_end_it_earlier() {
+    /// For seeds 1 to 1,000: 1 to `most` steps of the server's clock made by `step` (when, by
+    /// how many ms), 80 commands in flight around them read out of order, then a grant sent
+    /// after every other reply was read and answered at once: no lease's deadline is later
+    /// than the server's end of it (but for the 10 ms that last reply took back, which the
+    /// bounds leave out).
+    async fn no_lease_believed_past_its_end(most: u64, step: impl Fn(&mut Rng) -> (u64, i64)) {
         const TTL_MS: i64 = 30_000;
         for seed in 1..=1_000u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            let mut steps: Vec<(u64, i64)> = (0..1 + rng.below(3))
-                .map(|_| (rng.below(20_000), 300 + rng.below(2_700) as i64))
-                .collect();
+            let mut steps: Vec<(u64, i64)> =
+                (0..1 + rng.below(most)).map(|_| step(&mut rng)).collect();
             steps.sort();
             let server = SimServer { steps };
             let mut commands = commands(&mut rng, 80);
-            // The last: a grant sent after every other reply was read, answered at once.
             let end = commands.iter().map(|c| c.read).max().unwrap() + 1;
             commands.push(SimCommand {
                 sent: end,
@@ -979,6 +977,14 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Replies in flight around forward steps of the server's clock, read out of order:
+    /// forward steps shorten every lease by at least what they take off it.
+    #[tokio::test(start_paused = true)]
+    async fn forward_steps_shorten_every_lease_by_as_much_as_they_end_it_earlier() {
+        no_lease_believed_past_its_end(3, |rng| (rng.below(20_000), 300 + rng.below(2_700) as i64))
+            .await;
     }
 
     /// The server's clock steps 3 s back (a grant shows it: the bounds start over), then
@@ -1023,47 +1029,14 @@ mod tests {
     }
 
     /// Replies in flight around steps of the server's clock forward and back, read out of
-    /// order: once a reply sent after the last step is read, no lease's deadline is later
-    /// than the server's end of it (but for the 10 ms that reply took back).
+    /// order: no lease is believed past its end.
     #[tokio::test(start_paused = true)]
     async fn steps_both_ways_leave_no_lease_believed_past_its_end() {
-        const TTL_MS: i64 = 30_000;
-        for seed in 1..=1_000u64 {
-            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            let mut steps: Vec<(u64, i64)> = (0..1 + rng.below(4))
-                .map(|_| {
-                    let by = 300 + rng.below(2_700) as i64;
-                    (rng.below(20_000), if rng.below(2) == 0 { by } else { -by })
-                })
-                .collect();
-            steps.sort();
-            let server = SimServer { steps };
-            let mut commands = commands(&mut rng, 80);
-            let end = commands.iter().map(|c| c.read).max().unwrap() + 1;
-            commands.push(SimCommand {
-                sent: end,
-                ran: end,
-                read: end + 10,
-                grant: true,
-            });
-            let (client, leases) = simulate(&server, &commands).await;
-            let now = end + 10;
-            for (i, stamp) in leases {
-                let c = &commands[i];
-                let shortened = client.stepped().saturating_sub(stamp.stepped) + stamp.unseen;
-                let shortened = i64::try_from(shortened.as_millis()).unwrap();
-                let believed = c.sent as i64 + TTL_MS - shortened;
-                let ends = now as i64 + (server.clock(c.ran) + TTL_MS - server.clock(now));
-                assert!(
-                    believed <= ends + 10,
-                    "seed {seed}: command {i} (sent {}, ran {}, read {}) believed to \
-                     {believed}, the server ends it at {ends}",
-                    c.sent,
-                    c.ran,
-                    c.read
-                );
-            }
-        }
+        no_lease_believed_past_its_end(4, |rng| {
+            let by = 300 + rng.below(2_700) as i64;
+            (rng.below(20_000), if rng.below(2) == 0 { by } else { -by })
+        })
+        .await;
     }
 
     /// A brand-new client's first grant ran at the very end of a second, and its reply's
