@@ -66,8 +66,11 @@
 //!   stepped back past the grant before it): the next grant of the resource (the next greater
 //!   token, to any lock id, its own included) was created at or after the lease's
 //!   `createdAt` + H, by the server's clock, or after a write committed with a server time
-//!   past it (the hold ran out by the server's clock; a step back since reads earlier times
-//!   again). Each judged lease is counted, and those let go
+//!   past it, or after the harness's own readings of the server's clock read past it from
+//!   the let-go call on (the hold ran out by the server's clock; a step back since reads
+//!   earlier times again; a write decides by its `$$NOW`, taken as it starts, and its
+//!   change event is stamped as it commits, after a step back in between). Those are
+//!   counted apart. Each judged lease is counted, and those let go
 //!   of within their hold (the let-go committed before `createdAt` + H) apart: a workload with
 //!   minimum holds that judged none of those proves nothing, and the run says so.
 //! - **no loss reported while the server keeps the lease** (in a run whose server clock
@@ -487,6 +490,10 @@ pub struct Outcome {
     /// For each of those followed by another grant, how long after the hold's end that grant
     /// came (server ms; negative: inside the hold, an (S12) violation).
     pub min_hold_margins_ms: Vec<f64>,
+    /// Of those, the next grants that read inside the hold by the server's clock only
+    /// because it stepped back after reading past the hold's end (a write committed in
+    /// between, or the harness's own readings, show it past the end): not violations.
+    pub min_hold_ran_out: usize,
     /// Places in line taken by a lock id whose own entry was in force on the resource then
     /// (let go of within its minimum hold, or in its lock-delay), and of those, the ones
     /// served from their place (the lock id's next grant on the resource came while it
@@ -1332,7 +1339,8 @@ fn min_holds(
         let ran_out = events
             .get(g.event + 1..next.event)
             .is_some_and(|between| between.iter().any(|e| e.at_ms >= hold_end));
-        if next.at_ms < hold_end && ran_out {
+        if next.at_ms < hold_end && (ran_out || read_past_end(history, h, next, hold_end)) {
+            out.min_hold_ran_out += 1;
             continue;
         }
         out.min_hold_margins_ms.push((next.at_ms - hold_end) as f64);
@@ -1366,6 +1374,39 @@ fn min_holds(
             ));
         }
     }
+}
+
+/// True if the server's clock read `hold_end` or later at one of our instants from `h`'s
+/// let-go call to the next grant `next` (the latest instant it can have run: its holder's
+/// reading of the reply, and the last instant the clock read its time), by the harness's
+/// readings of the clock ([`History::highest_server_ms`]): the hold then ran out by the
+/// server's clock before the next grant, which reads inside it only because the clock
+/// stepped back since. A write stamps its change event with the clock as it commits, but
+/// decides by its `$$NOW`, taken as it starts: a let-go (or a purge) that began as the clock
+/// read past the hold's end removes the entry, and if the clock steps back before it
+/// commits, no event shows the clock past the end (the shape of `--long --seed 16769023`'s
+/// report on `jobl0`: a let-go 41 ms after the grant by its event, the next grant 434 ms
+/// "inside" the hold, no write between reading past it).
+fn read_past_end(history: &History, h: &HolderLog, next: &Granted, hold_end: i64) -> bool {
+    let Some(from) = h.released_at else {
+        return false;
+    };
+    let next_holder = history.holders.iter().find(|n| {
+        !n.fake && n.resource == next.resource && n.lock_id == next.lock_id && n.token == next.token
+    });
+    let to = [
+        next_holder.map(|n| n.granted_at),
+        history.last_instant_at_server_ms(next.at_ms),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    to.is_some_and(|to| {
+        to >= from
+            && history
+                .highest_server_ms(from, to)
+                .is_some_and(|ms| ms >= hold_end)
+    })
 }
 
 /// The writes to `resource` among `events`, each as the server's time of its commit and the
@@ -2630,6 +2671,72 @@ mod tests {
             judge(&inside).by_check().get(&ServerCheck::MinHold),
             Some(&1)
         );
+    }
+
+    /// Token 10 (hold 2 s) granted at 1,000 ms; its holder lets go at 1,200 ms, and its
+    /// release, held on the way, runs at 3,100 ms, as the server's clock reads past the hold's
+    /// end (3,000): it removes the entry. The clock steps back 1,900 ms before the release
+    /// commits, so its change event reads 1,210, and token 11 is granted at server time
+    /// 1,700 (3,600 ms): no event reads past the hold's end, but the harness's readings of
+    /// the clock do, and (S12) must not count it (the shape of `--long --seed 16769023`'s
+    /// report on `jobl0`). The same writes without the clock past the end in between (it
+    /// read 3,100 only before the holder let go) are inside the hold.
+    #[test]
+    fn a_let_go_begun_past_the_hold_s_end_and_committed_after_a_step_back_is_not_inside_it() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let a = ObjectId::new();
+        let holds = MinHolds::from([(1, Duration::from_secs(2))]);
+        let events = [
+            event(1_000, Some(attempt_entry(&a, 10, 1_000, 2_000)), vec![]),
+            removed(1_210),
+            event(1_700, Some(next_entry(11, 1_700)), vec![]),
+        ];
+        let mut next = HolderLog::granted(2, 1, Mode::Exclusive, "r", 11);
+        next.lock_id = "next".into();
+        next.granted_at = at(3_650);
+        let history = |readings: Vec<(Instant, i64)>| {
+            let mut history = timed(t0, vec![believer(t0, 1_200, LetGo::Released), next.clone()]);
+            history.server_clock.extend(readings);
+            history
+        };
+        let judge = |history: &History| {
+            check(
+                &events,
+                history,
+                &HashMap::new(),
+                Duration::from_secs(10),
+                &holds,
+            )
+        };
+        let stepped_after = judge(&history(vec![(at(3_099), 3_099), (at(3_100), 1_200)]));
+        // (The next holder's entry outlives it in these events: (S7) is not this test's.)
+        assert_eq!(
+            stepped_after.by_check().get(&ServerCheck::MinHold),
+            None,
+            "{:?}",
+            stepped_after.violations
+        );
+        assert_eq!(
+            (
+                stepped_after.min_hold_within,
+                stepped_after.min_hold_ran_out
+            ),
+            (1, 1)
+        );
+        let stepped_before = judge(&history(vec![
+            (at(1_099), 1_099),
+            (at(1_100), 3_100),
+            (at(1_150), 1_150),
+        ]));
+        assert_eq!(
+            stepped_before.by_check().get(&ServerCheck::MinHold),
+            Some(&1),
+            "{:?}",
+            stepped_before.violations
+        );
+        let no_step = judge(&history(Vec::new()));
+        assert_eq!(no_step.by_check().get(&ServerCheck::MinHold), Some(&1));
     }
 
     /// Token 10 (hold 2 s) granted at server time 1,000 ms, let go of (marked) at 1,210; the

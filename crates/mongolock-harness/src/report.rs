@@ -480,6 +480,11 @@ impl fmt::Display for Report {
         );
         row(
             &mut t,
+            "  next grant inside by a clock stepped back past the hold's end",
+            self.sum(|r| r.oracle.min_hold_ran_out).to_string(),
+        );
+        row(
+            &mut t,
             "(S9) places taken with the lock id's own entry in force (served)",
             format!(
                 "{} ({})",
