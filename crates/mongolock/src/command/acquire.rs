@@ -99,296 +99,247 @@ pub(crate) fn command(
     }
 }
 
-/// The update pipeline; see the module docs for the steps. Only the terms that can apply to
-/// the request's kind are sent: an exclusive request is refused by any live entry, held by
-/// this lock id or not, so it needs no `held` term; a shared one has a cap and writers to
-/// respect.
+/// The update pipeline; see the module docs for the steps, each built by a named term
+/// below and nested as one `$let` level: [`live`] (step 1), [`ahead`] (step 2), [`decision`]
+/// (step 3) and [`next_document`] (step 4). Only the terms that can apply to the request's
+/// kind are sent: an exclusive request is refused by any live entry, held by this lock id or
+/// not, so it needs no `held` term; a shared one has a cap and writers to respect.
 pub(crate) fn pipeline(
     request: &AcquireRequest,
     ttl_ms: Option<i64>,
     after_unlocks: &[ObjectId],
 ) -> Vec<Document> {
-    let lock_id = literal(request.lock_id.as_str());
-    // An ObjectId is a constant in an expression: it needs no `$literal`.
-    let nonce = Bson::ObjectId(request.nonce.0);
-    let requested_cap = match request.max_shared {
-        Some(max) => expr::int(i64::from(max)),
-        None => Bson::Null,
-    };
-    let announce = request.announce.map(crate::clock::saturating_millis);
+    let waiting = request.announce.map(crate::clock::saturating_millis);
+    let (live, keeper) = live(request, waiting);
+    let terms = Terms::new(request);
+    let ahead = ahead(request, &terms, waiting);
+    let decision = decision(request, &terms, waiting);
+    let result = next_document(request, &terms, ttl_ms, after_unlocks, waiting, &keeper);
+    let nested = [live, ahead, decision].into_iter().rev().fold(
+        result,
+        |inner, vars| bson!({ "$let": { "vars": vars, "in": inner } }),
+    );
+    vec![expr::replace_stage(nested)]
+}
 
-    // 2. Live entries, tombstones and waiters only; `l`, the lock id, written once, and for a
-    //    shared request `c`, the stored cap, read more than once.
+/// What the steps' terms name more than once: this attempt's nonce, the lock id (bound as
+/// `l` by step 1) and the cap the request asks for.
+struct Terms {
+    lock_id: Bson,
+    nonce: Bson,
+    requested_cap: Bson,
+}
+
+impl Terms {
+    fn new(request: &AcquireRequest) -> Self {
+        Terms {
+            lock_id: bson!("$$l"),
+            // An ObjectId is a constant in an expression: it needs no `$literal`.
+            nonce: Bson::ObjectId(request.nonce.0),
+            requested_cap: match request.max_shared {
+                Some(max) => expr::int(i64::from(max)),
+                None => Bson::Null,
+            },
+        }
+    }
+
+    /// Was this attempt withdrawn? Its nonce has a tombstone, or the seal (a tombstone
+    /// whose nonce is null, see `crate::schema`) refuses every attempt.
+    fn withdrawn(&self) -> Bson {
+        bson!({ "$or": [
+            { "$in": [self.nonce.clone(), "$$t.nonce"] },
+            { "$in": [null, "$$t.nonce"] },
+        ]})
+    }
+
+    /// A shared request asks for the cap of the live shared entries, if there are any.
+    fn cap_agrees(&self) -> Bson {
+        bson!({ "$or": [
+            { "$eq": [{ "$size": "$$s" }, 0] },
+            { "$eq": ["$cap", self.requested_cap.clone()] },
+        ]})
+    }
+}
+
+/// Step 1, the variables: `l`, the lock id, written once; `x`, `s`, `t`, `q`, the live
+/// exclusive entry, the live shared entries, the live tombstones and the live places in
+/// line; for a waiting attempt of a keeper, `k`, its keeper. Returns them with the keeper
+/// as the entry and the place name it (a variable, a literal or null).
+fn live(request: &AcquireRequest, waiting: Option<i64>) -> (Document, Bson) {
     let mut live = doc! {
-        "l": lock_id,
+        "l": literal(request.lock_id.as_str()),
         "x": expr::exclusive_where(expr::is_live("$exclusive")),
         "s": expr::live_shared(),
         "t": expr::live_tombstones(),
         "q": expr::live_queue(),
     };
-    // The cap of the stored shared entries: a document that holds any has it.
-    let stored_cap = bson!("$cap");
     // The keeper, named by the entry and by a waiting attempt's place: written once.
-    let keeper = match (&request.keeper, announce) {
+    let keeper = match (&request.keeper, waiting) {
         (Some(keeper), Some(_)) => {
             live.insert("k", literal(keeper.as_str()));
             bson!("$$k")
         }
         (keeper, _) => keeper.as_deref().map_or(Bson::Null, literal),
     };
-    let live = Bson::Document(live);
-    let lock_id = bson!("$$l");
-    // 3. Was this attempt withdrawn? Is it free for this kind? No live exclusive entry, and
-    //    for an exclusive lock no live shared entry; for a shared lock not held by this
-    //    lock id, the same cap as the live shared entries, no other writer waiting, and room
-    //    under the cap. An exclusive request needs no `held` term: any live entry, this lock
-    //    id's or not, refuses it.
-    // The seal (a tombstone whose nonce is null, see `crate::schema`) refuses every attempt.
-    let withdrawn = bson!({ "$or": [
-        { "$in": [nonce.clone(), "$$t.nonce"] },
-        { "$in": [null, "$$t.nonce"] },
-    ]});
-    // A shared request asks for the cap of the live shared entries, if there are any.
-    let cap_agrees = bson!({ "$or": [
-        { "$eq": [{ "$size": "$$s" }, 0] },
-        { "$eq": [stored_cap.clone(), requested_cap.clone()] },
-    ]});
-    // A waiting attempt binds `o` (see below): withdrawn, or held already by this lock id.
-    let mut terms = vec![
+    (live, keeper)
+}
+
+/// Step 2, the variables: `a`, the live waiters ahead of this attempt, in arrival order:
+/// those before its own place in the line, or all of them if it has none (a first or a
+/// single attempt): the line up to the first place of its lock id in the line with that
+/// lock id added last. For a waiting attempt, `o` (out of the line, [`out_of_line`]) and,
+/// for a shared one, `y`: whether it asks for the live shared entries' cap.
+fn ahead(request: &AcquireRequest, terms: &Terms, waiting: Option<i64>) -> Document {
+    let lock_id = &terms.lock_id;
+    let mut ahead = doc! {
+        "a": { "$slice": [
+            "$$q",
+            { "$indexOfArray": [{ "$concatArrays": ["$$q.lockId", [lock_id.clone()]] }, lock_id.clone()] },
+        ]},
+    };
+    if waiting.is_some() {
+        if request.kind == LockKind::Shared {
+            ahead.insert("y", terms.cap_agrees());
+        }
+        ahead.insert("o", out_of_line(request, terms));
+    }
+    ahead
+}
+
+/// For a waiting attempt, `o` (out of the line): it was withdrawn, or it is answered with a
+/// lock and not made to wait. For an exclusive request: the exclusive entry is this
+/// attempt's grant, held (a repeat finds it), or this lock id holds a shared lease
+/// (answered with an error, which ends the call). An exclusive entry of this lock id from
+/// another attempt does not take it out: held, the attempt is answered "already held" and
+/// keeps (or takes) its place, which the adoption of that lease takes out
+/// (`keepalive::adopt_command`); if the adoption is refused (the lease was let go of
+/// meanwhile, into its minimum hold), the call's next attempt finds its place and waits in
+/// its turn. Only in force (its lease ended, within its lock-delay or minimum hold), it
+/// keeps this lock id out as it keeps everybody out, and the attempt waits in line for it
+/// to end, in arrival order. A shared request counts every entry of its lock id in force
+/// (the shorter expression keeps a waiting permit's command within its bound): one whose
+/// own share is held is answered "already held" outside the line, and one whose own share
+/// is in its hold asks again when the hold ends, outside the line (see
+/// `LockDetails::min_hold`).
+fn out_of_line(request: &AcquireRequest, terms: &Terms) -> Bson {
+    let lock_id = &terms.lock_id;
+    let mut out = vec![
+        bson!({ "$in": [terms.nonce.clone(), "$$t.nonce"] }),
+        bson!({ "$in": [null, "$$t.nonce"] }),
+    ];
+    match request.kind {
+        LockKind::Exclusive => {
+            // This attempt's own grant, held (a repeat is answered with it). Its lease
+            // ended, within its lock-delay, it keeps the attempt waiting in line.
+            out.push(bson!({ "$and": [
+                { "$eq": ["$$x.nonce", terms.nonce.clone()] },
+                expr::holds("$$x"),
+            ]}));
+            // The lock ids of the shared entries whose lease is held.
+            let holding = bson!({ "$map": {
+                "input": "$$s",
+                "in": { "$cond": [expr::holds("$$this"), "$$this.lockId", null] },
+            }});
+            out.push(bson!({ "$in": [lock_id.clone(), holding] }));
+        }
+        LockKind::Shared => {
+            out.push(bson!({ "$in": [
+                lock_id.clone(),
+                { "$concatArrays": [["$$x.lockId"], "$$s.lockId"] },
+            ]}));
+        }
+    }
+    bson!({ "$or": out })
+}
+
+/// Step 3, the variables: `g` (granted), the terms of the request's kind all true
+/// ([`grant_terms`]); `f`, the fencing token a grant gets: above every earlier one, even if
+/// the document was deleted.
+fn decision(request: &AcquireRequest, terms: &Terms, waiting: Option<i64>) -> Document {
+    doc! {
+        "g": { "$and": grant_terms(request, terms, waiting) },
+        "f": { "$max": [
+            // No fence yet (a document just seeded): `$add` gives null, which `$max` passes.
+            { "$add": ["$fence", 1] },
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1000] },
+        ]},
+    }
+}
+
+/// Is it granted? Not withdrawn (for a waiting attempt, not out of the line), no live
+/// exclusive entry; for an exclusive lock no live shared entry and nobody before it in
+/// line; for a shared lock not held by this lock id, the same cap as the live shared
+/// entries, no writer waiting ahead, and room under the cap. An exclusive request needs no
+/// `held` term: any live entry, this lock id's or not, refuses it. A request that only
+/// waits for its turn is never granted (it keeps its place).
+fn grant_terms(request: &AcquireRequest, terms: &Terms, waiting: Option<i64>) -> Vec<Bson> {
+    let mut all = vec![
         // `$not` of one expression needs no argument list (nor does any one-argument operator).
-        bson!({ "$not": if announce.is_some() { bson!("$$o") } else { withdrawn.clone() } }),
+        bson!({ "$not": if waiting.is_some() { bson!("$$o") } else { terms.withdrawn() } }),
         bson!({ "$eq": ["$$x", null] }),
     ];
     match request.kind {
         // Nobody holds it, and nobody waits ahead.
         LockKind::Exclusive => {
-            terms.push(bson!({ "$eq": [{ "$size": "$$s" }, 0] }));
-            terms.push(bson!({ "$eq": [{ "$size": "$$a" }, 0] }));
+            all.push(bson!({ "$eq": [{ "$size": "$$s" }, 0] }));
+            all.push(bson!({ "$eq": [{ "$size": "$$a" }, 0] }));
         }
         // Only readers wait ahead (they share with this one), and with a cap, the slots left
         // are more than the permits they wait for.
         LockKind::Shared => {
             // No shared entry of this lock id in force (for a waiting attempt, `o` says
             // it): a lock id has one shared entry at most.
-            if announce.is_none() {
-                terms.push(bson!({ "$not": { "$in": [lock_id.clone(), "$$s.lockId"] } }));
+            if waiting.is_none() {
+                all.push(bson!({ "$not": { "$in": [terms.lock_id.clone(), "$$s.lockId"] } }));
             }
-            terms.push(match announce {
+            all.push(match waiting {
                 Some(_) => bson!("$$y"),
-                None => cap_agrees.clone(),
+                None => terms.cap_agrees(),
             });
-            terms.push(bson!({ "$not": { "$in": ["exclusive", "$$a.kind"] } }));
+            all.push(bson!({ "$not": { "$in": ["exclusive", "$$a.kind"] } }));
             if let Some(max) = request.max_shared {
-                terms.push(bson!({ "$lt": [
+                all.push(bson!({ "$lt": [
                     { "$add": [{ "$size": "$$s" }, { "$size": "$$a" }] },
                     expr::int(i64::from(max)),
                 ]}));
             }
         }
     }
-    // A request that only waits for its turn is never granted (it keeps its place).
     if request.turn_only {
-        terms.push(Bson::Boolean(false));
+        all.push(Bson::Boolean(false));
     }
-    // `a`: the live waiters ahead of this attempt, in arrival order: those before its own
-    // place in the queue, or all of them if it has none (a first or a single attempt): the
-    // line up to the first place of its lock id in the line with that lock id added last.
-    let mut seen = doc! {
-        "a": { "$slice": [
-            "$$q",
-            { "$indexOfArray": [{ "$concatArrays": ["$$q.lockId", [lock_id.clone()]] }, lock_id.clone()] },
-        ]},
-    };
-    // For a waiting attempt, `o` (out of the line): it was withdrawn, or it is answered
-    // with a lock and not made to wait. For an exclusive request: the exclusive entry is
-    // this attempt's grant, held (a repeat finds it), or this lock id holds a
-    // shared lease (answered with an error, which ends the call). An exclusive entry of this
-    // lock id from another attempt does not take it out: held, the attempt is answered
-    // "already held" and keeps (or takes) its place, which the adoption of that lease takes
-    // out (`keepalive::adopt_command`); if the adoption is refused (the lease was let go of
-    // meanwhile, into its minimum hold), the call's next attempt finds its place and waits
-    // in its turn. Only in force (its lease ended, within its lock-delay or minimum hold), it
-    // keeps this lock id out as it keeps everybody out, and the attempt waits in line for it
-    // to end, in arrival order. A shared request counts every entry of its lock id in force
-    // (the shorter expression keeps a waiting permit's command within its bound): one whose
-    // own share is held is answered "already held" outside the line, and one whose own share
-    // is in its hold asks again when the hold ends, outside the line (see
-    // `LockDetails::min_hold`).
-    if announce.is_some() {
-        let Bson::Document(mut out) = withdrawn else {
-            unreachable!("an $or")
-        };
-        let own = match request.kind {
-            LockKind::Exclusive => {
-                // The lock ids of the shared entries whose lease is held.
-                let holding = bson!({ "$map": {
-                    "input": "$$s",
-                    "in": { "$cond": [expr::holds("$$this"), "$$this.lockId", null] },
-                }});
-                // This attempt's own grant, held (a repeat is answered with it). Its lease
-                // ended, within its lock-delay, it keeps the attempt waiting in line.
-                if let Ok(terms) = out.get_array_mut("$or") {
-                    terms.push(bson!({ "$and": [
-                        { "$eq": ["$$x.nonce", nonce.clone()] },
-                        expr::holds("$$x"),
-                    ]}));
-                }
-                bson!({ "$in": [lock_id.clone(), holding] })
-            }
-            LockKind::Shared => {
-                seen.insert("y", cap_agrees);
-                bson!({ "$in": [lock_id.clone(), { "$concatArrays": [["$$x.lockId"], "$$s.lockId"] }] })
-            }
-        };
-        if let Ok(terms) = out.get_array_mut("$or") {
-            terms.push(own);
-        }
-        seen.insert("o", out);
-    }
-    let seen = Some(Bson::Document(seen));
-    // 4. The fencing token if granted: above every earlier one, even if the document was
-    //    deleted.
-    let grant = bson!({
-        "g": { "$and": terms },
-        "f": { "$max": [
-            // No fence yet (a document just seeded): `$add` gives null, which `$max` passes.
-            { "$add": ["$fence", 1] },
-            { "$multiply": [{ "$toLong": "$$NOW" }, 1000] },
-        ]},
-    });
-    // 5. The entry, and where it goes.
-    // An entry with a lock-delay is in force that much longer than its lease (see
-    // `crate::schema`): its `expiresAt` is the end of the delay.
-    let delay_ms = request.details.delay_millis().ok().flatten();
-    let (expires_at, ttl) = match ttl_ms {
-        Some(ms) => (
-            bson!({ "$add": ["$$NOW", expr::int(ms.saturating_add(delay_ms.unwrap_or(0)))] }),
-            expr::int(ms),
-        ),
-        None => (Bson::Null, Bson::Null),
-    };
-    // `idleSince` changes only with a grant (see `crate::schema`): dropping expired entries
-    // and tombstones never lowers what it must cover, and it already covers the live ones.
-    // A grant without TTL makes it null; one with a TTL pushes it to the entry's end, unless
-    // it is null (a live entry has no TTL: no entry without TTL expires, and the change that
-    // removes one computes it again).
-    let idle_since = match ttl_ms {
-        Some(_) => bson!({ "$cond": [
-            { "$and": ["$$g", { "$ne": [{ "$type": "$idleSince" }, "null"] }] },
-            { "$max": ["$idleSince", expires_at.clone()] },
-            "$idleSince",
-        ]}),
-        None => bson!({ "$cond": ["$$g", null, "$idleSince"] }),
-    };
-    // A request that only waits for its turn may seed the document (nobody held the
-    // resource): it is free from now.
-    let idle_since = if request.turn_only {
-        bson!({ "$cond": [
-            { "$eq": [{ "$type": "$idleSince" }, "missing"] },
-            "$$NOW",
-            idle_since,
-        ]})
-    } else {
-        idle_since
-    };
-    let details = &request.details;
-    let mut entry = doc! {
-        "lockId": lock_id.clone(),
-        "nonce": nonce,
-        "owner": details.owner_value().map_or(Bson::Null, literal),
-        "host": literal(details.host_value()),
-        "keeper": keeper.clone(),
-        "token": "$$f",
-        // `renewedAt` comes with the first renewal (see `crate::schema`).
-        "createdAt": "$$NOW",
-        "expiresAt": expires_at,
-        "ttlMs": ttl,
-    };
-    if let Some(delay_ms) = delay_ms {
-        entry.insert(schema::DELAY_MS, expr::int(delay_ms));
-    }
-    if let Some(hold_ms) = request.details.hold_millis().ok().flatten() {
-        entry.insert(schema::MIN_HOLD_MS, expr::int(hold_ms));
-    }
-    if !after_unlocks.is_empty() {
-        entry.insert(schema::AFTER_UNLOCKS, expr::unlock_ids(after_unlocks));
-    }
-    let entry = Bson::Document(entry);
-    let kept_cap = stored_cap.clone();
-    // Not granted, this lock id's own live entries (held from before: the attempt is answered
-    // with them) name the unlocks the attempt carries too, as a grant would: its holder goes
-    // on believing, so a late copy of those unlocks must leave them.
-    let (x, s) = if after_unlocks.is_empty() {
-        (bson!("$$x"), bson!("$$s"))
-    } else {
-        let marked = |e: &str| {
-            bson!({ "$cond": [
-                { "$eq": [format!("{e}.lockId"), lock_id.clone()] },
-                { "$mergeObjects": [e, { schema::AFTER_UNLOCKS: expr::also_naming(e, after_unlocks) }] },
-                e,
-            ]})
-        };
-        (
-            marked("$$x"),
-            bson!({ "$map": { "input": "$$s", "as": "e", "in": marked("$$e") } }),
-        )
-    };
+    all
+}
+
+/// Step 4: the new document (see [`expr::NextDocument`]): on a grant, the new entry
+/// ([`new_entry`]) in place, the fence `f` and this lock id out of the line; otherwise the
+/// live entries, the fence as it was, and for a waiting attempt its place ([`line_after`]).
+fn next_document(
+    request: &AcquireRequest,
+    terms: &Terms,
+    ttl_ms: Option<i64>,
+    after_unlocks: &[ObjectId],
+    waiting: Option<i64>,
+    keeper: &Bson,
+) -> Bson {
+    let (entry, expires_at) = new_entry(request, terms, ttl_ms, after_unlocks, keeper);
+    let (x, s) = held_from_before(terms, after_unlocks);
     let (exclusive, shared, cap) = match request.kind {
-        LockKind::Exclusive => (bson!({ "$cond": ["$$g", entry, x] }), s, kept_cap),
+        LockKind::Exclusive => (bson!({ "$cond": ["$$g", entry, x] }), s, bson!("$cap")),
         LockKind::Shared => (
             x,
             bson!({ "$cond": ["$$g", { "$concatArrays": ["$$s", [entry]] }, s] }),
-            bson!({ "$cond": ["$$g", requested_cap.clone(), kept_cap] }),
+            bson!({ "$cond": ["$$g", terms.requested_cap.clone(), "$cap"] }),
         ),
     };
-    // A grant ends this lock id's wait; a refused waiting attempt keeps its place.
-    let others_waiting = bson!({ "$filter": {
-        "input": "$$q", "cond": { "$ne": ["$$this.lockId", lock_id.clone()] },
-    }});
-    let queue = match announce {
-        Some(bound_ms) => {
-            let kind = request.kind.to_string();
-            let until = bson!({ "$add": ["$$NOW", expr::int(bound_ms)] });
-            // A withdrawn attempt (a late copy of a dropped one) never joins: its waiter is
-            // gone. Nor does an attempt answered with a lock it is not asked to wait for
-            // (`o`): a place would keep others out after it releases. An exclusive attempt
-            // answered "already held" keeps its place, which the adoption takes out.
-            // Nor does a shared request refused for asking another cap than the live shared
-            // locks': it is answered with an error, not made to wait.
-            let mut stop = vec![bson!("$$g"), bson!("$$o")];
-            if request.kind == LockKind::Shared {
-                stop.push(bson!({ "$not": "$$y" }));
-            }
-            // The place names the waiter's keeper (its lock client), whom a change that lets
-            // it in wakes.
-            let mut place = doc! { "lockId": lock_id, "kind": kind, "until": until };
-            if request.keeper.is_some() {
-                place.insert(schema::KEEPER, keeper);
-            }
-            // Out of the line when it stops waiting; else joined at its end if it has no
-            // place yet; else its place stays as it is: its client refreshes it
-            // (`crate::places`), so a refused attempt leaves the line, and the document,
-            // unchanged.
-            bson!({ "$cond": [
-                { "$or": stop },
-                others_waiting,
-                { "$cond": [
-                    { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] },
-                    { "$concatArrays": ["$$q", [place]] },
-                    "$$q",
-                ]},
-            ]})
-        }
-        None => bson!({ "$cond": ["$$g", others_waiting, "$$q"] }),
-    };
-    let result = expr::NextDocument {
+    expr::NextDocument {
         // A refusal keeps it (a document just seeded is never refused: it holds nothing).
         fence: Some(bson!({ "$cond": ["$$g", "$$f", "$fence"] })),
         exclusive: Some(exclusive),
         shared: Some(shared),
         released: Some(bson!("$$t")),
         cap,
-        queue,
+        queue: line_after(request, terms, waiting, keeper),
         // An exclusive grant lets nobody in, nor does a refusal (an expired entry it drops
         // already let the waiters in, by their timers). A shared grant may let the next
         // reader in line in: then it wakes it, and so on down a line of readers.
@@ -405,22 +356,145 @@ pub(crate) fn pipeline(
             }
         },
         no_exclusive: false,
-        idle_since: Some(idle_since),
+        idle_since: Some(idle_since(request, ttl_ms, &expires_at)),
         // A grant clears a wake that stayed from an earlier change (see `NextDocument`).
         clears_wake: Some(bson!("$$g")),
         lets_go: false,
     }
-    .document();
+    .document()
+}
 
-    let nested = [Some(live), seen, Some(grant)]
-        .into_iter()
-        .flatten()
-        .rev()
-        .fold(
-            result,
-            |inner, vars| bson!({ "$let": { "vars": vars, "in": inner } }),
-        );
-    vec![expr::replace_stage(nested)]
+/// The entry a grant writes, and its `expiresAt`. An entry with a lock-delay is in force
+/// that much longer than its lease (see `crate::schema`): its `expiresAt` is the end of the
+/// delay.
+fn new_entry(
+    request: &AcquireRequest,
+    terms: &Terms,
+    ttl_ms: Option<i64>,
+    after_unlocks: &[ObjectId],
+    keeper: &Bson,
+) -> (Bson, Bson) {
+    let details = &request.details;
+    let delay_ms = details.delay_millis().ok().flatten();
+    let (expires_at, ttl) = match ttl_ms {
+        Some(ms) => (
+            bson!({ "$add": ["$$NOW", expr::int(ms.saturating_add(delay_ms.unwrap_or(0)))] }),
+            expr::int(ms),
+        ),
+        None => (Bson::Null, Bson::Null),
+    };
+    let mut entry = doc! {
+        "lockId": terms.lock_id.clone(),
+        "nonce": terms.nonce.clone(),
+        "owner": details.owner_value().map_or(Bson::Null, literal),
+        "host": literal(details.host_value()),
+        "keeper": keeper.clone(),
+        "token": "$$f",
+        // `renewedAt` comes with the first renewal (see `crate::schema`).
+        "createdAt": "$$NOW",
+        "expiresAt": expires_at.clone(),
+        "ttlMs": ttl,
+    };
+    if let Some(delay_ms) = delay_ms {
+        entry.insert(schema::DELAY_MS, expr::int(delay_ms));
+    }
+    if let Some(hold_ms) = details.hold_millis().ok().flatten() {
+        entry.insert(schema::MIN_HOLD_MS, expr::int(hold_ms));
+    }
+    if !after_unlocks.is_empty() {
+        entry.insert(schema::AFTER_UNLOCKS, expr::unlock_ids(after_unlocks));
+    }
+    (Bson::Document(entry), expires_at)
+}
+
+/// The live entries `x` and `s` as a refusal leaves them. Not granted, this lock id's own
+/// live entries (held from before: the attempt is answered with them) name the unlocks the
+/// attempt carries too, as a grant would: its holder goes on believing, so a late copy of
+/// those unlocks must leave them.
+fn held_from_before(terms: &Terms, after_unlocks: &[ObjectId]) -> (Bson, Bson) {
+    if after_unlocks.is_empty() {
+        return (bson!("$$x"), bson!("$$s"));
+    }
+    let marked = |e: &str| {
+        bson!({ "$cond": [
+            { "$eq": [format!("{e}.lockId"), terms.lock_id.clone()] },
+            { "$mergeObjects": [e, { schema::AFTER_UNLOCKS: expr::also_naming(e, after_unlocks) }] },
+            e,
+        ]})
+    };
+    (
+        marked("$$x"),
+        bson!({ "$map": { "input": "$$s", "as": "e", "in": marked("$$e") } }),
+    )
+}
+
+/// `idleSince` after the change. It changes only with a grant (see `crate::schema`):
+/// dropping expired entries and tombstones never lowers what it must cover, and it already
+/// covers the live ones. A grant without TTL makes it null; one with a TTL pushes it to the
+/// entry's end (`expires_at`), unless it is null (a live entry has no TTL: no entry without
+/// TTL expires, and the change that removes one computes it again). A request that only
+/// waits for its turn may seed the document (nobody held the resource): it is free from now.
+fn idle_since(request: &AcquireRequest, ttl_ms: Option<i64>, expires_at: &Bson) -> Bson {
+    let idle_since = match ttl_ms {
+        Some(_) => bson!({ "$cond": [
+            { "$and": ["$$g", { "$ne": [{ "$type": "$idleSince" }, "null"] }] },
+            { "$max": ["$idleSince", expires_at.clone()] },
+            "$idleSince",
+        ]}),
+        None => bson!({ "$cond": ["$$g", null, "$idleSince"] }),
+    };
+    if !request.turn_only {
+        return idle_since;
+    }
+    bson!({ "$cond": [
+        { "$eq": [{ "$type": "$idleSince" }, "missing"] },
+        "$$NOW",
+        idle_since,
+    ]})
+}
+
+/// The line after the change. A grant ends this lock id's wait. A waiting attempt that stops
+/// waiting leaves it: granted, withdrawn (a late copy of a dropped one: its waiter is gone),
+/// answered with a lock it is not asked to wait for (`o`: a place would keep others out
+/// after it releases), or, shared, refused for asking another cap than the live shared
+/// locks' (answered with an error, not made to wait). An exclusive attempt answered
+/// "already held" keeps its place, which the adoption takes out. Otherwise it joins at the
+/// end if it has no place yet, with a place that names its keeper (its lock client, whom a
+/// change that lets it in wakes); else its place stays as it is: its client refreshes it
+/// (`crate::places`), so a refused attempt leaves the line, and the document, unchanged.
+fn line_after(
+    request: &AcquireRequest,
+    terms: &Terms,
+    waiting: Option<i64>,
+    keeper: &Bson,
+) -> Bson {
+    let others_waiting = bson!({ "$filter": {
+        "input": "$$q", "cond": { "$ne": ["$$this.lockId", terms.lock_id.clone()] },
+    }});
+    let Some(bound_ms) = waiting else {
+        return bson!({ "$cond": ["$$g", others_waiting, "$$q"] });
+    };
+    let mut stop = vec![bson!("$$g"), bson!("$$o")];
+    if request.kind == LockKind::Shared {
+        stop.push(bson!({ "$not": "$$y" }));
+    }
+    let mut place = doc! {
+        "lockId": terms.lock_id.clone(),
+        "kind": request.kind.to_string(),
+        "until": { "$add": ["$$NOW", expr::int(bound_ms)] },
+    };
+    if request.keeper.is_some() {
+        place.insert(schema::KEEPER, keeper.clone());
+    }
+    bson!({ "$cond": [
+        { "$or": stop },
+        others_waiting,
+        { "$cond": [
+            { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] },
+            { "$concatArrays": ["$$q", [place]] },
+            "$$q",
+        ]},
+    ]})
 }
 
 /// The projection of the document after the change: a bounded reply whatever the number of
