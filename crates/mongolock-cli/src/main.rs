@@ -5,6 +5,7 @@
 mod checks;
 mod cli;
 mod commands;
+mod connection;
 mod output;
 mod uri;
 
@@ -18,13 +19,13 @@ async fn main() -> ExitCode {
     if let Err(error) = cli.check() {
         output::exit_usage(&error);
     }
-    cli::init_logging(&cli.global);
+    output::init_logging(cli.global.verbose);
     let outcome = commands::run(cli).await;
-    cli::close().await;
+    connection::close().await;
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            output::complain_line(&cli::describe(&error));
+            output::complain_line(&output::describe(&error));
             ExitCode::from(cli::exit::ERROR)
         }
     }

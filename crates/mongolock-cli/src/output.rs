@@ -363,6 +363,44 @@ pub fn scrub_panics() {
     }));
 }
 
+/// Logs to stderr at the level asked for with `-v` (`verbose` times); nothing by default.
+/// Each event is written scrubbed and escaped ([`Logs`]), without colours (an escape
+/// sequence in a field could not be told from the formatter's own).
+pub fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => return,
+        1 => "mongolock=info",
+        2 => "mongolock=debug",
+        _ => "debug",
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .with_writer(Logs)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// Whether stderr is a terminal (progress lines and prompts only then).
+pub fn stderr_is_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// An error and its causes on one line, as `{:#}` joins them, except that a driver error is
+/// told by its kind (for a server's refusal: the code, its name and the server's message)
+/// rather than with the labels and the raw reply its own `Display` adds.
+pub fn describe(error: &anyhow::Error) -> String {
+    let causes: Vec<String> = error
+        .chain()
+        .map(
+            |cause| match cause.downcast_ref::<mongodb::error::Error>() {
+                Some(driver) => driver.kind.to_string(),
+                None => cause.to_string(),
+            },
+        )
+        .collect();
+    causes.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,8 +37,9 @@ use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::cli::{self, Global, exit};
+use crate::cli::{Global, exit};
 use crate::commands::inspect;
+use crate::connection;
 use crate::output::{self, complain, escape};
 
 /// Exit status when the command could not be found (as `env`, `timeout` and shells use).
@@ -523,7 +524,7 @@ pub async fn run_under(
         Err(ReleaseError::Failed) => {
             // Said on stderr; the TTL ends the lease. Nothing is left to protect, and the
             // client's cleanup would wait for the same server.
-            cli::hurry();
+            connection::hurry();
             child_status
         }
     };
@@ -588,7 +589,7 @@ pub async fn finish(
 ) -> anyhow::Result<ExitCode> {
     if status == exit::LEASE_LOST {
         shutdown_bounded(locks, "the lease is lost").await;
-    } else if cli::hurried() {
+    } else if connection::hurried() {
         shutdown_bounded(locks, "the release failed").await;
     } else {
         locks.shutdown().await;
@@ -608,7 +609,7 @@ pub async fn finish(
 ///
 /// Dropping it stops waiting; the cleanup is dropped with the runtime.
 async fn shutdown_bounded(locks: &LockClient, why: &str) {
-    cli::hurry();
+    connection::hurry();
     let shutdown = locks.shutdown();
     tokio::pin!(shutdown);
     if tokio::time::timeout(LOST_CLEANUP_NOTICE, &mut shutdown)
@@ -742,5 +743,5 @@ fn describe_holders(waiting: &str, named: Option<&str>, held: &[LockStatus]) -> 
 
 /// Whether progress is shown while waiting: on a terminal, unless the wait is one attempt.
 pub fn shows_progress(patience: Patience) -> bool {
-    cli::stderr_is_terminal() && !matches!(patience, Patience::Once)
+    output::stderr_is_terminal() && !matches!(patience, Patience::Once)
 }

@@ -22,10 +22,11 @@ use mongolock::{Election, Leader};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::{self, ElectArgs, Global, LeaderArgs, exit};
+use crate::cli::{ElectArgs, Global, LeaderArgs, exit};
 use crate::commands::child::{
     self, Child, Forwarded, Held, Patience, RunReport, Waited, finish, signal_status,
 };
+use crate::connection;
 use crate::output::{complain, escape};
 
 /// The JSON document `elect --json` prints on stdout when it is done.
@@ -94,7 +95,7 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
         anyhow::bail!("no COMMAND given after --");
     }
     let name = args.name.clone();
-    let locks = cli::connect(global).await?;
+    let locks = connection::connect(global).await?;
     if !args.no_wait {
         child::check_reachable(&locks, std::slice::from_ref(&name), |name| {
             format!("cannot campaign in {name}")
@@ -185,7 +186,7 @@ pub async fn elect(global: &Global, args: ElectArgs) -> anyhow::Result<ExitCode>
 ///
 /// Reads only.
 pub async fn leader(global: &Global, args: LeaderArgs) -> anyhow::Result<ExitCode> {
-    let locks = cli::connect(global).await?;
+    let locks = connection::connect(global).await?;
     let election = locks.election(args.name.clone());
     let cannot = || format!("cannot read the leader of {}", args.name);
     if !args.watch {

@@ -25,11 +25,12 @@ use anyhow::Context as _;
 use mongolock::{LockClient, LockKind};
 use serde::Serialize;
 
-use crate::cli::{self, ExecArgs, Global, exit};
+use crate::cli::{ExecArgs, Global, exit};
 use crate::commands::child::{
     self, Child, Forwarded, Held, Patience, RunReport, Waited, finish, signal_status,
 };
 use crate::commands::inspect::kind_name;
+use crate::connection;
 use crate::output::{complain, escape};
 
 /// The JSON document `exec --json` prints on stdout when it is done.
@@ -147,7 +148,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> anyhow::Result<ExitCode> {
     let program = args.command.first().context("no COMMAND given after --")?;
     let label = resources.join(", ");
     tracing::info!(resources = %label, ttl = %humantime::format_duration(args.ttl), "exec");
-    let locks = cli::connect(global).await?;
+    let locks = connection::connect(global).await?;
     if !args.no_wait {
         child::check_reachable(&locks, &resources, |resource| {
             format!("cannot acquire a lock on {resource}")

@@ -11,7 +11,8 @@ use anyhow::Context as _;
 use mongolock::{Filter, LockKind, LockStatus};
 use serde::Serialize;
 
-use crate::cli::{self, Global, IndexesArgs, ReleaseArgs, StatusArgs, UnlockArgs, exit};
+use crate::cli::{Global, IndexesArgs, ReleaseArgs, StatusArgs, UnlockArgs, exit};
+use crate::connection;
 use crate::output::{self, escape};
 
 /// One lock in `status --json`.
@@ -92,7 +93,7 @@ pub async fn status(global: &Global, args: StatusArgs) -> anyhow::Result<ExitCod
     if let Some(owner) = args.owner {
         filter = filter.owner(owner);
     }
-    let locks = cli::connect(global).await?;
+    let locks = connection::connect(global).await?;
     let held = locks
         .status(&filter)
         .await
@@ -192,7 +193,7 @@ fn table(held: &[LockStatus]) -> String {
 ///
 /// If dropped, the locks may or may not have been released; running it again is harmless.
 pub async fn unlock(global: &Global, args: UnlockArgs) -> anyhow::Result<ExitCode> {
-    let locks = cli::connect(global).await?;
+    let locks = connection::connect(global).await?;
     let released = locks
         .unlock(&args.lock_id)
         .await
@@ -216,8 +217,8 @@ pub async fn unlock(global: &Global, args: UnlockArgs) -> anyhow::Result<ExitCod
 /// If dropped after the question was answered, the locks may or may not have been removed;
 /// running it again is harmless.
 pub async fn release(global: &Global, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
-    let locks = cli::connect(global).await?;
-    let interactive = std::io::stdin().is_terminal() && cli::stderr_is_terminal();
+    let locks = connection::connect(global).await?;
+    let interactive = std::io::stdin().is_terminal() && output::stderr_is_terminal();
     if interactive && !args.yes {
         let held = locks
             .status(&Filter::default().resource(&args.resource))
@@ -290,7 +291,7 @@ async fn confirm(question: String) -> anyhow::Result<bool> {
 ///
 /// If dropped, some expired locks may have been removed; running it again removes the rest.
 pub async fn purge(global: &Global) -> anyhow::Result<ExitCode> {
-    let locks = cli::connect(global).await?;
+    let locks = connection::connect(global).await?;
     let purged = locks.purge().await.context("cannot purge")?;
     if global.json {
         println!("{}", serde_json::json!({ "resources": purged.resources() }));
@@ -311,7 +312,7 @@ pub async fn purge(global: &Global) -> anyhow::Result<ExitCode> {
 /// If dropped, the indexes may or may not have been created; running it again is harmless.
 pub async fn indexes(global: &Global, args: IndexesArgs) -> anyhow::Result<ExitCode> {
     let retention = args.retention.unwrap_or(mongolock::DEFAULT_RETENTION);
-    let locks = cli::connect(global).await?.with_retention(retention);
+    let locks = connection::connect(global).await?.with_retention(retention);
     if let Err(error) = locks.create_indexes().await {
         if matches!(
             error.kind(),

@@ -11,7 +11,8 @@ mod inspect;
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, NoServer, exit};
+use crate::cli::{Cli, Command, exit};
+use crate::connection::NoServer;
 use crate::output;
 
 /// Runs the command and returns the process's exit status.
