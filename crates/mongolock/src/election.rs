@@ -47,6 +47,7 @@ use crate::handle::Mutex;
 use crate::lock::{LeaseState, LockKind, LossReason};
 use crate::query::Filter;
 use crate::request::check_label;
+use crate::run;
 use crate::wait::RECHECK;
 
 /// How often an observer reads the leader where change streams are not available, by
@@ -252,6 +253,134 @@ impl Election {
             .checked_add(timeout)
             .map_or(Within::Forever, Within::Until);
         self.elect(value.into(), within).await
+    }
+
+    /// Campaigns as long as needed, then runs `work` with the leadership for as long as it
+    /// lasts, and resigns when `work` returns: `work`'s result. Leadership lost while `work`
+    /// runs drops `work` (it stops at its next `.await`), as the handles' closure forms do:
+    /// see [running work under a lock](crate::Mutex#running-work-under-a-lock). A
+    /// leader that should lead until it is deposed runs a `work` that never returns, and
+    /// campaigns again after [`ErrorKind::LeaseLost`].
+    ///
+    /// # Errors
+    ///
+    /// This crate's errors, as `E`: those of [`campaign`](Self::campaign) if it did not lead,
+    /// and [`ErrorKind::LeaseLost`] if leadership was lost before `work` returned (`work`
+    /// was dropped). `work`'s own error, untouched. A resignation that fails after `work`
+    /// returned is logged, not returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and resigns in the background, as dropping the
+    /// leadership does (before it leads, as [`campaign`](Self::campaign)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let election = locks.election("scheduler");
+    /// let term = election.lead("host-a", async |leading| {
+    ///     // ... lead, passing leading.term() (or leading.fence()) with every write ...
+    ///     Ok::<_, mongolock::Error>(leading.term())
+    /// }).await?;
+    /// assert!(term > 0);
+    /// assert!(election.leader().await?.is_none(), "resigned when the work returned");
+    /// # Ok(()) }
+    /// ```
+    pub async fn lead<T, E>(
+        &self,
+        value: impl Into<String>,
+        work: impl AsyncFnOnce(&Leadership) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>,
+    {
+        run::under(self.campaign(value).await?, work).await
+    }
+
+    /// One attempt to lead: runs `work` with the leadership if it leads, as
+    /// [`lead`](Self::lead) does, and `None` without running it if someone else leads (or
+    /// others campaign before this one).
+    ///
+    /// # Errors
+    ///
+    /// As [`lead`](Self::lead), with those of [`try_campaign`](Self::try_campaign) for the
+    /// attempt.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lead`](Self::lead).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let election = locks.election("scheduler");
+    /// let leading = election.campaign("host-a").await?;
+    /// let ran = election.try_lead("host-b", async |_leading| Ok::<_, mongolock::Error>(1)).await?;
+    /// assert_eq!(ran, None, "host-a leads: skipped");
+    /// leading.resign().await?;
+    /// let ran = election.try_lead("host-b", async |_leading| Ok::<_, mongolock::Error>(1)).await?;
+    /// assert_eq!(ran, Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lead<T, E>(
+        &self,
+        value: impl Into<String>,
+        work: impl AsyncFnOnce(&Leadership) -> std::result::Result<T, E>,
+    ) -> std::result::Result<Option<T>, E>
+    where
+        E: From<Error>,
+    {
+        match self.try_campaign(value).await? {
+            Some(leading) => run::under(leading, work).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Campaigns up to `timeout`: runs `work` with the leadership if it leads by then, as
+    /// [`lead`](Self::lead) does, and `None` without running it if the wait gave up. The
+    /// timeout bounds the campaign only, not the term.
+    ///
+    /// # Errors
+    ///
+    /// As [`lead`](Self::lead), with those of [`campaign_timeout`](Self::campaign_timeout)
+    /// for the campaign.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lead`](Self::lead).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// use std::time::Duration;
+    ///
+    /// let election = locks.election("scheduler");
+    /// let leading = election.campaign("host-a").await?;
+    /// let wait = Duration::from_millis(50);
+    /// let ran = election.lead_timeout("host-b", wait, async |_| Ok::<_, mongolock::Error>(1)).await?;
+    /// assert_eq!(ran, None, "host-a still leads after 50 ms: skipped");
+    /// leading.resign().await?;
+    /// let wait = Duration::from_secs(5);
+    /// let ran = election.lead_timeout("host-b", wait, async |_| Ok::<_, mongolock::Error>(1)).await?;
+    /// assert_eq!(ran, Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn lead_timeout<T, E>(
+        &self,
+        value: impl Into<String>,
+        timeout: Duration,
+        work: impl AsyncFnOnce(&Leadership) -> std::result::Result<T, E>,
+    ) -> std::result::Result<Option<T>, E>
+    where
+        E: From<Error>,
+    {
+        match self.campaign_timeout(value, timeout).await? {
+            Some(leading) => run::under(leading, work).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The leader now, by the server's clock: `None` if nobody leads. One round trip.

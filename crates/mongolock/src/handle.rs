@@ -3,17 +3,17 @@
 //! cheap description of what to lock; every acquire returns a [`LockGuard`] holding a lease
 //! of its own, with its own random lock id.
 
-use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::client::LockClient;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::LockKind;
 use crate::query::{Filter, LockStatus};
 use crate::request::AcquireRequest;
+use crate::run;
 use crate::wait::{self, LeaseOptions, LeaseTiming, Wait};
 
 /// The handles are made by the lock client.
@@ -253,6 +253,128 @@ macro_rules! acquire_methods {
     };
 }
 
+/// The closure forms of one kind of lock: its three acquires, with work run under the guard
+/// (see [running work under a lock](crate::Mutex#running-work-under-a-lock)).
+macro_rules! run_methods {
+    (
+        $run:ident, $try_run:ident, $run_timeout:ident,
+        $acquire:ident, $try_acquire:ident, $acquire_timeout:ident,
+        $what:literal, $handle:literal, $block:ident
+    ) => {
+        #[doc = concat!("Waits as long as needed for ", $what, ", runs `work` with its guard, and releases it when `work` returns: `work`'s result. See [running work under a lock](crate::Mutex#running-work-under-a-lock) for what each outcome means.")]
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("This crate's errors, as `E`: those of [`", stringify!($acquire), "`](Self::", stringify!($acquire), ") if the lock was not granted, and [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) if the lease was lost before `work` returned (`work` was dropped). `work`'s own error, untouched. A release that fails after `work` returned is logged, not returned.")]
+        ///
+        /// # Cancel safety
+        ///
+        #[doc = concat!("Dropping the future drops `work` and lets go of the lock in the background, as dropping its guard does (before the grant, as [`", stringify!($acquire), "`](Self::", stringify!($acquire), ")).")]
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+        /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+        /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+        #[doc = concat!("let handle = ", $handle, ";")]
+        #[doc = concat!("let token = handle.", stringify!($run), "(async |guard| {")]
+        ///     // ... write to the store, passing guard.fencing_token() or through guard.fence() ...
+        ///     assert!(!guard.is_lost());
+        ///     Ok::<_, mongolock::Error>(guard.fencing_token())
+        /// }).await?;
+        /// assert!(token > 0);
+        /// # Ok(()) }
+        /// ```
+        pub async fn $run<T, E>(
+            &self,
+            work: impl AsyncFnOnce(&LockGuard) -> std::result::Result<T, E>,
+        ) -> std::result::Result<T, E>
+        where
+            E: From<Error>,
+        {
+            run::under(self.$acquire().await?, work).await
+        }
+
+        #[doc = concat!("One attempt at ", $what, ": runs `work` with its guard if granted, as [`", stringify!($run), "`](Self::", stringify!($run), ") does, and `None` without running it if others hold it.")]
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("As [`", stringify!($run), "`](Self::", stringify!($run), "), with those of [`", stringify!($try_acquire), "`](Self::", stringify!($try_acquire), ") for the attempt.")]
+        ///
+        /// # Cancel safety
+        ///
+        #[doc = concat!("As [`", stringify!($run), "`](Self::", stringify!($run), ").")]
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+        /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+        /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+        #[doc = concat!("let handle = ", $handle, ";")]
+        #[doc = concat!("let other = handle.", stringify!($block), "().await?;")]
+        #[doc = concat!("let ran = handle.", stringify!($try_run), "(async |_guard| Ok::<_, mongolock::Error>(1)).await?;")]
+        /// assert_eq!(ran, None, "taken: the work was skipped");
+        /// other.release().await?;
+        #[doc = concat!("let ran = handle.", stringify!($try_run), "(async |_guard| Ok::<_, mongolock::Error>(1)).await?;")]
+        /// assert_eq!(ran, Some(1));
+        /// # Ok(()) }
+        /// ```
+        pub async fn $try_run<T, E>(
+            &self,
+            work: impl AsyncFnOnce(&LockGuard) -> std::result::Result<T, E>,
+        ) -> std::result::Result<Option<T>, E>
+        where
+            E: From<Error>,
+        {
+            match self.$try_acquire().await? {
+                Some(guard) => run::under(guard, work).await.map(Some),
+                None => Ok(None),
+            }
+        }
+
+        #[doc = concat!("Waits up to `timeout` for ", $what, ": runs `work` with its guard if granted, as [`", stringify!($run), "`](Self::", stringify!($run), ") does, and `None` without running it if the wait gave up. The timeout bounds the wait only, not the work.")]
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("As [`", stringify!($run), "`](Self::", stringify!($run), "), with those of [`", stringify!($acquire_timeout), "`](Self::", stringify!($acquire_timeout), ") for the wait.")]
+        ///
+        /// # Cancel safety
+        ///
+        #[doc = concat!("As [`", stringify!($run), "`](Self::", stringify!($run), ").")]
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+        /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+        /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+        /// use std::time::Duration;
+        ///
+        #[doc = concat!("let handle = ", $handle, ";")]
+        #[doc = concat!("let other = handle.", stringify!($block), "().await?;")]
+        #[doc = concat!("let ran = handle.", stringify!($run_timeout), "(Duration::from_millis(50), async |_guard| {")]
+        ///     Ok::<_, mongolock::Error>(1)
+        /// }).await?;
+        /// assert_eq!(ran, None, "still taken after 50 ms: the work was skipped");
+        /// other.release().await?;
+        #[doc = concat!("let ran = handle.", stringify!($run_timeout), "(Duration::from_secs(5), async |_guard| {")]
+        ///     Ok::<_, mongolock::Error>(1)
+        /// }).await?;
+        /// assert_eq!(ran, Some(1));
+        /// # Ok(()) }
+        /// ```
+        pub async fn $run_timeout<T, E>(
+            &self,
+            timeout: Duration,
+            work: impl AsyncFnOnce(&LockGuard) -> std::result::Result<T, E>,
+        ) -> std::result::Result<Option<T>, E>
+        where
+            E: From<Error>,
+        {
+            match self.$acquire_timeout(timeout).await? {
+                Some(guard) => run::under(guard, work).await.map(Some),
+                None => Ok(None),
+            }
+        }
+    };
+}
+
 /// A distributed mutex: one holder at a time. Made by [`LockClient::mutex`].
 ///
 /// ```
@@ -304,6 +426,84 @@ macro_rules! acquire_methods {
 /// # drop(guard);
 /// # Ok(()) }
 /// ```
+///
+/// # Running work under a lock
+///
+/// Each way to acquire has a closure form: [`run`](Mutex::run) waits as long as needed,
+/// [`try_run`](Mutex::try_run) skips the work (`Ok(None)`) when the lock is taken, and
+/// [`run_timeout`](Mutex::run_timeout) skips it when the wait gives up. So do the
+/// [`RwLock`]'s ([`run_read`](RwLock::run_read), [`run_write`](RwLock::run_write) and their
+/// kin), the [`Semaphore`]'s, the [`MultiLock`](crate::MultiLock)'s, and an
+/// [`Election`](crate::Election)'s for a leader's term ([`lead`](crate::Election::lead)).
+/// Each acquires, calls the work with a reference to the guard the acquire returns (its
+/// fencing token and [`fence`](LockGuard::fence), [`lost`](LockGuard::lost),
+/// [`time_left`](LockGuard::time_left)), and lets go of the lock when the work returns.
+///
+/// The work is fallible: it returns `Result<T, E>`, and so does the call, with the lock's
+/// own errors converted into `E` (`E: From<mongolock::Error>`), as sqlx's and diesel's
+/// `transaction` do: no `Result` inside a `Result`, and the work's own error comes back
+/// untouched, never wrapped. `mongolock::Error` and `anyhow::Error` work as they are; an
+/// error type of your own with a `#[from] mongolock::Error` variant tells a lock error from a
+/// work error. Work that cannot fail returns `Ok::<_, mongolock::Error>(value)`.
+///
+/// Once the lock is granted, the call returns:
+///
+/// - **The lease was lost before the work returned**: the work is dropped (stopped at its
+///   next `.await`; a value it returns once the guard's clock shows the loss is dropped too)
+///   and the call fails with [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost). What the
+///   work did up to then may have overlapped with the next holder: only fencing tokens
+///   protect the store from that. Work that must wind down itself can watch
+///   `guard.lost()`.
+/// - **The work returned an error**: that error, and the lock is released.
+/// - **The work returned a value**: that value, and the lock is released. `Ok` means the
+///   work returned while its lease was believed held: the value is never thrown away for
+///   what the release says afterwards. If the release finds the lease already gone, that is
+///   logged (a `tracing` warning, and the lease-loss metric), not returned: a lease that
+///   ended by its deadline ended after the work (the guard's deadline comes before the
+///   server's); one revoked (an operator's force release, a purge of abandoned groups, a
+///   clock step larger than the margin) may have been revoked while the work ran, which the
+///   holder learns only at its next renewal, with or without the closure form: fencing
+///   tokens are what protect the store from it. To have that as a value, acquire and release
+///   the guard yourself: [`LockGuard::release`] returns `ErrorKind::LeaseLost` then. A
+///   release that fails (the server out of reach) is retried in the background, as a dropped
+///   guard's is.
+///
+/// Dropping the call's future drops the work and lets go of the lock in the background, as
+/// dropping a guard does.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// # let db = server.client().database("doc");
+/// # let locks = mongolock::LockClient::new(db.collection("locks"));
+/// use bson::doc;
+///
+/// /// The job's own error: a lock error, or one of the job's.
+/// #[derive(Debug)]
+/// enum JobError {
+///     Lock(mongolock::Error),
+///     NothingToImport,
+/// }
+///
+/// impl From<mongolock::Error> for JobError {
+///     fn from(error: mongolock::Error) -> Self {
+///         JobError::Lock(error)
+///     }
+/// }
+///
+/// let rows = db.collection::<bson::Document>("rows");
+/// let imported = locks.mutex("import").run(async |guard| -> Result<u32, JobError> {
+///     // A write that a later holder's writes make stale (ErrorKind::StaleToken).
+///     let update = doc! {"$set": {"n": 1}};
+///     guard.fence().update_one(&rows, doc! {"_id": 1}, update).upsert(true).await?;
+///     Ok(1)
+/// }).await;
+/// assert!(matches!(imported, Ok(1)));
+///
+/// let failed = locks.mutex("import").run(async |_guard| Err::<u32, _>(JobError::NothingToImport)).await;
+/// assert!(matches!(failed, Err(JobError::NothingToImport)), "the work's error, untouched");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until it is used"]
 pub struct Mutex {
@@ -329,62 +529,18 @@ impl Mutex {
 
     lease_settings!();
     acquire_methods!(acquire, try_acquire, acquire_timeout, request, "the mutex");
+    run_methods!(
+        run,
+        try_run,
+        run_timeout,
+        acquire,
+        try_acquire,
+        acquire_timeout,
+        "the mutex",
+        "locks.mutex(\"import\")",
+        acquire
+    );
     holders_method!();
-
-    /// Runs `work` under the mutex: acquires it (waiting as long as needed), passes the
-    /// fencing token, releases it when `work` is done. If the lease is lost first, `work`
-    /// is dropped (stopped at its next `.await`) and the call fails with
-    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost).
-    ///
-    /// # Errors
-    ///
-    /// As acquiring waits (bad settings, a database error waiting cannot fix), and
-    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
-    /// is done.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops `work` and releases the lock in the background.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
-    /// let rows = locks.mutex("import").run(|token| async move {
-    ///     // ... write to the store, passing `token` ...
-    ///     42
-    /// }).await?;
-    /// assert_eq!(rows, 42);
-    /// # Ok(()) }
-    /// ```
-    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(i64) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        run_under(self.acquire().await?, work).await
-    }
-}
-
-/// Runs `work` while `guard` holds, and releases it after.
-async fn run_under<F, Fut, T>(guard: LockGuard, work: F) -> Result<T>
-where
-    F: FnOnce(i64) -> Fut,
-    Fut: Future<Output = T>,
-{
-    let work = work(guard.fencing_token());
-    tokio::select! {
-        biased;
-        reason = guard.lost() => {
-            let resource = guard.resource().to_owned();
-            drop(guard);
-            Err(wait::lease_lost(&resource, reason))
-        }
-        value = work => {
-            guard.release().await?;
-            Ok(value)
-        }
-    }
 }
 
 /// A distributed reader-writer lock: many readers or one writer. Made by
@@ -443,45 +599,29 @@ impl RwLock {
     lease_settings!();
     acquire_methods!(read, try_read, read_timeout, reader, "a read lock");
     acquire_methods!(write, try_write, write_timeout, writer, "the write lock");
+    run_methods!(
+        run_read,
+        try_run_read,
+        run_read_timeout,
+        read,
+        try_read,
+        read_timeout,
+        "a read lock",
+        "locks.rwlock(\"config\")",
+        write
+    );
+    run_methods!(
+        run_write,
+        try_run_write,
+        run_write_timeout,
+        write,
+        try_write,
+        write_timeout,
+        "the write lock",
+        "locks.rwlock(\"config\")",
+        read
+    );
     holders_method!();
-
-    /// Runs `work` under a read lock, as [`Mutex::run`] does under the mutex.
-    ///
-    /// # Errors
-    ///
-    /// As acquiring waits (bad settings, a database error waiting cannot fix), and
-    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
-    /// is done.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops `work` and releases the lock in the background.
-    pub async fn run_read<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(i64) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        run_under(self.read().await?, work).await
-    }
-
-    /// Runs `work` under the write lock, as [`Mutex::run`] does under the mutex.
-    ///
-    /// # Errors
-    ///
-    /// As acquiring waits (bad settings, a database error waiting cannot fix), and
-    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
-    /// is done.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops `work` and releases the lock in the background.
-    pub async fn run_write<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(i64) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        run_under(self.write().await?, work).await
-    }
 }
 
 /// A distributed semaphore: at most `permits` holders at once. Made by
@@ -537,24 +677,16 @@ impl Semaphore {
 
     lease_settings!();
     acquire_methods!(acquire, try_acquire, acquire_timeout, permit, "a permit");
+    run_methods!(
+        run,
+        try_run,
+        run_timeout,
+        acquire,
+        try_acquire,
+        acquire_timeout,
+        "a permit",
+        "locks.semaphore(\"gpu\", 1)",
+        acquire
+    );
     holders_method!();
-
-    /// Runs `work` holding a permit, as [`Mutex::run`] does under the mutex.
-    ///
-    /// # Errors
-    ///
-    /// As acquiring waits (bad settings, a database error waiting cannot fix), and
-    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lease is lost before `work`
-    /// is done.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops `work` and releases the permit in the background.
-    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(i64) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        run_under(self.acquire().await?, work).await
-    }
 }

@@ -41,8 +41,12 @@
 //! let permit = gpus.acquire_timeout(Duration::from_secs(5)).await?.expect("a free permit");
 //! permit.release().await?;
 //!
-//! // Or run work under the lock, stopped if the lease is lost.
-//! let rows = locks.mutex("import").run(|token| async move { 42 }).await?;
+//! // Or run work under the lock: it gets the guard, is stopped if the lease is lost, and the
+//! // lock is released when it returns (see "Running work under a lock" on `Mutex`).
+//! let rows = locks.mutex("import").run(async |guard| {
+//!     // ... writes that carry guard.fencing_token() ...
+//!     Ok::<_, mongolock::Error>(42)
+//! }).await?;
 //! # let _ = (token, rows);
 //!
 //! // Shutting down, in this order: the lock client waits for releases left to the background
@@ -404,6 +408,7 @@ mod observe;
 mod places;
 mod query;
 mod request;
+mod run;
 mod schema;
 mod unlocks;
 mod wait;

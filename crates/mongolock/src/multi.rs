@@ -55,6 +55,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::lock::{LeaseState, LockKind, LossReason};
 use crate::request::{AcquireRequest, Nonce};
+use crate::run;
 use crate::wait::{self, LeaseOptions, LeaseTiming, Reached, Turn, Wait, fresh_lock_id};
 
 impl LockClient {
@@ -190,6 +191,124 @@ impl MultiLock {
             .checked_add(timeout)
             .map_or(Wait::Forever, Wait::Until);
         self.acquire_within(wait).await
+    }
+
+    /// Waits as long as needed for every resource, runs `work` with the set's guard, and
+    /// releases the set when `work` returns: `work`'s result. The set counts as lost as soon
+    /// as any member is: `work` is dropped then. As the handles' closure forms do, see
+    /// [running work under a lock](crate::Mutex#running-work-under-a-lock).
+    ///
+    /// # Errors
+    ///
+    /// This crate's errors, as `E`: those of [`acquire`](Self::acquire) if the set was not
+    /// granted, and [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) naming the member
+    /// lost if one was lost before `work` returned (`work` was dropped). `work`'s own error,
+    /// untouched. A release that fails after `work` returned is logged, not returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and lets go of every member in the background, as
+    /// dropping the set's guard does (before the grant, as [`acquire`](Self::acquire)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let moved = locks.multi(["account-4", "account-17"]).run(async |both| {
+    ///     // ... debit one and credit the other, each write fenced with its token ...
+    ///     let from = both.fencing_token("account-4").expect("a member");
+    ///     let to = both.fencing_token("account-17").expect("a member");
+    ///     Ok::<_, mongolock::Error>((from, to))
+    /// }).await?;
+    /// assert!(moved.0 > 0 && moved.1 > 0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<T, E>(
+        &self,
+        work: impl AsyncFnOnce(&MultiGuard) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>,
+    {
+        run::under(self.acquire().await?, work).await
+    }
+
+    /// One round at every resource: runs `work` with the set's guard if the set was taken,
+    /// as [`run`](Self::run) does, and `None` without running it if any member is held by
+    /// others.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), with those of [`try_acquire`](Self::try_acquire) for the round.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`run`](Self::run).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// let set = locks.multi(["a", "b"]);
+    /// let b = locks.mutex("b").acquire().await?;
+    /// assert_eq!(set.try_run(async |_both| Ok::<_, mongolock::Error>(1)).await?, None);
+    /// b.release().await?;
+    /// assert_eq!(set.try_run(async |_both| Ok::<_, mongolock::Error>(1)).await?, Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_run<T, E>(
+        &self,
+        work: impl AsyncFnOnce(&MultiGuard) -> std::result::Result<T, E>,
+    ) -> std::result::Result<Option<T>, E>
+    where
+        E: From<Error>,
+    {
+        match self.try_acquire().await? {
+            Some(guard) => run::under(guard, work).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits up to `timeout` for every resource: runs `work` with the set's guard if the set
+    /// was taken, as [`run`](Self::run) does, and `None` without running it if the wait gave
+    /// up. The timeout bounds the wait only, not the work.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), with those of [`acquire_timeout`](Self::acquire_timeout) for
+    /// the wait.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`run`](Self::run).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// # let locks = mongolock::LockClient::new(server.client().database("doc").collection("locks"));
+    /// use std::time::Duration;
+    ///
+    /// let set = locks.multi(["a", "b"]);
+    /// let a = locks.mutex("a").acquire().await?;
+    /// let wait = Duration::from_millis(50);
+    /// assert_eq!(set.run_timeout(wait, async |_both| Ok::<_, mongolock::Error>(1)).await?, None);
+    /// a.release().await?;
+    /// let wait = Duration::from_secs(5);
+    /// assert_eq!(set.run_timeout(wait, async |_both| Ok::<_, mongolock::Error>(1)).await?, Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_timeout<T, E>(
+        &self,
+        timeout: Duration,
+        work: impl AsyncFnOnce(&MultiGuard) -> std::result::Result<T, E>,
+    ) -> std::result::Result<Option<T>, E>
+    where
+        E: From<Error>,
+    {
+        match self.acquire_timeout(timeout).await? {
+            Some(guard) => run::under(guard, work).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn acquire_within(&self, wait: Wait) -> Result<Option<MultiGuard>> {

@@ -417,23 +417,31 @@ macro_rules! apply {
 }
 
 /// Every acquiring method of the three handles.
-const HANDLE_METHODS: [&str; 16] = [
+const HANDLE_METHODS: [&str; 24] = [
     "mutex.acquire",
     "mutex.try_acquire",
     "mutex.acquire_timeout",
     "mutex.run",
+    "mutex.try_run",
+    "mutex.run_timeout",
     "rwlock.read",
     "rwlock.try_read",
     "rwlock.read_timeout",
     "rwlock.run_read",
+    "rwlock.try_run_read",
+    "rwlock.run_read_timeout",
     "rwlock.write",
     "rwlock.try_write",
     "rwlock.write_timeout",
     "rwlock.run_write",
+    "rwlock.try_run_write",
+    "rwlock.run_write_timeout",
     "semaphore.acquire",
     "semaphore.try_acquire",
     "semaphore.acquire_timeout",
     "semaphore.run",
+    "semaphore.try_run",
+    "semaphore.run_timeout",
 ];
 
 /// Calls `method` on a handle (of the resource `bad` names) with the bad setting `bad` applied.
@@ -444,7 +452,7 @@ async fn call_handle(
     permits: u32,
 ) -> Result<String> {
     let resource = bad.resource();
-    let work = |_token: i64| async { 7 };
+    let work = async |_guard: &LockGuard| Ok::<_, mongolock::Error>(7);
     match method {
         "mutex.acquire" => show_guard(apply!(locks.mutex(resource), bad).acquire().await).await,
         "mutex.try_acquire" => {
@@ -458,6 +466,14 @@ async fn call_handle(
             .run(work)
             .await
             .map(|n| n.to_string()),
+        "mutex.try_run" => apply!(locks.mutex(resource), bad)
+            .try_run(work)
+            .await
+            .map(|n| format!("{n:?}")),
+        "mutex.run_timeout" => apply!(locks.mutex(resource), bad)
+            .run_timeout(secs(1), work)
+            .await
+            .map(|n| format!("{n:?}")),
         "rwlock.read" => show_guard(apply!(locks.rwlock(resource), bad).read().await).await,
         "rwlock.try_read" => {
             show_maybe_guard(apply!(locks.rwlock(resource), bad).try_read().await).await
@@ -470,6 +486,14 @@ async fn call_handle(
             .run_read(work)
             .await
             .map(|n| n.to_string()),
+        "rwlock.try_run_read" => apply!(locks.rwlock(resource), bad)
+            .try_run_read(work)
+            .await
+            .map(|n| format!("{n:?}")),
+        "rwlock.run_read_timeout" => apply!(locks.rwlock(resource), bad)
+            .run_read_timeout(secs(1), work)
+            .await
+            .map(|n| format!("{n:?}")),
         "rwlock.write" => show_guard(apply!(locks.rwlock(resource), bad).write().await).await,
         "rwlock.try_write" => {
             show_maybe_guard(apply!(locks.rwlock(resource), bad).try_write().await).await
@@ -482,6 +506,14 @@ async fn call_handle(
             .run_write(work)
             .await
             .map(|n| n.to_string()),
+        "rwlock.try_run_write" => apply!(locks.rwlock(resource), bad)
+            .try_run_write(work)
+            .await
+            .map(|n| format!("{n:?}")),
+        "rwlock.run_write_timeout" => apply!(locks.rwlock(resource), bad)
+            .run_write_timeout(secs(1), work)
+            .await
+            .map(|n| format!("{n:?}")),
         "semaphore.acquire" => {
             show_guard(
                 apply!(locks.semaphore(resource, permits), bad)
@@ -502,6 +534,14 @@ async fn call_handle(
             .run(work)
             .await
             .map(|n| n.to_string()),
+        "semaphore.try_run" => apply!(locks.semaphore(resource, permits), bad)
+            .try_run(work)
+            .await
+            .map(|n| format!("{n:?}")),
+        "semaphore.run_timeout" => apply!(locks.semaphore(resource, permits), bad)
+            .run_timeout(secs(1), work)
+            .await
+            .map(|n| format!("{n:?}")),
         other => unreachable!("no handle method {other}"),
     }
 }
@@ -867,7 +907,18 @@ fn argument_cases() -> Vec<Case> {
                         "semaphore.acquire_timeout" => {
                             show_maybe_guard(semaphore.acquire_timeout(secs(1)).await).await
                         }
-                        _ => semaphore.run(|_| async { 7 }).await.map(|n| n.to_string()),
+                        "semaphore.run" => semaphore
+                            .run(async |_| Ok::<_, mongolock::Error>(7))
+                            .await
+                            .map(|n| n.to_string()),
+                        "semaphore.try_run" => semaphore
+                            .try_run(async |_| Ok::<_, mongolock::Error>(7))
+                            .await
+                            .map(|n| format!("{n:?}")),
+                        _ => semaphore
+                            .run_timeout(secs(1), async |_| Ok::<_, mongolock::Error>(7))
+                            .await
+                            .map(|n| format!("{n:?}")),
                     }
                 }
             );

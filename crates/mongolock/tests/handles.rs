@@ -17,13 +17,12 @@
 //!   be taken again.
 //! - **`holders()`** on each handle lists the locks held on its resource, leaving out those
 //!   only in force (a lock-delay, a minimum hold) and expired ones.
-//! - **`Mutex::run`** returns the work's value and releases the lock; if the lease is lost
-//!   while the work runs, the work is dropped and `run` fails with
-//!   [`ErrorKind::LeaseLost`].
+//! - **Work run under a lock** (`Mutex::run` and the other closure forms): see
+//!   `tests/closures.rs`.
 //! - **`LockGuard::release` after a loss** reports it: [`ErrorKind::LeaseLost`].
 //! - **Send and Sync.** The handles and guards are `Send + Sync`, and the futures of every
-//!   acquire, of `run`, `release`, `lost` and `shutdown` are `Send`, so they can be spawned;
-//!   so are the election's and the multi-lock's.
+//!   acquire, of the closure forms, `release`, `lost` and `shutdown` are `Send`, so they can
+//!   be spawned; so are the election's and the multi-lock's.
 //! - **Bad settings** are [`ErrorKind::InvalidArgument`] naming the setting, and nothing is
 //!   written.
 //!
@@ -495,91 +494,8 @@ async fn a_semaphore_never_has_more_holders_than_permits() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Mutex::run, and losing a lease.
+// Losing a lease.
 // ---------------------------------------------------------------------------------------
-
-#[tokio::test]
-async fn run_returns_the_works_value_and_releases() {
-    let env = env("run").await;
-    let job = env.locks.mutex("job");
-    let value = job
-        .run(|token| async move {
-            assert!(token > 0);
-            42
-        })
-        .await
-        .unwrap();
-    assert_eq!(value, 42);
-    assert!(
-        env.locks
-            .status(&Filter::default())
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert_eq!(env.locks.leases(), 0);
-    // The token the work got is the grant's: the next grant's is higher.
-    let first = job.run(|token| async move { token }).await.unwrap();
-    let second = job.run(|token| async move { token }).await.unwrap();
-    assert!(second > first);
-}
-
-/// Sets a flag when dropped.
-struct SetOnDrop(Arc<AtomicBool>);
-
-impl Drop for SetOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-/// The lease (TTL 600 ms, renewed every 200 ms) is broken by an operator while the work
-/// sleeps; the keeper's next renewal finds it gone, and `run` stops the work (drops it) and
-/// reports the loss.
-#[tokio::test]
-async fn run_stops_the_work_when_the_lease_is_lost() {
-    let env = env("run_lost").await;
-    let operator = env.other_client().await;
-    let started = Arc::new(tokio::sync::Notify::new());
-    let (dropped, finished) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-
-    let running = tokio::spawn({
-        let job = env.locks.mutex("job").ttl(Duration::from_millis(600));
-        let (started, dropped, finished) = (started.clone(), dropped.clone(), finished.clone());
-        async move {
-            job.run(|_token| async move {
-                let _dropped = SetOnDrop(dropped);
-                started.notify_one();
-                sleep(Duration::from_secs(30)).await;
-                finished.store(true, Ordering::SeqCst);
-            })
-            .await
-        }
-    });
-    bounded("the work starts", started.notified()).await;
-    assert_eq!(operator.force_release("job").await.unwrap(), 1);
-
-    let error = bounded("run notices the loss", running)
-        .await
-        .unwrap()
-        .expect_err("the lease was lost");
-    match error.kind() {
-        ErrorKind::LeaseLost {
-            resource, reason, ..
-        } => {
-            assert_eq!(resource, "job");
-            assert_eq!(*reason, LossReason::Revoked);
-        }
-        other => panic!("expected LeaseLost, got {other:?}"),
-    }
-    assert!(dropped.load(Ordering::SeqCst), "the work was dropped");
-    assert!(!finished.load(Ordering::SeqCst), "the work did not go on");
-    env.locks.shutdown().await;
-    assert_eq!(env.locks.leases(), 0);
-}
 
 #[tokio::test]
 async fn release_after_a_loss_reports_the_loss() {
@@ -637,7 +553,13 @@ async fn handles_guards_and_their_futures_are_send() {
     assert_send(&mutex.acquire());
     assert_send(&mutex.try_acquire());
     assert_send(&mutex.acquire_timeout(Duration::from_secs(1)));
-    assert_send(&mutex.run(|token| async move { token }));
+    let work = async |guard: &LockGuard| Ok::<_, mongolock::Error>(guard.fencing_token());
+    assert_send(&mutex.run(work));
+    assert_send(&mutex.try_run(work));
+    assert_send(&mutex.run_timeout(Duration::from_secs(1), work));
+    assert_send(&rwlock.run_read(work));
+    assert_send(&rwlock.try_run_write(work));
+    assert_send(&semaphore.run_timeout(Duration::from_secs(1), work));
     assert_send(&rwlock.read());
     assert_send(&rwlock.try_read());
     assert_send(&rwlock.read_timeout(Duration::from_secs(1)));
@@ -672,6 +594,8 @@ async fn handles_guards_and_their_futures_are_send() {
     assert_send(&set.acquire());
     assert_send(&set.try_acquire());
     assert_send(&set.acquire_timeout(Duration::from_secs(1)));
+    assert_send(&set.run(async |both| Ok::<_, mongolock::Error>(both.lock_id().len())));
+    assert_send(&election.lead("v", async |l| Ok::<_, mongolock::Error>(l.term())));
     let both = set.acquire().await.unwrap();
     assert_send(&both.lost());
     assert_send(&both.release());
@@ -721,7 +645,7 @@ async fn bad_settings_are_refused_and_nothing_is_written() {
                 .await
                 .unwrap_err(),
             mutex
-                .run(|_| async { panic!("never runs") })
+                .run(async |_| -> mongolock::Result<()> { panic!("never runs") })
                 .await
                 .unwrap_err(),
         ];
