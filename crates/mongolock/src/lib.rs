@@ -14,6 +14,11 @@
 //! | several resources at once, all or nothing, without deadlock | [`LockClient::multi`] | a [`MultiGuard`]: exclusive on each |
 //! | to decide yourself, one command per call (groups of locks, your own waiting) | [`LockClient::xlock`], [`LockClient::slock`], [`LockClient::acquire`] and the table below | a [`Grant`]; nothing is renewed for you |
 //!
+//! Code that is not async uses the same handles, with calls that block, from the `blocking`
+//! module (the `blocking` feature, off by default): see
+#![cfg_attr(feature = "blocking", doc = "[`blocking`].")]
+#![cfg_attr(not(feature = "blocking"), doc = "`mongolock::blocking`.")]
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
 //! # let server = mongolock_testkit::TestServer::start().await.unwrap();
@@ -382,6 +387,8 @@
 #![warn(clippy::missing_errors_doc)]
 
 mod attempt;
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod changes;
 mod client;
 mod clock;
