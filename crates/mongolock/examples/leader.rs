@@ -17,7 +17,7 @@ use std::time::Duration;
 use bson::{Document, doc};
 use futures_util::StreamExt;
 use mongodb::Collection;
-use mongolock::LockClient;
+use mongolock::{ErrorKind, LockClient};
 
 mod common;
 
@@ -45,28 +45,34 @@ async fn replica(
 ) -> mongolock::Result<()> {
     let election = locks.election("scheduler").ttl(Duration::from_secs(5));
     for _ in 0..rounds {
-        let leading = election.campaign(name).await?;
-        let term = leading.term();
-        println!("{name}: leading, term {term}");
-        // Until the store refuses a tick: a newer leader wrote (this one was deposed and
-        // has not heard of it yet).
-        let work = async {
-            while fenced_tick(&store, term, name).await {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+        // Leads while `work` runs, and resigns when it returns; leadership lost first stops
+        // the work at once (someone else may lead already) and says so.
+        let led = election
+            .lead(name, async |leading| {
+                let term = leading.term();
+                println!("{name}: leading, term {term}");
+                // Until the store refuses a tick: a newer leader wrote (this one was deposed
+                // and has not heard of it yet).
+                let ticks = async {
+                    while fenced_tick(&store, term, name).await {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                };
+                tokio::select! {
+                    () = tokio::time::sleep(lead_for) => println!("{name}: resigning"),
+                    () = ticks => {
+                        println!("{name}: the store refused a tick (a newer term wrote): stopped");
+                    }
+                }
+                Ok::<_, mongolock::Error>(())
+            })
+            .await;
+        match led {
+            Ok(()) => {}
+            Err(error) if matches!(error.kind(), ErrorKind::LeaseLost { .. }) => {
+                println!("{name}: leadership lost ({error}), stopped at once");
             }
-        };
-        tokio::select! {
-            reason = leading.lost() => {
-                // Stop leading work now: someone else may lead already.
-                println!("{name}: leadership lost ({reason:?}), stopped at once");
-            }
-            () = tokio::time::sleep(lead_for) => {
-                println!("{name}: resigning");
-                leading.resign().await?;
-            }
-            () = work => {
-                println!("{name}: the store refused a tick (a newer term wrote): stopped");
-            }
+            Err(error) => return Err(error),
         }
     }
     Ok(())

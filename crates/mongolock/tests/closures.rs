@@ -40,9 +40,14 @@ const HANG_GUARD: Duration = Duration::from_secs(20);
 /// How long a `_timeout` form waits when it is to give up.
 const GIVE_UP: Duration = Duration::from_millis(150);
 
-/// A TTL short enough for a force release to be noticed within a test (renewals every
-/// 200 ms).
+/// A TTL that a work blocking the runtime outlasts.
 const SHORT_TTL: Duration = Duration::from_millis(600);
+
+/// A lease for the works an operator interrupts: renewed often, so a force release is noticed
+/// within a fraction of a second, with a deadline far enough for a slow machine never to
+/// reach it first.
+const TTL: Duration = Duration::from_secs(3);
+const RENEW_EVERY: Duration = Duration::from_millis(200);
 
 /// Awaits `future`, failing the test if it hangs.
 async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
@@ -476,7 +481,7 @@ async fn a_lease_lost_mid_work_stops_the_work_and_the_call_says_so() {
     let env = env("lost_mid_work").await;
     let operator = env.other_client().await;
     let work = Interrupted::default();
-    let job = env.locks.mutex("job").ttl(SHORT_TTL);
+    let job = env.locks.mutex("job").ttl(TTL).extend_every(RENEW_EVERY);
     let running = tokio::spawn({
         let work = work.clone();
         async move { job.run(async |_guard| work.work().await).await }
@@ -497,7 +502,11 @@ async fn a_member_lost_mid_work_stops_the_sets_work() {
     let env = env("member_lost").await;
     let operator = env.other_client().await;
     let work = Interrupted::default();
-    let set = env.locks.multi(["a", "b"]).ttl(SHORT_TTL);
+    let set = env
+        .locks
+        .multi(["a", "b"])
+        .ttl(TTL)
+        .extend_every(RENEW_EVERY);
     let running = tokio::spawn({
         let work = work.clone();
         async move { set.run(async |_both| work.work().await).await }
@@ -522,7 +531,9 @@ async fn leadership_lost_mid_term_stops_the_work() {
     let env = env("leadership_lost").await;
     let operator = env.other_client().await;
     let work = Interrupted::default();
-    let election = env.locks.election("scheduler").ttl(SHORT_TTL);
+    let election = (env.locks.election("scheduler"))
+        .ttl(TTL)
+        .extend_every(RENEW_EVERY);
     let running = tokio::spawn({
         let work = work.clone();
         async move {
