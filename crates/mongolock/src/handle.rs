@@ -452,8 +452,9 @@ macro_rules! run_methods {
 ///   next `.await`; a value it returns once the guard's clock shows the loss is dropped too)
 ///   and the call fails with [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost). What the
 ///   work did up to then may have overlapped with the next holder: only fencing tokens
-///   protect the store from that. Work that must wind down itself can watch
-///   `guard.lost()`.
+///   protect the store from that. Work can look at `guard.time_left()` between steps to
+///   stop cleanly before then; work that must clean up after a loss acquires the guard itself
+///   and races against [`lost`](LockGuard::lost).
 /// - **The work returned an error**: that error, and the lock is released.
 /// - **The work returned a value**: that value, and the lock is released. `Ok` means the
 ///   work returned while its lease was believed held: the value is never thrown away for
