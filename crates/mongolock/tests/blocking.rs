@@ -249,6 +249,11 @@ fn a_lost_lease_is_seen_by_the_blocking_guard() {
         "{error:?}"
     );
     locks.shutdown().expect("shutdown");
+    let driver = operator.collection().client().clone();
+    setup.runtime.block_on(async move {
+        operator.shutdown().await;
+        driver.shutdown().await;
+    });
 }
 
 #[test]
@@ -328,4 +333,147 @@ fn a_blocking_call_inside_an_async_runtime_is_an_error() {
     let shutdown = current.block_on(async { locks.shutdown() });
     assert_eq!(invalid_argument(&shutdown.expect_err("refused")), "runtime");
     locks.shutdown().expect("outside any runtime");
+}
+
+#[test]
+fn a_semaphore_across_threads_never_exceeds_its_permits() {
+    let setup = Setup::new("semaphore");
+    let locks = setup.blocking();
+    let (holding, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (locks, holding, most) = (locks.clone(), holding.clone(), most.clone());
+            thread::spawn(move || {
+                for _ in 0..3 {
+                    let permit = locks.semaphore("gpu", 2).acquire().expect("acquire");
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(30));
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().expect("held throughout");
+                }
+            })
+        })
+        .collect();
+    within(LIMIT, move || {
+        for thread in threads {
+            thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+    });
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 2, "{most} holders of two permits at once");
+    locks.shutdown().expect("shutdown");
+}
+
+#[test]
+fn readers_share_and_a_writer_excludes() {
+    let setup = Setup::new("rwlock");
+    let (a, b) = (setup.blocking(), setup.blocking());
+    let first = a.rwlock("config").read().expect("free");
+    let second = within(LIMIT, move || b.rwlock("config").try_read().map(|r| (r, b)));
+    let (second, b) = second.expect("no error");
+    let second = second.expect("readers share");
+    assert!(a.rwlock("config").try_write().expect("no error").is_none());
+    first.release().expect("held throughout");
+    second.release().expect("held throughout");
+    let writing = a
+        .rwlock("config")
+        .write_timeout(Duration::from_secs(5))
+        .expect("no error")
+        .expect("free once the readers left");
+    assert!(b.rwlock("config").try_read().expect("no error").is_none());
+    writing.release().expect("held throughout");
+    a.shutdown().expect("shutdown");
+    b.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_multi_lock_is_all_or_nothing_and_an_election_has_one_leader() {
+    let setup = Setup::new("multi_election");
+    let (a, b) = (setup.blocking(), setup.blocking());
+    let held = a.mutex("account-4").acquire().expect("free");
+    let transfer = b.multi(["account-17", "account-4"]);
+    assert!(
+        transfer.try_acquire().expect("no error").is_none(),
+        "all or nothing"
+    );
+    assert!(
+        b.mutex("account-17")
+            .try_acquire()
+            .expect("no error")
+            .is_some()
+    );
+    held.release().expect("held throughout");
+    let both = transfer.acquire().expect("free");
+    assert!(
+        both.fencing_token("account-4").is_some() && both.fencing_token("account-17").is_some()
+    );
+    both.release().expect("held throughout");
+
+    let leading = a.election("scheduler").campaign("host-a").expect("free");
+    let rival = b.clone();
+    let refused = within(LIMIT, move || {
+        rival
+            .election("scheduler")
+            .try_campaign("host-b")
+            .map(|l| l.is_none())
+    });
+    assert!(refused.expect("no error"), "one leader");
+    assert_eq!(
+        b.election("scheduler")
+            .leader()
+            .expect("read")
+            .expect("a leader")
+            .value(),
+        "host-a"
+    );
+    let term = leading.term();
+    leading.resign().expect("held throughout");
+    let next = b.election("scheduler").campaign("host-b").expect("free");
+    assert!(next.term() > term);
+    drop(next);
+    a.shutdown().expect("shutdown");
+    b.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_blocking_client_wraps_an_async_one_and_shares_its_leases() {
+    let setup = Setup::new("from_async");
+    let async_locks = setup.async_client();
+    let locks = LockClient::from_async(async_locks.clone());
+    let guard = locks.mutex("job").acquire().expect("free");
+    assert_eq!(async_locks.leases(), 1, "one client, one keeper");
+    let refused = setup
+        .runtime
+        .block_on(async_locks.mutex("job").try_acquire())
+        .expect("no error");
+    assert!(refused.is_none(), "held by the blocking side");
+    guard.release().expect("held throughout");
+    assert_eq!(async_locks.leases(), 0);
+    // Shut down in the order the async client needs, the driver's client last: it is the
+    // caller's (made on the test's runtime), not the blocking client's.
+    locks.shutdown().expect("shutdown");
+    let driver = async_locks.collection().client().clone();
+    setup
+        .runtime
+        .block_on(async move { driver.shutdown().await });
+}
+
+/// The blocking types can be shared with and sent to other threads (a compile-time check).
+#[allow(dead_code)]
+fn blocking_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<LockClient>();
+    send_sync::<mongolock::blocking::Mutex>();
+    send_sync::<mongolock::blocking::RwLock>();
+    send_sync::<mongolock::blocking::Semaphore>();
+    send_sync::<mongolock::blocking::MultiLock>();
+    send_sync::<mongolock::blocking::Election>();
+    send_sync::<mongolock::blocking::LockGuard>();
+    send_sync::<mongolock::blocking::MultiGuard>();
+    send_sync::<mongolock::blocking::Leadership>();
+    send::<mongolock::blocking::LeaderChanges>();
 }
