@@ -811,3 +811,21 @@ impl Observer {
         }
     }
 }
+
+impl run::Held for Leadership {
+    fn lost(&self) -> impl Future<Output = LossReason> + Send {
+        Leadership::lost(self)
+    }
+
+    fn state(&self) -> LeaseState {
+        Leadership::state(self)
+    }
+
+    fn lost_error(&self, reason: LossReason) -> Error {
+        crate::wait::lease_lost(self.guard().resource(), reason)
+    }
+
+    fn release(self) -> impl Future<Output = Result<()>> + Send {
+        self.resign()
+    }
+}

@@ -625,3 +625,25 @@ impl MultiGuard {
             .map(|index| &self.guards[index])
     }
 }
+
+impl run::Held for MultiGuard {
+    fn lost(&self) -> impl Future<Output = LossReason> + Send {
+        MultiGuard::lost(self)
+    }
+
+    fn state(&self) -> LeaseState {
+        MultiGuard::state(self)
+    }
+
+    fn lost_error(&self, reason: LossReason) -> Error {
+        // The member that was lost (the first, in resource order), else the first member.
+        let guards = self.guards();
+        let lost = guards.iter().find(|guard| guard.is_lost());
+        let resource = lost.or(guards.first()).map_or("", |guard| guard.resource());
+        wait::lease_lost(resource, reason)
+    }
+
+    fn release(self) -> impl Future<Output = Result<()>> + Send {
+        MultiGuard::release(self)
+    }
+}

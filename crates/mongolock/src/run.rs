@@ -18,14 +18,13 @@
 
 use std::future::Future;
 
-use crate::election::Leadership;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::lock::{LeaseState, LossReason};
-use crate::multi::MultiGuard;
 use crate::wait;
 
-/// What the work runs under: a guard, a multi-lock's guard, or a leadership.
+/// What the work runs under: a guard, a multi-lock's guard (its impl is in `multi.rs`), or a
+/// leadership (in `election.rs`).
 pub(crate) trait Held: Sync {
     /// Resolves when the lease (any member's) is lost, with the reason.
     fn lost(&self) -> impl Future<Output = LossReason> + Send;
@@ -55,46 +54,6 @@ impl Held for LockGuard {
 
     fn release(self) -> impl Future<Output = Result<()>> + Send {
         LockGuard::release(self)
-    }
-}
-
-impl Held for MultiGuard {
-    fn lost(&self) -> impl Future<Output = LossReason> + Send {
-        MultiGuard::lost(self)
-    }
-
-    fn state(&self) -> LeaseState {
-        MultiGuard::state(self)
-    }
-
-    fn lost_error(&self, reason: LossReason) -> Error {
-        // The member that was lost (the first, in resource order), else the first member.
-        let guards = self.guards();
-        let lost = guards.iter().find(|guard| guard.is_lost());
-        let resource = lost.or(guards.first()).map_or("", |guard| guard.resource());
-        wait::lease_lost(resource, reason)
-    }
-
-    fn release(self) -> impl Future<Output = Result<()>> + Send {
-        MultiGuard::release(self)
-    }
-}
-
-impl Held for Leadership {
-    fn lost(&self) -> impl Future<Output = LossReason> + Send {
-        Leadership::lost(self)
-    }
-
-    fn state(&self) -> LeaseState {
-        Leadership::state(self)
-    }
-
-    fn lost_error(&self, reason: LossReason) -> Error {
-        wait::lease_lost(self.guard().resource(), reason)
-    }
-
-    fn release(self) -> impl Future<Output = Result<()>> + Send {
-        self.resign()
     }
 }
 
