@@ -477,3 +477,28 @@ fn blocking_types_are_send_and_sync() {
     send_sync::<mongolock::blocking::Leadership>();
     send::<mongolock::blocking::LeaderChanges>();
 }
+
+#[test]
+fn a_guard_dropped_inside_another_runtime_is_released_by_the_blocking_one() {
+    let setup = Setup::new("dropped_elsewhere");
+    let (locks, other) = (setup.blocking(), setup.blocking());
+    let ttl = Duration::from_secs(60);
+    let guard = locks.mutex("job").ttl(ttl).acquire().expect("free");
+    // Dropped in a runtime that is not driven after its `block_on`, and then ends: a
+    // release spawned there would never run.
+    let elsewhere = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    elsewhere.block_on(async move { drop(guard) });
+    drop(elsewhere);
+    let taken = within(LIMIT, move || {
+        other
+            .mutex("job")
+            .ttl(ttl)
+            .acquire_timeout(Duration::from_secs(5))
+            .map(|guard| guard.is_some())
+    });
+    assert!(taken.expect("no error"), "released long before the TTL");
+    locks.shutdown().expect("shutdown");
+}

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
@@ -17,18 +17,18 @@ use crate::error::{Error, Result};
 const WORKER_THREADS: usize = 2;
 
 /// The process's blocking runtime, made at its first use.
-static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
-    Builder::new_multi_thread()
-        .worker_threads(WORKER_THREADS)
-        .thread_name("mongolock-blocking")
-        .enable_all()
-        .build()
-        .unwrap_or_else(|error| panic!("mongolock: the blocking runtime cannot start: {error}"))
-});
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
-/// The blocking runtime.
+/// The blocking runtime, made now if this is its first use.
 fn runtime() -> &'static Runtime {
-    &RUNTIME
+    RUNTIME.get_or_init(|| {
+        Builder::new_multi_thread()
+            .worker_threads(WORKER_THREADS)
+            .thread_name("mongolock-blocking")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|error| panic!("mongolock: the blocking runtime cannot start: {error}"))
+    })
 }
 
 /// Runs `future` to its end on the blocking runtime, blocking this thread.
@@ -56,9 +56,10 @@ fn inside_runtime() -> Error {
     )
 }
 
-/// A value that is dropped inside the blocking runtime: the lock client's clones and the
-/// driver's client spawn their clean-up when dropped (a guard's release, the driver's
-/// end of sessions), which needs a runtime on the dropping thread.
+/// A value that is dropped inside the blocking runtime: a guard's drop spawns its release
+/// on the runtime of the dropping thread, which is then the blocking runtime, whatever
+/// thread drops it (one of another runtime included), so that the release is sent by the
+/// runtime that keeps the lease.
 pub(crate) struct Entered<T>(Option<T>);
 
 impl<T> Entered<T> {
@@ -88,10 +89,13 @@ impl<T> DerefMut for Entered<T> {
 
 impl<T> Drop for Entered<T> {
     fn drop(&mut self) {
-        if let Some(value) = self.0.take() {
-            let _entered = runtime().enter();
-            drop(value);
-        }
+        let Some(value) = self.0.take() else {
+            return;
+        };
+        // Before the runtime's first use, nothing it could run was started either: no
+        // runtime is made just to drop a value.
+        let _entered = RUNTIME.get().map(Runtime::enter);
+        drop(value);
     }
 }
 
