@@ -42,10 +42,20 @@
 //! (af) sends it with the first ones only). Shared entries are modelled (the server's step for readers, writers and
 //! semaphore permits, their caps; clients with guards of each kind in the scenarios "a
 //! reader and a writer" and "a semaphore of one / two permits, two holders", and the same
-//! with a lock-delay and a minimum hold, [`scenarios::shared_holds`]). Not modelled, besides what [`server`]
-//! leaves out of the document: the line (a writer's announcement, arrival order: it only
-//! adds terms to a grant's condition, so the model grants whatever the library grants, and
-//! more), sealing at the tombstone cap (the model's tombstones never lapse, and a run makes
+//! with a lock-delay and a minimum hold, [`scenarios::shared_holds`]). The line is modelled in its own
+//! scenarios ([`scenarios::line`], [`scenarios::guards_line_restart`]: `Config::line`): a
+//! guard's acquire is a waiting one, its place taken, kept and left as the library's
+//! pipelines do (see [`server`]), a call that stops with every attempt refused leaves the
+//! line (`leave_line`), and a resume whose adoption is refused goes on waiting in its place;
+//! the property "waiters are served in arrival order" ([`model::ORDER`], the harness's (S9))
+//! judges every grant against the server's line and against the checker's own record of it,
+//! and controls (ah) (a waiting attempt answered "already held" out of the line, as before
+//! 4b66416) and (ai) (a line jumper) are caught. Elsewhere the line is left out (it only adds
+//! terms to a grant's condition, so there the model grants whatever the library grants, and
+//! more). Not modelled, besides what [`server`] leaves out of the document: a place's
+//! refresh (a place lapses its life after it was taken), shared waiters in the record of
+//! the line (their places are in the server's step and the conformance test), the wake,
+//! sealing at the tombstone cap (the model's tombstones never lapse, and a run makes
 //! far fewer than the cap), a client's
 //! `renew(lock_id)` (the server's step is modelled and in the conformance test; no model
 //! client calls it), clock-step detection (a forward step excuses the holders it may have
@@ -240,6 +250,9 @@ pub mod scenarios {
                 ..bounds([4, 2, 1, 1, 2, 1, 1, 1])
             }),
             unlock_limit(bounds([1, 4, 1, 3, 2, 1, 0, 0])),
+            handles_line(clock),
+            handles_line(faults),
+            guards_line_restart(bounds([2, 2, 1, 1, 2, 1, 0, 1])),
         ]
     }
 
@@ -256,6 +269,7 @@ pub mod scenarios {
             purge_groups: false,
             purges: false,
             unlock_limit: None,
+            line: false,
             bounds,
             bugs: Bugs::default(),
         }
@@ -444,6 +458,38 @@ pub mod scenarios {
         ]
     }
 
+    /// [`handles`] with the line: every acquire waits in line (a place lasting twice the
+    /// TTL).
+    pub fn handles_line(bounds: Bounds) -> Config {
+        Config {
+            name: "two guards in line",
+            line: true,
+            ..handles(bounds)
+        }
+    }
+
+    /// [`guards_min_hold_restart`] with the line: a restarted guard answered "already held"
+    /// keeps its place while it resumes, and goes on waiting there if the adoption is refused
+    /// (its lease let go of within its hold meanwhile, by its predecessor's late release).
+    pub fn guards_line_restart(bounds: Bounds) -> Config {
+        Config {
+            name: "two guards in line, a minimum hold, one restarting",
+            line: true,
+            ..guards_min_hold(bounds)
+        }
+    }
+
+    /// The line at the small bounds, for `cargo test`: two guards in line at both of
+    /// [`SMALL`] and at [`TIME`]. ([`guards_line_restart`] runs at control (ah)'s bound,
+    /// without the bug, as every control's scenario does.)
+    pub fn line() -> Vec<Config> {
+        vec![
+            handles_line(SMALL[0]),
+            handles_line(SMALL[1]),
+            handles_line(TIME),
+        ]
+    }
+
     /// Two clients with guards on one resource.
     pub fn handles(bounds: Bounds) -> Config {
         config("two guards, one resource", 1, vec![Mode::Handle; 2], bounds)
@@ -609,11 +655,25 @@ pub mod controls {
 
     fn listed() -> Vec<Control> {
         use scenarios::{
-            forced_back, guards_min_hold, guards_min_hold_restart, guards_purges, handles,
-            keeper_alone, low_level, min_hold, one_permit, purge_groups, readers_writer,
-            readers_writer_holds, two_permits, unlock_limit,
+            forced_back, guards_line_restart, guards_min_hold, guards_min_hold_restart,
+            guards_purges, handles, handles_line, keeper_alone, low_level, min_hold, one_permit,
+            purge_groups, readers_writer, readers_writer_holds, two_permits, unlock_limit,
         };
         vec![
+            control(
+                "(ah) a waiting attempt answered \"already held\" out of the line (before 4b66416)",
+                guards_line_restart,
+                [0, 2, 0, 0, 2, 1, 0, 1],
+                |b| b.held_answer_leaves_line = true,
+                model::ORDER,
+            ),
+            control(
+                "(ai) a line jumper: a waiting attempt granted past the places ahead of it",
+                handles_line,
+                [0, 2, 0, 0, 2, 0, 0, 0],
+                |b| b.line_jumper = true,
+                model::ORDER,
+            ),
             control(
                 "(a) a queued release lands after its lock id resumed (no settle)",
                 handles,
@@ -992,6 +1052,13 @@ pub mod trace {
         let mut out = format!("    t={} server={}", state.rt, state.now());
         for (r, doc) in state.server.docs.iter().enumerate() {
             out += &format!("  r{r} {}", show_doc(doc));
+        }
+        for (r, line) in state.line.iter().enumerate() {
+            if !line.is_empty() {
+                out += &format!(
+                    "\n      waiting on r{r}, in the order they joined (client, until): {line:?}"
+                );
+            }
         }
         for (i, c) in state.clients.iter().enumerate() {
             out += &format!(

@@ -28,6 +28,7 @@ fn main() {
             .chain(scenarios::shared_holds())
             .chain(scenarios::purges())
             .chain(scenarios::limits())
+            .chain(scenarios::line())
             .collect()
     };
     let mut failed = false;

@@ -24,8 +24,8 @@
 use stateright::{Model, Property};
 
 use crate::server::{
-    Bugs, Doc, Entry, KeeperId, Kind, LockId, Nonce, Reply, Request, Res, Server, Time, Token,
-    UnlockOp, Unlocks,
+    Bugs, Doc, Entry, KeeperId, Kind, LockId, Nonce, Place, Reply, Request, Res, Server, Time,
+    Token, UnlockOp, Unlocks,
 };
 
 /// How a client uses the library.
@@ -98,6 +98,13 @@ pub struct Config {
     /// no attempt (the library refuses it before sending) until some are answered. None: no
     /// limit (a run makes at most [`Unlocks::CAPACITY`] calls, far fewer than 16).
     pub unlock_limit: Option<u8>,
+    /// The line: every acquire of a client with guards is a waiting one (`announce`, a place
+    /// lasting twice the TTL, as `wait::place_life`), which takes a place in the resource's
+    /// line when made to wait; a call that stops waiting with every attempt refused leaves
+    /// it (`Chore::Leave`), and a resume whose adoption is refused goes on waiting in its
+    /// place. Off: single attempts (the line left out, every grant the line allows made, and
+    /// more).
+    pub line: bool,
     /// The bounds.
     pub bounds: Bounds,
     /// The bugs put back (none: the library's protocol).
@@ -156,18 +163,27 @@ pub enum Chore {
         /// nobody was handed).
         kept: bool,
     },
+    /// Leave the resource's line (`leave_line`): a waiting call that stopped with every
+    /// attempt refused.
+    Leave {
+        /// The resource.
+        resource: Res,
+    },
 }
 
 impl Chore {
     fn resource(&self) -> Res {
         match *self {
-            Chore::Release { resource, .. } | Chore::Withdraw { resource, .. } => resource,
+            Chore::Release { resource, .. }
+            | Chore::Withdraw { resource, .. }
+            | Chore::Leave { resource } => resource,
         }
     }
 
-    fn nonce(&self) -> Nonce {
+    fn nonce(&self) -> Option<Nonce> {
         match *self {
-            Chore::Release { nonce, .. } | Chore::Withdraw { nonce, .. } => nonce,
+            Chore::Release { nonce, .. } | Chore::Withdraw { nonce, .. } => Some(nonce),
+            Chore::Leave { .. } => None,
         }
     }
 }
@@ -204,6 +220,10 @@ pub enum Call {
         deadline: Time,
         /// As the attempt's.
         epoch: u8,
+        /// With the line: the waiting call's attempt answered "already held", as (resource,
+        /// nonce, uncertain, retries), which goes on waiting in its place if the adoption is
+        /// refused (its nonce again if a copy's outcome was unknown, else a new one).
+        waiting: Option<(Res, Nonce, bool, u8)>,
     },
     /// A guard's `release()`.
     Release {
@@ -327,6 +347,9 @@ pub mod flag {
     /// lease, or an entry within its lock-delay or minimum hold) that the call is not
     /// documented to end.
     pub const PURGE_ENDED: u16 = 64;
+    /// A grant went past a waiter that stood in line before the grantee (or before it asked,
+    /// if it stood in no line).
+    pub const OUT_OF_ORDER: u16 = 128;
 }
 
 /// The whole system.
@@ -365,6 +388,10 @@ pub struct State {
     /// checker's, kept apart from the server's documents): the end of a minimum hold its
     /// holder let go into.
     pub quiet_until: Vec<Time>,
+    /// Per resource, the waiting calls of clients with guards in the order they joined the
+    /// line, as (client, until): a record of the checker's, kept apart from the server's
+    /// documents, of where each waiter stands (see [`ORDER`]).
+    pub line: Vec<Vec<(u8, Time)>>,
     /// Violations recorded at transitions ([`flag`]).
     pub flags: u16,
 }
@@ -481,6 +508,7 @@ impl LockModel {
                 || match chore {
                     Chore::Release { .. } => bugs.no_settle_releases,
                     Chore::Withdraw { .. } => bugs.no_settle_withdrawals,
+                    Chore::Leave { .. } => false,
                 }
         })
     }
@@ -535,7 +563,13 @@ impl LockModel {
             },
             delay: self.config.delay,
             min_hold: self.config.min_hold,
+            announce: (handle && self.config.line).then_some(self.place_life()),
         }
+    }
+
+    /// How long a place in line lasts: twice the TTL (`wait::place_life`).
+    pub fn place_life(&self) -> Time {
+        2 * self.config.ttl
     }
 
     /// Whether `client` may send an attempt under the unlock limit: it doubts no more
@@ -576,6 +610,10 @@ impl LockModel {
                 keeper,
                 hold: kept,
                 shared: self.kind(client).is_shared(),
+            },
+            Chore::Leave { resource } => Request::Leave {
+                resource,
+                lock_id: self.lock_id(client, state),
             },
         }
     }
@@ -668,7 +706,7 @@ impl LockModel {
     /// Whether a live client still owes something for `nonce`.
     fn owed(state: &State, nonce: Nonce) -> bool {
         state.clients.iter().any(|c| {
-            c.chores.iter().any(|chore| chore.nonce() == nonce)
+            c.chores.iter().any(|chore| chore.nonce() == Some(nonce))
                 || matches!(&c.call, Some(Call::Release { lease }) if lease.nonce == nonce)
         })
     }
@@ -706,6 +744,15 @@ impl LockModel {
                 .any(|e| e.is_live(now)),
             _ => false,
         };
+        // The live line an acquire meets.
+        let queue_before: Vec<Place> = match msg.request {
+            Request::Acquire { resource, .. } => (state.server.docs[resource as usize].queue)
+                .iter()
+                .filter(|p| p.until > now)
+                .cloned()
+                .collect(),
+            _ => vec![],
+        };
         self.note_let_go(state, &msg.request, now);
         let answer = state.server.execute(&msg.request, now, &self.config.bugs);
         if let Request::Unlock { op, .. } = msg.request {
@@ -733,6 +780,56 @@ impl LockModel {
                 .map(|t| (resource, t)),
             _ => None,
         };
+        if let Request::Acquire {
+            resource,
+            lock_id,
+            kind,
+            ..
+        } = msg.request
+        {
+            match granted {
+                Some((_, token)) => {
+                    let exclusive = (state.server.docs[resource as usize].entry.as_ref())
+                        .is_some_and(|e| e.token == token);
+                    self.judge_order(
+                        state,
+                        resource,
+                        (msg.from, lock_id),
+                        exclusive,
+                        &queue_before,
+                    );
+                }
+                None => self.note_arrival(state, &msg, &answer, kind),
+            }
+        }
+        // What takes a lock id's place out of the line takes it out of the record: an
+        // adoption (it holds the resource), and a withdrawal, a retiring release or a leave.
+        // Those three come from a call that ended (its own are sent after it ends); one that
+        // lands late, while a later call of the lock id (or its restarted process's) waits,
+        // takes that call's place too: the record follows (the library's lock id owns one
+        // place; see the crate's findings).
+        let takes_place = match msg.request {
+            Request::Adopt {
+                resource, lock_id, ..
+            } if answer == Reply::Adopted(true) => Some((resource, lock_id)),
+            Request::Leave { resource, lock_id }
+            | Request::Withdraw {
+                resource, lock_id, ..
+            }
+            | Request::Release {
+                resource,
+                lock_id,
+                retire: Some(_),
+                ..
+            } => Some((resource, lock_id)),
+            _ => None,
+        };
+        if let Some((resource, lock_id)) = takes_place
+            && self.mode(msg.from) == Mode::Handle
+            && lock_id == msg.from
+        {
+            Self::out_of_line(state, msg.from, resource);
+        }
         if let Some((resource, token)) = granted {
             self.judge_grant(state, resource, token, msg.from);
             // Nothing in force may stand in the way of a grant: no entry within its lock-delay
@@ -842,6 +939,71 @@ impl LockModel {
         }
     }
 
+    /// A waiting exclusive attempt not granted, in the record of the line: made to wait
+    /// (refused, or answered "already held": it keeps its place while it resumes), its client
+    /// joins at the end if it is the current call's and stands there not already, its place
+    /// lasting as the server's does (its life from when the lock id joined: the model's
+    /// clients do not refresh it); answered otherwise (withdrawn, its own grant again, held
+    /// with the other kind), its lock id is out of the line.
+    fn note_arrival(&self, state: &mut State, msg: &Msg, answer: &Reply, kind: Kind) {
+        let Request::Acquire {
+            resource,
+            lock_id,
+            announce: Some(life),
+            ..
+        } = msg.request
+        else {
+            return;
+        };
+        if kind.is_shared() || self.mode(msg.from) != Mode::Handle {
+            return;
+        }
+        if !matches!(answer, Reply::Refused | Reply::AlreadyHeld { .. }) {
+            Self::out_of_line(state, msg.from, resource);
+            return;
+        }
+        let now = state.now();
+        let until = (state.server.docs[resource as usize].queue.iter())
+            .find(|p| p.lock_id == lock_id)
+            .map_or(now + life, |p| p.until);
+        let line = &mut state.line[resource as usize];
+        line.retain(|&(_, until)| until > now);
+        if !line.iter().any(|&(w, _)| w == msg.from) {
+            line.push((msg.from, until));
+        }
+    }
+
+    /// A grant on `resource` to `grantee` (client, lock id), exclusive or not, that met the
+    /// live line `queue` ([`ORDER`]): no waiter of another lock id may stand ahead of the
+    /// grantee (ahead of its place, or anywhere if it has none), neither in the server's line
+    /// nor in the checker's record of who joined when (for a shared grant: no exclusive
+    /// waiter); the grantee then stands in no line.
+    fn judge_order(
+        &self,
+        state: &mut State,
+        resource: Res,
+        (client, lock_id): (u8, LockId),
+        exclusive: bool,
+        queue: &[Place],
+    ) {
+        let now = state.now();
+        let own = queue.iter().position(|p| p.lock_id == lock_id);
+        let server_ahead = queue[..own.unwrap_or(queue.len())]
+            .iter()
+            .any(|p| p.lock_id != lock_id && (exclusive || !p.shared));
+        let line = &state.line[resource as usize];
+        let own = line.iter().position(|&(w, _)| w == client);
+        let recorded_ahead = line[..own.unwrap_or(line.len())].iter().any(|&(w, until)| {
+            w != client && until > now && (exclusive || !self.kind(w).is_shared())
+        });
+        if server_ahead || recorded_ahead {
+            state.flags |= flag::OUT_OF_ORDER;
+        }
+        if self.mode(client) == Mode::Handle {
+            Self::out_of_line(state, client, resource);
+        }
+    }
+
     /// A new grant of `token` on `resource`: nobody else may believe it holds the resource,
     /// and the token must be above every earlier one.
     fn judge_grant(&self, state: &mut State, resource: Res, token: Token, to: u8) {
@@ -860,6 +1022,107 @@ impl LockModel {
         }
         let max = &mut state.max_token[resource as usize];
         *max = (*max).max(token);
+    }
+
+    /// `client` stands in no line on `resource` any more (its call ended, or it holds it).
+    fn out_of_line(state: &mut State, client: u8, resource: Res) {
+        if let Some(line) = state.line.get_mut(resource as usize) {
+            line.retain(|&(c, _)| c != client);
+        }
+    }
+
+    /// A waiting call's attempt answered "already held" with the line: nothing is held by
+    /// the attempt (unless a copy's outcome was unknown), and it keeps its place; the entry
+    /// is adopted, and if the adoption is refused the call goes on waiting in its place.
+    /// With no room to send the adoption (the bound), the call ends, leaving the line.
+    fn resume_in_line(
+        &self,
+        state: &mut State,
+        client: u8,
+        (resource, nonce, uncertain, retries): (Res, Nonce, bool, u8),
+        (token, entry_nonce, expires_at, now): (Token, Nonce, Option<Time>, Time),
+        (sent_at, epoch): (Time, u8),
+    ) {
+        let c = client as usize;
+        let Some(end) = expires_at.filter(|_| self.room(state)) else {
+            state.clients[c].chores.push(match uncertain {
+                true => Chore::Withdraw {
+                    resource,
+                    nonce,
+                    kept: false,
+                },
+                false => Chore::Leave { resource },
+            });
+            state.clients[c].chores.sort();
+            Self::give_up(state, nonce);
+            return;
+        };
+        let deadline = self.deadline(sent_at, end.saturating_sub(now));
+        state.clients[c].call = Some(Call::Adopt {
+            resource,
+            token,
+            nonce: entry_nonce,
+            deadline,
+            epoch,
+            waiting: Some((resource, nonce, uncertain, retries)),
+        });
+        let keeper = self.keeper(client, state);
+        let after_unlocks = state.clients[c].doubted;
+        self.send(
+            state,
+            client,
+            Request::Adopt {
+                resource,
+                lock_id: client,
+                token,
+                keeper,
+                after_unlocks,
+                delay: self.config.delay,
+            },
+        );
+    }
+
+    /// The adoption of a waiting call's resume answered (`adopted`), refused or of unknown
+    /// outcome: adopted, the call's attempt is done with (withdrawn if a copy's outcome was
+    /// unknown) and the call stands in no line; else the call goes on waiting, between two
+    /// attempts: the same one if a copy's outcome was unknown, else a new one that takes
+    /// over its place.
+    fn adopted_in_line(
+        &self,
+        state: &mut State,
+        client: u8,
+        (resource, nonce, uncertain, retries): (Res, Nonce, bool, u8),
+        adopted: bool,
+        epoch: u8,
+    ) {
+        let c = client as usize;
+        if adopted {
+            if uncertain {
+                state.clients[c].chores.push(Chore::Withdraw {
+                    resource,
+                    nonce,
+                    kept: false,
+                });
+                state.clients[c].chores.sort();
+            }
+            Self::give_up(state, nonce);
+            return;
+        }
+        let nonce = if uncertain {
+            nonce
+        } else {
+            Self::give_up(state, nonce);
+            Self::new_nonce(state, client)
+        };
+        state.clients[c].call = Some(Call::Acquire {
+            resource,
+            nonce,
+            sent_at: state.rt,
+            epoch,
+            uncertain,
+            open: uncertain,
+            retries,
+        });
     }
 
     fn on_timeout(&self, state: &mut State, client: u8) {
@@ -937,6 +1200,15 @@ impl LockModel {
                     Self::give_up(state, nonce);
                 }
             }
+            Call::Adopt {
+                waiting: Some(waiting),
+                epoch,
+                ..
+            } => {
+                // Whether it landed is unknown: the call goes on waiting, and its next attempt
+                // finds the lease again if it did.
+                self.adopted_in_line(state, client, waiting, false, epoch);
+            }
             Call::Adopt { .. } | Call::Renew { .. } | Call::Chore(_) | Call::Unlock { .. } => {}
         }
     }
@@ -995,6 +1267,18 @@ impl LockModel {
                     expires_at,
                     now,
                 } => {
+                    // With the line: the attempt stays in line, and goes on waiting there if
+                    // the adoption is refused (`Waiter::already_held`).
+                    if self.config.line {
+                        self.resume_in_line(
+                            state,
+                            client,
+                            (resource, nonce, uncertain, retries),
+                            (token, entry_nonce, expires_at, now),
+                            (sent_at, epoch),
+                        );
+                        return;
+                    }
                     // Resume: the entry is adopted. This attempt is settled, unless a copy of
                     // it had an unknown outcome: that copy may still land, so it is withdrawn.
                     if uncertain {
@@ -1016,6 +1300,7 @@ impl LockModel {
                             nonce: entry_nonce,
                             deadline,
                             epoch,
+                            waiting: None,
                         });
                         let keeper = self.keeper(client, state);
                         let after_unlocks = state.clients[c].doubted;
@@ -1053,8 +1338,13 @@ impl LockModel {
                 nonce,
                 deadline,
                 epoch,
+                waiting,
             } => {
-                if reply == Reply::Adopted(true) && rt < deadline {
+                let adopted = reply == Reply::Adopted(true) && rt < deadline;
+                if let Some(waiting) = waiting {
+                    self.adopted_in_line(state, client, waiting, adopted, epoch);
+                }
+                if adopted {
                     let info = &mut state.nonces[nonce as usize];
                     *info = NonceInfo {
                         client,
@@ -1183,6 +1473,7 @@ impl Model for LockModel {
             unlocks: vec![],
             max_token: vec![0; self.config.resources as usize],
             quiet_until: vec![0; self.config.resources as usize],
+            line: vec![vec![]; self.config.resources as usize],
             flags: 0,
         }]
     }
@@ -1367,13 +1658,17 @@ impl Model for LockModel {
                 s.forces += 1;
                 let now = s.now();
                 let in_force = Self::in_force(s, now);
-                s.server.ttl_delete(r, now, 0, self.bugs());
+                if s.server.ttl_delete(r, now, 0, self.bugs()).is_some() {
+                    // The line goes with the document (places keep no document from the TTL
+                    // index, `crate::schema`): the waiters join again.
+                    s.line[r as usize].clear();
+                }
                 Self::judge_purge(s, &in_force, &[]);
             }
             Action::Kill(i) => {
                 s.kills += 1;
                 let c = &mut s.clients[i as usize];
-                let owed: Vec<Nonce> = c.chores.iter().map(Chore::nonce).collect();
+                let owed: Vec<Nonce> = c.chores.iter().filter_map(Chore::nonce).collect();
                 let calling = match &c.call {
                     Some(Call::Release { lease }) => Some(lease.nonce),
                     _ => None,
@@ -1473,6 +1768,10 @@ impl Model for LockModel {
                         nonce,
                         kept: false,
                     });
+                    c.chores.sort();
+                } else if self.config.line {
+                    // Every attempt refused: it only leaves the line.
+                    c.chores.push(Chore::Leave { resource });
                     c.chores.sort();
                 }
                 Self::give_up(s, nonce);
@@ -1639,6 +1938,9 @@ impl Model for LockModel {
             Property::always(PURGE_ENDS_NOTHING_IN_FORCE, |_: &LockModel, s: &State| {
                 s.flags & flag::PURGE_ENDED == 0
             }),
+            Property::always(ORDER, |_: &LockModel, s: &State| {
+                s.flags & flag::OUT_OF_ORDER == 0
+            }),
             Property::always(REVOCATION_NOTICED, |m: &LockModel, s: &State| {
                 s.clients.iter().all(|c| {
                     c.leases.iter().all(|l| {
@@ -1716,8 +2018,21 @@ pub const LET_GO_NOT_HELD_AGAIN: &str = "a grant let go of within its hold is no
 pub const PURGE_ENDS_NOTHING_IN_FORCE: &str =
     "a purge ends no live lease and no hold (but an abandoned group's)";
 
+/// Waiters are served in arrival order (the harness's (S9)): no grant to a lock id while a
+/// live place of another lock id stands ahead of its place in the line, or ahead of where it
+/// would stand (anywhere, if it has none); for a shared grant, no exclusive place. Judged
+/// both against the server's line and against the checker's own record of who stands where
+/// ([`State::line`]: the line's rules restated by reply class, apart from the server's
+/// step), so that a step that loses a place shows: a guard's lock id joins the record's end
+/// when a waiting exclusive attempt of it is made to wait (refused, or answered "already
+/// held": it keeps its place while it resumes), and leaves it when it is granted, adopts its
+/// lease, is answered out of the line (withdrawn, its own grant, the other kind), when a
+/// withdrawal, a retiring release or a `leave_line` of it lands, when its place lapses, or
+/// when the TTL index deletes the document (a line keeps no document, `crate::schema`).
+pub const ORDER: &str = "waiters are served in arrival order";
+
 /// Every property's name.
-pub const PROPERTIES: [&str; 13] = [
+pub const PROPERTIES: [&str; 14] = [
     EXCLUSION,
     CAP,
     LOSS_BEFORE_GRANT,
@@ -1731,6 +2046,7 @@ pub const PROPERTIES: [&str; 13] = [
     DEADLINE_BEFORE_EXPIRY,
     LET_GO_NOT_HELD_AGAIN,
     PURGE_ENDS_NOTHING_IN_FORCE,
+    ORDER,
 ];
 
 /// A one-line picture of an entry, for traces.
@@ -1779,5 +2095,19 @@ pub fn show_doc(doc: &Doc) -> String {
             shared.join(" | ")
         );
     }
-    format!("[{entry}; fence {}; tombs {:?}]", doc.fence, doc.tombstones)
+    let line = if doc.queue.is_empty() {
+        String::new()
+    } else {
+        let places: Vec<String> = (doc.queue.iter())
+            .map(|p| {
+                let kind = if p.shared { " shared" } else { "" };
+                format!("L{} until {}{kind}", p.lock_id, p.until)
+            })
+            .collect();
+        format!("; line {}", places.join(", "))
+    };
+    format!(
+        "[{entry}; fence {}; tombs {:?}{line}]",
+        doc.fence, doc.tombstones
+    )
 }

@@ -7,17 +7,19 @@
 //! (retired nonces).
 //! An entry also carries `createdAt`, its lock-delay (`delayMs`), its minimum hold
 //! (`minHoldMs`) and `letGoAt` (let go of within its hold).
-//! Times are whole ticks of the server's clock. The line (`queue`: a waiting writer's
-//! announcement, arrival order), `idleSince` and the wake are left out (see the crate
-//! docs): the line only adds terms to a grant's condition, so every grant the library makes
-//! the model makes too, and a waiting attempt (the variant a waiting acquire sends, with
-//! its place in line) decides as a single attempt here. So is what the line alone records:
-//! a waiting exclusive attempt answered "already held" keeps (or takes) its place in line,
-//! and the adoption that resumes the lease takes the lock id's place out in the same update
-//! (issue 39: a restarted process whose adoption was refused keeps its turn); neither
-//! changes a grant's decision or whether an adoption matches, and the model has no property
-//! on arrival order (`tests/min_hold.rs` of the library, and the harness, check it). Each
-//! request is
+//! Times are whole ticks of the server's clock. The line (`queue`) is modelled: each place
+//! is a lock id, its `until` and its kind, in the order the waiters joined. A waiting
+//! acquire's attempt (`announce`) is granted only with no live place before its lock id's
+//! own (or none at all, without one; for a share, no writer's place, and the places before
+//! it counted in the cap); made to wait, it joins at the end, or keeps its place; answered
+//! with a lock it does not wait for (`o`: withdrawn, its own grant held, its lock id holding
+//! the other kind; for a share, any entry of its lock id in force), it leaves the line. An
+//! exclusive one answered "already held" (its lock id's entry, from another attempt) keeps
+//! or takes its place, and the adoption that resumes the lease takes the lock id's place out
+//! in the same update (4b66416, issue 39: a restarted process whose adoption is refused
+//! keeps its turn). A grant, a withdrawal, a retiring release and `leave_line` take the lock
+//! id's place out; a place lapses at its `until` (the model's clients do not refresh theirs).
+//! `idleSince` and the wake are left out (see the crate docs). Each request is
 //! the command of the same name in `mongolock/src/command/`, decided the way its pipeline
 //! decides it; the conformance test (`tests/conformance.rs`) runs both on the same
 //! documents and compares.
@@ -196,8 +198,22 @@ impl Entry {
     }
 }
 
+/// A waiter's place in a resource's line (`queue`): the lock id it waits as, until when it
+/// lasts (`until`, by the server's clock: `$$NOW` plus the place's life when it joined; the
+/// model's clients do not refresh it, so it lapses then), and whether it waits for a shared
+/// lock (`kind`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Place {
+    /// `lockId`.
+    pub lock_id: LockId,
+    /// `until`: the place counts for nothing from then on.
+    pub until: Time,
+    /// `kind` is `shared`: a reader's or a permit's place.
+    pub shared: bool,
+}
+
 /// One resource's lock document (a resource without one is the default: no entry, fence 0,
-/// no tombstones).
+/// no tombstones, nobody in line).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Doc {
     /// `exclusive`.
@@ -213,6 +229,9 @@ pub struct Doc {
     /// `released`: retired nonces, sorted. A tombstone lives at least five minutes, longer
     /// than any run of the model, so none lapses here.
     pub tombstones: Vec<Nonce>,
+    /// `queue`: the waiters' places, in the order they joined (a lock id has one at most).
+    /// Lapsed places count for nothing, and every step drops them.
+    pub queue: Vec<Place>,
 }
 
 impl Doc {
@@ -247,6 +266,11 @@ impl Doc {
         changed
     }
 
+    /// The line without `lock_id`'s place (it stops waiting: granted, adopted, retired, left).
+    fn leave(&mut self, lock_id: LockId) {
+        self.queue.retain(|p| p.lock_id != lock_id);
+    }
+
     fn tombstone(&mut self, nonce: Nonce) {
         if let Err(at) = self.tombstones.binary_search(&nonce) {
             self.tombstones.insert(at, nonce);
@@ -259,8 +283,9 @@ impl Doc {
 pub enum Request {
     /// `acquire`: grant if free for the kind, repeat a grant to the same attempt; not
     /// granted, the lock id's own live entries gain the attempt's `afterUnlocks`. A waiting
-    /// acquire's attempt (its place in line) decides the same way here (the line is left
-    /// out: an exclusive one answered "already held" keeps its place in the library's).
+    /// acquire's attempt (`announce`) also asks the line, and takes, keeps or leaves its place
+    /// (see the module docs); a single attempt asks it too (every place is ahead of it), and a
+    /// grant takes its lock id's place out.
     Acquire {
         /// The resource.
         resource: Res,
@@ -281,6 +306,9 @@ pub enum Request {
         delay: Time,
         /// The minimum hold (0: none).
         min_hold: Time,
+        /// A waiting acquire's attempt (`announce`): the life of the place it takes in line
+        /// when it is made to wait. None: a single attempt, which joins no line.
+        announce: Option<Time>,
     },
     /// `release` of one grant, by lock id, token and (for a lease) keeper; with `retire`,
     /// the retirement of its attempt too (a tombstone for that nonce).
@@ -346,8 +374,8 @@ pub enum Request {
     /// Resume's adoption: the live entry of lock id and token names `keeper` from now on,
     /// and the client's doubted `unlock` calls of the lock id too; it is marked `adopted`.
     /// Live as the keeper's renewal matches it (`keepalive::lease_query`, by the grant's
-    /// lock-delay; never a let-go entry). The library's also takes the lock id's place out
-    /// of the line (left out here, with the line).
+    /// lock-delay; never a let-go entry). Adopted, the lock id's place leaves the line in the
+    /// same update.
     Adopt {
         /// The resource.
         resource: Res,
@@ -369,6 +397,14 @@ pub enum Request {
         lock_id: LockId,
         /// The call's operation id.
         op: UnlockOp,
+    },
+    /// `leave_line`: the lock id's place goes from the resource's line (a waiter that stops
+    /// waiting with every attempt refused).
+    Leave {
+        /// The resource.
+        resource: Res,
+        /// The waiter.
+        lock_id: LockId,
     },
     /// An operator's `force_release(resource)`.
     ForceRelease {
@@ -537,6 +573,22 @@ pub struct Bugs {
     /// reads `expiresAt > $$NOW + delay` true again) and `expr::holds` reads it as held:
     /// the holder is never told of the revocation.
     pub force_leaves_unmarked: bool,
+    /// (ah) A waiting exclusive attempt answered "already held" (its lock id's entry, from
+    /// another attempt, held) is out of the line (`o`), as before 4b66416: it takes no place,
+    /// and loses the one it had; a restarted process whose adoption is then refused joins
+    /// the line again at its end, behind a waiter that came after it.
+    pub held_answer_leaves_line: bool,
+    /// (ai) A line jumper: a waiting exclusive attempt's grant ignores the places ahead of it
+    /// (the `$size` of `a` term left out).
+    pub line_jumper: bool,
+}
+
+/// The cap a request of `kind` asks for (none for an exclusive one).
+fn kind_cap(kind: Kind) -> Option<u8> {
+    match kind {
+        Kind::Shared { cap } => cap,
+        Kind::Exclusive => None,
+    }
 }
 
 /// Whether the lease of `e` is live at `now` as the keeper's statements ask it
@@ -590,6 +642,10 @@ impl Server {
     /// Carries out `request` atomically at server time `now`, as the library's command
     /// does, and returns its reply.
     pub fn execute(&mut self, request: &Request, now: Time, bugs: &Bugs) -> Reply {
+        // A lapsed place counts for nothing: every write drops it (`expr::live_queue`).
+        for doc in &mut self.docs {
+            doc.queue.retain(|p| p.until > now);
+        }
         match *request {
             Request::Acquire {
                 resource,
@@ -601,6 +657,7 @@ impl Server {
                 after_unlocks,
                 delay,
                 min_hold,
+                announce,
             } => {
                 // Entries no longer in force never stand in the way: dropped first (`x` and
                 // `s` are the live ones, and the document is rewritten with them).
@@ -623,21 +680,62 @@ impl Server {
                     }
                 }
                 let withdrawn = doc.tombstones.binary_search(&nonce).is_ok();
-                // `g`: the grant's terms (the line's left out).
+                // `a`: the places ahead of this lock id's own, or every place if it has none.
+                let own_place = doc.queue.iter().position(|p| p.lock_id == lock_id);
+                let ahead = &doc.queue[..own_place.unwrap_or(doc.queue.len())];
+                let cap_agrees = |cap: Option<u8>| doc.shared.is_empty() || doc.cap == cap;
+                // `o` (a waiting attempt): out of the line, answered with a lock it does not
+                // wait for. An exclusive one: withdrawn, its own grant held (a repeat), or its
+                // lock id holds a share (an error); its lock id's exclusive entry from another
+                // attempt, held, keeps it in line (answered "already held", unless bug (ah)).
+                // A shared one: withdrawn, or its lock id has an entry in force.
+                let out = announce.is_some()
+                    && (withdrawn
+                        || match kind {
+                            Kind::Exclusive => {
+                                (doc.entry.as_ref()).is_some_and(|x| {
+                                    (x.nonce == nonce
+                                        || (bugs.held_answer_leaves_line && x.lock_id == lock_id))
+                                        && held(x, now, bugs)
+                                }) || (doc.shared.iter())
+                                    .any(|e| e.lock_id == lock_id && held(e, now, bugs))
+                            }
+                            Kind::Shared { .. } => doc.entries().any(|e| e.lock_id == lock_id),
+                        });
+                // `g`: the grant's terms.
                 let granted = !withdrawn
+                    && !out
                     && match kind {
                         Kind::Exclusive => {
                             doc.entry.is_none()
                                 && (doc.shared.is_empty() || bugs.writer_beside_readers)
+                                && (ahead.is_empty() || (bugs.line_jumper && announce.is_some()))
                         }
                         Kind::Shared { cap } => {
                             (doc.entry.is_none() || bugs.reader_beside_writer)
                                 && !doc.shared.iter().any(|e| e.lock_id == lock_id)
-                                && (doc.shared.is_empty() || doc.cap == cap)
-                                && (cap.is_none_or(|max| doc.shared.len() < max as usize)
-                                    || bugs.shared_ignores_cap)
+                                && cap_agrees(cap)
+                                && !ahead.iter().any(|p| !p.shared)
+                                && (cap.is_none_or(|max| {
+                                    doc.shared.len() + ahead.len() < max as usize
+                                }) || bugs.shared_ignores_cap)
                         }
                     };
+                // The line: a grant, or a waiting attempt out of it (or asking another cap than
+                // the shares in force), takes the lock id's place out; a waiting attempt made
+                // to wait joins at the end if it has no place, else keeps it as it is.
+                let stops = granted || out || (kind.is_shared() && !cap_agrees(kind_cap(kind)));
+                match announce {
+                    Some(life) if !stops && own_place.is_none() => doc.queue.push(Place {
+                        lock_id,
+                        until: now + life,
+                        shared: kind.is_shared(),
+                    }),
+                    Some(_) if !stops => {}
+                    Some(_) => doc.leave(lock_id),
+                    None if granted => doc.leave(lock_id),
+                    None => {}
+                }
                 if granted {
                     let token = doc.fence + 1;
                     doc.fence = token;
@@ -754,6 +852,8 @@ impl Server {
                 }
                 if let Some(nonce) = retire {
                     doc.tombstone(nonce);
+                    // A retired attempt stops waiting too: its lock id's place goes.
+                    doc.leave(lock_id);
                 }
                 Reply::Released { removed, live }
             }
@@ -788,7 +888,12 @@ impl Server {
                     (false, _) => Some(e.clone()),
                 });
                 doc.tombstone(nonce);
+                doc.leave(lock_id);
                 Reply::Released { removed, live }
+            }
+            Request::Leave { resource, lock_id } => {
+                self.docs[resource as usize].leave(lock_id);
+                Reply::Count(0)
             }
             Request::Renew {
                 lock_id,
@@ -839,17 +944,23 @@ impl Server {
                     true => e.holds_by_time(now),
                     false => lease_live(e, now, delay, bugs),
                 };
-                match (doc.entries_mut())
+                let adopted = match (doc.entries_mut())
                     .find(|e| e.lock_id == lock_id && e.token == token && live(e))
                 {
                     Some(e) => {
                         e.keeper = Some(keeper);
                         e.after_unlocks = e.after_unlocks.union(after_unlocks);
                         e.adopted = true;
-                        Reply::Adopted(true)
+                        true
                     }
-                    None => Reply::Adopted(false),
+                    None => false,
+                };
+                // The lock id holds it: its place in line (kept by the waiting attempt
+                // answered "already held") goes in the same update.
+                if adopted {
+                    doc.leave(lock_id);
                 }
+                Reply::Adopted(adopted)
             }
             Request::Unlock { lock_id, op } => {
                 let mut count = 0;

@@ -32,7 +32,7 @@ use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Document, doc};
 use mongolock::{AcquireRequest, Attempt, Grant, LockClient, LockDetails, Nonce};
 use mongolock_model::server::{
-    Bugs, Doc, Entry, Kind, Reply, Request, Server, Time, UnlockOp, Unlocks,
+    Bugs, Doc, Entry, Kind, Place, Reply, Request, Server, Time, UnlockOp, Unlocks,
 };
 use mongolock_testkit::TestServer;
 use rand::rngs::StdRng;
@@ -201,6 +201,16 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
             })
         })
         .collect();
+    // The line: each place with its lock id, kind and `until` (no keeper: nobody is woken).
+    let queue: Vec<Bson> = (doc.queue.iter())
+        .map(|p| {
+            Bson::Document(doc! {
+                "lockId": lock_id(p.lock_id),
+                "kind": if p.shared { "shared" } else { "exclusive" },
+                "until": at(p.until),
+            })
+        })
+        .collect();
     // `idleSince` as the write that left the document set it: null while an entry has no
     // TTL, else the latest end of its entries and tombstones. (A write that changes no entry
     // then leaves it as it is, and an `unlock`'s `nModified` counts what the model counts.)
@@ -223,7 +233,7 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
         "shared": shared,
         "cap": doc.cap.map_or(Bson::Null, |c| Bson::Int32(i32::from(c))),
         "released": released,
-        "queue": [],
+        "queue": queue,
         "idleSince": idle_since,
     }
 }
@@ -295,12 +305,26 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
     };
     tombstones.sort();
     tombstones.dedup();
+    // The live places of the line, in order (a lapsed place counts for nothing).
+    let queue = match stored.get("queue") {
+        Some(Bson::Array(list)) => (list.iter())
+            .filter_map(|p| p.as_document())
+            .filter(|p| p.get_datetime("until").is_ok_and(|until| *until > now))
+            .map(|p| Place {
+                lock_id: p.get_str("lockId").unwrap()[1..].parse().unwrap(),
+                until: tick(p.get_datetime("until").unwrap()),
+                shared: p.get_str("kind") == Ok("shared"),
+            })
+            .collect(),
+        _ => vec![],
+    };
     Doc {
         entry,
         shared,
         cap,
         fence,
         tombstones,
+        queue,
     }
 }
 
@@ -445,6 +469,8 @@ const NO_BUGS: Bugs = Bugs {
     force_cuts_hold: false,
     unlock_limit_truncates: false,
     force_leaves_unmarked: false,
+    held_answer_leaves_line: false,
+    line_jumper: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -832,6 +858,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     after_unlocks,
                     delay,
                     min_hold,
+                    announce: None,
                 };
                 (request, real)
             }
@@ -1238,6 +1265,7 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
             after_unlocks: Unlocks::of(op),
             delay: 0,
             min_hold: 0,
+            announce: None,
         },
         NOW,
         &Bugs::default(),
@@ -1607,7 +1635,23 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
     let mut rng = StdRng::seed_from_u64(40);
     // Let-go entries, some read before their grant: a generator of their own.
     let mut back = StdRng::seed_from_u64(41);
-    let mutants: [(&str, Bugs); 6] = [
+    // The line: a generator of its own too.
+    let mut lines = StdRng::seed_from_u64(42);
+    let mutants: [(&str, Bugs); 8] = [
+        (
+            "a line jumper",
+            Bugs {
+                line_jumper: true,
+                ..NO_BUGS
+            },
+        ),
+        (
+            "an answer \"already held\" out of the line (before 4b66416)",
+            Bugs {
+                held_answer_leaves_line: true,
+                ..NO_BUGS
+            },
+        ),
         (
             "a shared grant that ignores the cap",
             Bugs {
@@ -1683,6 +1727,22 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                 {
                     e.lock_id = l;
                 }
+            }
+        }
+        // Now and then a line: one or two places of lock ids 0..3, each live, live for one
+        // more second, or lapsed at the boundary (`until` at the case's second), a writer's
+        // or a reader's; often then the request's own lock id stands behind another's.
+        if lines.random_bool(0.5) {
+            let mut ids = [0u8, 1, 2];
+            for i in (1..ids.len()).rev() {
+                ids.swap(i, lines.random_range(0..=i));
+            }
+            for &l in &ids[..lines.random_range(1..=2)] {
+                doc.queue.push(Place {
+                    lock_id: l,
+                    until: [NOW + 5, NOW + 1, NOW][lines.random_range(0..3)],
+                    shared: lines.random_bool(0.3),
+                });
             }
         }
         let ttl = LockDetails::default().ttl(secs(TTL));
@@ -1811,6 +1871,7 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                     after_unlocks: Unlocks::NONE,
                     delay: 0,
                     min_hold: 0,
+                    announce: None,
                 };
                 (request, real)
             }
@@ -1829,6 +1890,8 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                     after_unlocks: Unlocks::NONE,
                     delay: 0,
                     min_hold: 0,
+                    // A handle's place lasts twice its TTL (`wait::place_life`).
+                    announce: Some(2 * TTL),
                 };
                 (request, real)
             }
@@ -1926,6 +1989,42 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                 *counts.entry(format!("mutant differs: {name}")).or_default() += 1;
             }
         }
+        // The line: a waiting attempt with a live place of another lock id ahead of its own
+        // (or anywhere, without one); one that joined, kept its place, or left the line; an
+        // attempt answered "already held" in line.
+        if let SharedCall::Waiting { lock_id: l, kind } = call {
+            let name = match kind {
+                Kind::Exclusive => "waiting exclusive",
+                Kind::Shared { .. } => "waiting shared",
+            };
+            let live: Vec<&Place> = doc.queue.iter().filter(|p| p.until > NOW).collect();
+            let own = live.iter().position(|p| p.lock_id == l);
+            if live[..own.unwrap_or(live.len())]
+                .iter()
+                .any(|p| p.lock_id != l)
+            {
+                *counts
+                    .entry(format!("{name}: a place ahead, {}", class(&real)))
+                    .or_default() += 1;
+            }
+            let had = own.is_some();
+            let has = real_doc.queue.iter().any(|p| p.lock_id == l);
+            let moved = match (had, has) {
+                (false, true) => "joined the line",
+                (true, true) => "kept its place",
+                (true, false) => "left the line",
+                (false, false) => "stayed out of the line",
+            };
+            *counts.entry(format!("{name}: {moved}")).or_default() += 1;
+            if has && matches!(real, Reply::AlreadyHeld { .. }) {
+                *counts
+                    .entry(format!("{name}: already held, in line"))
+                    .or_default() += 1;
+            }
+        }
+        if doc.queue.iter().any(|p| p.until <= NOW) {
+            *counts.entry("a lapsed place".to_owned()).or_default() += 1;
+        }
         let let_go_read_early = stepped_back(&doc);
         let variant = match call {
             SharedCall::Waiting {
@@ -1996,6 +2095,14 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
         "let go of, before its grant: single",
         "let go of, before its grant: renew",
         "let go of, before its grant: force release",
+        "waiting exclusive: a place ahead, Refused",
+        "waiting exclusive: joined the line",
+        "waiting exclusive: kept its place",
+        "waiting exclusive: left the line",
+        "waiting exclusive: already held, in line",
+        "waiting shared: a place ahead",
+        "waiting shared: joined the line",
+        "a lapsed place",
     ] {
         assert!(
             counts.keys().any(|k| k.starts_with(needed)),
@@ -2130,9 +2237,23 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
             }),
         ];
         for (name, e) in cases {
+            // A place of another lock id, and lock id 0's own, which an adoption takes out.
+            let queue = vec![
+                Place {
+                    lock_id: 1,
+                    until: NOW + 5,
+                    shared: false,
+                },
+                Place {
+                    lock_id: 0,
+                    until: NOW + 5,
+                    shared: false,
+                },
+            ];
             let doc = Doc {
                 entry: Some(e),
                 fence: token,
+                queue,
                 ..Doc::default()
             };
             seed(&locks, RESOURCE, &doc, &nonces, &ops).await;

@@ -36,6 +36,7 @@ fn small() -> Vec<Config> {
     .chain(scenarios::shared_holds())
     .chain(scenarios::purges())
     .chain(scenarios::limits())
+    .chain(scenarios::line())
     .collect()
 }
 
