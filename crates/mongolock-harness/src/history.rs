@@ -9,7 +9,7 @@
 //! (released, lost, or killed); the checker reads the finished [`History`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -413,6 +413,8 @@ pub struct Recorder {
     next_id: Arc<AtomicU64>,
     /// The guarded record the workers write to.
     pub record: Arc<GuardedRecord>,
+    /// Added to every reading of the server's clock ([`Recorder::set_reading_offset`]).
+    reading_offset_ms: Arc<AtomicI64>,
 }
 
 impl Recorder {
@@ -533,7 +535,16 @@ impl Recorder {
 
     /// Records a reading `ms` of the server's clock (ms since the epoch) taken at `at`.
     pub fn server_clock(&self, at: Instant, ms: i64) {
+        let ms = ms + self.reading_offset_ms.load(Ordering::SeqCst);
         self.with(|i| i.server_clock.push((at, ms)));
+    }
+
+    /// Sets how far the server's clock the history means reads ahead of (negative: behind)
+    /// the clock the readings are taken from, in ms (zero by default). On a replica set the
+    /// harness reads the set's shared clock and means the primary's, which reads its own
+    /// offset ahead of it ([`crate::replset`]).
+    pub fn set_reading_offset(&self, offset_ms: i64) {
+        self.reading_offset_ms.store(offset_ms, Ordering::SeqCst);
     }
 
     /// The server's clock at our instant `t`, from the readings so far (see

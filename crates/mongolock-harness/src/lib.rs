@@ -14,6 +14,25 @@
 //! ([`observers`]) follow each election with `observe()` and poll its `leader()` during the
 //! run, and read it fresh at the end.
 //!
+//! **On a three-member replica set** (`--replset`, [`Options::replset`]): the same
+//! workload and faults run against the testkit's [`ReplicaSet`](mongolock_testkit::ReplicaSet)
+//! with the default write concern (`w: "majority"`), and a failover nemesis beside them
+//! ([`replset::Failover`]): `replSetStepDown` of the primary, the primary stopped and
+//! restarted, the primary partitioned from the others while the clients still reach it
+//! (healed later, rolling back what it wrote alone), a member's clock 1–5 s ahead or behind,
+//! replication lag. The report counts each as picked and as done (step-downs that changed
+//! the primary, partitions during which the others elected, rollbacks and the entries they
+//! undid, the terms reached); a run whose primary never changed fails as vacuous. The
+//! oracle's change stream follows the primary and keeps the events the set kept, at the
+//! writing primary's clock ([`replset`] says how, and why). The controls are then the set's
+//! ([`replset::control`]): a grant acknowledged with `w: 1` by a partitioned primary and
+//! rolled back must be caught as two holders by (1), and the same schedule with the default
+//! write concern must show nothing.
+//!
+//! ```text
+//! cargo run --release -p mongolock-harness -- --replset --quick --seed N
+//! ```
+//!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let report = mongolock_harness::run(&mongolock_harness::Options::quick(42)).await?;
@@ -29,6 +48,7 @@ pub mod history;
 pub mod observers;
 pub mod oracle;
 pub mod relay;
+pub mod replset;
 pub mod report;
 pub mod workload;
 
@@ -69,6 +89,9 @@ pub struct Options {
     pub workload: Workload,
     /// Whether to run the negative controls.
     pub controls: bool,
+    /// Run on a three-member replica set with the failover nemesis ([`replset`]) instead
+    /// of one server; the controls are then the set's ([`replset::control`]).
+    pub replset: bool,
 }
 
 impl Options {
@@ -80,6 +103,7 @@ impl Options {
             fault_phase: Duration::from_secs(15),
             workload: Workload::standard(),
             controls: true,
+            replset: false,
         }
     }
 
@@ -91,6 +115,7 @@ impl Options {
             fault_phase: Duration::from_secs(60),
             workload: Workload::standard(),
             controls: true,
+            replset: false,
         }
     }
 }
@@ -108,11 +133,16 @@ pub async fn run(options: &Options) -> Result<Report, Box<dyn std::error::Error>
     };
     for i in 0..options.runs {
         let seed = options.seed.wrapping_add(u64::from(i));
-        report
-            .runs
-            .push(run_once(seed, &options.workload, options.fault_phase).await?);
+        let result = if options.replset {
+            run_once_on_set(seed, &options.workload, options.fault_phase).await?
+        } else {
+            run_once(seed, &options.workload, options.fault_phase).await?
+        };
+        report.runs.push(result);
     }
-    if options.controls {
+    if options.controls && options.replset {
+        report.set_control = Some(replset::control::run().await?);
+    } else if options.controls {
         report.controls = controls::run_all().await?;
     }
     Ok(report)
@@ -128,24 +158,111 @@ pub async fn run_once(
     workload: &Workload,
     fault_phase: Duration,
 ) -> Result<RunResult, Box<dyn std::error::Error>> {
+    run_on(
+        Stage::Single(TestServer::start().await?),
+        seed,
+        workload,
+        fault_phase,
+    )
+    .await
+}
+
+/// One run on a three-member replica set with the failover nemesis beside the faults
+/// ([`replset`]).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_once_on_set(
+    seed: u64,
+    workload: &Workload,
+    fault_phase: Duration,
+) -> Result<RunResult, Box<dyn std::error::Error>> {
+    let stage = Stage::Set(replset::SetStage::start().await?);
+    run_on(stage, seed, workload, fault_phase).await
+}
+
+/// What a run runs on.
+enum Stage {
+    /// One server.
+    Single(TestServer),
+    /// A replica set, reached through its router.
+    Set(replset::SetStage),
+}
+
+impl Stage {
+    /// A new driver client on the server (on the set: one that discovers it).
+    fn new_client(&self) -> mongodb::Client {
+        match self {
+            Stage::Single(server) => server.new_client(),
+            Stage::Set(stage) => stage.new_client(),
+        }
+    }
+
+    /// The address the fleet's proxies forward to.
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            Stage::Single(server) => server.addr(),
+            Stage::Set(stage) => stage.router.addr(),
+        }
+    }
+
+    /// The clock the workload's clock faults move (on the set: every member's).
+    fn clock(&self) -> &mongolock_testkit::Clock {
+        match self {
+            Stage::Single(server) => server.clock(),
+            Stage::Set(stage) => stage.set.shared_clock(),
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            Stage::Single(server) => server.shutdown().await,
+            Stage::Set(stage) => stage.shutdown().await,
+        }
+    }
+}
+
+/// The oracle's tap on either stage.
+enum AnyTap {
+    Single(oracle::Tap),
+    Set(replset::SetTap),
+}
+
+async fn run_on(
+    stage: Stage,
+    seed: u64,
+    workload: &Workload,
+    fault_phase: Duration,
+) -> Result<RunResult, Box<dyn std::error::Error>> {
     let started = Instant::now();
-    let server = TestServer::start().await?;
-    let direct = server.new_client();
+    let direct = stage.new_client();
     let observer = LockClient::new(direct.database(DB).collection(COLLECTION));
     observer.create_indexes().await?;
-    let tap = oracle::Tap::start(&direct.database(DB), COLLECTION).await?;
+    let tap = match &stage {
+        Stage::Single(_) => {
+            AnyTap::Single(oracle::Tap::start(&direct.database(DB), COLLECTION).await?)
+        }
+        Stage::Set(_) => {
+            AnyTap::Set(replset::SetTap::start(&direct.database(DB), COLLECTION).await?)
+        }
+    };
     let recorder = Recorder::new();
     let read_clock = || {
-        let ms = server.clock().now().timestamp_millis();
+        let ms = stage.clock().now().timestamp_millis();
         recorder.server_clock(Instant::now(), ms);
     };
     read_clock();
-    let mut observers =
-        observers::Observers::start(&server, &workload.pool(Mode::Election), &recorder, seed)
-            .await?;
+    let mut observers = observers::Observers::start_on(
+        &|| stage.new_client(),
+        stage.addr(),
+        &workload.pool(Mode::Election),
+        &recorder,
+        seed,
+    )
+    .await?;
     let mut fleet = Fleet::start(
-        server.addr(),
-        server.clock().clone(),
+        stage.addr(),
+        stage.clock().clone(),
         workload,
         &recorder,
         seed,
@@ -161,11 +278,23 @@ pub async fn run_once(
         seed,
         observer.clone(),
         direct.database("admin"),
-        server.clock().clone(),
+        stage.clock().clone(),
         workload,
         &recorder,
     );
-    injector.run(&mut fleet, Instant::now() + fault_phase).await;
+    let until = Instant::now() + fault_phase;
+    let nemesis = match &stage {
+        Stage::Set(set) => {
+            let nemesis = replset::Nemesis::new(set, seed, &recorder, workload.clients);
+            Some(tokio::spawn(nemesis.run(until)))
+        }
+        Stage::Single(_) => None,
+    };
+    injector.run(&mut fleet, until).await;
+    let mut failover = match nemesis {
+        Some(nemesis) => Some(nemesis.await?.stats),
+        None => None,
+    };
     let healed = Instant::now();
     recorder.healed(healed);
 
@@ -192,7 +321,12 @@ pub async fn run_once(
             _ => None,
         })
         .collect();
-    let oracle = match tap.finish().await {
+    let finished = match (tap, &stage, failover.as_mut()) {
+        (AnyTap::Single(tap), _, _) => tap.finish().await,
+        (AnyTap::Set(tap), Stage::Set(set), Some(stats)) => tap.finish(&set.set, stats).await,
+        (AnyTap::Set(_), ..) => Err("the set's tap without its set".to_owned()),
+    };
+    let oracle = match finished {
         Ok(events) => {
             if std::env::var_os("MONGOLOCK_HARNESS_EXPLAIN").is_some() {
                 explain_server(&events, &outcome);
@@ -244,7 +378,7 @@ pub async fn run_once(
         Err(why) => oracle::Outcome::incomplete(why),
     };
     drop(fleet);
-    server.shutdown().await;
+    stage.shutdown().await;
     Ok(RunResult {
         seed,
         outcome,
@@ -256,6 +390,7 @@ pub async fn run_once(
         errors: history.errors,
         elapsed: started.elapsed(),
         oracle,
+        failover,
     })
 }
 

@@ -34,6 +34,11 @@ struct Args {
     /// it (its release is judged by default).
     #[arg(long)]
     forget_after_resume: bool,
+    /// Run on a three-member replica set with the failover nemesis (step-downs, a stopped
+    /// or partitioned primary, rollbacks, members' clocks apart, lag); the controls are the
+    /// set's.
+    #[arg(long)]
+    replset: bool,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -52,11 +57,17 @@ async fn main() -> ExitCode {
         options.fault_phase = Duration::from_secs(seconds);
     }
     options.controls = !args.no_controls;
+    options.replset = args.replset;
     options.workload.release_after_resume = !args.forget_after_resume;
     println!(
-        "mongolock-harness: seed {seed}, {} run(s) of {} s of faults{}",
+        "mongolock-harness: seed {seed}, {} run(s) of {} s of faults{}{}",
         options.runs,
         options.fault_phase.as_secs(),
+        if options.replset {
+            " on a three-member replica set (failover nemesis)"
+        } else {
+            ""
+        },
         if options.controls {
             ", then the controls"
         } else {

@@ -64,18 +64,41 @@ impl Observers {
         recorder: &Recorder,
         seed: u64,
     ) -> Result<Observers, Box<dyn std::error::Error>> {
+        Self::start_on(
+            &|| server.new_client(),
+            server.addr(),
+            elections,
+            recorder,
+            seed,
+        )
+        .await
+    }
+
+    /// As [`Observers::start`], with direct observers on clients from `new_client` and the
+    /// shaky proxies in front of `upstream` (on a replica set: clients that discover the
+    /// set, and the router that follows its primary, [`crate::replset::Router`]).
+    ///
+    /// # Errors
+    /// A proxy could not bind.
+    pub async fn start_on(
+        new_client: &(dyn Fn() -> mongodb::Client + Sync),
+        upstream: std::net::SocketAddr,
+        elections: &[String],
+        recorder: &Recorder,
+        seed: u64,
+    ) -> Result<Observers, Box<dyn std::error::Error>> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         let mut shakers = Vec::new();
         let mut proxies = Vec::new();
-        let direct = || LockClient::new(server.new_client().database(DB).collection(COLLECTION));
+        let direct = || LockClient::new(new_client().database(DB).collection(COLLECTION));
         for (e, resource) in elections.iter().enumerate() {
             for s in 0..STREAMS {
                 let observer = e * STREAMS + s;
                 let locks = if s == 0 {
                     direct()
                 } else {
-                    let proxy = Arc::new(FaultProxy::start(server.addr()).await?);
+                    let proxy = Arc::new(FaultProxy::start(upstream).await?);
                     let rng = StdRng::seed_from_u64(seed ^ ((observer as u64 + 1) << 32));
                     shakers.push(tokio::spawn(shake(proxy.clone(), rng, stop.clone())));
                     let locks = LockClient::new(proxy.client().database(DB).collection(COLLECTION));

@@ -33,6 +33,8 @@ pub struct RunResult {
     pub elapsed: Duration,
     /// What the server-side oracle found in the committed log.
     pub oracle: crate::oracle::Outcome,
+    /// On a replica set: what the failover nemesis and the tap did ([`crate::replset`]).
+    pub failover: Option<crate::replset::FailoverStats>,
 }
 
 /// Everything a session found.
@@ -46,6 +48,9 @@ pub struct Report {
     pub runs: Vec<RunResult>,
     /// The negative controls.
     pub controls: Vec<ControlResult>,
+    /// On a replica set: its control, with `w: 1` and with the default write concern
+    /// ([`crate::replset::control`]).
+    pub set_control: Option<crate::replset::control::SetControl>,
 }
 
 /// The `q`-quantile (0..=1) of `values` by nearest rank; `None` if empty.
@@ -91,6 +96,14 @@ impl Report {
         self.violations().is_empty()
             && self.server_violations().is_empty()
             && self.controls_caught() == self.controls.len()
+            && self.failover_proved()
+            && self.set_control.as_ref().is_none_or(|c| c.passed())
+    }
+
+    /// False if a run on a replica set never changed its primary (it proves nothing of a
+    /// failover).
+    pub fn failover_proved(&self) -> bool {
+        (self.runs.iter()).all(|r| r.failover.as_ref().is_none_or(|f| !f.vacuous()))
     }
 
     fn sum(&self, f: impl Fn(&RunResult) -> usize) -> usize {
@@ -534,6 +547,7 @@ impl fmt::Display for Report {
             self.controls_caught(),
             self.controls.len()
         );
+        crate::replset::report(&mut t, self);
         let takeovers = self.all(|o| &o.takeovers_ms);
         let margins = self.all(|o| &o.notice_margins_ms);
         let _ = writeln!(t, "timing (TTL {} ms)", self.ttl.as_millis());

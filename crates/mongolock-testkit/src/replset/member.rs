@@ -226,6 +226,14 @@ impl SetShared {
         self.inner.lock().term
     }
 
+    /// The set's oplog: each entry's term and the primary's change event, in order.
+    pub fn oplog(&self) -> Vec<(i64, Arc<ChangeEvent>)> {
+        let inner = self.inner.lock();
+        (inner.oplog.iter())
+            .map(|e| (e.term, e.event.clone()))
+            .collect()
+    }
+
     /// Oplog entries member `index` applied.
     pub fn applied(&self, index: usize) -> usize {
         self.inner.lock().members[index].applied

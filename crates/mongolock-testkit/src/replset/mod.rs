@@ -197,6 +197,20 @@ impl ReplicaSetBuilder {
     }
 }
 
+/// One entry of the set's oplog ([`ReplicaSet::oplog`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OplogEntry {
+    /// The term it was written in.
+    pub term: i64,
+    /// Its cluster time (the oplog's `ts`, a change event's `clusterTime`).
+    pub cluster_time: bson::Timestamp,
+    /// The writing primary's clock when it wrote it (the oplog's `wall`, a change event's
+    /// `wallTime`).
+    pub wall_time: bson::DateTime,
+    /// The `_id` of the document it wrote, for a document write.
+    pub id: Option<bson::Bson>,
+}
+
 /// A running replica set of emulated members. Dropping it stops every member.
 ///
 /// ```
@@ -350,6 +364,40 @@ impl ReplicaSet {
     /// How many of the primary's operations member `index` has applied.
     pub fn applied(&self, index: usize) -> usize {
         self.set.applied(index)
+    }
+
+    /// The set's oplog on namespace `db.coll`, oldest first: what a majority applied, or the
+    /// primary wrote since, and no rollback undid. It is what mongod's `local.oplog.rs` holds
+    /// on the primary once the set has settled: a rollback truncates a member's oplog after
+    /// the common point (`src/mongo/db/repl/rollback_impl.cpp`, `RollbackImpl::runRollback`,
+    /// "truncate the oplog"), so only the entries the set kept remain. Each entry carries the
+    /// writing primary's wall clock (an oplog entry's `wall`, `jstests/replsets/oplog_wallclock.js`,
+    /// which a change event's `wallTime` copies on every member:
+    /// `src/mongo/db/pipeline/change_stream_event_transform.cpp`, `kWallClockTimeFieldName`)
+    /// and its cluster time (`ts`).
+    pub fn oplog(&self, db: &str, coll: &str) -> Vec<OplogEntry> {
+        use crate::engine::changes::ChangeKind;
+        let id = |doc: &bson::RawDocumentBuf| {
+            doc.get("_id")
+                .ok()
+                .flatten()
+                .and_then(|v| v.to_raw_bson().try_into().ok())
+        };
+        (self.set.oplog().into_iter())
+            .filter(|(_, e)| e.db == db && e.coll == coll)
+            .map(|(term, e)| OplogEntry {
+                term,
+                cluster_time: e.cluster_time,
+                wall_time: e.wall_time,
+                id: match &e.kind {
+                    ChangeKind::Insert { doc } | ChangeKind::Replace { doc, .. } => id(doc),
+                    ChangeKind::Update { id, .. } | ChangeKind::Delete { id, .. } => {
+                        Some(id.clone())
+                    }
+                    _ => None,
+                },
+            })
+            .collect()
     }
 
     /// Stops member `index` as if its process was killed: it closes its connections,
