@@ -991,6 +991,18 @@ pub mod findings {
     /// delay 1), force-released at 3 (`expiresAt` 4), the clock steps back to 1, the
     /// keeper's renewal matches (4 > 1 + 1) and sets `expiresAt` 5: the revoked guard's
     /// deadline moves on.
+    ///
+    /// Found when the line was modelled (issue 40), reported, not fixed, and excused by
+    /// [`ORDER`](crate::model::ORDER) (its record of the line follows the server there, so it
+    /// is not pinned here): **a late `leave_line`, withdrawal or retiring release of a lock
+    /// id's earlier call takes the place of its later call**. The library's place belongs to
+    /// the lock id, and those commands take out every place of it: one that lands after the
+    /// lock id's next waiting call (or its restarted process's) joined the line takes that
+    /// call's place, which joins again at the end, behind waiters that came after it. In
+    /// "two guards in line" at `1,2,1,1,2,0,0,0`: a call refused gives up, its `leave_line`
+    /// times out and is sent again (answered), the client's next call joins the line, the
+    /// other client's call joins behind it, the first copy lands and takes the place, and the
+    /// other client is served first. Order only: no safety property is touched.
     pub const KNOWN: [(&str, &str); 0] = [];
 
     /// Whether `property` failing in `scenario` is a known finding.
