@@ -165,7 +165,8 @@ impl From<bson::Timestamp> for OperationTime {
 /// The grant's reading is then below the lower bound: older than what the client knows,
 /// not a step back. It leaves the bounds as they are, and the lease it grants counts the
 /// steps noticed since its command was sent as shortening it, up to how far its reading is
-/// below the lower bound (the steps that came after the grant): see
+/// below the upper bound (the steps that came after the grant, counted as every step is: an
+/// `operationTime`'s rounded up to the end of its second): see
 /// [`ServerClock::read_exactly`]. Where no count holds such a step (the reply that showed
 /// it was the client's first exact reading, which set the bounds above it and counted no
 /// step), the lease's own stamp carries it ([`Stamp::unseen`]); where the client had no
@@ -292,7 +293,7 @@ impl ServerClock {
     /// so far that this reading shows already happened when the command ran (what it
     /// decided counts from the clock as stepped, so they need not shorten it): all of them,
     /// but for those noticed since `sent` that the reading shows came after it (as far as
-    /// it is below the lower bound: a reply read after the other replies that showed them).
+    /// it is below the upper bound: a reply read after the other replies that showed them).
     ///
     /// A reading below the lower bound known at `sent` is a step back (see
     /// [`ServerClock`]): the bounds start over from it.
@@ -377,15 +378,19 @@ impl ServerClock {
                 "the server's clock stepped back: leases last longer by its reckoning"
             );
         }
-        // The steps this reading shows came after the command ran, as far as the lower
-        // bound (never ahead of the server's clock but after a step back, which
-        // `clock_caught_up` rules out) is above it: those the steps noticed since the send do
-        // not count (an exact reading taken after them set the bounds, counting none) are
-        // this lease's alone.
+        // The steps this reading shows came after the command ran, as far as the bounds
+        // (the lower one never ahead of the server's clock but after a step back, which
+        // `clock_caught_up` rules out) are above it, counted to the upper bound as `after`
+        // is: a step an `operationTime` showed moved it up by the second's fraction its
+        // seconds leave out, and the step may be that much larger than the lower bound
+        // says (from the lower bound, a 2.9 s step was counted 2.07 s: `c0`'s holder
+        // believed past the next grant in `--long --seed 19260821`). Those the steps
+        // noticed since the send do not count (an exact reading taken after them set the
+        // bounds, counting none) are this lease's alone.
         let unseen = if went_back || !clock_caught_up {
             Duration::ZERO
         } else {
-            millis(known - upper).saturating_sub(after)
+            millis(counted - upper).saturating_sub(after)
         };
         offset.note_upper(upper_before, own);
         drop(offset);
@@ -1037,6 +1042,50 @@ mod tests {
             (rng.below(20_000), if rng.below(2) == 0 { by } else { -by })
         })
         .await;
+    }
+
+    /// A brand-new client's first grant ran late in a slow round trip (1.7 s: its bounds
+    /// are that wide, the server's clock near their lower end). Its next grant runs, its
+    /// reply held; the server's clock steps 2.9 s forward; another reply (an
+    /// `operationTime` alone, floored to its second) shows the step, counted from the loose
+    /// upper bound and rounded up (1.4 s); then the grant's reply is read. The grant ran
+    /// before the step, which ends it 2.9 s earlier: it must be shortened by at least that.
+    /// It was shortened by its reading's distance to the floored lower bound (2.07 s), not
+    /// to the bound rounded up as every other count is, and believed past the server's end
+    /// (`--long --seed 19260821`'s run 19260821 replayed: `c0`'s holder believed 138 ms
+    /// past the next grant, (1) exclusion).
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_read_after_a_step_shown_in_whole_seconds_is_shortened_by_it_rounded_up() {
+        let server = ServerClock::new(Clock::system());
+        // The server's clock is `offset` ahead of the lease clock's milliseconds since the
+        // start; the first grant ran at 1,670 ms, its reply read at 1,675 ms.
+        let offset = BASE_MS - 805;
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(1_675)).await;
+        let first = offset + 1_670;
+        server.read_at_least(second(first).unwrap());
+        server.read_exactly(sent, first, second(first));
+        // The grant, sent at 1,730 ms, runs at once.
+        tokio::time::advance(Duration::from_millis(55)).await;
+        let sent = server.stamp();
+        let granted = offset + 1_730;
+        // The step, at 1,731 ms; the other reply ran at 1,733 ms, read at 1,735 ms.
+        const STEP: i64 = 2_900;
+        tokio::time::advance(Duration::from_millis(5)).await;
+        server.read_at_least(second(offset + STEP + 1_733).unwrap());
+        assert!(
+            server.stepped() > Duration::ZERO,
+            "the other reply shows the step"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let own = second(granted);
+        server.read_at_least(own.unwrap());
+        let read = server.read_exactly(sent, granted, own);
+        assert!(
+            shortened(&server, read) >= Duration::from_millis(STEP as u64),
+            "a {STEP} ms step after the grant shortened it by {:?}",
+            shortened(&server, read)
+        );
     }
 
     /// A brand-new client's first grant ran at the very end of a second, and its reply's
