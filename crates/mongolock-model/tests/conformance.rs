@@ -5,7 +5,8 @@
 //! library's public API, and runs the model's [`Server::execute`] on the same document. Both
 //! must reach the same document, projected to the model's fields (the exclusive entry's lock
 //! id, nonce, token, keeper, expiry and `afterUnlocks`; the fence; the live tombstones of the
-//! case's nonces), and the same reply class. Requests: an acquire (`acquire` with a chosen
+//! case's nonces; the live places of the line, with their lock id, `until` and kind), and
+//! the same reply class. Requests: an acquire (`acquire` with a chosen
 //! nonce), a withdrawal (`release_attempt`), a release of a grant (`release`, with the keeper
 //! the grant names), a renewal by lock id (`renew`), `unlock` and `force_release`.
 //!
@@ -1595,9 +1596,13 @@ async fn shared_grant(
 /// on documents with shared entries under caps, some at the boundary of their expiry or
 /// their lock-delay. A waiting acquire's attempt is sent by the library (a handle's
 /// `acquire_timeout` on a free resource of its own, its commands captured as they go out),
-/// and the very command it sent is run again on the case's document: the line is left out
-/// of the comparison (the model leaves it out; every seeded line is empty), all else
-/// compared as in [`the_models_server_step_matches_the_librarys_commands`].
+/// and the very command it sent is run again on the case's document, compared as in
+/// [`the_models_server_step_matches_the_librarys_commands`]. Half the cases seed a line (one
+/// or two places, live, live one more second or lapsed at the boundary, a writer's or a
+/// reader's, often the request's own lock id behind another's), and the line the command
+/// leaves is compared too: a waiting attempt with a place ahead, one that joins, keeps its
+/// place or leaves the line, one answered "already held" in line (4b66416) each occur, and
+/// the steps of controls (ah) and (ai) each differ from the library on some case.
 #[tokio::test]
 async fn shared_entries_and_the_waiting_attempt_match_the_model() {
     let server = TestServer::start().await.unwrap();
