@@ -433,7 +433,9 @@ impl Recorder {
     }
 
     /// Adds a finished holder's log.
-    pub fn holder(&self, log: HolderLog) {
+    pub fn holder(&self, mut log: HolderLog) {
+        // Its calls have all returned: a release refused as lost said so by now.
+        log.logged_at.get_or_insert_with(Instant::now);
         self.with(|i| i.holders.push(log));
     }
 

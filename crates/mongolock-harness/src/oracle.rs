@@ -1163,7 +1163,12 @@ fn false_losses(out: &mut Outcome, grants: &[Granted], history: &History) {
 }
 
 /// When and how `l` was first told its lease was lost, if it was before it let go: its
-/// loss notice, or its release refused as lost.
+/// loss notice, or its release refused as lost, which told it when the release returned:
+/// at the latest when its log was handed over ([`HolderLog::logged_at`]), which is taken
+/// (the library decides at the reply: a forward step of the server's clock while the
+/// release was on its way, shown by the reply, can end the lease before it; dated at the
+/// release's start, such a report was judged against the clock before the step, `a0`'s
+/// restarted holder in `--long --seed 19260821`).
 fn loss_reported(l: &HolderLog) -> Option<(std::time::Instant, &'static str)> {
     if let Some((at, kind)) = l.notified
         && l.released_at.is_none_or(|r| at <= r)
@@ -1176,8 +1181,13 @@ fn loss_reported(l: &HolderLog) -> Option<(std::time::Instant, &'static str)> {
         return Some((at, how));
     }
     match l.release {
-        Some(ReleaseResult::Lost(LossKind::Deadline)) => Some((l.released_at?, "local deadline")),
-        Some(ReleaseResult::Lost(_)) => Some((l.released_at?, "release refused as lost")),
+        Some(ReleaseResult::Lost(kind)) => {
+            let how = match kind {
+                LossKind::Deadline => "local deadline",
+                _ => "release refused as lost",
+            };
+            Some((l.logged_at.or(l.released_at)?, how))
+        }
         _ => None,
     }
 }
@@ -3131,6 +3141,66 @@ mod tests {
             end: at(3_500),
         });
         (events, history)
+    }
+
+    /// Token 10 on "r" (TTL 3 s) granted at 1,000 ms; the server's clock stepped back 300 ms
+    /// at 200 ms (before the lease). Its holder lets go at 1,300 ms; the server's clock steps
+    /// 2,600 ms forward at 1,500 ms, which ends the lease by the server's clock; the release's
+    /// reply shows the step and the library reports the lease lost by its deadline when the
+    /// release returns (1,950 ms); the entry goes at 1,700 ms. Judged at the release's start,
+    /// the report came with 2.7 s of the lease left (the shape of `a0` in `--long --seed
+    /// 19260821`); judged when it was made, the step excuses it.
+    #[test]
+    fn a_release_refused_as_lost_is_judged_when_it_returned() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let a = ObjectId::new();
+        let mut granted = entry(&a, 10, 1_000, 1_000, 4_000);
+        if let Bson::Document(d) = &mut granted {
+            d.insert("ttlMs", 3_000_i64);
+        }
+        let events = [
+            event(1_000, Some(granted), vec![]),
+            event(4_300, None, vec![]),
+        ];
+        let mut l = HolderLog::granted(1, 0, Mode::Exclusive, "r", 10);
+        l.lock_id = "id-10".into();
+        l.ttl = Some(Duration::from_secs(3));
+        (l.invoked_at, l.attempt_sent_at, l.granted_at) = (at(990), at(990), at(1_002));
+        l.released_at = Some(at(1_300));
+        l.let_go = Some(LetGo::Released);
+        l.release = Some(ReleaseResult::Lost(LossKind::Deadline));
+        let mut history = history(vec![l.clone()]);
+        history.server_clock = vec![
+            (t0, 300),
+            (at(201), 201),
+            (at(1_499), 1_499),
+            (at(1_501), 4_101),
+        ];
+        let step = |by_ms: i64, ms: u64| OpEvent {
+            kind: OpKind::ClockStep {
+                by_ms,
+                judged: None,
+            },
+            start: at(ms),
+            end: at(ms),
+        };
+        history.ops = vec![step(-300, 200), step(2_600, 1_500)];
+        let at_start = judge(&events, &history);
+        assert_eq!(
+            at_start.by_check().get(&ServerCheck::FalseLoss),
+            Some(&1),
+            "{:?}",
+            at_start.violations
+        );
+        history.holders[0].logged_at = Some(at(1_950));
+        let when_made = judge(&events, &history);
+        assert_eq!(
+            when_made.losses_judged,
+            (0, 0),
+            "{:?}",
+            when_made.violations
+        );
     }
 
     #[test]

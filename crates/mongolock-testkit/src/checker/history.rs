@@ -268,6 +268,10 @@ pub struct HolderLog {
     /// paused incarnation): the log of the incarnation it continues, as the harness saw it
     /// (the checker finds continuations by resource, lock id and token, not by this).
     pub resumed_from: Option<u64>,
+    /// When the log was handed to the history, if the recorder says (the harness's stamps
+    /// it): every call of its holder had returned by then. A release refused as lost told
+    /// its holder when it returned, which comes between [`HolderLog::released_at`] and this.
+    pub logged_at: Option<Instant>,
 }
 
 impl HolderLog {
@@ -303,6 +307,7 @@ impl HolderLog {
             server_granted_ms: None,
             server_expires_ms: None,
             resumed_from: None,
+            logged_at: None,
         }
     }
     /// Records `deadline`, the holder's local deadline as seen now (now plus the guard's
