@@ -62,6 +62,22 @@
 //! are counted; a write the set kept that the stream never delivered makes the oracle
 //! incomplete rather than judged on a partial log. (S1)-(S13) are then judged as on one
 //! server, on the server's time of the primary that committed each write.
+//!
+//! # What does not hold yet: server times of two primaries
+//!
+//! The checks that compare server times with each other or with our instants ((9), and
+//! (S7), (S11), (S12), (S13) through the readings) take every server time as one clock's.
+//! On the set each write is stamped by the primary of the moment, and a failover to a
+//! member whose clock is apart puts two clocks in one comparison: a next grant on a primary
+//! whose clock is behind reads as inside the previous lease's lock-delay although the
+//! previous primary removed that entry after the delay by its own clock ((9), `--replset
+//! --quick --seed 41003`), and an entry stamped by a primary whose clock is ahead reads as
+//! outliving its holder by the step ((S7), seeds 41002 and 41003, 151 ms each less the
+//! step). Those reports are the checks', not the library's (see `docs/reliability.md`, "On
+//! a three-member set"), and the checks are left as they are: what remains is to count
+//! every server time in one time base across failovers (the oplog names each write's term,
+//! and the nemesis knows each member's offset), with the server's own decisions still
+//! judged by its own clock.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
