@@ -7,7 +7,8 @@
 //! Three hosts run the same schedule (here a period of 1.5 s; a day in real life). At every
 //! tick each of them tries the mutex "nightly-report" once, their timers a few milliseconds
 //! apart, and one of them fires late, after the winner's job is done. The mutex has a
-//! minimum hold a little shorter than the period: the winner releases it when the job ends,
+//! minimum hold longer than the spread of the hosts' timers and shorter than the period less
+//! that spread: the winner releases it when the job ends,
 //! but the lock stays taken until its grant plus the hold, by the server's clock, so the
 //! late host finds it taken and skips the tick. Nothing reads a host's clock, and no record
 //! of past runs is needed to keep a late host out (a host that crashed mid-job leaves the
@@ -29,8 +30,10 @@ mod common;
 const TICKS: u32 = 4;
 /// The schedule's period.
 const PERIOD: Duration = Duration::from_millis(1_500);
-/// The minimum hold: a little shorter than the period, so that the next period's run is
-/// never kept out, whatever the hosts' timers.
+/// The minimum hold: longer than the spread of the hosts' timers (the late host fires
+/// [`LATE`] after the others, and must find the lock taken), and shorter than the period
+/// less that spread (the next period's first host, firing as much earlier in its period as
+/// tonight's winner fired late, must find it free).
 const HOLD: Duration = Duration::from_millis(1_000);
 /// How late the late host's timer fires, after the winner's job is done.
 const LATE: Duration = Duration::from_millis(400);

@@ -7,7 +7,7 @@
 //! | you want | use | a guard is |
 //! |---|---|---|
 //! | one holder at a time (a migration, a job that must not overlap itself) | [`LockClient::mutex`] | exclusive |
-//! | a scheduled job run at most once per period on one of several hosts (cron on three hosts) | [`LockClient::mutex`] with [`min_hold`](Mutex::min_hold) a little shorter than the period, and `try_acquire` | exclusive, kept for the hold after release |
+//! | a scheduled job run at most once per period on one of several hosts (cron on three hosts) | [`LockClient::mutex`] with [`min_hold`](Mutex::min_hold) longer than the spread of the hosts' timers and shorter than the period less that spread, and `try_acquire` | exclusive, kept for the hold after release |
 //! | many readers or one writer, writers not starved (a config, a cache rebuild) | [`LockClient::rwlock`] | shared (read) or exclusive (write) |
 //! | at most N holders at once (GPUs, API quota, connections) | [`LockClient::semaphore`] | shared, counted against N |
 //! | one leader among replicas, with a term, a value and a way to watch it | [`LockClient::election`] | a [`Leadership`]: exclusive |

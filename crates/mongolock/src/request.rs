@@ -162,9 +162,10 @@ impl LockDetails {
     /// semaphore holder's hold keeps its permit taken. The lease itself ends at the release:
     /// the entry only stays in force, shown by status as a lock-delay. For jobs that must run
     /// at most once per period across hosts whose clocks and timers differ (ShedLock's
-    /// `lockAtLeastFor`): with a minimum hold a little shorter than the period, a host whose
-    /// timer fires late in the same period finds the job's lock still taken, even when the
-    /// job finished at once. Kept in whole milliseconds, rounded up; zero is none.
+    /// `lockAtLeastFor`): with a minimum hold longer than the spread of the hosts' timers and
+    /// shorter than the period less that spread, a host whose timer fires late in the same
+    /// period finds the job's lock still taken, even when the job finished at once, and the
+    /// next period's first host finds it free. Kept in whole milliseconds, rounded up; zero is none.
     ///
     /// It applies when the holder lets go: [`release`](crate::LockGuard::release), a dropped
     /// guard, [`LockClient::release`](crate::LockClient::release),
