@@ -1030,14 +1030,17 @@ fn event(raw: &Document) -> Result<Option<ServerEvent>, String> {
     })
 }
 
-/// The report's section on the set: the failover faults picked and done over every run,
-/// and the set's control. Writes nothing for a session on one server.
-pub fn report(t: &mut String, report: &crate::report::Report) {
+/// The report's section on the set: the failover faults picked and done over every run
+/// (`runs`: each run's seed and what the set did in it), and the set's control. Writes
+/// nothing for a session on one server.
+pub fn report(
+    t: &mut String,
+    runs: &[(u64, Option<&FailoverStats>)],
+    set_control: Option<&control::SetControl>,
+) {
     use std::fmt::Write;
-    let on_set: Vec<&FailoverStats> = (report.runs.iter())
-        .filter_map(|r| r.failover.as_ref())
-        .collect();
-    if on_set.is_empty() && report.set_control.is_none() {
+    let on_set: Vec<&FailoverStats> = runs.iter().filter_map(|(_, stats)| *stats).collect();
+    if on_set.is_empty() && set_control.is_none() {
         return;
     }
     let mut total = FailoverStats::default();
@@ -1052,16 +1055,15 @@ pub fn report(t: &mut String, report: &crate::report::Report) {
     for (what, n) in total.rows() {
         let _ = writeln!(t, "  {what:<56} {n}");
     }
-    for run in &report.runs {
-        if run.failover.as_ref().is_some_and(FailoverStats::vacuous) {
+    for (seed, stats) in runs {
+        if stats.is_some_and(FailoverStats::vacuous) {
             let _ = writeln!(
                 t,
-                "  seed {}: VACUOUS, the primary never changed (proves nothing of a failover)",
-                run.seed
+                "  seed {seed}: VACUOUS, the primary never changed (proves nothing of a failover)",
             );
         }
     }
-    if let Some(control) = &report.set_control {
+    if let Some(control) = set_control {
         let found: Vec<String> = (control.w1.found().iter())
             .map(|(k, n)| format!("{k} x{n}"))
             .collect();

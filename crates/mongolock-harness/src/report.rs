@@ -547,7 +547,10 @@ impl fmt::Display for Report {
             self.controls_caught(),
             self.controls.len()
         );
-        crate::replset::report(&mut t, self);
+        let on_set: Vec<(u64, Option<&crate::replset::FailoverStats>)> = (self.runs.iter())
+            .map(|r| (r.seed, r.failover.as_ref()))
+            .collect();
+        crate::replset::report(&mut t, &on_set, self.set_control.as_ref());
         let takeovers = self.all(|o| &o.takeovers_ms);
         let margins = self.all(|o| &o.notice_margins_ms);
         let _ = writeln!(t, "timing (TTL {} ms)", self.ttl.as_millis());
