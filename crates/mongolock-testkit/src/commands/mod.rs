@@ -39,6 +39,7 @@ pub mod cursor_batch;
 pub mod cursor_table;
 pub mod identity;
 pub mod local_sessions;
+pub mod member;
 pub mod session;
 pub mod state;
 pub mod view_catalog;

@@ -52,7 +52,7 @@ pub struct ServerState {
     pub shutdown: watch::Receiver<bool>,
     /// The replica set this server is a member of (`None`: a one-member set or a
     /// standalone, as the server was started).
-    pub replica: Option<crate::replset::Replica>,
+    pub replica: Option<std::sync::Arc<dyn super::member::Member>>,
 }
 
 impl ServerState {

@@ -747,6 +747,73 @@ pub struct Replica {
     index: usize,
 }
 
+impl crate::commands::member::WriteIntent for WriteIntent<'_> {}
+
+/// The member as its server's commands see it: each method is the inherent one of the same
+/// name.
+impl crate::commands::member::Member for Replica {
+    fn members(&self) -> usize {
+        Replica::members(self)
+    }
+
+    fn is_down(&self) -> bool {
+        Replica::is_down(self)
+    }
+
+    fn is_primary(&self) -> bool {
+        Replica::is_primary(self)
+    }
+
+    fn hello_fields(&self, reply: &mut Document, legacy: bool) {
+        Replica::hello_fields(self, reply, legacy);
+    }
+
+    fn await_topology_change<'a>(
+        &'a self,
+        cmd: &'a Document,
+    ) -> crate::commands::member::Pending<'a, bool> {
+        Box::pin(Replica::await_topology_change(self, cmd))
+    }
+
+    fn check_command(&self, name: &str, cmd: &Document) -> Result<()> {
+        Replica::check_command(self, name, cmd)
+    }
+
+    fn write_intent<'a>(
+        &'a self,
+        name: &str,
+        cmd: &Document,
+        admitted: Option<i64>,
+    ) -> Result<Option<Box<dyn crate::commands::member::WriteIntent + 'a>>> {
+        Ok(Replica::write_intent(self, name, cmd, admitted)?
+            .map(|intent| Box::new(intent) as Box<dyn crate::commands::member::WriteIntent + 'a>))
+    }
+
+    fn admitted_term(&self) -> Option<i64> {
+        Replica::admitted_term(self)
+    }
+
+    fn annotate_error(&self, reply: &mut Document) {
+        Replica::annotate_error(self, reply);
+    }
+
+    fn await_write_concern<'a>(
+        &'a self,
+        name: &'a str,
+        cmd: &'a Document,
+        term: Option<i64>,
+    ) -> crate::commands::member::Pending<'a, Option<Document>> {
+        Box::pin(Replica::await_write_concern(self, name, cmd, term))
+    }
+
+    fn step_down<'a>(
+        &'a self,
+        cmd: &'a Document,
+    ) -> crate::commands::member::Pending<'a, Result<Document>> {
+        Box::pin(Replica::step_down(self, cmd))
+    }
+}
+
 /// The write concern a command asked for (or the implicit default).
 enum Wanted {
     Members(usize),

@@ -175,7 +175,7 @@ impl ReplicaSetBuilder {
                 .clone()
                 .clock(Clock::following(&clock))
                 .standalone(false)
-                .start_member(listener, Replica::new(set.clone(), index))?;
+                .start_member(listener, Arc::new(Replica::new(set.clone(), index)))?;
             servers.push(server);
         }
         set.attach(servers.iter().map(TestServer::state_weak).collect());

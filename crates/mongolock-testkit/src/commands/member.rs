@@ -1,0 +1,67 @@
+//! What the commands need of the replica set their server is a member of: the server's
+//! state holds its member as this trait ([`ServerState::replica`]), which the set's member
+//! (`crate::replset`) implements, so that the commands never import the set (the set
+//! imports them: it starts its members as servers and reads their state).
+//!
+//! [`ServerState::replica`]: super::state::ServerState::replica
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+
+use bson::Document;
+
+use crate::engine::error::Result;
+
+/// A future a member's async method returns, borrowing the member and its arguments.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A write admitted on the primary (see [`Member::write_intent`]): dropped when the write
+/// is done, which publishes it to the set.
+pub trait WriteIntent {}
+
+/// A member of a replica set, as its server's commands see it (see `crate::replset` for
+/// what each does and the mongod source it follows).
+pub trait Member: Send + Sync + Debug {
+    /// The set's size (its data-bearing members).
+    fn members(&self) -> usize;
+    /// Whether this member is stopped (its connections close).
+    fn is_down(&self) -> bool;
+    /// Whether this member is primary now.
+    fn is_primary(&self) -> bool;
+    /// Adds the replica-set fields of `hello` for this member's state to `reply`.
+    fn hello_fields(&self, reply: &mut Document, legacy: bool);
+    /// For an awaitable `hello` (`cmd`): waits until the topology changes or its time is
+    /// up; false when the member stopped meanwhile.
+    fn await_topology_change<'a>(&'a self, cmd: &'a Document) -> Pending<'a, bool>;
+    /// Whether the command `name` may run on this member in its state.
+    ///
+    /// # Errors
+    /// The error mongod answers with on a member in this state.
+    fn check_command(&self, name: &str, cmd: &Document) -> Result<()>;
+    /// For a write admitted in term `admitted`, the intent that holds it on the primary
+    /// while it runs; `None` for a command that writes nothing.
+    ///
+    /// # Errors
+    /// The member is no longer primary, or no longer in the term the write was admitted in.
+    fn write_intent<'a>(
+        &'a self,
+        name: &str,
+        cmd: &Document,
+        admitted: Option<i64>,
+    ) -> Result<Option<Box<dyn WriteIntent + 'a>>>;
+    /// The term, when this member is primary: a write remembers it when it arrives.
+    fn admitted_term(&self) -> Option<i64>;
+    /// Adds this member's `topologyVersion` to a state-change error reply.
+    fn annotate_error(&self, reply: &mut Document);
+    /// Waits for the write concern of a write command that succeeded on the primary;
+    /// resolves to the `writeConcernError` to add to its reply, if any.
+    fn await_write_concern<'a>(
+        &'a self,
+        name: &'a str,
+        cmd: &'a Document,
+        term: Option<i64>,
+    ) -> Pending<'a, Option<Document>>;
+    /// Runs `replSetStepDown` (`cmd`) on this member.
+    fn step_down<'a>(&'a self, cmd: &'a Document) -> Pending<'a, Result<Document>>;
+}
