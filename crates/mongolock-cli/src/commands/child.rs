@@ -575,7 +575,7 @@ const LOST_CLEANUP_NOTICE: Duration = Duration::from_millis(300);
 
 /// Waits for the background work of the client, prints `report` as one JSON line if
 /// `--json` asked for it, and returns `status`. After a lost lease (`status` is
-/// [`exit::LEASE_LOST`]) or a release that failed ([`cli::hurried`]), the wait
+/// [`exit::LEASE_LOST`]) or a release that failed ([`connection::hurried`]), the wait
 /// is bounded by [`LOST_CLEANUP_LIMIT`], and said on stderr if it takes more than a moment.
 ///
 /// # Cancel safety
@@ -603,7 +603,7 @@ pub async fn finish(
 /// [`LockClient::shutdown`] when nothing is left to protect (`why`: the lease is lost, or
 /// its release failed): at most [`LOST_CLEANUP_LIMIT`], saying so on stderr if it takes
 /// longer than [`LOST_CLEANUP_NOTICE`] (a server that does not answer), and telling the
-/// driver's shutdown to hurry ([`cli::hurry`]).
+/// driver's shutdown to hurry ([`connection::hurry`]).
 ///
 /// # Cancel safety
 ///
