@@ -317,8 +317,21 @@ async fn read(
     }
 }
 
-/// One change event as a [`ServerEvent`]; `None` for events that change no document.
+/// One change event as a [`ServerEvent`]; `None` for events that change no document. The
+/// lock collection going away (dropped, renamed, invalidated) is an error: the log would
+/// be incomplete.
 fn event(raw: &Document) -> Result<Option<ServerEvent>, String> {
+    match raw.get_str("operationType").unwrap_or("") {
+        "invalidate" | "drop" | "dropDatabase" | "rename" => {
+            Err(format!("the lock collection went away: {raw}"))
+        }
+        _ => document_event(raw),
+    }
+}
+
+/// One change event as a [`ServerEvent`], at its `wallTime`: an insert, update or replace
+/// (its post-image) or a delete; `None` for any other event.
+pub(crate) fn document_event(raw: &Document) -> Result<Option<ServerEvent>, String> {
     let op = raw.get_str("operationType").unwrap_or("");
     let at_ms = match raw.get("wallTime") {
         Some(Bson::DateTime(t)) => t.timestamp_millis(),
@@ -348,9 +361,6 @@ fn event(raw: &Document) -> Result<Option<ServerEvent>, String> {
                 at_ms,
                 doc: None,
             })
-        }
-        "invalidate" | "drop" | "dropDatabase" | "rename" => {
-            return Err(format!("the lock collection went away: {raw}"));
         }
         _ => None,
     })

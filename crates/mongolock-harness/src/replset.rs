@@ -996,38 +996,7 @@ async fn read(
 /// holds the drops its rollback made (it rebuilds its data), which are not the lock
 /// collection going away.
 fn event(raw: &Document) -> Result<Option<ServerEvent>, String> {
-    let op = raw.get_str("operationType").unwrap_or("");
-    let at_ms = match raw.get("wallTime") {
-        Some(Bson::DateTime(t)) => t.timestamp_millis(),
-        _ => return Err(format!("change event without wallTime: {raw}")),
-    };
-    let key = |doc: &Document| match doc.get("_id") {
-        Some(Bson::String(s)) => Ok(s.clone()),
-        other => Err(format!("a lock document's _id is not a string: {other:?}")),
-    };
-    Ok(match op {
-        "insert" | "update" | "replace" => {
-            let doc = raw
-                .get_document("fullDocument")
-                .map_err(|_| format!("{op} event without its post-image: {raw}"))?;
-            Some(ServerEvent {
-                resource: key(doc)?,
-                at_ms,
-                doc: Some(doc.clone()),
-            })
-        }
-        "delete" => {
-            let id = raw
-                .get_document("documentKey")
-                .map_err(|_| format!("delete event without documentKey: {raw}"))?;
-            Some(ServerEvent {
-                resource: key(id)?,
-                at_ms,
-                doc: None,
-            })
-        }
-        _ => None,
-    })
+    crate::oracle::document_event(raw)
 }
 
 /// The report's section on the set: the failover faults picked and done over every run
