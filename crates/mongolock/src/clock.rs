@@ -900,11 +900,32 @@ mod tests {
     /// `count` commands sent over 22 s, most answered within 60 ms each way, one in ten
     /// held up to 1.5 s each way; two in three are grants.
     fn commands(rng: &mut Rng, count: usize) -> Vec<SimCommand> {
+        shaped_commands(rng, count, 22_000, 10)
+    }
+
+    /// A client that sends little: 4 to 11 commands over 6 s, one in two held up to 1.5 s
+    /// each way. Its first exact reading often comes from a slow round trip, so its bounds
+    /// stay wide while later replies show a step (the case of
+    /// `a_grant_read_after_a_step_shown_in_whole_seconds_is_shortened_by_it_rounded_up`,
+    /// which the busy client's simulations never reached).
+    fn sparse_commands(rng: &mut Rng) -> Vec<SimCommand> {
+        let count = 4 + rng.below(8) as usize;
+        shaped_commands(rng, count, 6_000, 2)
+    }
+
+    /// `count` commands sent over `span_ms`, one in `slow_one_in` held up to 1.5 s each way,
+    /// the others answered within 60 ms each way; two in three are grants.
+    fn shaped_commands(
+        rng: &mut Rng,
+        count: usize,
+        span_ms: u64,
+        slow_one_in: u64,
+    ) -> Vec<SimCommand> {
         (0..count)
             .map(|_| {
-                let sent = rng.below(22_000);
+                let sent = rng.below(span_ms);
                 let mut latency = || {
-                    if rng.below(10) == 0 {
+                    if rng.below(slow_one_in) == 0 {
                         rng.below(1_500)
                     } else {
                         rng.below(60)
@@ -947,6 +968,15 @@ mod tests {
     /// than the server's end of it (but for the 10 ms that last reply took back, which the
     /// bounds leave out).
     async fn no_lease_believed_past_its_end(most: u64, step: impl Fn(&mut Rng) -> (u64, i64)) {
+        no_lease_believed_past_its_end_by(most, step, |rng| commands(rng, 80)).await;
+    }
+
+    /// [`no_lease_believed_past_its_end`] with the commands `sends` makes.
+    async fn no_lease_believed_past_its_end_by(
+        most: u64,
+        step: impl Fn(&mut Rng) -> (u64, i64),
+        sends: impl Fn(&mut Rng) -> Vec<SimCommand>,
+    ) {
         const TTL_MS: i64 = 30_000;
         for seed in 1..=1_000u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -954,8 +984,16 @@ mod tests {
                 (0..1 + rng.below(most)).map(|_| step(&mut rng)).collect();
             steps.sort();
             let server = SimServer { steps };
-            let mut commands = commands(&mut rng, 80);
-            let end = commands.iter().map(|c| c.read).max().unwrap() + 1;
+            let mut commands = sends(&mut rng);
+            // After every reply and every step: the last grant shows every step.
+            let last_step = server.steps.iter().map(|s| s.0).max().unwrap_or(0);
+            let end = commands
+                .iter()
+                .map(|c| c.read)
+                .max()
+                .unwrap()
+                .max(last_step)
+                + 1;
             commands.push(SimCommand {
                 sent: end,
                 ran: end,
@@ -975,10 +1013,11 @@ mod tests {
                 assert!(
                     believed <= ends + 10,
                     "seed {seed}: command {i} (sent {}, ran {}, read {}) believed to \
-                     {believed}, the server ends it at {ends}",
+                     {believed}, the server ends it at {ends} (steps, at and by: {:?})",
                     c.sent,
                     c.ran,
-                    c.read
+                    c.read,
+                    server.steps
                 );
             }
         }
@@ -990,6 +1029,19 @@ mod tests {
     async fn forward_steps_shorten_every_lease_by_as_much_as_they_end_it_earlier() {
         no_lease_believed_past_its_end(3, |rng| (rng.below(20_000), 300 + rng.below(2_700) as i64))
             .await;
+    }
+
+    /// A client that sends little, its first bounds often wide, replies in flight around
+    /// forward steps of the server's clock at any fraction of a second: every lease is
+    /// shortened by at least what the steps take off it.
+    #[tokio::test(start_paused = true)]
+    async fn a_sparse_client_with_wide_bounds_believes_no_lease_past_its_end() {
+        no_lease_believed_past_its_end_by(
+            2,
+            |rng| (rng.below(6_000), 300 + rng.below(2_700) as i64),
+            sparse_commands,
+        )
+        .await;
     }
 
     /// The server's clock steps 3 s back (a grant shows it: the bounds start over), then
