@@ -395,6 +395,7 @@ struct Inner {
     nemeses: Vec<NemesisLog>,
     acquire_calls: Vec<AcquireCall>,
     server_clock: Vec<(Instant, i64)>,
+    server_offsets: Vec<(Instant, i64)>,
     campaigns: Vec<CampaignLog>,
     proclaims: Vec<ProclaimLog>,
     observations: Vec<Observation>,
@@ -542,11 +543,14 @@ impl Recorder {
     }
 
     /// Sets how far the server's clock the history means reads ahead of (negative: behind)
-    /// the clock the readings are taken from, in ms (zero by default). On a replica set the
-    /// harness reads the set's shared clock and means the primary's, which reads its own
-    /// offset ahead of it ([`crate::replset`]).
-    pub fn set_reading_offset(&self, offset_ms: i64) {
+    /// the clock the readings are taken from, in ms (zero by default), from our instant `at`
+    /// on. On a replica set the harness reads the set's shared clock and means the
+    /// primary's, which reads its own offset ahead of it ([`crate::replset`]); the history
+    /// keeps each offset with its instant ([`History::server_offsets`]), so the checks can
+    /// tell the server times of two primaries apart.
+    pub fn set_reading_offset(&self, at: Instant, offset_ms: i64) {
         self.reading_offset_ms.store(offset_ms, Ordering::SeqCst);
+        self.with(|i| i.server_offsets.push((at, offset_ms)));
     }
 
     /// The server's clock at our instant `t`, from the readings so far (see
@@ -647,6 +651,7 @@ impl Recorder {
             nemeses: i.nemeses.clone(),
             acquire_calls: i.acquire_calls.clone(),
             server_clock: i.server_clock.clone(),
+            server_offsets: i.server_offsets.clone(),
             campaigns: i.campaigns.clone(),
             proclaims: i.proclaims.clone(),
             observations: i.observations.clone(),

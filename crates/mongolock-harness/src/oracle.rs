@@ -93,7 +93,11 @@
 //!   weakest member). Each judged report is counted.
 //!
 //! (S7), (S8), (S10), (S11), (S12) and (S13) compare our instants with the server's clock through the
-//! readings of it in the history ([`History::server_ms`]).
+//! readings of it in the history ([`History::server_ms`]). On a replica set the times they
+//! compare may be stamped by two primaries whose clocks are apart: (S7), (S11), (S12) and
+//! (S13) count them on one clock by the offsets the history keeps
+//! ([`History::server_offsets`], see `crate::replset`, "Server times of two primaries");
+//! on one server there are none and nothing changes.
 //!
 //! (S6) and (S7) judge a lease's end, not its lock-delay: an entry with `delayMs` ends its
 //! lease that long before its `expiresAt`.
@@ -1141,7 +1145,9 @@ fn false_losses(out: &mut Outcome, grants: &[Granted], history: &History) {
         } else {
             FALSE_LOSS_MARGIN_MS
         };
-        let left = lease_end.map_or(i64::MAX, |end| end - highest);
+        // On a set the entry's end and the readings may be two primaries' clocks apart.
+        let (slowest, fastest) = history.offset_range(l.attempt_sent_at, reported);
+        let left = lease_end.map_or(i64::MAX, |end| end - highest - (fastest - slowest));
         if left >= needed {
             out.losses_judged.1 += 1;
             let left = lease_end.map_or("no TTL".to_owned(), |_| format!("{left} ms"));
@@ -1359,6 +1365,20 @@ fn min_holds(
         let ran_out = events
             .get(g.event + 1..next.event)
             .is_some_and(|between| between.iter().any(|e| e.at_ms >= hold_end));
+        // On a set, the next grant may be stamped by a primary whose clock is behind the
+        // one that stamped the hold's start: counted on the fastest clock that served from
+        // the grant to it (any primary serving then decides by its own clock).
+        let next_at = next_grant_window(history, next);
+        let next_ms = next.at_ms
+            + next_at.map_or(0, |(from, to)| {
+                let (stamped, _) = history.offset_range(from, to);
+                let (_, fastest) = history.offset_range(h.attempt_sent_at.min(from), to);
+                (fastest - stamped).max(0)
+            });
+        if next_ms >= hold_end {
+            out.min_hold_margins_ms.push((next_ms - hold_end) as f64);
+            continue;
+        }
         if next.at_ms < hold_end && (ran_out || read_past_end(history, h, next, hold_end)) {
             out.min_hold_ran_out += 1;
             continue;
@@ -1427,6 +1447,38 @@ fn read_past_end(history: &History, h: &HolderLog, next: &Granted, hold_end: i64
                 .highest_server_ms(from, to)
                 .is_some_and(|ms| ms >= hold_end)
     })
+}
+
+/// How far the fastest clock that served as primary at any of our instants from `from` to
+/// `to` read ahead of the one serving at `at` ([`History::offset_range`],
+/// [`History::offset_at`]), in ms, 0 if none was: what a server time stamped in the window
+/// may read above the same moment on the clock read at `at`. Always 0 on one server.
+fn faster_since(
+    history: &History,
+    from: std::time::Instant,
+    to: std::time::Instant,
+    at: std::time::Instant,
+) -> i64 {
+    let (_, fastest) = history.offset_range(from.min(at), to.max(at));
+    (fastest - history.offset_at(at)).max(0)
+}
+
+/// The window of our instants in which the grant `next` was made: its holder's attempt's
+/// send to the grant's arrival, if a holder received it.
+fn next_grant_window(
+    history: &History,
+    next: &Granted,
+) -> Option<(std::time::Instant, std::time::Instant)> {
+    history
+        .holders
+        .iter()
+        .find(|n| {
+            !n.fake
+                && n.resource == next.resource
+                && n.lock_id == next.lock_id
+                && n.token == next.token
+        })
+        .map(|n| (n.attempt_sent_at, n.granted_at))
 }
 
 /// The writes to `resource` among `events`, each as the server's time of its commit and the
@@ -1626,7 +1678,18 @@ fn let_gos(
             .copied()
             .try_fold(i64::MIN, |m, e| e.map(|e| m.max(e)));
         let bound = g.ttl_ms.map(|ttl| ttl + timeout_ms);
-        let unusable = until.map(|until| (until - let_ms).max(0));
+        // The entry's end was stamped by the primary that wrote it last, before the bound
+        // ran out: counted on the clock the let-go was read on.
+        let faster = match (holder.released_at, bound) {
+            (Some(let_at), Some(bound)) => faster_since(
+                history,
+                holder.attempt_sent_at,
+                let_at + Duration::from_millis(bound.max(0) as u64),
+                let_at,
+            ),
+            _ => 0,
+        };
+        let unusable = until.map(|until| (until - faster - let_ms).max(0));
         if let Some(unusable) = unusable {
             out.let_go_unusable_ms.push(unusable as f64);
         }
@@ -1702,7 +1765,14 @@ fn outlived(out: &mut Outcome, grants: &[Granted], history: &History) {
         if let Some(end) = end {
             out.longest_outlived_ms = out.longest_outlived_ms.max(end - stopped_ms);
         }
-        let bound = g.ttl_ms.map(|ttl| stopped_ms + ttl + ttl / 3 + slack_ms);
+        let bound = g.ttl_ms.map(|ttl| {
+            let renewed_by = stopped + Duration::from_millis((ttl / 3 + slack_ms).max(0) as u64);
+            stopped_ms
+                + ttl
+                + ttl / 3
+                + slack_ms
+                + faster_since(history, holder.attempt_sent_at, renewed_by, stopped)
+        });
         let within = match (end, bound) {
             (Some(end), Some(bound)) => end <= bound,
             // No TTL: only a removal ends it, and nothing bounds when.
@@ -1766,7 +1836,10 @@ fn renewed_after_call(out: &mut Outcome, g: &Granted, call: &AcquireCall, histor
         out.late_grants += 1;
     }
     let ttl_ms = g.ttl_ms.unwrap_or(0).max(0);
-    let after = ended_ms + ttl_ms / 3 + OUTLIVE_SLACK.as_millis() as i64;
+    let period_ms = ttl_ms / 3 + OUTLIVE_SLACK.as_millis() as i64;
+    let renewed_by = call.ended_at + Duration::from_millis(period_ms as u64);
+    let after =
+        ended_ms + period_ms + faster_since(history, call.invoked_at, renewed_by, call.ended_at);
     let late: Vec<i64> = g.renewals.iter().copied().filter(|&r| r > after).collect();
     let Some(last) = late.last() else {
         return;
@@ -2299,6 +2372,55 @@ mod tests {
         let excused = judge(&renewed_until(5_800), &blocked);
         assert!(excused.violations.is_empty(), "{:?}", excused.violations);
         assert_eq!(excused.outlived_excused, 1);
+    }
+
+    /// Token 10 granted at 1,000 with a TTL of 5 s, renewed at 2,667 on a primary whose
+    /// clock is the shared one, then at each of `later`, written by a primary 3,600 ms
+    /// ahead (each before the entry's expiry by that primary's clock, as it renews).
+    fn renewed_across_a_failover(later: &[i64]) -> Vec<ServerEvent> {
+        let a = ObjectId::new();
+        let mut events = vec![event(
+            1_000,
+            Some(entry(&a, 10, 1_000, 1_000, 6_000)),
+            vec![],
+        )];
+        events.extend(
+            std::iter::once(2_667)
+                .chain(later.iter().copied())
+                .map(|at| event(at, Some(entry(&a, 10, 1_000, at, at + 5_000)), vec![])),
+        );
+        events
+    }
+
+    #[test]
+    fn an_entry_renewed_on_a_primary_whose_clock_is_ahead_has_not_outlived_its_holder() {
+        // The false (S7) of `--replset --quick --seed 41002`: the holder dropped its guard at
+        // 3,000 ms, read at server time 3,000 (bound 3,000 + TTL 5,000 + renewal period 1,666
+        // + slack 1,000 = 10,666); at 3,100 ms the primary's clock reads 3,600 ms ahead (a
+        // failover to a member ahead), and the last renewal, in flight at the drop, commits
+        // there at 3,200 ms: at its time 6,800, the entry ending at 11,800, past the bound by
+        // the two clocks' numbers, 8,000 ms after the drop on one clock.
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut history = timed(t0, vec![believer(t0, 3_000, LetGo::DroppedWithoutRuntime)]);
+        history.server_clock.push((at(3_100), 6_700));
+        history.server_offsets = vec![(at(3_100), 3_600)];
+        let ended = judge(&renewed_across_a_failover(&[6_800]), &history);
+        assert!(ended.violations.is_empty(), "{:?}", ended.violations);
+        assert_eq!(ended.outlived_checked, 1);
+        // Renewed on by the new primary until its time 16,802 (13,202 ms after t0 on the
+        // shared clock): an orphan kept alive across the failover is still caught.
+        let kept = judge(
+            &renewed_across_a_failover(&[6_800, 8_467, 10_134, 11_801, 13_468, 15_135, 16_802]),
+            &history,
+        );
+        // (Unusable that long after the let-go, it is (S11)'s too.)
+        assert_eq!(
+            kept.by_check().get(&ServerCheck::Orphans),
+            Some(&1),
+            "{:?}",
+            kept.violations
+        );
     }
 
     #[test]

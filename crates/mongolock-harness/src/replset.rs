@@ -63,21 +63,25 @@
 //! incomplete rather than judged on a partial log. (S1)-(S13) are then judged as on one
 //! server, on the server's time of the primary that committed each write.
 //!
-//! # What does not hold yet: server times of two primaries
+//! # Server times of two primaries
 //!
 //! The checks that compare server times with each other or with our instants ((9), and
-//! (S7), (S11), (S12), (S13) through the readings) take every server time as one clock's.
-//! On the set each write is stamped by the primary of the moment, and a failover to a
-//! member whose clock is apart puts two clocks in one comparison: a next grant on a primary
-//! whose clock is behind reads as inside the previous lease's lock-delay although the
-//! previous primary removed that entry after the delay by its own clock ((9), `--replset
-//! --quick --seed 41003`), and an entry stamped by a primary whose clock is ahead reads as
-//! outliving its holder by the step ((S7), seeds 41002 and 41003, 151 ms each less the
-//! step). Those reports are the checks', not the library's (see `docs/reliability.md`, "On
-//! a three-member set"), and the checks are left as they are: what remains is to count
-//! every server time in one time base across failovers (the oplog names each write's term,
-//! and the nemesis knows each member's offset), with the server's own decisions still
-//! judged by its own clock.
+//! (S7), (S11), (S12), (S13) through the readings) see times stamped by the primary of the
+//! moment, each by its own clock: a failover to a member whose clock is apart moves them by
+//! the difference. Taken as one clock's, a next grant on a primary whose clock is behind
+//! read as inside the previous lease's lock-delay although the previous primary removed
+//! that entry after the delay by its own clock ((9), `--replset --quick --seed 41003`), and
+//! an entry renewed by a primary whose clock is ahead read as outliving its holder by the
+//! step ((S7), seeds 41002 and 41003). The nemesis therefore records, with every change of
+//! the primary or of its clock, the offset of the serving member's clock from the set's
+//! shared clock ([`Recorder::set_reading_offset`], kept as
+//! [`History::server_offsets`](crate::history::History::server_offsets)), and
+//! each check counts the two times it compares on one clock: a time stamped by a primary
+//! whose clock was behind is moved up by what the fastest primary serving in the window
+//! it is judged against was ahead of it (any of them may have decided, by its own clock,
+//! that the lease or the delay was over), never by more. A grant before the delay ended by
+//! every serving primary's clock is still caught; on one server no offset is recorded and
+//! every check is as it was.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -529,8 +533,8 @@ impl Nemesis {
     /// (negative: behind), with a reading of it.
     fn primary_clock_step(&mut self, step: i64) {
         let primary = self.router.target();
-        self.recorder.set_reading_offset(self.offsets[primary]);
         let now = Instant::now();
+        self.recorder.set_reading_offset(now, self.offsets[primary]);
         let shared = self.set.shared_clock().now().timestamp_millis();
         self.recorder.server_clock(now, shared);
         if step == 0 {

@@ -1528,6 +1528,16 @@ impl<'a> Checker<'a> {
     /// correct server for one granting 564 ms inside a delay, --long --seed 1009001).
     /// [`DELAY_SLACK_MS`] covers the mapping of our instants to the server's clock. A clock
     /// jump needs no excuse: the delay counts in the server's time.
+    ///
+    /// On a replica set the lease's end and `b`'s grant may be stamped by two primaries
+    /// whose clocks are apart ([`History::server_offsets`]). A primary decides by its own
+    /// clock against the stored end: any primary serving between `a`'s attempt and `b`'s
+    /// grant may have found the delay over and removed the entry, so `b`'s grant time is
+    /// counted on the fastest of their clocks, the highest offset of that window, from the
+    /// lowest offset of `b`'s own window (it was stamped somewhere in it). A failover to a
+    /// member whose clock is behind then excuses what it is behind, no more (a grant before
+    /// the delay ended by every primary's clock is still caught); one to a member ahead
+    /// counts in the server's time, as a jump does; on one server nothing changes.
     fn lock_delay(&mut self, resource: &str) {
         let list = self.by_resource[resource].clone();
         // A lease's delay is judged against the first conflicting grant after it alone: a
@@ -1565,8 +1575,12 @@ impl<'a> Checker<'a> {
                     continue;
                 };
                 let until = end + delay.as_millis() as i64;
-                if margin.is_none_or(|(m, _, _)| b_ms - until < m) {
-                    margin = Some((b_ms - until, a, until));
+                let (_, fastest) =
+                    (self.h).offset_range(a.attempt_sent_at.min(b.attempt_sent_at), b.granted_at);
+                let (stamped, _) = self.h.offset_range(b.attempt_sent_at, b.granted_at);
+                let b_on_fastest = b_ms + (fastest - stamped).max(0);
+                if margin.is_none_or(|(m, _, _)| b_on_fastest - until < m) {
+                    margin = Some((b_on_fastest - until, a, until));
                 }
             }
             let Some((margin, a, until)) = margin else {
@@ -2448,5 +2462,53 @@ mod tests {
         let early = delayed(t0, 2, (2_000, 2_050), 1_001_700, None);
         h.holders = vec![a, early];
         assert!(delay_judged(&h).1);
+    }
+
+    #[test]
+    fn a_grant_on_a_new_primary_whose_clock_is_behind_after_the_delay_is_no_violation() {
+        // The false (9) of `--replset --quick --seed 41003` (q0): the primary, its clock
+        // 4,000 ms ahead of the set's shared clock, grants holder 1 (killed, never released)
+        // at its time 1,004,105: the lease ends at 1,005,605 and the delay at 1,006,305 by
+        // its clock, 2,305 ms after t0. At 2,400 ms a failover makes primary a member whose
+        // clock is the shared one: the server's times step 4,000 ms back. Holder 2 is granted
+        // at 2,505 ms, after the delay, at the new primary's time 1,002,505: 3,800 ms "inside"
+        // the delay by the two clocks' numbers.
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut h = History::new(t0 + Duration::from_secs(10));
+        h.modes = HashMap::from([("d0".to_owned(), Mode::Exclusive)]);
+        h.server_clock = vec![(ms(0), 1_004_000), (ms(2_400), 1_002_400)];
+        h.server_offsets = vec![(ms(0), 4_000), (ms(2_400), 0)];
+        let a = delayed(t0, 1, (100, 110), 1_004_105, Some(300));
+        let b = delayed(t0, 2, (2_500, 2_510), 1_002_505, None);
+        h.holders = vec![a, b];
+        // 200 ms after the delay, counted on the old primary's clock.
+        assert_eq!(delay_judged(&h), (vec![200.0], false));
+    }
+
+    #[test]
+    fn a_grant_inside_the_delay_across_a_failover_is_still_caught() {
+        // The primary's clock is the shared one; holder 1 is granted at 1,000,105, its delay
+        // ends at 1,002,305 (2,305 ms after t0). At 1,500 ms a failover makes primary a
+        // member whose clock is 3,000 ms behind, which grants holder 2 at 2,010 ms, its time
+        // 999,005: 295 ms before the delay ended by any clock (the new primary's own reads
+        // 1,002,305 only at 5,305 ms). The failover excuses the 3,000 ms its clock is
+        // behind, not the rest.
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let mut h = History::new(t0 + Duration::from_secs(10));
+        h.modes = HashMap::from([("d0".to_owned(), Mode::Exclusive)]);
+        h.server_clock = vec![(ms(0), 1_000_000), (ms(1_500), 998_500)];
+        h.server_offsets = vec![(ms(1_500), -3_000)];
+        let a = delayed(t0, 1, (100, 110), 1_000_105, Some(300));
+        let early = delayed(t0, 2, (2_000, 2_010), 999_005, None);
+        h.holders = vec![a.clone(), early];
+        assert_eq!(delay_judged(&h), (vec![-300.0], true));
+        // A failover between members whose clocks agree excuses nothing: as on one server.
+        let same = delayed(t0, 2, (2_000, 2_010), 1_002_005, None);
+        h.server_clock = vec![(ms(0), 1_000_000)];
+        h.server_offsets = vec![(ms(1_500), 0)];
+        h.holders = vec![a, same];
+        assert_eq!(delay_judged(&h), (vec![-300.0], true));
     }
 }

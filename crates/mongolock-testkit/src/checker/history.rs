@@ -906,6 +906,16 @@ pub struct History {
     /// now and then, and right after every jump of the server's clock: see
     /// [`History::server_ms`].
     pub server_clock: Vec<(Instant, i64)>,
+    /// On a replica set: from each of our instants on, how far the clock of the member
+    /// serving as primary read ahead of (negative: behind) the set's shared clock, in ms, as
+    /// the harness set it (each member's clock is the shared one plus its own offset). Every
+    /// server time the checks compare (a grant's `createdAt` and `expiresAt`, a change
+    /// event's `wallTime`, the readings of [`History::server_clock`]) was stamped by the
+    /// primary of the moment by its own clock, so a failover to a member whose clock is
+    /// apart moves them by the difference: [`History::offset_range`] says by how much at
+    /// most between two instants. Empty on one server (offset 0 throughout), where nothing
+    /// changes.
+    pub server_offsets: Vec<(Instant, i64)>,
     /// The campaigns in elections, as they began.
     pub campaigns: Vec<CampaignLog>,
     /// The leaders' proclaims.
@@ -939,6 +949,7 @@ impl History {
             nemeses: Vec::new(),
             acquire_calls: Vec::new(),
             server_clock: Vec::new(),
+            server_offsets: Vec::new(),
             campaigns: Vec::new(),
             proclaims: Vec::new(),
             observations: Vec::new(),
@@ -999,6 +1010,30 @@ impl History {
                 Some(prev_ms + at.duration_since(*prev_at).as_millis() as i64)
             });
         Some(before_readings.fold(at_to, i64::max))
+    }
+
+    /// The offset of the serving member's clock from the set's shared clock at our instant
+    /// `t` ([`History::server_offsets`]): the last one set at or before `t`, 0 before the
+    /// first (every member starts with the shared clock).
+    pub fn offset_at(&self, t: Instant) -> i64 {
+        (self.server_offsets.iter())
+            .filter(|(at, _)| *at <= t)
+            .max_by_key(|(at, _)| *at)
+            .map_or(0, |(_, offset)| *offset)
+    }
+
+    /// The lowest and the highest offset of the serving member's clock
+    /// ([`History::server_offsets`]) in force at any of our instants from `from` to `to`
+    /// (inclusive); `(0, 0)` on one server. A server time stamped at some instant of the
+    /// window reads at most `high - low` ahead of, or behind, what one clock would have read
+    /// then: the most a failover in the window moves the server's times.
+    pub fn offset_range(&self, from: Instant, to: Instant) -> (i64, i64) {
+        let at_from = self.offset_at(from);
+        (self.server_offsets.iter())
+            .filter(|(at, _)| *at > from && *at <= to)
+            .fold((at_from, at_from), |(low, high), (_, offset)| {
+                (low.min(*offset), high.max(*offset))
+            })
     }
 
     /// The readings in the order they were taken.
@@ -1154,6 +1189,29 @@ mod tests {
             history.last_instant_at_server_ms(1_006_300),
             Some(at(2_100))
         );
+    }
+
+    #[test]
+    fn the_serving_member_s_clock_offset_is_read_over_a_window() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut history = History::new(t0);
+        assert_eq!(history.offset_at(at(100)), 0, "one server");
+        assert_eq!(history.offset_range(at(0), at(1_000)), (0, 0));
+        // A primary 4,839 ms ahead from 100 ms; a failover at 500 ms to one 3,000 ms behind.
+        history.server_offsets = vec![(at(100), 4_839), (at(500), -3_000)];
+        assert_eq!(
+            history.offset_at(at(50)),
+            0,
+            "before the first: the shared clock"
+        );
+        assert_eq!(history.offset_at(at(100)), 4_839);
+        assert_eq!(history.offset_at(at(700)), -3_000);
+        assert_eq!(history.offset_range(at(0), at(99)), (0, 0));
+        assert_eq!(history.offset_range(at(0), at(200)), (0, 4_839));
+        assert_eq!(history.offset_range(at(200), at(400)), (4_839, 4_839));
+        assert_eq!(history.offset_range(at(200), at(500)), (-3_000, 4_839));
+        assert_eq!(history.offset_range(at(600), at(900)), (-3_000, -3_000));
     }
 
     #[test]
