@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! update: <collection>, ordered: false, updates: [                   // one per place
-//!   { q: { _id: <resource>, mongolock: 1, queue: { $elemMatch: { lockId: <id> } },
+//!   { q: { _id: <resource>, mongolock: 1, queue: { $elemMatch: { call: <call> } },
 //!          $expr: <that place is live> },                              // never revived
 //!     u: [ { $set: { queue: <the line, that place's until = $$NOW + life> } } ] },
 //!   ... ]
@@ -254,7 +254,7 @@ mod tests {
     fn place(resource: &str) -> Place {
         Place {
             resource: resource.to_owned(),
-            lock_id: "waiter".to_owned(),
+            call: bson::oid::ObjectId::from_bytes([7; 12]),
             life: Duration::from_secs(30),
         }
     }

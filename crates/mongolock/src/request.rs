@@ -427,6 +427,10 @@ pub struct AcquireRequest {
     /// (or keeps) its place in line; its reply tells its place and what holds the resource.
     /// A multi-lock waits so for each member's turn (see `crate::multi`).
     pub(crate) turn_only: bool,
+    /// The call the request is made for, which its place in line names (see
+    /// `crate::schema`): its first attempt's nonce, kept by the call's later attempts (each
+    /// with a fresh nonce).
+    pub(crate) call: bson::oid::ObjectId,
 }
 
 impl AcquireRequest {
@@ -441,16 +445,18 @@ impl AcquireRequest {
         lock_id: impl Into<String>,
         details: LockDetails,
     ) -> Self {
+        let nonce = Nonce::new();
         AcquireRequest {
             resource: resource.into(),
             lock_id: lock_id.into(),
             kind: LockKind::Exclusive,
             details,
             max_shared: None,
-            nonce: Nonce::new(),
+            nonce,
             keeper: None,
             announce: None,
             turn_only: false,
+            call: nonce.0,
         }
     }
 
@@ -476,7 +482,8 @@ impl AcquireRequest {
     }
 
     /// Uses `nonce` instead of a fresh one, for instance to repeat an attempt whose outcome is
-    /// unknown: the repeat is the same attempt.
+    /// unknown: the repeat is the same attempt. The request's call is then named by this
+    /// nonce too (a waiting call's place in line names its first attempt's nonce).
     ///
     /// ```
     /// let nonce = mongolock::Nonce::new();
@@ -485,6 +492,7 @@ impl AcquireRequest {
     /// ```
     pub fn nonce(mut self, nonce: Nonce) -> Self {
         self.nonce = nonce;
+        self.call = nonce.0;
         self
     }
 

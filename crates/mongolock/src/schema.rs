@@ -13,6 +13,7 @@
 //!   released:  [ { nonce: ObjectId, until: Date }, ... ],  // withdrawn attempts (tombstones)
 //!   cap:       Int64 | null,          // the cap of the live shared entries (null: none)
 //!   queue:     [ { lockId: String, kind: "exclusive" | "shared", until: Date,
+//!                  call: ObjectId,    // the waiting call that holds it
 //!                  keeper: String }, ... ],         // the line
 //!   wake:      String,                // "<the head's keeper> <stamp>": whom the last
 //!                                     // change that let the head of the line in woke
@@ -43,6 +44,13 @@
 //! one when only readers stand before it (and, under a cap, fewer than the free permits). A
 //! place whose `until` has passed counts for nothing and is dropped by the next write, so a
 //! crashed waiter holds up the line only until then; one that gives up takes its place out.
+//! A place names the waiting call that holds it (`call`, an id made for each call): a
+//! waiter that gives up (`leave_line`, a withdrawal) takes out its own call's place only,
+//! so a late copy of it leaves the place of its lock id's next call where it stands. A
+//! call of the lock id that finds its lock id's place named otherwise (its restarted
+//! process's predecessor's, or written by a version before places named their call) takes
+//! it over, its turn kept, and names it; until then such a place is nobody's to take out,
+//! and lapses at its `until`. A grant takes out every place of its lock id.
 //! A single attempt joins no line. Places do not count in `idleSince`: a line keeps no
 //! document from the TTL index or `purge`.
 //!
@@ -158,6 +166,8 @@ pub(crate) const RENEWED_AT: &str = "renewedAt";
 pub(crate) const EXPIRES_AT: &str = "expiresAt";
 pub(crate) const TTL_MS: &str = "ttlMs";
 pub(crate) const KEEPER: &str = "keeper";
+/// A place's waiting call (see `queue` above).
+pub(crate) const CALL: &str = "call";
 pub(crate) const DELAY_MS: &str = "delayMs";
 /// The minimum hold of an entry (see [`crate::LockDetails::min_hold`]).
 pub(crate) const MIN_HOLD_MS: &str = "minHoldMs";

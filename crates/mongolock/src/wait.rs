@@ -565,9 +565,13 @@ impl<'a> Waiter<'a> {
         }
     }
 
-    /// The next attempt is a new one (a fresh nonce): the last was withdrawn or settled.
+    /// The next attempt is a new one (a fresh nonce): the last was withdrawn or settled. It
+    /// is the same call's: its place in line is the call's, named by its first attempt's
+    /// nonce (see `crate::schema`).
     fn new_attempt(&mut self) {
-        self.pending = Pending::new(self.client, self.request.clone().nonce(Nonce::new()));
+        let mut request = self.request.clone();
+        request.nonce = Nonce::new();
+        self.pending = Pending::new(self.client, request);
     }
 
     /// The call gives up: out of time, or failed with `result`.
@@ -656,7 +660,7 @@ impl<'a> Waiter<'a> {
             self.in_line = Some(self.client.shared().places.hold(
                 Place {
                     resource: self.request.resource.clone(),
-                    lock_id: self.pending.request.lock_id.clone(),
+                    call: self.pending.request.call,
                     life,
                 },
                 in_line_from,

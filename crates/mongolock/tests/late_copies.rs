@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bson::Document;
@@ -452,6 +453,121 @@ async fn emulator_only_a_waiting_call_gives_up_at_its_timeout_while_its_attempt_
     let held = held_on_job(&direct).await;
     assert!(held.is_empty(), "a grant nobody keeps: {held:?}");
     assert!(direct.mutex("job").try_acquire().await.unwrap().is_some());
+    direct.shutdown().await;
+    locks.shutdown().await;
+}
+
+/// The lock ids of the places in `job`'s line, in their order, read straight from the server.
+async fn line_on_job(server: &mongolock_testkit::TestServer, db: &str) -> Vec<String> {
+    let locks = server
+        .new_client()
+        .database(db)
+        .collection::<Document>("locks");
+    let doc = locks.find_one(bson::doc! { "_id": "job" }).await.unwrap();
+    let queue = doc
+        .as_ref()
+        .and_then(|doc| doc.get_array("queue").ok())
+        .cloned()
+        .unwrap_or_default();
+    queue
+        .iter()
+        .filter_map(|place| {
+            place
+                .as_document()?
+                .get_str("lockId")
+                .ok()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Waits (at most 15 s) until `job`'s line is `expected`.
+async fn line_becomes(server: &mongolock_testkit::TestServer, db: &str, expected: &[&str]) {
+    let give_up = tokio::time::Instant::now() + secs(15);
+    while line_on_job(server, db).await != expected && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(line_on_job(server, db).await, expected, "the line");
+}
+
+/// Issue 40: a place in line is its call's, not its lock id's. A waiting call of the lock id
+/// `svc` gives up; its `leave_line` is held on the wire and the connection cut, so it is
+/// sent again (answered: the place goes). The lock id's next call then joins the line, and
+/// another waiter (`other`) behind it. The first `leave_line` copy lands after
+/// both: it must leave the next call's place where it is, so that the next call is served
+/// before the waiter that came after it. Before places named their call, the late copy
+/// took out every place of its lock id: the next call joined again at the end, behind
+/// `other`, which was granted first.
+#[tokio::test]
+async fn emulator_only_a_late_leave_line_leaves_the_lock_ids_next_call_in_its_place() {
+    let db = "late_leave";
+    let Some(Proxied {
+        server,
+        proxy,
+        cut_off: locks,
+        direct,
+    }) = common::proxied(db).await
+    else {
+        return;
+    };
+    warm(&locks).await;
+    let holder = direct.mutex("job").ttl(secs(20)).acquire().await.unwrap();
+    // `leave_line`: the only `update` of one statement on `job` here (a place's refresh comes
+    // a third of the TTL after it joined, long after this call gives up).
+    let late = proxy.fault_requests(
+        Requests::matching(|command| {
+            command.get_str("update").is_ok()
+                && command
+                    .get_array("updates")
+                    .ok()
+                    .and_then(|updates| updates.first()?.as_document()?.get_document("q").ok())
+                    .is_some_and(|q| q.get_str("_id") == Ok("job"))
+        })
+        .times(1),
+        RequestFault::Late {
+            hold: secs(5),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+    let svc = || locks.mutex("job").lock_id("svc").ttl(secs(20));
+    let first = svc().acquire_timeout(Duration::from_millis(500)).await;
+    assert!(matches!(first, Ok(None)), "the first call gives up");
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let wait = |handle: mongolock::Mutex, name: &'static str| {
+        let served = served.clone();
+        tokio::spawn(async move {
+            let guard = handle
+                .acquire_timeout(secs(40))
+                .await
+                .unwrap()
+                .expect("served in its turn");
+            served.lock().unwrap().push(name);
+            guard.release().await.unwrap();
+        })
+    };
+    // The first call's place goes once a later copy of its `leave_line` is answered (the
+    // driver's repeat, or the client's chores task); only then does the next call of `svc`
+    // join the line, then `other` behind it.
+    line_becomes(&server, db, &[]).await;
+    let next = wait(svc(), "svc");
+    line_becomes(&server, db, &["svc"]).await;
+    let other = wait(direct.mutex("job").lock_id("other").ttl(secs(20)), "other");
+    line_becomes(&server, db, &["svc", "other"]).await;
+    not_delivered_yet(&late);
+    late_copies_ran(&late, 1).await;
+    assert_eq!(
+        line_on_job(&server, db).await,
+        ["svc", "other"],
+        "the late leave_line took the next call's place"
+    );
+    holder.release().await.unwrap();
+    next.await.unwrap();
+    other.await.unwrap();
+    assert_eq!(
+        *served.lock().unwrap(),
+        ["svc", "other"],
+        "served in arrival order"
+    );
     direct.shutdown().await;
     locks.shutdown().await;
 }

@@ -453,14 +453,18 @@ fn idle_since(request: &AcquireRequest, ttl_ms: Option<i64>, expires_at: &Bson) 
     ]})
 }
 
-/// The line after the change. A grant ends this lock id's wait. A waiting attempt that stops
-/// waiting leaves it: granted, withdrawn (a late copy of a dropped one: its waiter is gone),
-/// answered with a lock it is not asked to wait for (`o`: a place would keep others out
-/// after it releases), or, shared, refused for asking another cap than the live shared
-/// locks' (answered with an error, not made to wait). An exclusive attempt answered
-/// "already held" keeps its place, which the adoption takes out. Otherwise it joins at the
-/// end if it has no place yet, with a place that names its keeper (its lock client, whom a
-/// change that lets it in wakes); else its place stays as it is: its client refreshes it
+/// The line after the change. A grant ends this lock id's wait: every place of the lock id
+/// goes. A waiting attempt that stops waiting otherwise takes its call's place out (a place
+/// of its lock id that names another call is not its to take: a late copy's call is over,
+/// and the place is its lock id's next call's): withdrawn (a late copy of a dropped one: its
+/// waiter is gone), answered with a lock it is not asked to wait for (`o`: a place would
+/// keep others out after it releases), or, shared, refused for asking another cap than the
+/// live shared locks' (answered with an error, not made to wait). An exclusive attempt
+/// answered "already held" keeps its place, which the adoption takes out. Otherwise it joins
+/// at the end if it has no place yet, with a place that names its call and its keeper (its
+/// lock client, whom a change that lets it in wakes); else its place stays where it is,
+/// named by its call (a place its restarted process's predecessor held, or one written
+/// before places named their call, is taken over with its turn): its client refreshes it
 /// (`crate::places`), so a refused attempt leaves the line, and the document, unchanged.
 fn line_after(
     request: &AcquireRequest,
@@ -474,25 +478,36 @@ fn line_after(
     let Some(bound_ms) = waiting else {
         return bson!({ "$cond": ["$$g", others_waiting, "$$q"] });
     };
-    let mut stop = vec![bson!("$$g"), bson!("$$o")];
+    let mut stop = vec![bson!("$$o")];
     if request.kind == LockKind::Shared {
         stop.push(bson!({ "$not": "$$y" }));
     }
+    let call = Bson::ObjectId(request.call);
     let mut place = doc! {
         "lockId": terms.lock_id.clone(),
         "kind": request.kind.to_string(),
         "until": { "$add": ["$$NOW", expr::int(bound_ms)] },
+        schema::CALL: call.clone(),
     };
     if request.keeper.is_some() {
         place.insert(schema::KEEPER, keeper.clone());
     }
+    let own = bson!({ "$eq": ["$$this.lockId", terms.lock_id.clone()] });
     bson!({ "$cond": [
-        { "$or": stop },
+        "$$g",
         others_waiting,
         { "$cond": [
-            { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] },
-            { "$concatArrays": ["$$q", [place]] },
-            "$$q",
+            { "$or": stop },
+            { "$filter": { "input": "$$q", "cond": { "$ne": ["$$this.call", call.clone()] } } },
+            { "$cond": [
+                { "$eq": [{ "$size": "$$a" }, { "$size": "$$q" }] },
+                { "$concatArrays": ["$$q", [place]] },
+                { "$map": { "input": "$$q", "in": { "$cond": [
+                    own,
+                    { "$mergeObjects": ["$$this", { schema::CALL: call }] },
+                    "$$this",
+                ]}}},
+            ]},
         ]},
     ]})
 }
@@ -969,6 +984,87 @@ mod tests {
         ));
         let stored = document_of(&collection, "r").await;
         assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
+    }
+
+    /// Issue 40: a place names its call. A late withdrawal or `leave_line` of a lock id's
+    /// earlier call, landing after the lock id's next call joined the line, leaves that
+    /// call's place where it stands (before, both took out every place of the lock id, and
+    /// the next call joined again behind `other`). A place of the lock id that names no call
+    /// (written before places named their call; or another call's: a restarted process's
+    /// predecessor's) is taken over by the lock id's next attempt, its turn kept.
+    #[tokio::test]
+    async fn only_its_own_calls_removals_take_a_place_out() {
+        let server = mongolock_testkit::TestServer::start().await.unwrap();
+        let collection = server.client().database("d").collection("locks");
+        let locks = crate::LockClient::new(collection.clone());
+        let ctx = locks.ready().unwrap();
+        let details = LockDetails::default().ttl(Duration::from_secs(30));
+        let _holder = locks.xlock("r", "holder", details.clone()).await.unwrap();
+        let waiting = |lock_id: &str| {
+            let mut request = AcquireRequest::exclusive("r", lock_id, details.clone());
+            request.announce = Some(Duration::from_secs(60));
+            request
+        };
+        let line = |stored: &Document| -> Vec<(String, Option<ObjectId>)> {
+            (stored.get_array("queue").unwrap().iter())
+                .map(|p| {
+                    let p = p.as_document().unwrap();
+                    let call = p.get_object_id(schema::CALL).ok();
+                    (p.get_str("lockId").unwrap().to_owned(), call)
+                })
+                .collect()
+        };
+        let contended = |attempt: Attempt| assert!(matches!(attempt, Attempt::Contended(_)));
+        // The first call joins and leaves (its `leave_line` answered); the lock id's next
+        // call joins, then another waiter behind it.
+        let first = waiting("svc");
+        contended(locks.acquire(&first).await.unwrap());
+        crate::command::release::leave_line(ctx, &first)
+            .await
+            .unwrap();
+        let next = waiting("svc");
+        contended(locks.acquire(&next).await.unwrap());
+        contended(locks.acquire(&waiting("other")).await.unwrap());
+        let ours = ("svc".to_owned(), Some(next.call));
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored)[0], ours, "{stored}");
+        // Late copies of the first call's `leave_line` and withdrawal: nothing moves.
+        crate::command::release::leave_line(ctx, &first)
+            .await
+            .unwrap();
+        let withdrawal = crate::command::release::Hold::Waived;
+        crate::command::release::release_attempt(ctx, &first, withdrawal)
+            .await
+            .unwrap();
+        let stored = document_of(&collection, "r").await;
+        let after: Vec<String> = line(&stored).into_iter().map(|(l, _)| l).collect();
+        assert_eq!(after, ["svc", "other"], "{stored}");
+        assert_eq!(line(&stored)[0], ours, "{stored}");
+
+        // A place that names no call: the lock id's next attempt takes it over, in its turn.
+        collection
+            .update_one(
+                doc! { "_id": "r" },
+                doc! { "$unset": { "queue.0.call": "" } },
+            )
+            .await
+            .unwrap();
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored)[0], ("svc".to_owned(), None), "{stored}");
+        // The call's next attempt: a fresh nonce, the same call.
+        let mut again = next.clone();
+        again.nonce = Nonce::new();
+        contended(locks.acquire(&again).await.unwrap());
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored)[0], ours, "taken over: {stored}");
+        assert_eq!(line(&stored).len(), 2, "{stored}");
+        // The call's own removals take it out.
+        crate::command::release::leave_line(ctx, &next)
+            .await
+            .unwrap();
+        let stored = document_of(&collection, "r").await;
+        let after: Vec<String> = line(&stored).into_iter().map(|(l, _)| l).collect();
+        assert_eq!(after, ["other"], "{stored}");
     }
 
     /// A waiting exclusive attempt of a lock id whose lease is held from another attempt (a

@@ -3,31 +3,34 @@
 //!
 //! ```text
 //! update: <collection>, ordered: false, updates: [                   // one per place
-//!   { q: { _id: <resource>, mongolock: 1, queue: { $elemMatch: { lockId: <id> } },
+//!   { q: { _id: <resource>, mongolock: 1, queue: { $elemMatch: { call: <call> } },
 //!          $expr: <that place is live> },                              // never revived
 //!     u: [ { $set: { queue: <the line, that place's until = $$NOW + life> } } ] },
 //!   ... ]
 //! ```
 //!
-//! A statement matches only while its place is live, so a place that lapsed stays lapsed
+//! A place is found by the waiting call it names (see `crate::schema`), which its first
+//! refused attempt wrote (or took it over with), so a late refresh of an earlier call of the
+//! lock id never makes the place of its next call last. A statement matches only while its
+//! place is live, so a place that lapsed stays lapsed
 //! (its waiter joins the line again at its end with its next attempt), and the reply's `n`
 //! is the number of places refreshed.
 
 use std::time::Duration;
 
+use bson::oid::ObjectId;
 use bson::{Document, bson, doc};
 
-use crate::command::expr::literal;
 use crate::command::{Context, batched, send_batched};
 use crate::error::Result;
-use crate::schema::{FORMAT, MARK};
+use crate::schema::{self, FORMAT, MARK};
 
-/// One waiter's place: the resource, the lock id it waits as, and how long a refresh makes it
-/// last.
+/// One waiter's place: the resource, the waiting call it names, and how long a refresh makes
+/// it last.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Place {
     pub(crate) resource: String,
-    pub(crate) lock_id: String,
+    pub(crate) call: ObjectId,
     pub(crate) life: Duration,
 }
 
@@ -35,12 +38,11 @@ pub(crate) struct Place {
 /// (see [`crate::places`]).
 fn place_statement(place: &Place) -> Document {
     let life_ms = crate::clock::saturating_millis(place.life);
-    let lock_id = literal(place.lock_id.as_str());
-    let this = bson!({ "$eq": ["$$q.lockId", lock_id] });
+    let this = bson!({ "$eq": ["$$q.call", place.call] });
     doc! {
         "q": {
             "_id": &place.resource, MARK: FORMAT,
-            "queue": { "$elemMatch": { "lockId": &place.lock_id } },
+            "queue": { "$elemMatch": { schema::CALL: place.call } },
             "$expr": { "$anyElementTrue": [{ "$map": {
                 "input": "$queue", "as": "q",
                 "in": { "$and": [this.clone(), { "$gt": ["$$q.until", "$$NOW"] }] },
@@ -82,9 +84,10 @@ mod tests {
     #[tokio::test]
     async fn a_place_is_refreshed_only_while_it_is_live_and_only_that_place() {
         let ctx = crate::command::test_context();
+        let call = ObjectId::new();
         let places = [Place {
             resource: "$r".into(),
-            lock_id: "$w".into(),
+            call,
             life: Duration::from_millis(1_500),
         }];
         let commands = commands(&ctx, &places);
@@ -92,14 +95,15 @@ mod tests {
         let text = Bson::Document(commands[0].clone())
             .into_relaxed_extjson()
             .to_string();
-        // Found by its resource, the mark and the place's lock id (never upserted: an update
-        // without `upsert`), only while live, and the lock id is data, not a path.
-        assert!(
-            text.contains(r#""_id":"$r","mongolock":1,"queue":{"$elemMatch":{"lockId":"$w"}}"#),
-            "{text}"
+        // Found by its resource, the mark and the place's call (never upserted: an update
+        // without `upsert`), only while live; the place of that call only is refreshed.
+        let found = format!(
+            r#""_id":"$r","mongolock":1,"queue":{{"$elemMatch":{{"call":{{"$oid":"{call}"}}}}}}"#
         );
+        assert!(text.contains(&found), "{text}");
         assert!(text.contains(r#"{"$gt":["$$q.until","$$NOW"]}"#), "{text}");
-        assert!(text.contains(r#"{"$literal":"$w"}"#), "{text}");
+        let this = format!(r#"{{"$eq":["$$q.call",{{"$oid":"{call}"}}]}}"#);
+        assert!(text.contains(&this), "{text}");
         assert!(
             text.contains(r#""until":{"$add":["$$NOW",1500]}"#),
             "{text}"

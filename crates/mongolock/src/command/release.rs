@@ -271,6 +271,9 @@ pub(crate) struct Retirement<'a> {
     ttl_ms: Option<i64>,
     /// The grant's token, for a release: the entry of that grant only.
     token: Option<i64>,
+    /// For a withdrawn attempt, its call: the call's place in line goes with it (see
+    /// `crate::schema`). None for a released grant, whose grant took its call's place out.
+    call: Option<ObjectId>,
     /// Whether the entry it reports on is let go of, not removed (see `expr::let_go`): a
     /// released grant with a minimum hold, or a withdrawn attempt whose hold is kept.
     min_hold: bool,
@@ -302,6 +305,7 @@ impl<'a> Retirement<'a> {
             keeper: request.keeper.as_deref(),
             ttl_ms,
             token: None,
+            call: Some(request.call),
             min_hold: hold == Hold::Kept && request.details.min_hold_value().is_some(),
         }
     }
@@ -317,6 +321,7 @@ impl<'a> Retirement<'a> {
             keeper: grant.holder.keeper.as_deref(),
             ttl_ms: grant.holder.ttl.map(crate::clock::saturating_millis),
             token: Some(grant.fencing_token()),
+            call: None,
             min_hold: grant.holder.min_hold.is_some(),
         })
     }
@@ -415,14 +420,16 @@ pub(crate) fn retire_command(ctx: &Context, retirement: &Retirement<'_>) -> Docu
     };
     next.fence = Some(bson!({ "$ifNull": ["$fence", 0_i64] }));
     next.released = Some(tombstones);
-    // A retired attempt stops waiting too: its place in line goes.
-    next.queue = bson!({ "$filter": {
-        "input": { "$ifNull": ["$queue", []] }, "as": "q",
-        "cond": { "$and": [
-            { "$gt": ["$$q.until", "$$NOW"] },
-            { "$ne": ["$$q.lockId", literal(retirement.lock_id)] },
-        ]},
-    }});
+    // A withdrawn attempt's call stops waiting too: its place in line goes, and only its
+    // (a late copy leaves the place of its lock id's next call). A released grant's call
+    // left the line with its grant.
+    next.queue = match retirement.call {
+        Some(call) => bson!({ "$filter": {
+            "input": expr::live_queue(), "as": "q",
+            "cond": { "$ne": ["$$q.call", call] },
+        }}),
+        None => expr::live_queue(),
+    };
     doc! {
         "findAndModify": ctx.collection_name(),
         // The mark, as in an acquire: another application's document is never matched.
@@ -617,38 +624,40 @@ pub(crate) async fn unlock(ctx: &Context, lock_id: &str, op: ObjectId) -> Result
     Ok((released, doubted))
 }
 
-/// The command that takes `lock_id`'s place out of the line of `resource`, for a waiter that
-/// stops waiting and whose attempts were all refused: no grant of it can land later, so it
-/// needs no tombstone (see [`release_attempt_command`] for one that may). Expired places of
-/// others go too.
+/// The command that takes the place of the waiting call `call` out of the line of
+/// `resource`, for a waiter that stops waiting and whose attempts were all refused: no grant
+/// of it can land later, so it needs no tombstone (see [`release_attempt_command`] for one
+/// that may). Only that call's place goes (see `crate::schema`): a copy that lands late,
+/// after its lock id's next call joined the line, leaves that call's place where it stands.
+/// Expired places of others go too.
 ///
 /// ```text
 /// update: <collection>, updates: [{
-///   q: { _id: <resource>, "queue.lockId": <id>, mongolock: 1 },
-///   u: [ { $replaceWith: <the document, its line without <id>'s place> } ] }], ...
+///   q: { _id: <resource>, "queue.call": <call>, mongolock: 1 },
+///   u: [ { $replaceWith: <the document, its line without <call>'s place> } ] }], ...
 /// ```
-pub(crate) fn leave_line_command(ctx: &Context, resource: &str, lock_id: &str) -> Document {
+pub(crate) fn leave_line_command(ctx: &Context, resource: &str, call: ObjectId) -> Document {
     let mut next = expr::NextDocument::unchanged();
     next.queue = bson!({ "$filter": {
         "input": expr::live_queue(), "as": "q",
-        "cond": { "$ne": ["$$q.lockId", literal(lock_id)] },
+        "cond": { "$ne": ["$$q.call", call] },
     }});
     next.frees = Some(Bson::Boolean(true));
     doc! {
         "update": ctx.collection_name(),
         "updates": [{
-            "q": expr::checked(doc! { "_id": resource, "queue.lockId": lock_id }, None),
+            "q": expr::checked(doc! { "_id": resource, "queue.call": call }, None),
             "u": [expr::replace_stage(next.document())],
             "collation": Context::collation(),
         }],
     }
 }
 
-/// Takes the place of `request`'s lock id out of its resource's line (see
+/// Takes the place of `request`'s call out of its resource's line (see
 /// [`leave_line_command`]).
 pub(crate) async fn leave_line(ctx: &Context, request: &AcquireRequest) -> Result<()> {
     request.validate()?;
-    let command = leave_line_command(ctx, &request.resource, &request.lock_id);
+    let command = leave_line_command(ctx, &request.resource, request.call);
     let reply = ctx.write(command, Upsert::No).await?;
     tracing::debug!(
         resource = %request.resource, lock_id = %request.lock_id, left = count(&reply, "nModified"),
