@@ -50,7 +50,8 @@
 //! the property "waiters are served in arrival order" ([`model::ORDER`], the harness's (S9))
 //! judges every grant against the server's line and against the checker's own record of it,
 //! and controls (ah) (a waiting attempt answered "already held" out of the line, as before
-//! 4b66416) and (ai) (a line jumper) are caught. Elsewhere the line is left out (it only adds
+//! 4b66416), (ai) (a line jumper) and (aj) (removals that take every place of their lock
+//! id, as before places named their call) are caught. Elsewhere the line is left out (it only adds
 //! terms to a grant's condition, so there the model grants whatever the library grants, and
 //! more). Not modelled, besides what [`server`] leaves out of the document: a place's
 //! refresh (a place lapses its life after it was taken), shared waiters in the record of
@@ -676,6 +677,13 @@ pub mod controls {
                 model::ORDER,
             ),
             control(
+                "(aj) a late leave_line or withdrawal takes its lock id's next call's place",
+                guards_line_restart,
+                [0, 2, 0, 0, 2, 1, 0, 1],
+                |b| b.line_removal_by_lock_id = true,
+                model::ORDER,
+            ),
+            control(
                 "(a) a queued release lands after its lock id resumed (no settle)",
                 handles,
                 [0, 2, 0, 1, 2, 0, 0, 0],
@@ -993,17 +1001,20 @@ pub mod findings {
     /// keeper's renewal matches (4 > 1 + 1) and sets `expiresAt` 5: the revoked guard's
     /// deadline moves on.
     ///
-    /// Found when the line was modelled (issue 40), reported, not fixed, and excused by
-    /// [`ORDER`](crate::model::ORDER) (its record of the line follows the server there, so it
-    /// is not pinned here): **a late `leave_line`, withdrawal or retiring release of a lock
-    /// id's earlier call takes the place of its later call**. The library's place belongs to
-    /// the lock id, and those commands take out every place of it: one that lands after the
-    /// lock id's next waiting call (or its restarted process's) joined the line takes that
-    /// call's place, which joins again at the end, behind waiters that came after it. In
+    /// Found when the line was modelled (issue 40), and fixed the next day (control (aj)
+    /// puts it back): **a late `leave_line`, withdrawal or retiring release of a lock id's
+    /// earlier call took the place of its later call**. The library's place belonged to the
+    /// lock id, and those commands took out every place of it: one that landed after the
+    /// lock id's next waiting call (or its restarted process's) joined the line took that
+    /// call's place, which joined again at the end, behind waiters that came after it. In
     /// "two guards in line" at `1,2,1,1,2,0,0,0`: a call refused gives up, its `leave_line`
     /// times out and is sent again (answered), the client's next call joins the line, the
     /// other client's call joins behind it, the first copy lands and takes the place, and the
-    /// other client is served first. Order only: no safety property is touched.
+    /// other client is served first. Order only: no safety property was touched. A place
+    /// now names its waiting call ([`Place::call`](crate::server::Place::call)), those
+    /// commands take out their own call's place only, and the record of the line
+    /// ([`State::line`](crate::model::State::line)) is kept per call, so the old removal is a
+    /// counterexample to [`ORDER`](crate::model::ORDER).
     pub const KNOWN: [(&str, &str); 0] = [];
 
     /// Whether `property` failing in `scenario` is a known finding.
@@ -1069,7 +1080,7 @@ pub mod trace {
         for (r, line) in state.line.iter().enumerate() {
             if !line.is_empty() {
                 out += &format!(
-                    "\n      waiting on r{r}, in the order they joined (client, until): {line:?}"
+                    "\n      waiting on r{r}, in the order they joined (client, until, call): {line:?}"
                 );
             }
         }

@@ -168,6 +168,8 @@ pub enum Chore {
     Leave {
         /// The resource.
         resource: Res,
+        /// The call (its first attempt's nonce): its place only goes.
+        call: Nonce,
     },
 }
 
@@ -176,7 +178,7 @@ impl Chore {
         match *self {
             Chore::Release { resource, .. }
             | Chore::Withdraw { resource, .. }
-            | Chore::Leave { resource } => resource,
+            | Chore::Leave { resource, .. } => resource,
         }
     }
 
@@ -324,6 +326,9 @@ pub struct NonceInfo {
     /// Its grant was handed to a caller (a guard, a low-level grant): a minimum hold applies
     /// when its holder lets go of it; to a grant nobody was handed it does not.
     pub handed: bool,
+    /// The call that sent it, named by the call's first attempt's nonce (its place in line
+    /// names it).
+    pub call: Nonce,
 }
 
 /// The violations recorded at a transition (bits of [`State::flags`]).
@@ -389,9 +394,12 @@ pub struct State {
     /// holder let go into.
     pub quiet_until: Vec<Time>,
     /// Per resource, the waiting calls of clients with guards in the order they joined the
-    /// line, as (client, until): a record of the checker's, kept apart from the server's
-    /// documents, of where each waiter stands (see [`ORDER`]).
-    pub line: Vec<Vec<(u8, Time)>>,
+    /// line, as (client, until, call): a record of the checker's, kept apart from the
+    /// server's documents, of where each waiter stands (see [`ORDER`]). A call (named by its
+    /// first attempt's nonce) leaves it when it is granted or adopts, is answered out of
+    /// the line, or its own leave or withdrawal lands; the client's next call (its restarted
+    /// process's) takes over a place its ended call left, its turn kept.
+    pub line: Vec<Vec<(u8, Time, Nonce)>>,
     /// Violations recorded at transitions ([`flag`]).
     pub flags: u16,
 }
@@ -529,15 +537,18 @@ impl LockModel {
         state.network.sort();
     }
 
+    /// The first attempt of a new call (the call is named by it).
     fn new_nonce(state: &mut State, client: u8) -> Nonce {
+        let nonce = state.nonces.len() as Nonce;
         state.nonces.push(NonceInfo {
             client,
             incarnation: state.clients[client as usize].incarnation,
             given_up: false,
             abandoned: false,
             handed: false,
+            call: nonce,
         });
-        (state.nonces.len() - 1) as Nonce
+        nonce
     }
 
     fn give_up(state: &mut State, nonce: Nonce) {
@@ -564,6 +575,7 @@ impl LockModel {
             delay: self.config.delay,
             min_hold: self.config.min_hold,
             announce: (handle && self.config.line).then_some(self.place_life()),
+            call: state.nonces[nonce as usize].call,
         }
     }
 
@@ -610,10 +622,12 @@ impl LockModel {
                 keeper,
                 hold: kept,
                 shared: self.kind(client).is_shared(),
+                call: state.nonces[nonce as usize].call,
             },
-            Chore::Leave { resource } => Request::Leave {
+            Chore::Leave { resource, call } => Request::Leave {
                 resource,
                 lock_id: self.lock_id(client, state),
+                call,
             },
         }
     }
@@ -802,33 +816,32 @@ impl LockModel {
                 None => self.note_arrival(state, &msg, &answer, kind),
             }
         }
-        // What takes a lock id's place out of the line takes it out of the record: an
-        // adoption (it holds the resource), and a withdrawal, a retiring release or a leave.
-        // Those three come from a call that ended (its own are sent after it ends); one that
-        // lands late, while a later call of the lock id (or its restarted process's) waits,
-        // takes that call's place too: the record follows (the library's lock id owns one
-        // place; see the crate's findings).
-        let takes_place = match msg.request {
-            Request::Adopt {
-                resource, lock_id, ..
-            } if answer == Reply::Adopted(true) => Some((resource, lock_id)),
-            Request::Leave { resource, lock_id }
-            | Request::Withdraw {
-                resource, lock_id, ..
+        // An adoption takes its lock id's place out of the line (it holds the resource), and
+        // out of the record; a withdrawal or a leave takes its own call's place out, of the
+        // record too. One that lands late, while a later call of the lock id (or its
+        // restarted process's) waits, leaves that call's place (issue 40): the record keeps
+        // it, and a server that takes it is out of order at the next grant past it.
+        // (A retiring release takes no place: its call left the line with its grant.)
+        if self.mode(msg.from) == Mode::Handle {
+            match msg.request {
+                Request::Adopt {
+                    resource, lock_id, ..
+                } if answer == Reply::Adopted(true) && lock_id == msg.from => {
+                    Self::out_of_line(state, msg.from, resource);
+                }
+                Request::Leave {
+                    resource,
+                    lock_id,
+                    call,
+                }
+                | Request::Withdraw {
+                    resource,
+                    lock_id,
+                    call,
+                    ..
+                } if lock_id == msg.from => Self::call_out_of_line(state, msg.from, resource, call),
+                _ => {}
             }
-            | Request::Release {
-                resource,
-                lock_id,
-                retire: Some(_),
-                ..
-            } => Some((resource, lock_id)),
-            _ => None,
-        };
-        if let Some((resource, lock_id)) = takes_place
-            && self.mode(msg.from) == Mode::Handle
-            && lock_id == msg.from
-        {
-            Self::out_of_line(state, msg.from, resource);
         }
         if let Some((resource, token)) = granted {
             self.judge_grant(state, resource, token, msg.from);
@@ -950,6 +963,7 @@ impl LockModel {
             resource,
             lock_id,
             announce: Some(life),
+            call,
             ..
         } = msg.request
         else {
@@ -959,7 +973,9 @@ impl LockModel {
             return;
         }
         if !matches!(answer, Reply::Refused | Reply::AlreadyHeld { .. }) {
-            Self::out_of_line(state, msg.from, resource);
+            // Its call's place only: a late copy of an ended call's attempt leaves its
+            // client's next call where it stands (issue 40).
+            Self::call_out_of_line(state, msg.from, resource, call);
             return;
         }
         let now = state.now();
@@ -967,9 +983,11 @@ impl LockModel {
             .find(|p| p.lock_id == lock_id)
             .map_or(now + life, |p| p.until);
         let line = &mut state.line[resource as usize];
-        line.retain(|&(_, until)| until > now);
-        if !line.iter().any(|&(w, _)| w == msg.from) {
-            line.push((msg.from, until));
+        line.retain(|&(_, until, _)| until > now);
+        match line.iter_mut().find(|(w, _, _)| *w == msg.from) {
+            // The client's place, its ended call's (its predecessor's): taken over.
+            Some((_, _, named)) => *named = call,
+            None => line.push((msg.from, until, call)),
         }
     }
 
@@ -992,10 +1010,12 @@ impl LockModel {
             .iter()
             .any(|p| p.lock_id != lock_id && (exclusive || !p.shared));
         let line = &state.line[resource as usize];
-        let own = line.iter().position(|&(w, _)| w == client);
-        let recorded_ahead = line[..own.unwrap_or(line.len())].iter().any(|&(w, until)| {
-            w != client && until > now && (exclusive || !self.kind(w).is_shared())
-        });
+        let own = line.iter().position(|&(w, _, _)| w == client);
+        let recorded_ahead = line[..own.unwrap_or(line.len())]
+            .iter()
+            .any(|&(w, until, _)| {
+                w != client && until > now && (exclusive || !self.kind(w).is_shared())
+            });
         if server_ahead || recorded_ahead {
             state.flags |= flag::OUT_OF_ORDER;
         }
@@ -1024,10 +1044,18 @@ impl LockModel {
         *max = (*max).max(token);
     }
 
-    /// `client` stands in no line on `resource` any more (its call ended, or it holds it).
+    /// `client` stands in no line on `resource` any more (it holds it).
     fn out_of_line(state: &mut State, client: u8, resource: Res) {
         if let Some(line) = state.line.get_mut(resource as usize) {
-            line.retain(|&(c, _)| c != client);
+            line.retain(|&(c, _, _)| c != client);
+        }
+    }
+
+    /// The call `call` of `client` stands in no line on `resource` any more (it stopped
+    /// waiting); a place of the client's that another call holds stays.
+    fn call_out_of_line(state: &mut State, client: u8, resource: Res, call: Nonce) {
+        if let Some(line) = state.line.get_mut(resource as usize) {
+            line.retain(|&(c, _, named)| c != client || named != call);
         }
     }
 
@@ -1051,7 +1079,10 @@ impl LockModel {
                     nonce,
                     kept: false,
                 },
-                false => Chore::Leave { resource },
+                false => Chore::Leave {
+                    resource,
+                    call: state.nonces[nonce as usize].call,
+                },
             });
             state.clients[c].chores.sort();
             Self::give_up(state, nonce);
@@ -1112,7 +1143,10 @@ impl LockModel {
             nonce
         } else {
             Self::give_up(state, nonce);
-            Self::new_nonce(state, client)
+            // A new attempt of the same call: its place in line is the call's.
+            let next = Self::new_nonce(state, client);
+            state.nonces[next as usize].call = state.nonces[nonce as usize].call;
+            next
         };
         state.clients[c].call = Some(Call::Acquire {
             resource,
@@ -1352,6 +1386,7 @@ impl LockModel {
                         given_up: false,
                         abandoned: false,
                         handed: self.config.min_hold > 0,
+                        call: info.call,
                     };
                     state.clients[c].leases.push(Lease {
                         resource,
@@ -1771,7 +1806,9 @@ impl Model for LockModel {
                     c.chores.sort();
                 } else if self.config.line {
                     // Every attempt refused: it only leaves the line.
-                    c.chores.push(Chore::Leave { resource });
+                    let call = s.nonces[nonce as usize].call;
+                    let c = &mut s.clients[i as usize];
+                    c.chores.push(Chore::Leave { resource, call });
                     c.chores.sort();
                 }
                 Self::give_up(s, nonce);
@@ -1858,6 +1895,7 @@ impl Model for LockModel {
                     keeper: None,
                     hold: true,
                     shared: false,
+                    call: s.nonces[nonce as usize].call,
                 };
                 self.send(s, i, request);
             }
@@ -2101,7 +2139,8 @@ pub fn show_doc(doc: &Doc) -> String {
         let places: Vec<String> = (doc.queue.iter())
             .map(|p| {
                 let kind = if p.shared { " shared" } else { "" };
-                format!("L{} until {}{kind}", p.lock_id, p.until)
+                let call = p.call.map_or(String::new(), |c| format!(" call n{c}"));
+                format!("L{} until {}{kind}{call}", p.lock_id, p.until)
             })
             .collect();
         format!("; line {}", places.join(", "))

@@ -8,7 +8,8 @@
 //! An entry also carries `createdAt`, its lock-delay (`delayMs`), its minimum hold
 //! (`minHoldMs`) and `letGoAt` (let go of within its hold).
 //! Times are whole ticks of the server's clock. The line (`queue`) is modelled: each place
-//! is a lock id, its `until` and its kind, in the order the waiters joined. A waiting
+//! is a lock id, its `until`, its kind and the waiting call that holds it (its first
+//! attempt's nonce), in the order the waiters joined. A waiting
 //! acquire's attempt (`announce`) is granted only with no live place before its lock id's
 //! own (or none at all, without one; for a share, no writer's place, and the places before
 //! it counted in the cap); made to wait, it joins at the end, or keeps its place; answered
@@ -17,8 +18,12 @@
 //! exclusive one answered "already held" (its lock id's entry, from another attempt) keeps
 //! or takes its place, and the adoption that resumes the lease takes the lock id's place out
 //! in the same update (4b66416, issue 39: a restarted process whose adoption is refused
-//! keeps its turn). A grant, a withdrawal, a retiring release and `leave_line` take the lock
-//! id's place out; a place lapses at its `until` (the model's clients do not refresh theirs).
+//! keeps its turn). A grant takes the lock id's place out; a withdrawal, `leave_line` and a
+//! waiting attempt answered out of the line take their own call's place out, and only it (a
+//! late one leaves the place of its lock id's next call: issue 40); a waiting attempt that
+//! keeps its lock id's place names it by its call (a restarted process's call takes over
+//! its predecessor's place, its turn kept); a released grant's call left the line with its
+//! grant. A place lapses at its `until` (the model's clients do not refresh theirs).
 //! `idleSince` and the wake are left out (see the crate docs). Each request is
 //! the command of the same name in `mongolock/src/command/`, decided the way its pipeline
 //! decides it; the conformance test (`tests/conformance.rs`) runs both on the same
@@ -200,8 +205,8 @@ impl Entry {
 
 /// A waiter's place in a resource's line (`queue`): the lock id it waits as, until when it
 /// lasts (`until`, by the server's clock: `$$NOW` plus the place's life when it joined; the
-/// model's clients do not refresh it, so it lapses then), and whether it waits for a shared
-/// lock (`kind`).
+/// model's clients do not refresh it, so it lapses then), whether it waits for a shared
+/// lock (`kind`), and the waiting call that holds it (`call`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Place {
     /// `lockId`.
@@ -210,6 +215,10 @@ pub struct Place {
     pub until: Time,
     /// `kind` is `shared`: a reader's or a permit's place.
     pub shared: bool,
+    /// `call`: the waiting call that holds the place, named by its first attempt's nonce
+    /// (none: a place written before places named their call, which only its lock id's
+    /// next attempt takes over, or a grant of its lock id takes out).
+    pub call: Option<Nonce>,
 }
 
 /// One resource's lock document (a resource without one is the default: no entry, fence 0,
@@ -266,9 +275,19 @@ impl Doc {
         changed
     }
 
-    /// The line without `lock_id`'s place (it stops waiting: granted, adopted, retired, left).
+    /// The line without `lock_id`'s place (it stops waiting: granted, adopted).
     fn leave(&mut self, lock_id: LockId) {
         self.queue.retain(|p| p.lock_id != lock_id);
+    }
+
+    /// The line without the place of the waiting call `call` (it stopped waiting: withdrawn,
+    /// left, answered out of the line); with bug (aj), without every place of `lock_id`, as
+    /// before issue 40's fix.
+    fn leave_call(&mut self, lock_id: LockId, call: Nonce, bugs: &Bugs) {
+        match bugs.line_removal_by_lock_id {
+            true => self.leave(lock_id),
+            false => self.queue.retain(|p| p.call != Some(call)),
+        }
     }
 
     fn tombstone(&mut self, nonce: Nonce) {
@@ -309,6 +328,9 @@ pub enum Request {
         /// A waiting acquire's attempt (`announce`): the life of the place it takes in line
         /// when it is made to wait. None: a single attempt, which joins no line.
         announce: Option<Time>,
+        /// The call the attempt is made for, which its place names: its first attempt's
+        /// nonce.
+        call: Nonce,
     },
     /// `release` of one grant, by lock id, token and (for a lease) keeper; with `retire`,
     /// the retirement of its attempt too (a tombstone for that nonce).
@@ -345,6 +367,8 @@ pub enum Request {
         /// The attempt asked for a shared lock: the reply tells whether a shared entry was
         /// removed (an exclusive one, else), though entries of both sides go.
         shared: bool,
+        /// The attempt's call, whose place in line goes.
+        call: Nonce,
     },
     /// The keeper's renewal: one statement per lease it tracks (resource, token), each
     /// matching lock id, token and keeper while the lease is live by the grant's lock-delay
@@ -398,13 +422,15 @@ pub enum Request {
         /// The call's operation id.
         op: UnlockOp,
     },
-    /// `leave_line`: the lock id's place goes from the resource's line (a waiter that stops
+    /// `leave_line`: the call's place goes from the resource's line (a waiter that stops
     /// waiting with every attempt refused).
     Leave {
         /// The resource.
         resource: Res,
         /// The waiter.
         lock_id: LockId,
+        /// The call that stops waiting.
+        call: Nonce,
     },
     /// An operator's `force_release(resource)`.
     ForceRelease {
@@ -581,6 +607,11 @@ pub struct Bugs {
     /// (ai) A line jumper: a waiting exclusive attempt's grant ignores the places ahead of it
     /// (the `$size` of `a` term left out).
     pub line_jumper: bool,
+    /// (aj) A withdrawal, a retiring release, `leave_line` and a waiting attempt answered
+    /// out of the line take out every place of their lock id, as before issue 40's fix: one
+    /// that lands late, after the lock id's next call joined the line, takes that call's
+    /// place, which joins again at the end, behind waiters that came after it.
+    pub line_removal_by_lock_id: bool,
 }
 
 /// The cap a request of `kind` asks for (none for an exclusive one).
@@ -658,6 +689,7 @@ impl Server {
                 delay,
                 min_hold,
                 announce,
+                call,
             } => {
                 // Entries no longer in force never stand in the way: dropped first (`x` and
                 // `s` are the live ones, and the document is rewritten with them).
@@ -721,20 +753,22 @@ impl Server {
                                 }) || bugs.shared_ignores_cap)
                         }
                     };
-                // The line: a grant, or a waiting attempt out of it (or asking another cap than
-                // the shares in force), takes the lock id's place out; a waiting attempt made
-                // to wait joins at the end if it has no place, else keeps it as it is.
-                let stops = granted || out || (kind.is_shared() && !cap_agrees(kind_cap(kind)));
-                match announce {
-                    Some(life) if !stops && own_place.is_none() => doc.queue.push(Place {
+                // The line: a grant takes the lock id's place out; a waiting attempt out of
+                // it (or asking another cap than the shares in force) takes its call's place
+                // out; a waiting attempt made to wait joins at the end if its lock id has no
+                // place, else keeps it where it is, named by its call.
+                let stops = out || (kind.is_shared() && !cap_agrees(kind_cap(kind)));
+                match (announce, own_place) {
+                    _ if granted => doc.leave(lock_id),
+                    (Some(_), _) if stops => doc.leave_call(lock_id, call, bugs),
+                    (Some(life), None) => doc.queue.push(Place {
                         lock_id,
                         until: now + life,
                         shared: kind.is_shared(),
+                        call: Some(call),
                     }),
-                    Some(_) if !stops => {}
-                    Some(_) => doc.leave(lock_id),
-                    None if granted => doc.leave(lock_id),
-                    None => {}
+                    (Some(_), Some(at)) => doc.queue[at].call = Some(call),
+                    (None, _) => {}
                 }
                 if granted {
                     let token = doc.fence + 1;
@@ -852,8 +886,11 @@ impl Server {
                 }
                 if let Some(nonce) = retire {
                     doc.tombstone(nonce);
-                    // A retired attempt stops waiting too: its lock id's place goes.
-                    doc.leave(lock_id);
+                    // The grant's call left the line with its grant: no place goes (bug (aj):
+                    // every place of the lock id).
+                    if bugs.line_removal_by_lock_id {
+                        doc.leave(lock_id);
+                    }
                 }
                 Reply::Released { removed, live }
             }
@@ -864,6 +901,7 @@ impl Server {
                 keeper,
                 hold,
                 shared,
+                call,
             } => {
                 let doc = &self.docs[resource as usize];
                 let matches = |e: &Entry| {
@@ -888,11 +926,15 @@ impl Server {
                     (false, _) => Some(e.clone()),
                 });
                 doc.tombstone(nonce);
-                doc.leave(lock_id);
+                doc.leave_call(lock_id, call, bugs);
                 Reply::Released { removed, live }
             }
-            Request::Leave { resource, lock_id } => {
-                self.docs[resource as usize].leave(lock_id);
+            Request::Leave {
+                resource,
+                lock_id,
+                call,
+            } => {
+                self.docs[resource as usize].leave_call(lock_id, call, bugs);
                 Reply::Count(0)
             }
             Request::Renew {

@@ -5,7 +5,7 @@
 //! library's public API, and runs the model's [`Server::execute`] on the same document. Both
 //! must reach the same document, projected to the model's fields (the exclusive entry's lock
 //! id, nonce, token, keeper, expiry and `afterUnlocks`; the fence; the live tombstones of the
-//! case's nonces; the live places of the line, with their lock id, `until` and kind), and
+//! case's nonces; the live places of the line, with their lock id, `until`, kind and call), and
 //! the same reply class. Requests: an acquire (`acquire` with a chosen
 //! nonce), a withdrawal (`release_attempt`), a release of a grant (`release`, with the keeper
 //! the grant names), a renewal by lock id (`renew`), `unlock` and `force_release`.
@@ -202,14 +202,19 @@ fn stored(resource: &str, doc: &Doc, nonces: &Nonces, ops: &Ops, now: DateTime) 
             })
         })
         .collect();
-    // The line: each place with its lock id, kind and `until` (no keeper: nobody is woken).
+    // The line: each place with its lock id, kind, `until` and call, if it names one (no
+    // keeper: nobody is woken).
     let queue: Vec<Bson> = (doc.queue.iter())
         .map(|p| {
-            Bson::Document(doc! {
+            let mut place = doc! {
                 "lockId": lock_id(p.lock_id),
                 "kind": if p.shared { "shared" } else { "exclusive" },
                 "until": at(p.until),
-            })
+            };
+            if let Some(call) = p.call {
+                place.insert("call", nonces.ids[call as usize]);
+            }
+            Bson::Document(place)
         })
         .collect();
     // `idleSince` as the write that left the document set it: null while an entry has no
@@ -315,6 +320,10 @@ fn project(stored: Option<Document>, nonces: &Nonces, ops: &Ops, now: DateTime) 
                 lock_id: p.get_str("lockId").unwrap()[1..].parse().unwrap(),
                 until: tick(p.get_datetime("until").unwrap()),
                 shared: p.get_str("kind") == Ok("shared"),
+                call: p
+                    .get_object_id("call")
+                    .ok()
+                    .map(|call| nonces.model(&call).expect("a call of the case")),
             })
             .collect(),
         _ => vec![],
@@ -472,6 +481,7 @@ const NO_BUGS: Bugs = Bugs {
     force_leaves_unmarked: false,
     held_answer_leaves_line: false,
     line_jumper: false,
+    line_removal_by_lock_id: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -860,6 +870,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     delay,
                     min_hold,
                     announce: None,
+                    call: nonce,
                 };
                 (request, real)
             }
@@ -875,6 +886,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     keeper: None,
                     hold: min_hold > 0,
                     shared: false,
+                    call: nonce,
                 };
                 (
                     request,
@@ -1267,6 +1279,7 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
             delay: 0,
             min_hold: 0,
             announce: None,
+            call: nonce,
         },
         NOW,
         &Bugs::default(),
@@ -1310,6 +1323,11 @@ async fn a_late_unlock_leaves_what_the_model_leaves() {
 /// The model's nonce for a waiting acquire's own attempt (its real nonce is learnt from the
 /// command captured for the case).
 const OWN: u8 = 3;
+
+/// Control (aj)'s step: a withdrawal, a retiring release, `leave_line` and a waiting
+/// attempt answered out of the line take out every place of their lock id (before issue
+/// 40's fix).
+const LINE_BY_LOCK_ID: &str = "removals that take every place of their lock id (before issue 40)";
 
 /// A generated document for the shared cases: an exclusive entry (a third of them), or up
 /// to two shared entries under a cap (none, one or two permits), of lock ids 0..3, each
@@ -1602,7 +1620,11 @@ async fn shared_grant(
 /// reader's, often the request's own lock id behind another's), and the line the command
 /// leaves is compared too: a waiting attempt with a place ahead, one that joins, keeps its
 /// place or leaves the line, one answered "already held" in line (4b66416) each occur, and
-/// the steps of controls (ah) and (ai) each differ from the library on some case.
+/// the steps of controls (ah) and (ai) each differ from the library on some case. Each
+/// place names a call (the request's own, another, or none: written before places named
+/// their call), compared too: a waiting attempt keeps a place that names each, and names it
+/// by its call; a withdrawal takes its own call's place out and leaves another call's, which
+/// control (aj)'s step (every place of the lock id) takes: it differs on some case.
 #[tokio::test]
 async fn shared_entries_and_the_waiting_attempt_match_the_model() {
     let server = TestServer::start().await.unwrap();
@@ -1642,7 +1664,14 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
     let mut back = StdRng::seed_from_u64(41);
     // The line: a generator of its own too.
     let mut lines = StdRng::seed_from_u64(42);
-    let mutants: [(&str, Bugs); 8] = [
+    let mutants: [(&str, Bugs); 9] = [
+        (
+            LINE_BY_LOCK_ID,
+            Bugs {
+                line_removal_by_lock_id: true,
+                ..NO_BUGS
+            },
+        ),
         (
             "a line jumper",
             Bugs {
@@ -1747,6 +1776,10 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                     lock_id: l,
                     until: [NOW + 5, NOW + 1, NOW][lines.random_range(0..3)],
                     shared: lines.random_bool(0.3),
+                    // The call it names: the case's request's own (the waiting attempt's
+                    // `OWN`, a withdrawal's nonce), another (an earlier or a restarted
+                    // call's), or none (a place written before places named their call).
+                    call: [None, Some(0), Some(1), Some(2), Some(OWN)][lines.random_range(0..5)],
                 });
             }
         }
@@ -1877,6 +1910,7 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                     delay: 0,
                     min_hold: 0,
                     announce: None,
+                    call: nonce,
                 };
                 (request, real)
             }
@@ -1897,6 +1931,9 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                     min_hold: 0,
                     // A handle's place lasts twice its TTL (`wait::place_life`).
                     announce: Some(2 * TTL),
+                    // The call's first attempt, granted on the capture's resource: its
+                    // nonce names the call.
+                    call: OWN,
                 };
                 (request, real)
             }
@@ -1916,6 +1953,7 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                     keeper: None,
                     hold: false,
                     shared: true,
+                    call: nonce,
                 };
                 (
                     request,
@@ -2014,6 +2052,16 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
             }
             let had = own.is_some();
             let has = real_doc.queue.iter().any(|p| p.lock_id == l);
+            if let (Some(at), true) = (own, has) {
+                let named = match live[at].call {
+                    Some(OWN) => "its own call",
+                    Some(_) => "another call",
+                    None => "no call",
+                };
+                *counts
+                    .entry(format!("{name}: kept a place that named {named}"))
+                    .or_default() += 1;
+            }
             let moved = match (had, has) {
                 (false, true) => "joined the line",
                 (true, true) => "kept its place",
@@ -2029,6 +2077,24 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
         }
         if doc.queue.iter().any(|p| p.until <= NOW) {
             *counts.entry("a lapsed place".to_owned()).or_default() += 1;
+        }
+        // A withdrawal beside its lock id's place: its own call's goes, another call's (its
+        // lock id's next call's) stays.
+        if let SharedCall::Withdraw {
+            lock_id: l, nonce, ..
+        } = call
+            && let Some(p) = (doc.queue.iter()).find(|p| p.lock_id == l && p.until > NOW)
+        {
+            let stays = real_doc.queue.iter().any(|q| q.lock_id == l);
+            let whose = if p.call == Some(nonce.min(2)) {
+                "its own call's"
+            } else {
+                "another call's"
+            };
+            let went = if stays { "stays" } else { "goes" };
+            *counts
+                .entry(format!("withdraw share: {whose} place {went}"))
+                .or_default() += 1;
         }
         let let_go_read_early = stepped_back(&doc);
         let variant = match call {
@@ -2105,6 +2171,10 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
         "waiting exclusive: kept its place",
         "waiting exclusive: left the line",
         "waiting exclusive: already held, in line",
+        "waiting exclusive: kept a place that named another call",
+        "waiting exclusive: kept a place that named no call",
+        "withdraw share: its own call's place goes",
+        "withdraw share: another call's place stays",
         "waiting shared: a place ahead",
         "waiting shared: joined the line",
         "a lapsed place",
@@ -2248,11 +2318,13 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
                     lock_id: 1,
                     until: NOW + 5,
                     shared: false,
+                    call: Some(1),
                 },
                 Place {
                     lock_id: 0,
                     until: NOW + 5,
                     shared: false,
+                    call: Some(0),
                 },
             ];
             let doc = Doc {
