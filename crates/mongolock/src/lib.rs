@@ -272,8 +272,12 @@
 //!   waiting mutex or writer attempt answered "already held" (a restarted process finding
 //!   its lock id's lease, see [`Mutex::lock_id`]) joins too, and resuming the lease takes
 //!   the place out: if the lease was let go of meanwhile, the process keeps its turn
-//!   (`min_hold.rs`). Readers that joined before a waiting writer go before it, and readers
-//!   after it wait (writers are not starved); semaphore permits go in line order; a single
+//!   (`min_hold.rs`). A place names the call that holds it: a call that gives up takes out
+//!   its own place only, so a copy of its leaving that lands late, after the next call of
+//!   the same lock id joined, leaves that call where it stands (`late_copies.rs`); a
+//!   restarted process's call takes over its predecessor's place. Readers that joined
+//!   before a waiting writer go before it, and readers after it wait (writers are not
+//!   starved); semaphore permits go in line order; a single
 //!   attempt (`try_acquire`) joins no line and is refused while anybody waits
 //!   (`fairness.rs`, `writer_announcement.rs`). A waiting [`MultiLock`] holds no lease on part of its set
 //!   while it waits, and two sets never deadlock (`multi.rs`).
