@@ -48,8 +48,10 @@
 //!    null; with a lock-delay, `$$NOW + ttl + delay` and `delayMs`: the entry stays in
 //!    force, and refuses everybody, for the delay after its lease) as the exclusive entry or added to the shared ones, `fence = f`, and this lock
 //!    id's place out of the line; otherwise the live entries only, the fence unchanged, and
-//!    for a waiting attempt its place (naming its keeper): added at the end of the line if
-//!    it had none, kept as it is if it has one (its client refreshes it). A shared
+//!    for a waiting attempt its place (naming its call and its keeper): added at the end of
+//!    the line if it had none, kept where it is, named by its call, if it has one (its
+//!    client refreshes it); a waiting attempt answered out of the line takes its call's
+//!    place out, and no other (see `line_after`). A shared
 //!    grant that leaves a reader at the head of the line, with a permit left for it, wakes
 //!    it (`wake`, see [`crate::schema`]): a line of readers is let in one after
 //!    another.
