@@ -42,7 +42,17 @@
 //! waits for both to be dropped: [`Wakeups::stop`] (called by `LockClient::shutdown`) cancels
 //! the task and waits until it has dropped them (the cursor's drop kills it on the server).
 //! Stopping is not final: the next [`subscribe`](Wakeups::subscribe) starts a new task, whose
-//! fresh stream resyncs every subscriber. Subscriptions alive across a stop are woken once
+//! fresh stream resyncs every subscriber.
+//!
+//! The stream also closes on its own once nobody has subscribed for [`UNWATCHED_LINGER`]
+//! (the task ends; the next subscription starts a new one, whose fresh stream resyncs its
+//! subscribers), so that a driver client shut down *before* the lock client does not wait
+//! for it for ever. The driver's shutdown waits for every handle that registered an async
+//! drop (mongodb 3.9.1: `src/client/action/shutdown.rs` waits on `pending_drops`, which every
+//! `ClientSession` and cursor joins, `src/client/session.rs` and
+//! `src/cursor/raw_batch.rs`; its doc, `src/action/shutdown.rs`: "Any live resource handles
+//! that are not dropped will cause this method to wait indefinitely"), and operations keep
+//! working until it ends, so the stream cannot tell it has begun. Subscriptions alive across a stop are woken once
 //! with [`WakeCause::Resync`] and, until something restarts the stream, see
 //! [`Availability::Unknown`], so their waiters fall back to their timers.
 
@@ -50,7 +60,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,6 +93,10 @@ const HEALTHY_STREAM: Duration = Duration::from_secs(10);
 /// `getMore` a second for every idle client. At ten seconds an idle stream costs the server
 /// one command per [`crate::RECHECK`], as an idle waiter does.
 const IDLE_READ: Duration = Duration::from_secs(10);
+/// How long a stream stays open once nobody waits: a waiter soon after reuses it, and a
+/// driver client shut down first (`mongodb::Client::shutdown` waits for every live cursor
+/// and session) returns this long after the last waiter left at most.
+pub(crate) const UNWATCHED_LINGER: Duration = Duration::from_secs(2);
 /// How long to wait before asking again a server that refused change streams (code 40573):
 /// it only changes its mind when it is restarted as a replica set member.
 const UNSUPPORTED_RETRY: Duration = Duration::from_secs(60);
@@ -181,6 +195,9 @@ struct Shared {
     counters: Counters,
     /// The lock client's keeper id: the stream passes the changes that name it in `wake`.
     keeper: String,
+    /// Whether any resource has a subscriber, kept with `resources` (under its lock), so
+    /// that the stream can close once nobody waits ([`Shared::unwatched`]).
+    watched: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -188,6 +205,25 @@ impl Shared {
     /// section only inserts, removes or bumps one entry).
     fn resources(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.resources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns once nobody has subscribed for `linger`, having set `ended` under the
+    /// resource lock: a [`Wakeups::start`] after that (a subscription made since) starts a
+    /// new task instead of counting on this one.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: `ended` is set only when it returns.
+    async fn unwatched(&self, linger: Duration, ended: &AtomicBool) {
+        let mut watched = self.watched.subscribe();
+        loop {
+            let _ = watched.wait_for(|watched| !*watched).await;
+            tokio::time::sleep(linger).await;
+            let resources = self.resources();
+            if resources.is_empty() {
+                ended.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
     }
 
     /// Sets the availability, waking [`Wakeups::wait_ready`] callers if it changed.
@@ -274,6 +310,8 @@ pub(crate) struct Wakeups {
 struct Task {
     /// Cancelled to stop the task: it then drops its cursor and session and returns.
     cancel: CancellationToken,
+    /// Set by the task when it closed its stream because nobody waited: it is ending.
+    ended: Arc<AtomicBool>,
     /// The task, to wait for its end.
     handle: JoinHandle<()>,
 }
@@ -302,31 +340,43 @@ impl Wakeups {
                 availability,
                 counters: Counters::default(),
                 keeper: keeper.into(),
+                watched: watch::channel(false).0,
             }),
             task: Mutex::new(None),
         }
     }
 
-    /// Starts the background task that opens the change stream, if it is not running yet.
-    /// Idempotent; [`subscribe`](Self::subscribe) calls it.
+    /// Starts the background task that opens the change stream, if it is not running yet
+    /// (or is ending: it closes its stream once nobody has waited for
+    /// [`UNWATCHED_LINGER`]). Idempotent; [`subscribe`](Self::subscribe) calls it.
     ///
     /// Without a tokio runtime nothing is started and the availability becomes
     /// [`Availability::Unavailable`]; a later call from within a runtime starts the task.
     pub(crate) fn start(&self) {
         let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
-        if task.is_some() {
+        if task
+            .as_ref()
+            .is_some_and(|task| !task.ended.load(Ordering::SeqCst))
+        {
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 self.shared.set_availability(Availability::Unknown);
                 let cancel = CancellationToken::new();
+                let ended = Arc::new(AtomicBool::new(false));
                 let handle = runtime.spawn(run(
                     self.collection.clone(),
                     self.shared.clone(),
                     cancel.clone(),
+                    ended.clone(),
                 ));
-                *task = Some(Task { cancel, handle });
+                // An ended task closes its stream on its own; its handle is not needed.
+                *task = Some(Task {
+                    cancel,
+                    ended,
+                    handle,
+                });
             }
             Err(_) => {
                 tracing::warn!(
@@ -384,7 +434,6 @@ impl Wakeups {
     /// Every change of the resource's document that the stream delivers after this returned
     /// makes the next [`Subscription::changed`] return, even if it is only called later.
     pub(crate) fn subscribe(&self, resource: &str) -> Subscription {
-        self.start();
         let receiver = {
             let mut resources = self.shared.resources();
             let entry = resources
@@ -399,9 +448,13 @@ impl Wakeups {
                     last_wake: None,
                 });
             entry.subscribers += 1;
+            self.shared.watched.send_replace(true);
             // A new receiver has seen the current value: only later bumps count.
             entry.sender.subscribe()
         };
+        // After the entry is in: a task that found nobody subscribed has marked itself
+        // ended by now, and a new one starts.
+        self.start();
         Subscription {
             shared: self.shared.clone(),
             resource: resource.to_owned(),
@@ -512,6 +565,9 @@ impl Drop for Subscription {
             entry.subscribers = entry.subscribers.saturating_sub(1);
             if entry.subscribers == 0 {
                 resources.remove(&self.resource);
+                if resources.is_empty() {
+                    self.shared.watched.send_replace(false);
+                }
             }
         }
     }
@@ -627,6 +683,8 @@ enum StreamEnd {
     Closed,
     /// Reading failed.
     Failed(mongodb::error::Error),
+    /// Nobody has waited for [`UNWATCHED_LINGER`]: the task closes it and ends.
+    Unwatched,
 }
 
 /// Opens a change stream starting at `point`, on a session of its own (whose
@@ -661,11 +719,16 @@ async fn open(
 /// # Cancel safety
 /// Meant to be cancelled or aborted: dropping it drops the cursor, whose `Drop` kills the
 /// server cursor.
-async fn run(collection: Collection<Document>, shared: Arc<Shared>, cancel: CancellationToken) {
+async fn run(
+    collection: Collection<Document>,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    ended: Arc<AtomicBool>,
+) {
     tokio::select! {
         biased;
         () = cancel.cancelled() => {}
-        () = stream(&collection, &shared, &cancel) => {}
+        () = stream(&collection, &shared, &cancel, &ended) => {}
     }
 }
 
@@ -683,7 +746,12 @@ async fn run(collection: Collection<Document>, shared: Arc<Shared>, cancel: Canc
 /// # Cancel safety
 /// Meant to be dropped ([`run`] does): dropping it drops the cursor, whose `Drop` kills the
 /// server cursor.
-async fn stream(collection: &Collection<Document>, shared: &Shared, cancel: &CancellationToken) {
+async fn stream(
+    collection: &Collection<Document>,
+    shared: &Shared,
+    cancel: &CancellationToken,
+    ended: &AtomicBool,
+) {
     let namespace = collection.namespace();
     let set_availability = |availability| shared.report_availability(cancel, availability);
     let mut resume = ResumePoint::Fresh;
@@ -745,7 +813,12 @@ async fn stream(collection: &Collection<Document>, shared: &Shared, cancel: &Can
         }
         set_availability(Availability::Streaming);
         let end = loop {
-            match cursor.advance(&mut session).await {
+            let read = tokio::select! {
+                biased;
+                read = cursor.advance(&mut session) => read,
+                () = shared.unwatched(UNWATCHED_LINGER, ended) => break StreamEnd::Unwatched,
+            };
+            match read {
                 Ok(true) => {
                     failures = 0;
                     match cursor.deserialize_current() {
@@ -767,11 +840,16 @@ async fn stream(collection: &Collection<Document>, shared: &Shared, cancel: &Can
         drop(cursor);
         drop(session);
         set_availability(Availability::Unknown);
+        if let StreamEnd::Unwatched = end {
+            tracing::debug!(namespace = %namespace, "nobody waits: change stream closed");
+            return;
+        }
         if opened_at.elapsed() >= HEALTHY_STREAM {
             failures = 0;
         }
         failures = failures.saturating_add(1);
         match end {
+            StreamEnd::Unwatched => {}
             StreamEnd::Closed => {
                 tracing::info!(
                     namespace = %namespace,
@@ -1379,6 +1457,35 @@ mod tests {
         assert_eq!(monitor.change_stream_opens(), [doc! {}, doc! {}]);
     }
 
+    /// Once nobody has subscribed for [`UNWATCHED_LINGER`], the stream closes on its own (so
+    /// that a driver client shut down first does not wait for it for ever); a subscription
+    /// made later opens a fresh one, which resyncs it. (With the stream kept open until
+    /// `stop`, the cursor was never killed here.)
+    #[tokio::test]
+    async fn a_stream_nobody_waits_for_closes_and_a_new_subscription_reopens_it() {
+        let server = TestServer::start().await.expect("server");
+        let (wakeups, other, monitor) = streaming(&server, "wake_unwatched").await;
+        let first = wakeups.subscribe("r");
+        drop(first);
+        eventually("the unwatched stream's cursor is killed", || {
+            monitor.started_count("killCursors") == 1
+        })
+        .await;
+        assert_eq!(wakeups.availability(), Availability::Unknown);
+
+        let mut later = wakeups.subscribe("r");
+        assert_eq!(
+            wakeups.wait_ready(HANG_GUARD).await,
+            Availability::Streaming
+        );
+        assert_eq!(woken(&mut later).await, WakeCause::Resync);
+        free(&other, "r").await;
+        assert_eq!(woken(&mut later).await, WakeCause::Change);
+        assert_eq!(wakeups.stats().opens, 2);
+        assert_eq!(monitor.change_stream_opens(), [doc! {}, doc! {}]);
+        wakeups.stop().await;
+    }
+
     #[tokio::test]
     async fn after_stop_the_drivers_shutdown_returns() {
         let server = TestServer::start().await.expect("server");
@@ -1413,6 +1520,7 @@ mod tests {
             availability,
             counters: Counters::default(),
             keeper: KEEPER.to_owned(),
+            watched: watch::channel(false).0,
         };
         let cancel = CancellationToken::new();
         shared.report_availability(&cancel, Availability::Streaming);

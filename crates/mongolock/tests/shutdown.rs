@@ -13,6 +13,9 @@
 //! - **The stream is stopped, and the client stays usable.** `shutdown` kills the stream's
 //!   cursor; a later wait opens a new stream, and the release it waits for reaches it through
 //!   that stream.
+//! - **Either order works.** The driver's client shut down first, after a wait and with a
+//!   lease still held, returns too: the change stream closes once nobody waits (a short
+//!   linger later), and the lock client's shutdown after it returns.
 //! - **A wait across a shutdown still ends.** A waiter already waiting when `shutdown` stops
 //!   the stream is not left hanging: it gets the lock once it is released.
 //!
@@ -329,4 +332,45 @@ async fn the_drivers_shutdown_returns_with_an_election_observer_alive() {
     timeout(HANG_GUARD, holder_client.shutdown())
         .await
         .expect("the holder's driver client shuts down");
+}
+
+/// The other order: the driver's client first, then the lock client. Before the stream
+/// closed on its own once nobody waited, the driver's shutdown waited for its cursor and
+/// session for ever (this test failed on it at the hang guard).
+#[tokio::test]
+async fn the_drivers_shutdown_first_returns_after_a_wait_with_a_lease_held() {
+    let setup = Setup::new("shutdown_driver_first").await;
+    if !setup.has_change_streams().await {
+        return;
+    }
+    wait_once(&setup, "report", 1).await;
+    assert_eq!(setup.recorded.streams_opened(), 1);
+    // A lease the keeper renews: between two renewals it holds nothing of the driver's.
+    let kept = setup.locks.mutex("kept").acquire().await.expect("free");
+
+    let Setup {
+        client,
+        locks,
+        holder_client,
+        holder,
+        ..
+    } = setup;
+    timeout(HANG_GUARD, client.shutdown())
+        .await
+        .expect("the driver's shutdown returns before the lock client's");
+    timeout(HANG_GUARD, locks.shutdown())
+        .await
+        .expect("the lock client's shutdown returns after the driver's");
+    // The lease can no longer be renewed; its release fails, and the TTL frees the lock.
+    assert!(
+        kept.release().await.is_err(),
+        "the driver's client is shut down"
+    );
+
+    timeout(HANG_GUARD, holder_client.shutdown())
+        .await
+        .expect("the holder's driver client shuts down first too");
+    timeout(HANG_GUARD, holder.shutdown())
+        .await
+        .expect("the holder's lock client shuts down after it");
 }
