@@ -293,7 +293,7 @@ pub struct StatusArgs {
 pub struct IndexesArgs {
     /// How long an idle resource document is kept before the TTL index deletes it (default
     /// one day, the library's DEFAULT_RETENTION; from 1s to 2147483647s). Give the one the
-    /// applications set with `with_retention`. The server refuses to change it on a
+    /// applications set with `LockClientBuilder::retention`. The server refuses to change it on a
     /// collection whose TTL index has another: the message gives the mongosh command that
     /// changes it.
     #[arg(long, value_parser = checks::duration, allow_hyphen_values = true)]

@@ -26,7 +26,10 @@ async fn a_grant_learnt_from_a_resent_attempt_is_lost_before_anyone_else_is_gran
     let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
     // A short command time limit: a call whose reply is lost fails after 500 ms (outcome
     // unknown), and the waiter sends the same attempt again.
-    let a = locks(proxy.client()).with_command_timeout(Duration::from_millis(500));
+    let a = LockClient::builder(locks(proxy.client()).collection().clone())
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .expect("valid settings");
     let b = locks(server.new_client());
     b.create_indexes().await.expect("indexes");
     a.status(&Filter::default()).await.expect("A connects");

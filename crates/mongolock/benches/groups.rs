@@ -195,7 +195,10 @@ fn prepare(
 ) -> (LockClient, Document) {
     let collection: Collection<Document> = db.collection(&format!("{operation}_{n}"));
     // A 10,000-lock command on a busy 2-core machine must not hit the default 10 s limit.
-    let locks = LockClient::new(collection).with_command_timeout(Duration::from_secs(120));
+    let locks = LockClient::builder(collection)
+        .command_timeout(Duration::from_secs(120))
+        .build()
+        .expect("valid settings");
     if !set_up {
         return (locks, Document::new());
     }

@@ -57,7 +57,7 @@ mod guard;
 mod handle;
 mod runtime;
 
-pub use client::LockClient;
+pub use client::{LockClient, LockClientBuilder};
 pub use election::{Election, LeaderChanges, Leadership};
 pub use guard::{LockGuard, MultiGuard};
 pub use handle::{MultiLock, Mutex, RwLock, Semaphore};

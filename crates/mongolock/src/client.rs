@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::attempt::Attempt;
 use crate::changes::Wakeups;
-use crate::command::{self, Context};
+use crate::command::{self, Context, MAX_COMMAND_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::lease::{Chore, Keeper};
 use crate::lock::Grant;
@@ -45,7 +45,7 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = command::DEFAULT_COMMAND_TIMEOUT;
 /// command goes to the primary, with the simple collation and a time limit, whatever the
 /// settings of the driver's client, database or collection. Writes wait for a majority of
 /// the replica set and the journal (`{w: "majority", j: true}`) unless you opt out with
-/// [`with_unsafe_write_concern`](LockClient::with_unsafe_write_concern); reads use read
+/// [`unsafe_write_concern`](LockClientBuilder::unsafe_write_concern); reads use read
 /// concern `majority` (`local` after such an opt-out, so that reads see this client's
 /// writes).
 ///
@@ -114,6 +114,283 @@ impl Shared {
     }
 }
 
+/// The settings of a [`LockClient`], made with [`LockClient::builder`] and checked by
+/// [`build`](LockClientBuilder::build), which makes one client: one lease keeper, one
+/// change stream for its waiters, shared by all of its clones.
+///
+/// Every setting has a default, so `LockClient::builder(collection).build()` is
+/// [`LockClient::new(collection)`](LockClient::new). One rule for every setting: a length
+/// (the command time limit, the retention) must be more than zero, an allowance (the clock
+/// uncertainty) may be zero, which means none; and a value outside a setting's range is
+/// refused by `build` with [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+/// naming the setting, before anything is sent.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+/// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+/// use std::time::Duration;
+/// use mongolock::LockClient;
+///
+/// let locks = LockClient::builder(server.client().database("app").collection("locks"))
+///     .command_timeout(Duration::from_secs(2))
+///     .retention(Duration::from_secs(7 * 24 * 3600))
+///     .clock_uncertainty(Duration::from_secs(1))
+///     .build()?;
+/// # let _ = locks;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder makes nothing until `build` is called"]
+pub struct LockClientBuilder {
+    collection: Collection<Document>,
+    settings: Settings,
+}
+
+/// What a builder sets, apart from where the locks are: shared by the async builder and the
+/// blocking one, which learns its collection only when it connects.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    write_concern: Option<WriteConcern>,
+    retention: Duration,
+    command_timeout: Duration,
+    clock_uncertainty: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            write_concern: None,
+            retention: DEFAULT_RETENTION,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            clock_uncertainty: Duration::ZERO,
+        }
+    }
+}
+
+impl Settings {
+    pub(crate) fn unsafe_write_concern(&mut self, write_concern: WriteConcern) {
+        self.write_concern = Some(write_concern);
+    }
+
+    pub(crate) fn retention(&mut self, retention: Duration) {
+        self.retention = retention;
+    }
+
+    pub(crate) fn command_timeout(&mut self, limit: Duration) {
+        self.command_timeout = limit;
+    }
+
+    pub(crate) fn clock_uncertainty(&mut self, uncertainty: Duration) {
+        self.clock_uncertainty = uncertainty;
+    }
+
+    /// Checks every setting: a length must be positive, an allowance may be zero, and each
+    /// must be within its range.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.command_timeout.is_zero() || self.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(Error::invalid(
+                "command_timeout",
+                format!(
+                    "{:?} is outside 1 ms ..= {MAX_COMMAND_TIMEOUT:?} (maxTimeMS is an i32 of milliseconds)",
+                    self.command_timeout
+                ),
+            ));
+        }
+        if self.retention < MIN_RETENTION || self.retention > MAX_RETENTION {
+            return Err(Error::invalid(
+                "retention",
+                format!(
+                    "{:?} is outside {MIN_RETENTION:?} ..= {MAX_RETENTION:?} (expireAfterSeconds is an i32 of seconds)",
+                    self.retention
+                ),
+            ));
+        }
+        if self.clock_uncertainty > crate::MAX_TTL {
+            return Err(Error::invalid(
+                "clock_uncertainty",
+                format!(
+                    "{:?} is longer than any lease may be ({:?})",
+                    self.clock_uncertainty,
+                    crate::MAX_TTL
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The client of these settings on `collection`, once they are checked.
+    pub(crate) fn build(self, collection: Collection<Document>) -> Result<LockClient> {
+        self.check()?;
+        let mut ctx = Context::new(collection);
+        if let Some(write_concern) = self.write_concern {
+            ctx.write_concern = write_concern;
+        }
+        ctx.retention = self.retention;
+        ctx.timeout = self.command_timeout;
+        ctx.clock_uncertainty = self.clock_uncertainty;
+        Ok(LockClient::from_context(ctx))
+    }
+}
+
+/// The shortest retention: the TTL index counts in whole seconds.
+const MIN_RETENTION: Duration = Duration::from_secs(1);
+/// The longest retention: `expireAfterSeconds` is an `i32` (about 68 years).
+const MAX_RETENTION: Duration = Duration::from_secs(i32::MAX as u64);
+
+impl LockClientBuilder {
+    /// Uses `write_concern` for every write instead of `{w: "majority", j: true}`. A `w` left
+    /// unset stays `"majority"` (as the server's own default is since MongoDB 5.0), and a
+    /// `j` left unset is the server's default; `w_timeout` is replaced by the call's time
+    /// limit ([`command_timeout`](LockClientBuilder::command_timeout)). Reads use read
+    /// concern `local` then, so that they see this client's writes.
+    ///
+    /// **This can break mutual exclusion.** A grant acknowledged by fewer than a majority can
+    /// be rolled back when the primary fails over, and then the same lock is granted to a
+    /// second holder while the first believes it still holds it. Use it only on a standalone
+    /// server, in tests, or where a rare double grant is acceptable.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// use mongodb::options::WriteConcern;
+    ///
+    /// let locks = mongolock::LockClient::builder(server.client().database("app").collection("locks"))
+    ///     .unsafe_write_concern(WriteConcern::nodes(1))
+    ///     .build()?;
+    /// # let _ = locks;
+    /// # Ok(()) }
+    /// ```
+    pub fn unsafe_write_concern(mut self, write_concern: WriteConcern) -> Self {
+        self.settings.unsafe_write_concern(write_concern);
+        self
+    }
+
+    /// Keeps an idle resource document for `retention` (default [`DEFAULT_RETENTION`]) before
+    /// the TTL index made by [`create_indexes`](LockClient::create_indexes) deletes it.
+    ///
+    /// Fencing tokens stay monotonic across that deletion as long as the server's clock never
+    /// steps back by more than `retention`, so keep it long (hours, not seconds). From one
+    /// second to `i32::MAX` seconds (about 68 years); [`build`](Self::build) refuses anything
+    /// else, zero included.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// use std::time::Duration;
+    /// let locks = mongolock::LockClient::builder(server.client().database("app").collection("locks"))
+    ///     .retention(Duration::from_secs(7 * 24 * 3600))
+    ///     .build()?;
+    /// # let _ = locks;
+    /// # Ok(()) }
+    /// ```
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.settings.retention(retention);
+        self
+    }
+
+    /// Covers forward steps of the server's clock up to `uncertainty`: every lease of this
+    /// client ends that much earlier on its holder's side (its deadline is shortened by it,
+    /// on top of its safety margin). Default: zero, none. At most [`MAX_TTL`](crate::MAX_TTL);
+    /// [`build`](Self::build) refuses more.
+    ///
+    /// The server decides expiry by its own clock. If that clock steps forward (an NTP step
+    /// on the primary, or a failover to a primary whose clock is ahead), a lease ends on the
+    /// server earlier than its holder's deadline, which counts from the clock as it was. The
+    /// client notices a step from the next reply that tells it the server's time (a write's
+    /// `operationTime` on a replica set, a grant's `$$NOW`), and shortens every deadline by
+    /// the step at once; a step that ends a lease before such a reply came (a step larger
+    /// than the lease had left, between two renewals) is covered only by the safety margin
+    /// plus this uncertainty. What is promised:
+    ///
+    /// - a step up to the safety margin plus `uncertainty` never lets a holder believe past
+    ///   the server's expiry;
+    /// - a larger step is noticed from the next reply that carries the server's time (at the
+    ///   latest the lease's next renewal), and every deadline is shortened by it then;
+    ///   between the step and that reply, a holder can believe in a lease the server has
+    ///   ended, by up to the step less the margin and the uncertainty. An `operationTime`
+    ///   is whole seconds: a step it shows is counted rounded up to the second it may have
+    ///   left out, but one under about a second may show as less than it was (by up to a
+    ///   second), which the margin and this uncertainty cover;
+    /// - a step smaller than the TTL less the renewal period is harmless whatever its size:
+    ///   the next renewal lands before the shortened lease ends.
+    ///
+    /// A lease whose TTL does not leave room for its margin, this uncertainty and its
+    /// renewal period is refused by its acquire with
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming
+    /// `clock_uncertainty`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// use std::time::Duration;
+    /// let locks = mongolock::LockClient::builder(server.client().database("app").collection("locks"))
+    ///     .clock_uncertainty(Duration::from_secs(5))
+    ///     .build()?;
+    /// let guard = locks.mutex("job").ttl(Duration::from_secs(30)).acquire().await?;
+    /// // 30 s, less the default margin (2 s) and the uncertainty (5 s).
+    /// assert!(guard.time_left() <= Duration::from_secs(23));
+    /// # guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn clock_uncertainty(mut self, uncertainty: Duration) -> Self {
+        self.settings.clock_uncertainty(uncertainty);
+        self
+    }
+
+    /// Bounds every call by `limit` (default [`DEFAULT_COMMAND_TIMEOUT`]): the server is
+    /// told (`maxTimeMS`, and `wtimeout` for the write concern) and the client stops waiting
+    /// when it passes. A call that times out fails with
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout); for a write its outcome is unknown
+    /// ([`Error::is_outcome_unknown`]). Without a limit, a write waiting for a majority that
+    /// is gone would wait forever.
+    ///
+    /// From one millisecond to `i32::MAX` milliseconds (about 24.8 days, the most
+    /// `maxTimeMS` a server takes); [`build`](Self::build) refuses anything else, zero
+    /// included.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// use std::time::Duration;
+    /// let locks = mongolock::LockClient::builder(server.client().database("app").collection("locks"))
+    ///     .command_timeout(Duration::from_secs(2))
+    ///     .build()?;
+    /// # let _ = locks;
+    /// # Ok(()) }
+    /// ```
+    pub fn command_timeout(mut self, limit: Duration) -> Self {
+        self.settings.command_timeout(limit);
+        self
+    }
+
+    /// The client, once every setting is checked. Nothing is sent to the server until its
+    /// first operation.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming the first
+    /// setting outside its range: `command_timeout` (zero, or above `i32::MAX`
+    /// milliseconds), `retention` (under a second, or above `i32::MAX` seconds) or
+    /// `clock_uncertainty` (above [`MAX_TTL`](crate::MAX_TTL)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// use std::time::Duration;
+    /// use mongolock::{ErrorKind, LockClient};
+    ///
+    /// let error = LockClient::builder(server.client().database("app").collection("locks"))
+    ///     .command_timeout(Duration::ZERO)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(matches!(error.kind(), ErrorKind::InvalidArgument { argument: "command_timeout", .. }));
+    /// # }
+    /// ```
+    pub fn build(self) -> Result<LockClient> {
+        self.settings.build(self.collection)
+    }
+}
+
 impl LockClient {
     /// Locks stored in `collection` (for example `db.collection("locks")`), with majority,
     /// journaled writes, a command time limit of [`DEFAULT_COMMAND_TIMEOUT`] and a retention
@@ -130,18 +407,38 @@ impl LockClient {
     /// # }
     /// ```
     pub fn new(collection: Collection<Document>) -> Self {
-        let ctx = Arc::new(Context::new(collection));
+        Self::from_context(Context::new(collection))
+    }
+
+    /// Locks stored in `collection`, with settings of your choice: see
+    /// [`LockClientBuilder`]. [`build`](LockClientBuilder::build) checks them and makes one
+    /// client (one lease keeper, one change stream), whatever is set.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
+    /// use std::time::Duration;
+    ///
+    /// let locks = mongolock::LockClient::builder(server.client().database("app").collection("locks"))
+    ///     .command_timeout(Duration::from_secs(2))
+    ///     .build()?;
+    /// # let _ = locks;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(collection: Collection<Document>) -> LockClientBuilder {
+        LockClientBuilder {
+            collection,
+            settings: Settings::default(),
+        }
+    }
+
+    /// The client of the settings in `ctx`: a keeper and a change stream of its own.
+    fn from_context(ctx: Context) -> Self {
+        let ctx = Arc::new(ctx);
         LockClient {
             shared: Arc::new(Shared::new(&ctx)),
             ctx,
         }
-    }
-
-    /// A client with changed settings: a client of its own, with its own leases.
-    fn with(mut self, change: impl FnOnce(&mut Context)) -> Self {
-        change(Arc::make_mut(&mut self.ctx));
-        self.shared = Arc::new(Shared::new(&self.ctx));
-        self
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -159,7 +456,7 @@ impl LockClient {
     }
 
     /// How far the server's clock may step forward unnoticed (see
-    /// [`with_clock_uncertainty`](LockClient::with_clock_uncertainty)).
+    /// [`LockClientBuilder::clock_uncertainty`]).
     pub(crate) fn clock_uncertainty(&self) -> Duration {
         self.ctx.clock_uncertainty
     }
@@ -255,7 +552,7 @@ impl LockClient {
     ///    latest), then
     /// 3. stops the change stream that wakes waiters (opened once a handle waited) and waits
     ///    until its cursor and session are dropped: the driver's `Client::shutdown` waits for
-    ///    every live cursor and session, so it would never return while the stream is open.
+    ///    every live cursor and session.
     ///
     /// **It does not end leases still held.** A guard still held keeps its lock, and its
     /// lease is renewed for as long as the driver's client works; release guards before
@@ -269,10 +566,19 @@ impl LockClient {
     /// it looks again at once, then retries with backoff, as on a server without change
     /// streams, until a new wait of this client reopens the stream.
     ///
-    /// It does not shut the driver's client down, which the application owns. Do that too,
-    /// after this and before the runtime ends, once nothing uses either client any more, in
-    /// this order: `locks.shutdown().await; client.shutdown().await;` (as in the example
-    /// below).
+    /// It does not shut the driver's client down, which the application owns. **Either order
+    /// works**, before the runtime ends:
+    ///
+    /// - `locks.shutdown().await; client.shutdown().await;` (as in the example below) sends
+    ///   what dropped guards left to the background first, and the driver's shutdown returns
+    ///   at once;
+    /// - `client.shutdown().await; locks.shutdown().await;` works too, but what was left to
+    ///   the background can no longer be sent (those locks end with their TTL), and the
+    ///   driver's shutdown waits until this client's waiters are done, its change stream has
+    ///   closed on its own (two seconds after the last waiter left: the stream closes once
+    ///   nobody waits), and every [`Election::observe`](crate::Election::observe) stream is
+    ///   dropped. It waits for any cursor or session still alive, so this client must not
+    ///   open a new one meanwhile.
     ///
     /// A driver client dropped while its runtime shuts down can panic in a background task
     /// of the driver (mongodb 3.x: its session cleanup finds the connection pool gone):
@@ -334,120 +640,6 @@ impl LockClient {
     /// ```
     pub fn leases(&self) -> usize {
         self.shared.keeper.len()
-    }
-
-    /// Uses `write_concern` for every write instead of `{w: "majority", j: true}`. A `w` left
-    /// unset stays `"majority"` (as the server's own default is since MongoDB 5.0), and a
-    /// `j` left unset is the server's default; `w_timeout` is replaced by the call's time
-    /// limit ([`with_command_timeout`](LockClient::with_command_timeout)).
-    ///
-    /// **This can break mutual exclusion.** A grant acknowledged by fewer than a majority can
-    /// be rolled back when the primary fails over, and then the same lock is granted to a
-    /// second holder while the first believes it still holds it. Use it only on a standalone
-    /// server, in tests, or where a rare double grant is acceptable.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// use mongodb::options::WriteConcern;
-    ///
-    /// let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"))
-    ///     .with_unsafe_write_concern(WriteConcern::nodes(1));
-    /// # let _ = locks;
-    /// # }
-    /// ```
-    pub fn with_unsafe_write_concern(self, write_concern: WriteConcern) -> Self {
-        self.with(|ctx| ctx.write_concern = write_concern)
-    }
-
-    /// Keeps an idle resource document for `retention` (default [`DEFAULT_RETENTION`]) before
-    /// the TTL index made by [`create_indexes`](LockClient::create_indexes) deletes it.
-    ///
-    /// Fencing tokens stay monotonic across that deletion as long as the server's clock never
-    /// steps back by more than `retention`, so keep it long (hours, not seconds). Between
-    /// one second and 68 years; checked by `create_indexes`.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// use std::time::Duration;
-    /// let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"))
-    ///     .with_retention(Duration::from_secs(7 * 24 * 3600));
-    /// # let _ = locks;
-    /// # }
-    /// ```
-    pub fn with_retention(self, retention: Duration) -> Self {
-        self.with(|ctx| ctx.retention = retention)
-    }
-
-    /// Covers forward steps of the server's clock up to `uncertainty`: every lease of this
-    /// client ends that much earlier on its holder's side (its deadline is shortened by it,
-    /// on top of its safety margin). Default: zero.
-    ///
-    /// The server decides expiry by its own clock. If that clock steps forward (an NTP step
-    /// on the primary, or a failover to a primary whose clock is ahead), a lease ends on the
-    /// server earlier than its holder's deadline, which counts from the clock as it was. The
-    /// client notices a step from the next reply that tells it the server's time (a write's
-    /// `operationTime` on a replica set, a grant's `$$NOW`), and shortens every deadline by
-    /// the step at once; a step that ends a lease before such a reply came (a step larger
-    /// than the lease had left, between two renewals) is covered only by the safety margin
-    /// plus this uncertainty. What is promised:
-    ///
-    /// - a step up to the safety margin plus `uncertainty` never lets a holder believe past
-    ///   the server's expiry;
-    /// - a larger step is noticed from the next reply that carries the server's time (at the
-    ///   latest the lease's next renewal), and every deadline is shortened by it then;
-    ///   between the step and that reply, a holder can believe in a lease the server has
-    ///   ended, by up to the step less the margin and the uncertainty. An `operationTime`
-    ///   is whole seconds: a step it shows is counted rounded up to the second it may have
-    ///   left out, but one under about a second may show as less than it was (by up to a
-    ///   second), which the margin and this uncertainty cover;
-    /// - a step smaller than the TTL less the renewal period is harmless whatever its size:
-    ///   the next renewal lands before the shortened lease ends.
-    ///
-    /// A lease whose TTL does not leave room for its margin, this uncertainty and its
-    /// renewal period is refused by its acquire with
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) naming
-    /// `clock_uncertainty`.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// use std::time::Duration;
-    /// let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"))
-    ///     .with_clock_uncertainty(Duration::from_secs(5));
-    /// let guard = locks.mutex("job").ttl(Duration::from_secs(30)).acquire().await?;
-    /// // 30 s, less the default margin (2 s) and the uncertainty (5 s).
-    /// assert!(guard.time_left() <= Duration::from_secs(23));
-    /// # guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn with_clock_uncertainty(self, uncertainty: Duration) -> Self {
-        self.with(|ctx| ctx.clock_uncertainty = uncertainty)
-    }
-
-    /// Bounds every call by `limit` (default [`DEFAULT_COMMAND_TIMEOUT`]): the server is
-    /// told (`maxTimeMS`, and `wtimeout` for the write concern) and the client stops waiting
-    /// when it passes. A call that times out fails with
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout); for a write its outcome is unknown
-    /// ([`Error::is_outcome_unknown`]). Without a limit, a write waiting for a majority that
-    /// is gone would wait forever.
-    ///
-    /// A zero `limit`, or one above `i32::MAX` milliseconds (about 24.8 days, the most
-    /// `maxTimeMS` a server takes), is refused by the first call, with
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// # let server = mongolock_testkit::TestServer::start().await.unwrap();
-    /// use std::time::Duration;
-    /// let locks = mongolock::LockClient::new(server.client().database("app").collection("locks"))
-    ///     .with_command_timeout(Duration::from_secs(2));
-    /// # let _ = locks;
-    /// # }
-    /// ```
-    pub fn with_command_timeout(self, limit: Duration) -> Self {
-        self.with(|ctx| ctx.timeout = limit)
     }
 
     /// The collection holding the locks.
@@ -523,16 +715,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn create_indexes(&self) -> Result<()> {
-        let ctx = self.ready()?;
-        if ctx.retention < Duration::from_secs(1)
-            || ctx.retention > Duration::from_secs(i32::MAX as u64)
-        {
-            return Err(Error::invalid(
-                "retention",
-                format!("{:?} is outside 1 s ..= {} s", ctx.retention, i32::MAX),
-            ));
-        }
-        command::indexes::run(ctx).await
+        command::indexes::run(self.ready()?).await
     }
 
     /// Takes an exclusive lock on `resource` for the holder `lock_id`, in one round trip.
@@ -1128,23 +1311,5 @@ mod tests {
         assert_send(&locks.purge());
         assert_send(&locks.purge_abandoned_groups());
         assert_send(&locks.create_indexes());
-    }
-
-    #[tokio::test]
-    async fn a_zero_time_limit_is_refused_before_sending() {
-        let ctx = crate::command::test_context();
-        let locks = LockClient {
-            shared: Arc::new(Shared::new(&Arc::new(ctx.clone()))),
-            ctx: Arc::new(ctx),
-        }
-        .with_command_timeout(Duration::ZERO);
-        let error = locks.unlock("l").await.unwrap_err();
-        assert!(matches!(
-            error.kind(),
-            crate::ErrorKind::InvalidArgument {
-                argument: "command_timeout",
-                ..
-            }
-        ));
     }
 }

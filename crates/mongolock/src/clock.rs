@@ -154,7 +154,7 @@ impl From<bson::Timestamp> for OperationTime {
 ///
 /// A reply can tell of a step only once the step happened: a step between two renewals is
 /// noticed at the next reply at the earliest. The clock uncertainty a client is given
-/// ([`LockClient::with_clock_uncertainty`](crate::LockClient::with_clock_uncertainty))
+/// ([`LockClientBuilder::clock_uncertainty`](crate::LockClientBuilder::clock_uncertainty))
 /// covers steps up to that size before any reply. A server that sends no `operationTime`
 /// (a standalone) tells of steps only through grants.
 ///
@@ -241,7 +241,7 @@ const FLOORED_MS: i128 = 999;
 /// may be the drift of two clocks' rates adding up between two exact readings, which
 /// rounding up would turn into a second lost for every lease. A real step under about a
 /// second can therefore be counted short by up to a second, which
-/// [`LockClient::with_clock_uncertainty`](crate::LockClient::with_clock_uncertainty) covers.
+/// [`LockClientBuilder::clock_uncertainty`](crate::LockClientBuilder::clock_uncertainty) covers.
 const ROUNDED_FROM: Duration = Duration::from_millis(100);
 
 /// Milliseconds as a duration (zero when negative).

@@ -155,8 +155,18 @@ pub enum ErrorKind {
         until: bson::DateTime,
     },
     /// A lease was lost while it was used: by
-    /// [`LockGuard::release`](crate::LockGuard::release) when the loss came first, and by
-    /// [`Mutex::run`](crate::Mutex::run) when the work was stopped.
+    /// [`LockGuard::release`](crate::LockGuard::release) (and
+    /// [`MultiGuard::release`](crate::MultiGuard::release)) when the loss came first, and by
+    /// every closure form when the work was stopped: [`Mutex::run`](crate::Mutex::run),
+    /// [`Mutex::try_run`](crate::Mutex::try_run) and
+    /// [`Mutex::run_timeout`](crate::Mutex::run_timeout), their kin on
+    /// [`Semaphore`](crate::Semaphore) and [`RwLock`](crate::RwLock)
+    /// ([`run_read`](crate::RwLock::run_read), [`run_write`](crate::RwLock::run_write), ...),
+    /// [`MultiLock::run`](crate::MultiLock::run) and its kin, and a leader's term
+    /// ([`Election::lead`](crate::Election::lead),
+    /// [`try_lead`](crate::Election::try_lead), [`lead_timeout`](crate::Election::lead_timeout)).
+    /// The blocking API runs these forms through `blocking::block_on` on the async client,
+    /// and reports the same error; its guards' `release` does too.
     #[error("the lease on {resource:?} was lost ({reason:?})")]
     #[non_exhaustive]
     LeaseLost {
@@ -203,7 +213,7 @@ pub enum ErrorKind {
         presented: i64,
     },
     /// The call did not complete within its time limit (see
-    /// [`LockClient::with_command_timeout`](crate::LockClient::with_command_timeout)). For a
+    /// [`LockClientBuilder::command_timeout`](crate::LockClientBuilder::command_timeout)). For a
     /// write, the server may still have applied it: the outcome is unknown.
     #[error("no answer from the server within {limit:?}")]
     #[non_exhaustive]

@@ -54,10 +54,38 @@
 //! }).await?;
 //! # let _ = (token, rows);
 //!
-//! // Shutting down, in this order: the lock client waits for releases left to the background
-//! // by dropped guards and closes its change stream; then the driver's client can shut down.
+//! // Shutting down: the lock client waits for releases left to the background by dropped
+//! // guards and closes its change stream; then the driver's client shuts down at once. (The
+//! // other order works too, without those releases: see `LockClient::shutdown`.)
 //! locks.shutdown().await;
 //! client.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Configuring a client
+//!
+//! [`LockClient::new`] takes the defaults: majority, journaled writes, a time limit of
+//! [`DEFAULT_COMMAND_TIMEOUT`] on every call, idle documents kept for [`DEFAULT_RETENTION`],
+//! no clock uncertainty. Anything else is set on a [`LockClientBuilder`], which
+//! [`build`](LockClientBuilder::build) checks (a length must be more than zero, an allowance
+//! may be zero, and each setting has a range; a value outside it is an
+//! [`ErrorKind::InvalidArgument`] naming the setting) and turns into one client: one lease
+//! keeper and one change stream, shared by all its clones, which one
+//! [`shutdown`](LockClient::shutdown) ends.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> mongolock::Result<()> {
+//! # let server = mongolock_testkit::TestServer::start().await.unwrap();
+//! # let client = server.client();
+//! use std::time::Duration;
+//! use mongolock::LockClient;
+//!
+//! let locks = LockClient::builder(client.database("app").collection("locks"))
+//!     .command_timeout(Duration::from_secs(2)) // each call, retries included
+//!     .retention(Duration::from_secs(7 * 24 * 3600)) // idle documents, for create_indexes
+//!     .clock_uncertainty(Duration::from_secs(1)) // forward steps of the server's clock
+//!     .build()?;
+//! # let _ = locks;
 //! # Ok(()) }
 //! ```
 //!
@@ -227,7 +255,7 @@
 //!   anybody, whatever its kind (`exclusion.rs`, `expiry.rs`).
 //! - **A lease that runs out is reported lost before anyone else can be granted the lock.**
 //!   A guard's local deadline is the send time of its last confirmed grant or renewal, plus
-//!   the TTL, minus the safety margin (and minus [`with_clock_uncertainty`]), on a
+//!   the TTL, minus the safety margin (and minus the client's [`clock_uncertainty`]), on a
 //!   monotonic clock that counts the time the machine was suspended. The server counts the
 //!   TTL from when it runs the command, later, so the deadline comes first. When it passes
 //!   (server unreachable, replies slow, the process paused, the machine suspended),
@@ -303,11 +331,11 @@
 //!   learn as revocations (`purge.rs`, `force_release.rs`). The TTL index deletes only
 //!   documents idle for the retention (`cleanup.rs`).
 //! - **Bounded in time.** Every command carries a time limit (`maxTimeMS`, `wtimeout` and a
-//!   client-side timer; [`LockClient::with_command_timeout`], 10 s by default), and a
+//!   client-side timer; [`LockClientBuilder::command_timeout`], 10 s by default), and a
 //!   waiting call returns at its own timeout (`late_copies.rs`).
 //! - **Majority writes.** Every write is sent with `{w: "majority", j: true}` and every read
 //!   with read concern `majority`, whatever the driver's settings, unless you opt out with
-//!   [`LockClient::with_unsafe_write_concern`] (`write_concern.rs`, `wire_settings.rs`).
+//!   [`LockClientBuilder::unsafe_write_concern`] (`write_concern.rs`, `wire_settings.rs`).
 //!
 //! ## What does not hold
 //!
@@ -318,7 +346,7 @@
 //!   ([`Fence`] does that for a MongoDB collection).
 //! - **Clock steps larger than the margin plus the clock uncertainty.** If the server's
 //!   clock steps forward (an NTP step, a failover to a primary whose clock is ahead) by more
-//!   than the safety margin plus [`with_clock_uncertainty`] (default 0), a holder can
+//!   than the safety margin plus the client's [`clock_uncertainty`] (default 0), a holder can
 //!   believe in a lease the server has already ended, by up to the step less those two,
 //!   until the next reply that carries the server's time (at the latest the next renewal).
 //!   A step smaller than the TTL less the renewal period is harmless whatever the margin:
@@ -342,7 +370,7 @@
 //!   [`ErrorKind::Sealed`] (or [`Attempt::Sealed`]) until the last attempt it stands for can
 //!   no longer land, while locks already granted stay held (`withdrawal.rs`). A waiting
 //!   acquire returns that error rather than waiting.
-//! - **Unsafe write concern.** With [`LockClient::with_unsafe_write_concern`], a grant
+//! - **Unsafe write concern.** With [`LockClientBuilder::unsafe_write_concern`], a grant
 //!   acknowledged by fewer than a majority can be rolled back by a failover, and the same
 //!   lock granted again to a second holder while the first believes it holds it.
 //! - **What is tested where.** Every test in CI runs against the embedded emulator (a
@@ -351,7 +379,7 @@
 //!   tested against a replica set yet, nor has a sharded cluster. The tests run against a
 //!   real server when `MONGODB_URI` is set; the CI job that does so has not run yet.
 //!
-//! [`with_clock_uncertainty`]: LockClient::with_clock_uncertainty
+//! [`clock_uncertainty`]: LockClientBuilder::clock_uncertainty
 //!
 //! # When not to use it
 //!
@@ -425,7 +453,7 @@ mod unlocks;
 mod wait;
 
 pub use attempt::{Attempt, Contention, MAX_NAMED_HOLDERS};
-pub use client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_RETENTION, LockClient};
+pub use client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_RETENTION, LockClient, LockClientBuilder};
 pub use election::{DEFAULT_OBSERVE_POLL, Election, Leader, Leadership};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{DEFAULT_FENCE_FIELD, Fence, FencedWrite};

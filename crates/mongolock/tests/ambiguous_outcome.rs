@@ -199,8 +199,10 @@ async fn emulator_only_a_reply_later_than_the_time_limit_is_an_unknown_outcome()
         return;
     };
     let (monitor, db) = env.monitored().await;
-    let locks =
-        LockClient::new(db.collection("locks")).with_command_timeout(Duration::from_millis(300));
+    let locks = LockClient::builder(db.collection("locks"))
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .expect("valid settings");
     // The server holds the command for a second (as a primary waiting for a majority that is
     // gone would), then runs it: the caller has given up by then, and cannot know.
     fail_point(

@@ -546,24 +546,6 @@ async fn call_handle(
     }
 }
 
-/// Every public call of `LockClient` that talks to the server, by name, with good arguments:
-/// for the client settings that every call checks first.
-const CLIENT_CALLS: [&str; 13] = [
-    "create_indexes",
-    "xlock",
-    "slock",
-    "acquire",
-    "release_attempt",
-    "unlock",
-    "renew",
-    "status",
-    "force_release",
-    "purge",
-    "purge_abandoned_groups",
-    "mutex.try_acquire",
-    "semaphore.acquire",
-];
-
 async fn call_client(locks: &LockClient, call: &str) -> Result<String> {
     let d = LockDetails::default;
     let request = AcquireRequest::exclusive("r", "id", d());
@@ -843,7 +825,7 @@ fn argument_cases() -> Vec<Case> {
         );
     }
 
-    // Client settings, checked by every call.
+    // Client settings, checked when the client is built.
     for (what, retention) in [
         ("zero", Duration::ZERO),
         ("999 ms", ms(999)),
@@ -852,33 +834,46 @@ fn argument_cases() -> Vec<Case> {
     ] {
         case!(
             cases,
-            format!("create_indexes: retention {what}"),
+            format!("build: retention {what}"),
             Expect::Invalid("retention"),
             |p| {
                 show_unit(
-                    p.locks
-                        .clone()
-                        .with_retention(retention)
-                        .create_indexes()
-                        .await,
+                    LockClient::builder(p.locks.collection().clone())
+                        .retention(retention)
+                        .build()
+                        .map(drop),
                 )
             }
         );
     }
-    for call in CLIENT_CALLS {
+    for (what, limit) in [("zero", Duration::ZERO), ("Duration::MAX", Duration::MAX)] {
         case!(
             cases,
-            format!("{call}: zero command timeout"),
+            format!("build: command timeout {what}"),
             Expect::Invalid("command_timeout"),
-            |p| { call_client(&p.locks.clone().with_command_timeout(Duration::ZERO), call).await }
-        );
-        case!(
-            cases,
-            format!("{call}: command timeout Duration::MAX"),
-            Expect::Invalid("command_timeout"),
-            |p| { call_client(&p.locks.clone().with_command_timeout(Duration::MAX), call).await }
+            |p| {
+                show_unit(
+                    LockClient::builder(p.locks.collection().clone())
+                        .command_timeout(limit)
+                        .build()
+                        .map(drop),
+                )
+            }
         );
     }
+    case!(
+        cases,
+        "build: clock uncertainty Duration::MAX",
+        Expect::Invalid("clock_uncertainty"),
+        |p| {
+            show_unit(
+                LockClient::builder(p.locks.collection().clone())
+                    .clock_uncertainty(Duration::MAX)
+                    .build()
+                    .map(drop),
+            )
+        }
+    );
 
     // The handles: every acquiring method with every bad setting, and zero permits.
     for method in HANDLE_METHODS {
@@ -1371,13 +1366,10 @@ fn state_cases(cases: &mut Vec<Case>) {
             let _held = p.locks.xlock("r", "holder", d()).await?;
             p.mark().await;
             let w0 = mongodb::options::WriteConcern::nodes(0);
-            show_grant(
-                p.locks
-                    .clone()
-                    .with_unsafe_write_concern(w0)
-                    .xlock("r", "other", d())
-                    .await,
-            )
+            let unsafe_locks = LockClient::builder(p.locks.collection().clone())
+                .unsafe_write_concern(w0)
+                .build()?;
+            show_grant(unsafe_locks.xlock("r", "other", d()).await)
         }
     );
     case!(
@@ -1389,13 +1381,10 @@ fn state_cases(cases: &mut Vec<Case>) {
             p.mark().await;
             let tag = mongodb::options::Acknowledgment::Custom("no-such-tag".into());
             let wc = mongodb::options::WriteConcern::builder().w(tag).build();
-            show_grant(
-                p.locks
-                    .clone()
-                    .with_unsafe_write_concern(wc)
-                    .xlock("r", "other", d())
-                    .await,
-            )
+            let unsafe_locks = LockClient::builder(p.locks.collection().clone())
+                .unsafe_write_concern(wc)
+                .build()?;
+            show_grant(unsafe_locks.xlock("r", "other", d()).await)
         }
     );
     case!(

@@ -4,14 +4,17 @@
 mod common;
 
 use common::{emulator_env, secs};
-use mongolock::{Filter, LockDetails};
+use mongolock::{Filter, LockClient, LockDetails};
 
 #[tokio::test]
 async fn emulator_only_idle_documents_go_and_held_ones_stay() {
     let Some(env) = emulator_env("cleanup").await else {
         return;
     };
-    let locks = env.locks.clone().with_retention(secs(60));
+    let locks = LockClient::builder(env.collection())
+        .retention(secs(60))
+        .build()
+        .expect("valid settings");
     locks.create_indexes().await.unwrap();
     // Freed by release: idle from now.
     let _ = locks
@@ -62,7 +65,10 @@ async fn emulator_only_an_early_release_makes_the_document_idle_from_the_release
     let Some(env) = emulator_env("cleanup_early").await else {
         return;
     };
-    let locks = env.locks.clone().with_retention(secs(60));
+    let locks = LockClient::builder(env.collection())
+        .retention(secs(60))
+        .build()
+        .expect("valid settings");
     locks.create_indexes().await.unwrap();
     let _ = locks
         .xlock("r", "a", LockDetails::default().ttl(secs(24 * 3600)))

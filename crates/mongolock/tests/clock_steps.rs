@@ -96,7 +96,10 @@ async fn emulator_only_a_clock_uncertainty_ends_every_lease_that_much_earlier() 
     let Some(env) = emulator_env("step_uncertainty").await else {
         return;
     };
-    let locks = env.locks.clone().with_clock_uncertainty(secs(5));
+    let locks = LockClient::builder(env.collection())
+        .clock_uncertainty(secs(5))
+        .build()
+        .expect("valid settings");
     let guard = locks.mutex("held").ttl(secs(30)).acquire().await.unwrap();
     // 30 s, less the margin (2 s), less the uncertainty (5 s).
     assert!(guard.time_left() <= secs(23), "{:?}", guard.time_left());

@@ -20,7 +20,10 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The lock client of the test, with a short command time limit.
 fn client(env: &Env) -> LockClient {
-    env.locks.clone().with_command_timeout(COMMAND_TIMEOUT)
+    LockClient::builder(env.collection())
+        .command_timeout(COMMAND_TIMEOUT)
+        .build()
+        .expect("valid settings")
 }
 
 /// Takes `resource` for `lock_id` and drops the guard inside a runtime of its own, on

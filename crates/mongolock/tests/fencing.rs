@@ -4,7 +4,7 @@
 mod common;
 
 use common::{emulator_env, env, secs};
-use mongolock::{Filter, LockDetails};
+use mongolock::{Filter, LockClient, LockDetails};
 
 #[tokio::test]
 async fn tokens_grow_across_releases_and_kinds() {
@@ -102,7 +102,10 @@ async fn emulator_only_tokens_grow_after_the_ttl_index_deletes_an_idle_resource(
     let Some(env) = emulator_env("fencing_ttl_index").await else {
         return;
     };
-    let locks = env.locks.clone().with_retention(secs(60));
+    let locks = LockClient::builder(env.collection())
+        .retention(secs(60))
+        .build()
+        .expect("valid settings");
     locks.create_indexes().await.unwrap();
     let a = locks
         .xlock("r", "a", LockDetails::default().ttl(secs(5)))

@@ -152,8 +152,10 @@ async fn renew_and_unlock_of_a_large_group_are_one_constant_size_command() {
     let m = Monitored::start("large_group").await;
     // The large group's commands touch every document of the group: give them more than the
     // default 10 s, which a debug build of the emulator on a busy machine could come close to.
-    let locks =
-        LockClient::new(m.db.collection("locks")).with_command_timeout(Duration::from_secs(120));
+    let locks = LockClient::builder(m.db.collection("locks"))
+        .command_timeout(Duration::from_secs(120))
+        .build()
+        .expect("valid settings");
     // Lock ids of equal length, so that only the group size differs.
     let (small, large) = ("group-small", "group-large");
     assert_eq!(small.len(), large.len());

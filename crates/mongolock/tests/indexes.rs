@@ -62,15 +62,14 @@ async fn create_indexes_is_idempotent() {
     assert_eq!(seconds, Some(86_400));
 }
 
+/// A retention the TTL index cannot keep is refused when the client is built, before
+/// `create_indexes` could send it.
 #[tokio::test]
-async fn retention_is_checked() {
+async fn retention_is_checked_when_the_client_is_built() {
     let env = env("indexes_retention").await;
-    let error = env
-        .locks
-        .clone()
-        .with_retention(secs(0))
-        .create_indexes()
-        .await
+    let error = mongolock::LockClient::builder(env.collection())
+        .retention(secs(0))
+        .build()
         .unwrap_err();
     assert_eq!(invalid_argument(&error), "retention");
 }

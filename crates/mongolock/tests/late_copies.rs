@@ -25,8 +25,10 @@ use mongolock_testkit::faults::proxy::{RequestFault, RequestRule, Requests};
 /// out on a request the proxy holds, and sends the next copy on another connection.
 fn impatient_client(proxy: &FaultProxy, db: &str) -> LockClient {
     let client = mongodb::Client::with_options(proxy.client_options()).unwrap();
-    LockClient::new(client.database(db).collection("locks"))
-        .with_command_timeout(Duration::from_millis(300))
+    LockClient::builder(client.database(db).collection("locks"))
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .expect("valid settings")
 }
 
 /// Holds the next `times` `command`s that go through `proxy` on their way for `hold`, then

@@ -50,10 +50,10 @@ fn cut(proxy: &FaultProxy) {
 /// Through the holder with a 300 ms command timeout (so that a release fails fast): takes
 /// one more lease to keep and a lock on `r`, then cuts the holder off. Returns both guards.
 async fn hold_then_cut(s: &Setup) -> (LockGuard, LockGuard) {
-    let holder = s
-        .holder
-        .clone()
-        .with_command_timeout(Duration::from_millis(300));
+    let holder = LockClient::builder(s.holder.collection().clone())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .expect("valid settings");
     let kept = holder
         .mutex("kept-too")
         .ttl(TTL)

@@ -19,8 +19,10 @@ async fn named_client(env: &Env, app_name: &str, timeout: Duration) -> LockClien
         .unwrap();
     options.app_name = Some(app_name.to_owned());
     let client = mongodb::Client::with_options(options).unwrap();
-    LockClient::new(client.database(env.db.name()).collection("locks"))
-        .with_command_timeout(timeout)
+    LockClient::builder(client.database(env.db.name()).collection("locks"))
+        .command_timeout(timeout)
+        .build()
+        .expect("valid settings")
 }
 
 /// The next four `findAndModify`s of `app_name` fail with ShutdownInProgress (91, transient)
@@ -128,10 +130,10 @@ async fn emulator_only_a_multi_lock_never_keeps_a_member_its_own_owed_withdrawal
     let Some(env) = common::proxied("owed_withdrawal").await else {
         return;
     };
-    let locks = env
-        .cut_off
-        .clone()
-        .with_command_timeout(Duration::from_millis(300));
+    let locks = LockClient::builder(env.cut_off.collection().clone())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .expect("valid settings");
     let set = locks.multi(["a", "b"]).lock_id("the-set").ttl(secs(6));
     let acquiring = tokio::spawn(async move { set.acquire_timeout(secs(30)).await });
     // The member's attempt lands; then the client is cut off before it hears of it, and

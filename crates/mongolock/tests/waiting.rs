@@ -904,7 +904,10 @@ async fn a_forgotten_waiters_place_is_no_longer_kept() {
         return;
     }
     let (recorder, waiter) = setup.recorded("waiter").await;
-    let waiter = waiter.with_command_timeout(Duration::from_secs(1));
+    let waiter = LockClient::builder(waiter.collection().clone())
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .expect("valid settings");
     open_stream(&waiter, &recorder).await;
     // Held (and renewed) with a 2 s TTL: the waiter sleeps about that long between attempts.
     let _held = setup

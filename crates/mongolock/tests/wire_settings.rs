@@ -12,7 +12,7 @@
 //!   collation carries `{locale: "simple"}` (and so do the `lockId` index specs), reads carry
 //!   read concern `majority`, writes carry `{w: "majority", j: true, wtimeout > 0}`, and
 //!   every command carries a positive `maxTimeMS`, bounded by
-//!   [`LockClient::with_command_timeout`].
+//!   [`LockClientBuilder::command_timeout`](mongolock::LockClientBuilder::command_timeout).
 //!
 //! A control command (a plain `collection.aggregate` through the same monitored collection)
 //! is checked to carry `secondaryPreferred` and `local`: the checks can see a command that
@@ -425,8 +425,10 @@ async fn group_writes_read_nothing_first() {
 async fn settings_are_pinned(name: &str, client_level_settings: bool) {
     let m = Monitored::start(name, client_level_settings).await;
     let collection = m.secondary_collection();
-    let locks = LockClient::new(collection.clone())
-        .with_command_timeout(Duration::from_millis(LIMIT_MS as u64));
+    let locks = LockClient::builder(collection.clone())
+        .command_timeout(Duration::from_millis(LIMIT_MS as u64))
+        .build()
+        .unwrap();
 
     locks.create_indexes().await.unwrap();
     let a = locks.xlock("a", "g", LockDetails::default()).await.unwrap();

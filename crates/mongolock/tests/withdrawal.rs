@@ -43,9 +43,15 @@ async fn emulator_only_a_late_copy_of_an_attempt_refused_on_retry_is_never_grant
         )
         .await
         .expect("held");
-    let waiter = client_named(&server, "waiter", db)
-        .await
-        .with_command_timeout(Duration::from_millis(300));
+    let waiter = LockClient::builder(
+        client_named(&server, "waiter", db)
+            .await
+            .collection()
+            .clone(),
+    )
+    .command_timeout(Duration::from_millis(300))
+    .build()
+    .expect("valid settings");
     // The waiter's first attempt sits on the server for 2.5 s: the client times out, the
     // retry of the same attempt is refused (held), and the waiter gives up at 1 s. The first
     // copy then runs after the holder's lock expired.

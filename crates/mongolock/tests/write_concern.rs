@@ -70,8 +70,10 @@ async fn writes_wait_for_a_journaled_majority_and_reads_read_it() {
 async fn an_unsafe_write_concern_is_sent_as_given_and_still_reads_its_own_writes() {
     let env = env("unsafe_wc").await;
     let (monitor, db) = env.monitored().await;
-    let locks =
-        LockClient::new(db.collection("locks")).with_unsafe_write_concern(WriteConcern::nodes(1));
+    let locks = LockClient::builder(db.collection("locks"))
+        .unsafe_write_concern(WriteConcern::nodes(1))
+        .build()
+        .expect("valid settings");
     exercise(&locks).await;
     let (writes, reads) = concerns(&monitor.take());
     assert_eq!(writes.len(), 3, "xlock, renew, unlock");

@@ -312,7 +312,10 @@ pub async fn purge(global: &Global) -> anyhow::Result<ExitCode> {
 /// If dropped, the indexes may or may not have been created; running it again is harmless.
 pub async fn indexes(global: &Global, args: IndexesArgs) -> anyhow::Result<ExitCode> {
     let retention = args.retention.unwrap_or(mongolock::DEFAULT_RETENTION);
-    let locks = connection::connect(global).await?.with_retention(retention);
+    let connected = connection::connect(global).await?;
+    let locks = mongolock::LockClient::builder(connected.collection().clone())
+        .retention(retention)
+        .build()?;
     if let Err(error) = locks.create_indexes().await {
         if matches!(
             error.kind(),

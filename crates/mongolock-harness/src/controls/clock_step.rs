@@ -69,8 +69,9 @@ async fn step_in_flight(
         .direct_connection(true)
         .build();
     let a_client = mongodb::Client::with_options(relay.client_options(direct))?;
-    let a_locks = mongolock::LockClient::new(a_client.database(DB).collection(COLLECTION))
-        .with_clock_uncertainty(UNCERTAINTY);
+    let a_locks = mongolock::LockClient::builder(a_client.database(DB).collection(COLLECTION))
+        .clock_uncertainty(UNCERTAINTY)
+        .build()?;
     let b_locks = locks(server.new_client());
     b_locks.create_indexes().await?;
     if client == Client::Seasoned {

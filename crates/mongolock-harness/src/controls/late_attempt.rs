@@ -44,7 +44,9 @@ async fn late_later_attempt(planted: bool) -> Result<ControlResult, Box<dyn std:
     let recorder = Recorder::new();
     let holder = locks(server.new_client());
     holder.create_indexes().await?;
-    let waiter = locks(proxy.client()).with_command_timeout(COMMAND_LIMIT);
+    let waiter = LockClient::builder(locks(proxy.client()).collection().clone())
+        .command_timeout(COMMAND_LIMIT)
+        .build()?;
     // Connections open before the fault.
     let warm = waiter.mutex("warm").acquire().await?;
     warm.release().await?;

@@ -152,7 +152,10 @@ async fn schedule(w1: bool) -> Result<(Outcome, Schedule), Box<dyn std::error::E
     let make = |client: mongodb::Client| {
         let locks = LockClient::new(client.database(db).collection("locks"));
         if w1 {
-            locks.with_unsafe_write_concern(WriteConcern::nodes(1))
+            LockClient::builder(locks.collection().clone())
+                .unsafe_write_concern(WriteConcern::nodes(1))
+                .build()
+                .expect("the default durations are valid")
         } else {
             locks
         }

@@ -110,8 +110,12 @@ impl Worker {
         let Ok(client) = mongodb::Client::with_options(options) else {
             return format!("{way}: not carried out: no client");
         };
-        let stepped = LockClient::new(client.database(DB).collection(COLLECTION))
-            .with_clock_uncertainty(steps.uncertainty);
+        let Ok(stepped) = LockClient::builder(client.database(DB).collection(COLLECTION))
+            .clock_uncertainty(steps.uncertainty)
+            .build()
+        else {
+            return format!("{way}: not carried out: the clock uncertainty is out of range");
+        };
         let owner = owner_label(self.index, self.incarnation);
         self.calls += 1;
         let lock_id = format!("{owner}.step-{}", self.calls);

@@ -4,9 +4,11 @@ use std::time::Duration;
 
 use bson::Document;
 use mongodb::Collection;
+use mongodb::options::WriteConcern;
 
 use super::runtime::{Entered, block_on};
 use super::{Election, MultiLock, Mutex, RwLock, Semaphore};
+use crate::client::Settings;
 use crate::error::{Effect, Error, Result};
 use crate::query::{Filter, LockStatus, Purged};
 
@@ -69,13 +71,42 @@ impl LockClient {
     ///
     /// If the blocking runtime cannot start (the system refuses threads), at its first use.
     pub fn connect(uri: &str, database: &str, collection: &str) -> Result<Self> {
-        let driver = block_on(mongodb::Client::with_uri_str(uri))?
-            .map_err(|error| Error::database(error, Effect::Read))?;
-        let collection = driver.database(database).collection(collection);
-        Ok(LockClient {
-            locks: Entered::new(crate::LockClient::new(collection)),
-            driver: Some(Entered::new(driver)),
-        })
+        Self::connect_builder(uri, database, collection).build()
+    }
+
+    /// Settings for a client that connects to `uri`, as [`connect`](Self::connect) does: see
+    /// [`LockClientBuilder`]. Nothing is checked or connected until
+    /// [`build`](LockClientBuilder::build).
+    pub fn connect_builder(uri: &str, database: &str, collection: &str) -> LockClientBuilder {
+        LockClientBuilder {
+            source: Source::Connect {
+                uri: uri.to_owned(),
+                database: database.to_owned(),
+                collection: collection.to_owned(),
+            },
+            settings: Settings::default(),
+        }
+    }
+
+    /// Settings for a client on `collection`, of a driver client the caller made and shuts
+    /// down, as [`new`](Self::new) makes one: see [`LockClientBuilder`].
+    ///
+    /// ```
+    /// # let setup = tokio::runtime::Runtime::new().unwrap();
+    /// # let server = setup.block_on(mongolock_testkit::TestServer::start()).unwrap();
+    /// # let collection = setup.block_on(async { server.client().database("app").collection("locks") });
+    /// use std::time::Duration;
+    ///
+    /// let locks = mongolock::blocking::LockClient::builder(collection)
+    ///     .retention(Duration::from_secs(7 * 24 * 3600))
+    ///     .build()?;
+    /// # Ok::<(), mongolock::Error>(())
+    /// ```
+    pub fn builder(collection: Collection<Document>) -> LockClientBuilder {
+        LockClientBuilder {
+            source: Source::Collection(collection),
+            settings: Settings::default(),
+        }
     }
 
     /// Locks stored in `collection`, from a driver client the caller made and shuts down.
@@ -88,9 +119,9 @@ impl LockClient {
         Self::from_async(crate::LockClient::new(collection))
     }
 
-    /// The blocking face of `locks`, with its settings: how to use the async client's
-    /// `with_*` settings, and to share one client, its leases and its change stream,
-    /// between async and blocking code. The driver's client stays the caller's.
+    /// The blocking face of `locks`, with its settings: how to share one client, its leases
+    /// and its change stream, between async and blocking code. The driver's client stays
+    /// the caller's.
     ///
     /// ```
     /// # let setup = tokio::runtime::Runtime::new().unwrap();
@@ -98,7 +129,9 @@ impl LockClient {
     /// # let collection = setup.block_on(async { server.client().database("app").collection("locks") });
     /// use std::time::Duration;
     ///
-    /// let locks = mongolock::LockClient::new(collection).with_command_timeout(Duration::from_secs(2));
+    /// let locks = mongolock::LockClient::builder(collection)
+    ///     .command_timeout(Duration::from_secs(2))
+    ///     .build()?;
     /// let locks = mongolock::blocking::LockClient::from_async(locks);
     /// # Ok::<(), mongolock::Error>(())
     /// ```
@@ -106,29 +139,6 @@ impl LockClient {
         LockClient {
             locks: Entered::new(locks),
             driver: None,
-        }
-    }
-
-    /// Changes the async client's settings, keeping the driver's client this one owns:
-    /// `configure(|locks| locks.with_command_timeout(..))`. Like the async `with_*`
-    /// methods, it makes a client of its own, with its own leases: configure before use.
-    ///
-    /// ```
-    /// # let setup = tokio::runtime::Runtime::new().unwrap();
-    /// # let server = setup.block_on(mongolock_testkit::TestServer::start()).unwrap();
-    /// # let uri = server.uri();
-    /// use std::time::Duration;
-    ///
-    /// let locks = mongolock::blocking::LockClient::connect(&uri, "app", "locks")?
-    ///     .configure(|locks| locks.with_command_timeout(Duration::from_secs(2)));
-    /// # locks.shutdown()?;
-    /// # Ok::<(), mongolock::Error>(())
-    /// ```
-    pub fn configure(self, change: impl FnOnce(crate::LockClient) -> crate::LockClient) -> Self {
-        let LockClient { locks, driver } = self;
-        LockClient {
-            locks: Entered::new(change(locks.into_inner())),
-            driver,
         }
     }
 
@@ -275,5 +285,105 @@ impl LockClient {
                 driver.shutdown().await;
             }
         })
+    }
+}
+
+/// The settings of a blocking [`LockClient`], made with [`LockClient::builder`] (on a driver
+/// client of yours) or [`LockClient::connect_builder`] (on one this client makes and owns),
+/// and checked by [`build`](LockClientBuilder::build): the same settings, defaults and
+/// rule as the async [`crate::LockClientBuilder`], whose pages say what each does.
+///
+/// ```
+/// # let setup = tokio::runtime::Runtime::new().unwrap();
+/// # let server = setup.block_on(mongolock_testkit::TestServer::start()).unwrap();
+/// # let uri = server.uri();
+/// use std::time::Duration;
+///
+/// let locks = mongolock::blocking::LockClient::connect_builder(&uri, "app", "locks")
+///     .command_timeout(Duration::from_secs(2))
+///     .build()?;
+/// # locks.shutdown()?;
+/// # Ok::<(), mongolock::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder makes nothing until `build` is called"]
+pub struct LockClientBuilder {
+    source: Source,
+    settings: Settings,
+}
+
+/// Where the locks are: a collection of the caller's driver client, or a deployment to
+/// connect to.
+#[derive(Debug, Clone)]
+enum Source {
+    Collection(Collection<Document>),
+    Connect {
+        uri: String,
+        database: String,
+        collection: String,
+    },
+}
+
+impl LockClientBuilder {
+    /// As [`crate::LockClientBuilder::unsafe_write_concern`]: **this can break mutual
+    /// exclusion** on a replica set.
+    pub fn unsafe_write_concern(mut self, write_concern: WriteConcern) -> Self {
+        self.settings.unsafe_write_concern(write_concern);
+        self
+    }
+
+    /// As [`crate::LockClientBuilder::retention`]: how long an idle resource document is
+    /// kept (one second to `i32::MAX` seconds).
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.settings.retention(retention);
+        self
+    }
+
+    /// As [`crate::LockClientBuilder::clock_uncertainty`]: how far the server's clock may
+    /// step forward unnoticed (zero, the default, is none).
+    pub fn clock_uncertainty(mut self, uncertainty: Duration) -> Self {
+        self.settings.clock_uncertainty(uncertainty);
+        self
+    }
+
+    /// As [`crate::LockClientBuilder::command_timeout`]: how long one call may take (one
+    /// millisecond to `i32::MAX` milliseconds).
+    pub fn command_timeout(mut self, limit: Duration) -> Self {
+        self.settings.command_timeout(limit);
+        self
+    }
+
+    /// The client, once every setting is checked; from
+    /// [`connect_builder`](LockClient::connect_builder), connected (nothing is sent to the
+    /// deployment yet: the first call connects).
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::LockClientBuilder::build`], checked before connecting; as
+    /// [`LockClient::connect`] for a client that connects.
+    ///
+    /// # Panics
+    ///
+    /// As [`LockClient::connect`], if the blocking runtime cannot start.
+    pub fn build(self) -> Result<LockClient> {
+        self.settings.check()?;
+        match self.source {
+            Source::Collection(collection) => {
+                Ok(LockClient::from_async(self.settings.build(collection)?))
+            }
+            Source::Connect {
+                uri,
+                database,
+                collection,
+            } => {
+                let driver = block_on(mongodb::Client::with_uri_str(&uri))?
+                    .map_err(|error| Error::database(error, Effect::Read))?;
+                let collection = driver.database(&database).collection(&collection);
+                Ok(LockClient {
+                    locks: Entered::new(self.settings.build(collection)?),
+                    driver: Some(Entered::new(driver)),
+                })
+            }
+        }
     }
 }
