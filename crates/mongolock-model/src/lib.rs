@@ -39,7 +39,9 @@
 //! judged by "a purge ends no live lease and no hold" ([`scenarios::purges`]). The limit of
 //! doubted unlocks an attempt carries (16 per lock id in the library, 1 in
 //! [`scenarios::unlock_limit`]): an attempt past it is refused before it is sent (control
-//! (af) sends it with the first ones only). Shared entries are modelled (the server's step for readers, writers and
+//! (af) sends it with the first ones only). The tombstone cap (1,000 in the library, 1 in
+//! [`scenarios::sealing`]): a withdrawal past it seals the resource, and every attempt is
+//! then refused, late copies included (control (ak) lets an acquire past the seal). Shared entries are modelled (the server's step for readers, writers and
 //! semaphore permits, their caps; clients with guards of each kind in the scenarios "a
 //! reader and a writer" and "a semaphore of one / two permits, two holders", and the same
 //! with a lock-delay and a minimum hold, [`scenarios::shared_holds`]). The line is modelled in its own
@@ -56,11 +58,11 @@
 //! more). Not modelled, besides what [`server`] leaves out of the document: a place's
 //! refresh (a place lapses its life after it was taken), shared waiters in the record of
 //! the line (their places are in the server's step and the conformance test), the wake,
-//! sealing at the tombstone cap (the model's tombstones never lapse, and a run makes
-//! far fewer than the cap), a client's
-//! `renew(lock_id)` (the server's step is modelled and in the conformance test; no model
+//! a seal's end (the model's tombstones never lapse), a client's
+//! `renew(lock_id)` (the server's step is modelled and in the conformance tests; no model
 //! client calls it), clock-step detection (a forward step excuses the holders it may have
-//! cut short, a step back excuses nobody), the clock's floor on tokens (`$$NOW` in
+//! cut short, a step back excuses nobody; `docs/reliability.md` says why, and what carries
+//! its proof), the clock's floor on tokens (`$$NOW` in
 //! microseconds: a TTL deletion keeps the fence instead).
 //!
 //! Its properties are the promises of `docs/reliability.md` ([`model::PROPERTIES`]). Each
@@ -271,6 +273,7 @@ pub mod scenarios {
             purge_groups: false,
             purges: false,
             unlock_limit: None,
+            tombstone_cap: None,
             line: false,
             bounds,
             bugs: Bugs::default(),
@@ -515,9 +518,27 @@ pub mod scenarios {
     }
 
     /// The limits at the small bounds, for `cargo test`: [`unlock_limit`] with three
-    /// attempts, two timeouts, the library's repeat of an unlock and a tick.
+    /// attempts, two timeouts, the library's repeat of an unlock and a tick; [`sealing`]
+    /// with two attempts and two timeouts.
     pub fn limits() -> Vec<Config> {
-        vec![unlock_limit(bounds([1, 3, 1, 2, 2, 0, 0, 0]))]
+        vec![
+            unlock_limit(bounds([1, 3, 1, 2, 2, 0, 0, 0])),
+            sealing(bounds([1, 2, 1, 2, 2, 0, 0, 0])),
+        ]
+    }
+
+    /// A low-level client alone (`xlock` without TTL, each of unknown outcome withdrawn)
+    /// under a tombstone cap of one (the library's `MAX_TOMBSTONES`, 1,000, scaled down):
+    /// its second withdrawal on the resource seals it, and the late copies of the attempt
+    /// that withdrawal stands for must be refused.
+    pub fn sealing(bounds: Bounds) -> Config {
+        Config {
+            name: "a low-level client at the tombstone cap",
+            clients: vec![Mode::LowLevel],
+            kinds: vec![Kind::Exclusive],
+            tombstone_cap: Some(1),
+            ..low_level(bounds)
+        }
     }
 
     /// A low-level client alone (`xlock` without TTL, `unlock`) under an unlock limit of
@@ -860,6 +881,13 @@ pub mod controls {
                 [0, 3, 0, 2, 2, 0, 0, 0],
                 |b| b.unlock_limit_truncates = true,
                 model::UNLOCK_LEAVES_LATER,
+            ),
+            control(
+                "(ak) an acquire that ignores the seal: a late copy of an attempt withdrawn into it is granted",
+                scenarios::sealing,
+                [0, 2, 0, 2, 2, 0, 0, 0],
+                |b| b.seal_ignored = true,
+                model::RELEASED_IS_FREE,
             ),
             control(
                 "(u) a release_attempt of unknown outcome not owed (no settle)",

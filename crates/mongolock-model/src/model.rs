@@ -98,6 +98,10 @@ pub struct Config {
     /// no attempt (the library refuses it before sending) until some are answered. None: no
     /// limit (a run makes at most [`Unlocks::CAPACITY`] calls, far fewer than 16).
     pub unlock_limit: Option<u8>,
+    /// The most live tombstones a resource keeps (the library's `MAX_TOMBSTONES`, 1,000,
+    /// scaled down): a withdrawal or retirement past it seals the resource
+    /// ([`Server::seal_past`]). None: no cap (a run withdraws far fewer than 1,000).
+    pub tombstone_cap: Option<u8>,
     /// The line: every acquire of a client with guards is a waiting one (`announce`, a place
     /// lasting twice the TTL, as `wait::place_life`), which takes a place in the resource's
     /// line when made to wait; a call that stops waiting with every attempt refused leaves
@@ -769,6 +773,18 @@ impl LockModel {
         };
         self.note_let_go(state, &msg.request, now);
         let answer = state.server.execute(&msg.request, now, &self.config.bugs);
+        if let Some(cap) = self.config.tombstone_cap
+            && let Request::Withdraw {
+                resource, nonce, ..
+            }
+            | Request::Release {
+                resource,
+                retire: Some(nonce),
+                ..
+            } = msg.request
+        {
+            state.server.seal_past(resource, nonce, cap);
+        }
         if let Request::Unlock { op, .. } = msg.request {
             // What its client was granted by an attempt sent after it stays.
             let (client, incarnation, first) = state.unlocks[op as usize];

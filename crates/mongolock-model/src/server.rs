@@ -35,6 +35,10 @@ pub type Res = u8;
 pub type LockId = u8;
 /// An attempt's nonce (its index: each attempt gets a fresh one).
 pub type Nonce = u8;
+
+/// The seal among a document's tombstones (the library's tombstone whose nonce is null):
+/// a nonce no attempt has, sorted last.
+pub const SEAL: Nonce = Nonce::MAX;
 /// A lease keeper's id (one per client incarnation).
 pub type KeeperId = u8;
 /// A fencing token.
@@ -288,6 +292,14 @@ impl Doc {
             true => self.leave(lock_id),
             false => self.queue.retain(|p| p.call != Some(call)),
         }
+    }
+
+    /// The resource is sealed: a withdrawal past the tombstone cap went into the seal (a
+    /// tombstone whose nonce is null in the library, [`SEAL`] here), which refuses every
+    /// attempt (its `until`, the latest of those it stands for, outlives every run as the
+    /// tombstones do).
+    pub fn sealed(&self) -> bool {
+        self.tombstones.last() == Some(&SEAL)
     }
 
     fn tombstone(&mut self, nonce: Nonce) {
@@ -593,6 +605,10 @@ pub struct Bugs {
     /// (`unlocks::MAX_DOUBTED_UNLOCKS`) is sent with the first of them only, instead of
     /// being refused: a late copy of an unlock it leaves out removes its grant.
     pub unlock_limit_truncates: bool,
+    /// (ak) An acquire that does not read the seal (only its own nonce's tombstone, as before
+    /// the tombstone cap): a late copy of an attempt whose withdrawal went into the seal is
+    /// granted.
+    pub seal_ignored: bool,
     /// (ag) A force release that keeps an entry in force for its lock-delay leaves it
     /// unmarked (no `letGoAt`, before issue 40's fix): once the server's clock steps back by
     /// more than the delay, its revoked holder's keeper renews it (`keepalive::lease_query`
@@ -711,7 +727,11 @@ impl Server {
                         e.after_unlocks = e.after_unlocks.union(after_unlocks);
                     }
                 }
-                let withdrawn = doc.tombstones.binary_search(&nonce).is_ok();
+                // Withdrawn: its nonce's tombstone, or the seal (`withdrawn()` of
+                // `command/acquire.rs`, which both variants read; bug (ak) reads the nonce's
+                // only).
+                let withdrawn = doc.tombstones.binary_search(&nonce).is_ok()
+                    || (doc.sealed() && !bugs.seal_ignored);
                 // `a`: the places ahead of this lock id's own, or every place if it has none.
                 let own_place = doc.queue.iter().position(|p| p.lock_id == lock_id);
                 let ahead = &doc.queue[..own_place.unwrap_or(doc.queue.len())];
@@ -1175,6 +1195,20 @@ impl Server {
             ..Doc::default()
         };
         Some(removed)
+    }
+
+    /// The tombstone cap (`command/release.rs`, `MAX_TOMBSTONES`, here `cap`) after a
+    /// withdrawal or retirement of `nonce` on `resource` landed: past `cap` tombstones of
+    /// other nonces, its own goes into the seal instead ([`Doc::sealed`]); a seal stays.
+    pub fn seal_past(&mut self, resource: Res, nonce: Nonce, cap: u8) {
+        let doc = &mut self.docs[resource as usize];
+        let others = (doc.tombstones.iter())
+            .filter(|&&n| n != nonce && n != SEAL)
+            .count();
+        if others >= usize::from(cap) {
+            doc.tombstones.retain(|&n| n != nonce);
+            doc.tombstone(SEAL);
+        }
     }
 
     /// Renews every live entry of `lock_id` by `ttl`; with `never_shorten`, an entry that

@@ -478,6 +478,7 @@ const NO_BUGS: Bugs = Bugs {
     ttl_resets_fence: false,
     force_cuts_hold: false,
     unlock_limit_truncates: false,
+    seal_ignored: false,
     force_leaves_unmarked: false,
     held_answer_leaves_line: false,
     line_jumper: false,
