@@ -1,7 +1,9 @@
-//! The control of a waiter whose own entry is still in force: it must stand in line like
-//! anybody (issue 39, item 5). Before the fix, its attempts met its own entry, and it asked
-//! again at the entry's end outside the line, so a waiter that came after it was served
-//! first.
+//! The controls of the line. A waiter whose own entry is still in force must stand in line
+//! like anybody (issue 39, item 5): before the fix, its attempts met its own entry, and it
+//! asked again at the entry's end outside the line, so a waiter that came after it was
+//! served first. A place is its waiting call's (issue 40): a late copy of a call's
+//! `leave_line` must leave the place of its lock id's next call ([`late_leave`]; its
+//! planted variant is not caught by (S9) yet, see its test).
 
 use std::time::{Duration, Instant};
 
@@ -130,5 +132,258 @@ mod tests {
             (1, 1),
             "A stood in line and was served"
         );
+    }
+}
+
+/// Issue 40: a late copy of a waiting call's `leave_line` and the place of its lock id's
+/// next call.
+#[cfg(test)]
+mod late_leave {
+    use std::sync::{Arc, Mutex};
+
+    use bson::{Document, doc};
+    use mongolock_testkit::FaultProxy;
+    use mongolock_testkit::faults::proxy::{RequestFault, Requests};
+
+    use super::*;
+    use crate::workload::{COLLECTION, DB};
+
+    /// The lease of the holder that keeps both waiters of [`late_leave`] in line.
+    const LINE_TTL: Duration = Duration::from_secs(6);
+    /// How long the holder holds: past the late copy's landing.
+    const LINE_HOLD: Duration = Duration::from_millis(3_500);
+    /// How long the late copy of `leave_line` is held on the wire.
+    const LATE_BY: Duration = Duration::from_millis(2_000);
+
+    /// What [`late_leave`] saw happen.
+    #[derive(Debug, Default)]
+    struct LateLeave {
+        /// The line (lock ids, in order) once the lock id's next call and B stood in it, before
+        /// the late copy landed.
+        line_before: Vec<String>,
+        /// The late copy of the first call's `leave_line` ran on the server (its reply
+        /// recorded by the proxy), after the line above was read.
+        landed: bool,
+        /// The line once it landed (and, planted, once the old removal ran).
+        line_after: Vec<String>,
+        /// The lock ids in the order they were served.
+        served: Vec<String>,
+    }
+
+    /// The lock ids of the places in the control resource's line, read straight from the server.
+    async fn line_now(
+        raw: &mongodb::Collection<Document>,
+    ) -> Result<Vec<String>, mongodb::error::Error> {
+        let stored = raw.find_one(doc! { "_id": RESOURCE }).await?;
+        let queue = stored
+            .as_ref()
+            .and_then(|d| d.get_array("queue").ok())
+            .cloned()
+            .unwrap_or_default();
+        Ok(queue
+            .iter()
+            .filter_map(|p| p.as_document()?.get_str("lockId").ok().map(str::to_owned))
+            .collect())
+    }
+
+    /// Waits (10 s at most) until the line is `expected`; an error if it never is.
+    async fn line_becomes(
+        raw: &mongodb::Collection<Document>,
+        expected: &[&str],
+    ) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            let line = line_now(raw).await?;
+            if line == expected {
+                return Ok(line);
+            }
+            if Instant::now() >= give_up {
+                return Err(format!("the line stayed {line:?}, not {expected:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A holder (lock id `holder`) keeps the job; `svc`'s first waiting call gives up, and its
+    /// `leave_line` is held [`LATE_BY`] on the wire by `svc`'s proxy, which cuts the connection:
+    /// it is sent again, and answered (the place goes). Then `svc`'s next call joins the line,
+    /// and B (`other`) behind it; then the held copy lands. The holder lets go: the library
+    /// serves `svc`'s next call first (its place was left where it stood), then B. `planted`:
+    /// once the copy has landed, the removal of before issue 40's fix is sent raw (every place
+    /// of the lock id: `queue.lockId`), which takes the next call's place; it joins again
+    /// behind B, which is served first.
+    async fn late_leave(
+        planted: bool,
+    ) -> Result<(ControlResult, LateLeave), Box<dyn std::error::Error>> {
+        let stage = Watched::start().await?;
+        let recorder = &stage.recorder;
+        let proxy = FaultProxy::start(stage.server.addr()).await?;
+        let svc_locks = locks(proxy.client());
+        let b_locks = locks(stage.server.new_client());
+        let raw = (stage.server.new_client().database(DB)).collection::<Document>(COLLECTION);
+        let job = |locks: &LockClient, lock_id: &str| {
+            locks.mutex(RESOURCE).ttl(LINE_TTL).lock_id(lock_id)
+        };
+        let called = |client: usize, lock_id: &str, invoked_at: Instant, granted: bool, timeout| {
+            recorder.acquire_call(AcquireCall {
+                client,
+                resource: RESOURCE.to_owned(),
+                lock_id: lock_id.to_owned(),
+                invoked_at,
+                ended_at: Instant::now(),
+                granted,
+                timeout: Some(timeout),
+            });
+        };
+
+        // The holder.
+        let invoked = Instant::now();
+        let held = job(&stage.locks, "holder").acquire().await?;
+        let holder = hold_honestly(recorder, 2, held, invoked, LINE_HOLD);
+
+        let scenario = async {
+            // `leave_line`: the only `update` of one statement on the resource from `svc`'s
+            // client (a place's refresh comes a third of the TTL after it joined).
+            let late = proxy.fault_requests(
+                Requests::matching(|command| {
+                    command.get_str("update").is_ok()
+                        && (command.get_array("updates").ok())
+                            .and_then(|u| u.first()?.as_document()?.get_document("q").ok())
+                            .is_some_and(|q| q.get_str("_id") == Ok(RESOURCE))
+                })
+                .times(1),
+                RequestFault::Late {
+                    hold: LATE_BY,
+                    cut_after: Some(Duration::from_millis(50)),
+                },
+            );
+            let first_wait = Duration::from_millis(400);
+            let invoked = Instant::now();
+            let first = job(&svc_locks, "svc").acquire_timeout(first_wait).await?;
+            called(0, "svc", invoked, first.is_some(), first_wait);
+            if first.is_some() {
+                return Err("svc's first call was granted".into());
+            }
+            // The repeated `leave_line` is answered: the first call's place is gone.
+            line_becomes(&raw, &[]).await?;
+            let served = Arc::new(Mutex::new(Vec::new()));
+            let wait = |client: usize, locks: LockClient, lock_id: &'static str| {
+                let served = served.clone();
+                async move {
+                    let timeout = Duration::from_secs(12);
+                    let invoked = Instant::now();
+                    let got = job(&locks, lock_id).acquire_timeout(timeout).await?;
+                    called(client, lock_id, invoked, got.is_some(), timeout);
+                    if let Some(guard) = got {
+                        served
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(lock_id.to_owned());
+                        let log = hold_honestly(
+                            recorder,
+                            client,
+                            guard,
+                            invoked,
+                            Duration::from_millis(200),
+                        );
+                        recorder.holder(log.await);
+                    }
+                    Ok::<_, mongolock::Error>(())
+                }
+            };
+            let next = wait(0, svc_locks.clone(), "svc");
+            let then = async {
+                // `svc`'s next call joins first, then B behind it; then the late copy lands.
+                line_becomes(&raw, &["svc"]).await?;
+                let other = wait(1, b_locks.clone(), "other");
+                let landing = async {
+                    let before = line_becomes(&raw, &["svc", "other"]).await?;
+                    if late.applied() != 1 || late.delivered() != 0 {
+                        return Err(format!(
+                            "the late copy was not held until then ({} held, {} delivered)",
+                            late.applied(),
+                            late.delivered()
+                        )
+                        .into());
+                    }
+                    let give_up = Instant::now() + LATE_BY + Duration::from_secs(10);
+                    while late.late_replies().is_empty() && Instant::now() < give_up {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    let ran = (late.late_replies().first()).is_some_and(|reply| {
+                        reply.get_f64("ok") == Ok(1.0) || reply.get_i32("ok") == Ok(1)
+                    });
+                    if planted {
+                        // The removal of before the fix: every place of the lock id.
+                        let old = vec![doc! { "$set": { "queue": { "$filter": {
+                            "input": "$queue",
+                            "cond": { "$ne": ["$$this.lockId", "svc"] },
+                        }}}}];
+                        raw.update_one(
+                            doc! { "_id": RESOURCE, "mongolock": 1, "queue.lockId": "svc" },
+                            old,
+                        )
+                        .await?;
+                    }
+                    let after = line_now(&raw).await?;
+                    Ok::<_, Box<dyn std::error::Error>>((before, ran, after))
+                };
+                let (other, landed) = tokio::join!(other, landing);
+                other?;
+                landed
+            };
+            let (next, then) = tokio::join!(next, then);
+            next?;
+            let (before, landed, after) = then?;
+            let served = served.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            Ok::<_, Box<dyn std::error::Error>>(LateLeave {
+                line_before: before,
+                landed,
+                line_after: after,
+                served,
+            })
+        };
+        let (holder, went) = tokio::join!(holder, scenario);
+        recorder.holder(holder);
+        let went = went?;
+        svc_locks.shutdown().await;
+        b_locks.shutdown().await;
+        let result = stage
+            .finish(
+                "a late leave_line takes the lock id's next call's place",
+                Expected::Server(ServerCheck::Order),
+                &[RESOURCE],
+            )
+            .await?;
+        Ok((result, went))
+    }
+
+    /// The library: the late copy of the first call's `leave_line` lands after the lock
+    /// id's next call joined the line (ahead of B), and leaves its place: `svc` is served
+    /// first, and nothing is found.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_late_leave_line_leaves_the_next_calls_place() {
+        let (result, went) = late_leave(false).await.expect("the scenario runs");
+        println!("library: {went:?}; found {:?}", result.found());
+        assert_eq!(went.line_before, ["svc", "other"], "{went:?}");
+        assert!(went.landed, "the late copy ran: {went:?}");
+        assert_eq!(went.line_after, ["svc", "other"], "{went:?}");
+        assert_eq!(went.served, ["svc", "other"], "{went:?}");
+        assert_eq!(result.found(), vec![], "nothing at all");
+    }
+
+    /// Planted: the removal of before the fix, sent raw once the late copy has landed,
+    /// takes `svc`'s place, and B is served first. Not caught yet, so not among the
+    /// controls of `run_all`: (S9) judges each grant against the server's line at that
+    /// moment, where `svc` stands behind B (it joined again); it must also judge a place
+    /// taken from a call that still waits (the place names its call since issue 40).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "(S9) does not judge a place taken from a call that still waits yet"]
+    async fn a_late_leave_line_that_takes_the_next_calls_place_is_caught_by_s9() {
+        let (result, went) = late_leave(true).await.expect("the control runs");
+        println!("planted: {went:?}; found {:?}", result.found());
+        assert!(went.landed, "the late copy ran: {went:?}");
+        assert_eq!(went.served, ["other", "svc"], "{went:?}");
+        assert!(result.caught(), "not caught: {:?}", result.found());
     }
 }
