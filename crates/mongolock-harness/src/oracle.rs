@@ -466,6 +466,9 @@ pub struct Outcome {
     pub longest_orphan_ms: i64,
     /// Believed grants judged by (S7).
     pub outlived_checked: usize,
+    /// Judgments of (S7), (S11), (S12) and (S13) whose server times were counted on one
+    /// clock across primaries whose clocks were apart ([`History::server_offsets`]).
+    pub across_clocks: usize,
     /// Grants nobody believed in, judged by (S7) from the end of their acquire call.
     pub unbelieved_checked: usize,
     /// Of those, grants committed after their call had ended (by [`RELEASE_SLACK`]): a late
@@ -1147,6 +1150,9 @@ fn false_losses(out: &mut Outcome, grants: &[Granted], history: &History) {
         };
         // On a set the entry's end and the readings may be two primaries' clocks apart.
         let (slowest, fastest) = history.offset_range(l.attempt_sent_at, reported);
+        if fastest > slowest {
+            out.across_clocks += 1;
+        }
         let left = lease_end.map_or(i64::MAX, |end| end - highest - (fastest - slowest));
         if left >= needed {
             out.losses_judged.1 += 1;
@@ -1369,12 +1375,15 @@ fn min_holds(
         // one that stamped the hold's start: counted on the fastest clock that served from
         // the grant to it (any primary serving then decides by its own clock).
         let next_at = next_grant_window(history, next);
-        let next_ms = next.at_ms
-            + next_at.map_or(0, |(from, to)| {
-                let (stamped, _) = history.offset_range(from, to);
-                let (_, fastest) = history.offset_range(h.attempt_sent_at.min(from), to);
-                (fastest - stamped).max(0)
-            });
+        let moved = next_at.map_or(0, |(from, to)| {
+            let (stamped, _) = history.offset_range(from, to);
+            let (_, fastest) = history.offset_range(h.attempt_sent_at.min(from), to);
+            (fastest - stamped).max(0)
+        });
+        if moved > 0 {
+            out.across_clocks += 1;
+        }
+        let next_ms = next.at_ms + moved;
         if next_ms >= hold_end {
             out.min_hold_margins_ms.push((next_ms - hold_end) as f64);
             continue;
@@ -1689,6 +1698,9 @@ fn let_gos(
             ),
             _ => 0,
         };
+        if faster > 0 {
+            out.across_clocks += 1;
+        }
         let unusable = until.map(|until| (until - faster - let_ms).max(0));
         if let Some(unusable) = unusable {
             out.let_go_unusable_ms.push(unusable as f64);
@@ -1767,11 +1779,11 @@ fn outlived(out: &mut Outcome, grants: &[Granted], history: &History) {
         }
         let bound = g.ttl_ms.map(|ttl| {
             let renewed_by = stopped + Duration::from_millis((ttl / 3 + slack_ms).max(0) as u64);
-            stopped_ms
-                + ttl
-                + ttl / 3
-                + slack_ms
-                + faster_since(history, holder.attempt_sent_at, renewed_by, stopped)
+            let faster = faster_since(history, holder.attempt_sent_at, renewed_by, stopped);
+            if faster > 0 {
+                out.across_clocks += 1;
+            }
+            stopped_ms + ttl + ttl / 3 + slack_ms + faster
         });
         let within = match (end, bound) {
             (Some(end), Some(bound)) => end <= bound,
@@ -1838,8 +1850,11 @@ fn renewed_after_call(out: &mut Outcome, g: &Granted, call: &AcquireCall, histor
     let ttl_ms = g.ttl_ms.unwrap_or(0).max(0);
     let period_ms = ttl_ms / 3 + OUTLIVE_SLACK.as_millis() as i64;
     let renewed_by = call.ended_at + Duration::from_millis(period_ms as u64);
-    let after =
-        ended_ms + period_ms + faster_since(history, call.invoked_at, renewed_by, call.ended_at);
+    let faster = faster_since(history, call.invoked_at, renewed_by, call.ended_at);
+    if faster > 0 {
+        out.across_clocks += 1;
+    }
+    let after = ended_ms + period_ms + faster;
     let late: Vec<i64> = g.renewals.iter().copied().filter(|&r| r > after).collect();
     let Some(last) = late.last() else {
         return;

@@ -329,8 +329,9 @@ impl fmt::Display for Report {
             &mut t,
             "(9) grants judged after an unreleased lock-delay lease",
             format!(
-                "{} (margin past the delay: min {}, p50 {})",
+                "{} ({} across primaries' clocks apart; margin past the delay: min {}, p50 {})",
                 self.sum(|r| r.outcome.delay_grants_checked),
+                self.sum(|r| r.outcome.delay_grants_across_clocks),
                 ms(margins.iter().copied().reduce(f64::min)),
                 ms(quantile(&margins, 0.5))
             ),
@@ -422,6 +423,11 @@ impl fmt::Display for Report {
                 self.sum(|r| r.oracle.unbelieved_checked),
                 self.sum(|r| r.oracle.outlived_excused)
             ),
+        );
+        row(
+            &mut t,
+            "(S7), (S11)-(S13) judged across primaries' clocks apart",
+            self.sum(|r| r.oracle.across_clocks).to_string(),
         );
         row(
             &mut t,

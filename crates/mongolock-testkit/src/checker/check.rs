@@ -320,6 +320,10 @@ pub struct Outcome {
     /// Grants judged by (9) against an earlier lease with a lock-delay that ended without a
     /// release before them (not excused by that lease's own release).
     pub delay_grants_checked: usize,
+    /// Of those, grants whose server time was counted on a faster clock than the one that
+    /// stamped it: on a replica set, a primary whose clock was ahead served between the
+    /// lease and the grant ([`History::server_offsets`]).
+    pub delay_grants_across_clocks: usize,
     /// The shortest margin, in server ms, by which such a grant came after the delay's
     /// end as (9) bounds it (from below); negative margins are violations.
     pub delay_margins_ms: Vec<f64>,
@@ -1560,7 +1564,7 @@ impl<'a> Checker<'a> {
             let Some(b_ms) = b.server_granted_ms else {
                 continue;
             };
-            let mut margin: Option<(i64, &HolderLog, i64)> = None;
+            let mut margin: Option<(i64, &HolderLog, i64, i64)> = None;
             for (i, a) in list[..j].iter().enumerate() {
                 let Some(delay) = a.lock_delay else {
                     continue;
@@ -1578,19 +1582,24 @@ impl<'a> Checker<'a> {
                 let (_, fastest) =
                     (self.h).offset_range(a.attempt_sent_at.min(b.attempt_sent_at), b.granted_at);
                 let (stamped, _) = self.h.offset_range(b.attempt_sent_at, b.granted_at);
-                let b_on_fastest = b_ms + (fastest - stamped).max(0);
-                if margin.is_none_or(|(m, _, _)| b_on_fastest - until < m) {
-                    margin = Some((b_on_fastest - until, a, until));
+                let moved = (fastest - stamped).max(0);
+                let b_on_fastest = b_ms + moved;
+                if margin.is_none_or(|(m, _, _, _)| b_on_fastest - until < m) {
+                    margin = Some((b_on_fastest - until, a, until, moved));
                 }
             }
-            let Some((margin, a, until)) = margin else {
+            let Some((margin, a, until, moved)) = margin else {
                 continue;
             };
             self.out.delay_grants_checked += 1;
+            if moved > 0 {
+                self.out.delay_grants_across_clocks += 1;
+            }
             self.out.delay_margins_ms.push(margin as f64);
             if margin < 0 {
                 let detail = format!(
-                    "{resource}: {} was granted at server time {b_ms}, {} ms before the \
+                    "{resource}: {} was granted at server time {b_ms} (+{moved} ms on the \
+                     fastest primary's clock since), {} ms before the \
                      lock-delay ({:?}) of {} ended at {until} at the earliest (its lease \
                      ended at {} at the earliest, without a release: let go {:?} at {}, \
                      notice {} {:?}, death {})",
