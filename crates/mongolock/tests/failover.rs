@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use mongolock::{LockClient, LockGuard};
 use mongolock_testkit::ReplicaSet;
+use mongolock_testkit::replset::schedule::{PARTITIONED, PartitionRollback};
 use tokio::sync::Mutex;
 use tokio::time::{Instant, sleep};
 
@@ -211,30 +212,18 @@ struct PartitionRun {
     rollbacks: (usize, usize),
 }
 
-/// The lock id holding `resource` in member `index`'s own data (a direct connection, which
-/// reads with `primaryPreferred`, so a secondary answers too).
-async fn holder_on(set: &ReplicaSet, index: usize, db: &str, resource: &str) -> Option<String> {
-    let options = mongodb::options::ClientOptions::builder()
-        .hosts(vec![mongodb::options::ServerAddress::Tcp {
-            host: "127.0.0.1".into(),
-            port: Some(set.member(index).addr().port()),
-        }])
-        .direct_connection(true)
-        .build();
-    let client = mongodb::Client::with_options(options).unwrap();
-    let doc = client
-        .database(db)
-        .collection::<bson::Document>("locks")
-        .find_one(bson::doc! {"_id": resource})
-        .await
-        .unwrap();
-    client.shutdown().immediate(true).await;
-    doc.and_then(|d| {
-        d.get_document("exclusive")
-            .ok()
-            .and_then(|e| e.get_str("lockId").ok())
-            .map(str::to_string)
-    })
+/// The lock id holding `resource` in member `index`'s own data.
+async fn holder_on(
+    schedule: &PartitionRollback,
+    index: usize,
+    db: &str,
+    resource: &str,
+) -> Option<String> {
+    let doc = schedule.document_on(index, db, "locks", resource).await?;
+    doc.get_document("exclusive")
+        .ok()
+        .and_then(|e| e.get_str("lockId").ok())
+        .map(str::to_string)
 }
 
 /// The schedule of the write-concern control: the primary (member 0) is partitioned from the
@@ -244,15 +233,14 @@ async fn holder_on(set: &ReplicaSet, index: usize, db: &str, resource: &str) -> 
 /// client B asks for the same mutex on the new primary; the partition heals and member 0
 /// rolls back what no majority applied (`src/mongo/db/repl/rollback_impl.cpp`,
 /// `RollbackImpl::runRollback`). `w1` makes both clients use `w: 1`
-/// (`with_unsafe_write_concern`).
+/// (`with_unsafe_write_concern`). The set's steps are the testkit's [`PartitionRollback`],
+/// which the harness's control on the set runs too.
 async fn partition_schedule(w1: bool) -> PartitionRun {
     use mongodb::options::WriteConcern;
-    let set = ReplicaSet::builder()
-        .members(3)
-        .election_timeout(Duration::from_millis(800))
-        .start()
+    let schedule = PartitionRollback::start(Duration::from_millis(800))
         .await
         .expect("the replica set starts");
+    let set = schedule.set();
     let db = "mongolock_partition";
     let make = |client: mongodb::Client| {
         let locks = LockClient::new(client.database(db).collection("locks"));
@@ -273,26 +261,24 @@ async fn partition_schedule(w1: bool) -> PartitionRun {
         let warm = locks.mutex("warm-up").try_acquire().await.unwrap().unwrap();
         warm.release().await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while (1..3).any(|i| set.applied(i) < set.applied(0)) {
-        assert!(Instant::now() < deadline, "the secondaries caught up");
-        sleep(Duration::from_millis(10)).await;
-    }
+    assert!(
+        schedule.caught_up(Duration::from_secs(5)).await,
+        "the secondaries caught up"
+    );
 
-    set.partition(0);
+    schedule.partition();
     let mutex_a = a.mutex("job").ttl(Duration::from_secs(30));
     let first = tokio::spawn(async move { mutex_a.try_acquire().await });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while set.primary().is_none_or(|p| p == 0) {
-        assert!(Instant::now() < deadline, "no new primary");
-        sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(set.term(), 2, "the majority elected in a higher term");
+    assert!(
+        schedule.elected(Duration::from_secs(10)).await,
+        "no new primary"
+    );
+    assert_eq!(schedule.term(), 2, "the majority elected in a higher term");
     let first = match first.await.unwrap() {
         Ok(granted) => Ok(granted.map(Arc::new)),
         Err(error) => Err(error.to_string()),
     };
-    let on_old_before = holder_on(&set, 0, db, "job").await;
+    let on_old_before = holder_on(&schedule, PARTITIONED, db, "job").await;
 
     // B asks on the new primary until it is answered (its driver may first try the old
     // primary and be refused).
@@ -316,12 +302,11 @@ async fn partition_schedule(w1: bool) -> PartitionRun {
             .as_ref()
             .is_ok_and(|g| g.as_ref().is_some_and(|g| !g.is_lost()));
 
-    set.heal(0);
     assert!(
-        set.wait_for_rollbacks(0, 1, Duration::from_secs(10)).await,
+        schedule.heal(Duration::from_secs(10)).await,
         "the former primary rolled back"
     );
-    let on_old_after = holder_on(&set, 0, db, "job").await;
+    let on_old_after = holder_on(&schedule, PARTITIONED, db, "job").await;
     let run = PartitionRun {
         first_lock_id: first
             .as_ref()
@@ -332,12 +317,12 @@ async fn partition_schedule(w1: bool) -> PartitionRun {
         second_granted: second.is_some(),
         on_old_before,
         on_old_after,
-        rollbacks: set.rollbacks(0),
+        rollbacks: schedule.rollbacks(),
     };
     drop(second);
     a.shutdown().await;
     b.shutdown().await;
-    set.shutdown().await;
+    schedule.shutdown().await;
     run
 }
 

@@ -13,13 +13,16 @@
 //! (1) must catch the two holders. With the default write concern (`w: "majority"`) the same
 //! schedule must show no violation at all. Either way the control says whether the fault
 //! really ran (A's attempt was applied on the partitioned primary, and rolled back).
+//!
+//! The set's steps are the testkit's [`PartitionRollback`], which
+//! `crates/mongolock/tests/failover.rs` runs too.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use mongodb::options::WriteConcern;
 use mongolock::{LockClient, LockGuard};
-use mongolock_testkit::ReplicaSet;
+use mongolock_testkit::replset::schedule::{PARTITIONED, PartitionRollback};
 
 use crate::check::{self, Check, Outcome};
 use crate::controls::{ControlResult, Expected};
@@ -103,31 +106,13 @@ pub async fn run() -> Result<SetControl, Box<dyn std::error::Error>> {
     })
 }
 
-/// The lock id holding [`RESOURCE`] in member `index`'s own data (a direct connection,
-/// which reads with `primaryPreferred`, so a secondary answers too).
-async fn holder_on(set: &ReplicaSet, index: usize, db: &str) -> Option<String> {
-    let options = mongodb::options::ClientOptions::builder()
-        .hosts(vec![mongodb::options::ServerAddress::Tcp {
-            host: "127.0.0.1".into(),
-            port: Some(set.member(index).addr().port()),
-        }])
-        .direct_connection(true)
-        .build();
-    let client = mongodb::Client::with_options(options).ok()?;
-    let doc = client
-        .database(db)
-        .collection::<bson::Document>("locks")
-        .find_one(bson::doc! {"_id": RESOURCE})
-        .await
+/// The lock id holding [`RESOURCE`] in member `index`'s own data.
+async fn holder_on(schedule: &PartitionRollback, index: usize, db: &str) -> Option<String> {
+    let doc = schedule.document_on(index, db, "locks", RESOURCE).await?;
+    doc.get_document("exclusive")
         .ok()
-        .flatten();
-    client.shutdown().immediate(true).await;
-    doc.and_then(|d| {
-        d.get_document("exclusive")
-            .ok()
-            .and_then(|e| e.get_str("lockId").ok())
-            .map(str::to_string)
-    })
+        .and_then(|e| e.get_str("lockId").ok())
+        .map(str::to_string)
 }
 
 /// Holds `guard` (logged in `log`) until `until`, then releases it; returns the log.
@@ -142,11 +127,8 @@ async fn hold(mut log: HolderLog, guard: LockGuard, until: Instant) -> HolderLog
 
 /// One run of the schedule; `w1` makes both clients use `w: 1`.
 async fn schedule(w1: bool) -> Result<(Outcome, Schedule), Box<dyn std::error::Error>> {
-    let set = ReplicaSet::builder()
-        .members(3)
-        .election_timeout(ELECTION_TIMEOUT)
-        .start()
-        .await?;
+    let schedule = PartitionRollback::start(ELECTION_TIMEOUT).await?;
+    let set = schedule.set();
     let db = "mongolock_set_control";
     let recorder = Recorder::new();
     let make = |client: mongodb::Client| {
@@ -169,23 +151,16 @@ async fn schedule(w1: bool) -> Result<(Outcome, Schedule), Box<dyn std::error::E
             warm.release().await?;
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while (1..3).any(|i| set.applied(i) < set.applied(0)) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    schedule.caught_up(Duration::from_secs(5)).await;
 
     let mut ran = Schedule::default();
-    let partitioned_at = Instant::now();
-    set.partition(0);
+    let partitioned_at = schedule.partition();
     let mutex_a = a.mutex(RESOURCE).ttl(TTL);
     let invoked_a = Instant::now();
     let first = tokio::spawn(async move { mutex_a.try_acquire().await });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while set.primary().is_none_or(|p| p == 0) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    schedule.elected(Duration::from_secs(10)).await;
     let first = first.await?;
-    ran.applied_on_old = holder_on(&set, 0, db).await.is_some();
+    ran.applied_on_old = holder_on(&schedule, PARTITIONED, db).await.is_some();
     let until = Instant::now() + Duration::from_secs(3);
     let a_task = match first {
         Ok(Some(guard)) => {
@@ -224,8 +199,7 @@ async fn schedule(w1: bool) -> Result<(Outcome, Schedule), Box<dyn std::error::E
         }
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    set.heal(0);
-    set.wait_for_rollbacks(0, 1, Duration::from_secs(10)).await;
+    schedule.heal(Duration::from_secs(10)).await;
     let healed = Instant::now();
     for client in 0..2 {
         recorder.fault(
@@ -238,11 +212,11 @@ async fn schedule(w1: bool) -> Result<(Outcome, Schedule), Box<dyn std::error::E
     for task in [a_task, b_task].into_iter().flatten() {
         recorder.holder(task.await?);
     }
-    ran.rollbacks = set.rollbacks(0);
-    ran.term = set.term();
+    ran.rollbacks = schedule.rollbacks();
+    ran.term = schedule.term();
     a.shutdown().await;
     b.shutdown().await;
-    set.shutdown().await;
+    schedule.shutdown().await;
     let modes: HashMap<String, Mode> = [(RESOURCE.to_owned(), Mode::Exclusive)].into();
     let history = recorder.finish(modes);
     Ok((check::check(&history), ran))

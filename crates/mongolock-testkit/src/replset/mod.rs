@@ -71,6 +71,7 @@
 
 mod apply;
 mod member;
+pub mod schedule;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
