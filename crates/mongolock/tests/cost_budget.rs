@@ -23,12 +23,15 @@ use mongolock::{LockClient, LockDetails};
 use mongolock_testkit::TestServer;
 
 /// The most allocations one uncontended acquire and release may make on the client side
-/// (the library's and the driver's): 5% over the 1,970 measured when this budget was set
-/// (2026-12-06, debug build, as `cargo test` runs it).
-const ALLOCATIONS_PER_PAIR: u64 = 2_070;
+/// (the library's and the driver's): 5% over the 1,352 measured since a write encodes its
+/// command once instead of copying its `Document` for each try (2026-12-07, debug build, as
+/// `cargo test` runs it; 2,120 before, on the same tree; the budget was set at 1,970 + 5%
+/// on 2026-12-06).
+const ALLOCATIONS_PER_PAIR: u64 = 1_420;
 
-/// The most bytes those allocations may ask for: 5% over the 371,656 measured then.
-const BYTES_PER_PAIR: u64 = 390_000;
+/// The most bytes those allocations may ask for: 5% over the 295,931 measured then (394,253
+/// before; 371,656 when the budget was set).
+const BYTES_PER_PAIR: u64 = 311_000;
 
 const PAIRS: u64 = 50;
 

@@ -35,7 +35,7 @@ pub(crate) mod status;
 
 use std::time::Duration;
 
-use bson::{Bson, Document, doc};
+use bson::{Bson, Document, RawDocumentBuf, doc};
 use futures_util::TryStreamExt;
 use mongodb::options::{
     Acknowledgment, Collation, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
@@ -309,9 +309,16 @@ impl Context {
         let mut unknown = false;
         let mut attempt = 0;
         let mut duplicates = 0;
+        // The command's bytes, encoded once (by the first try that gets that far) and copied
+        // for each try, instead of a copy of the `Document` for each try that the driver then
+        // encoded and dropped.
+        let mut encoded = None;
         loop {
             attempt += 1;
-            let error = match self.write_once(command.clone(), deadline, limit).await {
+            let error = match self
+                .write_once(&command, &mut encoded, deadline, limit)
+                .await
+            {
                 Ok(reply) => return Ok((reply, unknown)),
                 Err(error) => error,
             };
@@ -342,9 +349,54 @@ impl Context {
         }
     }
 
+    /// The bytes of one try of the write `command`: the command's bytes (encoded into
+    /// `encoded` by the first try, copied from it by the others) with `writeConcern` and
+    /// `maxTimeMS` for `limit` appended, as `Document::insert` added them to a copy of the
+    /// command before (no command given here carries either). An encoding error is the
+    /// driver's own, as `Database::run_command` returned it.
+    fn try_bytes(
+        &self,
+        command: &Document,
+        encoded: &mut Option<RawDocumentBuf>,
+        limit: Duration,
+    ) -> Result<RawDocumentBuf> {
+        debug_assert!(
+            !command.contains_key("writeConcern") && !command.contains_key("maxTimeMS"),
+            "a write is given without its concerns and limits: {command}"
+        );
+        let encoding_error = |e| Error::database(mongodb::error::Error::from(e), Effect::Write);
+        let mut bytes = match encoded {
+            Some(bytes) => bytes.clone(),
+            None => encoded
+                .insert(RawDocumentBuf::from_document(command).map_err(encoding_error)?)
+                .clone(),
+        };
+        bytes.append(
+            "writeConcern",
+            RawDocumentBuf::from_document(&self.write_concern_document(limit))
+                .map_err(encoding_error)?,
+        );
+        bytes.append("maxTimeMS", millis(limit));
+        Ok(bytes)
+    }
+
+    /// One try of [`Context::write_repeating`]: `command` with its write concern and time
+    /// limit for what is left until `deadline`. `encoded` keeps the command's bytes for the
+    /// next try: the first try that gets past the deadline's check encodes it, each try sends
+    /// a copy of those bytes with `writeConcern` and `maxTimeMS` appended.
+    ///
+    /// The bytes are those `Database::run_command` sent: it encodes its `Document` with
+    /// `RawDocumentBuf::try_from` and builds the same action `run_raw_command` builds from the
+    /// bytes given (mongodb 3.9.1, `src/action/run_command.rs`; `run_raw_command` was added
+    /// in 3.3.0 for this, RUST-2198), so the driver adds the same fields (`$db`, `lsid`,
+    /// `$clusterTime`, the read preference), the command monitoring sees the same command,
+    /// and an encoding error is the driver's own (`mongodb::error::Error::from`, as its
+    /// `RunCommand` future returns it). The appended fields land where `Document::insert`
+    /// put them, at the end: no command given here carries either.
     async fn write_once(
         &self,
-        mut command: Document,
+        command: &Document,
+        encoded: &mut Option<RawDocumentBuf>,
         deadline: Instant,
         total: Duration,
     ) -> Result<Document> {
@@ -352,11 +404,10 @@ impl Context {
         if limit.is_zero() {
             return Err(Error::timeout(total, Effect::Write));
         }
-        command.insert("writeConcern", self.write_concern_document(limit));
-        command.insert("maxTimeMS", millis(limit));
+        let bytes = self.try_bytes(command, encoded, limit)?;
         let database = self.database();
         let send = database
-            .run_command(command)
+            .run_raw_command(bytes)
             .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary));
         let reply = match tokio::time::timeout(limit, send).await {
             Err(_) => return Err(Error::timeout(total, Effect::Write)),
@@ -459,6 +510,79 @@ mod tests {
             doc! { "w": 1_i64, "wtimeout": 1_000_i64 }
         );
         assert_eq!(unsafe_ctx.read_concern(), ReadConcern::local());
+    }
+
+    /// What `write_once` sent before it encoded the command itself: a copy of the command
+    /// with the concerns and the limit inserted, as `Database::run_command` encoded it.
+    fn sent_by_run_command(ctx: &Context, command: &Document, limit: Duration) -> Vec<u8> {
+        let mut copy = command.clone();
+        copy.insert("writeConcern", ctx.write_concern_document(limit));
+        copy.insert("maxTimeMS", millis(limit));
+        RawDocumentBuf::try_from(&copy)
+            .expect("the command encodes")
+            .into_bytes()
+    }
+
+    #[tokio::test]
+    async fn every_try_sends_the_bytes_run_command_sent() {
+        let command = doc! {
+            "findAndModify": "c",
+            "query": { "_id": "r", "m": { "$exists": true } },
+            "update": [ { "$set": { "x": { "$ifNull": ["$x", 1_i64] }, "at": "$$NOW" } } ],
+            "upsert": true,
+            "new": true,
+            "collation": Context::collation(),
+        };
+        let majority = test_context();
+        let mut one = majority.clone();
+        one.write_concern = WriteConcern::nodes(1);
+        let mut tagged = majority.clone();
+        tagged.write_concern = WriteConcern::builder()
+            .w(Acknowledgment::Custom("dc".to_owned()))
+            .journal(false)
+            .build();
+        for ctx in [&majority, &one, &tagged] {
+            let mut encoded = None;
+            // A first try, then a repeat with less time left: each its own concerns and limit.
+            for limit in [Duration::from_millis(9_999), Duration::from_millis(1_234)] {
+                let sent = ctx
+                    .try_bytes(&command, &mut encoded, limit)
+                    .expect("the command encodes");
+                assert_eq!(
+                    sent.as_bytes(),
+                    sent_by_run_command(ctx, &command, limit),
+                    "{:?}",
+                    sent.to_document()
+                );
+            }
+            // The kept encoding is the command alone, without a try's additions.
+            assert_eq!(
+                encoded.map(RawDocumentBuf::into_bytes),
+                Some(bson::to_vec(&command).expect("the command encodes"))
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_that_does_not_encode_fails_as_run_command_did() {
+        let ctx = test_context();
+        let command = doc! { "update": "c", "updates": [ { "q": { "a\0b": 1 } } ] };
+        // The driver encodes before it selects a server: no server is needed for its error.
+        let driver = ctx
+            .database()
+            .run_command(command.clone())
+            .await
+            .expect_err("a key with a NUL does not encode");
+        let expected = Error::database(driver, Effect::Write);
+        let mut encoded = None;
+        let error = ctx
+            .try_bytes(&command, &mut encoded, Duration::from_secs(1))
+            .expect_err("a key with a NUL does not encode");
+        assert!(encoded.is_none());
+        assert_eq!(format!("{error:?}"), format!("{expected:?}"));
+        assert_eq!(error.kind(), expected.kind());
+        assert_eq!(error.is_retryable(), expected.is_retryable());
+        assert_eq!(error.is_outcome_unknown(), expected.is_outcome_unknown());
     }
 
     #[test]
