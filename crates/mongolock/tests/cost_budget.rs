@@ -153,10 +153,13 @@ fn an_uncontended_acquire_and_release_stays_within_its_allocation_budget() {
 const ACQUIRE_COMMANDS: usize = 1;
 /// The commands its release sends: its `findAndModify`.
 const RELEASE_COMMANDS: usize = 1;
-/// The most bytes an uncontended mutex acquire may weigh on the wire: 2% over the 3,987
-/// measured when this budget was set (2026-12-07 at 9ee414f; names and host counted at 32
-/// characters, as `tests/command_size.rs` counts them).
-const ACQUIRE_BYTES: usize = 4_070;
+/// The most bytes an uncontended mutex acquire may weigh on the wire: 2% over the 4,293
+/// measured at 4ecfb2c (names and host counted at 32 characters, as
+/// `tests/command_size.rs` counts them). It was 3,987 when this budget was set (2026-12-07
+/// at 9ee414f); e7fb030 added 306 B to every waiting acquire, the call its place names,
+/// which keeps a waiter's turn when a late `leave_line` or withdrawal of its lock id's
+/// earlier call lands (issue 40's finding of the line).
+const ACQUIRE_BYTES: usize = 4_380;
 /// The most bytes its release may weigh on the wire: 2% over the 1,749 measured then.
 const RELEASE_BYTES: usize = 1_785;
 
