@@ -29,6 +29,7 @@
 //! | stuck lock id | a job under a fixed lock id drops its guard inside a runtime that then ends (its background release never runs); the same client asks again with `acquire_timeout(1 s)` and, as before `be7e380`, first waits for the release it owes, which never comes | (11) calls return within their timeout |
 //! | later attempt unbounded | a waiter written against the low-level API (`xlock` under its lock id, again every 50 ms until its 1 s deadline, each attempt awaited to its end) whose later attempt is held 4 s on the wire by its proxy: bounded only by its command time limit (3 s), as a waiting call's later attempt (or the withdrawal of a grant that came too late) was before `c9b00e8`/`e715c59`, it returns seconds past its timeout (`controls::late_attempt`; the library's `acquire_timeout` through the same fault returns within it) | (11) calls return within their timeout |
 //! | own entry outside the line | host A's job (a fixed lock id, a 2 s minimum hold) lets go at once and asks again; as before the fix, it does not join the line while its own entry is in force and asks again outside it (`try_acquire`), and host B, in line from 1.2 s, is served first at the hold's end | (S9) waiters served in line order (a waiter whose own entry was in force, outside the line) |
+//! | late leave takes the next call's place | `svc`'s waiting call gives up; its `leave_line` is held 2 s on the wire and its connection cut (sent again, answered); `svc`'s next call joins the line, `other` behind it; the held copy lands, then the removal of before issue 40's fix (every place of the lock id, sent raw) takes `svc`'s place, and `other` is served first (the library as it is leaves the place: `svc` is served first, nothing found) | (S9) waiters served in line order (a place taken from a call that still waits) |
 //! | step shown, ignored | A's grant runs, the server's clock steps 3 s forward, another write of A's client shows the step, then the grant's reply is read (held back by a relay); A's renewals are dropped and it believes its send plus the TTL (6 s, less margin and uncertainty) as if the step had not been shown, while B is granted at the server's earlier end | (3) loss noticed before next grant |
 //! | first grant, step shown, ignored | the same with a brand-new client: its first command is the held attempt, and the other reply is an `unlock`'s (an `operationTime` alone); A believes its first grant as if the step had not been shown, as the library did before `0a26365`, while B is granted at the server's earlier end (the library as it is shortens the first grant by the step and shows nothing) | (3) loss noticed before next grant |
 //! | step back, let-go entry renewed | three hosts run a job every second under lock ids they keep, with a 600 ms minimum hold; after the first job lets go, the server's clock steps back past its grant (by the hold, the time since the grant and 100–400 ms); that host renews its lock id with the old time-only test of a holding entry (`expiresAt` ahead of `$$NOW` plus `delayMs`, sent raw), which renews the let-go entry, and runs its job again under the old grant inside its hold | (10) resumed lease keeps its token, old incarnation learns (a lease given back after its release returned `Ok`) |
@@ -164,11 +165,11 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
     ];
-    // These nine mostly wait (a timeout, a minimum hold, two leases after a clock step,
+    // These ten mostly wait (a timeout, a minimum hold, two leases after a clock step,
     // periods of a job, a lease through a step back, a hold after a late release, a command
     // time limit, a hold after a force release), each on an emulator of its own: side by
     // side, they add seconds rather than a dozen.
-    let (stuck, outside, step, first, back, taken, adopted, late, forced) = tokio::join!(
+    let (stuck, outside, step, first, back, taken, adopted, late, forced, late_leave) = tokio::join!(
         owed_release::stuck_lock_id(),
         line::own_entry_outside_line(),
         clock_step::step_ignored(),
@@ -177,10 +178,20 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         false_loss::step_back_taken_for_loss(),
         adoption::adopted_let_go_entry(),
         late_attempt::unbounded_later_attempt(),
-        step_back::force_after_step_back()
+        step_back::force_after_step_back(),
+        line::late_leave_takes_the_next_calls_place()
     );
     all.extend([
-        stuck?, outside?, step?, first?, back?, taken?, adopted?, late?, forced?,
+        stuck?,
+        outside?,
+        step?,
+        first?,
+        back?,
+        taken?,
+        adopted?,
+        late?,
+        forced?,
+        late_leave?,
     ]);
     Ok(all)
 }

@@ -516,6 +516,11 @@ pub struct Outcome {
     /// served from their place (the lock id's next grant on the resource came while it
     /// stood there). (S9) judges every grant past them.
     pub own_entry_places: (usize, usize),
+    /// Places in line taken out by a write that granted their lock id nothing (not a grant,
+    /// not an adoption) while they were live, and of those, the ones whose lock id's call
+    /// still waited (each an (S9) violation, unless a fault or a forward step of the
+    /// server's clock excused it).
+    pub places_taken: (usize, usize),
     /// Reports of a loss judged by (S13) (in runs whose server clock stepped back), and of
     /// those, the ones for a lease the server surely kept (each also an (S13) violation).
     pub losses_judged: (usize, usize),
@@ -780,6 +785,83 @@ fn outside_line(
     }
 }
 
+/// The lock ids whose place a write took out of the line while it was live (its `until`
+/// after the write) without granting them anything: no entry of the lock id is new or
+/// changed by the write (a grant takes every place of its lock id, an adoption its lock
+/// id's). A deleted document (a purge, the TTL index) takes nothing.
+fn taken_places(
+    (line_before, line_after): (&[Place], &[Place]),
+    (before, after): (Option<&HashMap<String, Entry>>, &HashMap<String, Entry>),
+    event: &ServerEvent,
+) -> Vec<String> {
+    if event.doc.is_none() {
+        return Vec::new();
+    }
+    let granted = |lock_id: &str| {
+        after.iter().any(|(key, entry)| {
+            entry.lock_id == lock_id && before.and_then(|b| b.get(key)) != Some(entry)
+        })
+    };
+    line_before
+        .iter()
+        .filter(|p| p.until_ms > event.at_ms)
+        .filter(|p| !line_after.iter().any(|a| a.lock_id == p.lock_id))
+        .filter(|p| !granted(&p.lock_id))
+        .map(|p| p.lock_id.clone())
+        .collect()
+}
+
+/// (S9), a place taken from a call that still waits (issue 40): a write at `at_ms` took
+/// `lock_id`'s place on `resource` out of the line, granting it nothing
+/// ([`taken_places`]), while a waiting call of that lock id (one given a timeout) that
+/// began before the write went on waiting more than [`JOIN_ALLOWANCE`] after it: the call
+/// lost its turn (it joins again at the end). Only a removal of the call's own can take
+/// its place: its `leave_line` or withdrawal once it stopped waiting, or its attempt
+/// answered out of the line, which ends the call at once. A late `leave_line` or
+/// withdrawal of the lock id's earlier call must leave it (a place names its call). Not
+/// judged: a call whose client a fault hit while it waited, or one during which the
+/// server's clock jumped or stepped forward ([`clock_moved_on`]). Returns whether such a
+/// call waited (and a violation was recorded).
+fn still_waited(
+    out: &mut Outcome,
+    history: &History,
+    resource: &str,
+    lock_id: &str,
+    at_ms: i64,
+) -> bool {
+    let (Some(first), Some(last)) = (
+        history.first_instant_at_server_ms(at_ms),
+        history.last_instant_at_server_ms(at_ms),
+    ) else {
+        return false;
+    };
+    let waiting = history.acquire_calls.iter().find(|call| {
+        call.timeout.is_some()
+            && call.resource == resource
+            && call.lock_id == lock_id
+            && call.invoked_at < first
+            && call.ended_at > last + JOIN_ALLOWANCE
+            && !history.faults.iter().any(|f| {
+                f.client.is_none_or(|c| c == call.client)
+                    && f.start <= call.ended_at
+                    && f.end >= call.invoked_at
+            })
+            && !clock_moved_on(history, call.invoked_at, call.ended_at)
+    });
+    let Some(call) = waiting else {
+        return false;
+    };
+    out.violations.push((
+        ServerCheck::Order,
+        format!(
+            "{resource}: the place of {lock_id} was taken out of the line at {at_ms}, granting \
+             it nothing, while its call (begun {:?} before) still waited",
+            first.saturating_duration_since(call.invoked_at)
+        ),
+    ));
+    true
+}
+
 /// Whether the server's clock jumped or stepped forward between `from` and `to` (our
 /// instants): a place in line lasts until a time by the server's clock, so such a step may
 /// have made every place lapse at once (a jump longer than a place's life, twice the TTL,
@@ -921,6 +1003,20 @@ pub fn check(
             }
         }
         joined.retain(|(r, id), _| *r != resource || line_after.iter().any(|p| p.lock_id == *id));
+        let taken = taken_places(
+            (
+                lines.get(resource).map_or(&[][..], Vec::as_slice),
+                &line_after,
+            ),
+            (current.get(resource), &after),
+            event,
+        );
+        for lock_id in taken {
+            out.places_taken.0 += 1;
+            if still_waited(&mut out, history, resource, &lock_id, event.at_ms) {
+                out.places_taken.1 += 1;
+            }
+        }
         let line_before = lines.insert(resource, line_after).unwrap_or_default();
         let before = current.remove(resource).unwrap_or_default();
         for (key, old) in &before {

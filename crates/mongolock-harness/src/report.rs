@@ -513,6 +513,15 @@ impl fmt::Display for Report {
         );
         row(
             &mut t,
+            "(S9) places taken out granting nothing (their call still waiting)",
+            format!(
+                "{} ({})",
+                self.sum(|r| r.oracle.places_taken.0),
+                self.sum(|r| r.oracle.places_taken.1)
+            ),
+        );
+        row(
+            &mut t,
             "(S13) losses reported after a step back judged (server kept the lease)",
             format!(
                 "{} ({})",

@@ -28,6 +28,25 @@ pub(super) async fn own_entry_outside_line() -> Result<ControlResult, Box<dyn st
     own_entry_waits(true).await
 }
 
+/// A late `leave_line` of `svc`'s first call lands after its next call joined the line, and
+/// the removal of before issue 40's fix (every place of the lock id) takes that call's place:
+/// `other`, behind it, is served first (see `late_leave`).
+pub(super) async fn late_leave_takes_the_next_calls_place()
+-> Result<ControlResult, Box<dyn std::error::Error>> {
+    let (result, went) = late_leave::late_leave(true).await?;
+    // The fault happened as planned: the copy ran once both waiters stood in line, and the
+    // planted removal took `svc`'s place (it may have joined again, behind `other`), so
+    // that `other` was served first.
+    let planned = went.landed
+        && went.line_before == ["svc", "other"]
+        && went.line_after.first().is_none_or(|id| id != "svc")
+        && went.served == ["other", "svc"];
+    if !planned {
+        return Err(format!("the late leave did not happen as planned: {went:?}").into());
+    }
+    Ok(result)
+}
+
 /// The scenario of [`own_entry_outside_line`]; `planted`: with the old behaviour put back,
 /// else with the library as it is (A waits with `acquire_timeout`).
 async fn own_entry_waits(planted: bool) -> Result<ControlResult, Box<dyn std::error::Error>> {
@@ -137,8 +156,7 @@ mod tests {
 
 /// Issue 40: a late copy of a waiting call's `leave_line` and the place of its lock id's
 /// next call.
-#[cfg(test)]
-mod late_leave {
+pub(super) mod late_leave {
     use std::sync::{Arc, Mutex};
 
     use bson::{Document, doc};
@@ -157,17 +175,17 @@ mod late_leave {
 
     /// What [`late_leave`] saw happen.
     #[derive(Debug, Default)]
-    struct LateLeave {
+    pub(super) struct LateLeave {
         /// The line (lock ids, in order) once the lock id's next call and B stood in it, before
         /// the late copy landed.
-        line_before: Vec<String>,
+        pub(super) line_before: Vec<String>,
         /// The late copy of the first call's `leave_line` ran on the server (its reply
         /// recorded by the proxy), after the line above was read.
-        landed: bool,
+        pub(super) landed: bool,
         /// The line once it landed (and, planted, once the old removal ran).
-        line_after: Vec<String>,
+        pub(super) line_after: Vec<String>,
         /// The lock ids in the order they were served.
-        served: Vec<String>,
+        pub(super) served: Vec<String>,
     }
 
     /// The lock ids of the places in the control resource's line, read straight from the server.
@@ -212,7 +230,7 @@ mod late_leave {
     /// once the copy has landed, the removal of before issue 40's fix is sent raw (every place
     /// of the lock id: `queue.lockId`), which takes the next call's place; it joins again
     /// behind B, which is served first.
-    async fn late_leave(
+    pub(super) async fn late_leave(
         planted: bool,
     ) -> Result<(ControlResult, LateLeave), Box<dyn std::error::Error>> {
         let stage = Watched::start().await?;
@@ -373,12 +391,10 @@ mod late_leave {
     }
 
     /// Planted: the removal of before the fix, sent raw once the late copy has landed,
-    /// takes `svc`'s place, and B is served first. Not caught yet, so not among the
-    /// controls of `run_all`: (S9) judges each grant against the server's line at that
-    /// moment, where `svc` stands behind B (it joined again); it must also judge a place
-    /// taken from a call that still waits (the place names its call since issue 40).
+    /// takes `svc`'s place, and B is served first. Every grant is in line with the server's
+    /// line of its moment (`svc` joined again behind B); (S9) catches the place taken from
+    /// a call that still waited (`oracle::still_waited`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "(S9) does not judge a place taken from a call that still waits yet"]
     async fn a_late_leave_line_that_takes_the_next_calls_place_is_caught_by_s9() {
         let (result, went) = late_leave(true).await.expect("the control runs");
         println!("planted: {went:?}; found {:?}", result.found());
