@@ -12,7 +12,7 @@
 //! but the lock stays taken until its grant plus the hold, by the server's clock, so the
 //! late host finds it taken and skips the tick. Nothing reads a host's clock, and no record
 //! of past runs is needed to keep a late host out (a host that crashed mid-job leaves the
-//! lock to its TTL, and its lock-delay if it has one; the hold, which starts when the holder
+//! lock to its TTL, and its lock-delay if it has one; the hold, which applies when the holder
 //! lets go, does not cover that: give a lock-delay to cover it too).
 //!
 //! Each run is recorded with its fencing token, only so that the example can check at the
