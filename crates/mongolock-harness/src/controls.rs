@@ -136,7 +136,7 @@ impl ControlResult {
     }
 }
 
-/// Runs the thirty-one controls, each on a fresh emulator.
+/// Runs the thirty-two controls, each on a fresh emulator.
 ///
 /// # Errors
 /// The emulator or a proxy could not start, or a lock call failed.

@@ -9,7 +9,7 @@
 //! One run: an emulator; [`Workload::clients`](workload::Workload) clients, each in its own
 //! thread and runtime with its own [`LockClient`] behind its own fault proxy; an observer
 //! connected directly. Faults are drawn from the seed ([`faults`]); the history
-//! ([`history`]) is checked ([`check`]); thirty-one negative controls ([`controls`]) prove
+//! ([`history`]) is checked ([`check`]); thirty-two negative controls ([`controls`]) prove
 //! that the checker catches the bugs it looks for; [`report`] prints it all. Observers
 //! ([`observers`]) follow each election with `observe()` and poll its `leader()` during the
 //! run, and read it fresh at the end.
