@@ -43,6 +43,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bson::oid::ObjectId;
 use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -693,6 +694,7 @@ impl<'a> Waiter<'a> {
             grant,
             &self.timing,
             &self.request.details,
+            self.pending.request.call,
             sent_at,
         );
         let failure = match resumed.await {
@@ -929,6 +931,9 @@ async fn send(
 /// from then on, so that only this client renews it, and a keeper that renewed it before
 /// finds it gone and reports it lost.
 ///
+/// The adoption takes the place in line of `call` (the waiting call, named by its first
+/// attempt's nonce) out with it, and no other call's place of the lock id.
+///
 /// `Ok(None)` when the lease ended before it was adopted, or too little of it is left to
 /// trust (less than the safety margin). An error when this client keeps a lease of that lock
 /// id on that resource already (a second guard for one holder), or when the lease's TTL is
@@ -938,6 +943,7 @@ async fn resume(
     mut grant: Grant,
     timing: &LeaseTiming,
     details: &LockDetails,
+    call: ObjectId,
     sent_at: Stamp,
 ) -> Result<Option<Arc<Lease>>> {
     let keeper = &client.shared().keeper;
@@ -972,7 +978,16 @@ async fn resume(
         ));
     }
     let after_unlocks = client.shared().unlocks.of(grant.lock_id())?;
-    if !keepalive::adopt(client.ready()?, &grant, &keeper.id, details, &after_unlocks).await? {
+    if !keepalive::adopt(
+        client.ready()?,
+        &grant,
+        &keeper.id,
+        details,
+        &after_unlocks,
+        call,
+    )
+    .await?
+    {
         return Ok(None);
     }
     // Its entry names this client's keeper now (the release matches that), and this

@@ -573,3 +573,126 @@ async fn emulator_only_a_late_leave_line_leaves_the_lock_ids_next_call_in_its_pl
     direct.shutdown().await;
     locks.shutdown().await;
 }
+
+/// Whether `command` is an adoption (`keepalive::adopt_command`): an `update` of `job` whose
+/// stage marks the resumed entry `adopted`.
+fn is_adoption_on_job(command: &Document) -> bool {
+    let Some(statement) = (command.get_str("update").ok())
+        .and_then(|_| command.get_array("updates").ok()?.first()?.as_document())
+    else {
+        return false;
+    };
+    let on_job = (statement.get_document("q")).is_ok_and(|q| q.get_str("_id") == Ok("job"));
+    let adopted = (statement.get_array("u").ok())
+        .and_then(|u| u.first()?.as_document()?.get_document("$set").ok())
+        .and_then(|set| {
+            set.get_document("exclusive")
+                .ok()?
+                .get_array("$mergeObjects")
+                .ok()
+        })
+        .and_then(|merged| merged.get(1)?.as_document()?.get_bool("adopted").ok());
+    on_job && adopted == Some(true)
+}
+
+/// Issue 40: an adoption takes out its own call's place in line only. The lease of `svc`
+/// outlives its process; the restarted process's first call is answered "already held"
+/// and sends its adoption, whose every copy is held on the wire (the connection cut), and
+/// gives up. The lock id's next call is answered "already held" too, and stands in line,
+/// `other` behind it; its adoptions are refused (a mongos that cannot reach the shard), so
+/// it waits for the lease to end. The first call's adoption copies land then, while the
+/// lease is live: they adopt it, and must leave the next call's place where it is, so
+/// that once the lease ends the next call is served before the waiter that came after
+/// it. Before, an adoption took out every place of its lock id: the next call joined again
+/// behind `other`, which was granted first.
+#[tokio::test]
+async fn emulator_only_a_late_adoption_leaves_the_lock_ids_next_call_in_its_place() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let db = "late_adopt";
+    let Some(Proxied {
+        server,
+        proxy,
+        cut_off: locks,
+        direct,
+    }) = common::proxied(db).await
+    else {
+        return;
+    };
+    warm(&locks).await;
+    // The adoptions of the first call (phase 1) are held and land late; those of the next
+    // (phase 2) are refused.
+    let phase = Arc::new(AtomicU8::new(1));
+    let in_phase = |n: u8| {
+        let phase = phase.clone();
+        Requests::matching(move |command| {
+            phase.load(Ordering::SeqCst) == n && is_adoption_on_job(command)
+        })
+    };
+    let late = proxy.fault_requests(
+        in_phase(1),
+        RequestFault::Late {
+            hold: secs(5),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+    let refused = proxy.fault_requests(in_phase(2), RequestFault::Refuse { code: 6 });
+    // The lease of `svc`, granted to a process that died: nobody renews it.
+    let ttl = secs(10);
+    let _lease = direct
+        .xlock("job", "svc", LockDetails::default().ttl(ttl))
+        .await
+        .unwrap();
+    let svc = || locks.mutex("job").lock_id("svc").ttl(ttl);
+    let first = svc().acquire_timeout(Duration::from_millis(700)).await;
+    assert!(
+        !matches!(first, Ok(Some(_))),
+        "the first call resumed the lease"
+    );
+    assert!(late.applied() >= 1, "the first call sent no adoption");
+    // Its place goes with its `leave_line`; then the next call stands in line, `other`
+    // behind it.
+    phase.store(2, Ordering::SeqCst);
+    line_becomes(&server, db, &[]).await;
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let wait = |handle: mongolock::Mutex, name: &'static str| {
+        let served = served.clone();
+        tokio::spawn(async move {
+            let guard = handle
+                .acquire_timeout(secs(60))
+                .await
+                .unwrap()
+                .expect("served in its turn");
+            served.lock().unwrap().push(name);
+            guard.release().await.unwrap();
+        })
+    };
+    let next = wait(svc(), "svc");
+    line_becomes(&server, db, &["svc"]).await;
+    let other = wait(direct.mutex("job").lock_id("other").ttl(ttl), "other");
+    line_becomes(&server, db, &["svc", "other"]).await;
+    assert!(refused.applied() >= 1, "the next call sent no adoption");
+    not_delivered_yet(&late);
+    // The late copies ran while the lease was live: each adopted it.
+    let copies = late.applied() as usize;
+    for reply in late_copies_ran(&late, copies).await {
+        assert_eq!(
+            reply.get("n").and_then(bson::Bson::as_i32),
+            Some(1),
+            "a late copy found the lease gone: {reply:?}"
+        );
+    }
+    assert_eq!(
+        line_on_job(&server, db).await,
+        ["svc", "other"],
+        "the late adoption took the next call's place"
+    );
+    next.await.unwrap();
+    other.await.unwrap();
+    assert_eq!(
+        *served.lock().unwrap(),
+        ["svc", "other"],
+        "served in arrival order"
+    );
+    direct.shutdown().await;
+    locks.shutdown().await;
+}

@@ -1107,9 +1107,11 @@ mod tests {
             Attempt::AlreadyHeld(_)
         ));
         assert_eq!(line(&document_of(&collection, "r").await), 1);
-        // The adoption takes it out.
+        // The adoption by the call that holds the place now (the last one answered
+        // "already held", which took it over) takes it out.
         let ctx = locks.ready().unwrap();
-        let adopted = crate::command::keepalive::adopt(ctx, &grant, "k2", &details, &[]);
+        let adopted =
+            crate::command::keepalive::adopt(ctx, &grant, "k2", &details, &[], third.call);
         assert!(adopted.await.unwrap());
         let stored = document_of(&collection, "r").await;
         assert_eq!(line(&stored), 0, "{stored}");
@@ -1124,6 +1126,93 @@ mod tests {
         ));
         let stored = document_of(&collection, "s").await;
         assert_eq!(line(&stored), 0, "{stored}");
+    }
+
+    /// Issue 40: an adoption takes out its own call's place in line, and a place of its
+    /// lock id that names no call, and no other place. A late copy of an ended call's
+    /// adoption, landing while the lease is still live and the lock id's next call stands
+    /// in line (answered "already held" too, its own adoption not landed yet), leaves that
+    /// call's place where it is: should the next call's adoption be refused (the lease
+    /// ended meanwhile), it waits in its turn. Before, an adoption took every place of its
+    /// lock id out, and the next call joined again behind `other`.
+    #[tokio::test]
+    async fn an_adoption_takes_out_its_own_calls_place_and_no_other_calls() {
+        let server = mongolock_testkit::TestServer::start().await.unwrap();
+        let collection = server.client().database("d").collection("locks");
+        let locks = crate::LockClient::new(collection.clone());
+        let ctx = locks.ready().unwrap();
+        let details = LockDetails::default().ttl(Duration::from_secs(30));
+        // The lease of `svc`, whose process died.
+        let _held = locks.xlock("r", "svc", details.clone()).await.unwrap();
+        let waiting = |lock_id: &str| {
+            let mut request = AcquireRequest::exclusive("r", lock_id, details.clone());
+            request.announce = Some(Duration::from_secs(60));
+            request
+        };
+        let line = |stored: &Document| -> Vec<(String, Option<ObjectId>)> {
+            (stored.get_array("queue").unwrap().iter())
+                .map(|p| {
+                    let p = p.as_document().unwrap();
+                    let call = p.get_object_id(schema::CALL).ok();
+                    (p.get_str("lockId").unwrap().to_owned(), call)
+                })
+                .collect()
+        };
+        let held = |attempt: Attempt| match attempt {
+            Attempt::AlreadyHeld(grant) => grant,
+            other => panic!("answered with the lease held, not {other:?}"),
+        };
+        // The restarted process's first call is answered "already held" and ends without
+        // its adoption (its `leave_line` answered); the lock id's next call is answered so
+        // too, and stands in line, `other` behind it.
+        let first = waiting("svc");
+        let grant = held(locks.acquire(&first).await.unwrap());
+        crate::command::release::leave_line(ctx, &first)
+            .await
+            .unwrap();
+        let next = waiting("svc");
+        let token = held(locks.acquire(&next).await.unwrap()).fencing_token();
+        assert_eq!(token, grant.fencing_token());
+        let other = waiting("other");
+        assert!(matches!(
+            locks.acquire(&other).await.unwrap(),
+            Attempt::Contended(_)
+        ));
+        let ours = ("svc".to_owned(), Some(next.call));
+        let theirs = ("other".to_owned(), Some(other.call));
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored), [ours.clone(), theirs.clone()], "{stored}");
+        // A late copy of the first call's adoption: the lease is live, so it is adopted,
+        // and the next call's place stays where it is.
+        let adopt = |keeper: &'static str, call: ObjectId| {
+            crate::command::keepalive::adopt(ctx, &grant, keeper, &details, &[], call)
+        };
+        assert!(adopt("k1", first.call).await.unwrap(), "the lease is live");
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(
+            line(&stored),
+            [ours.clone(), theirs.clone()],
+            "the late adoption took the next call's place: {stored}"
+        );
+        // The next call's own adoption takes its place out.
+        assert!(adopt("k2", next.call).await.unwrap());
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored), std::slice::from_ref(&theirs), "{stored}");
+        // A place of the lock id that names no call (written before places named their
+        // call) goes with an adoption of the lock id too, and the other lock id's stays.
+        let until = DateTime::from_millis(DateTime::now().timestamp_millis() + 60_000);
+        let unnamed = doc! { "lockId": "svc", "kind": "exclusive", "until": until };
+        let mut queue = stored.get_array("queue").unwrap().clone();
+        queue.insert(0, Bson::Document(unnamed));
+        collection
+            .update_one(doc! { "_id": "r" }, doc! { "$set": { "queue": queue } })
+            .await
+            .unwrap();
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored)[0], ("svc".to_owned(), None), "{stored}");
+        assert!(adopt("k3", ObjectId::new()).await.unwrap());
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored), [theirs], "{stored}");
     }
 
     /// A request that only waits for its turn is never granted, even on a free resource

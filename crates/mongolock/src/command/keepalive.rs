@@ -217,15 +217,27 @@ pub(crate) async fn renew(
 /// status and an election's leader show who holds it now. From then on only `keeper`
 /// renews it, and the keeper named before finds it gone.
 ///
-/// Its lock id's place in the resource's line goes in the same update: the waiting attempt
-/// answered "already held" kept it, so that a refused adoption keeps the call's turn (see
-/// `command/acquire.rs`), and a lease held keeps no place.
+/// The adopting call's place in the resource's line goes in the same update: the waiting
+/// attempt answered "already held" kept it (named by `call`, the call's first attempt's
+/// nonce), so that a refused adoption keeps the call's turn (see `command/acquire.rs`), and
+/// a lease held keeps no place. So does a place of the lock id that names no call (written
+/// before places named their call), which the lock id's attempt would have taken over. A
+/// place of the lock id that names another call stays: it is that call's, and an adoption
+/// that lands late (a copy held on the wire, or sent again, after its call ended) may find
+/// the lease still live while the lock id's next call waits in line, answered "already
+/// held" too; should that call's own adoption be refused (the lease ended meanwhile), it
+/// waits in its turn (issue 40). The price: a place that a late attempt copy of an ended
+/// call renamed to that call (a dead process's attempt, whose withdrawal never came,
+/// landing between this call's attempt and its adoption) stays too, and keeps the waiters
+/// behind it out until it lapses (its `until`, a life at most: twice the TTL), as a dead
+/// waiter's place does.
 ///
 /// ```text
 /// update: <collection>, updates: [{ q: <the lease, live>,
 ///   u: [ { $set: { exclusive: <the entry, keeper, owner, host = this process's>,
 ///                                                           // or that shared entry
-///                  queue: <the line without the lock id's place> } } ] }]
+///                  queue: <the line without the call's place, nor a place of the
+///                          lock id that names no call> } } ] }]
 /// ```
 pub(crate) fn adopt_command(
     ctx: &Context,
@@ -233,6 +245,7 @@ pub(crate) fn adopt_command(
     keeper: &str,
     details: &LockDetails,
     after_unlocks: &[ObjectId],
+    call: ObjectId,
 ) -> Document {
     let token = grant.fencing_token();
     let owner = details.owner_value().map_or(Bson::Null, literal);
@@ -258,15 +271,24 @@ pub(crate) fn adopt_command(
             "in": { "$cond": [this_token("$$e", token), adopted("$$e"), "$$e"] },
         }}},
     };
-    // The lock id holds the resource: it is not waiting. The attempt answered "already
-    // held" kept (or took) its place in line (see `command/acquire.rs`), so that a refused
-    // adoption keeps the call's turn; an adopted lease leaves no place behind, which would
-    // keep the next waiters out after it releases.
+    // The call holds the resource: it is not waiting. Its attempt answered "already held"
+    // kept (or took) its place in line, named by the call, and took over a place of the
+    // lock id that named no call (see `command/acquire.rs`), so that a refused adoption
+    // keeps the call's turn; an adopted lease leaves no place behind, which would keep the
+    // next waiters out after it releases. A place goes if it names this call, or names
+    // none and is the lock id's (its call, or where it has none its lock id, is one of
+    // the two: a call is an ObjectId, a lock id a string, so neither matches the other). A
+    // place of another call of the lock id is that call's: a late copy of an ended call's
+    // adoption must not take it.
+    let call = Bson::ObjectId(call);
     update.insert(
         "queue",
         bson!({ "$filter": {
             "input": { "$ifNull": ["$queue", []] },
-            "cond": { "$ne": ["$$this.lockId", literal(grant.lock_id())] },
+            "cond": { "$not": { "$in": [
+                { "$ifNull": [format!("$$this.{}", schema::CALL), "$$this.lockId"] },
+                [call, literal(grant.lock_id())],
+            ]}},
         }}),
     );
     let update = doc! { "$set": update };
@@ -280,18 +302,20 @@ pub(crate) fn adopt_command(
     }
 }
 
-/// Makes `keeper` the keeper of the lease `grant`, under `details`' owner and host (see
-/// [`adopt_command`]); false if its holder no longer holds it.
+/// Makes `keeper` the keeper of the lease `grant`, under `details`' owner and host, for the
+/// waiting call `call`, whose place in line goes (see [`adopt_command`]); false if its
+/// holder no longer holds it.
 pub(crate) async fn adopt(
     ctx: &Context,
     grant: &Grant,
     keeper: &str,
     details: &LockDetails,
     after_unlocks: &[ObjectId],
+    call: ObjectId,
 ) -> Result<bool> {
     let reply = ctx
         .write(
-            adopt_command(ctx, grant, keeper, details, after_unlocks),
+            adopt_command(ctx, grant, keeper, details, after_unlocks, call),
             crate::command::Upsert::No,
         )
         .await?;

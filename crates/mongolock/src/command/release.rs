@@ -744,9 +744,16 @@ mod adopted {
             panic!("granted")
         };
         assert!(
-            keepalive::adopt(&ctx, &grant, "keeper-b", &LockDetails::default(), &[])
-                .await
-                .unwrap()
+            keepalive::adopt(
+                &ctx,
+                &grant,
+                "keeper-b",
+                &LockDetails::default(),
+                &[],
+                first.call
+            )
+            .await
+            .unwrap()
         );
         // The first client withdraws its attempt (its future was dropped, say): nothing goes.
         assert!(!release_attempt(&ctx, &first, Hold::Kept).await.unwrap());
