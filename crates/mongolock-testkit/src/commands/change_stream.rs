@@ -2,6 +2,17 @@
 //! scope and pipeline, into event documents, for the awaiting `getMore` that returns new
 //! events as they commit; and the error labels mongod puts on a stream's failures. A stream
 //! is opened by `aggregate` with a leading `$changeStream` (`aggregate/change_stream.rs`).
+//!
+//! On a member of an emulated replica set a stream delivers only majority-committed events,
+//! as mongod's does: `$changeStream` reads at majority read concern, asked for or not
+//! (mongod's jstest `change_stream_require_majority_read_concern.js`, "Test
+//! not specifying readConcern defaults to "majority" read concern": a `w: 1` insert with
+//! replication stopped is not returned until it is majority-committed; the change-streams
+//! spec, "Server Specification"). The member's log holds what it applied, committed or not;
+//! a stream reads it up to the member's majority commit point
+//! ([`crate::engine::changes::ChangeLog::set_committed`]) and waits there, so its
+//! `postBatchResumeToken` never passes that point, and events a rollback undid are never
+//! delivered. A server that is no member of a set delivers every event as it commits.
 
 use std::time::Duration;
 
@@ -316,16 +327,19 @@ impl ChangeStream {
         while batch.len() < limit && !self.invalidated {
             // A cursor that fell behind the window fails as mongod's does when the oplog
             // rolled past its position: nothing it skipped is delivered as if it were next.
+            // On a replica-set member only what is majority-committed is read, and what a
+            // rollback undid is passed over (see the module's notes).
             let events = catalog
                 .changes
-                .read_from(self.next_seq, 1024)
+                .read_deliverable(self.next_seq, 1024)
                 .ok_or_else(history_lost)?;
             if events.is_empty() {
                 break;
             }
             for event in events {
                 self.next_seq = event.seq + 1;
-                if !scope_matches(&self.scope, &event) {
+                if !scope_matches(&self.scope, &event) || catalog.changes.is_rolled_back(event.seq)
+                {
                     continue;
                 }
                 for produced in self.event_document(catalog, &event)? {

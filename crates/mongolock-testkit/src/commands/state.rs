@@ -80,8 +80,9 @@ pub fn cluster_fields(state: &ServerState, reply: &mut Document) {
 /// only a write reserves a tick, which is where a member's own system clock enters the
 /// set's cluster time) and `operationTime` the newest entry of its oplog ("the timestamp of
 /// the most recent entry in the oplog" for read concern local, the manual's
-/// `fact-runCommand-results.rst`). The one-member emulator gives a fresh cluster time for
-/// both, as it always did (never older than mongod's).
+/// `fact-runCommand-results.rst`), or for a change stream's reply its majority commit point.
+/// The one-member emulator gives a fresh cluster time for both, as it always did (never
+/// older than mongod's).
 pub fn cluster_fields_after(state: &ServerState, reply: &mut Document, last_op: Option<Timestamp>) {
     if state.standalone {
         return;
@@ -93,6 +94,18 @@ pub fn cluster_fields_after(state: &ServerState, reply: &mut Document, last_op: 
     } else {
         let time = state.cluster_time();
         (time, time)
+    };
+    // A change stream's reply (the only one with a `postBatchResumeToken`) is a read at
+    // majority read concern: on a set member its `operationTime` is the majority commit
+    // point (`computeOperationTime`, `src/mongo/db/service_entry_point_common.cpp`: a read
+    // at `kMajorityReadConcern` answers `getCurrentCommittedSnapshotOpTime()`), never the
+    // time of an entry the stream has not delivered.
+    let stream_reply = reply
+        .get_document("cursor")
+        .is_ok_and(|c| c.contains_key("postBatchResumeToken"));
+    let newest = match changes.committed_time() {
+        Some(committed) if stream_reply && state.replica.is_some() => committed,
+        _ => newest,
     };
     let last_op = last_op.or(Some(newest));
     reply.insert(

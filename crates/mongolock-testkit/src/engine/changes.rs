@@ -194,6 +194,9 @@ thread_local! {
     /// While a command runs on this thread ([`recording_last_op`]): the time of the last
     /// event it appended, if any.
     static LAST_OP: Cell<Option<Option<Timestamp>>> = const { Cell::new(None) };
+    /// Set while a member rebuilds its data in a rollback ([`ChangeLog::unlogged`]): what
+    /// it applies then appends nothing.
+    static UNLOGGED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `run` (a command, on this thread) and returns its result with the cluster time of the
@@ -226,6 +229,18 @@ pub fn token_seq(token: &Document) -> Option<u64> {
     u64::from_str_radix(data, 16).ok()
 }
 
+/// Which events of a replica-set member's log its change streams may deliver
+/// ([`ChangeLog::set_committed`]).
+#[derive(Debug, Default)]
+struct Committed {
+    /// The newest position at or before the member's majority commit point, and the cluster
+    /// time of that point; `None` on a server that is no member of an emulated set, where
+    /// every event is delivered.
+    point: Option<(u64, Option<Timestamp>)>,
+    /// Ranges of positions whose events a rollback undid: never delivered.
+    rolled_back: Vec<(u64, u64)>,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Each event with its counted size.
@@ -254,6 +269,8 @@ pub struct ChangeLog {
     /// over with each second; times still compare as mongod's do, seconds first).
     time: Mutex<(u32, u32)>,
     inner: Mutex<Inner>,
+    /// What change streams may deliver (everything, unless the server is a set member).
+    committed: Mutex<Committed>,
     appended: Notify,
     /// Whether a pipeline update may be logged as a delta (MongoDB 5.0 and later); before
     /// 5.0 every one is logged as a replacement.
@@ -274,6 +291,7 @@ impl ChangeLog {
                 bytes: 0,
                 next_seq: 1,
             }),
+            committed: Mutex::new(Committed::default()),
             appended: Notify::new(),
             pipeline_deltas: true,
         }
@@ -354,8 +372,26 @@ impl ChangeLog {
         apply()
     }
 
+    /// Runs `rebuild` (a member rebuilding its data from the set's history in a rollback)
+    /// with nothing it does appended to the log: the log keeps the entries the member had,
+    /// as a rollback keeps the oplog up to the common point.
+    pub fn unlogged<T>(&self, rebuild: impl FnOnce() -> T) -> T {
+        /// Puts the thread's previous setting back, also if `rebuild` panics.
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                UNLOGGED.with(|u| u.set(self.0));
+            }
+        }
+        let _restore = Restore(UNLOGGED.with(|u| u.replace(true)));
+        rebuild()
+    }
+
     /// Appends an event and wakes waiting streams.
     pub fn append(&self, db: &str, coll: &str, collection_uuid: Option<Uuid>, kind: ChangeKind) {
+        if UNLOGGED.with(Cell::get) {
+            return;
+        }
         let cluster_time = APPLYING
             .with(Cell::get)
             .unwrap_or_else(|| self.cluster_time());
@@ -391,6 +427,49 @@ impl ChangeLog {
             }
         }
         self.appended.notify_waiters();
+    }
+
+    /// Marks this log as a replica-set member's, its change streams delivering events up to
+    /// position `seq`, the member's majority commit point (whose cluster time is `time`;
+    /// none before anything is committed), and wakes waiting streams when it moved. mongod's
+    /// change streams read at majority read concern (see [`crate::commands::change_stream`]).
+    pub fn set_committed(&self, seq: u64, time: Option<Timestamp>) {
+        let moved = {
+            let mut committed = self.committed.lock();
+            let moved = committed.point.is_none_or(|(s, _)| s != seq);
+            committed.point = Some((seq, time));
+            moved
+        };
+        if moved {
+            self.appended.notify_waiters();
+        }
+    }
+
+    /// Marks the positions `from..=to` as undone by a rollback: no stream delivers them.
+    pub fn mark_rolled_back(&self, from: u64, to: u64) {
+        if from <= to {
+            self.committed.lock().rolled_back.push((from, to));
+        }
+    }
+
+    /// Whether the event at `seq` was undone by a rollback.
+    pub fn is_rolled_back(&self, seq: u64) -> bool {
+        (self.committed.lock().rolled_back.iter()).any(|&(from, to)| (from..=to).contains(&seq))
+    }
+
+    /// The newest position change streams may deliver: the last one, or on a set member the
+    /// last at or before its majority commit point.
+    pub fn deliverable_seq(&self) -> u64 {
+        let last = self.last_seq();
+        match self.committed.lock().point {
+            Some((seq, _)) => seq.min(last),
+            None => last,
+        }
+    }
+
+    /// The cluster time of the member's majority commit point, on a set member that has one.
+    pub fn committed_time(&self) -> Option<Timestamp> {
+        self.committed.lock().point.and_then(|(_, time)| time)
     }
 
     /// The cluster time of the newest event, if any: the newest oplog entry's time.
@@ -447,7 +526,19 @@ impl ChangeLog {
         )
     }
 
-    /// Waits until an event is appended after this call started, or `timeout` passes.
+    /// Events a change stream may deliver with `seq >= from` (see
+    /// [`ChangeLog::deliverable_seq`]), at most `limit`, rolled-back ones included (the
+    /// stream reads past them); `None` when events from `from` on are no longer all in the
+    /// window.
+    pub fn read_deliverable(&self, from: u64, limit: usize) -> Option<Vec<Arc<ChangeEvent>>> {
+        let until = self.deliverable_seq();
+        let mut events = self.read_from(from, limit)?;
+        events.retain(|e| e.seq <= until);
+        Some(events)
+    }
+
+    /// Waits until an event past `since_seq` is deliverable (appended, and on a set member
+    /// majority-committed) or `timeout` passes.
     ///
     /// # Cancel safety
     /// Cancel safe: waiting consumes nothing.
@@ -455,7 +546,7 @@ impl ChangeLog {
         let notified = self.appended.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if self.last_seq() > since_seq {
+        if self.deliverable_seq() > since_seq {
             return;
         }
         let _ = tokio::time::timeout(timeout, notified).await;
@@ -492,6 +583,46 @@ mod tests {
         assert_eq!(log.newest_time(), Some(ahead));
         let next = log.cluster_time();
         assert_eq!((next.time, next.increment), (ahead.time, 8));
+    }
+
+    /// A log that is no set member's delivers every event; a member's delivers up to its
+    /// commit point (nothing before one is known), never an event a rollback undid, and a
+    /// waiting stream wakes when the point moves.
+    #[tokio::test]
+    async fn a_member_s_log_delivers_up_to_its_commit_point_and_no_rolled_back_event() {
+        let log = Arc::new(ChangeLog::with_window(Clock::default(), 100, usize::MAX));
+        for n in 0..3 {
+            log.append("d", "c", None, insert(n, 0));
+        }
+        assert_eq!(log.deliverable_seq(), 3);
+        assert_eq!(log.committed_time(), None);
+        log.set_committed(0, None);
+        assert_eq!(log.deliverable_seq(), 0);
+        assert!(log.read_deliverable(1, 10).unwrap().is_empty());
+        let time = log.read_from(2, 1).unwrap()[0].cluster_time;
+        log.set_committed(2, Some(time));
+        let seqs: Vec<u64> = (log.read_deliverable(1, 10).unwrap().iter())
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2]);
+        assert_eq!(log.committed_time(), Some(time));
+        log.mark_rolled_back(3, 3);
+        assert!(log.is_rolled_back(3) && !log.is_rolled_back(2) && !log.is_rolled_back(4));
+        let waiting = {
+            let log = log.clone();
+            tokio::spawn(async move {
+                log.wait_for_append(2, std::time::Duration::from_secs(30))
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        log.append("d", "c", None, insert(3, 0));
+        log.set_committed(4, Some(time));
+        tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiter woke when the commit point moved")
+            .unwrap();
+        assert_eq!(log.deliverable_seq(), 4);
     }
 
     #[test]

@@ -84,6 +84,14 @@ struct MemberInner {
     rolled_back: usize,
     /// Oplog entries applied (a primary's own writes included).
     applied: usize,
+    /// For each oplog entry of its history, the position in its own change log of the last
+    /// event applying (or, as primary, writing) it appended: what its change streams may
+    /// deliver once the entry is majority-committed.
+    seqs: Vec<u64>,
+    /// The majority commit point as this member knows it (a count of oplog entries): it
+    /// learns the set's while it reaches the others, and keeps the last it learned while
+    /// partitioned or stopped.
+    known_commit: usize,
     /// As primary: the last sequence number of its change log already in the oplog.
     published_seq: u64,
     process_id: ObjectId,
@@ -171,6 +179,8 @@ impl SetShared {
                 rollbacks: 0,
                 rolled_back: 0,
                 applied: 0,
+                seqs: Vec::new(),
+                known_commit: 0,
                 published_seq: 0,
                 process_id: ObjectId::new(),
                 counter: 0,
@@ -208,7 +218,51 @@ impl SetShared {
     }
 
     fn notify(&self) {
+        self.refresh_committed();
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Gives each member's change log its majority commit point: the set's (the newest
+    /// entry a majority applied) for a member that reaches the others, the last it learned
+    /// for one that does not, no further than what the member applied of the set's history.
+    /// Its change streams deliver events up to there (mongod's read at majority read
+    /// concern, see [`crate::commands::change_stream`]).
+    fn refresh_committed(&self) {
+        let mut points = Vec::new();
+        {
+            let mut inner = self.inner.lock();
+            let majority = majority_point(&inner, self.majority());
+            let reaching: Vec<bool> = (0..inner.members.len())
+                .map(|i| (0..inner.members.len()).any(|j| j != i && inner.sees(i, j)))
+                .collect();
+            for (index, member) in inner.members.iter_mut().enumerate() {
+                if member.up && reaching[index] && member.diverged.is_none() {
+                    member.known_commit = majority;
+                }
+            }
+            let inner = &*inner;
+            for (index, member) in inner.members.iter().enumerate() {
+                let shared = member
+                    .diverged
+                    .as_ref()
+                    .map_or(member.applied, |d| d.common);
+                let point = member.known_commit.min(shared).min(member.seqs.len());
+                let Some(at) = point.checked_sub(1) else {
+                    // Nothing committed yet: nothing to deliver.
+                    points.push((index, 0, None));
+                    continue;
+                };
+                let (Some(seq), Some(entry)) = (member.seqs.get(at), inner.oplog.get(at)) else {
+                    continue;
+                };
+                points.push((index, *seq, Some(entry.event.cluster_time)));
+            }
+        }
+        for (index, seq, time) in points {
+            if let Some(state) = self.state(index) {
+                state.catalog.changes.set_committed(seq, time);
+            }
+        }
     }
 
     /// The members' `host:port`.
@@ -342,6 +396,7 @@ impl SetShared {
                     entries: Vec::new(),
                 });
                 member.applied = len;
+                member.known_commit = member.known_commit.min(len);
             }
             for member in &mut inner.members {
                 member.counter += 1;
@@ -373,6 +428,10 @@ impl SetShared {
         let now = Instant::now();
         for event in events {
             inner.members[index].published_seq = event.seq;
+            let len = inner.oplog.len();
+            let member = &mut inner.members[index];
+            member.seqs.truncate(len);
+            member.seqs.push(event.seq);
             inner.oplog.push(Entry {
                 term,
                 event,
@@ -420,17 +479,20 @@ impl SetShared {
                         // Its progress in the set's history is the common point: its own
                         // entries acknowledge none of the new primary's.
                         member.applied = target;
+                        member.known_commit = member.known_commit.min(target);
                     }
                 }
             }
             let from = inner.members[candidate].applied.min(target);
             inner.oplog[from..target].to_vec()
         };
+        let mut caught_up = Vec::new();
         for entry in entries.iter().filter(|_| state.is_some()) {
             let catalog = &state.as_ref().expect("filtered").catalog;
             if let Err(error) = apply_entry(catalog, entry) {
                 tracing::error!(%error, member = candidate, "catch-up failed to apply an entry");
             }
+            caught_up.push(catalog.changes.last_seq());
         }
         // The votes it asked for carried the voters' cluster times.
         self.gossip();
@@ -444,6 +506,12 @@ impl SetShared {
         inner.primary_lost_at = None;
         inner.refresh_minority(self.majority(), Instant::now());
         let member = &mut inner.members[candidate];
+        let from = member.applied.min(member.seqs.len());
+        member.seqs.truncate(from);
+        member.seqs.extend(caught_up);
+        member
+            .seqs
+            .resize(len, member.seqs.last().copied().unwrap_or(0));
         member.applied = len;
         member.published_seq = state.as_ref().map_or(0, |s| s.catalog.changes.last_seq());
         for member in &mut inner.members {
@@ -530,6 +598,17 @@ impl SetShared {
             .count();
         (votes >= self.majority()).then_some(index)
     }
+}
+
+/// The set's majority commit point: how many oplog entries a `majority` of members applied.
+fn majority_point(inner: &SetInner, majority: usize) -> usize {
+    let mut applied: Vec<usize> = inner.members.iter().map(|m| m.applied).collect();
+    applied.sort_unstable_by(|a, b| b.cmp(a));
+    applied
+        .get(majority - 1)
+        .copied()
+        .unwrap_or(0)
+        .min(inner.oplog.len())
 }
 
 /// Applies one oplog entry to a member's `catalog`, with the entry's own time: the member's
@@ -669,15 +748,25 @@ impl SetShared {
         let Some(state) = self.state(index) else {
             return;
         };
-        let (history, diverged) = {
+        let (history, diverged, common) = {
             let mut inner = self.inner.lock();
+            let len = inner.oplog.len();
             let member = &mut inner.members[index];
             let Some(diverged) = member.diverged.clone() else {
                 return;
             };
             member.recovering = true;
             member.counter += 1;
-            (inner.oplog.clone(), diverged)
+            // Its change log keeps the entries up to the common point; the events after it
+            // (its own entries, what it wrote as primary and never published) are undone.
+            let common = diverged.common.min(len).min(member.seqs.len());
+            member.seqs.truncate(common);
+            let kept = common.checked_sub(1).map_or(0, |i| member.seqs[i]);
+            state
+                .catalog
+                .changes
+                .mark_rolled_back(kept + 1, state.catalog.changes.last_seq());
+            (inner.oplog.clone(), diverged, common)
         };
         self.notify();
         tracing::debug!(
@@ -686,19 +775,35 @@ impl SetShared {
             undone = diverged.entries.len(),
             "rollback"
         );
-        for db in state.catalog.database_names() {
-            state.catalog.drop_database(&db);
-        }
+        // The data is rebuilt up to the common point without a change event (what the log
+        // already holds), then the set's entries after it are applied as a secondary
+        // applies them, each appending its events.
         let mut failed = false;
-        for entry in &history {
+        let mut seqs = Vec::new();
+        state.catalog.changes.unlogged(|| {
+            for db in state.catalog.database_names() {
+                state.catalog.drop_database(&db);
+            }
+            for entry in &history[..common] {
+                if let Err(error) = apply_entry(&state.catalog, entry) {
+                    tracing::error!(%error, member = index, "rollback failed to apply an entry");
+                    failed = true;
+                    break;
+                }
+            }
+        });
+        for entry in history[common..].iter().take_while(|_| !failed) {
             if let Err(error) = apply_entry(&state.catalog, entry) {
                 tracing::error!(%error, member = index, "rollback failed to apply an entry");
                 failed = true;
                 break;
             }
+            seqs.push(state.catalog.changes.last_seq());
         }
         let mut inner = self.inner.lock();
         let member = &mut inner.members[index];
+        member.seqs.truncate(common);
+        member.seqs.extend(seqs);
         member.applied = history.len();
         member.diverged = None;
         member.recovering = failed;
@@ -720,16 +825,20 @@ impl SetShared {
                 return;
             }
         }
-        let mut done = 0;
+        let mut seqs = Vec::new();
         for entry in entries {
             if let Err(error) = apply_entry(&state.catalog, entry) {
                 tracing::error!(%error, member = index, "failed to apply an oplog entry");
                 break;
             }
-            done += 1;
+            seqs.push(state.catalog.changes.last_seq());
         }
+        let done = seqs.len();
         let mut inner = self.inner.lock();
         if inner.members[index].applied == start && inner.primary != Some(index) {
+            let member = &mut inner.members[index];
+            member.seqs.truncate(start);
+            member.seqs.extend(seqs);
             inner.members[index].applied = start + done;
             if done < entries.len() {
                 inner.members[index].recovering = true;
@@ -926,13 +1035,7 @@ impl Replica {
     }
 
     fn majority_point(&self, inner: &SetInner) -> usize {
-        let mut applied: Vec<usize> = inner.members.iter().map(|m| m.applied).collect();
-        applied.sort_unstable_by(|a, b| b.cmp(a));
-        applied
-            .get(self.set.majority() - 1)
-            .copied()
-            .unwrap_or(0)
-            .min(inner.oplog.len())
+        majority_point(inner, self.set.majority())
     }
 
     /// Waits, for an awaitable `hello` (`topologyVersion` and `maxAwaitTimeMS` given), until

@@ -65,7 +65,29 @@
 //! - `operationTime`: a write's reply carries its own oplog entry's time (its `lastOp`),
 //!   also when it waited for write concern (see `crate::commands::state::cluster_fields_after`).
 //!
-//! Not yet here (later slices): change streams across failover, retryable-write history
+//! - Change streams: a stream on a member delivers only majority-committed events, as
+//!   mongod's, whose `$changeStream` reads at majority read concern asked for or not
+//!   (jstest `change_stream_require_majority_read_concern.js`: a `w: 1` insert
+//!   with replication stopped is not returned until `awaitLastOpCommitted`; the
+//!   change-streams spec, "Server Specification"). Each member's change log holds what it
+//!   applied; its streams read it up to the majority commit point as the member knows it (the
+//!   newest entry a majority applied, learned while it reaches the others, kept from before
+//!   while partitioned), no further than what it applied, so a partitioned primary's `w: 1`
+//!   writes wait on its streams and a secondary's applied entry waits for the commit point. A
+//!   rollback keeps the log up to the common point and marks the member's entries after it as
+//!   undone: no stream delivers them, and rebuilding the data appends no event. A batch's
+//!   `postBatchResumeToken` does not pass the commit point, and a stream reply's
+//!   `operationTime` is the commit point's time (`computeOperationTime`,
+//!   `src/mongo/db/service_entry_point_common.cpp`: a majority read answers
+//!   `getCurrentCommittedSnapshotOpTime()`). A stream with no start point starts after the
+//!   member's last applied entry, as mongod's (`DocumentSourceChangeStream` building its
+//!   pipeline: `startFrom = replCoord->getMyLastAppliedOpTime()`), so its first batch's
+//!   token names that start, committed or not, and an entry applied but not yet committed
+//!   when it opened is not delivered on it.
+//!
+//! Not yet here (later slices): resume tokens that name the same event on every member (a
+//! token is a position in the member's own log, so resuming on another member after a
+//! failover counts from that member's position), retryable-write history
 //! moving with the data (and sessions invalidated by a rollback), rollback files, partitions
 //! other than one member from all the others, a client's `$clusterTime` gossip taken in.
 
