@@ -52,8 +52,9 @@
 //! the property "waiters are served in arrival order" ([`model::ORDER`], the harness's (S9))
 //! judges every grant against the server's line and against the checker's own record of it,
 //! and controls (ah) (a waiting attempt answered "already held" out of the line, as before
-//! 4b66416), (ai) (a line jumper) and (aj) (removals that take every place of their lock
-//! id, as before places named their call) are caught. Elsewhere the line is left out (it only adds
+//! 4b66416), (ai) (a line jumper), (aj) (removals that take every place of their lock
+//! id, as before places named their call) and (al) (an adoption that takes every place of
+//! its lock id, before it named its call) are caught. Elsewhere the line is left out (it only adds
 //! terms to a grant's condition, so there the model grants whatever the library grants, and
 //! more). Not modelled, besides what [`server`] leaves out of the document: a place's
 //! refresh (a place lapses its life after it was taken), shared waiters in the record of
@@ -705,6 +706,13 @@ pub mod controls {
                 model::ORDER,
             ),
             control(
+                "(al) a late adoption takes its lock id's next call's place",
+                handles_line,
+                [0, 3, 0, 1, 2, 1, 0, 1],
+                |b| b.adoption_by_lock_id = true,
+                model::ORDER,
+            ),
+            control(
                 "(a) a queued release lands after its lock id resumed (no settle)",
                 handles,
                 [0, 2, 0, 1, 2, 0, 0, 0],
@@ -1043,6 +1051,20 @@ pub mod findings {
     /// commands take out their own call's place only, and the record of the line
     /// ([`State::line`](crate::model::State::line)) is kept per call, so the old removal is a
     /// counterexample to [`ORDER`](crate::model::ORDER).
+    ///
+    /// The adoption was the last removal by lock id (fixed in 32daed2, control (al) puts
+    /// it back): a late copy of an ended call's adoption, landing while the lease was still
+    /// live and the lock id's next call stood in line, took that call's place.
+    ///
+    /// Open, and not pinned here (no bound that `cargo test` runs reaches it): **a late
+    /// adoption from a dead process takes the lease over from its live successor**. In "two
+    /// guards in line" at `0,3,0,0,2,2,0,1` ("a released lock becomes free", 28 steps): the
+    /// lease of client 0's first process outlives it; its second process's call is answered
+    /// "already held" and its adoption is delayed, and that process dies too; the third's
+    /// call adopts the lease and releases it; the late adoption lands before the release,
+    /// matches the live lease (the adoption's query does not ask which keeper the entry
+    /// names) and names its dead keeper, so the release finds nothing and the lease is held
+    /// by nobody until its TTL runs out (the library's live holder reports it revoked).
     pub const KNOWN: [(&str, &str); 0] = [];
 
     /// Whether `property` failing in `scenario` is a known finding.

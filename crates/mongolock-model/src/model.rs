@@ -832,18 +832,21 @@ impl LockModel {
                 None => self.note_arrival(state, &msg, &answer, kind),
             }
         }
-        // An adoption takes its lock id's place out of the line (it holds the resource), and
-        // out of the record; a withdrawal or a leave takes its own call's place out, of the
-        // record too. One that lands late, while a later call of the lock id (or its
-        // restarted process's) waits, leaves that call's place (issue 40): the record keeps
-        // it, and a server that takes it is out of order at the next grant past it.
+        // An adoption, a withdrawal or a leave takes its own call's place out of the line (an
+        // adopting call holds the resource), and out of the record. One that lands late,
+        // while a later call of the lock id (or its restarted process's) waits, leaves that
+        // call's place (issue 40): the record keeps it, and a server that takes it is out of
+        // order at the next grant past it.
         // (A retiring release takes no place: its call left the line with its grant.)
         if self.mode(msg.from) == Mode::Handle {
             match msg.request {
                 Request::Adopt {
-                    resource, lock_id, ..
+                    resource,
+                    lock_id,
+                    call,
+                    ..
                 } if answer == Reply::Adopted(true) && lock_id == msg.from => {
-                    Self::out_of_line(state, msg.from, resource);
+                    Self::call_out_of_line(state, msg.from, resource, call);
                 }
                 Request::Leave {
                     resource,
@@ -1115,6 +1118,7 @@ impl LockModel {
         });
         let keeper = self.keeper(client, state);
         let after_unlocks = state.clients[c].doubted;
+        let call = state.nonces[nonce as usize].call;
         self.send(
             state,
             client,
@@ -1125,6 +1129,7 @@ impl LockModel {
                 keeper,
                 after_unlocks,
                 delay: self.config.delay,
+                call,
             },
         );
     }
@@ -1354,6 +1359,7 @@ impl LockModel {
                         });
                         let keeper = self.keeper(client, state);
                         let after_unlocks = state.clients[c].doubted;
+                        let call = state.nonces[nonce as usize].call;
                         self.send(
                             state,
                             client,
@@ -1364,6 +1370,7 @@ impl LockModel {
                                 keeper,
                                 after_unlocks,
                                 delay: self.config.delay,
+                                call,
                             },
                         );
                     }

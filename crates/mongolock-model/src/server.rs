@@ -16,9 +16,10 @@
 //! with a lock it does not wait for (`o`: withdrawn, its own grant held, its lock id holding
 //! the other kind; for a share, any entry of its lock id in force), it leaves the line. An
 //! exclusive one answered "already held" (its lock id's entry, from another attempt) keeps
-//! or takes its place, and the adoption that resumes the lease takes the lock id's place out
-//! in the same update (4b66416, issue 39: a restarted process whose adoption is refused
-//! keeps its turn). A grant takes the lock id's place out; a withdrawal, `leave_line` and a
+//! or takes its place, and the adoption that resumes the lease takes the adopting call's
+//! place out in the same update, and a place of the lock id that names no call (4b66416,
+//! issue 39: a restarted process whose adoption is refused keeps its turn; a late copy of
+//! an ended call's adoption leaves the lock id's next call's place: issue 40). A grant takes the lock id's place out; a withdrawal, `leave_line` and a
 //! waiting attempt answered out of the line take their own call's place out, and only it (a
 //! late one leaves the place of its lock id's next call: issue 40); a waiting attempt that
 //! keeps its lock id's place names it by its call (a restarted process's call takes over
@@ -279,7 +280,7 @@ impl Doc {
         changed
     }
 
-    /// The line without `lock_id`'s place (it stops waiting: granted, adopted).
+    /// The line without `lock_id`'s place (it stops waiting: granted).
     fn leave(&mut self, lock_id: LockId) {
         self.queue.retain(|p| p.lock_id != lock_id);
     }
@@ -291,6 +292,21 @@ impl Doc {
         match bugs.line_removal_by_lock_id {
             true => self.leave(lock_id),
             false => self.queue.retain(|p| p.call != Some(call)),
+        }
+    }
+
+    /// The line after an adoption by the call `call` of `lock_id`: without that call's place,
+    /// nor a place of the lock id that names no call (written before places named their
+    /// call); a place of another call of the lock id stays (a late copy of an ended call's
+    /// adoption leaves the lock id's next call where it stands). With bug (al), without
+    /// every place of `lock_id`, as before.
+    fn leave_adopted(&mut self, lock_id: LockId, call: Nonce, bugs: &Bugs) {
+        match bugs.adoption_by_lock_id {
+            true => self.leave(lock_id),
+            false => self.queue.retain(|p| match p.call {
+                Some(named) => named != call,
+                None => p.lock_id != lock_id,
+            }),
         }
     }
 
@@ -410,8 +426,9 @@ pub enum Request {
     /// Resume's adoption: the live entry of lock id and token names `keeper` from now on,
     /// and the client's doubted `unlock` calls of the lock id too; it is marked `adopted`.
     /// Live as the keeper's renewal matches it (`keepalive::lease_query`, by the grant's
-    /// lock-delay; never a let-go entry). Adopted, the lock id's place leaves the line in the
-    /// same update.
+    /// lock-delay; never a let-go entry). Adopted, the adopting call's place leaves the line
+    /// in the same update, and so does a place of the lock id that names no call; a place of
+    /// another call of the lock id stays.
     Adopt {
         /// The resource.
         resource: Res,
@@ -425,6 +442,8 @@ pub enum Request {
         after_unlocks: Unlocks,
         /// The grant's lock-delay (the entry's `delayMs` when the attempt was answered).
         delay: Time,
+        /// The adopting call (its first attempt's nonce), whose place goes.
+        call: Nonce,
     },
     /// `unlock(lock_id)`, the call `op`: every entry of the lock id goes, except one that
     /// names `op` (granted or resumed after `op` was sent).
@@ -628,6 +647,12 @@ pub struct Bugs {
     /// that lands late, after the lock id's next call joined the line, takes that call's
     /// place, which joins again at the end, behind waiters that came after it.
     pub line_removal_by_lock_id: bool,
+    /// (al) An adoption takes out every place of its lock id, as before it named its call: a
+    /// late copy of an ended call's adoption, landing while the lease is still live and the
+    /// lock id's next call stands in line (answered "already held" too), takes that call's
+    /// place; if the next call's own adoption is then refused (the lease let go of or ended
+    /// meanwhile), it joins again at the end, behind waiters that came after it.
+    pub adoption_by_lock_id: bool,
 }
 
 /// The cap a request of `kind` asks for (none for an exclusive one).
@@ -1000,6 +1025,7 @@ impl Server {
                 keeper,
                 after_unlocks,
                 delay,
+                call,
             } => {
                 let doc = &mut self.docs[resource as usize];
                 let live = |e: &Entry| match bugs.let_go_held {
@@ -1017,10 +1043,10 @@ impl Server {
                     }
                     None => false,
                 };
-                // The lock id holds it: its place in line (kept by the waiting attempt
-                // answered "already held") goes in the same update.
+                // The call holds it: its place in line (kept by the waiting attempt answered
+                // "already held") goes in the same update, and no other call's.
                 if adopted {
-                    doc.leave(lock_id);
+                    doc.leave_adopted(lock_id, call, bugs);
                 }
                 Reply::Adopted(adopted)
             }

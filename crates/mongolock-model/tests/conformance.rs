@@ -483,6 +483,7 @@ const NO_BUGS: Bugs = Bugs {
     held_answer_leaves_line: false,
     line_jumper: false,
     line_removal_by_lock_id: false,
+    adoption_by_lock_id: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -2221,6 +2222,42 @@ fn replayable_update(captured: &Captured, resource: &str, to: &str) -> Document 
     out
 }
 
+/// `command` (a captured adoption) made the adoption of the call `to`: the call it names
+/// (the one ObjectId of its line's filter, `keepalive::adopt_command`) replaced, as
+/// [`replayable_update`] replaces the resource.
+fn for_call(command: &Document, to: ObjectId) -> Document {
+    fn replace(value: &mut Bson, to: ObjectId) -> usize {
+        match value {
+            Bson::ObjectId(id) => {
+                *id = to;
+                1
+            }
+            Bson::Document(d) => d.iter_mut().map(|(_, v)| replace(v, to)).sum(),
+            Bson::Array(a) => a.iter_mut().map(|v| replace(v, to)).sum(),
+            _ => 0,
+        }
+    }
+    let mut out = command.clone();
+    let Some(Bson::Array(updates)) = out.get_mut("updates") else {
+        panic!("an update: {command}");
+    };
+    let Some(Bson::Document(statement)) = updates.first_mut() else {
+        panic!("a statement: {command}");
+    };
+    let Some(Bson::Array(stages)) = statement.get_mut("u") else {
+        panic!("a pipeline: {command}");
+    };
+    let Some(Bson::Document(stage)) = stages.first_mut() else {
+        panic!("a stage: {command}");
+    };
+    let queue = (stage.get_document_mut("$set").ok()).and_then(|set| set.get_mut("queue"));
+    let Some(queue) = queue else {
+        panic!("the adoption sets the line: {command}");
+    };
+    assert_eq!(replace(queue, to), 1, "one call named: {command}");
+    out
+}
+
 /// Resume's adoption (`keepalive::adopt_command`, sent when an attempt of a handle is
 /// answered "already held") against the model's [`Request::Adopt`], on entries let go of
 /// within their minimum hold: the statement asks whether the lease is live as the keeper's
@@ -2290,7 +2327,11 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
             .unwrap()
             .expect("the seeded entry, resumed");
         assert_eq!(guard.fencing_token(), base() + i64::from(token));
-        let command = replayable_update(&captured, &resource, RESOURCE);
+        // Made the adoption of the call of nonce 0, whose place the cases seed.
+        let command = for_call(
+            &replayable_update(&captured, &resource, RESOURCE),
+            nonces.ids[0],
+        );
         drop(guard);
         // The cases: the entry live; let go of within its hold (granted a tick ago, or
         // just now); let go of and read before its grant (a clock stepped back).
@@ -2313,7 +2354,8 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
             }),
         ];
         for (name, e) in cases {
-            // A place of another lock id, and lock id 0's own, which an adoption takes out.
+            // A place of another lock id, and the adopting call's, which the adoption takes
+            // out.
             let queue = vec![
                 Place {
                     lock_id: 1,
@@ -2356,6 +2398,7 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
                 keeper: HANDLE_KEEPER,
                 after_unlocks: Unlocks::NONE,
                 delay,
+                call: 0,
             };
             let expected = model.execute(&request, NOW, &Bugs::default());
             assert_eq!(

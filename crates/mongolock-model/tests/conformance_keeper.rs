@@ -25,10 +25,12 @@
 //! ago, or read before its grant: a clock stepped back); revoked (force-released at the
 //! command's second, so that an entry with a lock-delay stays marked in force, or removed);
 //! other entries of the same lock id under other tokens, of other lock ids, in both
-//! documents; places of the lock id and others in line. Mutant steps that must each differ
-//! from the library on some case, so that the comparison can fail: a keeper that renews by
-//! lock id alone (control (e)), the keeper's statements without the `letGoAt` test (control
-//! (aa)), and "held" by time alone (control (z)).
+//! documents; places of the lock id and others in line, each naming the adopting call
+//! (every captured adoption is made one call's, [`ADOPTING`]), another call or none. Mutant
+//! steps that must each differ from the library on some case, so that the comparison can
+//! fail: a keeper that renews by lock id alone (control (e)), the keeper's statements
+//! without the `letGoAt` test (control (aa)), "held" by time alone (control (z)), and an
+//! adoption that takes every place of its lock id (control (al), as before issue 40's fix).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -55,6 +57,9 @@ const RESOURCES: [&str; 2] = ["r0", "r1"];
 const HANDLE_KEEPER: u8 = 7;
 /// The model's keeper id for the keeper of the client that doubts an `unlock`.
 const DOUBTING_KEEPER: u8 = 8;
+/// The model's nonce naming the adopting call (the ids 0 to 2 are other attempts' and
+/// calls'): every captured adoption is made that call's ([`for_call`]).
+const ADOPTING: u8 = 3;
 /// The model's id of the doubted `unlock` (the ids 0 and 1 are other calls).
 const DOUBTED: UnlockOp = 2;
 
@@ -128,11 +133,15 @@ impl Fixture {
         };
         let queue: Vec<Bson> = (doc.queue.iter())
             .map(|p| {
-                Bson::Document(doc! {
+                let mut place = doc! {
                     "lockId": format!("L{}", p.lock_id),
                     "kind": if p.shared { "shared" } else { "exclusive" },
                     "until": at(p.until),
-                })
+                };
+                if let Some(call) = p.call {
+                    place.insert("call", self.nonces[call as usize]);
+                }
+                Bson::Document(place)
             })
             .collect();
         let ends: Vec<Option<Time>> = doc.entries().map(|e| e.expires_at).collect();
@@ -417,6 +426,42 @@ async fn capture(
     }
 }
 
+/// `command` (a captured adoption) made the adoption of the call `to`: the call it names
+/// (the one ObjectId of its line's filter, `keepalive::adopt_command`) replaced, as
+/// [`aimed`] replaces the resource.
+fn for_call(command: &Document, to: ObjectId) -> Document {
+    fn replace(value: &mut Bson, to: ObjectId) -> usize {
+        match value {
+            Bson::ObjectId(id) => {
+                *id = to;
+                1
+            }
+            Bson::Document(d) => d.iter_mut().map(|(_, v)| replace(v, to)).sum(),
+            Bson::Array(a) => a.iter_mut().map(|v| replace(v, to)).sum(),
+            _ => 0,
+        }
+    }
+    let mut out = command.clone();
+    let Some(Bson::Array(updates)) = out.get_mut("updates") else {
+        panic!("an update: {command}");
+    };
+    let Some(Bson::Document(statement)) = updates.first_mut() else {
+        panic!("a statement: {command}");
+    };
+    let Some(Bson::Array(stages)) = statement.get_mut("u") else {
+        panic!("a pipeline: {command}");
+    };
+    let Some(Bson::Document(stage)) = stages.first_mut() else {
+        panic!("a stage: {command}");
+    };
+    let queue = (stage.get_document_mut("$set").ok()).and_then(|set| set.get_mut("queue"));
+    let Some(queue) = queue else {
+        panic!("the adoption sets the line: {command}");
+    };
+    assert_eq!(replace(queue, to), 1, "one call named: {command}");
+    out
+}
+
 /// `command` (an `update` of one statement) with its query's `_id` made `resource`.
 fn aimed(command: &Document, resource: &str) -> Document {
     let mut out = command.clone();
@@ -548,14 +593,20 @@ fn document(rng: &mut StdRng, l: Lease, keeper: u8, named: bool) -> Doc {
     }
     doc.fence = doc.entries().map(|e| e.token).max().unwrap_or(TOKEN) + rng.random_range(0..2);
     // The line: the lock id's place (kept by its waiting attempt answered "already held"),
-    // behind another's or alone.
+    // behind another's or alone, naming the adopting call, another call of the lock id (an
+    // adoption that lands late, after its call ended, leaves it: issue 40) or none (written
+    // before places named their call); another lock id's naming its call or none.
     for lock_id in [1, 0] {
         if rng.random_bool(0.4) {
+            let calls = match lock_id {
+                0 => [Some(ADOPTING), Some(1), None],
+                _ => [Some(0), None, None],
+            };
             doc.queue.push(Place {
                 lock_id,
                 until: [NOW + 1, NOW + 5][rng.random_range(0..2)],
                 shared: rng.random_bool(0.3),
-                call: None,
+                call: calls[rng.random_range(0..3)],
             });
         }
     }
@@ -598,7 +649,8 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
     let floor = server_now(&monitored).await.timestamp_millis() * 1000;
     let mut fixture = Fixture {
         base: floor + 3_600_000_000,
-        nonces: (0..3).map(|_| ObjectId::new()).collect(),
+        // Three attempts' and calls', and the adopting call's (`ADOPTING`).
+        nonces: (0..4).map(|_| ObjectId::new()).collect(),
         ops: vec![ObjectId::new(), ObjectId::new()],
         keepers: BTreeMap::new(),
     };
@@ -692,8 +744,15 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
                 ..Bugs::default()
             },
         ),
+        (
+            "an adoption that takes every place of its lock id (control (al))",
+            Bugs {
+                adoption_by_lock_id: true,
+                ..Bugs::default()
+            },
+        ),
     ];
-    let mut differs = [0usize; 3];
+    let mut differs = [0usize; 4];
     let mut seen = BTreeMap::<String, usize>::new();
     let mut note = |what: String| *seen.entry(what).or_default() += 1;
     let mut cases = 0;
@@ -762,8 +821,9 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
                     (request, real)
                 }
                 Call::Adopt => {
+                    let adopt = for_call(&c.adopt, fixture.nonces[ADOPTING as usize]);
                     let reply = (monitored.database("model"))
-                        .run_command(aimed(&c.adopt, RESOURCES[target]))
+                        .run_command(aimed(&adopt, RESOURCES[target]))
                         .await
                         .unwrap();
                     let request = Request::Adopt {
@@ -776,6 +836,7 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
                             false => Unlocks::NONE,
                         },
                         delay: l.delay,
+                        call: ADOPTING,
                     };
                     (request, Reply::Adopted(count(&reply) == 1))
                 }
