@@ -690,6 +690,18 @@ fn explain(history: &history::History, outcome: &check::Outcome) {
             );
         }
     }
+    // What may have ended a lease unseen, or moved the server's time: the operator's
+    // actions and clock moves, and on a set the primary's clock offsets.
+    eprintln!("operator actions and clock moves (kind, start, end):");
+    for op in &history.ops {
+        eprintln!("  {:?} {} {}", op.kind, ms(op.start), ms(op.end));
+    }
+    if !history.server_offsets.is_empty() {
+        eprintln!("the primary's clock ahead of the set's (from, ms):");
+        for (from, offset) in &history.server_offsets {
+            eprintln!("  {} {offset}", ms(*from));
+        }
+    }
     for resource in resources {
         eprintln!("holders of {resource}:");
         let mut holders: Vec<_> = (history.holders.iter())

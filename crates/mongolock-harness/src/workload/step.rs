@@ -20,19 +20,31 @@
 //! - **Back**: the server ends the lease later by its reckoning; the holder holds half its
 //!   TTL and must not be told it lost the lease for it.
 //!
+//! Whether the other reply showed the step is checked, not assumed: the step counts as shown
+//! only if that reply's `operationTime` passed every one the client read before and reached
+//! the server's clock after the step (the stepped client's write replies are watched by
+//! command monitoring). On a replica set the cluster time often stands ahead of the
+//! primary's clock (after a failover from a primary whose clock was ahead), and a write that
+//! wrote nothing answers the newest oplog entry's time: the reply then shows no step, the
+//! library cannot count it (its server clock's documentation says so), and the step is
+//! recorded unjudged, excusing its holder as a jump does. Before this check, every
+//! `--replset --long` run reported (1) and (3) on the holder of such a step.
+//!
 //! How each went is recorded ([`crate::history::Recorder::extra`]), so that a step whose
 //! reply was not held past it (or that never ran) is told apart: a fault that did not happen
 //! proves nothing.
 
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mongodb::event::command::CommandEvent;
 use mongolock::LockClient;
 use rand::Rng;
 
 use super::line::Asked;
 use super::step_back::ClearOnDrop;
-use super::{COLLECTION, ClockSteps, DB, Held, Worker, owner_label};
+use super::{COLLECTION, ClockSteps, DB, Held, Worker, lock, owner_label};
 use crate::history::{
     AcquireCall, ExtraFault, FaultKind, FromLibrary, HolderLog, LetGo, OpEvent, OpKind,
     ReleaseResult, watch_until,
@@ -106,7 +118,9 @@ impl Worker {
         forward: bool,
     ) -> String {
         let way = if forward { "forward" } else { "back" };
-        let options = relay.client_options(self.options.clone());
+        let mut options = relay.client_options(self.options.clone());
+        let replies = ReplyTimes::default();
+        replies.watch(&mut options);
         let Ok(client) = mongodb::Client::with_options(options) else {
             return format!("{way}: not carried out: no client");
         };
@@ -175,9 +189,20 @@ impl Worker {
         let now = Instant::now();
         self.recorder
             .server_clock(now, self.clock.now().timestamp_millis());
+        let after_step_ms = self.recorder.server_ms(now);
         // Another reply of the same client, read before the grant's.
         let witness = format!("{}-witness", steps.resource);
-        let shown = stepped.force_release(&witness).await.is_ok() && relay.holding();
+        let read_first = stepped.force_release(&witness).await.is_ok() && relay.holding();
+        // Whether that reply could show the step: its `operationTime` past every one the
+        // client read before. On a set, after a failover from a primary whose clock was
+        // ahead (or after a step back), the cluster time stands ahead of the primary's
+        // clock, and a write's `operationTime` stays at it until the clock catches up: a
+        // step forward smaller than that lead shows in no reply but a grant, as the
+        // library's documentation of its server clock says. Such a step was not shown:
+        // it is recorded as unjudged, and excuses its holder as a jump does.
+        // A step back shows in no `operationTime` (the cluster time never goes back): it
+        // is judged by whether the holder kept its lease, whatever the reply showed.
+        let shown = read_first && (!forward || replies.showed(stepped_at, after_step_ms));
         if forward {
             // Its renewals dropped as soon as the reply is on its way: none lands.
             relay.release_then_blackhole();
@@ -198,10 +223,14 @@ impl Worker {
             granted: matches!(got, Ok(Some(_))),
             timeout: Some(wait),
         });
-        let shown = if shown {
-            "held past the step, another reply read first"
-        } else {
-            "held past the step, no other reply read first"
+        let judged_if_granted = shown || !forward;
+        let shown = match (read_first, shown) {
+            (true, true) => "held past the step, another reply read first",
+            (true, false) => {
+                "held past the step, another reply read first but its operationTime showed \
+                 no step (the cluster time stood ahead of the server's clock)"
+            }
+            (false, _) => "held past the step, no other reply read first",
         };
         let cut_at = released_at;
         let Ok(Some(guard)) = got else {
@@ -221,7 +250,7 @@ impl Worker {
         self.recorder.op(
             OpKind::ClockStep {
                 by_ms,
-                judged: Some(log.id),
+                judged: judged_if_granted.then_some(log.id),
             },
             stepped_at,
             stepped_at,
@@ -257,6 +286,51 @@ impl Worker {
         stepped.shutdown().await;
         format!("{way}: {shown}, {outcome}")
     }
+}
+
+/// The `operationTime` of every write reply a client read (the commands whose reply the
+/// library reads the server's clock from: `Context::write`), with when it was read.
+#[derive(Clone, Default)]
+struct ReplyTimes(Arc<Mutex<Vec<(Instant, bson::Timestamp)>>>);
+
+impl ReplyTimes {
+    /// Has the client of `options` report its write replies here (command monitoring).
+    fn watch(&self, options: &mut mongodb::options::ClientOptions) {
+        let seen = self.0.clone();
+        options.command_event_handler = Some(mongodb::event::EventHandler::callback(
+            move |event: CommandEvent| {
+                if let CommandEvent::Succeeded(reply) = event
+                    && WRITES.contains(&reply.command_name.as_str())
+                    && let Ok(time) = reply.reply.get_timestamp("operationTime")
+                {
+                    lock(&seen).push((Instant::now(), time));
+                }
+            },
+        ));
+    }
+
+    /// True if a reply read after `at` showed the server's clock as it read after a step
+    /// then (`after_ms`, ms since the epoch, if known; see [`showed`]).
+    fn showed(&self, at: Instant, after_ms: Option<i64>) -> bool {
+        showed(&lock(&self.0), at, after_ms)
+    }
+}
+
+/// The commands the library sends through its write path.
+const WRITES: [&str; 4] = ["update", "findAndModify", "delete", "insert"];
+
+/// True if a reply of `seen` read after `at` showed a step of the server's clock there: its
+/// `operationTime`'s seconds are past those of every reply read before `at` (the library
+/// takes no other as showing a step), and not behind the server's clock after the step,
+/// `after_ms` (a write that wrote nothing answers the newest oplog entry's time, which may
+/// come from before the step).
+fn showed(seen: &[(Instant, bson::Timestamp)], at: Instant, after_ms: Option<i64>) -> bool {
+    let before = (seen.iter().filter(|(t, _)| *t < at))
+        .map(|(_, time)| time.time)
+        .max();
+    let caught_up = |seconds: u32| after_ms.is_none_or(|ms| i64::from(seconds) >= ms / 1000);
+    (seen.iter().filter(|(t, _)| *t >= at))
+        .any(|(_, time)| before.is_none_or(|b| time.time > b) && caught_up(time.time))
 }
 
 #[cfg(test)]
@@ -307,5 +381,35 @@ mod tests {
             forward_outcome(&early, Some(at(2_000)), &[]),
             "told of the loss before the other client's grant"
         );
+    }
+
+    /// A reply shows a step only if its `operationTime`'s seconds pass every one read
+    /// before the step (the library ignores the rest) and reach the server's clock after
+    /// it: on a set after a failover from a primary whose clock was ahead, the cluster time
+    /// stands still while the step happens, and a write that wrote nothing answers the
+    /// newest entry's time, which may be older than the step.
+    #[test]
+    fn only_a_reply_past_every_earlier_operation_time_and_the_step_shows_it() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ts = |time: u32, increment: u32| bson::Timestamp { time, increment };
+        let stepped_at = at(1_000);
+        // The clock at 100.2 s, then stepped 2.5 s forward: the witness at 102 s.
+        let after = Some(102_700);
+        let plain = [(at(0), ts(100, 1)), (at(1_100), ts(102, 1))];
+        assert!(showed(&plain, stepped_at, after));
+        assert!(showed(&plain, stepped_at, None));
+        // The cluster time at 104 s from a faster primary: the step shows only as the
+        // cluster time ticking its increment.
+        let ahead = [(at(0), ts(104, 7)), (at(1_100), ts(104, 9))];
+        assert!(!showed(&ahead, stepped_at, after));
+        // Another client's entry written in the next second before the step: past the
+        // earlier reply, but not the step.
+        let stale = [(at(0), ts(100, 1)), (at(1_100), ts(101, 4))];
+        assert!(!showed(&stale, stepped_at, after));
+        assert!(showed(&stale, stepped_at, None));
+        // No reply after the step shows nothing; a first reply after it shows it.
+        assert!(!showed(&plain[..1], stepped_at, after));
+        assert!(showed(&plain[1..], stepped_at, after));
     }
 }
