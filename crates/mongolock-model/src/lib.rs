@@ -57,8 +57,10 @@
 //! its lock id, before it named its call) are caught. Elsewhere the line is left out (it only adds
 //! terms to a grant's condition, so there the model grants whatever the library grants, and
 //! more). Not modelled, besides what [`server`] leaves out of the document: a place's
-//! refresh (a place lapses its life after it was taken), shared waiters in the record of
-//! the line (their places are in the server's step and the conformance test), the wake,
+//! refresh (a place lapses its life after it was taken), a line of permits judged against
+//! each other (the record holds waiting readers and permits, since 2026-12-07, and a
+//! shared grant is judged against the writers ahead of it only: a permit passing a waiting
+//! permit is not judged, which would need the cap), the wake,
 //! a seal's end (the model's tombstones never lapse), a client's
 //! `renew(lock_id)` (the server's step is modelled and in the conformance tests; no model
 //! client calls it), clock-step detection (a forward step excuses the holders it may have
@@ -485,15 +487,28 @@ pub mod scenarios {
         }
     }
 
-    /// The line at the small bounds, for `cargo test`: two guards in line at both of
-    /// [`SMALL`] and at [`TIME`]. ([`guards_line_restart`] runs at control (ah)'s bound,
-    /// without the bug, as every control's scenario does.)
+    /// The line at the small bounds, for `cargo test`: two guards in line, and a reader
+    /// and a writer in line, at both of [`SMALL`] and at [`TIME`]. ([`guards_line_restart`]
+    /// runs at control (ah)'s bound, without the bug, as every control's scenario does.)
     pub fn line() -> Vec<Config> {
         vec![
             handles_line(SMALL[0]),
             handles_line(SMALL[1]),
             handles_line(TIME),
+            readers_writer_line(SMALL[0]),
+            readers_writer_line(SMALL[1]),
+            readers_writer_line(TIME),
         ]
+    }
+
+    /// [`readers_writer`] with the line: the reader's and the writer's acquires wait in
+    /// line, and the checker's record of the line holds the waiting reader too.
+    pub fn readers_writer_line(bounds: Bounds) -> Config {
+        Config {
+            name: "a reader and a writer in line",
+            line: true,
+            ..readers_writer(bounds)
+        }
     }
 
     /// Two clients with guards on one resource.

@@ -971,12 +971,14 @@ impl LockModel {
         }
     }
 
-    /// A waiting exclusive attempt not granted, in the record of the line: made to wait
-    /// (refused, or answered "already held": it keeps its place while it resumes), its client
-    /// joins at the end if it is the current call's and stands there not already, its place
-    /// lasting as the server's does (its life from when the lock id joined: the model's
-    /// clients do not refresh it); answered otherwise (withdrawn, its own grant again, held
-    /// with the other kind), its lock id is out of the line.
+    /// A guard's waiting attempt not granted, in the record of the line: made to wait (for
+    /// an exclusive one, refused or answered "already held": it keeps its place while it
+    /// resumes; for a shared one, a reader's or a permit's, refused with its call's place in
+    /// the line: not out of it for an entry of its lock id in force), its client joins at the
+    /// end if it is the current call's and stands there not already, its place lasting as
+    /// the server's does (its life from when the lock id joined: the model's clients do not
+    /// refresh it); answered otherwise (withdrawn, its own grant again, held with the other
+    /// kind, another cap), its call is out of the line.
     fn note_arrival(&self, state: &mut State, msg: &Msg, answer: &Reply, kind: Kind) {
         let Request::Acquire {
             resource,
@@ -988,10 +990,22 @@ impl LockModel {
         else {
             return;
         };
-        if kind.is_shared() || self.mode(msg.from) != Mode::Handle {
+        if self.mode(msg.from) != Mode::Handle {
             return;
         }
-        if !matches!(answer, Reply::Refused | Reply::AlreadyHeld { .. }) {
+        // A shared attempt waits only refused and not out of the line (`o`: an entry of its
+        // lock id in force; the cap it asks for agreed, else it is answered with an error):
+        // its call's place is in the line after the step. An exclusive one also when
+        // answered "already held" (it keeps its place while it resumes).
+        let waits = match kind.is_shared() {
+            true => {
+                *answer == Reply::Refused
+                    && (state.server.docs[resource as usize].queue.iter())
+                        .any(|p| p.call == Some(call))
+            }
+            false => matches!(answer, Reply::Refused | Reply::AlreadyHeld { .. }),
+        };
+        if !waits {
             // Its call's place only: a late copy of an ended call's attempt leaves its
             // client's next call where it stands (issue 40).
             Self::call_out_of_line(state, msg.from, resource, call);
@@ -2085,8 +2099,9 @@ pub const PURGE_ENDS_NOTHING_IN_FORCE: &str =
 /// both against the server's line and against the checker's own record of who stands where
 /// ([`State::line`]: the line's rules restated by reply class, apart from the server's
 /// step), so that a step that loses a place shows: a guard's lock id joins the record's end
-/// when a waiting exclusive attempt of it is made to wait (refused, or answered "already
-/// held": it keeps its place while it resumes), and leaves it when it is granted, adopts its
+/// when a waiting attempt of it is made to wait (refused; an exclusive one also answered
+/// "already held": it keeps its place while it resumes; a shared one, a reader's or a
+/// permit's, only if not out of the line), and leaves it when it is granted, adopts its
 /// lease, is answered out of the line (withdrawn, its own grant, the other kind), when a
 /// withdrawal, a retiring release or a `leave_line` of it lands, when its place lapses, or
 /// when the TTL index deletes the document (a line keeps no document, `crate::schema`).
