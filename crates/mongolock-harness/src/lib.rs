@@ -690,6 +690,9 @@ fn explain(history: &history::History, outcome: &check::Outcome) {
             );
         }
     }
+    if resources.is_empty() && !outcome.has(check::Check::CallTimeout) {
+        return;
+    }
     // What may have ended a lease unseen, or moved the server's time: the operator's
     // actions and clock moves, and on a set the primary's clock offsets.
     eprintln!("operator actions and clock moves (kind, start, end):");

@@ -50,16 +50,17 @@
 //! mongod's change streams deliver only majority-committed events, so a write that a
 //! partitioned primary took and later rolled back never appears on them, and every event's
 //! `wallTime` is the writing primary's clock (the oplog entry's `wall`). The emulator's
-//! members each serve their own change log, which holds a partitioned primary's writes
-//! before they are rolled back, and stamps an applied entry with the applying member's
-//! clock. The tap ([`SetTap`]) therefore reads the stream of the primary of the moment
+//! members each serve their own change log, read only up to the majority commit point the
+//! member knows (since `74d3ab3`; before, a partitioned primary's writes were delivered at
+//! once and a rolled-back one could be), and stamp an applied entry with the applying
+//! member's clock. The tap ([`SetTap`]) therefore reads the stream of the primary of the moment
 //! (resuming on the new primary 10 s before the last cluster time it read when the old one
 //! fails or steps down, events read twice skipped, counted as resumes: a partitioned
 //! primary's rolled-back writes may carry cluster times ahead of the new primary's first
 //! writes), and at the end keeps, in the set's oplog order, exactly
 //! the events the set kept ([`ReplicaSet::oplog`]: the primary's oplog once rollbacks are
 //! done), each with the writing primary's wall clock. Events read and not kept (rolled back)
-//! are counted; a write the set kept that the stream never delivered makes the oracle
+//! are counted, and stay 0 now that the streams deliver only committed events; a write the set kept that the stream never delivered makes the oracle
 //! incomplete rather than judged on a partial log. (S1)-(S13) are then judged as on one
 //! server, on the server's time of the primary that committed each write.
 //!
