@@ -732,9 +732,10 @@ async fn run(
     }
 }
 
-/// Opens the stream, dispatches its events, reopens it when it ends; never returns.
-/// Availability changes go through [`Shared::report_availability`] with `cancel`, so that a
-/// stopped task leaves the availability alone.
+/// Opens the stream, dispatches its events, reopens it when it ends; returns only when
+/// nobody has waited for [`UNWATCHED_LINGER`]. Availability changes go through
+/// [`Shared::report_availability`] with `cancel`, so that a stopped task leaves the
+/// availability alone.
 ///
 /// The stream is a plain `aggregate` cursor with a `$changeStream` stage rather than the
 /// driver's `ChangeStream`: the driver's automatic resume sends its resume token only on the
@@ -742,6 +743,10 @@ async fn run(
 /// closed connection during a failover) opens a *fresh* stream, silently skipping the events
 /// in between (mongodb 3.9.1, `ChangeStreamAggregate::build` takes the token). Here every
 /// error comes back to this loop, which reopens from the last event's resume token itself.
+///
+/// Each turn of the loop is four steps: [`Reopening::open`] (or wait and try again),
+/// [`Reopening::opened`], [`Reopening::read`] until the stream ends, and
+/// [`Reopening::ended`], which says where the next one starts.
 ///
 /// # Cancel safety
 /// Meant to be dropped ([`run`] does): dropping it drops the cursor, whose `Drop` kills the
@@ -752,102 +757,170 @@ async fn stream(
     cancel: &CancellationToken,
     ended: &AtomicBool,
 ) {
-    let namespace = collection.namespace();
-    let set_availability = |availability| shared.report_availability(cancel, availability);
-    let mut resume = ResumePoint::Fresh;
-    // Failures since the stream last delivered an event or stayed up for a while.
-    let mut failures: u32 = 0;
+    let mut reopening = Reopening {
+        collection,
+        shared,
+        cancel,
+        resume: ResumePoint::Fresh,
+        failures: 0,
+    };
     loop {
-        let (mut session, mut cursor) = match open(collection, &resume, &shared.keeper).await {
-            Ok(opened) => opened,
-            Err(error) => {
-                shared.counters.failures.fetch_add(1, Ordering::Relaxed);
-                if server_code(&error) == Some(CHANGE_STREAM_NOT_SUPPORTED) {
-                    if *shared.availability.borrow() != Availability::Unavailable {
-                        tracing::warn!(
-                            namespace = %namespace, %error,
-                            "the server does not support change streams: lock waiters will poll"
-                        );
-                    }
-                    set_availability(Availability::Unavailable);
-                    tokio::time::sleep(UNSUPPORTED_RETRY).await;
-                    continue;
-                }
-                if !matches!(resume, ResumePoint::Fresh) && history_lost(&error) {
-                    tracing::warn!(
-                        namespace = %namespace, %error,
-                        "cannot resume the change stream: reopening it and waking every waiter"
-                    );
-                    resume = ResumePoint::Fresh;
-                    continue;
-                }
-                failures = failures.saturating_add(1);
-                if failures >= FAILURES_BEFORE_UNAVAILABLE
-                    && *shared.availability.borrow() != Availability::Unavailable
-                {
-                    tracing::warn!(
-                        namespace = %namespace, %error, failures,
-                        "cannot open the change stream: lock waiters will poll until it opens"
-                    );
-                    set_availability(Availability::Unavailable);
-                } else {
-                    tracing::debug!(namespace = %namespace, %error, failures, "opening the change stream failed");
-                }
-                tokio::time::sleep(reopen_backoff(failures)).await;
-                continue;
-            }
+        let Some((mut session, mut cursor)) = reopening.open().await else {
+            continue;
         };
         let opened_at = tokio::time::Instant::now();
-        shared.counters.opens.fetch_add(1, Ordering::Relaxed);
-        if let ResumePoint::Fresh = resume {
-            tracing::debug!(namespace = %namespace, "change stream opened");
-            // Where this stream starts: a reopen before any event resumes from here.
-            if let Some(time) = session.operation_time() {
-                resume = ResumePoint::At(time);
-            }
-            // Changes made while there was no stream are not in this one.
-            shared.wake_all();
-        } else {
-            shared.counters.resumes.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(namespace = %namespace, ?resume, "change stream resumed");
+        reopening.opened(&session);
+        let end = reopening.read(&mut session, &mut cursor, ended).await;
+        drop(cursor);
+        drop(session);
+        reopening.set_availability(Availability::Unknown);
+        if let StreamEnd::Unwatched = end {
+            tracing::debug!(namespace = %collection.namespace(), "nobody waits: change stream closed");
+            return;
         }
-        set_availability(Availability::Streaming);
-        let end = loop {
+        reopening.ended(end, opened_at);
+        tokio::time::sleep(reopen_backoff(reopening.failures)).await;
+    }
+}
+
+/// What [`stream`] keeps from one stream to the next: where the next one starts, and how
+/// many times in a row opening or reading failed.
+struct Reopening<'a> {
+    collection: &'a Collection<Document>,
+    shared: &'a Shared,
+    cancel: &'a CancellationToken,
+    resume: ResumePoint,
+    /// Failures since the stream last delivered an event or stayed up for a while.
+    failures: u32,
+}
+
+impl Reopening<'_> {
+    fn set_availability(&self, availability: Availability) {
+        self.shared.report_availability(self.cancel, availability);
+    }
+
+    /// Opens a stream at the resume point. On failure: a server without change streams
+    /// makes the waiters poll, and is asked again after [`UNSUPPORTED_RETRY`]; a resume
+    /// point whose history is gone is dropped for a fresh start, at once; any other error
+    /// counts a failure (the waiters poll after [`FAILURES_BEFORE_UNAVAILABLE`]) and waits
+    /// [`reopen_backoff`]. `None` once it has waited what the failure asks.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping it drops the session and any cursor opened.
+    async fn open(&mut self) -> Option<(ClientSession, SessionCursor<Document>)> {
+        let error = match open(self.collection, &self.resume, &self.shared.keeper).await {
+            Ok(opened) => return Some(opened),
+            Err(error) => error,
+        };
+        let namespace = self.collection.namespace();
+        let shared = self.shared;
+        shared.counters.failures.fetch_add(1, Ordering::Relaxed);
+        if server_code(&error) == Some(CHANGE_STREAM_NOT_SUPPORTED) {
+            if *shared.availability.borrow() != Availability::Unavailable {
+                tracing::warn!(
+                    namespace = %namespace, %error,
+                    "the server does not support change streams: lock waiters will poll"
+                );
+            }
+            self.set_availability(Availability::Unavailable);
+            tokio::time::sleep(UNSUPPORTED_RETRY).await;
+            return None;
+        }
+        if !matches!(self.resume, ResumePoint::Fresh) && history_lost(&error) {
+            tracing::warn!(
+                namespace = %namespace, %error,
+                "cannot resume the change stream: reopening it and waking every waiter"
+            );
+            self.resume = ResumePoint::Fresh;
+            return None;
+        }
+        self.failures = self.failures.saturating_add(1);
+        let failures = self.failures;
+        if failures >= FAILURES_BEFORE_UNAVAILABLE
+            && *shared.availability.borrow() != Availability::Unavailable
+        {
+            tracing::warn!(
+                namespace = %namespace, %error, failures,
+                "cannot open the change stream: lock waiters will poll until it opens"
+            );
+            self.set_availability(Availability::Unavailable);
+        } else {
+            tracing::debug!(namespace = %namespace, %error, failures, "opening the change stream failed");
+        }
+        tokio::time::sleep(reopen_backoff(failures)).await;
+        None
+    }
+
+    /// A stream opened on `session`: a fresh one starts where the session's
+    /// `operationTime` says (a reopen before any event resumes from there) and wakes every
+    /// waiter (changes made while there was no stream are not in it); the waiters may wait
+    /// on the stream now.
+    fn opened(&mut self, session: &ClientSession) {
+        let namespace = self.collection.namespace();
+        let counters = &self.shared.counters;
+        counters.opens.fetch_add(1, Ordering::Relaxed);
+        if let ResumePoint::Fresh = self.resume {
+            tracing::debug!(namespace = %namespace, "change stream opened");
+            if let Some(time) = session.operation_time() {
+                self.resume = ResumePoint::At(time);
+            }
+            self.shared.wake_all();
+        } else {
+            counters.resumes.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(namespace = %namespace, resume = ?self.resume, "change stream resumed");
+        }
+        self.set_availability(Availability::Streaming);
+    }
+
+    /// Reads events and dispatches them, each moving the resume point past it, until the
+    /// stream ends: closed by the server, failed, or nobody has waited for
+    /// [`UNWATCHED_LINGER`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an event is dispatched in the same poll that reads it.
+    async fn read(
+        &mut self,
+        session: &mut ClientSession,
+        cursor: &mut SessionCursor<Document>,
+        ended: &AtomicBool,
+    ) -> StreamEnd {
+        loop {
             let read = tokio::select! {
                 biased;
-                read = cursor.advance(&mut session) => read,
-                () = shared.unwatched(UNWATCHED_LINGER, ended) => break StreamEnd::Unwatched,
+                read = cursor.advance(session) => read,
+                () = self.shared.unwatched(UNWATCHED_LINGER, ended) => return StreamEnd::Unwatched,
             };
             match read {
                 Ok(true) => {
-                    failures = 0;
+                    self.failures = 0;
                     match cursor.deserialize_current() {
                         Ok(event) => {
                             // Events always carry their resume token: the server refuses a
                             // pipeline that changes `_id` (code 280).
                             if let Some(token) = event.get("_id") {
-                                resume = ResumePoint::After(token.clone());
+                                self.resume = ResumePoint::After(token.clone());
                             }
-                            shared.dispatch(&event);
+                            self.shared.dispatch(&event);
                         }
-                        Err(error) => break StreamEnd::Failed(error),
+                        Err(error) => return StreamEnd::Failed(error),
                     }
                 }
-                Ok(false) => break StreamEnd::Closed,
-                Err(error) => break StreamEnd::Failed(error),
+                Ok(false) => return StreamEnd::Closed,
+                Err(error) => return StreamEnd::Failed(error),
             }
-        };
-        drop(cursor);
-        drop(session);
-        set_availability(Availability::Unknown);
-        if let StreamEnd::Unwatched = end {
-            tracing::debug!(namespace = %namespace, "nobody waits: change stream closed");
-            return;
         }
+    }
+
+    /// A stream opened at `opened_at` ended (`end`, not [`StreamEnd::Unwatched`]): a
+    /// failure is counted (the count starts over after a stream that stayed up
+    /// [`HEALTHY_STREAM`]), and a stream closed by the server, or whose history is gone,
+    /// starts fresh next time; any other failure resumes.
+    fn ended(&mut self, end: StreamEnd, opened_at: tokio::time::Instant) {
+        let namespace = self.collection.namespace();
         if opened_at.elapsed() >= HEALTHY_STREAM {
-            failures = 0;
+            self.failures = 0;
         }
-        failures = failures.saturating_add(1);
+        self.failures = self.failures.saturating_add(1);
         match end {
             StreamEnd::Unwatched => {}
             StreamEnd::Closed => {
@@ -855,25 +928,27 @@ async fn stream(
                     namespace = %namespace,
                     "the change stream was closed by the server (collection dropped or renamed): reopening it"
                 );
-                resume = ResumePoint::Fresh;
+                self.resume = ResumePoint::Fresh;
             }
             StreamEnd::Failed(error) => {
-                shared.counters.failures.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .counters
+                    .failures
+                    .fetch_add(1, Ordering::Relaxed);
                 if history_lost(&error) {
                     tracing::warn!(
                         namespace = %namespace, %error,
                         "the change stream cannot be resumed: reopening it and waking every waiter"
                     );
-                    resume = ResumePoint::Fresh;
+                    self.resume = ResumePoint::Fresh;
                 } else {
                     tracing::warn!(
-                        namespace = %namespace, %error, ?resume,
+                        namespace = %namespace, %error, resume = ?self.resume,
                         "the change stream failed: resuming it"
                     );
                 }
             }
         }
-        tokio::time::sleep(reopen_backoff(failures)).await;
     }
 }
 
