@@ -43,6 +43,7 @@ async fn race(
             upstream: stage.server.addr(),
             recorder: &stage.recorder,
             client: 0,
+            owner: "control".into(),
             lock_id: "host-a".into(),
             shape: AdoptionRace::on(RESOURCE),
             planted,

@@ -54,6 +54,9 @@ pub struct Stage<'a> {
     pub recorder: &'a Recorder,
     /// The client slot the holders are logged under.
     pub client: usize,
+    /// The owner every lock of the race is taken under: the slot's, so that the liveness
+    /// probe knows a race under way at its end for a live client's.
+    pub owner: String,
     /// The job's lock id, the same for both processes.
     pub lock_id: String,
     /// The shape of the scenario.
@@ -144,6 +147,7 @@ impl Worker {
             upstream: self.proxy.addr(),
             recorder: &self.recorder,
             client: self.index,
+            owner: owner_label(self.index, self.incarnation),
             lock_id: format!(
                 "{}.adopt-{}",
                 owner_label(self.index, self.incarnation),
@@ -217,6 +221,7 @@ async fn race(stage: &Stage<'_>, dying: &FaultProxy, far: &FaultProxy, near: &Fa
     let job = |locks: &LockClient| {
         (locks.mutex(&shape.resource).ttl(shape.ttl))
             .min_hold(shape.hold)
+            .owner(stage.owner.clone())
             .lock_id(stage.lock_id.clone())
     };
     let invoked = Instant::now();
@@ -331,7 +336,9 @@ fn call<T>(
 async fn contend(stage: &Stage<'_>, locks: &LockClient, patience: Duration) -> bool {
     let recorder = stage.recorder;
     let lock_id = format!("{}-contender", stage.lock_id);
-    let mutex = (locks.mutex(&stage.shape.resource).ttl(stage.shape.ttl)).lock_id(lock_id.clone());
+    let mutex = (locks.mutex(&stage.shape.resource).ttl(stage.shape.ttl))
+        .owner(stage.owner.clone())
+        .lock_id(lock_id.clone());
     let invoked = Instant::now();
     let got = mutex.acquire_timeout(patience).await;
     stage.recorder.acquire_call(AcquireCall {
