@@ -4,6 +4,8 @@
 //! cargo run --release -p mongolock-model                       # the small bounds
 //! cargo run --release -p mongolock-model -- --deep             # the deeper bounds
 //! cargo run --release -p mongolock-model -- --deep --traces    # with every trace
+//! cargo run --release -p mongolock-model -- --scenario "two guards in line" --bound 0,3,0,1,2,1,0,1
+//!                                    # one scenario at one bound, without bug, no control
 //! ```
 //!
 //! Prints, per run, the unique and generated states, the depth and the time, and each
@@ -11,12 +13,49 @@
 //! exits non-zero if the protocol fails a property that is not a known finding, or a
 //! control is not caught.
 
-use mongolock_model::{LockModel, check, controls, findings, scenarios, trace};
+use mongolock_model::{Config, LockModel, check, controls, findings, scenarios, trace};
+
+/// The scenario `name` at `bound` (eight numbers, comma-separated, as
+/// [`scenarios::bounds`] takes them); exits with a message if either is not one.
+fn one_run(name: &str, bound: &str) -> Config {
+    let numbers: Vec<u8> = match bound.split(',').map(str::parse).collect() {
+        Ok(numbers) => numbers,
+        Err(error) => {
+            eprintln!("--bound {bound:?}: {error}");
+            std::process::exit(2);
+        }
+    };
+    let Ok(numbers) = <[u8; 8]>::try_from(numbers) else {
+        eprintln!("--bound {bound:?}: eight numbers, comma-separated");
+        std::process::exit(2);
+    };
+    match scenarios::named(name, scenarios::bounds(numbers)) {
+        Some(config) => config,
+        None => {
+            eprintln!("--scenario {name:?}: no such scenario");
+            std::process::exit(2);
+        }
+    }
+}
 
 fn main() {
     let deep = std::env::args().any(|arg| arg == "--deep");
     let traces = std::env::args().any(|arg| arg == "--traces");
-    let configs = if deep {
+    let value = |flag: &str| {
+        let mut args = std::env::args().skip_while(|arg| arg != flag).skip(1);
+        args.next()
+    };
+    let one = match (value("--scenario"), value("--bound")) {
+        (None, None) => None,
+        (Some(name), Some(bound)) => Some(one_run(&name, &bound)),
+        _ => {
+            eprintln!("--scenario and --bound go together");
+            std::process::exit(2);
+        }
+    };
+    let configs = if let Some(config) = &one {
+        vec![config.clone()]
+    } else if deep {
         scenarios::deep()
     } else {
         (scenarios::SMALL.into_iter())
@@ -61,7 +100,11 @@ fn main() {
             }
         }
     }
-    for control in controls::all() {
+    let controls = match one {
+        Some(_) => vec![],
+        None => controls::all(),
+    };
+    for control in controls {
         let outcome = check(&control.config, Some(control.breaks));
         let caught = (outcome.counterexamples.iter()).find(|(p, _)| *p == control.breaks);
         println!(
