@@ -696,3 +696,90 @@ async fn emulator_only_a_late_adoption_leaves_the_lock_ids_next_call_in_its_plac
     direct.shutdown().await;
     locks.shutdown().await;
 }
+
+/// Issue 40: an adoption takes over only the lease as its waiting attempt was answered
+/// (the entry naming the keeper the "already held" reply showed), or one it adopted
+/// already (its own keeper). The lease of `svc` outlives its first process (a guard's,
+/// naming that process's keeper); the second process's call is answered "already held" and
+/// sends its adoption, whose every copy is held on the wire, and gives up: that process
+/// dies. The third process's call is answered "already held" too, adopts the lease and
+/// holds it. The second process's adoption copies land then, while the lease is live: they
+/// must match nothing (the entry names the third process's keeper now), so that the third
+/// process's release frees the resource. Before, the adoption's query did not ask which
+/// keeper the entry named: the late copy renamed the entry to its dead keeper, the live
+/// holder's release found nothing, and the resource stayed blocked until the TTL ran out
+/// (found by the model checker in "two guards in line" at 0,3,0,0,2,2,0,1).
+#[tokio::test]
+async fn emulator_only_a_late_adoption_of_a_dead_process_leaves_its_successors_lease() {
+    let db = "late_adopt_dead";
+    let Some(Proxied {
+        server,
+        proxy,
+        cut_off: second,
+        direct: third,
+    }) = common::proxied(db).await
+    else {
+        return;
+    };
+    warm(&second).await;
+    warm(&third).await;
+    let late = proxy.fault_requests(
+        Requests::matching(is_adoption_on_job),
+        RequestFault::Late {
+            hold: secs(5),
+            cut_after: Some(Duration::from_millis(50)),
+        },
+    );
+    // The first process: granted, and gone without a release (its keeper with it).
+    let ttl = secs(30);
+    let first = LockClient::new(server.new_client().database(db).collection("locks"));
+    let lease = (first.mutex("job").lock_id("svc").ttl(ttl))
+        .acquire()
+        .await
+        .unwrap();
+    let token = lease.fencing_token();
+    std::mem::forget(lease);
+    drop(first);
+    // The second process: answered "already held", its adoption held on the wire; it gives
+    // up, and dies.
+    let gave_up = (second.mutex("job").lock_id("svc").ttl(ttl))
+        .acquire_timeout(Duration::from_millis(700))
+        .await;
+    assert!(
+        !matches!(gave_up, Ok(Some(_))),
+        "the second process resumed the lease"
+    );
+    assert!(late.applied() >= 1, "the second process sent no adoption");
+    // The third process resumes the lease (straight to the server: its adoption is not held).
+    let held = (third.mutex("job").lock_id("svc").ttl(ttl))
+        .acquire_timeout(secs(5))
+        .await
+        .unwrap()
+        .expect("the third process resumes the lease");
+    assert_eq!(held.fencing_token(), token, "the first process's lease");
+    not_delivered_yet(&late);
+    // Every copy of the second process's adoption ran while the lease was live, and matched
+    // nothing.
+    let copies = late.applied() as usize;
+    for reply in late_copies_ran(&late, copies).await {
+        assert_eq!(
+            reply.get("n").and_then(bson::Bson::as_i32),
+            Some(0),
+            "a late adoption of the dead process took the lease over: {reply:?}"
+        );
+    }
+    assert!(!held.is_lost(), "the third process's lease");
+    held.release().await.unwrap();
+    let next = (third.mutex("job").lock_id("other").ttl(ttl))
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(
+        next.is_some(),
+        "the resource is blocked after its holder's release: {:?}",
+        held_on_job(&third).await
+    );
+    drop(next);
+    second.shutdown().await;
+    third.shutdown().await;
+}

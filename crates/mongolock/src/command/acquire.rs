@@ -1184,18 +1184,32 @@ mod tests {
         assert_eq!(line(&stored), [ours.clone(), theirs.clone()], "{stored}");
         // A late copy of the first call's adoption: the lease is live, so it is adopted,
         // and the next call's place stays where it is.
-        let adopt = |keeper: &'static str, call: ObjectId| {
-            crate::command::keepalive::adopt(ctx, &grant, keeper, &details, &[], call)
+        let adopt = |grant: &Grant, keeper: &'static str, call: ObjectId| {
+            let (grant, details) = (grant.clone(), details.clone());
+            async move {
+                crate::command::keepalive::adopt(ctx, &grant, keeper, &details, &[], call).await
+            }
         };
-        assert!(adopt("k1", first.call).await.unwrap(), "the lease is live");
+        assert!(
+            adopt(&grant, "k1", first.call).await.unwrap(),
+            "the lease is live"
+        );
         let stored = document_of(&collection, "r").await;
         assert_eq!(
             line(&stored),
             [ours.clone(), theirs.clone()],
             "the late adoption took the next call's place: {stored}"
         );
-        // The next call's own adoption takes its place out.
-        assert!(adopt("k2", next.call).await.unwrap());
+        // The next call's adoption, of the entry as its attempt was answered (naming no
+        // keeper), finds it renamed since (`keepalive::adopted_keepers`) and is refused: its
+        // place stays. Asked again, the call is answered with the entry naming k1, and its
+        // adoption of that takes its place out.
+        assert!(!adopt(&grant, "k2", next.call).await.unwrap());
+        let stored = document_of(&collection, "r").await;
+        assert_eq!(line(&stored), [ours.clone(), theirs.clone()], "{stored}");
+        let again = held(locks.acquire(&next).await.unwrap());
+        assert_eq!(again.holder.keeper.as_deref(), Some("k1"));
+        assert!(adopt(&again, "k2", next.call).await.unwrap());
         let stored = document_of(&collection, "r").await;
         assert_eq!(line(&stored), std::slice::from_ref(&theirs), "{stored}");
         // A place of the lock id that names no call (written before places named their
@@ -1210,9 +1224,85 @@ mod tests {
             .unwrap();
         let stored = document_of(&collection, "r").await;
         assert_eq!(line(&stored)[0], ("svc".to_owned(), None), "{stored}");
-        assert!(adopt("k3", ObjectId::new()).await.unwrap());
+        // (Answered with the entry as it is now: naming k2.)
+        let mut now_held = again.clone();
+        now_held.holder.keeper = Some("k2".to_owned());
+        assert!(adopt(&now_held, "k3", ObjectId::new()).await.unwrap());
         let stored = document_of(&collection, "r").await;
         assert_eq!(line(&stored), [theirs], "{stored}");
+    }
+
+    /// An adoption takes over the lease only as its attempt was answered with it (the entry
+    /// naming the keeper the "already held" reply showed, or none), or as it left it
+    /// already (naming its own keeper: a copy sent again), never an entry another process
+    /// adopted since: a late copy of a dead process's adoption, landing after its lock id's
+    /// live successor adopted the lease, would rename it to the dead keeper, and the
+    /// successor's release would find nothing (issue 40). Exclusive and shared entries, one
+    /// naming a keeper (a guard's) and one naming none (a low-level call's).
+    #[tokio::test]
+    async fn an_adoption_takes_the_entry_as_it_was_answered_or_as_it_left_it_only() {
+        let server = mongolock_testkit::TestServer::start().await.unwrap();
+        let collection = server.client().database("d").collection("locks");
+        let locks = crate::LockClient::new(collection.clone());
+        let ctx = locks.ready().unwrap();
+        let details = LockDetails::default().ttl(Duration::from_secs(30));
+        let adopt = |grant: &Grant, keeper: &'static str| {
+            let (grant, details) = (grant.clone(), details.clone());
+            async move {
+                crate::command::keepalive::adopt(
+                    ctx,
+                    &grant,
+                    keeper,
+                    &details,
+                    &[],
+                    ObjectId::new(),
+                )
+                .await
+                .unwrap()
+            }
+        };
+        for kind in [LockKind::Exclusive, LockKind::Shared] {
+            for first_keeper in [Some("k1"), None] {
+                let resource = format!("r-{kind}-{first_keeper:?}");
+                let request = || match kind {
+                    LockKind::Exclusive => {
+                        AcquireRequest::exclusive(&resource, "svc", details.clone())
+                    }
+                    LockKind::Shared => {
+                        AcquireRequest::shared(&resource, "svc", details.clone(), None)
+                    }
+                };
+                // The lease, granted to a process that died.
+                let mut first = request();
+                first.keeper = first_keeper.map(str::to_owned);
+                assert!(matches!(
+                    locks.acquire(&first).await.unwrap(),
+                    Attempt::Granted(_)
+                ));
+                // Two restarted processes' attempts answered "already held" with it.
+                let answered = match locks.acquire(&request()).await.unwrap() {
+                    Attempt::AlreadyHeld(grant) => grant,
+                    other => panic!("answered with the lease held, not {other:?}"),
+                };
+                assert_eq!(answered.holder.keeper.as_deref(), first_keeper);
+                let keeper_of = |stored: &Document| -> Option<String> {
+                    let entry = match kind {
+                        LockKind::Exclusive => stored.get_document("exclusive").unwrap(),
+                        LockKind::Shared => (stored.get_array("shared").unwrap()[0])
+                            .as_document()
+                            .unwrap(),
+                    };
+                    entry.get_str(schema::KEEPER).ok().map(str::to_owned)
+                };
+                // The live successor adopts it; the dead one's late adoption then matches
+                // nothing; the successor's adoption sent again still matches.
+                assert!(adopt(&answered, "k3").await, "{resource}: the successor");
+                assert!(!adopt(&answered, "k2").await, "{resource}: the late copy");
+                let stored = document_of(&collection, &resource).await;
+                assert_eq!(keeper_of(&stored).as_deref(), Some("k3"), "{stored}");
+                assert!(adopt(&answered, "k3").await, "{resource}: sent again");
+            }
+        }
     }
 
     /// A request that only waits for its turn is never granted, even on a free resource

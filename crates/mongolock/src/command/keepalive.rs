@@ -99,14 +99,15 @@ fn idle_since(renewed_expiry: Bson) -> Document {
 }
 
 /// The query that finds one lease's entry while its holder holds it: by resource, lock id,
-/// token and, when `keeper` is given, the keeper it names; never a marked entry (`letGoAt`,
-/// see `expr::was_let_go`), which holds nothing, whatever its `expiresAt` and the clock
+/// token and the keeper it names (`keeper`: a keeper's id, or an `$in` of the keepers an
+/// adoption may find, see [`adopted_keepers`]); never a marked entry (`letGoAt`, see
+/// `expr::was_let_go`), which holds nothing, whatever its `expiresAt` and the clock
 /// read: neither renewed nor adopted. Its holder let go of it within its minimum hold (a
 /// late release of a dead holder landing between its restarted process's attempt and its
 /// adoption), or a force release broke its lease and keeps it for its lock-delay (a step
 /// back of the server's clock by more than the delay would read it as live again, and its
 /// revoked holder would never be told).
-fn lease_query(grant: &Grant, keeper: Option<&str>) -> Document {
+fn lease_query(grant: &Grant, keeper: Bson) -> Document {
     let (resource, lock_id, token) = (grant.resource(), grant.lock_id(), grant.fencing_token());
     let now = lease_now(delay_millis(grant));
     match grant.kind() {
@@ -115,9 +116,7 @@ fn lease_query(grant: &Grant, keeper: Option<&str>) -> Document {
                 "_id": resource, MARK: FORMAT,
                 "exclusive.lockId": lock_id, "exclusive.token": token,
             };
-            if let Some(keeper) = keeper {
-                query.insert("exclusive.keeper", keeper);
-            }
+            query.insert("exclusive.keeper", keeper);
             query.insert(format!("exclusive.{LET_GO_AT}"), doc! { "$exists": false });
             query.insert("$expr", bson!({ "$gt": ["$exclusive.expiresAt", now] }));
             query
@@ -126,9 +125,7 @@ fn lease_query(grant: &Grant, keeper: Option<&str>) -> Document {
             // Within a document a token names one entry (every grant takes `fence + 1`), and
             // the query's `$elemMatch` finds it holding this lock id.
             let mut entry = doc! { "lockId": lock_id, "token": token };
-            if let Some(keeper) = keeper {
-                entry.insert(schema::KEEPER, keeper);
-            }
+            entry.insert(schema::KEEPER, keeper);
             entry.insert(LET_GO_AT, doc! { "$exists": false });
             doc! {
                 "_id": resource, MARK: FORMAT,
@@ -178,7 +175,7 @@ fn statement(grant: &Grant, keeper: &str) -> Document {
         ],
     };
     doc! {
-        "q": lease_query(grant, Some(keeper)),
+        "q": lease_query(grant, Bson::from(keeper)),
         "u": update,
         "collation": Context::collation(),
     }
@@ -212,7 +209,8 @@ pub(crate) async fn renew(
 
 /// The command that makes `keeper` the keeper of a lease granted to another (a process
 /// that held the same lock id and restarted): one `update` whose query is the lease's while
-/// its holder holds it (whatever keeper it names), and whose stage names `keeper` in its
+/// its holder holds it, naming the keeper the waiting attempt's "already held" reply showed
+/// (`grant`'s) or `keeper` (see [`adopted_keepers`]), and whose stage names `keeper` in its
 /// entry, with the owner and host of the process that resumes it (`details`'), so that
 /// status and an election's leader show who holds it now. From then on only `keeper`
 /// renews it, and the keeper named before finds it gone.
@@ -233,7 +231,8 @@ pub(crate) async fn renew(
 /// waiter's place does.
 ///
 /// ```text
-/// update: <collection>, updates: [{ q: <the lease, live>,
+/// update: <collection>, updates: [{ q: <the lease, live, naming the keeper the reply
+///                                        showed or this one: { $in: [<k>, <this>] }>,
 ///   u: [ { $set: { exclusive: <the entry, keeper, owner, host = this process's>,
 ///                                                           // or that shared entry
 ///                  queue: <the line without the call's place, nor a place of the
@@ -295,11 +294,35 @@ pub(crate) fn adopt_command(
     doc! {
         "update": ctx.collection_name(),
         "updates": [{
-            "q": lease_query(grant, None),
+            "q": lease_query(grant, adopted_keepers(grant, keeper)),
             "u": [update],
             "collation": Context::collation(),
         }],
     }
+}
+
+/// The keepers an adoption by `keeper` of `grant` (as its waiting attempt was answered
+/// "already held" with it) may find the entry naming: the keeper the reply showed (null
+/// for an entry that names none, written by a low-level call: an `$in` holding null
+/// matches a missing field, mongod's `InMatchExpression::matchesSingleElement`,
+/// `src/mongo/db/matcher/expression_leaf.cpp`, also within `$elemMatch`), or `keeper`
+/// itself, so that a copy of an adoption that landed already (a retry) still matches;
+/// nothing else. An entry another process's adoption renamed
+/// since the reply is no longer the one the attempt was answered with: a late copy of a
+/// dead process's adoption, landing after the lock id's live successor adopted the lease,
+/// would otherwise rename it to the dead keeper, and the successor's release and renewals
+/// would find nothing (issue 40). Should the successor's own adoption be the one to find
+/// the entry renamed (the dead process's adoption landing first), it is refused, and the
+/// call's next attempt is answered with the entry as it is then.
+fn adopted_keepers(grant: &Grant, keeper: &str) -> Bson {
+    let answered = grant
+        .holder
+        .keeper
+        .as_deref()
+        .map_or(Bson::Null, Bson::from);
+    // Always both, the same one twice when the reply showed this keeper (the retry of an
+    // adoption that landed): one shape of the command.
+    bson!({ "$in": [answered, keeper] })
 }
 
 /// Makes `keeper` the keeper of the lease `grant`, under `details`' owner and host, for the
