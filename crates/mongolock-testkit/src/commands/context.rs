@@ -9,7 +9,7 @@ use bson::{Bson, DateTime, Document};
 use super::args;
 use super::state::ServerState;
 use crate::engine::EvalContext;
-use crate::engine::collection::{Collection, CollectionRef};
+use crate::engine::collection::{Catalog, Collection, CollectionRef};
 use crate::engine::error::{CommandError, Result};
 use crate::engine::expr::Expr;
 
@@ -42,9 +42,18 @@ pub struct Ctx<'a> {
     pub now: DateTime,
     /// When the command's `maxTimeMS` runs out, if it has one.
     pub deadline: Option<Instant>,
+    /// For a read at majority read concern on a replica-set member: the member's data as of
+    /// its majority commit point, which the read reads instead of the server's catalog.
+    pub snapshot: Option<&'a Catalog>,
 }
 
 impl Ctx<'_> {
+    /// The data a read reads: the committed snapshot of a majority read on a set member,
+    /// else the server's catalog.
+    pub fn read_catalog(&self) -> &Catalog {
+        self.snapshot.unwrap_or(&self.state.catalog)
+    }
+
     /// Fails with `MaxTimeMSExpired` once the command's deadline has passed.
     ///
     /// # Errors

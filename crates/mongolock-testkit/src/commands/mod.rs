@@ -356,6 +356,7 @@ impl Job {
             conn: &self.conn,
             now: self.now,
             deadline: self.deadline,
+            snapshot: None,
         }
     }
 
@@ -369,11 +370,79 @@ impl Job {
             Some(replica) => replica.write_intent(&self.name, &self.cmd, self.admitted)?,
             None => None,
         };
-        let (result, last_op) =
-            crate::engine::changes::recording_last_op(|| execute(&ctx, &self.name, &self.cmd));
+        let committed = committed_read(&self.state, &self.name, &self.cmd)?;
+        let (result, last_op) = crate::engine::changes::recording_last_op(|| match committed {
+            None => execute(&ctx, &self.name, &self.cmd),
+            Some(replica) => {
+                let mut result = None;
+                replica.read_committed(&mut |catalog| {
+                    let ctx = Ctx {
+                        snapshot: Some(catalog),
+                        ..self.ctx()
+                    };
+                    result = Some(execute(&ctx, &self.name, &self.cmd));
+                })?;
+                result.unwrap_or_else(|| Err(CommandError::internal("the read did not run")))
+            }
+        });
         *self.last_op.lock() = last_op;
         result
     }
+}
+
+/// The read commands that read a replica-set member's committed snapshot at majority read
+/// concern (an `aggregate` that opens a change stream reads the member's log up to the
+/// commit point instead, see [`change_stream`]).
+const COMMITTED_READS: &[&str] = &["find", "aggregate", "count", "distinct"];
+
+/// For a command on a member of an emulated replica set at `readConcern: {level:
+/// "majority"}`: the member, whose data as of its majority commit point the command reads
+/// (`crate::replset`'s notes). `None` for a command that reads the server's data as it
+/// stands: a server outside a set, another level, or a change stream.
+///
+/// # Errors
+/// On a set member: another command at majority read concern (`InvalidOptions`, as mongod
+/// answers a command that supports only `local`, e.g. `ping`: jstest
+/// `jstests/noPassthrough/read_majority.js`; the emulator reads no other command's data at
+/// the commit point, and never answers local data for it); `linearizable` read concern, which mongod serves only on a
+/// primary that confirms it still is one with a majority write after the read, not
+/// emulated (`InvalidOptions`, as the emulator refuses `snapshot`).
+fn committed_read<'s>(
+    state: &'s ServerState,
+    name: &str,
+    cmd: &Document,
+) -> Result<Option<&'s std::sync::Arc<dyn member::Member>>> {
+    let Some(replica) = &state.replica else {
+        return Ok(None);
+    };
+    let level = cmd
+        .get_document("readConcern")
+        .ok()
+        .and_then(|rc| rc.get_str("level").ok());
+    match level {
+        Some("majority") => {}
+        Some("linearizable") => {
+            return Err(CommandError::new(
+                codes::INVALID_OPTIONS,
+                "readConcern level 'linearizable' is not supported by this emulator on a replica set member",
+            ));
+        }
+        _ => return Ok(None),
+    }
+    if !COMMITTED_READS.contains(&name) {
+        return Err(CommandError::new(
+            codes::INVALID_OPTIONS,
+            format!("Command {name} does not support {{ readConcern: {{ level: \"majority\" }} }}"),
+        ));
+    }
+    let change_stream = name == "aggregate"
+        && cmd
+            .get_array("pipeline")
+            .ok()
+            .and_then(|p| p.first())
+            .and_then(Bson::as_document)
+            .is_some_and(|stage| stage.contains_key("$changeStream"));
+    Ok((!change_stream).then_some(replica))
 }
 
 /// What every command shares before it runs: its `$db`, transactions refused, `txnNumber`

@@ -146,7 +146,7 @@ pub fn view_documents(ctx: &Ctx<'_>, name: &str) -> Result<Option<Vec<Document>>
         pipelines.push(inner.pipeline);
         source = inner.view_on;
     }
-    let mut docs: Vec<Document> = match ctx.state.catalog.get(ctx.db, &source) {
+    let mut docs: Vec<Document> = match ctx.read_catalog().get(ctx.db, &source) {
         Some(coll) => coll.lock().iter().map(|(_, d)| d.clone()).collect(),
         None => Vec::new(),
     };
@@ -165,7 +165,7 @@ pub fn read_source(ctx: &Ctx<'_>, name: &str) -> Result<Option<CollectionRef>> {
             let coll = Collection::scratch(ctx.db, name, ctx.state.catalog.changes.clone(), docs);
             Ok(Some(Arc::new(Mutex::new(coll))))
         }
-        None => Ok(ctx.state.catalog.get(ctx.db, name)),
+        None => Ok(ctx.read_catalog().get(ctx.db, name)),
     }
 }
 

@@ -157,6 +157,9 @@ pub struct SetShared {
     rstl: Vec<RwLock<()>>,
     /// Per member, held while it applies oplog entries.
     applying: Vec<Mutex<()>>,
+    /// Per member, its data as of its majority commit point, which reads at majority read
+    /// concern read (see [`SetShared::read_committed`]); built on the first such read.
+    committed: Vec<Mutex<Option<Snapshot>>>,
     /// Bumped on every change waiters care about (applied, state, term).
     changed: watch::Sender<u64>,
 }
@@ -192,6 +195,7 @@ impl SetShared {
         Self {
             rstl: hosts.iter().map(|_| RwLock::new(())).collect(),
             applying: hosts.iter().map(|_| Mutex::new(())).collect(),
+            committed: hosts.iter().map(|_| Mutex::new(None)).collect(),
             hosts,
             election_timeout,
             version,
@@ -611,6 +615,110 @@ fn majority_point(inner: &SetInner, majority: usize) -> usize {
         .min(inner.oplog.len())
 }
 
+/// A member's data as of its majority commit point: a catalog of its own that holds the
+/// set's first `applied` oplog entries, applied as a secondary applies them.
+#[derive(Debug)]
+struct Snapshot {
+    /// How many of the set's oplog entries it holds.
+    applied: usize,
+    /// The term and time of the last of them, to know the set's history still holds it.
+    last: Option<(i64, bson::Timestamp)>,
+    catalog: crate::engine::collection::Catalog,
+}
+
+impl Snapshot {
+    fn empty() -> Self {
+        let changes = crate::engine::changes::ChangeLog::with_window(
+            crate::faults::clock::Clock::default(),
+            1,
+            usize::MAX,
+        );
+        Self {
+            applied: 0,
+            last: None,
+            catalog: crate::engine::collection::Catalog::new(Arc::new(changes)),
+        }
+    }
+}
+
+impl SetShared {
+    /// Runs `read` on member `index`'s data as of the majority commit point it knows (the
+    /// point its change streams read up to, see `refresh_committed`): a read at majority
+    /// read concern, which mongod serves from "a view of the data at the majority-commit
+    /// point" each member keeps (MongoDB's manual, "Read Concern "majority"",
+    /// `reference/read-concern-majority`), never waiting for newer writes to commit. The
+    /// snapshot is brought forward by applying the set's entries up to that point; the
+    /// point never passes the member's common point with the set, so a rollback leaves it
+    /// as it was. Entries committed stay in the set's history; should the history no longer
+    /// hold the snapshot's last entry, it is rebuilt from the start.
+    ///
+    /// # Errors
+    /// An entry that does not apply (the snapshot's data diverged from the set's history).
+    pub fn read_committed(
+        &self,
+        index: usize,
+        read: &mut dyn FnMut(&crate::engine::collection::Catalog),
+    ) -> Result<()> {
+        let Some(slot) = self.committed.get(index) else {
+            return Err(CommandError::internal("no such member"));
+        };
+        let mut slot = slot.lock();
+        let (entries, rebuild) = {
+            let inner = self.inner.lock();
+            let member = &inner.members[index];
+            let shared = member
+                .diverged
+                .as_ref()
+                .map_or(member.applied, |d| d.common);
+            let point = member
+                .known_commit
+                .min(shared)
+                .min(member.seqs.len())
+                .min(inner.oplog.len());
+            let snapshot = slot.get_or_insert_with(Snapshot::empty);
+            let still_held = match (snapshot.applied.checked_sub(1), snapshot.last) {
+                (None, _) => true,
+                (Some(at), Some(last)) => inner
+                    .oplog
+                    .get(at)
+                    .is_some_and(|e| (e.term, e.event.cluster_time) == last),
+                (Some(_), None) => false,
+            };
+            let rebuild = !still_held || snapshot.applied > point;
+            let from = if rebuild { 0 } else { snapshot.applied };
+            (inner.oplog[from..point.max(from)].to_vec(), rebuild)
+        };
+        if rebuild {
+            *slot = Some(Snapshot::empty());
+        }
+        let mut failed = None;
+        {
+            let snapshot = slot.as_mut().expect("set above");
+            for entry in &entries {
+                let catalog = &snapshot.catalog;
+                if let Err(error) = catalog.changes.unlogged(|| apply_entry(catalog, entry)) {
+                    failed = Some(error);
+                    break;
+                }
+                snapshot.applied += 1;
+                snapshot.last = Some((entry.term, entry.event.cluster_time));
+            }
+            if failed.is_none() {
+                read(&snapshot.catalog);
+            }
+        }
+        match failed {
+            Some(error) => {
+                tracing::error!(%error, member = index, "the committed snapshot failed to apply an entry");
+                // Built again from the start by the next read.
+                *slot = None;
+                Err(error)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
 /// Applies one oplog entry to a member's `catalog`, with the entry's own time: the member's
 /// oplog holds it at the primary's time, and its cluster time moves up to that time
 /// (`LogicalClock::advanceClusterTime`, `src/mongo/db/logical_clock.cpp`).
@@ -863,6 +971,13 @@ impl crate::commands::member::WriteIntent for WriteIntent<'_> {}
 impl crate::commands::member::Member for Replica {
     fn members(&self) -> usize {
         Replica::members(self)
+    }
+
+    fn read_committed(
+        &self,
+        read: &mut dyn FnMut(&crate::engine::collection::Catalog),
+    ) -> Result<()> {
+        self.set.read_committed(self.index, read)
     }
 
     fn is_down(&self) -> bool {

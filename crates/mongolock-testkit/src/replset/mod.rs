@@ -85,6 +85,34 @@
 //!   token names that start, committed or not, and an entry applied but not yet committed
 //!   when it opened is not delivered on it.
 //!
+//! - Read concern: what a read sees at each level on a member.
+//!   - `local` (and `available`, and none given): the member's data as it stands, its
+//!     applied writes whether or not they are majority-committed (a partitioned primary's
+//!     `w: 1` writes too, until a rollback undoes them).
+//!   - `majority`: the member's data as of the majority commit point it knows (the point its
+//!     change streams read up to), as mongod's: "Each replica set member maintains, in
+//!     memory, a view of the data at the majority-commit point [...] To fulfill read
+//!     concern "majority", the node returns data from this view" (MongoDB's manual, "Read
+//!     Concern "majority"", `reference/read-concern-majority`). The read answers at once
+//!     with the committed version; it does not wait for newer writes to commit. Each member
+//!     keeps that view as a catalog of its own, brought forward on a majority read by
+//!     applying the set's entries up to the point as a secondary applies them; the point
+//!     never passes the member's common point with the set, so a rollback leaves the view
+//!     as it was. `find`, `count`, `distinct` and `aggregate` (`$out` and `$merge` read the
+//!     view and write the member's data) read it; a `$changeStream` reads the member's log
+//!     up to the same point. Any other command at `majority` is refused with
+//!     `InvalidOptions` (72) rather than answered from local data. View definitions are
+//!     the member's current ones (their data is the view's).
+//!   - `linearizable`: mongod serves it on the primary only and confirms after the read
+//!     that it still is primary with a majority write (a partitioned primary's read waits
+//!     and fails); not emulated, refused on a member with `InvalidOptions` (72).
+//!   - `snapshot`: refused (72), as on a single server.
+//!
+//!   A majority read's reply still carries the newest oplog entry's `operationTime`, not
+//!   the commit point's as mongod's does (`computeOperationTime`); a change stream's reply
+//!   carries the commit point's. A server outside a set reads its latest data at every
+//!   level, as before.
+//!
 //! Not yet here (later slices): resume tokens that name the same event on every member (a
 //! token is a position in the member's own log, so resuming on another member after a
 //! failover counts from that member's position), retryable-write history
