@@ -54,7 +54,10 @@
 //! and controls (ah) (a waiting attempt answered "already held" out of the line, as before
 //! 4b66416), (ai) (a line jumper), (aj) (removals that take every place of their lock
 //! id, as before places named their call) and (al) (an adoption that takes every place of
-//! its lock id, before it named its call) are caught. Elsewhere the line is left out (it only adds
+//! its lock id, before it named its call) are caught. Resume's adoption matches the entry
+//! naming the keeper its attempt's "already held" reply showed, or its own; control (am)
+//! (an adoption whatever keeper the entry names) is caught by "a released lock becomes
+//! free". Elsewhere the line is left out (it only adds
 //! terms to a grant's condition, so there the model grants whatever the library grants, and
 //! more). Not modelled, besides what [`server`] leaves out of the document: a place's
 //! refresh (a place lapses its life after it was taken), a line of permits judged against
@@ -791,6 +794,13 @@ pub mod controls {
                 model::ORDER,
             )),
             control(
+                "(am) an adoption whatever keeper the entry names: a dead process's late adoption takes the lease over from its live successor",
+                keeper_alone,
+                [0, 3, 0, 0, 2, 2, 0, 0],
+                |b| b.adoption_ignores_keeper = true,
+                model::RELEASED_IS_FREE,
+            ),
+            control(
                 "(a) a queued release lands after its lock id resumed (no settle)",
                 handles,
                 [0, 2, 0, 1, 2, 0, 0, 0],
@@ -1134,15 +1144,21 @@ pub mod findings {
     /// it back): a late copy of an ended call's adoption, landing while the lease was still
     /// live and the lock id's next call stood in line, took that call's place.
     ///
-    /// Open, and not pinned here (no bound that `cargo test` runs reaches it): **a late
-    /// adoption from a dead process takes the lease over from its live successor**. In "two
-    /// guards in line" at `0,3,0,0,2,2,0,1` ("a released lock becomes free", 28 steps): the
+    /// Found at a bound `cargo test` did not run, and fixed in the library (control (am)
+    /// puts it back, caught in "one keeper, two resources" at `0,3,0,0,2,2,0,0`, 12 steps):
+    /// **a late adoption from a dead process took the lease over from its live
+    /// successor**. In "two guards in line" at `0,3,0,0,2,2,0,1` ("a released lock becomes
+    /// free", 28 steps): the
     /// lease of client 0's first process outlives it; its second process's call is answered
     /// "already held" and its adoption is delayed, and that process dies too; the third's
     /// call adopts the lease and releases it; the late adoption lands before the release,
     /// matches the live lease (the adoption's query does not ask which keeper the entry
     /// names) and names its dead keeper, so the release finds nothing and the lease is held
-    /// by nobody until its TTL runs out (the library's live holder reports it revoked).
+    /// by nobody until its TTL runs out (the library's live holder reports it revoked). The
+    /// adoption now matches only the entry naming the keeper its attempt's "already held"
+    /// reply showed, or its own (a copy of an adoption that landed): `Request::Adopt`'s
+    /// `answered`, the library's `keepalive::adopted_keepers`. That bound is clean since (4,064,870 states, release build, `--scenario "two guards in line"
+    /// --bound 0,3,0,0,2,2,0,1`).
     pub const KNOWN: [(&str, &str); 0] = [];
 
     /// Whether `property` failing in `scenario` is a known finding.

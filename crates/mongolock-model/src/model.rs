@@ -1101,7 +1101,13 @@ impl LockModel {
         state: &mut State,
         client: u8,
         (resource, nonce, uncertain, retries): (Res, Nonce, bool, u8),
-        (token, entry_nonce, expires_at, now): (Token, Nonce, Option<Time>, Time),
+        (token, entry_nonce, answered, expires_at, now): (
+            Token,
+            Nonce,
+            Option<KeeperId>,
+            Option<Time>,
+            Time,
+        ),
         (sent_at, epoch): (Time, u8),
     ) {
         let c = client as usize;
@@ -1141,6 +1147,7 @@ impl LockModel {
                 lock_id: client,
                 token,
                 keeper,
+                answered,
                 after_unlocks,
                 delay: self.config.delay,
                 call,
@@ -1333,6 +1340,7 @@ impl LockModel {
                 Reply::AlreadyHeld {
                     token,
                     nonce: entry_nonce,
+                    keeper: answered,
                     expires_at,
                     now,
                 } => {
@@ -1343,7 +1351,7 @@ impl LockModel {
                             state,
                             client,
                             (resource, nonce, uncertain, retries),
-                            (token, entry_nonce, expires_at, now),
+                            (token, entry_nonce, answered, expires_at, now),
                             (sent_at, epoch),
                         );
                         return;
@@ -1382,6 +1390,7 @@ impl LockModel {
                                 lock_id: client,
                                 token,
                                 keeper,
+                                answered,
                                 after_unlocks,
                                 delay: self.config.delay,
                                 call,

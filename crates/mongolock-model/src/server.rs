@@ -438,6 +438,10 @@ pub enum Request {
         token: Token,
         /// The new keeper.
         keeper: KeeperId,
+        /// The keeper the entry named in the "already held" reply the adoption follows:
+        /// the adoption matches an entry naming it or `keeper` (a copy of an adoption that
+        /// landed already), no other (`keepalive::adopted_keepers`).
+        answered: Option<KeeperId>,
         /// The client's doubted `unlock` calls of the lock id, added to the entry's.
         after_unlocks: Unlocks,
         /// The grant's lock-delay (the entry's `delayMs` when the attempt was answered).
@@ -488,6 +492,9 @@ pub enum Reply {
         token: Token,
         /// The nonce of the attempt that was granted.
         nonce: Nonce,
+        /// The keeper the entry names (none: a low-level call's), which the lock id's
+        /// adoption asks for.
+        keeper: Option<KeeperId>,
         /// Its expiry.
         expires_at: Option<Time>,
         /// The server's clock when it was decided.
@@ -653,6 +660,11 @@ pub struct Bugs {
     /// place; if the next call's own adoption is then refused (the lease let go of or ended
     /// meanwhile), it joins again at the end, behind waiters that came after it.
     pub adoption_by_lock_id: bool,
+    /// (am) An adoption matches the lease whatever keeper its entry names (as before the
+    /// adoption asked for the keeper its attempt was answered with): a late copy of a dead
+    /// process's adoption, landing after the lock id's live successor adopted the lease,
+    /// renames it to the dead keeper, and the successor's release finds nothing.
+    pub adoption_ignores_keeper: bool,
 }
 
 /// The cap a request of `kind` asks for (none for an exclusive one).
@@ -868,6 +880,7 @@ impl Server {
                     Some(e) if mine_kind.is_shared() == kind.is_shared() => Reply::AlreadyHeld {
                         token: e.token,
                         nonce: e.nonce,
+                        keeper: e.keeper,
                         expires_at: e.lease_end(),
                         now,
                     },
@@ -1023,6 +1036,7 @@ impl Server {
                 lock_id,
                 token,
                 keeper,
+                answered,
                 after_unlocks,
                 delay,
                 call,
@@ -1032,8 +1046,13 @@ impl Server {
                     true => e.holds_by_time(now),
                     false => lease_live(e, now, delay, bugs),
                 };
+                // The entry as the attempt was answered with it, or as this adoption left it
+                // (a copy of one that landed): not one another process adopted since.
+                let as_answered = |e: &Entry| {
+                    bugs.adoption_ignores_keeper || e.keeper == answered || e.keeper == Some(keeper)
+                };
                 let adopted = match (doc.entries_mut())
-                    .find(|e| e.lock_id == lock_id && e.token == token && live(e))
+                    .find(|e| e.lock_id == lock_id && e.token == token && live(e) && as_answered(e))
                 {
                     Some(e) => {
                         e.keeper = Some(keeper);

@@ -484,6 +484,7 @@ const NO_BUGS: Bugs = Bugs {
     line_jumper: false,
     line_removal_by_lock_id: false,
     adoption_by_lock_id: false,
+    adoption_ignores_keeper: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -848,6 +849,9 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     Attempt::AlreadyHeld(g) => Reply::AlreadyHeld {
                         token: (g.fencing_token() - base()) as u8,
                         nonce: 0,
+                        // Not compared here (a grant does not show it): the waiting
+                        // variant's replies, read raw, are (`class_of_raw`).
+                        keeper: None,
                         expires_at: None,
                         now: 0,
                     },
@@ -1546,6 +1550,11 @@ fn class_of_raw(reply: &Document, lock_id: &str, nonce: ObjectId, kind: Kind) ->
             Reply::AlreadyHeld {
                 token: token(e),
                 nonce: 0,
+                // The keeper the entry names, which the lock id's adoption asks for.
+                keeper: e.get_str("keeper").ok().map(|k| match k.strip_prefix('k') {
+                    Some(n) => n.parse().unwrap(),
+                    None => HANDLE_KEEPER,
+                }),
                 expires_at: None,
                 now: 0,
             }
@@ -1892,6 +1901,9 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
                     Attempt::AlreadyHeld(g) => Reply::AlreadyHeld {
                         token: (g.fencing_token() - base()) as u8,
                         nonce: 0,
+                        // Not compared here (a grant does not show it): the waiting
+                        // variant's replies, read raw, are (`class_of_raw`).
+                        keeper: None,
                         expires_at: None,
                         now: 0,
                     },
@@ -2016,7 +2028,9 @@ async fn shared_entries_and_the_waiting_attempt_match_the_model() {
         let expected = model.execute(&request, NOW, &Bugs::default());
         let class = |reply: &Reply| match reply {
             Reply::Granted { token, .. } => format!("granted t{token}"),
-            Reply::AlreadyHeld { token, .. } => format!("already held t{token}"),
+            Reply::AlreadyHeld { token, keeper, .. } => {
+                format!("already held t{token}, keeper {keeper:?}")
+            }
             Reply::Released { removed, .. } => format!("removed {removed}"),
             other => format!("{other:?}"),
         };
@@ -2265,10 +2279,12 @@ fn for_call(command: &Document, to: ObjectId) -> Document {
 /// entry). The adoption is captured from a real resume (a mutex of lock id 0 answered
 /// "already held" on a resource of its own, its entry with the case's lock-delay), then run
 /// again on each case's document: a live entry, let-go entries granted a tick ago and just
-/// now, one read before its grant (a clock stepped back). The document and whether it was
-/// adopted must be the model's; the step of control (aa) (`letGoAt` unread, as before the
-/// fix: a restarted guard adopted the entry its predecessor's late release let go of)
-/// differs.
+/// now, one read before its grant (a clock stepped back), and a live one another process
+/// adopted since the attempt's reply (naming another keeper than the reply showed). The
+/// document and whether it was adopted must be the model's; the step of control (aa)
+/// (`letGoAt` unread, as before the fix: a restarted guard adopted the entry its
+/// predecessor's late release let go of) differs, and so does control (am)'s (the
+/// adoption whatever keeper the entry names).
 #[tokio::test]
 async fn the_adoption_matches_the_model_on_let_go_entries() {
     let server = TestServer::start().await.unwrap();
@@ -2308,7 +2324,7 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
         min_hold: 2,
         let_go: false,
     };
-    let mut mutant_differs = 0;
+    let (mut mutant_differs, mut blind_differs) = (0, 0);
     for delay in [0, 1] {
         // The adoption a resume sends for a grant with this lock-delay.
         let resource = format!("capture-adopt-{delay}");
@@ -2352,6 +2368,16 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
                 let_go_before_grant(&mut e, 2);
                 e
             }),
+            // Live, but adopted by another process since the attempt's reply (the
+            // adoption is a late copy of a dead process's): it must match nothing.
+            (
+                "live, naming another keeper than the reply showed",
+                Entry {
+                    keeper: Some(2),
+                    adopted: true,
+                    ..entry(delay)
+                },
+            ),
         ];
         for (name, e) in cases {
             // A place of another lock id, and the adopting call's, which the adoption takes
@@ -2396,6 +2422,9 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
                 lock_id: 0,
                 token,
                 keeper: HANDLE_KEEPER,
+                // The captured adoption's attempt was answered with the seeded entry, which
+                // names keeper 1.
+                answered: Some(1),
                 after_unlocks: Unlocks::NONE,
                 delay,
                 call: 0,
@@ -2413,8 +2442,19 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
                 keeper_ignores_let_go: true,
                 ..NO_BUGS
             };
-            if (mutant.execute(&request, NOW, &bugs), &mutant.docs[0]) != (real, &real_doc) {
+            if (mutant.execute(&request, NOW, &bugs), &mutant.docs[0]) != (real.clone(), &real_doc)
+            {
                 mutant_differs += 1;
+            }
+            let mut blind = Server {
+                docs: vec![doc.clone()],
+            };
+            let bugs = Bugs {
+                adoption_ignores_keeper: true,
+                ..NO_BUGS
+            };
+            if (blind.execute(&request, NOW, &bugs), &blind.docs[0]) != (real, &real_doc) {
+                blind_differs += 1;
             }
         }
     }
@@ -2422,6 +2462,7 @@ async fn the_adoption_matches_the_model_on_let_go_entries() {
         mutant_differs > 0,
         "no case tells control (aa)'s step apart"
     );
+    assert!(blind_differs > 0, "no case tells control (am)'s step apart");
 }
 
 /// `n` of a write's reply.

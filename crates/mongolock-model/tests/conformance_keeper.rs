@@ -26,11 +26,16 @@
 //! command's second, so that an entry with a lock-delay stays marked in force, or removed);
 //! other entries of the same lock id under other tokens, of other lock ids, in both
 //! documents; places of the lock id and others in line, each naming the adopting call
-//! (every captured adoption is made one call's, [`ADOPTING`]), another call or none. Mutant
+//! (every captured adoption is made one call's, [`ADOPTING`]), another call or none; the
+//! adoption's attempt answered with the entry naming the lease's keeper, the adopting
+//! client's own, none, or a keeper the entry no longer names (every captured adoption is
+//! made that answer's, its query's first keeper replaced). Mutant
 //! steps that must each differ from the library on some case, so that the comparison can
 //! fail: a keeper that renews by lock id alone (control (e)), the keeper's statements
 //! without the `letGoAt` test (control (aa)), "held" by time alone (control (z)), and an
-//! adoption that takes every place of its lock id (control (al), as before issue 40's fix).
+//! adoption that takes every place of its lock id (control (al), as before issue 40's fix),
+//! and an adoption whatever keeper the entry names (control (am), as before the adoption
+//! asked for the keeper its attempt was answered with).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -462,6 +467,38 @@ fn for_call(command: &Document, to: ObjectId) -> Document {
     out
 }
 
+/// `command` (a captured adoption) made the adoption of an attempt answered "already held"
+/// with the entry naming `answered` (a keeper's real id, or null: none): the first of the
+/// keepers its query asks for (`keepalive::adopted_keepers`, `{ $in: [<answered>,
+/// <this keeper>] }`) replaced, as [`aimed`] replaces the resource.
+fn answered_by(command: &Document, answered: Bson) -> Document {
+    let mut out = command.clone();
+    let Some(Bson::Array(updates)) = out.get_mut("updates") else {
+        panic!("an update: {command}");
+    };
+    let Some(Bson::Document(statement)) = updates.first_mut() else {
+        panic!("a statement: {command}");
+    };
+    let Ok(query) = statement.get_document_mut("q") else {
+        panic!("a query: {command}");
+    };
+    let keepers = match query.get_document_mut("shared") {
+        Ok(shared) => (shared.get_document_mut("$elemMatch").ok())
+            .and_then(|entry| entry.get_document_mut("keeper").ok()),
+        Err(_) => query.get_document_mut("exclusive.keeper").ok(),
+    };
+    let Some(Bson::Array(keepers)) = keepers.and_then(|k| k.get_mut("$in")) else {
+        panic!("the adoption asks for the keepers it may find: {command}");
+    };
+    assert_eq!(
+        keepers.len(),
+        2,
+        "the answered keeper and its own: {command}"
+    );
+    keepers[0] = answered;
+    out
+}
+
 /// `command` (an `update` of one statement) with its query's `_id` made `resource`.
 fn aimed(command: &Document, resource: &str) -> Document {
     let mut out = command.clone();
@@ -751,8 +788,15 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
                 ..Bugs::default()
             },
         ),
+        (
+            "an adoption whatever keeper the entry names (control (am))",
+            Bugs {
+                adoption_ignores_keeper: true,
+                ..Bugs::default()
+            },
+        ),
     ];
-    let mut differs = [0usize; 4];
+    let mut differs = [0usize; 5];
     let mut seen = BTreeMap::<String, usize>::new();
     let mut note = |what: String| *seen.entry(what).or_default() += 1;
     let mut cases = 0;
@@ -785,6 +829,11 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
                     .unwrap();
             }
             let c = &commands[&(l.shared, l.delay, l.doubting)];
+            // An adoption's: the keeper the attempt's "already held" reply showed: the
+            // lease's (1), this client's own (an adoption that landed, sent again), none (a
+            // low-level call's entry), or a keeper the entry no longer names (a dead
+            // process's, whose late adoption lands after another adopted the lease).
+            let answered = [Some(1), Some(keeper), None, Some(9)][rng.random_range(0..4)];
             let (request, real) = match call {
                 Call::Renew => {
                     let reply = (monitored.database("model"))
@@ -821,7 +870,10 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
                     (request, real)
                 }
                 Call::Adopt => {
-                    let adopt = for_call(&c.adopt, fixture.nonces[ADOPTING as usize]);
+                    let adopt = answered_by(
+                        &for_call(&c.adopt, fixture.nonces[ADOPTING as usize]),
+                        answered.map_or(Bson::Null, |k| Bson::from(fixture.keeper_name(k))),
+                    );
                     let reply = (monitored.database("model"))
                         .run_command(aimed(&adopt, RESOURCES[target]))
                         .await
@@ -831,6 +883,7 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
                         lock_id: 0,
                         token: TOKEN,
                         keeper,
+                        answered,
                         after_unlocks: match l.doubting {
                             true => Unlocks::of(DOUBTED),
                             false => Unlocks::NONE,
@@ -882,6 +935,14 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
                 if e.keeper != Some(keeper) {
                     note(format!("{call:?} another keeper"));
                 }
+                if call == Call::Adopt && e.holds(NOW) && !e.let_go {
+                    if e.keeper != answered && e.keeper != Some(keeper) {
+                        note(format!("{call:?} live, renamed since the reply"));
+                    }
+                    if e.keeper.is_none() && answered.is_none() {
+                        note(format!("{call:?} live, naming no keeper, answered so"));
+                    }
+                }
                 if e.let_go && e.min_hold == 0 {
                     note(format!("{call:?} revoked, in force for its delay"));
                 }
@@ -911,6 +972,8 @@ async fn the_keepers_renewal_and_the_adoption_match_the_model() {
         ("Adopt let go of", 3),
         ("Renew another keeper", 3),
         ("Adopt another keeper", 3),
+        ("Adopt live, renamed since the reply", 3),
+        ("Adopt live, naming no keeper, answered so", 1),
         ("Renew revoked, in force for its delay", 1),
         ("Adopt revoked, in force for its delay", 1),
         ("Renew the lease held in the other resource too", 1),
