@@ -266,6 +266,9 @@ pub mod scenarios {
             handles_line(clock),
             // Checked once at 2,2,1,1,2,1,0,1 too: 48,328,238 states, 10 GB, clean.
             guards_line_restart(bounds([2, 2, 1, 0, 2, 1, 0, 0])),
+            // Where a dead process's late adoption took the lease over from its live
+            // successor (fixed in fa930a1, control (am)): 4,064,870 states, clean.
+            handles_line(bounds([0, 3, 0, 0, 2, 2, 0, 1])),
         ]
         .into_iter()
         // The controls' bounds too heavy to run without their bug in `cargo test` (see
