@@ -8,7 +8,9 @@
 //! answers the committed version at once. A write a partitioned primary took alone (`w: 1`)
 //! is visible to its local reads only, and once the rollback undid it to neither; a secondary
 //! whose applied writes are ahead of the commit point serves the committed version. A server
-//! outside a set reads its latest data at every level. `linearizable` (a read mongod confirms
+//! outside a set reads its latest data at every level. A majority read's `operationTime` is
+//! the commit point's (`computeOperationTime`, `src/mongo/db/service_entry_point_common.cpp`;
+//! jstest `jstests/replsets/operation_time_read_and_write_concern.js`). `linearizable` (a read mongod confirms
 //! with a majority write on the primary) is not emulated on a set member and is refused, as
 //! is any other command than `find`, `count`, `distinct` and `aggregate` at `majority`
 //! (`InvalidOptions`, as mongod refuses a `local`-only command such as `ping` at `majority`:
@@ -16,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use bson::{Bson, Document, doc};
+use bson::{Bson, Document, Timestamp, doc};
 use mongodb::Client;
 use mongodb::options::{ClientOptions, ServerAddress};
 use mongolock_testkit::{ReplicaSet, TestServer};
@@ -97,14 +99,26 @@ async fn other_reads(client: &Client, level: &str) -> (Vec<Document>, i32, Vec<B
     (aggregated, count, values)
 }
 
-async fn insert(client: &Client, id: &str, v: i32, w: Bson) {
-    client
+/// Inserts `{_id: id, v}` with write concern `w`; returns the reply's `operationTime`.
+async fn insert(client: &Client, id: &str, v: i32, w: Bson) -> Timestamp {
+    let reply = client
         .database("d")
         .run_command(doc! {
             "insert": "c", "documents": [{"_id": id, "v": v}], "writeConcern": {"w": w},
         })
         .await
         .unwrap();
+    reply.get_timestamp("operationTime").unwrap()
+}
+
+/// The `operationTime` of a `find` on `d.c` at `level`.
+async fn find_time(client: &Client, level: &str) -> Timestamp {
+    let reply = client
+        .database("d")
+        .run_command(doc! {"find": "c", "readConcern": read_concern(level)})
+        .await
+        .unwrap();
+    reply.get_timestamp("operationTime").unwrap()
 }
 
 async fn set_v(client: &Client, id: &str, v: i32, w: Bson) {
@@ -161,17 +175,23 @@ async fn a_partitioned_primary_s_majority_read_answers_the_committed_version() {
         .await
         .unwrap();
     let old = direct(&set, 0);
-    insert(&old, "a", 1, "majority".into()).await;
+    let committed_at = insert(&old, "a", 1, "majority".into()).await;
     let committed = vec![doc! {"_id": "a", "v": 1}];
     assert_eq!(find(&old, "majority").await, committed);
 
     set.partition(0);
     set_v(&old, "a", 2, 1.into()).await;
-    insert(&old, "lost", 9, 1.into()).await;
+    let lost_at = insert(&old, "lost", 9, 1.into()).await;
+    assert!(lost_at > committed_at);
     let uncommitted = vec![doc! {"_id": "a", "v": 2}, doc! {"_id": "lost", "v": 9}];
     assert_eq!(find(&old, "local").await, uncommitted);
     // Answered at once, though the commit point cannot move while it is partitioned.
     assert_eq!(find(&old, "majority").await, committed);
+    // Its `operationTime` is the commit point's, a local read's the newest entry's, as
+    // mongod's (`computeOperationTime`; jstest
+    // `jstests/replsets/operation_time_read_and_write_concern.js`).
+    assert_eq!(find_time(&old, "majority").await, committed_at);
+    assert_eq!(find_time(&old, "local").await, lost_at);
     assert_eq!(
         other_reads(&old, "majority").await,
         (committed.clone(), 1, vec![Bson::Int32(1)])
@@ -204,16 +224,17 @@ async fn a_partitioned_primary_s_majority_read_answers_the_committed_version() {
 }
 
 /// (b) A write acknowledged with `w: "majority"` is committed when acknowledged: the next
-/// majority read on the primary sees it, the update too.
+/// majority read on the primary sees it (its `operationTime` the write's), the update too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_majority_acknowledged_write_is_read_at_majority_at_once() {
     let set = ReplicaSet::builder().members(3).start().await.unwrap();
     let primary = direct(&set, 0);
-    insert(&primary, "a", 1, "majority".into()).await;
+    let written_at = insert(&primary, "a", 1, "majority".into()).await;
     assert_eq!(
         find(&primary, "majority").await,
         [doc! {"_id": "a", "v": 1}]
     );
+    assert_eq!(find_time(&primary, "majority").await, written_at);
     set_v(&primary, "a", 2, "majority".into()).await;
     assert_eq!(
         find(&primary, "majority").await,

@@ -26,14 +26,15 @@ pub trait Member: Send + Sync + Debug {
     /// The set's size (its data-bearing members).
     fn members(&self) -> usize;
     /// Runs `read` on this member's data as of its majority commit point: what a read at
-    /// `readConcern: {level: "majority"}` reads (see `crate::replset`).
+    /// `readConcern: {level: "majority"}` reads (see `crate::replset`). Returns the cluster
+    /// time of that point, the read's `operationTime` (none before anything is committed).
     ///
     /// # Errors
     /// The snapshot could not be brought to the commit point.
     fn read_committed(
         &self,
         read: &mut dyn FnMut(&crate::engine::collection::Catalog),
-    ) -> Result<()>;
+    ) -> Result<Option<bson::Timestamp>>;
     /// Whether this member is stopped (its connections close).
     fn is_down(&self) -> bool;
     /// Whether this member is primary now.

@@ -371,11 +371,17 @@ impl Job {
             None => None,
         };
         let committed = committed_read(&self.state, &self.name, &self.cmd)?;
+        // A majority read's `operationTime` is its commit point's time, unless it wrote
+        // (`$out`, `$merge`): `computeOperationTime`
+        // (`src/mongo/db/service_entry_point_common.cpp`) answers the last committed optime
+        // for a read at `kMajorityReadConcern` (jstest
+        // `jstests/replsets/operation_time_read_and_write_concern.js`).
+        let mut read_at = None;
         let (result, last_op) = crate::engine::changes::recording_last_op(|| match committed {
             None => execute(&ctx, &self.name, &self.cmd),
             Some(replica) => {
                 let mut result = None;
-                replica.read_committed(&mut |catalog| {
+                read_at = replica.read_committed(&mut |catalog| {
                     let ctx = Ctx {
                         snapshot: Some(catalog),
                         ..self.ctx()
@@ -385,7 +391,7 @@ impl Job {
                 result.unwrap_or_else(|| Err(CommandError::internal("the read did not run")))
             }
         });
-        *self.last_op.lock() = last_op;
+        *self.last_op.lock() = last_op.or(read_at);
         result
     }
 }

@@ -80,7 +80,8 @@ pub fn cluster_fields(state: &ServerState, reply: &mut Document) {
 /// only a write reserves a tick, which is where a member's own system clock enters the
 /// set's cluster time) and `operationTime` the newest entry of its oplog ("the timestamp of
 /// the most recent entry in the oplog" for read concern local, the manual's
-/// `fact-runCommand-results.rst`), or for a change stream's reply its majority commit point.
+/// `fact-runCommand-results.rst`), or for a change stream's reply its majority commit point
+/// (a majority read's reply gets its commit point as `last_op`, `crate::commands`'s `Job`).
 /// The one-member emulator gives a fresh cluster time for both, as it always did (never
 /// older than mongod's).
 pub fn cluster_fields_after(state: &ServerState, reply: &mut Document, last_op: Option<Timestamp>) {

@@ -652,13 +652,16 @@ impl SetShared {
     /// as it was. Entries committed stay in the set's history; should the history no longer
     /// hold the snapshot's last entry, it is rebuilt from the start.
     ///
+    /// Returns the cluster time of the snapshot's last entry (none before anything is
+    /// committed): a majority read's `operationTime`.
+    ///
     /// # Errors
     /// An entry that does not apply (the snapshot's data diverged from the set's history).
     pub fn read_committed(
         &self,
         index: usize,
         read: &mut dyn FnMut(&crate::engine::collection::Catalog),
-    ) -> Result<()> {
+    ) -> Result<Option<bson::Timestamp>> {
         let Some(slot) = self.committed.get(index) else {
             return Err(CommandError::internal("no such member"));
         };
@@ -692,6 +695,7 @@ impl SetShared {
             *slot = Some(Snapshot::empty());
         }
         let mut failed = None;
+        let mut time = None;
         {
             let snapshot = slot.as_mut().expect("set above");
             for entry in &entries {
@@ -705,6 +709,7 @@ impl SetShared {
             }
             if failed.is_none() {
                 read(&snapshot.catalog);
+                time = snapshot.last.map(|(_, time)| time);
             }
         }
         match failed {
@@ -714,7 +719,7 @@ impl SetShared {
                 *slot = None;
                 Err(error)
             }
-            None => Ok(()),
+            None => Ok(time),
         }
     }
 }
@@ -976,7 +981,7 @@ impl crate::commands::member::Member for Replica {
     fn read_committed(
         &self,
         read: &mut dyn FnMut(&crate::engine::collection::Catalog),
-    ) -> Result<()> {
+    ) -> Result<Option<bson::Timestamp>> {
         self.set.read_committed(self.index, read)
     }
 

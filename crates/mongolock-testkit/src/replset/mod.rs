@@ -108,10 +108,11 @@
 //!     and fails); not emulated, refused on a member with `InvalidOptions` (72).
 //!   - `snapshot`: refused (72), as on a single server.
 //!
-//!   A majority read's reply still carries the newest oplog entry's `operationTime`, not
-//!   the commit point's as mongod's does (`computeOperationTime`); a change stream's reply
-//!   carries the commit point's. A server outside a set reads its latest data at every
-//!   level, as before.
+//!   A majority read's reply (and a change stream's) carries the commit point's time as its
+//!   `operationTime`, unless it wrote (`$out`, `$merge`), a local read's the newest entry's
+//!   (`computeOperationTime`, `src/mongo/db/service_entry_point_common.cpp`; jstest
+//!   `jstests/replsets/operation_time_read_and_write_concern.js`). A server outside a set
+//!   reads its latest data at every level, as before.
 //!
 //! Not yet here (later slices): resume tokens that name the same event on every member (a
 //! token is a position in the member's own log, so resuming on another member after a
