@@ -99,15 +99,19 @@ async fn other_reads(client: &Client, level: &str) -> (Vec<Document>, i32, Vec<B
     (aggregated, count, values)
 }
 
-/// Inserts `{_id: id, v}` with write concern `w`; returns the reply's `operationTime`.
+/// Inserts `{_id: id, v}` with write concern `w` (with a `wtimeout`, so that a set that
+/// stops replicating fails the test rather than hanging it); returns the reply's
+/// `operationTime`.
 async fn insert(client: &Client, id: &str, v: i32, w: Bson) -> Timestamp {
     let reply = client
         .database("d")
         .run_command(doc! {
-            "insert": "c", "documents": [{"_id": id, "v": v}], "writeConcern": {"w": w},
+            "insert": "c", "documents": [{"_id": id, "v": v}],
+            "writeConcern": {"w": w, "wtimeout": 10_000},
         })
         .await
         .unwrap();
+    assert!(!reply.contains_key("writeConcernError"), "{reply}");
     reply.get_timestamp("operationTime").unwrap()
 }
 
@@ -127,11 +131,12 @@ async fn set_v(client: &Client, id: &str, v: i32, w: Bson) {
         .run_command(doc! {
             "update": "c",
             "updates": [{"q": {"_id": id}, "u": {"$set": {"v": v}}}],
-            "writeConcern": {"w": w},
+            "writeConcern": {"w": w, "wtimeout": 10_000},
         })
         .await
         .unwrap();
     assert_eq!(reply.get_i32("nModified").unwrap(), 1, "{reply}");
+    assert!(!reply.contains_key("writeConcernError"), "{reply}");
 }
 
 async fn new_primary(set: &ReplicaSet, old: usize, timeout: Duration) -> usize {

@@ -348,3 +348,54 @@ async fn a_diverged_member_acknowledges_none_of_the_new_primarys_writes() {
     );
     set.shutdown().await;
 }
+
+/// A secondary that had not yet applied the old primary's last majority-committed write when
+/// the primary was cut off gets it from the member it still reaches, as mongod's secondaries
+/// chain (a sync source may be any member ahead of it that it reaches, not only the primary:
+/// jstest `jstests/replsets/slavedelay3.js`, where a member cut off from the primary receives
+/// the primary's write through another secondary), and then acknowledges the new primary's
+/// majority writes. Before, a secondary took an entry only while its writer was reachable, so
+/// here it never caught up and the new primary's `w: "majority"` write waited for the heal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_secondary_gets_a_cut_off_primarys_committed_write_from_another_member() {
+    let set = ReplicaSet::builder()
+        .members(3)
+        .election_timeout(ELECTION_TIMEOUT)
+        .start()
+        .await
+        .unwrap();
+    let old = direct(&set, 0);
+    // Member 2 applies nothing for now: the write commits with members 0 and 1.
+    set.set_lag(2, Duration::from_secs(3600));
+    let reply = old
+        .database("d")
+        .run_command(doc! {
+            "insert": "c", "documents": [{"_id": "committed"}],
+            "writeConcern": {"w": "majority", "wtimeout": 5000},
+        })
+        .await
+        .unwrap();
+    assert!(!reply.contains_key("writeConcernError"), "{reply}");
+    assert!(
+        set.applied(2) < set.applied(1),
+        "member 2 applied the write before the partition: the case is not staged"
+    );
+    set.partition(0);
+    set.set_lag(2, Duration::ZERO);
+    let elected = new_primary(&set, 0, Duration::from_secs(5)).await;
+    let reply = direct(&set, elected)
+        .database("d")
+        .run_command(doc! {
+            "insert": "c", "documents": [{"_id": "new"}],
+            "writeConcern": {"w": "majority", "wtimeout": 3000},
+        })
+        .await
+        .unwrap();
+    assert!(!reply.contains_key("writeConcernError"), "{reply}");
+    let other = 3 - elected;
+    assert_eq!(
+        ids(&direct(&set, other)).await,
+        [doc! {"_id": "committed"}, doc! {"_id": "new"}]
+    );
+    set.shutdown().await;
+}

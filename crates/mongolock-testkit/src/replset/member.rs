@@ -55,8 +55,6 @@ struct Entry {
     event: Arc<ChangeEvent>,
     /// When the primary wrote it; a secondary applies it its lag later.
     at: Instant,
-    /// The member that wrote it (as primary): a member partitioned from it cannot fetch it.
-    by: usize,
 }
 
 /// A member's history after the point it shares with the set's: the operations it wrote
@@ -120,6 +118,18 @@ impl SetInner {
     fn sees(&self, a: usize, b: usize) -> bool {
         let (ma, mb) = (&self.members[a], &self.members[b]);
         a == b || (ma.up && mb.up && !ma.isolated && !mb.isolated)
+    }
+
+    /// How far into the set's oplog the members that `index` reaches (a sync source for it)
+    /// have applied: the most any of them holds, 0 when it reaches none.
+    fn sync_sources(&self, index: usize) -> usize {
+        (0..self.members.len())
+            .filter(|&other| other != index && self.sees(index, other))
+            .map(|other| &self.members[other])
+            .filter(|m| !m.recovering && m.diverged.is_none())
+            .map(|m| m.applied)
+            .max()
+            .unwrap_or(0)
     }
 
     /// A member that may vote and run: up, reachable by the others, its history the set's.
@@ -440,7 +450,6 @@ impl SetShared {
                 term,
                 event,
                 at: now,
-                by: index,
             });
         }
         let len = inner.oplog.len();
@@ -808,13 +817,14 @@ pub async fn replicate(set: Arc<SetShared>, index: usize) {
             } else {
                 let now = Instant::now();
                 let start = member.applied.min(inner.oplog.len());
+                // Only what a member it reaches has applied: its sync source may be any
+                // member ahead of it, not only the primary (chaining: jstest
+                // `jstests/replsets/slavedelay3.js`), so a cut-off primary's committed
+                // writes still reach it through another member, and what that primary
+                // wrote alone stays on it.
+                let available = inner.sync_sources(index).min(inner.oplog.len());
                 let mut end = start;
-                while let Some(entry) = inner.oplog.get(end) {
-                    // Only from a member it reaches (a partitioned primary's writes stay
-                    // on it).
-                    if member.isolated || inner.members[entry.by].isolated {
-                        break;
-                    }
+                while let Some(entry) = inner.oplog.get(end).filter(|_| end < available) {
                     let due = entry.at + member.lag;
                     if due > now {
                         wait = wait.min(due - now);

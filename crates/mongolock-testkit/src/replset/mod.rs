@@ -28,6 +28,10 @@
 //!   under the old primary's term and had not started when the state changed fails
 //!   `InterruptedDueToReplStateChange` (11602). After a non-forced step-down the
 //!   caught-up secondary is elected at once (election handoff, README "Step Up").
+//! - Sync sources: a secondary fetches from any member it reaches that applied more than it
+//!   has, not only from the primary (chaining, on by default: jstest
+//!   `jstests/replsets/slavedelay3.js`), so a write a cut-off primary committed before the
+//!   cut still reaches a member that lagged behind it, through a member that has it.
 //! - Elections: a member of the reachable majority with the newest applied optime wins
 //!   (voters refuse candidates older than themselves, README "Voter Perspective"), after
 //!   `electionTimeoutMillis` without a primary; the term goes up by one. The new primary
