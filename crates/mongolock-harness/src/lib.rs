@@ -328,8 +328,12 @@ async fn run_on(
     };
     let oracle = match finished {
         Ok(events) => {
-            if std::env::var_os("MONGOLOCK_HARNESS_EXPLAIN").is_some() {
-                explain_server(&events, &outcome);
+            let explaining = std::env::var_os("MONGOLOCK_HARNESS_EXPLAIN").is_some();
+            if explaining {
+                let named = (outcome.violations.iter())
+                    .filter_map(|v| v.resource.as_deref())
+                    .collect();
+                explain_server(&events, &named);
             }
             let mut outcome = oracle::check(
                 &events,
@@ -372,6 +376,9 @@ async fn run_on(
                      late release landed (the adoption race was not carried out)"
                         .to_owned(),
                 ));
+            }
+            if explaining {
+                explain_oracle(&events, &history, &outcome);
             }
             outcome
         }
@@ -591,14 +598,50 @@ async fn probe_election(
     }
 }
 
-/// With `MONGOLOCK_HARNESS_EXPLAIN` set: every committed write on each resource a client-side
-/// violation names, as the server's change stream saw it (server time in ms, the columns
-/// `explain` prints as "server"), with the entries it left: what removed a holder's entry,
-/// and when, reads from it.
-fn explain_server(events: &[oracle::ServerEvent], outcome: &check::Outcome) {
+/// With `MONGOLOCK_HARNESS_EXPLAIN` set: for each resource a server-side violation names (its
+/// text begins with the resource), the server's writes on it ([`explain_server`]) and every
+/// acquire call on it, in server ms: a place taken out of the line reads against the calls
+/// of its lock id.
+fn explain_oracle(
+    events: &[oracle::ServerEvent],
+    history: &history::History,
+    outcome: &oracle::Outcome,
+) {
     let resources: std::collections::BTreeSet<&str> = (outcome.violations.iter())
-        .filter_map(|v| v.resource.as_deref())
+        .filter_map(|(_, text)| text.split_once(':').map(|(resource, _)| resource))
+        .filter(|r| events.iter().any(|e| e.resource == *r))
         .collect();
+    explain_server(events, &resources);
+    for resource in resources {
+        eprintln!("acquire calls on {resource} (server ms):");
+        for call in history
+            .acquire_calls
+            .iter()
+            .filter(|c| c.resource == resource)
+        {
+            let at = |t| {
+                history
+                    .server_ms(t)
+                    .map_or("-".to_owned(), |ms| ms.to_string())
+            };
+            eprintln!(
+                "  client {} lock id {} from {} to {} granted {} timeout {:?}",
+                call.client,
+                call.lock_id,
+                at(call.invoked_at),
+                at(call.ended_at),
+                call.granted,
+                call.timeout,
+            );
+        }
+    }
+}
+
+/// With `MONGOLOCK_HARNESS_EXPLAIN` set: every committed write on each of `resources` (those
+/// a violation names), as the server's change stream saw it (server time in ms, the columns
+/// `explain` prints as "server"), with the entries it left and the line's places (lock id
+/// and call): what removed a holder's entry or a place, and when, reads from it.
+fn explain_server(events: &[oracle::ServerEvent], resources: &std::collections::BTreeSet<&str>) {
     let text = |d: &bson::Document, field: &str| match d.get(field) {
         Some(bson::Bson::String(s)) => s.clone(),
         Some(other) => other.to_string(),
@@ -617,7 +660,7 @@ fn explain_server(events: &[oracle::ServerEvent], outcome: &check::Outcome) {
             text(e, "delayMs"),
         )
     };
-    for resource in resources {
+    for &resource in resources {
         eprintln!("server writes on {resource}:");
         for event in events.iter().filter(|e| e.resource == resource) {
             let Some(doc) = &event.doc else {
@@ -642,7 +685,7 @@ fn explain_server(events: &[oracle::ServerEvent], outcome: &check::Outcome) {
                 .get_array("queue")
                 .map(|a| {
                     (a.iter().filter_map(|p| p.as_document()))
-                        .map(|p| text(p, "lockId"))
+                        .map(|p| format!("{} call {}", text(p, "lockId"), text(p, "call")))
                         .collect()
                 })
                 .unwrap_or_default();
