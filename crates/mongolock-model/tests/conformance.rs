@@ -27,6 +27,9 @@
 //! for its lock-delay (`letGoAt`, read as the model's `let_go`): the mutant
 //! [`FORCE_UNMARKED`], the step of control (ag), leaves it unmarked.
 
+mod common;
+use common::{Captured, for_call};
+
 use std::time::Duration;
 
 use bson::oid::ObjectId;
@@ -1462,9 +1465,6 @@ fn shared_call(rng: &mut StdRng) -> SharedCall {
     }
 }
 
-/// The commands a client sends, captured as they go out (command monitoring).
-type Captured = std::sync::Arc<std::sync::Mutex<Vec<Document>>>;
-
 /// The first `findAndModify` captured for `resource`, as a command to send again: the
 /// fields the driver adds (session, transaction number, cluster time, `$db`) left off, and
 /// its `_id` made `to`.
@@ -1639,24 +1639,7 @@ async fn shared_grant(
 #[tokio::test]
 async fn shared_entries_and_the_waiting_attempt_match_the_model() {
     let server = TestServer::start().await.unwrap();
-    let captured: Captured = Default::default();
-    let handler = {
-        let captured = captured.clone();
-        mongodb::event::EventHandler::callback(
-            move |event: mongodb::event::command::CommandEvent| {
-                if let mongodb::event::command::CommandEvent::Started(e) = event
-                    && e.command_name == "findAndModify"
-                {
-                    captured.lock().unwrap().push(e.command);
-                }
-            },
-        )
-    };
-    let mut options = mongodb::options::ClientOptions::parse(server.uri())
-        .await
-        .unwrap();
-    options.command_event_handler = Some(handler);
-    let monitored = mongodb::Client::with_options(options).unwrap();
+    let (monitored, captured) = common::monitored_client(&server.uri(), &["findAndModify"]).await;
     let coll = monitored.database("model").collection::<Document>("locks");
     let locks = LockClient::new(coll.clone());
     let mut nonces = Nonces::learn(&locks).await;
@@ -2236,42 +2219,6 @@ fn replayable_update(captured: &Captured, resource: &str, to: &str) -> Document 
     out
 }
 
-/// `command` (a captured adoption) made the adoption of the call `to`: the call it names
-/// (the one ObjectId of its line's filter, `keepalive::adopt_command`) replaced, as
-/// [`replayable_update`] replaces the resource.
-fn for_call(command: &Document, to: ObjectId) -> Document {
-    fn replace(value: &mut Bson, to: ObjectId) -> usize {
-        match value {
-            Bson::ObjectId(id) => {
-                *id = to;
-                1
-            }
-            Bson::Document(d) => d.iter_mut().map(|(_, v)| replace(v, to)).sum(),
-            Bson::Array(a) => a.iter_mut().map(|v| replace(v, to)).sum(),
-            _ => 0,
-        }
-    }
-    let mut out = command.clone();
-    let Some(Bson::Array(updates)) = out.get_mut("updates") else {
-        panic!("an update: {command}");
-    };
-    let Some(Bson::Document(statement)) = updates.first_mut() else {
-        panic!("a statement: {command}");
-    };
-    let Some(Bson::Array(stages)) = statement.get_mut("u") else {
-        panic!("a pipeline: {command}");
-    };
-    let Some(Bson::Document(stage)) = stages.first_mut() else {
-        panic!("a stage: {command}");
-    };
-    let queue = (stage.get_document_mut("$set").ok()).and_then(|set| set.get_mut("queue"));
-    let Some(queue) = queue else {
-        panic!("the adoption sets the line: {command}");
-    };
-    assert_eq!(replace(queue, to), 1, "one call named: {command}");
-    out
-}
-
 /// Resume's adoption (`keepalive::adopt_command`, sent when an attempt of a handle is
 /// answered "already held") against the model's [`Request::Adopt`], on entries let go of
 /// within their minimum hold: the statement asks whether the lease is live as the keeper's
@@ -2288,24 +2235,7 @@ fn for_call(command: &Document, to: ObjectId) -> Document {
 #[tokio::test]
 async fn the_adoption_matches_the_model_on_let_go_entries() {
     let server = TestServer::start().await.unwrap();
-    let captured: Captured = Default::default();
-    let handler = {
-        let captured = captured.clone();
-        mongodb::event::EventHandler::callback(
-            move |event: mongodb::event::command::CommandEvent| {
-                if let mongodb::event::command::CommandEvent::Started(e) = event
-                    && e.command_name == "update"
-                {
-                    captured.lock().unwrap().push(e.command);
-                }
-            },
-        )
-    };
-    let mut options = mongodb::options::ClientOptions::parse(server.uri())
-        .await
-        .unwrap();
-    options.command_event_handler = Some(handler);
-    let monitored = mongodb::Client::with_options(options).unwrap();
+    let (monitored, captured) = common::monitored_client(&server.uri(), &["update"]).await;
     let locks = LockClient::new(monitored.database("model").collection("locks"));
     let nonces = Nonces::learn(&locks).await;
     set_base(&locks).await;

@@ -37,6 +37,9 @@
 //! and an adoption whatever keeper the entry names (control (am), as before the adoption
 //! asked for the keeper its attempt was answered with).
 
+mod common;
+use common::{Captured, for_call};
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -267,9 +270,6 @@ fn count(reply: &Document) -> u8 {
     }
 }
 
-/// The commands a client sends, captured as they go out (command monitoring).
-type Captured = std::sync::Arc<std::sync::Mutex<Vec<Document>>>;
-
 /// The commands one lease sent: the adoption, the keeper's renewal and its read, each with
 /// the fields the driver adds (session, cluster time, `$db`) left off.
 #[derive(Clone)]
@@ -429,42 +429,6 @@ async fn capture(
         renew: only(&renew, &["update", "updates", "ordered", "writeConcern"]),
         read: only(&read, &["aggregate", "pipeline", "cursor", "readConcern"]),
     }
-}
-
-/// `command` (a captured adoption) made the adoption of the call `to`: the call it names
-/// (the one ObjectId of its line's filter, `keepalive::adopt_command`) replaced, as
-/// [`aimed`] replaces the resource.
-fn for_call(command: &Document, to: ObjectId) -> Document {
-    fn replace(value: &mut Bson, to: ObjectId) -> usize {
-        match value {
-            Bson::ObjectId(id) => {
-                *id = to;
-                1
-            }
-            Bson::Document(d) => d.iter_mut().map(|(_, v)| replace(v, to)).sum(),
-            Bson::Array(a) => a.iter_mut().map(|v| replace(v, to)).sum(),
-            _ => 0,
-        }
-    }
-    let mut out = command.clone();
-    let Some(Bson::Array(updates)) = out.get_mut("updates") else {
-        panic!("an update: {command}");
-    };
-    let Some(Bson::Document(statement)) = updates.first_mut() else {
-        panic!("a statement: {command}");
-    };
-    let Some(Bson::Array(stages)) = statement.get_mut("u") else {
-        panic!("a pipeline: {command}");
-    };
-    let Some(Bson::Document(stage)) = stages.first_mut() else {
-        panic!("a stage: {command}");
-    };
-    let queue = (stage.get_document_mut("$set").ok()).and_then(|set| set.get_mut("queue"));
-    let Some(queue) = queue else {
-        panic!("the adoption sets the line: {command}");
-    };
-    assert_eq!(replace(queue, to), 1, "one call named: {command}");
-    out
 }
 
 /// `command` (a captured adoption) made the adoption of an attempt answered "already held"
@@ -662,24 +626,8 @@ enum Call {
 #[tokio::test]
 async fn the_keepers_renewal_and_the_adoption_match_the_model() {
     let server = TestServer::start().await.unwrap();
-    let captured: Captured = Default::default();
-    let handler = {
-        let captured = captured.clone();
-        mongodb::event::EventHandler::callback(
-            move |event: mongodb::event::command::CommandEvent| {
-                if let mongodb::event::command::CommandEvent::Started(e) = event
-                    && ["update", "aggregate"].contains(&e.command_name.as_str())
-                {
-                    captured.lock().unwrap().push(e.command);
-                }
-            },
-        )
-    };
-    let mut options = mongodb::options::ClientOptions::parse(server.uri())
-        .await
-        .unwrap();
-    options.command_event_handler = Some(handler);
-    let monitored = mongodb::Client::with_options(options).unwrap();
+    let (monitored, captured) =
+        common::monitored_client(&server.uri(), &["update", "aggregate"]).await;
     let coll = monitored.database("model").collection::<Document>("locks");
     let locks = LockClient::new(coll.clone());
     let doubting = LockClient::new(coll.clone());
