@@ -988,6 +988,24 @@ mod tests {
         assert_eq!(stored.get_array("queue").unwrap().len(), 1, "{stored}");
     }
 
+    /// A waiting exclusive attempt on `r` for `lock_id` (one that joins the line).
+    fn waiting_request(lock_id: &str, details: &LockDetails) -> AcquireRequest {
+        let mut request = AcquireRequest::exclusive("r", lock_id, details.clone());
+        request.announce = Some(Duration::from_secs(60));
+        request
+    }
+
+    /// The line `stored` holds: each place's lock id and the call it names.
+    fn line(stored: &Document) -> Vec<(String, Option<ObjectId>)> {
+        (stored.get_array("queue").unwrap().iter())
+            .map(|p| {
+                let p = p.as_document().unwrap();
+                let call = p.get_object_id(schema::CALL).ok();
+                (p.get_str("lockId").unwrap().to_owned(), call)
+            })
+            .collect()
+    }
+
     /// Issue 40: a place names its call. A late withdrawal or `leave_line` of a lock id's
     /// earlier call, landing after the lock id's next call joined the line, leaves that
     /// call's place where it stands (before, both took out every place of the lock id, and
@@ -1002,20 +1020,7 @@ mod tests {
         let ctx = locks.ready().unwrap();
         let details = LockDetails::default().ttl(Duration::from_secs(30));
         let _holder = locks.xlock("r", "holder", details.clone()).await.unwrap();
-        let waiting = |lock_id: &str| {
-            let mut request = AcquireRequest::exclusive("r", lock_id, details.clone());
-            request.announce = Some(Duration::from_secs(60));
-            request
-        };
-        let line = |stored: &Document| -> Vec<(String, Option<ObjectId>)> {
-            (stored.get_array("queue").unwrap().iter())
-                .map(|p| {
-                    let p = p.as_document().unwrap();
-                    let call = p.get_object_id(schema::CALL).ok();
-                    (p.get_str("lockId").unwrap().to_owned(), call)
-                })
-                .collect()
-        };
+        let waiting = |lock_id: &str| waiting_request(lock_id, &details);
         let contended = |attempt: Attempt| assert!(matches!(attempt, Attempt::Contended(_)));
         // The first call joins and leaves (its `leave_line` answered); the lock id's next
         // call joins, then another waiter behind it.
@@ -1144,20 +1149,7 @@ mod tests {
         let details = LockDetails::default().ttl(Duration::from_secs(30));
         // The lease of `svc`, whose process died.
         let _held = locks.xlock("r", "svc", details.clone()).await.unwrap();
-        let waiting = |lock_id: &str| {
-            let mut request = AcquireRequest::exclusive("r", lock_id, details.clone());
-            request.announce = Some(Duration::from_secs(60));
-            request
-        };
-        let line = |stored: &Document| -> Vec<(String, Option<ObjectId>)> {
-            (stored.get_array("queue").unwrap().iter())
-                .map(|p| {
-                    let p = p.as_document().unwrap();
-                    let call = p.get_object_id(schema::CALL).ok();
-                    (p.get_str("lockId").unwrap().to_owned(), call)
-                })
-                .collect()
-        };
+        let waiting = |lock_id: &str| waiting_request(lock_id, &details);
         let held = |attempt: Attempt| match attempt {
             Attempt::AlreadyHeld(grant) => grant,
             other => panic!("answered with the lease held, not {other:?}"),
