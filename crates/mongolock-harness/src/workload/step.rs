@@ -7,8 +7,8 @@
 //! it (so that it knows the server's clock from a grant's `$$NOW`), then asks again while the
 //! relay holds back the reply to its attempt. Once the attempt has run, the emulator's clock
 //! steps (forward or back); another write of the same client (a `force_release` of a
-//! resource nobody holds) returns and shows the step; only then does the grant's reply go
-//! on. The step is recorded as [`OpKind::ClockStep`], naming the holder it judges, with a
+//! witness resource it took low-level before the attempt, so that the write changes a
+//! document) returns and shows the step; only then does the grant's reply go on. The step is recorded as [`OpKind::ClockStep`], naming the holder it judges, with a
 //! reading of the server's clock right after it.
 //!
 //! - **Forward**: the server counts the lease from its clock before the step, so it ends
@@ -25,7 +25,8 @@
 //! the server's clock after the step (the stepped client's write replies are watched by
 //! command monitoring). On a replica set the cluster time often stands ahead of the
 //! primary's clock (after a failover from a primary whose clock was ahead), and a write that
-//! wrote nothing answers the newest oplog entry's time: the reply then shows no step, the
+//! wrote nothing answers the newest oplog entry's time (hence the witness the client holds,
+//! whose force release writes one): the reply then shows no step, the
 //! library cannot count it (its server clock's documentation says so), and the step is
 //! recorded unjudged, excusing its holder as a jump does. Before this check, every
 //! `--replset --long` run reported (1) and (3) on the holder of such a step.
@@ -152,6 +153,16 @@ impl Worker {
             stepped.shutdown().await;
             return format!("{way}: not carried out: the first grant failed");
         }
+        // The witness: a resource this client takes low-level now and force-releases after
+        // the step, so that the write changes a document (on a set it writes an oplog
+        // entry at the server's time after the step; a write that changed nothing would
+        // answer the newest entry's, from before it). Not taken, the witness is a write
+        // that changes nothing, and the check below tells whether it showed the step.
+        let witness = format!("{}-witness", steps.resource);
+        let witness_details = mongolock::LockDetails::default().ttl(steps.ttl * 10);
+        let _ = (stepped)
+            .xlock(&witness, &format!("{lock_id}-witness"), witness_details)
+            .await;
         relay.arm();
         let invoked = Instant::now();
         let again = mutex(&stepped, &lock_id);
@@ -191,7 +202,6 @@ impl Worker {
             .server_clock(now, self.clock.now().timestamp_millis());
         let after_step_ms = self.recorder.server_ms(now);
         // Another reply of the same client, read before the grant's.
-        let witness = format!("{}-witness", steps.resource);
         let read_first = stepped.force_release(&witness).await.is_ok() && relay.holding();
         // Whether that reply could show the step: its `operationTime` past every one the
         // client read before. On a set, after a failover from a primary whose clock was
@@ -228,7 +238,8 @@ impl Worker {
             (true, true) => "held past the step, another reply read first",
             (true, false) => {
                 "held past the step, another reply read first but its operationTime showed \
-                 no step (the cluster time stood ahead of the server's clock)"
+                 no step (the cluster time stood ahead of the server's clock, or the reply \
+                 carried the time of an earlier oplog entry: a write that changed nothing)"
             }
             (false, _) => "held past the step, no other reply read first",
         };
