@@ -63,6 +63,7 @@ use crate::workload::{COLLECTION, DB};
 mod adoption;
 mod clock_step;
 mod false_loss;
+mod late_adoption;
 mod late_attempt;
 mod late_writes;
 mod line;
@@ -165,11 +166,11 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
     ];
-    // These ten mostly wait (a timeout, a minimum hold, two leases after a clock step,
+    // These eleven mostly wait (a timeout, a minimum hold, two leases after a clock step,
     // periods of a job, a lease through a step back, a hold after a late release, a command
     // time limit, a hold after a force release), each on an emulator of its own: side by
     // side, they add seconds rather than a dozen.
-    let (stuck, outside, step, first, back, taken, adopted, late, forced, late_leave) = tokio::join!(
+    let (stuck, outside, step, first, back, taken, adopted, late, forced, late_leave, late_adopt) = tokio::join!(
         owed_release::stuck_lock_id(),
         line::own_entry_outside_line(),
         clock_step::step_ignored(),
@@ -181,7 +182,8 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         step_back::force_after_step_back(),
         // Boxed: its scenario's state is large, and the join's would overflow a test
         // thread's stack in a debug build.
-        Box::pin(line::late_leave_takes_the_next_calls_place())
+        Box::pin(line::late_leave_takes_the_next_calls_place()),
+        Box::pin(late_adoption::late_adoption_takes_the_next_calls_place())
     );
     all.extend([
         stuck?,
@@ -194,6 +196,7 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late?,
         forced?,
         late_leave?,
+        late_adopt?,
     ]);
     Ok(all)
 }

@@ -21,13 +21,13 @@ async fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     );
     assert_eq!(
         report.controls.len(),
-        32,
-        "thirty-two negative controls ran"
+        33,
+        "thirty-three negative controls ran"
     );
     assert_eq!(
         report.controls_caught(),
-        32,
-        "controls caught: {}/32",
+        33,
+        "controls caught: {}/33",
         report.controls_caught()
     );
     assert!(report.passed());
