@@ -191,15 +191,21 @@ pub struct AdoptionRace {
 }
 
 impl AdoptionRace {
-    /// The race on `resource`: a 3 s TTL, a 1.5 s hold, the release 600 ms late, the
-    /// restarted process 300 ms away each way (its attempt runs before the release lands,
-    /// its adoption after).
+    /// The race on `resource`: a 3 s TTL, a 1.8 s hold, the release 850 ms late, the
+    /// restarted process 300 ms away each way. Its adoption cannot reach the server before
+    /// the release lands (it is sent 50 ms after the release, and its attempt's round trip
+    /// and its own way take three times 300 ms), and its attempt, due 350 ms after the
+    /// release was sent, has 500 ms to spare before the release lands: a machine under
+    /// load (CI's) delays the attempt, and with 250 ms to spare (a release 600 ms late)
+    /// the race was often not made there. The hold outlasts the planted adoption, sent
+    /// once the release landed and 300 ms on its way. (Farther away, the restarted
+    /// process's attempts would outrun their command time limit.)
     pub fn on(resource: &str) -> Self {
         AdoptionRace {
             resource: resource.to_owned(),
             ttl: Duration::from_secs(3),
-            hold: Duration::from_millis(1_500),
-            late: Duration::from_millis(600),
+            hold: Duration::from_millis(1_800),
+            late: Duration::from_millis(850),
             far: Duration::from_millis(300),
         }
     }

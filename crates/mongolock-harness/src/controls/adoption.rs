@@ -25,8 +25,8 @@ pub(super) async fn adopted_let_go_entry() -> Result<ControlResult, Box<dyn std:
 }
 
 /// How many times the race is staged before its not happening is an error: under load the
-/// restarted process's attempt can reach the server after the late release landed (its
-/// margin is a quarter of a second each way), and then no adoption is sent.
+/// restarted process's attempt can reach the server after the late release landed (it has
+/// 500 ms to spare, see [`AdoptionRace::on`]), and then no adoption is sent.
 const TRIES: usize = 3;
 
 /// The scenario on an emulator of its own, planted or with the library as it is, staged

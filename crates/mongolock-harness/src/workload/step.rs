@@ -8,8 +8,9 @@
 //! relay holds back the reply to its attempt. Once the attempt has run, the emulator's clock
 //! steps (forward or back); another write of the same client (a `force_release` of a
 //! witness resource it took low-level before the attempt, so that the write changes a
-//! document) returns and shows the step; only then does the grant's reply go on. The step is recorded as [`OpKind::ClockStep`], naming the holder it judges, with a
-//! reading of the server's clock right after it.
+//! document) returns and shows the step; only then does the grant's reply go on. The step
+//! is recorded as [`OpKind::ClockStep`], naming the holder it judges, with a reading of the
+//! server's clock right after it.
 //!
 //! - **Forward**: the server counts the lease from its clock before the step, so it ends
 //!   that much earlier; the holder must count the step. Its client's renewals are dropped
@@ -26,9 +27,9 @@
 //! command monitoring). On a replica set the cluster time often stands ahead of the
 //! primary's clock (after a failover from a primary whose clock was ahead), and a write that
 //! wrote nothing answers the newest oplog entry's time (hence the witness the client holds,
-//! whose force release writes one): the reply then shows no step, the
-//! library cannot count it (its server clock's documentation says so), and the step is
-//! recorded unjudged, excusing its holder as a jump does. Before this check, every
+//! whose force release writes one): the reply then shows no step, the library cannot count
+//! it (its server clock's documentation says so), and the step is recorded unjudged,
+//! excusing its holder as a jump does. Before this check, every
 //! `--replset --long` run reported (1) and (3) on the holder of such a step.
 //!
 //! How each went is recorded ([`crate::history::Recorder::extra`]), so that a step whose
@@ -160,7 +161,7 @@ impl Worker {
         // that changes nothing, and the check below tells whether it showed the step.
         let witness = format!("{}-witness", steps.resource);
         let witness_details = mongolock::LockDetails::default().ttl(steps.ttl * 10);
-        let _ = (stepped)
+        let _ = stepped
             .xlock(&witness, &format!("{lock_id}-witness"), witness_details)
             .await;
         relay.arm();
