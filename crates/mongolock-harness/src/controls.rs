@@ -171,17 +171,17 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
     // time limit, a hold after a force release), each on an emulator of its own: side by
     // side, they add seconds rather than a dozen.
     let (stuck, outside, step, first, back, taken, adopted, late, forced, late_leave, late_adopt) = tokio::join!(
-        owed_release::stuck_lock_id(),
-        line::own_entry_outside_line(),
-        clock_step::step_ignored(),
-        clock_step::first_grant_step_ignored(),
-        step_back::step_back_renewed(),
-        false_loss::step_back_taken_for_loss(),
-        adoption::adopted_let_go_entry(),
-        late_attempt::unbounded_later_attempt(),
-        step_back::force_after_step_back(),
-        // Boxed: its scenario's state is large, and the join's would overflow a test
-        // thread's stack in a debug build.
+        // Each boxed: the scenarios' states are large, and the join's, held inline, would
+        // overflow a test thread's stack in a debug build.
+        Box::pin(owed_release::stuck_lock_id()),
+        Box::pin(line::own_entry_outside_line()),
+        Box::pin(clock_step::step_ignored()),
+        Box::pin(clock_step::first_grant_step_ignored()),
+        Box::pin(step_back::step_back_renewed()),
+        Box::pin(false_loss::step_back_taken_for_loss()),
+        Box::pin(adoption::adopted_let_go_entry()),
+        Box::pin(late_attempt::unbounded_later_attempt()),
+        Box::pin(step_back::force_after_step_back()),
         Box::pin(line::late_leave_takes_the_next_calls_place()),
         Box::pin(late_adoption::late_adoption_takes_the_next_calls_place())
     );
