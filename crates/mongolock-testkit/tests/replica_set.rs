@@ -4,48 +4,24 @@
 
 use std::time::{Duration, Instant};
 
-use bson::{Document, doc, oid::ObjectId};
+use bson::{Document, doc};
 use mongodb::Client;
 use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::options::{ClientOptions, ServerAddress, WriteConcern};
 use mongolock_testkit::ReplicaSet;
 
+mod set;
+use set::{code_of, election_id, member_options};
+
 /// A client connected to member `index` alone (`directConnection=true`).
 fn direct(set: &ReplicaSet, index: usize, retry_writes: bool) -> Client {
-    let options = ClientOptions::builder()
-        .hosts(vec![ServerAddress::Tcp {
-            host: "127.0.0.1".into(),
-            port: Some(set.member(index).addr().port()),
-        }])
-        .direct_connection(true)
-        .retry_writes(retry_writes)
-        .app_name(format!("direct-{index}"))
-        .server_selection_timeout(Duration::from_secs(5))
-        .build();
+    let mut options = member_options(set, index);
+    options.retry_writes = Some(retry_writes);
     Client::with_options(options).unwrap()
 }
 
 async fn hello(set: &ReplicaSet, index: usize) -> Document {
-    direct(set, index, true)
-        .database("admin")
-        .run_command(doc! {"hello": 1})
-        .await
-        .unwrap()
-}
-
-fn code_of(error: &mongodb::error::Error) -> i32 {
-    match error.kind.as_ref() {
-        ErrorKind::Command(e) => e.code,
-        ErrorKind::Write(WriteFailure::WriteError(e)) => e.code,
-        ErrorKind::Write(WriteFailure::WriteConcernError(e)) => e.code,
-        other => panic!("not a server error: {other:?}"),
-    }
-}
-
-/// `OID::fromTerm` (`src/mongo/bson/oid.cpp`; `oid_test.cpp` `FromTerm`): `7fffffff`, then
-/// the term as 8 big-endian bytes.
-fn election_id(term: i64) -> ObjectId {
-    ObjectId::parse_str(format!("7fffffff{term:016x}")).unwrap()
+    set::hello(&direct(set, index, true)).await
 }
 
 /// `hello` per member state follows `src/mongo/db/repl/hello/hello_response.cpp`

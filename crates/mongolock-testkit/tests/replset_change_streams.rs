@@ -15,26 +15,11 @@ use std::time::{Duration, Instant};
 
 use bson::{Bson, Document, Timestamp, doc};
 use mongodb::Client;
-use mongodb::options::{ClientOptions, ServerAddress};
+
 use mongolock_testkit::ReplicaSet;
 
-const ELECTION_TIMEOUT: Duration = Duration::from_millis(600);
-
-/// A client connected to member `index` alone (`directConnection=true`), without retries.
-fn direct(set: &ReplicaSet, index: usize) -> Client {
-    let options = ClientOptions::builder()
-        .hosts(vec![ServerAddress::Tcp {
-            host: "127.0.0.1".into(),
-            port: Some(set.member(index).addr().port()),
-        }])
-        .direct_connection(true)
-        .retry_writes(false)
-        .retry_reads(false)
-        .app_name(format!("direct-{index}"))
-        .server_selection_timeout(Duration::from_secs(5))
-        .build();
-    Client::with_options(options).unwrap()
-}
+mod set;
+use set::{direct, new_primary};
 
 /// A change stream on `d.c` of one member, driven by raw `aggregate` and `getMore`.
 struct Stream {
@@ -136,17 +121,6 @@ async fn insert(client: &Client, id: &str, w: Bson) {
         .unwrap();
 }
 
-async fn new_primary(set: &ReplicaSet, old: usize, timeout: Duration) -> usize {
-    let until = Instant::now() + timeout;
-    loop {
-        if let Some(p) = set.primary().filter(|&p| p != old) {
-            return p;
-        }
-        assert!(Instant::now() < until, "no new primary");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A write taken by a partitioned primary alone (`w: 1`) is never majority-committed: a
 /// stream opened on that primary before it, and streams on the other members, do not deliver
 /// it while it waits, nor after the rollback undid it; a stream started after the rollback
@@ -154,12 +128,7 @@ async fn new_primary(set: &ReplicaSet, old: usize, timeout: Duration) -> usize {
 /// acknowledged with `w: "majority"` is delivered on every member, the rolled-back one too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_the_partitioned_primary_took_alone_is_never_delivered() {
-    let set = ReplicaSet::builder()
-        .members(3)
-        .election_timeout(ELECTION_TIMEOUT)
-        .start()
-        .await
-        .unwrap();
+    let set = set::three_with_quick_elections().await;
     let old = direct(&set, 0);
     insert(&old, "committed", "majority".into()).await;
     let mut streams = Vec::new();

@@ -20,26 +20,11 @@ use std::time::{Duration, Instant};
 
 use bson::{Bson, Document, Timestamp, doc};
 use mongodb::Client;
-use mongodb::options::{ClientOptions, ServerAddress};
+
 use mongolock_testkit::{ReplicaSet, TestServer};
 
-const ELECTION_TIMEOUT: Duration = Duration::from_millis(600);
-
-/// A client connected to member `index` alone (`directConnection=true`), without retries.
-fn direct(set: &ReplicaSet, index: usize) -> Client {
-    let options = ClientOptions::builder()
-        .hosts(vec![ServerAddress::Tcp {
-            host: "127.0.0.1".into(),
-            port: Some(set.member(index).addr().port()),
-        }])
-        .direct_connection(true)
-        .retry_writes(false)
-        .retry_reads(false)
-        .app_name(format!("direct-{index}"))
-        .server_selection_timeout(Duration::from_secs(5))
-        .build();
-    Client::with_options(options).unwrap()
-}
+mod set;
+use set::{direct, new_primary};
 
 fn read_concern(level: &str) -> Document {
     doc! {"level": level}
@@ -139,17 +124,6 @@ async fn set_v(client: &Client, id: &str, v: i32, w: Bson) {
     assert!(!reply.contains_key("writeConcernError"), "{reply}");
 }
 
-async fn new_primary(set: &ReplicaSet, old: usize, timeout: Duration) -> usize {
-    let until = Instant::now() + timeout;
-    loop {
-        if let Some(p) = set.primary().filter(|&p| p != old) {
-            return p;
-        }
-        assert!(Instant::now() < until, "no new primary");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Polls `read` until it answers `expected` (at most `within`); returns the last answer.
 async fn until_found<F, Fut>(within: Duration, expected: &[Document], mut read: F) -> Vec<Document>
 where
@@ -173,12 +147,7 @@ where
 /// seen at both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_primary_s_majority_read_answers_the_committed_version() {
-    let set = ReplicaSet::builder()
-        .members(3)
-        .election_timeout(ELECTION_TIMEOUT)
-        .start()
-        .await
-        .unwrap();
+    let set = set::three_with_quick_elections().await;
     let old = direct(&set, 0);
     let committed_at = insert(&old, "a", 1, "majority".into()).await;
     let committed = vec![doc! {"_id": "a", "v": 1}];

@@ -6,53 +6,18 @@
 
 use std::time::{Duration, Instant};
 
-use bson::{Document, doc, oid::ObjectId};
+use bson::{Document, doc};
 use mongodb::Client;
-use mongodb::error::{ErrorKind, WriteFailure};
-use mongodb::options::{ClientOptions, ServerAddress};
+
 use mongolock_testkit::ReplicaSet;
 
-const ELECTION_TIMEOUT: Duration = Duration::from_millis(600);
+mod set;
+use set::{ELECTION_TIMEOUT, code_of, election_id, hello, member_options, new_primary};
 
 /// A client connected to member `index` alone (`directConnection=true`; the driver then
-/// reads with `primaryPreferred`, so any member serves reads), without retries.
+/// reads with `primaryPreferred`, so any member serves reads); its writes are not retried.
 fn direct(set: &ReplicaSet, index: usize) -> Client {
-    let options = ClientOptions::builder()
-        .hosts(vec![ServerAddress::Tcp {
-            host: "127.0.0.1".into(),
-            port: Some(set.member(index).addr().port()),
-        }])
-        .direct_connection(true)
-        .retry_writes(false)
-        .app_name(format!("direct-{index}"))
-        .server_selection_timeout(Duration::from_secs(5))
-        .build();
-    Client::with_options(options).unwrap()
-}
-
-async fn hello(client: &Client) -> Document {
-    client
-        .database("admin")
-        .run_command(doc! {"hello": 1})
-        .await
-        .unwrap()
-}
-
-fn code_of(error: &mongodb::error::Error) -> i32 {
-    match error.kind.as_ref() {
-        ErrorKind::Command(e) => e.code,
-        ErrorKind::Write(WriteFailure::WriteError(e)) => e.code,
-        ErrorKind::Write(WriteFailure::WriteConcernError(e)) => e.code,
-        other => panic!("not a server error: {other:?}"),
-    }
-}
-
-/// `OID::fromTerm` (`src/mongo/bson/oid.cpp`): `7fffffff`, then the term.
-fn election_id(term: i64) -> ObjectId {
-    let mut bytes = [0u8; 12];
-    bytes[..4].copy_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
-    bytes[4..].copy_from_slice(&term.to_be_bytes());
-    ObjectId::from_bytes(bytes)
+    Client::with_options(member_options(set, index)).unwrap()
 }
 
 async fn ids(client: &Client) -> Vec<Document> {
@@ -69,17 +34,6 @@ async fn ids(client: &Client) -> Vec<Document> {
         .unwrap()
 }
 
-async fn new_primary(set: &ReplicaSet, old: usize, timeout: Duration) -> usize {
-    let until = Instant::now() + timeout;
-    loop {
-        if let Some(p) = set.primary().filter(|&p| p != old) {
-            return p;
-        }
-        assert!(Instant::now() < until, "no new primary");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A primary partitioned from the others, clients still reaching it, stays primary until it
 /// has not seen a majority for the election timeout: `TopologyCoordinator::checkMemberTimeouts`
 /// (`src/mongo/db/repl/topology_coordinator.cpp`) marks the members it has not heard from
@@ -94,12 +48,7 @@ async fn new_primary(set: &ReplicaSet, old: usize, timeout: Duration) -> usize {
 /// primary, names none in `hello` and refuses writes with `NotWritablePrimary` (10107).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_primary_takes_w1_writes_until_it_steps_down_and_the_majority_elects() {
-    let set = ReplicaSet::builder()
-        .members(3)
-        .election_timeout(ELECTION_TIMEOUT)
-        .start()
-        .await
-        .unwrap();
+    let set = set::three_with_quick_elections().await;
     let old = direct(&set, 0);
     let db = old.database("d");
     db.run_command(
@@ -200,12 +149,7 @@ async fn a_partitioned_primary_takes_w1_writes_until_it_steps_down_and_the_major
 /// document keeps its committed value, and the member then follows the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_w1_write_of_a_partitioned_primary_is_rolled_back_and_a_majority_write_never_is() {
-    let set = ReplicaSet::builder()
-        .members(3)
-        .election_timeout(ELECTION_TIMEOUT)
-        .start()
-        .await
-        .unwrap();
+    let set = set::three_with_quick_elections().await;
     let old = direct(&set, 0);
     let db = old.database("d");
     db.run_command(doc! {
@@ -316,12 +260,7 @@ async fn a_partition_shorter_than_the_election_timeout_rolls_nothing_back() {
 /// (64), however many entries the partitioned former primary wrote alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_diverged_member_acknowledges_none_of_the_new_primarys_writes() {
-    let set = ReplicaSet::builder()
-        .members(3)
-        .election_timeout(ELECTION_TIMEOUT)
-        .start()
-        .await
-        .unwrap();
+    let set = set::three_with_quick_elections().await;
     let old = direct(&set, 0);
     set.partition(0);
     for id in 0..5 {
@@ -358,12 +297,7 @@ async fn a_diverged_member_acknowledges_none_of_the_new_primarys_writes() {
 /// here it never caught up and the new primary's `w: "majority"` write waited for the heal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_secondary_gets_a_cut_off_primarys_committed_write_from_another_member() {
-    let set = ReplicaSet::builder()
-        .members(3)
-        .election_timeout(ELECTION_TIMEOUT)
-        .start()
-        .await
-        .unwrap();
+    let set = set::three_with_quick_elections().await;
     let old = direct(&set, 0);
     // Member 2 applies nothing for now: the write commits with members 0 and 1.
     set.set_lag(2, Duration::from_secs(3600));

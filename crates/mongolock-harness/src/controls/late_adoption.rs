@@ -21,7 +21,9 @@ use mongolock::{LockClient, LockDetails};
 use mongolock_testkit::FaultProxy;
 use mongolock_testkit::faults::proxy::{RequestFault, Requests};
 
-use super::{ControlResult, Expected, RESOURCE, Watched, hold_honestly, locks};
+use super::{
+    ControlResult, Expected, RESOURCE, Watched, hold_honestly, line_becomes, line_now, locks,
+};
 use crate::history::AcquireCall;
 use crate::oracle::ServerCheck;
 use crate::workload::{COLLECTION, DB};
@@ -91,39 +93,6 @@ fn is_adoption(command: &Document) -> bool {
         })
         .and_then(|merged| merged.get(1)?.as_document()?.get_bool("adopted").ok());
     on_resource && adopted == Some(true)
-}
-
-/// The lock ids of the places in the control resource's line, read straight from the server.
-async fn line_now(
-    raw: &mongodb::Collection<Document>,
-) -> Result<Vec<String>, mongodb::error::Error> {
-    let stored = raw.find_one(doc! { "_id": RESOURCE }).await?;
-    let queue = (stored.as_ref())
-        .and_then(|d| d.get_array("queue").ok())
-        .cloned()
-        .unwrap_or_default();
-    Ok(queue
-        .iter()
-        .filter_map(|p| p.as_document()?.get_str("lockId").ok().map(str::to_owned))
-        .collect())
-}
-
-/// Waits (10 s at most) until the line is `expected`; an error if it never is.
-async fn line_becomes(
-    raw: &mongodb::Collection<Document>,
-    expected: &[&str],
-) -> Result<Vec<String>, Box<dyn std::error::Error>> {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    loop {
-        let line = line_now(raw).await?;
-        if line == expected {
-            return Ok(line);
-        }
-        if Instant::now() >= give_up {
-            return Err(format!("the line stayed {line:?}, not {expected:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The scenario of this module's docs; `planted`: the adoption of before the fix sent raw

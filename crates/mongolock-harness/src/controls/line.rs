@@ -164,6 +164,7 @@ pub(super) mod late_leave {
     use mongolock_testkit::faults::proxy::{RequestFault, Requests};
 
     use super::*;
+    use crate::controls::{line_becomes, line_now};
     use crate::workload::{COLLECTION, DB};
 
     /// The lease of the holder that keeps both waiters of [`late_leave`] in line.
@@ -186,40 +187,6 @@ pub(super) mod late_leave {
         pub(super) line_after: Vec<String>,
         /// The lock ids in the order they were served.
         pub(super) served: Vec<String>,
-    }
-
-    /// The lock ids of the places in the control resource's line, read straight from the server.
-    async fn line_now(
-        raw: &mongodb::Collection<Document>,
-    ) -> Result<Vec<String>, mongodb::error::Error> {
-        let stored = raw.find_one(doc! { "_id": RESOURCE }).await?;
-        let queue = stored
-            .as_ref()
-            .and_then(|d| d.get_array("queue").ok())
-            .cloned()
-            .unwrap_or_default();
-        Ok(queue
-            .iter()
-            .filter_map(|p| p.as_document()?.get_str("lockId").ok().map(str::to_owned))
-            .collect())
-    }
-
-    /// Waits (10 s at most) until the line is `expected`; an error if it never is.
-    async fn line_becomes(
-        raw: &mongodb::Collection<Document>,
-        expected: &[&str],
-    ) -> Result<Vec<String>, Box<dyn std::error::Error>> {
-        let give_up = Instant::now() + Duration::from_secs(10);
-        loop {
-            let line = line_now(raw).await?;
-            if line == expected {
-                return Ok(line);
-            }
-            if Instant::now() >= give_up {
-                return Err(format!("the line stayed {line:?}, not {expected:?}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
     }
 
     /// A holder (lock id `holder`) keeps the job; `svc`'s first waiting call gives up, and its
