@@ -275,40 +275,6 @@ async fn wait_for_loss(log: &mut HolderLog, guard: &LockGuard) -> Instant {
     }
 }
 
-/// The lock ids of the places in the control resource's line, read straight from the server.
-async fn line_now(
-    raw: &mongodb::Collection<bson::Document>,
-) -> Result<Vec<String>, mongodb::error::Error> {
-    let stored = raw.find_one(bson::doc! { "_id": RESOURCE }).await?;
-    let queue = (stored.as_ref())
-        .and_then(|d| d.get_array("queue").ok())
-        .cloned()
-        .unwrap_or_default();
-    Ok(queue
-        .iter()
-        .filter_map(|p| p.as_document()?.get_str("lockId").ok().map(str::to_owned))
-        .collect())
-}
-
-/// Waits (10 s at most) until the control resource's line is `expected`; an error if it
-/// never is.
-async fn line_becomes(
-    raw: &mongodb::Collection<bson::Document>,
-    expected: &[&str],
-) -> Result<Vec<String>, Box<dyn std::error::Error>> {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    loop {
-        let line = line_now(raw).await?;
-        if line == expected {
-            return Ok(line);
-        }
-        if Instant::now() >= give_up {
-            return Err(format!("the line stayed {line:?}, not {expected:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// The stage of a control: an emulator, the fake holder A's client behind a fault proxy, and
 /// a direct client for the holder after it.
 struct Stage {

@@ -12,8 +12,8 @@
 //! changes no field of the entry that makes a grant (token, times, nonce), so (S9) judges
 //! the place it took as taken granting nothing.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bson::{Document, doc};
@@ -21,10 +21,8 @@ use mongolock::{LockClient, LockDetails};
 use mongolock_testkit::FaultProxy;
 use mongolock_testkit::faults::proxy::{RequestFault, Requests};
 
-use super::{
-    ControlResult, Expected, RESOURCE, Watched, hold_honestly, line_becomes, line_now, locks,
-};
-use crate::history::AcquireCall;
+use super::line::{Waiter, late_replies, line_becomes, line_without, record_call, two_in_line};
+use super::{ControlResult, Expected, RESOURCE, Watched, locks};
 use crate::oracle::ServerCheck;
 use crate::workload::{COLLECTION, DB};
 
@@ -121,17 +119,6 @@ pub(super) async fn late_adoption(
         },
     );
     let refused = proxy.fault_requests(in_phase(2), RequestFault::Refuse { code: 6 });
-    let called = |client: usize, lock_id: &str, invoked_at: Instant, granted: bool, timeout| {
-        recorder.acquire_call(AcquireCall {
-            client,
-            resource: RESOURCE.to_owned(),
-            lock_id: lock_id.to_owned(),
-            invoked_at,
-            ended_at: Instant::now(),
-            granted,
-            timeout: Some(timeout),
-        });
-    };
     let job = |locks: &LockClient, lock_id: &str| locks.mutex(RESOURCE).ttl(TTL).lock_id(lock_id);
 
     // The lease of `svc`, granted to a process that died: nobody renews it.
@@ -141,7 +128,7 @@ pub(super) async fn late_adoption(
         .await?;
     let invoked = Instant::now();
     let first = job(&svc_locks, "svc").acquire_timeout(FIRST_WAIT).await?;
-    called(0, "svc", invoked, first.is_some(), FIRST_WAIT);
+    record_call(recorder, 0, "svc", invoked, first.is_some(), FIRST_WAIT);
     if first.is_some() {
         return Err("svc's first call resumed the lease".into());
     }
@@ -152,81 +139,54 @@ pub(super) async fn late_adoption(
     phase.store(2, Ordering::SeqCst);
     line_becomes(&raw, &[]).await?;
 
-    let served = Arc::new(Mutex::new(Vec::new()));
-    let wait = |client: usize, locks: LockClient, lock_id: &'static str| {
-        let served = served.clone();
-        async move {
-            let invoked = Instant::now();
-            let got = job(&locks, lock_id).acquire_timeout(WAIT).await?;
-            called(client, lock_id, invoked, got.is_some(), WAIT);
-            if let Some(guard) = got {
-                (served.lock().unwrap_or_else(|e| e.into_inner())).push(lock_id.to_owned());
-                let log =
-                    hold_honestly(recorder, client, guard, invoked, Duration::from_millis(200));
-                recorder.holder(log.await);
-            }
-            Ok::<_, Box<dyn std::error::Error>>(())
+    let waiter = |client: usize, locks: &LockClient, lock_id: &'static str| Waiter {
+        client,
+        mutex: job(locks, lock_id),
+        lock_id,
+        timeout: WAIT,
+    };
+    // The next call joins first, then `other` behind it; then the late copies land.
+    let svc = waiter(0, &svc_locks, "svc");
+    let other = waiter(1, &b_locks, "other");
+    let in_line = two_in_line(recorder, &raw, svc, other, || async {
+        if late.delivered() != 0 {
+            return Err(format!(
+                "a copy of the first call's adoption was not held until then ({} held, {} \
+                 delivered)",
+                late.applied(),
+                late.delivered()
+            )
+            .into());
         }
-    };
-    let next = wait(0, svc_locks.clone(), "svc");
-    let then = async {
-        // The next call joins first, then `other` behind it; then the late copies land.
-        line_becomes(&raw, &["svc"]).await?;
-        let other = wait(1, b_locks.clone(), "other");
-        let landing = async {
-            let before = line_becomes(&raw, &["svc", "other"]).await?;
-            if late.delivered() != 0 {
-                return Err(format!(
-                    "a copy of the first call's adoption was not held until then ({} held, {} \
-                     delivered)",
-                    late.applied(),
-                    late.delivered()
-                )
-                .into());
-            }
-            let copies = late.applied() as usize;
-            let give_up = Instant::now() + LATE_BY + Duration::from_secs(10);
-            while late.late_replies().len() < copies && Instant::now() < give_up {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            let adopted = (late.late_replies().iter())
-                .filter(|reply| reply.get("n").and_then(bson::Bson::as_i32) == Some(1))
-                .count();
-            if planted {
-                // The adoption of before the fix: the entry renamed, every place of the
-                // lock id taken out.
-                let old = vec![doc! { "$set": {
-                    "exclusive": { "$mergeObjects": [
-                        "$exclusive", { "keeper": "dead-process", "adopted": true },
-                    ]},
-                    "queue": { "$filter": {
-                        "input": "$queue",
-                        "cond": { "$ne": ["$$this.lockId", "svc"] },
-                    }},
-                }}];
-                raw.update_one(
-                    doc! { "_id": RESOURCE, "mongolock": 1, "exclusive.lockId": "svc" },
-                    old,
-                )
-                .await?;
-            }
-            let after = line_now(&raw).await?;
-            Ok::<_, Box<dyn std::error::Error>>((before, adopted, after))
-        };
-        let (other, landed) = tokio::join!(other, landing);
-        other?;
-        landed
-    };
-    let (next, then) = tokio::join!(next, then);
-    next?;
-    let (line_before, adopted, line_after) = then?;
+        let replies = late_replies(&late, late.applied() as usize, LATE_BY).await;
+        let adopted = (replies.iter())
+            .filter(|reply| reply.get("n").and_then(bson::Bson::as_i32) == Some(1))
+            .count();
+        if planted {
+            // The adoption of before the fix: the entry renamed, every place of the lock id
+            // taken out.
+            let old = vec![doc! { "$set": {
+                "exclusive": { "$mergeObjects": [
+                    "$exclusive", { "keeper": "dead-process", "adopted": true },
+                ]},
+                "queue": line_without("svc"),
+            }}];
+            raw.update_one(
+                doc! { "_id": RESOURCE, "mongolock": 1, "exclusive.lockId": "svc" },
+                old,
+            )
+            .await?;
+        }
+        Ok(adopted)
+    })
+    .await?;
     let went = LateAdoption {
         held: late.applied(),
         refused: refused.applied(),
-        line_before,
-        adopted,
-        line_after,
-        served: served.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        line_before: in_line.before,
+        adopted: in_line.landed,
+        line_after: in_line.after,
+        served: in_line.served,
     };
     svc_locks.shutdown().await;
     b_locks.shutdown().await;

@@ -5,12 +5,17 @@
 //! `leave_line` must leave the place of its lock id's next call ([`late_leave`]; its
 //! planted variant is not caught by (S9) yet, see its test).
 
+use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use bson::Document;
 use mongolock::LockClient;
 
 use super::{ControlResult, Expected, RESOURCE, Watched, hold_honestly, locks, write};
-use crate::history::{AcquireCall, FromLibrary, GuardLog, HolderLog, LetGo, Mode, ReleaseResult};
+use crate::history::{
+    AcquireCall, FromLibrary, GuardLog, HolderLog, LetGo, Mode, Recorder, ReleaseResult,
+};
 use crate::oracle::{JOIN_ALLOWANCE, ServerCheck};
 
 /// The job's lease and minimum hold.
@@ -19,6 +24,175 @@ const TTL: Duration = Duration::from_secs(4);
 const HOLD: Duration = Duration::from_secs(2);
 /// How long each waiter may wait.
 const WAIT: Duration = Duration::from_secs(6);
+
+/// The lock ids of the places in the control resource's line, read straight from the server.
+pub(super) async fn line_now(
+    raw: &mongodb::Collection<Document>,
+) -> Result<Vec<String>, mongodb::error::Error> {
+    let stored = raw.find_one(bson::doc! { "_id": RESOURCE }).await?;
+    let queue = (stored.as_ref())
+        .and_then(|d| d.get_array("queue").ok())
+        .cloned()
+        .unwrap_or_default();
+    Ok(queue
+        .iter()
+        .filter_map(|p| p.as_document()?.get_str("lockId").ok().map(str::to_owned))
+        .collect())
+}
+
+/// Waits (10 s at most) until the control resource's line is `expected`; an error if it
+/// never is.
+pub(super) async fn line_becomes(
+    raw: &mongodb::Collection<Document>,
+    expected: &[&str],
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        let line = line_now(raw).await?;
+        if line == expected {
+            return Ok(line);
+        }
+        if Instant::now() >= give_up {
+            return Err(format!("the line stayed {line:?}, not {expected:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `copies` held copies of `late` have their replies on record (their
+/// hold and 10 s more at most), and returns the replies.
+pub(super) async fn late_replies(
+    late: &mongolock_testkit::faults::proxy::RequestRule,
+    copies: usize,
+    hold: Duration,
+) -> Vec<Document> {
+    let give_up = Instant::now() + hold + Duration::from_secs(10);
+    while late.late_replies().len() < copies && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    late.late_replies()
+}
+
+/// The line without any place of `lock_id`: the removal of before issue 40's fix, which the
+/// late-copy controls plant.
+pub(super) fn line_without(lock_id: &str) -> Document {
+    bson::doc! { "$filter": {
+        "input": "$queue",
+        "cond": { "$ne": ["$$this.lockId", lock_id] },
+    }}
+}
+
+/// Records an acquire call of the control resource by `client` under `lock_id`, ended now.
+pub(super) fn record_call(
+    recorder: &Recorder,
+    client: usize,
+    lock_id: &str,
+    invoked_at: Instant,
+    granted: bool,
+    timeout: Duration,
+) {
+    recorder.acquire_call(AcquireCall {
+        client,
+        resource: RESOURCE.to_owned(),
+        lock_id: lock_id.to_owned(),
+        invoked_at,
+        ended_at: Instant::now(),
+        granted,
+        timeout: Some(timeout),
+    });
+}
+
+/// A waiting call of a late-copy control: `lock_id`'s, on `mutex`, recorded as `client`'s.
+pub(super) struct Waiter {
+    /// The client it is recorded as.
+    pub(super) client: usize,
+    /// The lock, built with the call's lock id.
+    pub(super) mutex: mongolock::Mutex,
+    /// Its lock id.
+    pub(super) lock_id: &'static str,
+    /// How long it may wait.
+    pub(super) timeout: Duration,
+}
+
+impl Waiter {
+    /// Waits; if served, pushes its lock id to `served` and holds 200 ms honestly.
+    async fn call(
+        self,
+        recorder: &Recorder,
+        served: &Mutex<Vec<String>>,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let invoked = Instant::now();
+        let got = self.mutex.acquire_timeout(self.timeout).await?;
+        record_call(
+            recorder,
+            self.client,
+            self.lock_id,
+            invoked,
+            got.is_some(),
+            self.timeout,
+        );
+        if let Some(guard) = got {
+            (served.lock().unwrap_or_else(|e| e.into_inner())).push(self.lock_id.to_owned());
+            let hold = Duration::from_millis(200);
+            recorder.holder(hold_honestly(recorder, self.client, guard, invoked, hold).await);
+        }
+        Ok(())
+    }
+}
+
+/// What [`two_in_line`] saw.
+pub(super) struct InLine<T> {
+    /// The line once both waiters stood in it, before `landing` ran.
+    pub(super) before: Vec<String>,
+    /// What `landing` returned.
+    pub(super) landed: T,
+    /// The line once `landing` had run.
+    pub(super) after: Vec<String>,
+    /// The lock ids in the order they were served.
+    pub(super) served: Vec<String>,
+}
+
+/// The middle of both late-copy controls: `first` joins the control resource's line, then
+/// `second` behind it; once both stand in it, `landing` runs (the late copies land, and the
+/// planted variant's raw write). Both wait to the end of their calls.
+pub(super) async fn two_in_line<T, F, Fut>(
+    recorder: &Recorder,
+    raw: &mongodb::Collection<Document>,
+    first: Waiter,
+    second: Waiter,
+    landing: F,
+) -> Result<InLine<T>, Box<dyn std::error::Error>>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, Box<dyn std::error::Error>>>,
+{
+    let served = Mutex::new(Vec::new());
+    let order = [first.lock_id, second.lock_id];
+    let first_call = first.call(recorder, &served);
+    let then = async {
+        line_becomes(raw, &order[..1]).await?;
+        let second_call = second.call(recorder, &served);
+        let lands = async {
+            let before = line_becomes(raw, &order).await?;
+            let landed = landing().await?;
+            let after = line_now(raw).await?;
+            Ok::<_, Box<dyn std::error::Error>>((before, landed, after))
+        };
+        let (second, lands) = tokio::join!(second_call, lands);
+        second?;
+        lands
+    };
+    let (first, then) = tokio::join!(first_call, then);
+    first?;
+    let (before, landed, after) = then?;
+    let served = served.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(InLine {
+        before,
+        landed,
+        after,
+        served,
+    })
+}
 
 /// Host A's job (lock id `host-a`, a 2 s minimum hold) lets go at once and asks again under
 /// the same lock id; host B asks a little over a second later. The old behaviour, planted:
@@ -157,14 +331,11 @@ mod tests {
 /// Issue 40: a late copy of a waiting call's `leave_line` and the place of its lock id's
 /// next call.
 pub(super) mod late_leave {
-    use std::sync::{Arc, Mutex};
-
-    use bson::{Document, doc};
+    use bson::doc;
     use mongolock_testkit::FaultProxy;
     use mongolock_testkit::faults::proxy::{RequestFault, Requests};
 
     use super::*;
-    use crate::controls::{line_becomes, line_now};
     use crate::workload::{COLLECTION, DB};
 
     /// The lease of the holder that keeps both waiters of [`late_leave`] in line.
@@ -209,18 +380,6 @@ pub(super) mod late_leave {
         let job = |locks: &LockClient, lock_id: &str| {
             locks.mutex(RESOURCE).ttl(LINE_TTL).lock_id(lock_id)
         };
-        let called = |client: usize, lock_id: &str, invoked_at: Instant, granted: bool, timeout| {
-            recorder.acquire_call(AcquireCall {
-                client,
-                resource: RESOURCE.to_owned(),
-                lock_id: lock_id.to_owned(),
-                invoked_at,
-                ended_at: Instant::now(),
-                granted,
-                timeout: Some(timeout),
-            });
-        };
-
         // The holder.
         let invoked = Instant::now();
         let held = job(&stage.locks, "holder").acquire().await?;
@@ -245,87 +404,51 @@ pub(super) mod late_leave {
             let first_wait = Duration::from_millis(400);
             let invoked = Instant::now();
             let first = job(&svc_locks, "svc").acquire_timeout(first_wait).await?;
-            called(0, "svc", invoked, first.is_some(), first_wait);
+            record_call(recorder, 0, "svc", invoked, first.is_some(), first_wait);
             if first.is_some() {
                 return Err("svc's first call was granted".into());
             }
             // The repeated `leave_line` is answered: the first call's place is gone.
             line_becomes(&raw, &[]).await?;
-            let served = Arc::new(Mutex::new(Vec::new()));
-            let wait = |client: usize, locks: LockClient, lock_id: &'static str| {
-                let served = served.clone();
-                async move {
-                    let timeout = Duration::from_secs(12);
-                    let invoked = Instant::now();
-                    let got = job(&locks, lock_id).acquire_timeout(timeout).await?;
-                    called(client, lock_id, invoked, got.is_some(), timeout);
-                    if let Some(guard) = got {
-                        served
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(lock_id.to_owned());
-                        let log = hold_honestly(
-                            recorder,
-                            client,
-                            guard,
-                            invoked,
-                            Duration::from_millis(200),
-                        );
-                        recorder.holder(log.await);
-                    }
-                    Ok::<_, mongolock::Error>(())
+            let waiter = |client: usize, locks: &LockClient, lock_id: &'static str| Waiter {
+                client,
+                mutex: job(locks, lock_id),
+                lock_id,
+                timeout: Duration::from_secs(12),
+            };
+            // `svc`'s next call joins first, then B behind it; then the late copy lands.
+            let svc = waiter(0, &svc_locks, "svc");
+            let other = waiter(1, &b_locks, "other");
+            let in_line = two_in_line(recorder, &raw, svc, other, || async {
+                if late.applied() != 1 || late.delivered() != 0 {
+                    return Err(format!(
+                        "the late copy was not held until then ({} held, {} delivered)",
+                        late.applied(),
+                        late.delivered()
+                    )
+                    .into());
                 }
-            };
-            let next = wait(0, svc_locks.clone(), "svc");
-            let then = async {
-                // `svc`'s next call joins first, then B behind it; then the late copy lands.
-                line_becomes(&raw, &["svc"]).await?;
-                let other = wait(1, b_locks.clone(), "other");
-                let landing = async {
-                    let before = line_becomes(&raw, &["svc", "other"]).await?;
-                    if late.applied() != 1 || late.delivered() != 0 {
-                        return Err(format!(
-                            "the late copy was not held until then ({} held, {} delivered)",
-                            late.applied(),
-                            late.delivered()
-                        )
-                        .into());
-                    }
-                    let give_up = Instant::now() + LATE_BY + Duration::from_secs(10);
-                    while late.late_replies().is_empty() && Instant::now() < give_up {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    let ran = (late.late_replies().first()).is_some_and(|reply| {
-                        reply.get_f64("ok") == Ok(1.0) || reply.get_i32("ok") == Ok(1)
-                    });
-                    if planted {
-                        // The removal of before the fix: every place of the lock id.
-                        let old = vec![doc! { "$set": { "queue": { "$filter": {
-                            "input": "$queue",
-                            "cond": { "$ne": ["$$this.lockId", "svc"] },
-                        }}}}];
-                        raw.update_one(
-                            doc! { "_id": RESOURCE, "mongolock": 1, "queue.lockId": "svc" },
-                            old,
-                        )
-                        .await?;
-                    }
-                    let after = line_now(&raw).await?;
-                    Ok::<_, Box<dyn std::error::Error>>((before, ran, after))
-                };
-                let (other, landed) = tokio::join!(other, landing);
-                other?;
-                landed
-            };
-            let (next, then) = tokio::join!(next, then);
-            next?;
-            let (before, landed, after) = then?;
-            let served = served.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let replies = late_replies(&late, 1, LATE_BY).await;
+                let ran = (replies.first()).is_some_and(|reply| {
+                    reply.get_f64("ok") == Ok(1.0) || reply.get_i32("ok") == Ok(1)
+                });
+                if planted {
+                    // The removal of before the fix: every place of the lock id.
+                    let old = vec![doc! { "$set": { "queue": line_without("svc") } }];
+                    raw.update_one(
+                        doc! { "_id": RESOURCE, "mongolock": 1, "queue.lockId": "svc" },
+                        old,
+                    )
+                    .await?;
+                }
+                Ok(ran)
+            })
+            .await?;
             Ok::<_, Box<dyn std::error::Error>>(LateLeave {
-                line_before: before,
-                landed,
-                line_after: after,
-                served,
+                line_before: in_line.before,
+                landed: in_line.landed,
+                line_after: in_line.after,
+                served: in_line.served,
             })
         };
         let (holder, went) = tokio::join!(holder, scenario);
