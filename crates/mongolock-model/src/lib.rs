@@ -64,9 +64,10 @@
 //! each other (the record holds waiting readers and permits, since 2026-12-07, and a
 //! shared grant is judged against the writers ahead of it only: a permit passing a waiting
 //! permit is not judged, which would need the cap), the wake,
-//! a seal's end (the model's tombstones never lapse), a client's
-//! `renew(lock_id)` (the server's step is modelled and in the conformance tests; no model
-//! client calls it), clock-step detection (a forward step excuses the holders it may have
+//! a seal's end (the model's tombstones never lapse), a lock group's holder that keeps its
+//! own deadline from `renew(lock_id)` (a client with guards calls `renew(lock_id)` in
+//! [`scenarios::renew_by_id`], and control (an) puts back a renewal that shortens a kept
+//! lease), clock-step detection (a forward step excuses the holders it may have
 //! cut short, a step back excuses nobody; `docs/reliability.md` says why, and what carries
 //! its proof), the clock's floor on tokens (`$$NOW` in
 //! microseconds: a TTL deletion keeps the fence instead).
@@ -230,6 +231,7 @@ pub mod scenarios {
             min_hold(time),
             guards_min_hold(time),
             handles(time),
+            renew_by_id(time),
             purge_groups(bounds([3, 2, 0, 1, 2, 0, 1, 1])),
             handles(clock),
             handles(faults),
@@ -280,7 +282,7 @@ pub mod scenarios {
     /// The scenario named `name` (a [`Config::name`]) at `bounds`, with no bug: for the
     /// binary's `--scenario` and `--bound`, which check one scenario at one bound.
     pub fn named(name: &str, bounds: Bounds) -> Option<Config> {
-        let scenarios: [fn(Bounds) -> Config; 20] = [
+        let scenarios: [fn(Bounds) -> Config; 21] = [
             handles,
             two_resources,
             keeper_alone,
@@ -301,6 +303,7 @@ pub mod scenarios {
             sealing,
             unlock_limit,
             forced_back,
+            renew_by_id,
         ];
         (scenarios.into_iter())
             .map(|scenario| scenario(bounds))
@@ -322,6 +325,7 @@ pub mod scenarios {
             unlock_limit: None,
             tombstone_cap: None,
             line: false,
+            renew_by_id: false,
             bounds,
             bugs: Bugs::default(),
         }
@@ -614,6 +618,21 @@ pub mod scenarios {
         }
     }
 
+    /// Two clients with guards on one resource, each of which may call the low-level
+    /// `renew(lock_id)` of its own lock id once while a guard holds, with a TTL of a tick,
+    /// shorter than its guards' ([`Config::renew_by_id`]).
+    pub fn renew_by_id(bounds: Bounds) -> Config {
+        Config {
+            renew_by_id: true,
+            ..config(
+                "renew(lock_id) beside a guard",
+                1,
+                vec![Mode::Handle, Mode::Handle],
+                bounds,
+            )
+        }
+    }
+
     /// A low-level client (`xlock` without TTL, `unlock`) and a client with guards.
     pub fn low_level(bounds: Bounds) -> Config {
         config(
@@ -652,6 +671,7 @@ pub mod scenarios {
             low_level(TIME),
             min_hold(TIME),
             guards_min_hold(TIME),
+            renew_by_id(TIME),
         ]
     }
 
@@ -763,7 +783,8 @@ pub mod controls {
         use scenarios::{
             forced_back, guards_line_restart, guards_min_hold, guards_min_hold_restart,
             guards_purges, handles, handles_line, keeper_alone, low_level, min_hold, one_permit,
-            purge_groups, readers_writer, readers_writer_holds, two_permits, unlock_limit,
+            purge_groups, readers_writer, readers_writer_holds, renew_by_id, two_permits,
+            unlock_limit,
         };
         vec![
             control(
@@ -802,6 +823,13 @@ pub mod controls {
                 [0, 3, 0, 0, 2, 2, 0, 0],
                 |b| b.adoption_ignores_keeper = true,
                 model::RELEASED_IS_FREE,
+            ),
+            control(
+                "(an) a renew(lock_id) with a shorter TTL ends a guard's lease before its local deadline",
+                renew_by_id,
+                [1, 1, 0, 0, 2, 0, 0, 0],
+                |b| b.renew_by_id_shortens = true,
+                model::EXCLUSION,
             ),
             control(
                 "(a) a queued release lands after its lock id resumed (no settle)",

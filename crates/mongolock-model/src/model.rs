@@ -109,6 +109,11 @@ pub struct Config {
     /// place. Off: single attempts (the line left out, every grant the line allows made, and
     /// more).
     pub line: bool,
+    /// A client with guards may call the low-level `renew(lock_id)` once for its own lock id
+    /// while a guard holds, with a TTL of one tick, shorter than its guards' (a user's call
+    /// beside the keeper's renewals): its guards' keeper does not learn of it, so the server
+    /// must not end their leases sooner than they believe.
+    pub renew_by_id: bool,
     /// The bounds.
     pub bounds: Bounds,
     /// The bugs put back (none: the library's protocol).
@@ -247,6 +252,9 @@ pub enum Call {
     },
     /// A chore on its way (it stays owed until done).
     Chore(Chore),
+    /// A user's `renew(lock_id)` of the client's own lock id ([`Config::renew_by_id`]):
+    /// whatever its reply, no guard learns of it.
+    RenewById,
     /// A low-level `xlock`.
     Xlock {
         /// The resource.
@@ -300,6 +308,8 @@ pub struct Client {
     /// rest of the run once a copy had an unknown outcome). Its attempts and adoptions carry
     /// them. A restarted process starts with none.
     pub doubted: Unlocks,
+    /// It called `renew(lock_id)` ([`Config::renew_by_id`]; once a run).
+    pub renewed_by_id: bool,
 }
 
 /// A request in the network.
@@ -447,6 +457,8 @@ pub enum Action {
     Release(u8, Res),
     /// The keeper renews the leases it tracks.
     Renew(u8),
+    /// A client with guards calls `renew(lock_id)` of its own lock id, with a TTL of a tick.
+    RenewById(u8),
     /// The chores task sends an owed chore.
     SendChore(u8, u8),
     /// A low-level `xlock`.
@@ -1285,7 +1297,11 @@ impl LockModel {
                 // finds the lease again if it did.
                 self.adopted_in_line(state, client, waiting, false, epoch);
             }
-            Call::Adopt { .. } | Call::Renew { .. } | Call::Chore(_) | Call::Unlock { .. } => {}
+            Call::Adopt { .. }
+            | Call::Renew { .. }
+            | Call::RenewById
+            | Call::Chore(_)
+            | Call::Unlock { .. } => {}
         }
     }
 
@@ -1484,6 +1500,8 @@ impl LockModel {
             Call::Chore(chore) => {
                 state.clients[c].chores.retain(|owed| *owed != chore);
             }
+            // The guards' keeper renews by their tokens and does not read this count.
+            Call::RenewById => {}
             Call::Xlock { resource, nonce } => match reply {
                 Reply::Granted { token, .. } => {
                     self.hand(state, nonce);
@@ -1545,6 +1563,7 @@ impl Model for LockModel {
                     waiting: false,
                     chores: vec![],
                     doubted: Unlocks::NONE,
+                    renewed_by_id: false,
                 };
                 clients
             ],
@@ -1651,6 +1670,10 @@ impl Model for LockModel {
                     let extends = self.deadline(state.rt, self.config.ttl);
                     if (c.leases.iter()).any(|l| l.believes(state.rt) && l.deadline < extends) {
                         actions.push(Action::Renew(i));
+                    }
+                    let believes = c.leases.iter().any(|l| l.believes(state.rt));
+                    if self.config.renew_by_id && !c.renewed_by_id && believes {
+                        actions.push(Action::RenewById(i));
                     }
                 }
                 Mode::LowLevel => {
@@ -1764,6 +1787,7 @@ impl Model for LockModel {
                     waiting: false,
                     chores: vec![],
                     doubted: Unlocks::NONE,
+                    renewed_by_id: c.renewed_by_id,
                 };
                 for (n, info) in s.nonces.iter_mut().enumerate() {
                     let n = n as Nonce;
@@ -1895,6 +1919,13 @@ impl Model for LockModel {
                     delay: self.config.delay,
                 };
                 self.send(s, i, request);
+            }
+            Action::RenewById(i) => {
+                let lock_id = self.lock_id(i, s);
+                let c = &mut s.clients[i as usize];
+                c.renewed_by_id = true;
+                c.call = Some(Call::RenewById);
+                self.send(s, i, Request::RenewLockId { lock_id, ttl: 1 });
             }
             Action::SendChore(i, k) => {
                 let chore = s.clients[i as usize].chores.get(k as usize)?.clone();

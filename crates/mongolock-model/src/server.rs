@@ -665,6 +665,12 @@ pub struct Bugs {
     /// process's adoption, landing after the lock id's live successor adopted the lease,
     /// renames it to the dead keeper, and the successor's release finds nothing.
     pub adoption_ignores_keeper: bool,
+    /// (an) `renew(lock_id)` sets every live entry of the lock id to expire its TTL after
+    /// now, a kept lease's too, as if the guards' keeper did not renew it: a user's call with
+    /// a TTL shorter than the guard's ends the lease before the guard's local deadline, and
+    /// another client is granted while the guard still believes it holds. The library keeps
+    /// a later expiry of an entry that names a keeper (`renew_group`).
+    pub renew_by_id_shortens: bool,
 }
 
 /// The cap a request of `kind` asks for (none for an exclusive one).
@@ -1029,7 +1035,8 @@ impl Server {
                 Reply::Renewed { live, count }
             }
             Request::RenewLockId { lock_id, ttl } => {
-                Reply::Count(self.renew_lock_id(lock_id, ttl, now, true, bugs))
+                let never_shorten = !bugs.renew_by_id_shortens;
+                Reply::Count(self.renew_lock_id(lock_id, ttl, now, never_shorten, bugs))
             }
             Request::Adopt {
                 resource,

@@ -359,7 +359,7 @@ fn millis_to_ticks(value: Option<&Bson>) -> Time {
 }
 
 /// Server steps with a bug put back, each of which some case must tell from the library.
-const MUTANTS: [(&str, Bugs); 9] = [
+const MUTANTS: [(&str, Bugs); 10] = [
     (
         "a release that ignores the keeper",
         Bugs {
@@ -420,6 +420,13 @@ const MUTANTS: [(&str, Bugs); 9] = [
         FORCE_UNMARKED,
         Bugs {
             force_leaves_unmarked: true,
+            ..NO_BUGS
+        },
+    ),
+    (
+        "a renew(lock_id) that shortens a kept lease",
+        Bugs {
+            renew_by_id_shortens: true,
             ..NO_BUGS
         },
     ),
@@ -488,6 +495,7 @@ const NO_BUGS: Bugs = Bugs {
     line_removal_by_lock_id: false,
     adoption_by_lock_id: false,
     adoption_ignores_keeper: false,
+    renew_by_id_shortens: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
@@ -567,8 +575,11 @@ enum Call {
     RetiringRelease {
         token_offset: u8,
     },
+    /// `renew(lock_id, ttl)`: the TTL a guard's (`TTL`) or a tick, shorter than a seeded
+    /// entry's time left, which a kept lease keeps.
     Renew {
         lock_id: u8,
+        ttl: Time,
     },
     Unlock {
         lock_id: u8,
@@ -586,7 +597,10 @@ fn call(rng: &mut StdRng) -> Call {
             keeper: [None, Some(1), Some(2)][rng.random_range(0..3)],
             token_offset: rng.random_range(0..2),
         },
-        3 => Call::Renew { lock_id },
+        3 => Call::Renew {
+            lock_id,
+            ttl: [TTL, 1][rng.random_range(0..2)],
+        },
         4 => Call::Unlock { lock_id },
         5 => Call::RetiringRelease {
             token_offset: rng.random_range(0..2),
@@ -787,7 +801,7 @@ async fn the_models_server_step_matches_the_librarys_commands() {
             let named = match call {
                 Call::Acquire { lock_id, .. }
                 | Call::Withdraw { lock_id, .. }
-                | Call::Renew { lock_id }
+                | Call::Renew { lock_id, .. }
                 | Call::Unlock { lock_id } => Some(lock_id),
                 Call::Release { .. } | Call::RetiringRelease { .. } => Some(0),
                 Call::ForceRelease => None,
@@ -944,16 +958,13 @@ async fn the_models_server_step_matches_the_librarys_commands() {
                     },
                 )
             }
-            Call::Renew { lock_id: l } => {
+            Call::Renew { lock_id: l, ttl } => {
                 let n = locks
-                    .renew(&lock_id(l), Duration::from_secs(u64::from(TTL)))
+                    .renew(&lock_id(l), Duration::from_secs(u64::from(ttl)))
                     .await
                     .unwrap();
                 (
-                    Request::RenewLockId {
-                        lock_id: l,
-                        ttl: TTL,
-                    },
+                    Request::RenewLockId { lock_id: l, ttl },
                     Reply::Count(n as u8),
                 )
             }
