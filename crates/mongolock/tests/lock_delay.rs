@@ -416,3 +416,50 @@ async fn a_waiter_whose_own_lease_is_in_its_delay_keeps_its_place_in_line() {
     first_process.shutdown().await;
     host_b.shutdown().await;
 }
+
+/// The README's nightly job: a lease with a minimum hold and a lock-delay, lost mid-job (the
+/// server's clock passed its end while the holder was paused), and its guard then dropped
+/// (the `lost()` arm of the README's `select!`). The dropped guard's release is a late
+/// release by the holder: it ends the delay, as above, but the hold still keeps the lock from
+/// everybody until its grant plus the hold, so the next host to fire that night does not run
+/// the job again.
+#[tokio::test]
+async fn emulator_only_a_lost_guard_dropped_within_its_hold_keeps_the_lock_until_the_holds_end() {
+    let Some(env) = emulator_env("delay_lost_guard_hold").await else {
+        return;
+    };
+    let locks = &env.locks;
+    let job = (locks.mutex("nightly").ttl(secs(10)))
+        .min_hold(secs(3600))
+        .lock_delay(secs(600));
+    let guard = job.acquire().await.unwrap();
+    let token = guard.fencing_token();
+    env.advance(secs(11));
+    // Lost by its deadline or told by the server: either way the README's arm drops it.
+    tokio::time::timeout(secs(30), guard.lost()).await.unwrap();
+    drop(guard);
+    // The release in the background lands (the entry is marked let go of), and the lock is
+    // still taken: by the hold, not the delay.
+    let let_go = async {
+        loop {
+            let status = locks.status(&Filter::default()).await.unwrap();
+            if status.iter().any(|s| s.holder().let_go_at().is_some()) {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let status = tokio::time::timeout(secs(30), let_go).await.unwrap();
+    assert_eq!(status.len(), 1, "{status:?}");
+    assert_eq!(status[0].fencing_token(), token);
+    assert!(status[0].min_hold_remaining().is_some(), "{status:?}");
+    let next_host = locks.mutex("nightly");
+    assert!(next_host.try_acquire().await.unwrap().is_none());
+    // Past the delay's end, still within the hold: still taken.
+    env.advance(secs(1200));
+    assert!(next_host.try_acquire().await.unwrap().is_none());
+    // Past the hold: free.
+    env.advance(secs(3600));
+    let next = next_host.try_acquire().await.unwrap();
+    assert!(next.expect("free once the hold is over").fencing_token() > token);
+}
