@@ -66,6 +66,10 @@ const HOLD_WITHIN: Duration = Duration::from_secs(3);
 /// (`max_deadline`, the latest seen, which misses a shortening the library made after it)
 /// and excused nothing: in a `--long` run (seed 5555557) it counted 3 "believed past the
 /// other client's grant" where (3) judged none.
+/// The outcome of a forward step whose holder believed past the other client's grant (a
+/// violation of (1) and (3), unless another fault excused it).
+const BELIEVED_PAST: &str = "believed past the other client's grant";
+
 fn forward_outcome(log: &HolderLog, granted: Option<Instant>, ops: &[OpEvent]) -> &'static str {
     let excused = |granted: Instant| {
         ops.iter().any(|op| {
@@ -81,7 +85,7 @@ fn forward_outcome(log: &HolderLog, granted: Option<Instant>, ops: &[OpEvent]) -
         (Some(_), Some(granted)) if excused(granted) => {
             "told after the other client's grant, its lease ended unseen (excused by (3))"
         }
-        (Some(_), Some(_)) => "believed past the other client's grant",
+        (Some(_), Some(_)) => BELIEVED_PAST,
         (Some(_), None) => "told of the loss, the other client not granted",
         (None, _) => "never told of the loss",
     }
@@ -284,13 +288,27 @@ impl Worker {
                 cut_at,
                 Instant::now(),
             );
-            forward_outcome(&log, granted, &self.recorder.ops())
+            let outcome = forward_outcome(&log, granted, &self.recorder.ops());
+            if outcome == BELIEVED_PAST {
+                // What the client read of the server's clock, for the report to trace: the
+                // `operationTime` of each write reply (seconds, with when it was read, from
+                // the step), the server's clock after the step, and the grant's `$$NOW`.
+                let grant_ms = guard.grant().holder().created_at().timestamp_millis();
+                format!(
+                    "{outcome} (replies' operationTime s at ms from the step: {}; server's \
+                     clock after the step {after_step_ms:?} ms; grant's $$NOW {grant_ms} ms)",
+                    replies.since(stepped_at)
+                )
+            } else {
+                outcome.to_owned()
+            }
         } else {
             let until = Instant::now() + steps.ttl / 2;
             match watch_until(&mut log, &guard, until).await {
                 Some(_) => "lease reported lost",
                 None => "lease kept",
             }
+            .to_owned()
         };
         log.lets_go(LetGo::Released);
         log.release = Some(ReleaseResult::of(&guard.release().await));
@@ -325,6 +343,23 @@ impl ReplyTimes {
     /// then (`after_ms`, ms since the epoch, if known; see [`showed`]).
     fn showed(&self, at: Instant, after_ms: Option<i64>) -> bool {
         showed(&lock(&self.0), at, after_ms)
+    }
+
+    /// Every reply's `operationTime` (seconds) with when it was read, in ms from `at`
+    /// (negative before it), for a report.
+    fn since(&self, at: Instant) -> String {
+        let seen = lock(&self.0);
+        let ms = |t: Instant| {
+            if t >= at {
+                (t - at).as_millis() as i64
+            } else {
+                -((at - t).as_millis() as i64)
+            }
+        };
+        (seen.iter())
+            .map(|(t, time)| format!("{}.{} at {}", time.time, time.increment, ms(*t)))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
