@@ -56,6 +56,10 @@ use crate::relay::ReplyHold;
 /// How long the relay waits for the attempt's reply before the step is given up.
 const HOLD_WITHIN: Duration = Duration::from_secs(3);
 
+/// The outcome of a forward step whose holder believed past the other client's grant (a
+/// violation of (1) and (3), unless another fault excused it).
+const BELIEVED_PAST: &str = "believed past the other client's grant";
+
 /// How a step forward went for its holder `log`, watched to the end, given when the other client's grant reached it (`granted`) and the operator actions and
 /// clock moves recorded by then (`ops`): read as (3) reads it. (3) compares the holder's
 /// loss as its log has it ([`HolderLog::lost_at`]: its first notice) with the other
@@ -66,10 +70,6 @@ const HOLD_WITHIN: Duration = Duration::from_secs(3);
 /// (`max_deadline`, the latest seen, which misses a shortening the library made after it)
 /// and excused nothing: in a `--long` run (seed 5555557) it counted 3 "believed past the
 /// other client's grant" where (3) judged none.
-/// The outcome of a forward step whose holder believed past the other client's grant (a
-/// violation of (1) and (3), unless another fault excused it).
-const BELIEVED_PAST: &str = "believed past the other client's grant";
-
 fn forward_outcome(log: &HolderLog, granted: Option<Instant>, ops: &[OpEvent]) -> &'static str {
     let excused = |granted: Instant| {
         ops.iter().any(|op| {
