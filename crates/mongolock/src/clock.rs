@@ -171,8 +171,11 @@ impl From<bson::Timestamp> for OperationTime {
 /// it was the client's first exact reading, which set the bounds above it and counted no
 /// step), the lease's own stamp carries it ([`Stamp::unseen`]); where the client had no
 /// exact reading before the grant's, the grant's reading counts it for every lease. Both
-/// only when the grant's own `operationTime` is not ahead of its reading: the server's
-/// cluster time stands ahead of its clock after a step back, and would look the same.
+/// only when the grant's own `operationTime` is not ahead of its reading, or when the
+/// bound above the reading was set by a reply read since the grant was sent whose
+/// `operationTime` began a later second than the grant's: the server's cluster time stands
+/// ahead of its clock after a step back, and would look the same, but it takes a new
+/// second only from the clock.
 ///
 /// # Steps back
 ///
@@ -188,7 +191,12 @@ impl From<bson::Timestamp> for OperationTime {
 ///
 /// - an exact reading below the lower bound known when its command was sent is a step back
 ///   (that bound was learned before the command ran): the bounds start over from that
-///   reading, and the lease it grants is not shortened for it;
+///   reading, and the lease it grants is not shortened for it; but when a reply that ran
+///   after the grant (read since its send, its `operationTime` a later second) set a lower
+///   bound above the reading, the clock stepped back before the grant and forward after it,
+///   and the lease is shortened by as far as that bound is above the reading, counted to the
+///   upper bound as every step is (a step back and a step forward around a grant, as at two
+///   failovers of a replica set);
 /// - an `operationTime` whose seconds are not past the highest seen tells nothing (the
 ///   cluster time stands still until the system clock catches up with it, and a reply read
 ///   later in the same second only gives a lower bound below one already had): it is
@@ -221,6 +229,35 @@ struct Offset {
     /// reading from a command that ran before it may come from before a step back that set
     /// the bounds afresh (see [`ServerClock::read_exactly`]).
     upper_by: Option<OperationTime>,
+    /// The reply that set the lower bound, if it had an `operationTime`: a grant's reading
+    /// that shows a step back is still shortened by a step forward that a reply which ran
+    /// after it showed (see [`ServerClock::read_exactly`]).
+    lower_by: Option<LowerBy>,
+}
+
+/// The reply that set a lower bound on the server's clock.
+#[derive(Debug, Clone, Copy)]
+struct LowerBy {
+    /// Its `operationTime`.
+    time: OperationTime,
+    /// The bound is an exact reading's (a grant's `$$NOW`), not an `operationTime`'s.
+    exact: bool,
+}
+
+impl LowerBy {
+    /// True if the reply ran after the command timed `own`, and its bound holds for the
+    /// server's clock as it read after that command: an exact reading's always; an
+    /// `operationTime`'s when its second is past `own`'s, for the cluster time then took a
+    /// new second, which it does only from the server's clock (`LogicalClock::reserveTicks`,
+    /// `src/mongo/db/logical_clock.cpp`): a cluster time left ahead of the clock by a step
+    /// back only counts up within its second.
+    fn ran_after(self, own: OperationTime) -> bool {
+        if self.exact {
+            self.time > own
+        } else {
+            self.time.seconds > own.seconds
+        }
+    }
 }
 
 impl Offset {
@@ -323,6 +360,7 @@ impl ServerClock {
         let upper = i128::from(server_ms) - self.local_ms(sent.at);
         let lower = i128::from(server_ms) - self.local_ms(received);
         let own_seconds = own.map(|own| own.seconds);
+        let exact = own.map(|time| LowerBy { time, exact: true });
         let mut offset = self.offset();
         let ran_before_bound = own.zip(offset.upper_by).is_some_and(|(own, by)| own < by);
         if ran_before_bound && offset.upper.is_some_and(|known| lower > known) {
@@ -333,14 +371,24 @@ impl ServerClock {
         let upper_before = offset.upper;
         let stepped = self.stepped();
         let Some(known) = offset.lower.filter(|known| upper < *known) else {
-            let step = self.narrow(&mut offset, Some(upper), lower);
+            let step = self.narrow(&mut offset, Some(upper), lower, exact);
             let stepped = self.stepped();
             offset.note_upper(upper_before, own);
             drop(offset);
             report(step);
             return Stamp { stepped, ..sent };
         };
-        let went_back = sent.lower.is_some_and(|before| upper < before);
+        // The lower bound above this reading was set by a reply read since the send that
+        // ran after this command: the server's clock stepped forward since, whatever came
+        // before (a step back this reading shows, or a cluster time that stood ahead of the
+        // clock when it ran).
+        let shown_after = sent.lower.is_none_or(|before| known > before)
+            && own
+                .zip(offset.lower_by)
+                .is_some_and(|(own, by)| by.ran_after(own));
+        // Below what was known before the command was even sent, and no later reply above
+        // it: the server's clock went back, and the bounds start over from this reading.
+        let went_back = !shown_after && sent.lower.is_some_and(|before| upper < before);
         // The cluster time was not ahead of the server's clock when it answered: no step
         // back hides behind the lower bound. The reply's own `operationTime` was taken after
         // its `$$NOW` (a write's, when it wrote), so its second may have begun since: what it
@@ -353,7 +401,7 @@ impl ServerClock {
         // counted against anything, and this reading shows it (it is older than they are).
         let (stepped, first) = match offset.upper {
             None if !went_back && clock_caught_up => {
-                let step = self.narrow(&mut offset, Some(upper), lower);
+                let step = self.narrow(&mut offset, Some(upper), lower, exact);
                 (self.stepped(), step)
             }
             _ => (stepped, None),
@@ -363,15 +411,16 @@ impl ServerClock {
         // counted rounded up moved), came after the command ran.
         let counted = offset.upper.map_or(known, |counted| counted.max(known));
         let after = millis(counted - upper).min(stepped.saturating_sub(sent.stepped));
-        if let Some(before) = sent.lower.filter(|before| upper < *before) {
-            // Below what was known before the command was even sent: the server's clock
-            // went back. Leases last longer by its reckoning; nothing is shortened.
+        if let Some(before) = sent.lower.filter(|before| went_back && upper < *before) {
+            // The server's clock went back. Leases last longer by its reckoning; nothing is
+            // shortened.
             let back = millis(before - upper);
             *offset = Offset {
                 upper: Some(upper),
                 lower: Some(lower),
                 cluster_seconds: offset.cluster_seconds,
                 upper_by: own,
+                lower_by: exact,
             };
             tracing::info!(
                 ?back,
@@ -380,14 +429,14 @@ impl ServerClock {
         }
         // The steps this reading shows came after the command ran, as far as the bounds
         // (the lower one never ahead of the server's clock but after a step back, which
-        // `clock_caught_up` rules out) are above it, counted to the upper bound as `after`
+        // `clock_caught_up` or a reply that ran after this one rules out) are above it, counted to the upper bound as `after`
         // is: a step an `operationTime` showed moved it up by the second's fraction its
         // seconds leave out, and the step may be that much larger than the lower bound
         // says (from the lower bound, a 2.9 s step was counted 2.07 s: `c0`'s holder
         // believed past the next grant in `--long --seed 19260821`). Those the steps
         // noticed since the send do not count (an exact reading taken after them set the
         // bounds, counting none) are this lease's alone.
-        let unseen = if went_back || !clock_caught_up {
+        let unseen = if went_back || !(clock_caught_up || shown_after) {
             Duration::ZERO
         } else {
             millis(counted - upper).saturating_sub(after)
@@ -418,7 +467,8 @@ impl ServerClock {
         }
         offset.cluster_seconds = Some(seconds);
         let upper_before = offset.upper;
-        let step = self.narrow(&mut offset, None, lower).map(|step| {
+        let by = LowerBy { time, exact: false };
+        let step = self.narrow(&mut offset, None, lower, Some(by)).map(|step| {
             if step < ROUNDED_FROM {
                 // As small as the drift of two clocks over a long while: taken as shown.
                 return step;
@@ -442,11 +492,20 @@ impl ServerClock {
 
     /// Narrows the bounds with a new reading; a lower bound past the upper one is a forward
     /// step of at least the difference, added to the steps noticed and returned.
-    fn narrow(&self, offset: &mut Offset, upper: Option<i128>, lower: i128) -> Option<Duration> {
+    fn narrow(
+        &self,
+        offset: &mut Offset,
+        upper: Option<i128>,
+        lower: i128,
+        by: Option<LowerBy>,
+    ) -> Option<Duration> {
         if let Some(upper) = upper {
             offset.upper = Some(offset.upper.map_or(upper, |known| known.min(upper)));
         }
-        offset.lower = Some(offset.lower.map_or(lower, |known| known.max(lower)));
+        if offset.lower.is_none_or(|known| lower > known) {
+            offset.lower = Some(lower);
+            offset.lower_by = by;
+        }
         let (Some(upper), Some(lower)) = (offset.upper, offset.lower) else {
             return None;
         };
@@ -1160,6 +1219,47 @@ mod tests {
         assert!(
             shortened(&server, read) >= Duration::from_millis(4_000),
             "a 5 s step after the grant shortened it by {:?}",
+            shortened(&server, read)
+        );
+    }
+
+    /// The server's clock steps 1.5 s back unseen (a failover to a member behind), a grant
+    /// runs and its reply is held; the clock then steps 2.117 s forward, past the cluster
+    /// time, and another write's reply shows it; then the grant's reply is read. Its reading
+    /// is a step back (below what was known at its send), and the other reply, which ran
+    /// after it (its `operationTime`'s second is past the grant's), showed the clock 2.117 s
+    /// further on than the grant's reading allows: the lease must be shortened by at least
+    /// the forward step (the shape of `c0`'s holder in `--replset --long --seed 41090`).
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_read_after_a_step_back_and_a_later_step_forward_is_shortened_by_the_step_forward()
+     {
+        const BACK: i64 = 1_500;
+        const FORWARD: i64 = 2_117;
+        let server = ServerClock::new(Clock::system());
+        let at = |seconds: u32, increment: u32| OperationTime { seconds, increment };
+        let base = u32::try_from(BASE_MS / 1000).unwrap();
+        // In step: a grant at BASE, read 10 ms later.
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        server.read_at_least(at(base, 1));
+        server.read_exactly(sent, BASE_MS, Some(at(base, 1)));
+        // Other clients' writes carry the cluster time to BASE + 1 s.
+        tokio::time::advance(Duration::from_millis(1_490)).await;
+        // The clock steps back; the grant runs at once (its reply held), its
+        // `operationTime` the cluster time standing ahead.
+        let sent = server.stamp();
+        let granted = BASE_MS + 1_500 - BACK;
+        let own = at(base + 1, 7);
+        // 100 ms later the clock steps forward; another write runs and is read.
+        tokio::time::advance(Duration::from_millis(110)).await;
+        let witness_ms = BASE_MS + 1_600 - BACK + FORWARD;
+        server.read_at_least(at(u32::try_from(witness_ms / 1000).unwrap(), 1));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        server.read_at_least(own);
+        let read = server.read_exactly(sent, granted, Some(own));
+        assert!(
+            shortened(&server, read) >= Duration::from_millis(FORWARD as u64),
+            "a {FORWARD} ms step after the grant shortened it by {:?}",
             shortened(&server, read)
         );
     }

@@ -422,6 +422,108 @@ async fn grant_shortened_by_a_step(known: Known, witness: Witness) {
     other.shutdown().await;
 }
 
+/// Issue 41 (`--replset --long --seed 41090`: `c0`'s holder believed 1.2 s past the next
+/// grant): the server's clock steps 3 s back unseen (as at a failover to a member whose
+/// clock is behind), a grant's command runs and its reply is held; the clock steps 6 s
+/// forward, past the cluster time that stood ahead, and a grant of another lock shows it
+/// and is read first; then the held reply. Its reading shows the step back (it is below
+/// what the client knew at the send), and the other grant, which ran after it, shows the
+/// step forward since: the server ends the lease 6 s early, and the guard must know it
+/// lost the lease before anyone else is granted the lock. (Before, the reading started the
+/// client's bounds over as a step back alone, and only the 3 s the step forward went past
+/// the old bounds counted.)
+#[tokio::test]
+async fn emulator_only_a_grant_between_a_step_back_and_a_step_forward_is_shortened_by_the_step_forward()
+ {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: the steps need the emulator's clock");
+        return;
+    }
+    let server = TestServer::start().await.unwrap();
+    let relay = Relay::start(server.addr()).await;
+    let db = "grant_between_steps";
+    let locks = LockClient::new(relay.client().database(db).collection("locks"));
+    let other = LockClient::new(server.new_client().database(db).collection("locks"));
+    // The client knows the server's clock from a grant.
+    let first = locks.mutex("first").ttl(secs(60)).acquire().await.unwrap();
+    let clock_back = server
+        .clock()
+        .step_back(Duration::from_secs(3))
+        .timestamp_millis();
+    let resource = "granted-between-the-steps";
+    relay.hold_reply_to(resource);
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            (locks.mutex(resource).ttl(secs(10)))
+                .extend_every(Duration::from_millis(8_500))
+                .try_acquire()
+                .await
+        }
+    });
+    relay.held().await;
+    let before_step = server.clock().now().timestamp_millis();
+    server.clock().advance(Duration::from_secs(6));
+    let witness = locks
+        .mutex("witness")
+        .ttl(secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    // The faults happened: the witness's reply came back while the grant's was held, the
+    // grant ran after the step back and the witness after the step forward.
+    assert!(relay.holding() && !attempt.is_finished());
+    relay.release();
+    let guard = attempt
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted: the lock was free");
+    let expires = |guard: &mongolock::LockGuard| guard.grant().expires_at().unwrap();
+    let granted = expires(&guard).timestamp_millis() - 10_000;
+    assert!(
+        (clock_back..=before_step).contains(&granted),
+        "the grant ran at {granted}, between the step back ({clock_back}) and the step \
+         forward ({before_step})"
+    );
+    assert!(
+        expires(&witness).timestamp_millis() - 10_000 >= before_step + 6_000,
+        "the witness ran after the step forward"
+    );
+    // The server ends the lease about 4 s after it granted it.
+    assert!(
+        guard.time_left() < secs(4),
+        "the guard believes it has {:?} left of a lease the server ends about 4 s after it \
+         granted it",
+        guard.time_left()
+    );
+    let mut taken = None;
+    for _ in 0..750 {
+        taken = other
+            .mutex(resource)
+            .ttl(secs(10))
+            .try_acquire()
+            .await
+            .unwrap();
+        if taken.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let taken = taken.expect("the server ended the lease within 15 s");
+    assert!(
+        guard.is_lost(),
+        "another client was granted the lock while the guard still held it ({:?} left)",
+        guard.time_left()
+    );
+    taken.release().await.unwrap();
+    witness.release().await.unwrap();
+    first.release().await.unwrap();
+    drop(guard);
+    locks.shutdown().await;
+    other.shutdown().await;
+}
+
 /// Issue 39, (S13) of the harness: a grant's command runs, the server's clock steps back
 /// 3 s, another grant of the same client runs after the step and its reply is read first
 /// (it shows the step back: the client's bounds on the server's clock start over from it),
