@@ -41,7 +41,7 @@ use mongolock_testkit::faults::proxy::{RequestFault, RequestRule, Requests};
 
 use crate::commands;
 use crate::history::{Ending, ExtraFault, FaultKind, Mode, NemesisLog, OpKind, Recorder};
-use crate::workload::{ClientCtl, DropAcquire, Fleet, Target, Workload};
+use crate::workload::{ClientCtl, DropAcquire, Fleet, StepWay, Target, Workload};
 
 /// How long after a nemesis let go of a lease its client still counts it among its leases
 /// when the operator looks for a client with several (its entry may be on the server still).
@@ -652,15 +652,16 @@ impl Injector {
             }
             ExtraFault::ClockStepInFlight => {
                 // One at a time; the client carries it out as its next target (see the
-                // workload's `step` submodule), forward two times in three.
+                // workload's `step` submodule), each way one time in three.
                 if fleet.stepping.load(Ordering::SeqCst) {
                     return false;
                 }
                 let Some(&i) = live.choose(&mut self.rng) else {
                     return false;
                 };
-                let forward = self.rng.random_bool(2.0 / 3.0);
-                fleet.slots[i].ctl.go_for_next(Target::ClockStep(forward));
+                let way = [StepWay::Forward, StepWay::Back, StepWay::BackThenForward]
+                    [self.rng.random_range(0..3)];
+                fleet.slots[i].ctl.go_for_next(Target::ClockStep(way));
             }
             ExtraFault::StepBackUnderHold => {
                 // One clock step at a time; the client carries it out as its next target (see

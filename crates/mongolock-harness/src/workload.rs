@@ -272,6 +272,20 @@ pub struct ClockSteps {
     pub back_ms: (u64, u64),
 }
 
+/// Which way the server's clock steps while a grant's reply is held ([`Target::ClockStep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepWay {
+    /// Forward, after the grant ran.
+    Forward,
+    /// Back, after the grant ran.
+    Back,
+    /// Back before the attempt is sent (no reply shows it before the grant's reading),
+    /// then forward, further, after the grant ran: the grant's reading shows a step back,
+    /// and the other reply a step forward after it (two failovers of a set, to a member
+    /// behind and then to one ahead).
+    BackThenForward,
+}
+
 /// A lock id whose own entry is still in force waits again, with another client after it
 /// (the `line` submodule); its resource is among [`Workload::resources`] but no other
 /// target's.
@@ -343,9 +357,9 @@ pub enum Target {
     /// One round of a lock id asking again while its own entry is in force
     /// ([`Workload::own_entry`]).
     OwnEntry,
-    /// A step of the server's clock (forward if true, else back) while the reply to this
-    /// client's grant is held back ([`Workload::clock_steps`]).
-    ClockStep(bool),
+    /// A step of the server's clock while the reply to this client's grant is held back
+    /// ([`Workload::clock_steps`]).
+    ClockStep(StepWay),
     /// A step of the server's clock back past a let-go grant in its minimum hold, with jobs
     /// on several hosts ([`Workload::step_back`]).
     StepBack,
@@ -382,8 +396,9 @@ impl Workload {
     /// pick in twenty-five is a round of a lock id asking again on `q0` while its own entry
     /// is in force (a minimum hold of 600 ms, or a lock-delay of 600 ms after a 300 ms
     /// lease), with the slot's second client asking 150 ms later. The server's clock steps
-    /// forward by 2–3 s, or back by 0.5–1 s, while a grant's reply on `c0` (TTL 6 s, no clock
-    /// uncertainty) is held back. And it steps back past the grant of a job's lock let
+    /// forward by 2–3 s, or back by 0.5–1 s, or back by 0.5–1 s before the attempt and then
+    /// forward by 2–3 s, while a grant's reply on `c0` (TTL 6 s, no clock uncertainty) is
+    /// held back. And it steps back past the grant of a job's lock let
     /// go of within its minimum hold (600 ms), by the hold, the time since the grant and
     /// 100–400 ms more, while three hosts run a job on `h0` every second under lock ids they
     /// keep. And a restarted holder's adoption races its dead process's late release on `a0`
@@ -1296,7 +1311,7 @@ impl Worker {
                 Target::Election(resource) => self.lead(locks, resource).await,
                 Target::Periodic => self.periodic(locks).await,
                 Target::OwnEntry => self.own_entry_line(locks).await,
-                Target::ClockStep(forward) => self.clock_step(locks, forward).await,
+                Target::ClockStep(way) => self.clock_step(locks, way).await,
                 Target::StepBack => self.step_back().await,
                 Target::Adoption => self.adoption_race().await,
             };

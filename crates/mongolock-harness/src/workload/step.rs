@@ -20,6 +20,12 @@
 //!   never both believed.
 //! - **Back**: the server ends the lease later by its reckoning; the holder holds half its
 //!   TTL and must not be told it lost the lease for it.
+//! - **Back, then forward**: the clock steps back 0.5–1 s after the witness is taken and
+//!   before the attempt is sent (no reply shows it before the grant's), then forward 2–3 s
+//!   once the attempt has run, as at a failover to a member behind and then to one ahead.
+//!   The grant's reading shows the step back and the witness's reply the step forward after
+//!   it; judged as a forward step. Whether the grant ran between the two steps (its `$$NOW`
+//!   below the clock before the step back) is recorded with how it went.
 //!
 //! Whether the other reply showed the step is checked, not assumed: the step counts as shown
 //! only if that reply's `operationTime` passed every one the client read before and reached
@@ -46,7 +52,7 @@ use rand::Rng;
 
 use super::line::Asked;
 use super::step_back::ClearOnDrop;
-use super::{COLLECTION, ClockSteps, DB, Held, Worker, lock, owner_label};
+use super::{COLLECTION, ClockSteps, DB, Held, StepWay, Worker, lock, owner_label};
 use crate::history::{
     AcquireCall, ExtraFault, FaultKind, FromLibrary, HolderLog, LetGo, OpEvent, OpKind,
     ReleaseResult, watch_until,
@@ -92,9 +98,9 @@ fn forward_outcome(log: &HolderLog, granted: Option<Instant>, ops: &[OpEvent]) -
 }
 
 impl Worker {
-    /// Carries out a clock step (forward if `forward`) while a grant's reply is held back
-    /// (see the module's documentation), unless another client is carrying one out.
-    pub(super) async fn clock_step(&mut self, locks: &LockClient, forward: bool) -> Held {
+    /// Carries out a clock step (`way`) while a grant's reply is held back (see the module's
+    /// documentation), unless another client is carrying one out.
+    pub(super) async fn clock_step(&mut self, locks: &LockClient, way: StepWay) -> Held {
         let Some(steps) = self.workload.clock_steps.clone() else {
             return Held::Done;
         };
@@ -108,7 +114,7 @@ impl Worker {
         // set, it would stop every later step of the run, both kinds.
         let _stepping = ClearOnDrop(self.stepping.clone());
         let ended = match ReplyHold::start(self.proxy.addr()).await {
-            Ok(relay) => self.step_in_flight(locks, &steps, &relay, forward).await,
+            Ok(relay) => self.step_in_flight(locks, &steps, &relay, way).await,
             Err(_) => "not carried out: the relay did not start".to_owned(),
         };
         self.recorder.extra(kind, self.index, ended);
@@ -121,9 +127,14 @@ impl Worker {
         locks: &LockClient,
         steps: &ClockSteps,
         relay: &ReplyHold,
-        forward: bool,
+        step_way: StepWay,
     ) -> String {
-        let way = if forward { "forward" } else { "back" };
+        let forward = step_way != StepWay::Back;
+        let way = match step_way {
+            StepWay::Forward => "forward",
+            StepWay::Back => "back",
+            StepWay::BackThenForward => "back then forward",
+        };
         let mut options = relay.client_options(self.options.clone());
         let replies = ReplyTimes::default();
         replies.watch(&mut options);
@@ -168,6 +179,18 @@ impl Worker {
         let _ = stepped
             .xlock(&witness, &format!("{lock_id}-witness"), witness_details)
             .await;
+        // Back before the attempt, unseen by any reply before the grant's.
+        let back_before = match step_way {
+            StepWay::BackThenForward => {
+                let by_ms = -(self.rng.random_range(steps.back_ms.0..=steps.back_ms.1) as i64);
+                let (at, before_ms) = self.step_clock(by_ms);
+                let judged = None;
+                self.recorder
+                    .op(OpKind::ClockStep { by_ms, judged }, at, at);
+                Some(before_ms)
+            }
+            _ => None,
+        };
         relay.arm();
         let invoked = Instant::now();
         let again = mutex(&stepped, &lock_id);
@@ -189,25 +212,11 @@ impl Worker {
         } else {
             -(self.rng.random_range(steps.back_ms.0..=steps.back_ms.1) as i64)
         };
-        // Readings of the server's clock just before and just after the step: every instant
-        // maps to the server's time through the last reading before it (`History::server_ms`),
-        // across a step back too.
-        let now = Instant::now();
-        self.recorder
-            .server_clock(now, self.clock.now().timestamp_millis());
-        let stepped_at = Instant::now();
-        let by = Duration::from_millis(by_ms.unsigned_abs());
-        if forward {
-            self.clock.advance(by);
-        } else {
-            self.clock.step_back(by);
-        }
-        let now = Instant::now();
-        self.recorder
-            .server_clock(now, self.clock.now().timestamp_millis());
-        let after_step_ms = self.recorder.server_ms(now);
+        let (stepped_at, _) = self.step_clock(by_ms);
+        let after_step_ms = self.recorder.server_ms(Instant::now());
         // Another reply of the same client, read before the grant's.
         let read_first = stepped.force_release(&witness).await.is_ok() && relay.holding();
+        let witness_read = Instant::now();
         // Whether that reply could show the step: its `operationTime` past every one the
         // client read before. On a set, after a failover from a primary whose clock was
         // ahead (or after a step back), the cluster time stands ahead of the primary's
@@ -217,7 +226,6 @@ impl Worker {
         // it is recorded as unjudged, and excuses its holder as a jump does.
         // A step back shows in no `operationTime` (the cluster time never goes back): it
         // is judged by whether the holder kept its lease, whatever the reply showed.
-        let shown = read_first && (!forward || replies.showed(stepped_at, after_step_ms));
         if forward {
             // Its renewals dropped as soon as the reply is on its way: none lands.
             relay.release_then_blackhole();
@@ -226,6 +234,10 @@ impl Worker {
         }
         let got = attempt.await;
         let released_at = Instant::now();
+        // Judged once the grant's reply is read: its own `operationTime` (the cluster time
+        // when it ran) is among those the witness's must pass.
+        let shown =
+            read_first && (!forward || replies.showed(stepped_at..witness_read, after_step_ms));
         let kind = ExtraFault::ClockStepInFlight.recorded_as();
         self.recorder
             .fault(kind, Some(self.index), held_at, released_at);
@@ -263,6 +275,13 @@ impl Worker {
             return format!("{way}: {shown}, not granted");
         };
         let mut log = self.log_exclusive_and_write(invoked, &guard);
+        // The grant's `$$NOW` below the clock before the step back: it ran between the two.
+        let grant_ms = guard.grant().holder().created_at().timestamp_millis();
+        let between = match back_before {
+            Some(before_ms) if grant_ms < before_ms => ", the grant ran between the steps",
+            Some(_) => ", the grant ran before the step back",
+            None => "",
+        };
         self.recorder.op(
             OpKind::ClockStep {
                 by_ms,
@@ -293,7 +312,6 @@ impl Worker {
                 // What the client read of the server's clock, for the report to trace: the
                 // `operationTime` of each write reply (seconds, with when it was read, from
                 // the step), the server's clock after the step, and the grant's `$$NOW`.
-                let grant_ms = guard.grant().holder().created_at().timestamp_millis();
                 format!(
                     "{outcome} (replies' operationTime s at ms from the step: {}; server's \
                      clock after the step {after_step_ms:?} ms; grant's $$NOW {grant_ms} ms)",
@@ -314,7 +332,27 @@ impl Worker {
         log.release = Some(ReleaseResult::of(&guard.release().await));
         self.recorder.holder(log);
         stepped.shutdown().await;
-        format!("{way}: {shown}, {outcome}")
+        format!("{way}: {shown}{between}, {outcome}")
+    }
+
+    /// Steps the server's clock by `by_ms` (back if negative), with readings of it just
+    /// before and just after, so that every instant maps to the server's time through the
+    /// last reading before it (`History::server_ms`), across a step back too. Returns when
+    /// it stepped and the server's clock just before (ms since the epoch).
+    fn step_clock(&mut self, by_ms: i64) -> (Instant, i64) {
+        let before_ms = self.clock.now().timestamp_millis();
+        self.recorder.server_clock(Instant::now(), before_ms);
+        let stepped_at = Instant::now();
+        let by = Duration::from_millis(by_ms.unsigned_abs());
+        if by_ms >= 0 {
+            self.clock.advance(by);
+        } else {
+            self.clock.step_back(by);
+        }
+        let now = Instant::now();
+        self.recorder
+            .server_clock(now, self.clock.now().timestamp_millis());
+        (stepped_at, before_ms)
     }
 }
 
@@ -339,10 +377,10 @@ impl ReplyTimes {
         ));
     }
 
-    /// True if a reply read after `at` showed the server's clock as it read after a step
-    /// then (`after_ms`, ms since the epoch, if known; see [`showed`]).
-    fn showed(&self, at: Instant, after_ms: Option<i64>) -> bool {
-        showed(&lock(&self.0), at, after_ms)
+    /// True if a reply read within `witness` (from the step) showed the server's clock as it
+    /// read after the step (`after_ms`, ms since the epoch, if known; see [`showed`]).
+    fn showed(&self, witness: std::ops::Range<Instant>, after_ms: Option<i64>) -> bool {
+        showed(&lock(&self.0), witness, after_ms)
     }
 
     /// Every reply's `operationTime` (seconds) with when it was read, in ms from `at`
@@ -366,18 +404,30 @@ impl ReplyTimes {
 /// The commands the library sends through its write path.
 const WRITES: [&str; 4] = ["update", "findAndModify", "delete", "insert"];
 
-/// True if a reply of `seen` read after `at` showed a step of the server's clock there: its
-/// `operationTime`'s seconds are past those of every reply read before `at` (the library
-/// takes no other as showing a step), and not behind the server's clock after the step,
+/// True if a reply of `seen` read within `witness` (from the step to the witness's return)
+/// showed a step of the server's clock at its start: its `operationTime`'s seconds are past
+/// those of every other reply, read before the step or after the witness (the held grant's
+/// own, the cluster time when it ran), and not behind the server's clock after the step,
 /// `after_ms` (a write that wrote nothing answers the newest oplog entry's time, which may
 /// come from before the step).
-fn showed(seen: &[(Instant, bson::Timestamp)], at: Instant, after_ms: Option<i64>) -> bool {
-    let before = (seen.iter().filter(|(t, _)| *t < at))
+///
+/// A second not past every one read before, the library takes as showing nothing. A second
+/// not past the held grant's own tells nothing either: after a step back the cluster time
+/// stands ahead of the server's clock, and a write then answers it, in that second,
+/// whether or not the clock stepped forward since the grant (the library's
+/// `a_grant_held_across_steps_is_not_believed_past_its_end_once_a_reply_showed_the_step`,
+/// its seed 8: back 1,221 ms, forward 911 ms, the grant and the witness in one second).
+fn showed(
+    seen: &[(Instant, bson::Timestamp)],
+    witness: std::ops::Range<Instant>,
+    after_ms: Option<i64>,
+) -> bool {
+    let others = (seen.iter().filter(|(t, _)| !witness.contains(t)))
         .map(|(_, time)| time.time)
         .max();
     let caught_up = |seconds: u32| after_ms.is_none_or(|ms| i64::from(seconds) >= ms / 1000);
-    (seen.iter().filter(|(t, _)| *t >= at))
-        .any(|(_, time)| before.is_none_or(|b| time.time > b) && caught_up(time.time))
+    (seen.iter().filter(|(t, _)| witness.contains(t)))
+        .any(|(_, time)| others.is_none_or(|b| time.time > b) && caught_up(time.time))
 }
 
 #[cfg(test)]
@@ -431,32 +481,51 @@ mod tests {
     }
 
     /// A reply shows a step only if its `operationTime`'s seconds pass every one read
-    /// before the step (the library ignores the rest) and reach the server's clock after
-    /// it: on a set after a failover from a primary whose clock was ahead, the cluster time
-    /// stands still while the step happens, and a write that wrote nothing answers the
-    /// newest entry's time, which may be older than the step.
+    /// before the step (the library ignores the rest) and the held grant's own, and reach
+    /// the server's clock after it: on a set after a failover from a primary whose clock
+    /// was ahead, the cluster time stands still while the step happens, and a write that
+    /// wrote nothing answers the newest entry's time, which may be older than the step.
     #[test]
     fn only_a_reply_past_every_earlier_operation_time_and_the_step_shows_it() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let ts = |time: u32, increment: u32| bson::Timestamp { time, increment };
-        let stepped_at = at(1_000);
+        // The witness is read between the step and 1.2 s.
+        let stepped_at = at(1_000)..at(1_200);
+        let showed = |seen: &[_], witness: &std::ops::Range<Instant>, after| {
+            showed(seen, witness.clone(), after)
+        };
         // The clock at 100.2 s, then stepped 2.5 s forward: the witness at 102 s.
         let after = Some(102_700);
         let plain = [(at(0), ts(100, 1)), (at(1_100), ts(102, 1))];
-        assert!(showed(&plain, stepped_at, after));
-        assert!(showed(&plain, stepped_at, None));
+        assert!(showed(&plain, &stepped_at, after));
+        assert!(showed(&plain, &stepped_at, None));
         // The cluster time at 104 s from a faster primary: the step shows only as the
         // cluster time ticking its increment.
         let ahead = [(at(0), ts(104, 7)), (at(1_100), ts(104, 9))];
-        assert!(!showed(&ahead, stepped_at, after));
+        assert!(!showed(&ahead, &stepped_at, after));
         // Another client's entry written in the next second before the step: past the
         // earlier reply, but not the step.
         let stale = [(at(0), ts(100, 1)), (at(1_100), ts(101, 4))];
-        assert!(!showed(&stale, stepped_at, after));
-        assert!(showed(&stale, stepped_at, None));
+        assert!(!showed(&stale, &stepped_at, after));
+        assert!(showed(&stale, &stepped_at, None));
         // No reply after the step shows nothing; a first reply after it shows it.
-        assert!(!showed(&plain[..1], stepped_at, after));
-        assert!(showed(&plain[1..], stepped_at, after));
+        assert!(!showed(&plain[..1], &stepped_at, after));
+        assert!(showed(&plain[1..], &stepped_at, after));
+        // The held grant's reply, read after the witness, ran in the witness's second (the
+        // cluster time stood there, ahead of the clock after a step back): nothing shown.
+        let same_second = [
+            (at(0), ts(100, 1)),
+            (at(1_100), ts(102, 5)),
+            (at(1_300), ts(102, 2)),
+        ];
+        assert!(!showed(&same_second, &stepped_at, after));
+        // In an earlier second: shown.
+        let earlier = [
+            (at(0), ts(100, 1)),
+            (at(1_100), ts(102, 5)),
+            (at(1_300), ts(101, 2)),
+        ];
+        assert!(showed(&earlier, &stepped_at, after));
     }
 }
