@@ -149,6 +149,14 @@ impl Worker {
         };
         let _alone = ONE_AT_A_TIME.lock().await;
         for _ in 0..RACE_TRIES {
+            // A try takes several seconds (three warm-ups, the first grant, the late release
+            // and the restarted process's patience): once the run is stopping, none more is
+            // staged, or the worker outlasts the stop's limit and holds the race's resource
+            // from the liveness probe (`--replset --long --seed 41110`, run 41113: "client 3
+            // did not stop after healing", and `a0` could not be taken).
+            if self.ctl.stop.load(Ordering::SeqCst) {
+                break;
+            }
             self.calls += 1;
             let stage = Stage {
                 upstream: self.proxy.addr(),
