@@ -166,17 +166,31 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         late_writes::late_unlock().await?,
         hold_forgotten().await?,
     ];
-    // These eleven mostly wait (a timeout, a minimum hold, two leases after a clock step,
+    // These twelve mostly wait (a timeout, a minimum hold, three leases after a clock step,
     // periods of a job, a lease through a step back, a hold after a late release, a command
     // time limit, a hold after a force release), each on an emulator of its own: side by
     // side, they add seconds rather than a dozen.
-    let (stuck, outside, step, first, back, taken, adopted, late, forced, late_leave, late_adopt) = tokio::join!(
+    let (
+        stuck,
+        outside,
+        step,
+        first,
+        around,
+        back,
+        taken,
+        adopted,
+        late,
+        forced,
+        late_leave,
+        late_adopt,
+    ) = tokio::join!(
         // Each boxed: the scenarios' states are large, and the join's, held inline, would
         // overflow a test thread's stack in a debug build.
         Box::pin(owed_release::stuck_lock_id()),
         Box::pin(line::own_entry_outside_line()),
         Box::pin(clock_step::step_ignored()),
         Box::pin(clock_step::first_grant_step_ignored()),
+        Box::pin(clock_step::steps_around_grant_undercounted()),
         Box::pin(step_back::step_back_renewed()),
         Box::pin(false_loss::step_back_taken_for_loss()),
         Box::pin(adoption::adopted_let_go_entry()),
@@ -190,6 +204,7 @@ pub async fn run_all() -> Result<Vec<ControlResult>, Box<dyn std::error::Error>>
         outside?,
         step?,
         first?,
+        around?,
         back?,
         taken?,
         adopted?,

@@ -43,13 +43,13 @@ fn a_short_seeded_run_breaks_no_promise_and_catches_every_control() {
     );
     assert_eq!(
         report.controls.len(),
-        33,
-        "thirty-three negative controls ran"
+        34,
+        "thirty-four negative controls ran"
     );
     assert_eq!(
         report.controls_caught(),
-        33,
-        "controls caught: {}/33",
+        34,
+        "controls caught: {}/34",
         report.controls_caught()
     );
     assert!(report.passed());

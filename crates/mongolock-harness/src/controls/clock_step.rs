@@ -8,6 +8,12 @@
 //! grant's reply is read. A library that reads the first grant ignoring the step believes
 //! its send plus the TTL (less margin and uncertainty) while the server ends the lease the
 //! step earlier.
+//!
+//! And for a grant between a step back no reply showed and a step forward (issue 41,
+//! `--replset --long --seed 41090`): the library before `41d37e7` took the grant's reading
+//! for a step back alone and started its bounds over from it, so that only the part of the
+//! step forward past its bounds from before the step back counted (rounded up to the
+//! second): the holder believes that much too long.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +32,15 @@ const TTL: Duration = Duration::from_secs(6);
 const UNCERTAINTY: Duration = Duration::from_secs(1);
 /// The step forward.
 const STEP: Duration = Duration::from_secs(3);
+/// The step back before the attempt, in the scenario of [`steps_around_grant_undercounted`].
+const BACK: Duration = Duration::from_secs(2);
+/// The step forward after it: a second past where the clock stood before the step back, so
+/// that the witness's `operationTime` begins a later second than the held grant's (the
+/// cluster time, which stood ahead of the clock after the step back). Its client has no
+/// clock uncertainty: the second the old behaviour left out would hide in one. (A larger
+/// step leaves the library's lease nothing once counted, and its waiting acquire asks
+/// again: the grant judged would be another.)
+const STEP_AFTER_BACK: Duration = Duration::from_secs(3);
 
 /// A's grant runs, the server's clock steps 3 s forward, another write of A's client
 /// returns and shows the step, then the grant's reply is read; A's renewals are dropped and
@@ -44,6 +59,17 @@ pub(super) async fn first_grant_step_ignored() -> Result<ControlResult, Box<dyn 
     step_in_flight(true, Client::BrandNew).await
 }
 
+/// A (no clock uncertainty) is granted and releases a lock; the server's clock steps 2 s
+/// back, which no reply shows; A's grant runs, the clock steps 3 s forward, another write of
+/// A's client shows it, then the grant's reply is read. The old behaviour, planted: A counts
+/// only the 1 s the step went past its bounds from before the step back, rounded up to the
+/// second (2 s), and believes until its send plus the TTL less the margin and those 2 s;
+/// the server ended the lease 3 s early, and B is granted while A believes.
+pub(super) async fn steps_around_grant_undercounted()
+-> Result<ControlResult, Box<dyn std::error::Error>> {
+    step_in_flight(true, Client::SteppedBack).await
+}
+
 /// What A's client knows of the server's clock before its held attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Client {
@@ -51,6 +77,9 @@ enum Client {
     Seasoned,
     /// The attempt is its first command: it knows nothing of the server's clock.
     BrandNew,
+    /// As [`Client::Seasoned`], and the server's clock stepped back [`BACK`] since, which no
+    /// reply showed; the step forward is [`STEP_AFTER_BACK`].
+    SteppedBack,
 }
 
 /// The scenario of [`step_ignored`]; `planted`: with the old behaviour put back, else with
@@ -61,6 +90,10 @@ async fn step_in_flight(
     planted: bool,
     client: Client,
 ) -> Result<ControlResult, Box<dyn std::error::Error>> {
+    let uncertainty = match client {
+        Client::SteppedBack => Duration::ZERO,
+        Client::Seasoned | Client::BrandNew => UNCERTAINTY,
+    };
     let server = TestServer::start().await?;
     let recorder = Recorder::new();
     read_clock(&server, &recorder);
@@ -70,17 +103,31 @@ async fn step_in_flight(
         .build();
     let a_client = mongodb::Client::with_options(relay.client_options(direct))?;
     let a_locks = mongolock::LockClient::builder(a_client.database(DB).collection(COLLECTION))
-        .clock_uncertainty(UNCERTAINTY)
+        .clock_uncertainty(uncertainty)
         .build()?;
     let b_locks = locks(server.new_client());
     b_locks.create_indexes().await?;
-    if client == Client::Seasoned {
+    if client != Client::BrandNew {
         // A learns the server's clock from a grant.
         let first = a_locks.mutex(RESOURCE).ttl(TTL).acquire().await;
         let first = first.map_err(|e| format!("A's first grant: {e}"))?;
         let released = first.release().await;
         released.map_err(|e| format!("A's first release: {e}"))?;
     }
+    let mut before_back = None;
+    let step = match client {
+        Client::SteppedBack => {
+            before_back = Some(server.clock().now().timestamp_millis());
+            let back_at = Instant::now();
+            server.clock().step_back(BACK);
+            read_clock(&server, &recorder);
+            let by_ms = -(BACK.as_millis() as i64);
+            let judged = None;
+            recorder.op(OpKind::ClockStep { by_ms, judged }, back_at, back_at);
+            STEP_AFTER_BACK
+        }
+        Client::Seasoned | Client::BrandNew => STEP,
+    };
 
     relay.arm();
     let invoked = Instant::now();
@@ -97,10 +144,10 @@ async fn step_in_flight(
         .await
         .ok_or("the grant's reply was not held")?;
     let stepped_at = Instant::now();
-    server.clock().advance(STEP);
+    server.clock().advance(step);
     read_clock(&server, &recorder);
     let witness = match client {
-        Client::Seasoned => a_locks.force_release("witness").await,
+        Client::Seasoned | Client::SteppedBack => a_locks.force_release("witness").await,
         Client::BrandNew => a_locks.unlock("nobody").await,
     };
     witness.map_err(|e| format!("the witness: {e}"))?;
@@ -110,11 +157,16 @@ async fn step_in_flight(
     // A's renewals are dropped as soon as the reply is on its way: nothing renews the lease.
     relay.release_then_blackhole();
     let a = attempt.await??.ok_or("A was not granted the lock")?;
+    // The fault happened: the grant judged ran between the two steps.
+    let granted_ms = a.grant().holder().created_at().timestamp_millis();
+    if before_back.is_some_and(|before| granted_ms >= before) {
+        return Err("A's grant did not run between the step back and the step forward".into());
+    }
     let mut a_log = HolderLog::new(recorder.next_id(), 0, Mode::Exclusive, invoked, &a);
     a_log.fake = planted;
     recorder.op(
         OpKind::ClockStep {
-            by_ms: STEP.as_millis() as i64,
+            by_ms: step.as_millis() as i64,
             judged: Some(a_log.id),
         },
         stepped_at,
@@ -142,8 +194,13 @@ async fn step_in_flight(
         }
     });
     if planted {
-        // The bug: the step shown is forgotten for this grant.
-        let believed = a_log.attempt_sent_at + TTL - TTL / 10 - UNCERTAINTY;
+        // The bug: the step shown is forgotten for this grant, but for what went past the
+        // bounds from before a step back, rounded up to the second.
+        let counted = match client {
+            Client::SteppedBack => step - BACK + Duration::from_millis(999),
+            Client::Seasoned | Client::BrandNew => Duration::ZERO,
+        };
+        let believed = a_log.attempt_sent_at + TTL - TTL / 10 - uncertainty - counted;
         a_log.max_deadline = Some(believed);
         a_log.believed_until = Some(believed);
         tokio::time::sleep_until(believed.into()).await;
@@ -165,6 +222,7 @@ async fn step_in_flight(
     let name = match client {
         Client::Seasoned => "step shown, ignored",
         Client::BrandNew => "first grant, step shown, ignored",
+        Client::SteppedBack => "step back, grant, step forward: counted past the old bounds",
     };
     Ok(finish(name, Check::LossBeforeNextGrant, &recorder))
 }
@@ -182,6 +240,23 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_library_counts_the_step_and_passes() {
         let result = step_in_flight(false, Client::Seasoned)
+            .await
+            .expect("the scenario runs");
+        assert!(!result.caught(), "caught: {:?}", result.found());
+        assert_eq!(result.found(), vec![], "nothing at all");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_holder_that_counts_a_step_only_past_bounds_from_before_a_step_back_is_caught_by_3() {
+        let result = steps_around_grant_undercounted()
+            .await
+            .expect("the control runs");
+        assert!(result.caught(), "not caught: {:?}", result.found());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_library_counts_a_step_forward_after_a_step_back_around_its_grant_and_passes() {
+        let result = step_in_flight(false, Client::SteppedBack)
             .await
             .expect("the scenario runs");
         assert!(!result.caught(), "caught: {:?}", result.found());
