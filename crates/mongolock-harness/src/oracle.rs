@@ -1857,10 +1857,15 @@ fn by_key(grants: &[Granted]) -> HashMap<(&str, &str, i64), &Granted> {
 /// (S7): no entry outlives the last holder that believed in it by more than its TTL plus
 /// the renewal period plus [`OUTLIVE_SLACK`].
 fn outlived(out: &mut Outcome, grants: &[Granted], history: &History) {
-    // The holder whose belief in each grant ended last.
+    // The holder whose belief in each grant ended last, and the first send of an attempt
+    // by any of its holders: the grant and every renewal came after it, each stamped by the
+    // primary of its moment.
     let mut last: HashMap<(&str, &str, i64), &HolderLog> = HashMap::new();
+    let mut first_sent: HashMap<(&str, &str, i64), std::time::Instant> = HashMap::new();
     for h in &history.holders {
         let key = (h.resource.as_str(), h.lock_id.as_str(), h.token);
+        let sent = first_sent.entry(key).or_insert(h.attempt_sent_at);
+        *sent = (*sent).min(h.attempt_sent_at);
         let later = last
             .get(&key)
             .is_none_or(|l| l.belief_end(history.end) < h.belief_end(history.end));
@@ -1893,7 +1898,14 @@ fn outlived(out: &mut Outcome, grants: &[Granted], history: &History) {
         }
         let bound = g.ttl_ms.map(|ttl| {
             let renewed_by = stopped + Duration::from_millis((ttl / 3 + slack_ms).max(0) as u64);
-            let faster = faster_since(history, holder.attempt_sent_at, renewed_by, stopped);
+            // From the first holder's send, not the last's: a holder that resumed the grant
+            // after a failover asked after a primary whose clock was ahead had stamped its
+            // expiry (`--replset --long --seed 41090`, replayed: 4.4 s ahead).
+            let since = first_sent
+                .get(&key)
+                .copied()
+                .unwrap_or(holder.attempt_sent_at);
+            let faster = faster_since(history, since, renewed_by, stopped);
             if faster > 0 {
                 out.across_clocks += 1;
             }
@@ -2549,6 +2561,54 @@ mod tests {
             Some(&1),
             "{:?}",
             kept.violations
+        );
+    }
+
+    #[test]
+    fn an_entry_stamped_by_a_primary_ahead_before_its_last_holder_asked_has_not_outlived_it() {
+        // The (S7) of `--replset --long --seed 41090`, replayed: token 10 (TTL 1.5 s) granted
+        // at 1,000 ms by a primary whose clock read 3,600 ms ahead (created 4,600, expiring
+        // 6,100 by that clock); at 1,500 ms a failover to a primary on the shared clock; the
+        // holder's process dies, and its restart, asking at 2,000 ms, resumes the grant and
+        // releases it at 3,000 ms (server time 3,000), its release lost; the entry ends at
+        // its expiry, 6,100, past 3,000 + 1,500 + 500 + 1,000 on one clock, but stamped by the
+        // clock 3,600 ms ahead: 2,500 ms after the release by the clock that stamped it.
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut first = believer(t0, 1_500, LetGo::Abandoned);
+        first.attempt_sent_at = at(900);
+        let mut resumed = believer(t0, 3_000, LetGo::Released);
+        resumed.id = 2;
+        (resumed.invoked_at, resumed.attempt_sent_at) = (at(2_000), at(2_000));
+        resumed.granted_at = at(2_050);
+        let mut history = timed(t0, vec![first, resumed]);
+        history.server_offsets = vec![(at(0), 3_600), (at(1_500), 0)];
+        let a = ObjectId::new();
+        let granted = event(4_600, Some(entry(&a, 10, 4_600, 4_600, 6_100)), vec![]);
+        let expired = ServerEvent {
+            resource: "r".into(),
+            at_ms: 6_200,
+            doc: Some(doc! { "_id": "r", "exclusive": Bson::Null, "shared": [] }),
+        };
+        let ended = judge(&[granted.clone(), expired.clone()], &history);
+        assert_eq!(
+            ended.by_check().get(&ServerCheck::Orphans),
+            None,
+            "{:?}",
+            ended.violations
+        );
+        // Renewed on by the second primary (its own clock) long after the release: caught.
+        let renewed = event(5_000, Some(entry(&a, 10, 4_600, 5_000, 11_000)), vec![]);
+        let kept = ServerEvent {
+            at_ms: 11_100,
+            ..expired
+        };
+        let caught = judge(&[granted, renewed, kept], &history);
+        assert_eq!(
+            caught.by_check().get(&ServerCheck::Orphans),
+            Some(&1),
+            "{:?}",
+            caught.violations
         );
     }
 
