@@ -788,6 +788,13 @@ pub mod controls {
         };
         vec![
             control(
+                "(ao) a grant acknowledged with w: 1, rolled back by a failover",
+                handles,
+                [0, 1, 0, 0, 1, 0, 0, 0],
+                |b| b.w1_rollback = true,
+                model::EXCLUSION,
+            ),
+            control(
                 "(ah) a waiting attempt answered \"already held\" out of the line (before 4b66416)",
                 guards_line_restart,
                 [0, 2, 0, 0, 2, 1, 0, 1],

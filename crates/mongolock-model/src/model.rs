@@ -416,6 +416,11 @@ pub struct State {
     pub line: Vec<Vec<(u8, Time, Nonce)>>,
     /// Violations recorded at transitions ([`flag`]).
     pub flags: u16,
+    /// The documents as they were before the first acknowledged write not rolled back since,
+    /// which a failover may restore, undoing every acknowledged write after them (a cut-off
+    /// primary's writes no other member applied): kept only with `w: 1`
+    /// ([`Bugs::w1_rollback`]), and taken by the rollback.
+    pub undo: Option<Server>,
 }
 
 impl State {
@@ -434,6 +439,9 @@ pub enum Action {
     Jump,
     /// The server's clock steps back by a TTL.
     StepBack,
+    /// The acknowledged writes since [`State::undo`] are rolled back: their primary was cut
+    /// off before another member applied them (with `w: 1` only, [`Bugs::w1_rollback`]).
+    RollBack,
     /// An operator force-releases a resource.
     ForceRelease(Res),
     /// An operator calls `purge_abandoned_groups`.
@@ -1575,6 +1583,7 @@ impl Model for LockModel {
             quiet_until: vec![0; self.config.resources as usize],
             line: vec![vec![]; self.config.resources as usize],
             flags: 0,
+            undo: None,
         }]
     }
 
@@ -1588,6 +1597,9 @@ impl Model for LockModel {
         }
         if state.backs < b.backs {
             actions.push(Action::StepBack);
+        }
+        if state.undo.is_some() {
+            actions.push(Action::RollBack);
         }
         for r in 0..self.config.resources {
             if state.forces < b.force_releases
@@ -1976,7 +1988,22 @@ impl Model for LockModel {
                 };
                 self.send(s, i, request);
             }
-            Action::Deliver(k, reply) => self.deliver(s, k as usize, reply),
+            Action::Deliver(k, reply) => {
+                // With `w: 1`, the reply acknowledges a write no other member may have
+                // applied yet: the documents before the first such write are what a rollback
+                // restores.
+                let before = (self.config.bugs.w1_rollback && reply && s.undo.is_none())
+                    .then(|| s.server.clone());
+                self.deliver(s, k as usize, reply);
+                if before.as_ref().is_some_and(|before| *before != s.server) {
+                    s.undo = before;
+                }
+            }
+            Action::RollBack => {
+                if let Some(before) = s.undo.take() {
+                    s.server = before;
+                }
+            }
             Action::Drop(k) => {
                 s.network.remove(k as usize);
             }

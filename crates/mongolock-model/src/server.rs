@@ -671,6 +671,15 @@ pub struct Bugs {
     /// another client is granted while the guard still believes it holds. The library keeps
     /// a later expiry of an entry that names a keeper (`renew_group`).
     pub renew_by_id_shortens: bool,
+    /// (ao) Writes acknowledged with `w: 1` (`with_unsafe_write_concern`): the primary that
+    /// acknowledged the last one is cut off before any other member applied it, another is
+    /// elected, and the write is rolled back (`Action::RollBack`). Under the library's
+    /// `w: "majority"` an acknowledged write is majority-committed and never rolled back
+    /// (mongod rolls back only what no majority applied: `src/mongo/db/repl/rollback_impl.cpp`,
+    /// the replication README's "Rollback: Recover To A Timestamp"), and a write whose reply
+    /// never came is an unknown outcome, which the model already gives both ways (executed,
+    /// its reply lost; or never delivered).
+    pub w1_rollback: bool,
 }
 
 /// The cap a request of `kind` asks for (none for an exclusive one).

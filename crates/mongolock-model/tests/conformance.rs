@@ -496,6 +496,7 @@ const NO_BUGS: Bugs = Bugs {
     adoption_by_lock_id: false,
     adoption_ignores_keeper: false,
     renew_by_id_shortens: false,
+    w1_rollback: false,
 };
 
 /// The model's `unlock` calls of the generated cases: two random ids, and the client's
