@@ -1,8 +1,9 @@
 //! The emulator the libraries run against, in a child process of this binary.
 //!
 //! The benchmark starts itself again with `--serve-emulator`: the child runs one
-//! `mongolock-testkit` server (a one-member replica set, or a standalone server) with the
-//! injected latency, prints its connection string, and serves until its standard input
+//! `mongolock-testkit` server (a one-member replica set, or a standalone server), or a
+//! three-member replica set, with the injected latency, prints its connection string, and
+//! serves until its standard input
 //! closes (so it never outlives the benchmark). Keeping the server out of the benchmark's
 //! process means the benchmark's allocator counts the clients' memory only, and the server
 //! does not share the clients' async runtime.
@@ -30,7 +31,14 @@ pub(crate) enum Topology {
     ReplicaSet,
     /// A standalone `mongod`: no change streams, so waiters poll or back off.
     Standalone,
+    /// A replica set of three members, each applying the primary's writes [`SET_LAG`]
+    /// after it: a write with `w: "majority"` (mongolock's default) waits for one of them.
+    ThreeMembers,
 }
+
+/// How long after the primary writes an operation each secondary of the three-member set
+/// applies it.
+pub(crate) const SET_LAG: Duration = Duration::from_millis(1);
 
 impl Topology {
     /// As printed in the tables.
@@ -38,6 +46,7 @@ impl Topology {
         match self {
             Topology::ReplicaSet => "replica set",
             Topology::Standalone => "standalone",
+            Topology::ThreeMembers => "three-member set",
         }
     }
 }
@@ -103,8 +112,14 @@ impl Emulator {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
-        if topology == Topology::Standalone {
-            command.arg("--standalone");
+        match topology {
+            Topology::Standalone => {
+                command.arg("--standalone");
+            }
+            Topology::ThreeMembers => {
+                command.arg("--members").arg("3");
+            }
+            Topology::ReplicaSet => {}
         }
         let mut child = command.spawn()?;
         let stdout = child.stdout.take().ok_or("the emulator has no stdout")?;
@@ -138,14 +153,19 @@ impl Emulator {
 }
 
 /// The child's side: serves until standard input closes. `args` are those after
-/// [`SERVE_FLAG`]: `--latency-ms N`, optionally `--standalone` and `--server-version`
-/// (`7.0`, the default, or `4.4`).
+/// [`SERVE_FLAG`]: `--latency-ms N`, optionally `--standalone`, `--members N` (a replica set
+/// of N members, [`SET_LAG`] apart) and `--server-version` (`7.0`, the default, or `4.4`).
 pub(crate) fn serve(args: &[String]) -> std::result::Result<(), String> {
     let mut builder = mongolock_testkit::TestServer::builder();
+    let mut members = 1;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--standalone" => builder = builder.standalone(true),
+            "--members" => {
+                let v = it.next().ok_or("--members needs a value")?;
+                members = v.parse().map_err(|_| format!("bad --members {v}"))?;
+            }
             "--latency-ms" => {
                 let v = it.next().ok_or("--latency-ms needs a value")?;
                 let ms: u64 = v.parse().map_err(|_| format!("bad --latency-ms {v}"))?;
@@ -164,15 +184,37 @@ pub(crate) fn serve(args: &[String]) -> std::result::Result<(), String> {
     }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
-        let server = builder.start().await.map_err(|e| e.to_string())?;
-        println!("uri {}", server.uri());
+        let serving = if members > 1 {
+            let set = mongolock_testkit::ReplicaSet::builder()
+                .members(members)
+                .lag(SET_LAG)
+                .server(builder)
+                .start()
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("uri {}", set.uri());
+            Serving::Set(set)
+        } else {
+            let server = builder.start().await.map_err(|e| e.to_string())?;
+            println!("uri {}", server.uri());
+            Serving::One(server)
+        };
         use std::io::Write as _;
         std::io::stdout().flush().map_err(|e| e.to_string())?;
         // Serve until the benchmark closes our standard input (or exits).
         let mut stdin = tokio::io::stdin();
         let mut buf = [0u8; 64];
         while stdin.read(&mut buf).await.is_ok_and(|n| n > 0) {}
-        server.shutdown().await;
+        match serving {
+            Serving::One(server) => server.shutdown().await,
+            Serving::Set(set) => set.shutdown().await,
+        }
         Ok(())
     })
+}
+
+/// What the child serves.
+enum Serving {
+    One(mongolock_testkit::TestServer),
+    Set(mongolock_testkit::ReplicaSet),
 }

@@ -2,7 +2,8 @@
 //! crates.io (`mongodb-lock`, `mongo-lock-async`, `distributed-lock-mongo`), in one run,
 //! against the same `mongolock-testkit` emulator with the same injected latency per round
 //! trip. The emulator runs in a child process of this binary (see [`emulator`]): a
-//! one-member replica set, and a standalone server for the polling rows.
+//! one-member replica set, a standalone server for the polling rows, and a three-member
+//! replica set.
 //!
 //! ```text
 //! cargo run -p mongolock-bench --release             # full run (the figures in docs/benchmarks.md)
@@ -21,6 +22,9 @@
 //!   standalone server: from the holder's release call to the moment the next waiter's
 //!   acquire returns, each waiter with its own client, waiting the way the library waits
 //!   ([`measure`]);
+//! - the uncontended pair and the handoffs again on a three-member replica set, its
+//!   secondaries 1 ms behind the primary, where every write waits for a majority
+//!   (`--measure three-members`);
 //! - throughput, 64 tasks of one client on 64 resources and on one ([`throughput`]);
 //! - the commands per second waiters send while a lock is held ([`load`]);
 //! - keepalive commands per second for 1, 100 and 10,000 leases ([`keepalive`]);
@@ -300,9 +304,13 @@ async fn libraries(args: &Args, s: &Settings) -> peers::Result<(String, usize)> 
     let standalone = Emulator::start(args.latency, Topology::Standalone)
         .await
         .map_err(|e| format!("cannot start the standalone emulator: {e}"))?;
+    let three_members = Emulator::start(args.latency, Topology::ThreeMembers)
+        .await
+        .map_err(|e| format!("cannot start the three-member set: {e}"))?;
     let servers = suite::Servers {
         replica_set: replica_set.uri().to_string(),
         standalone: standalone.uri().to_string(),
+        three_members: three_members.uri().to_string(),
     };
     let started = std::time::Instant::now();
     let mut results = Vec::new();
@@ -314,6 +322,7 @@ async fn libraries(args: &Args, s: &Settings) -> peers::Result<(String, usize)> 
     }
     replica_set.stop().await;
     standalone.stop().await;
+    three_members.stop().await;
     let plots = args.plots.clone().unwrap_or_else(|| {
         if args.quick {
             std::env::temp_dir().join("mongolock-bench")

@@ -197,7 +197,7 @@ pub(crate) fn brief<T: std::fmt::Debug>(r: &std::result::Result<T, String>) -> S
     }
 }
 
-async fn uncontended(lib: Lib, uri: &str, s: &Settings) -> Result<Uncontended> {
+pub(crate) async fn uncontended(lib: Lib, uri: &str, s: &Settings) -> Result<Uncontended> {
     let monitor = Monitor::new(lib.db());
     let peer = Peer::connect(lib, uri, &monitor).await?;
     peer.prepare().await?;

@@ -172,6 +172,10 @@ pub(crate) fn plots(
                 "standalone (ours: backoff)".to_string(),
                 series(|r| &r.handoff_standalone),
             ),
+            (
+                "three-member set (majority writes)".to_string(),
+                series(|r| &r.three_members.1),
+            ),
         ],
     )?;
     let throughput = dir.join("throughput.svg");
@@ -371,6 +375,33 @@ pub(crate) fn render(
         "### Standalone server (no change streams: mongolock backs off and retries)\n"
     );
     handoff_table(&mut out, s, results, |r| &r.handoff_standalone, &mut notes);
+    let _ = writeln!(
+        out,
+        "### Three-member replica set ({} ms between the primary and each secondary)\n\n\
+         Every write waits for a majority: mongolock asks for `w: \"majority\", j: true`; the \
+         peers send no write concern, and the emulator, as a 5.0+ server, defaults to \
+         majority. Uncontended acquire + release first, then the handoffs.\n",
+        crate::emulator::SET_LAG.as_millis()
+    );
+    let (mut p50, mut p99) = (Vec::new(), Vec::new());
+    for r in results {
+        match &r.three_members.0 {
+            Ok(u) => {
+                p50.push(Cell::Value(millis(u.latency.p50)));
+                p99.push(Cell::Value(millis(u.latency.p99)));
+            }
+            Err(e) => {
+                p50.push(err_cell(e, &mut notes));
+                p99.push(Cell::Text("-".into()));
+            }
+        }
+    }
+    table(
+        &mut out,
+        &["library", "uncontended p50", "p99"],
+        rows(results, vec![column(&p50, ms), column(&p99, ms)]),
+    );
+    handoff_table(&mut out, s, results, |r| &r.three_members.1, &mut notes);
     let _ = writeln!(out, "How each library waits:\n");
     for r in results {
         match r.lib.waiting_standalone() {

@@ -10,9 +10,10 @@ use crate::peers::Lib;
 use crate::throughput::{self, Throughput};
 
 /// The measurements, by the names `--measure` takes.
-pub(crate) const SECTIONS: [&str; 8] = [
+pub(crate) const SECTIONS: [&str; 9] = [
     "basics",
     "handoff",
+    THREE_MEMBERS,
     "throughput",
     "load",
     "keepalive",
@@ -25,6 +26,9 @@ pub(crate) const SECTIONS: [&str; 8] = [
 /// the libraries.
 pub(crate) const SERVER_MODES: &str = "server-modes";
 
+/// The uncontended pair and the handoffs on the three-member set.
+pub(crate) const THREE_MEMBERS: &str = "three-members";
+
 /// What a measurement left out by `--measure` reports.
 pub(crate) const NOT_RUN: &str = "not measured in this run (--measure)";
 
@@ -32,6 +36,7 @@ pub(crate) const NOT_RUN: &str = "not measured in this run (--measure)";
 pub(crate) struct Servers {
     pub(crate) replica_set: String,
     pub(crate) standalone: String,
+    pub(crate) three_members: String,
 }
 
 /// The throughput scenarios: (tasks, resources) for the given number of tasks.
@@ -53,6 +58,8 @@ pub(crate) struct LibResults {
     pub(crate) handoff: HandoffSeries,
     /// Per waiter count, on the standalone server (no change streams).
     pub(crate) handoff_standalone: HandoffSeries,
+    /// On the three-member set: the uncontended pair, and the handoffs per waiter count.
+    pub(crate) three_members: (Outcome<Uncontended>, HandoffSeries),
     /// Per scenario of [`throughput_scenarios`].
     pub(crate) throughput: Vec<((usize, usize), Outcome<Throughput>)>,
     /// Per topology.
@@ -126,6 +133,22 @@ pub(crate) async fn run(
         (none(), none())
     };
     phase("handoffs");
+    let three_members = if on(THREE_MEMBERS) {
+        let set = servers.three_members.as_str();
+        let uncontended = measure::uncontended(lib, set, s)
+            .await
+            .map_err(|e| e.to_string());
+        eprintln!("   uncontended (three-member set): {}", brief(&uncontended));
+        let label = Topology::ThreeMembers.label();
+        (
+            uncontended,
+            measure::handoff_series(lib, set, s, label).await,
+        )
+    } else {
+        let none = s.handoffs.iter().map(|(w, _)| (*w, Err(NOT_RUN.into())));
+        (Err(NOT_RUN.into()), none.collect())
+    };
+    phase("three-member set");
     let mut throughput = Vec::new();
     for (tasks, resources) in throughput_scenarios(s.throughput_tasks) {
         let r = if on("throughput") {
@@ -206,6 +229,7 @@ pub(crate) async fn run(
         renew: basics.renew,
         handoff,
         handoff_standalone,
+        three_members,
         throughput,
         load,
         keepalive: keep,
