@@ -6,7 +6,7 @@ use std::time::Duration;
 use std::path::{Path, PathBuf};
 
 use crate::emulator::Topology;
-use crate::measure::Settings;
+use crate::measure::{Outcome, Settings, Uncontended};
 use crate::peers::MONGO_LOCK_ASYNC_POLL;
 use crate::plot;
 use crate::suite::{HandoffSeries, LibResults, NOT_RUN, throughput_scenarios};
@@ -335,25 +335,7 @@ pub(crate) fn render(
 
     // Uncontended latency.
     let _ = writeln!(out, "## Uncontended acquire + release latency\n");
-    let mut p50 = Vec::new();
-    let mut p99 = Vec::new();
-    for r in results {
-        match &r.uncontended {
-            Ok(u) => {
-                p50.push(Cell::Value(millis(u.latency.p50)));
-                p99.push(Cell::Value(millis(u.latency.p99)));
-            }
-            Err(e) => {
-                p50.push(err_cell(e, &mut notes));
-                p99.push(Cell::Text("-".into()));
-            }
-        }
-    }
-    table(
-        &mut out,
-        &["library", "p50", "p99"],
-        rows(results, vec![column(&p50, ms), column(&p99, ms)]),
-    );
+    uncontended_table(&mut out, results, |r| &r.uncontended, "p50", &mut notes);
 
     // Handoff.
     let _ = writeln!(
@@ -383,23 +365,12 @@ pub(crate) fn render(
          majority. Uncontended acquire + release first, then the handoffs.\n",
         crate::emulator::SET_LAG.as_millis()
     );
-    let (mut p50, mut p99) = (Vec::new(), Vec::new());
-    for r in results {
-        match &r.three_members.0 {
-            Ok(u) => {
-                p50.push(Cell::Value(millis(u.latency.p50)));
-                p99.push(Cell::Value(millis(u.latency.p99)));
-            }
-            Err(e) => {
-                p50.push(err_cell(e, &mut notes));
-                p99.push(Cell::Text("-".into()));
-            }
-        }
-    }
-    table(
+    uncontended_table(
         &mut out,
-        &["library", "uncontended p50", "p99"],
-        rows(results, vec![column(&p50, ms), column(&p99, ms)]),
+        results,
+        |r| &r.three_members.0,
+        "uncontended p50",
+        &mut notes,
     );
     handoff_table(&mut out, s, results, |r| &r.three_members.1, &mut notes);
     let _ = writeln!(out, "How each library waits:\n");
@@ -674,6 +645,35 @@ fn pick(g: &crate::groups::Group, op: &str) -> crate::groups::GroupOp {
 }
 
 /// One handoff table: p50, p99 and commands per handoff for each waiter count.
+/// The table of each library's uncontended acquire + release latency, p50 (headed `p50`)
+/// and p99, from `pick`.
+fn uncontended_table(
+    out: &mut String,
+    results: &[LibResults],
+    pick: fn(&LibResults) -> &Outcome<Uncontended>,
+    p50: &str,
+    notes: &mut Vec<String>,
+) {
+    let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
+    for r in results {
+        match pick(r) {
+            Ok(u) => {
+                p50s.push(Cell::Value(millis(u.latency.p50)));
+                p99s.push(Cell::Value(millis(u.latency.p99)));
+            }
+            Err(e) => {
+                p50s.push(err_cell(e, notes));
+                p99s.push(Cell::Text("-".into()));
+            }
+        }
+    }
+    table(
+        out,
+        &["library", p50, "p99"],
+        rows(results, vec![column(&p50s, ms), column(&p99s, ms)]),
+    );
+}
+
 fn handoff_table(
     out: &mut String,
     s: &Settings,

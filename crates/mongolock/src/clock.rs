@@ -895,6 +895,29 @@ mod tests {
         server.stepped().saturating_sub(read.stepped) + read.unseen
     }
 
+    /// In step: a grant the server ran at `BASE_MS`, its reply read 10 ms after the send
+    /// (its `operationTime` that second's, counter 1).
+    async fn granted_at_base(server: &ServerClock) {
+        let own = OperationTime {
+            seconds: u32::try_from(BASE_MS / 1000).unwrap(),
+            increment: 1,
+        };
+        let sent = server.stamp();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        server.read_at_least(own);
+        server.read_exactly(sent, BASE_MS, Some(own));
+    }
+
+    /// Asserts that a lease counted from `read` is shortened by at least a step of `step_ms`
+    /// that came after its grant.
+    fn assert_shortened_by(server: &ServerClock, read: Stamp, step_ms: i64) {
+        let by = shortened(server, read);
+        assert!(
+            by >= Duration::from_millis(step_ms.unsigned_abs()),
+            "a {step_ms} ms step after the grant shortened it by {by:?}"
+        );
+    }
+
     /// An `operationTime` taken when the server's clock read `ms`.
     fn second(ms: i64) -> Option<OperationTime> {
         u32::try_from(ms / 1_000).ok().map(op)
@@ -1164,11 +1187,7 @@ mod tests {
         let server = ServerClock::new(Clock::system());
         let at = |seconds: u32, increment: u32| OperationTime { seconds, increment };
         let base = u32::try_from(BASE_MS / 1000).unwrap();
-        // In step: a grant at BASE.
-        let sent = server.stamp();
-        tokio::time::advance(Duration::from_millis(10)).await;
-        server.read_at_least(at(base, 1));
-        server.read_exactly(sent, BASE_MS, Some(at(base, 1)));
+        granted_at_base(&server).await;
         // 1 s later the clock steps 3 s back; a grant shows it.
         tokio::time::advance(Duration::from_millis(990)).await;
         let sent = server.stamp();
@@ -1240,11 +1259,7 @@ mod tests {
         let own = second(granted);
         server.read_at_least(own.unwrap());
         let read = server.read_exactly(sent, granted, own);
-        assert!(
-            shortened(&server, read) >= Duration::from_millis(STEP as u64),
-            "a {STEP} ms step after the grant shortened it by {:?}",
-            shortened(&server, read)
-        );
+        assert_shortened_by(&server, read, STEP);
     }
 
     /// A brand-new client's first grant ran at the very end of a second, and its reply's
@@ -1286,11 +1301,7 @@ mod tests {
         let server = ServerClock::new(Clock::system());
         let at = |seconds: u32, increment: u32| OperationTime { seconds, increment };
         let base = u32::try_from(BASE_MS / 1000).unwrap();
-        // In step: a grant at BASE, read 10 ms later.
-        let sent = server.stamp();
-        tokio::time::advance(Duration::from_millis(10)).await;
-        server.read_at_least(at(base, 1));
-        server.read_exactly(sent, BASE_MS, Some(at(base, 1)));
+        granted_at_base(&server).await;
         // Other clients' writes carry the cluster time to BASE + 1 s.
         tokio::time::advance(Duration::from_millis(1_490)).await;
         // The clock steps back; the grant runs at once (its reply held), its
@@ -1305,11 +1316,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(100)).await;
         server.read_at_least(own);
         let read = server.read_exactly(sent, granted, Some(own));
-        assert!(
-            shortened(&server, read) >= Duration::from_millis(FORWARD as u64),
-            "a {FORWARD} ms step after the grant shortened it by {:?}",
-            shortened(&server, read)
-        );
+        assert_shortened_by(&server, read, FORWARD);
     }
 
     /// The harness's clock-step workload, on the simulated server, for seeds 1 to 1,000:

@@ -329,17 +329,7 @@ async fn grant_shortened_by_a_step(known: Known, witness: Witness) {
     };
     let resource = "contested-after-the-step";
     relay.hold_reply_to(resource);
-    // Renewed late (8.5 s), after the server ends the lease (about 4 s): the guard keeps it
-    // only as long as the server gave it.
-    let attempt = tokio::spawn({
-        let locks = locks.clone();
-        async move {
-            (locks.mutex(resource).ttl(secs(10)))
-                .extend_every(Duration::from_millis(8_500))
-                .try_acquire()
-                .await
-        }
-    });
+    let attempt = attempt_renewed_late(&locks, resource);
     relay.held().await;
     let before_step = server.clock().now().timestamp_millis();
     server.clock().advance(Duration::from_secs(6));
@@ -379,31 +369,7 @@ async fn grant_shortened_by_a_step(known: Known, witness: Witness) {
     );
     // 10 s, less the margin (1 s), less the step (6 s, less what the bounds leave out):
     // about 3 s, and less than the 4 s the server gives it.
-    assert!(
-        guard.time_left() < secs(4),
-        "the guard believes it has {:?} left of a lease the server ends about 4 s after it \
-         granted it",
-        guard.time_left()
-    );
-    let mut taken = None;
-    for _ in 0..750 {
-        taken = other
-            .mutex(resource)
-            .ttl(secs(10))
-            .try_acquire()
-            .await
-            .unwrap();
-        if taken.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let taken = taken.expect("the server ended the lease within 15 s");
-    assert!(
-        guard.is_lost(),
-        "another client was granted the lock while the guard still held it ({:?} left)",
-        guard.time_left()
-    );
+    let taken = taken_once_the_server_ends(&guard, &other, resource).await;
     // A lease granted after the step is not shortened by it.
     if let Some(witness) = witness {
         assert!(
@@ -452,33 +418,13 @@ async fn emulator_only_a_grant_between_a_step_back_and_a_step_forward_is_shorten
         .timestamp_millis();
     let resource = "granted-between-the-steps";
     relay.hold_reply_to(resource);
-    let attempt = tokio::spawn({
-        let locks = locks.clone();
-        async move {
-            (locks.mutex(resource).ttl(secs(10)))
-                .extend_every(Duration::from_millis(8_500))
-                .try_acquire()
-                .await
-        }
-    });
+    let attempt = attempt_renewed_late(&locks, resource);
     relay.held().await;
     let before_step = server.clock().now().timestamp_millis();
     server.clock().advance(Duration::from_secs(6));
-    let witness = locks
-        .mutex("witness")
-        .ttl(secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    // The faults happened: the witness's reply came back while the grant's was held, the
-    // grant ran after the step back and the witness after the step forward.
-    assert!(relay.holding() && !attempt.is_finished());
-    relay.release();
-    let guard = attempt
-        .await
-        .unwrap()
-        .unwrap()
-        .expect("granted: the lock was free");
+    let (witness, guard) = witness_then_held(&locks, &relay, attempt, "witness").await;
+    // The faults happened: the grant ran after the step back and the witness after the
+    // step forward.
     let expires = |guard: &mongolock::LockGuard| guard.grant().expires_at().unwrap();
     let granted = expires(&guard).timestamp_millis() - 10_000;
     assert!(
@@ -490,7 +436,24 @@ async fn emulator_only_a_grant_between_a_step_back_and_a_step_forward_is_shorten
         expires(&witness).timestamp_millis() - 10_000 >= before_step + 6_000,
         "the witness ran after the step forward"
     );
-    // The server ends the lease about 4 s after it granted it.
+    let taken = taken_once_the_server_ends(&guard, &other, resource).await;
+    taken.release().await.unwrap();
+    witness.release().await.unwrap();
+    first.release().await.unwrap();
+    drop(guard);
+    locks.shutdown().await;
+    other.shutdown().await;
+}
+
+/// `guard`'s 10 s lease, granted before a 6 s step forward, ends about 4 s after its grant
+/// by the server's clock: the guard believes less than that, and once `other`, asking every
+/// 20 ms, is granted the lock (within 15 s), the guard knows it lost it. Returns `other`'s
+/// guard.
+async fn taken_once_the_server_ends(
+    guard: &mongolock::LockGuard,
+    other: &LockClient,
+    resource: &str,
+) -> mongolock::LockGuard {
     assert!(
         guard.time_left() < secs(4),
         "the guard believes it has {:?} left of a lease the server ends about 4 s after it \
@@ -516,12 +479,44 @@ async fn emulator_only_a_grant_between_a_step_back_and_a_step_forward_is_shorten
         "another client was granted the lock while the guard still held it ({:?} left)",
         guard.time_left()
     );
-    taken.release().await.unwrap();
-    witness.release().await.unwrap();
-    first.release().await.unwrap();
-    drop(guard);
-    locks.shutdown().await;
-    other.shutdown().await;
+    taken
+}
+
+/// `locks` tries for `resource` (TTL 10 s) in a task of its own, renewing late (every 8.5 s,
+/// after a server that stepped 6 s forward has ended the lease, about 4 s after its grant):
+/// the guard keeps the lease only as long as the server gave it.
+fn attempt_renewed_late(
+    locks: &LockClient,
+    resource: &'static str,
+) -> tokio::task::JoinHandle<mongolock::Result<Option<mongolock::LockGuard>>> {
+    let locks = locks.clone();
+    tokio::spawn(async move {
+        (locks.mutex(resource).ttl(secs(10)))
+            .extend_every(Duration::from_millis(8_500))
+            .try_acquire()
+            .await
+    })
+}
+
+/// The witness: `locks` takes `witness` (TTL 10 s) while `relay` holds the reply to
+/// `attempt`'s grant, and checks that the fault happened (the witness's reply came back
+/// while the grant's was held); then the held reply goes on. Returns the witness's guard
+/// and the held grant's.
+async fn witness_then_held(
+    locks: &LockClient,
+    relay: &Relay,
+    attempt: tokio::task::JoinHandle<mongolock::Result<Option<mongolock::LockGuard>>>,
+    witness: &str,
+) -> (mongolock::LockGuard, mongolock::LockGuard) {
+    let witness = locks.mutex(witness).ttl(secs(10)).acquire().await.unwrap();
+    assert!(relay.holding() && !attempt.is_finished());
+    relay.release();
+    let guard = attempt
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted: the lock was free");
+    (witness, guard)
 }
 
 /// Issue 39, (S13) of the harness: a grant's command runs, the server's clock steps back
@@ -556,20 +551,8 @@ async fn emulator_only_a_grant_read_after_a_step_back_it_came_before_is_no_step_
     });
     relay.held().await;
     server.clock().step_back(Duration::from_secs(3));
-    let witness = locks
-        .mutex("granted-after-the-step-back")
-        .ttl(secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    // The fault happened: the witness's reply came back while the grant's was held.
-    assert!(relay.holding() && !attempt.is_finished());
-    relay.release();
-    let guard = attempt
-        .await
-        .unwrap()
-        .unwrap()
-        .expect("granted: the lock was free");
+    let (witness, guard) =
+        witness_then_held(&locks, &relay, attempt, "granted-after-the-step-back").await;
     // And the grant ran before the step back, the witness after it.
     let expires = |guard: &mongolock::LockGuard| guard.grant().expires_at().unwrap();
     let gap = expires(&guard).timestamp_millis() - expires(&witness).timestamp_millis();

@@ -231,6 +231,15 @@ async fn step_in_flight(
 mod tests {
     use super::*;
 
+    /// The scenario of `client` with the library as it is finds nothing at all.
+    async fn the_library_passes(client: Client) {
+        let result = step_in_flight(false, client)
+            .await
+            .expect("the scenario runs");
+        assert!(!result.caught(), "caught: {:?}", result.found());
+        assert_eq!(result.found(), vec![], "nothing at all");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_holder_that_ignores_a_step_shown_in_flight_is_caught_by_3() {
         let result = step_ignored().await.expect("the control runs");
@@ -239,11 +248,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_library_counts_the_step_and_passes() {
-        let result = step_in_flight(false, Client::Seasoned)
-            .await
-            .expect("the scenario runs");
-        assert!(!result.caught(), "caught: {:?}", result.found());
-        assert_eq!(result.found(), vec![], "nothing at all");
+        the_library_passes(Client::Seasoned).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,11 +261,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_library_counts_a_step_forward_after_a_step_back_around_its_grant_and_passes() {
-        let result = step_in_flight(false, Client::SteppedBack)
-            .await
-            .expect("the scenario runs");
-        assert!(!result.caught(), "caught: {:?}", result.found());
-        assert_eq!(result.found(), vec![], "nothing at all");
+        the_library_passes(Client::SteppedBack).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,10 +272,6 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_library_shortens_a_brand_new_client_s_first_grant_by_the_step_and_passes() {
-        let result = step_in_flight(false, Client::BrandNew)
-            .await
-            .expect("the scenario runs");
-        assert!(!result.caught(), "caught: {:?}", result.found());
-        assert_eq!(result.found(), vec![], "nothing at all");
+        the_library_passes(Client::BrandNew).await;
     }
 }
