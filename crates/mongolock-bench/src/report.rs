@@ -230,8 +230,9 @@ pub(crate) fn render(
     let _ = writeln!(
         out,
         "# mongolock-bench ({} mode)\n\n\
-         Emulator: mongolock-testkit in a child process, a one-member replica set and a \
-         standalone server, {} ms added to every reply. Build: {}. Cores: {cores}. Run time: \
+         Emulator: mongolock-testkit in child processes, a one-member replica set, a \
+         standalone server and a three-member replica set, {} ms added to every reply. \
+         Build: {}. Cores: {cores}. Run time: \
          {:.0} s. Uncontended: {} iterations (after 5 warm-up ones); refused attempts: {}; \
          handoffs: {} (each holder keeping the lock {}–{} ms, uniformly at random); \
          throughput: {:.0} s per scenario; server load: {} waiters for {:.0} s; keepalive: \
