@@ -173,9 +173,15 @@ impl Worker {
         // the step, so that the write changes a document (on a set it writes an oplog
         // entry at the server's time after the step; a write that changed nothing would
         // answer the newest entry's, from before it). Not taken, the witness is a write
-        // that changes nothing, and the check below tells whether it showed the step.
+        // that changes nothing, and the check below tells whether it showed the step. Its
+        // TTL is the longest (S6) lets a grant nobody believes in live (the acquire timeout
+        // plus the run's TTL): a witness left behind (its force release failed, or a kill
+        // dropped the step's runtime) ends within it. A witness that ended before its force
+        // release (a reply held long, a long step) still changes the document: the force
+        // release takes every entry out, ended ones too.
         let witness = format!("{}-witness", steps.resource);
-        let witness_details = mongolock::LockDetails::default().ttl(steps.ttl * 10);
+        let witness_ttl = self.workload.acquire_timeout + self.workload.ttl;
+        let witness_details = mongolock::LockDetails::default().ttl(witness_ttl);
         let _ = stepped
             .xlock(&witness, &format!("{lock_id}-witness"), witness_details)
             .await;
@@ -203,6 +209,7 @@ impl Worker {
         let Some(held_at) = held else {
             relay.release();
             let _ = attempt.await;
+            release_witness(&stepped, &witness).await;
             stepped.shutdown().await;
             return format!("{way}: not carried out: no reply held");
         };
@@ -215,7 +222,7 @@ impl Worker {
         let (stepped_at, _) = self.step_clock(by_ms);
         let after_step_ms = self.recorder.server_ms(Instant::now());
         // Another reply of the same client, read before the grant's.
-        let read_first = stepped.force_release(&witness).await.is_ok() && relay.holding();
+        let read_first = release_witness(&stepped, &witness).await && relay.holding();
         let witness_read = Instant::now();
         // Whether that reply could show the step: its `operationTime` past every one the
         // client read before. On a set, after a failover from a primary whose clock was
@@ -354,6 +361,20 @@ impl Worker {
             .server_clock(now, self.clock.now().timestamp_millis());
         (stepped_at, before_ms)
     }
+}
+
+/// Force-releases the witness, trying again a few times (100 ms apart) if the write fails
+/// (a failover on a set): left in force, its grant, which nobody believes in, would outlive
+/// (S6)'s bound (its TTL is ten of the workload's) and keep the probe from it
+/// (`--replset --long --seed 41140`, run 41144). True if it was released.
+async fn release_witness(stepped: &LockClient, witness: &str) -> bool {
+    for _ in 0..5 {
+        if stepped.force_release(witness).await.is_ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
 }
 
 /// The `operationTime` of every write reply a client read (the commands whose reply the
