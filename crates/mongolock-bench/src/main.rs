@@ -102,10 +102,11 @@ const USAGE: &str =
   --latency-ms N  latency the emulator adds to every reply (default 1)
   --only          run only these libraries: mongolock, mongodb-lock, mongo-lock-async,
                   distributed-lock-mongo
-  --measure LIST  only these measurements: basics, handoff, throughput, load, keepalive,
-                  groups, memory, server-modes (the others show as not measured)
-  --plots DIR     write the SVG plots there (default: docs/img in a full run, the system's
-                  temporary directory in a quick one)
+  --measure LIST  only these measurements: basics, handoff, three-members, throughput, load,
+                  keepalive, groups, memory, server-modes (the others show as not measured)
+  --plots DIR     write the SVG plots there (default: docs/img in a full run of every
+                  measurement, the system's temporary directory in a quick run or with
+                  --measure)
 Exits with 1 if a measurement failed (its error is listed under the tables).";
 
 fn parse_args() -> Result<Args, String> {
@@ -323,8 +324,10 @@ async fn libraries(args: &Args, s: &Settings) -> peers::Result<(String, usize)> 
     replica_set.stop().await;
     standalone.stop().await;
     three_members.stop().await;
+    // The docs' plots come from a full run of every measurement only: a run of some
+    // (`--measure`) would draw the others as missing over them.
     let plots = args.plots.clone().unwrap_or_else(|| {
-        if args.quick {
+        if args.quick || args.measure.is_some() {
             std::env::temp_dir().join("mongolock-bench")
         } else {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/img")
