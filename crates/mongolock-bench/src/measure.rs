@@ -22,6 +22,8 @@ pub(crate) struct Settings {
     pub(crate) failed_attempts: usize,
     /// Waiter counts for the handoff measurement, each with the handoffs measured.
     pub(crate) handoffs: Vec<(usize, usize)>,
+    /// Whether the peers are measured on the three-member set too (mongolock always is).
+    pub(crate) peers_on_three_members: bool,
     /// Group sizes for renew.
     pub(crate) renew_sizes: Vec<usize>,
     /// How long each holder keeps the lock in the handoff measurement: uniformly at random

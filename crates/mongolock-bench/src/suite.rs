@@ -29,6 +29,9 @@ pub(crate) const SERVER_MODES: &str = "server-modes";
 /// The uncontended pair and the handoffs on the three-member set.
 pub(crate) const THREE_MEMBERS: &str = "three-members";
 
+/// What a peer's measurement on the three-member set reports in quick mode.
+pub(crate) const PEERS_NOT_ON_THE_SET: &str = "not measured in quick mode (mongolock only)";
+
 /// What a measurement left out by `--measure` reports.
 pub(crate) const NOT_RUN: &str = "not measured in this run (--measure)";
 
@@ -133,7 +136,8 @@ pub(crate) async fn run(
         (none(), none())
     };
     phase("handoffs");
-    let three_members = if on(THREE_MEMBERS) {
+    let three_members = if on(THREE_MEMBERS) && (s.peers_on_three_members || lib == Lib::Mongolock)
+    {
         let set = servers.three_members.as_str();
         let uncontended = measure::uncontended(lib, set, s)
             .await
@@ -145,8 +149,13 @@ pub(crate) async fn run(
             measure::handoff_series(lib, set, s, label).await,
         )
     } else {
-        let none = s.handoffs.iter().map(|(w, _)| (*w, Err(NOT_RUN.into())));
-        (Err(NOT_RUN.into()), none.collect())
+        let why = if on(THREE_MEMBERS) {
+            PEERS_NOT_ON_THE_SET
+        } else {
+            NOT_RUN
+        };
+        let none = s.handoffs.iter().map(|(w, _)| (*w, Err(why.into())));
+        (Err(why.into()), none.collect())
     };
     phase("three-member set");
     let mut throughput = Vec::new();

@@ -467,13 +467,13 @@ impl ServerClock {
         }
         // The steps this reading shows came after the command ran, as far as the bounds
         // (the lower one never ahead of the server's clock but after a step back, which
-        // `clock_caught_up` or a reply that ran after this one rules out) are above it, counted to the upper bound as `after`
-        // is: a step an `operationTime` showed moved it up by the second's fraction its
-        // seconds leave out, and the step may be that much larger than the lower bound
-        // says (from the lower bound, a 2.9 s step was counted 2.07 s: `c0`'s holder
-        // believed past the next grant in `--long --seed 19260821`). Those the steps
-        // noticed since the send do not count (an exact reading taken after them set the
-        // bounds, counting none) are this lease's alone.
+        // `clock_caught_up` or a reply that ran after this one rules out) are above it,
+        // counted to the upper bound as `after` is: a step an `operationTime` showed moved
+        // it up by the second's fraction its seconds leave out, and the step may be that
+        // much larger than the lower bound says (from the lower bound, a 2.9 s step was
+        // counted 2.07 s: `c0`'s holder believed past the next grant in `--long --seed
+        // 19260821`). Those the steps noticed since the send do not count (an exact reading
+        // taken after them set the bounds, counting none) are this lease's alone.
         let unseen = if went_back || !(clock_caught_up || shown_after.is_some()) {
             Duration::ZERO
         } else {
@@ -549,7 +549,7 @@ impl ServerClock {
             // No upper bound yet (every exact reading so far met a cluster time ahead of the
             // server's clock): this is the first, and no count held the step, so this
             // lease's own stamp carries it whole (`--replset --long --seed 41150`: counted
-            // from the floored bound, 180 ms short of a 2.85 s step).
+            // from the floored bound, without the second's fraction, it fell short).
             None => offset.upper = Some(to),
         }
         self.stepped()

@@ -224,15 +224,6 @@ impl Worker {
         // Another reply of the same client, read before the grant's.
         let read_first = release_witness(&stepped, &witness).await && relay.holding();
         let witness_read = Instant::now();
-        // Whether that reply could show the step: its `operationTime` past every one the
-        // client read before. On a set, after a failover from a primary whose clock was
-        // ahead (or after a step back), the cluster time stands ahead of the primary's
-        // clock, and a write's `operationTime` stays at it until the clock catches up: a
-        // step forward smaller than that lead shows in no reply but a grant, as the
-        // library's documentation of its server clock says. Such a step was not shown:
-        // it is recorded as unjudged, and excuses its holder as a jump does.
-        // A step back shows in no `operationTime` (the cluster time never goes back): it
-        // is judged by whether the holder kept its lease, whatever the reply showed.
         if forward {
             // Its renewals dropped as soon as the reply is on its way: none lands.
             relay.release_then_blackhole();
@@ -241,8 +232,16 @@ impl Worker {
         }
         let got = attempt.await;
         let released_at = Instant::now();
-        // Judged once the grant's reply is read: its own `operationTime` (the cluster time
-        // when it ran) is among those the witness's must pass.
+        // Whether that reply could show the step: its `operationTime` past every other one
+        // the client read, the grant's own included (read by now: the cluster time when it
+        // ran). On a set, after a failover from a primary whose clock was ahead (or after a
+        // step back), the cluster time stands ahead of the primary's clock, and a write's
+        // `operationTime` stays at it until the clock catches up: a step forward smaller
+        // than that lead shows in no reply but a grant, as the library's documentation of
+        // its server clock says. Such a step was not shown: it is recorded as unjudged, and
+        // excuses its holder as a jump does. A step back shows in no `operationTime` (the
+        // cluster time never goes back): it is judged by whether the holder kept its lease,
+        // whatever the reply showed.
         let shown =
             read_first && (!forward || replies.showed(stepped_at..witness_read, after_step_ms));
         let kind = ExtraFault::ClockStepInFlight.recorded_as();
