@@ -309,14 +309,10 @@ enum Witness {
 /// the step, knows it lost the lease before anyone else is granted the lock, and a lease
 /// granted after the step is whole.
 async fn grant_shortened_by_a_step(known: Known, witness: Witness) {
-    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
-        eprintln!("skipped: the step before a grant's reply needs the emulator's clock");
-        return;
-    }
-    let server = TestServer::start().await.unwrap();
-    let relay = Relay::start(server.addr()).await;
     let db = "grant_step";
-    let locks = LockClient::new(relay.client().database(db).collection("locks"));
+    let Some((server, relay, locks)) = relayed(db).await else {
+        return;
+    };
     let other = LockClient::new(server.new_client().database(db).collection("locks"));
     // A lease whose deadline shows when the client notices the step.
     let first = match known {
@@ -328,11 +324,8 @@ async fn grant_shortened_by_a_step(known: Known, witness: Witness) {
         Known::No => None,
     };
     let resource = "contested-after-the-step";
-    relay.hold_reply_to(resource);
-    let attempt = attempt_renewed_late(&locks, resource);
-    relay.held().await;
-    let before_step = server.clock().now().timestamp_millis();
-    server.clock().advance(Duration::from_secs(6));
+    let (attempt, before_step) =
+        held_across_a_forward_step(&server, &relay, &locks, resource).await;
     let witness = match witness {
         Witness::Unlock => {
             assert_eq!(locks.unlock("nobody").await.unwrap(), 0);
@@ -356,12 +349,7 @@ async fn grant_shortened_by_a_step(known: Known, witness: Witness) {
             first.time_left()
         );
     }
-    relay.release();
-    let guard = attempt
-        .await
-        .unwrap()
-        .unwrap()
-        .expect("granted: the lock was free");
+    let guard = held_grant(&relay, attempt).await;
     let expires = guard.grant().expires_at().unwrap().timestamp_millis();
     assert!(
         expires <= before_step + 10_000,
@@ -401,14 +389,10 @@ async fn grant_shortened_by_a_step(known: Known, witness: Witness) {
 #[tokio::test]
 async fn emulator_only_a_grant_between_a_step_back_and_a_step_forward_is_shortened_by_the_step_forward()
  {
-    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
-        eprintln!("skipped: the steps need the emulator's clock");
-        return;
-    }
-    let server = TestServer::start().await.unwrap();
-    let relay = Relay::start(server.addr()).await;
     let db = "grant_between_steps";
-    let locks = LockClient::new(relay.client().database(db).collection("locks"));
+    let Some((server, relay, locks)) = relayed(db).await else {
+        return;
+    };
     let other = LockClient::new(server.new_client().database(db).collection("locks"));
     // The client knows the server's clock from a grant.
     let first = locks.mutex("first").ttl(secs(60)).acquire().await.unwrap();
@@ -417,11 +401,8 @@ async fn emulator_only_a_grant_between_a_step_back_and_a_step_forward_is_shorten
         .step_back(Duration::from_secs(3))
         .timestamp_millis();
     let resource = "granted-between-the-steps";
-    relay.hold_reply_to(resource);
-    let attempt = attempt_renewed_late(&locks, resource);
-    relay.held().await;
-    let before_step = server.clock().now().timestamp_millis();
-    server.clock().advance(Duration::from_secs(6));
+    let (attempt, before_step) =
+        held_across_a_forward_step(&server, &relay, &locks, resource).await;
     let (witness, guard) = witness_then_held(&locks, &relay, attempt, "witness").await;
     // The faults happened: the grant ran after the step back and the witness after the
     // step forward.
@@ -482,20 +463,61 @@ async fn taken_once_the_server_ends(
     taken
 }
 
+/// Lets the reply `relay` holds go on, and returns the grant `attempt` was given.
+async fn held_grant(
+    relay: &Relay,
+    attempt: tokio::task::JoinHandle<mongolock::Result<Option<mongolock::LockGuard>>>,
+) -> mongolock::LockGuard {
+    relay.release();
+    attempt
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted: the lock was free")
+}
+
+/// The emulator with a [`Relay`] in front of it, and a lock client on database `db` that
+/// goes through the relay; `None` on a real server (`MONGODB_URI`): these tests hold a
+/// reply back while they move the emulator's clock.
+async fn relayed(db: &str) -> Option<(TestServer, Relay, LockClient)> {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: a reply held while the clock moves needs the emulator's clock");
+        return None;
+    }
+    let server = TestServer::start().await.unwrap();
+    let relay = Relay::start(server.addr()).await;
+    let locks = LockClient::new(relay.client().database(db).collection("locks"));
+    Some((server, relay, locks))
+}
+
 /// `locks` tries for `resource` (TTL 10 s) in a task of its own, renewing late (every 8.5 s,
-/// after a server that stepped 6 s forward has ended the lease, about 4 s after its grant):
-/// the guard keeps the lease only as long as the server gave it.
-fn attempt_renewed_late(
+/// after the server has ended the lease, about 4 s after its grant: the guard keeps the lease
+/// only as long as the server gave it); its grant runs, `relay` holds the reply back, and
+/// the server's clock steps 6 s forward. Returns the attempt's task and the server's clock
+/// just before the step (ms since the epoch).
+async fn held_across_a_forward_step(
+    server: &TestServer,
+    relay: &Relay,
     locks: &LockClient,
     resource: &'static str,
-) -> tokio::task::JoinHandle<mongolock::Result<Option<mongolock::LockGuard>>> {
-    let locks = locks.clone();
-    tokio::spawn(async move {
-        (locks.mutex(resource).ttl(secs(10)))
-            .extend_every(Duration::from_millis(8_500))
-            .try_acquire()
-            .await
-    })
+) -> (
+    tokio::task::JoinHandle<mongolock::Result<Option<mongolock::LockGuard>>>,
+    i64,
+) {
+    relay.hold_reply_to(resource);
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            (locks.mutex(resource).ttl(secs(10)))
+                .extend_every(Duration::from_millis(8_500))
+                .try_acquire()
+                .await
+        }
+    });
+    relay.held().await;
+    let before_step = server.clock().now().timestamp_millis();
+    server.clock().advance(Duration::from_secs(6));
+    (attempt, before_step)
 }
 
 /// The witness: `locks` takes `witness` (TTL 10 s) while `relay` holds the reply to
@@ -510,12 +532,7 @@ async fn witness_then_held(
 ) -> (mongolock::LockGuard, mongolock::LockGuard) {
     let witness = locks.mutex(witness).ttl(secs(10)).acquire().await.unwrap();
     assert!(relay.holding() && !attempt.is_finished());
-    relay.release();
-    let guard = attempt
-        .await
-        .unwrap()
-        .unwrap()
-        .expect("granted: the lock was free");
+    let guard = held_grant(relay, attempt).await;
     (witness, guard)
 }
 
@@ -532,14 +549,9 @@ async fn witness_then_held(
 /// the clock now.
 #[tokio::test]
 async fn emulator_only_a_grant_read_after_a_step_back_it_came_before_is_no_step_forward() {
-    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
-        eprintln!("skipped: a step back needs the emulator's clock");
+    let Some((server, relay, locks)) = relayed("grant_before_step_back").await else {
         return;
-    }
-    let server = TestServer::start().await.unwrap();
-    let relay = Relay::start(server.addr()).await;
-    let db = "grant_before_step_back";
-    let locks = LockClient::new(relay.client().database(db).collection("locks"));
+    };
     // A lease whose grant tells the client the server's clock, and whose deadline shows a
     // step counted.
     let first = locks.mutex("first").ttl(secs(60)).acquire().await.unwrap();
