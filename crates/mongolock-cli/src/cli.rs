@@ -123,7 +123,8 @@ pub enum Command {
     /// Create the indexes the lock commands use (idempotent).
     Indexes(IndexesArgs),
     /// Watch workers contend for locks on the embedded emulator (or on the server of --uri
-    /// or MONGODB_URI), with a crash and a network cut, then verify every promise.
+    /// or MONGODB_URI), with a crash and a network cut, then a primary's step-down on an
+    /// emulated three-member set (the emulator only), and verify every promise.
     Demo(DemoArgs),
     /// Print the completion script for SHELL to stdout (how to install it: --help).
     #[command(long_about = COMPLETIONS_ABOUT)]

@@ -1,5 +1,6 @@
-//! `mongolock demo`, run as a process: on the embedded emulator, with `--json`, and against a
-//! deployment given with `--uri`.
+//! `mongolock demo`, run as a process: on the embedded emulator (its first scene, then the
+//! failover scene on an emulated three-member set), with `--json`, and against a deployment
+//! given with `--uri` (no failover there).
 
 use std::time::Duration;
 
@@ -45,6 +46,12 @@ fn the_demo_runs_on_the_embedded_emulator_and_every_promise_holds() {
         "max concurrent on config",
         "fencing:",
         "loss before takeover",
+        // The failover scene: the primary stepped down while w1 held, a secondary was
+        // elected, and w1's lease lived on through the new primary.
+        "Scene 2, a failover",
+        "PRIMARY STEPS DOWN: member 0 (term 1), while w1 nightly-report",
+        "is ELECTED primary (term 2)",
+        "w1 kept nightly-report through it: its write after the failover, with its old grant's token, was accepted",
     ] {
         assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
     }
@@ -98,6 +105,26 @@ fn the_demo_reports_as_one_json_object() {
         assert!(loss["ended_at_s"].as_f64() < loss["taken_over_at_s"].as_f64());
     }
     assert_eq!(report["violations"], serde_json::json!([]));
+    // The failover scene happened, and kept every promise.
+    let failover = &report["failover"];
+    assert_eq!(failover["stepped_down"], 0, "{failover:#}");
+    assert!(
+        failover["new_primary"].as_u64().is_some_and(|p| p != 0),
+        "{failover:#}"
+    );
+    assert_eq!(failover["terms"], serde_json::json!([1, 2]), "{failover:#}");
+    assert!(
+        failover["held_at_step_down"]
+            .as_array()
+            .is_some_and(|held| held.contains(&"w1 nightly-report".into())),
+        "{failover:#}"
+    );
+    assert_eq!(
+        failover["write_after_failover_accepted"], true,
+        "{failover:#}"
+    );
+    assert_eq!(failover["report"]["ok"], true, "{failover:#}");
+    assert_eq!(failover["report"]["violations"], serde_json::json!([]));
     // The live lines went to standard error.
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("TAKEOVER"), "{stderr}");
@@ -125,6 +152,8 @@ fn the_demo_runs_against_a_deployment_given_with_uri() {
         "{stdout}"
     );
     assert!(stdout.contains("skipped: the network cut"), "{stdout}");
+    assert!(stdout.contains("skipped: the failover"), "{stdout}");
+    assert!(!stdout.contains("Scene 2"), "{stdout}");
     assert!(stdout.contains("CRASHES holding config"), "{stdout}");
     assert!(stdout.contains("-> TAKEOVER from w3"), "{stdout}");
     assert_eq!(stdout.lines().last(), Some("all promises held"), "{stdout}");

@@ -279,6 +279,15 @@ impl Log {
         self.lock().deadlines.clone()
     }
 
+    /// Who holds which lock now (as the live board shows it), in grant order.
+    pub(crate) fn holding(&self) -> Vec<(usize, Lock)> {
+        self.lock()
+            .seats
+            .iter()
+            .map(|s| (s.worker, s.lock))
+            .collect()
+    }
+
     /// Whether some entry matches.
     pub(crate) fn any(&self, matches: impl Fn(&Entry) -> bool) -> bool {
         self.lock().entries.iter().any(matches)

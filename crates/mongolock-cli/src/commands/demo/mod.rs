@@ -1,15 +1,20 @@
 //! `mongolock demo`: workers contend for locks, then every promise is verified.
 //!
 //! Without `--uri` (and `MONGODB_URI`), the demo starts the embedded MongoDB emulator and a
-//! fault proxy in front of it; with one, it runs against that deployment and skips the
-//! network cut, which needs the proxy.
+//! fault proxy in front of it, then a second scene on an emulated three-member replica set
+//! whose primary steps down; with one, it runs against that deployment and skips the
+//! network cut, which needs the proxy, and the failover, which would need stepping down the
+//! deployment's primary.
 //!
 //! - `log`: the shared event log, printed live;
 //! - `workers`: the ordinary workers, the one that crashes, the one that is cut off;
 //! - `store`: the guarded store that refuses stale fencing tokens;
 //! - `verify`: the log turned into a history for the checker the reliability harness uses
-//!   too (the testkit's `checker`), its verdicts, and the summary.
+//!   too (the testkit's `checker`), its verdicts, and the summary;
+//! - `failover`: the second scene, on the embedded emulator only: the same locks on an
+//!   emulated three-member replica set whose primary steps down while workers hold locks.
 
+mod failover;
 mod log;
 mod store;
 mod verify;
@@ -49,31 +54,93 @@ enum Target {
     },
 }
 
-/// Runs `demo` (its arguments checked by [`DemoArgs::usage_error`]).
+/// Runs `demo` (its arguments checked by [`DemoArgs::usage_error`]): the first scene on the
+/// target, then, on the embedded emulator, the failover scene; the verdict covers both.
 pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     let out = if global.json {
         Output::Stderr
     } else {
         Output::Stdout
     };
-    let target = match global.uri.as_deref().filter(|u| !u.is_empty()) {
-        Some(uri) => Target::Remote {
-            uri: uri.to_owned(),
-        },
-        None => {
-            let server = TestServer::start()
-                .await
-                .context("cannot start the embedded MongoDB emulator")?;
-            let proxy = FaultProxy::start(server.addr())
-                .await
-                .context("cannot start the fault proxy")?;
-            Target::Emulator {
-                server,
-                proxy: Arc::new(proxy),
-            }
+    let target = Target::start(global).await?;
+    let mut report = first_scene(global, &args, &target, out).await?;
+    if !global.json {
+        report.print_checks();
+    }
+    let emulated = matches!(target, Target::Emulator { .. });
+    target.shut_down().await;
+    if emulated {
+        let failover = failover::scene(
+            out,
+            &global.db,
+            &global.collection,
+            args.workers,
+            args.seconds,
+        )
+        .await?;
+        if !global.json {
+            failover.print();
         }
-    };
-    let (uri, client, prefix, server_kind) = match &target {
+        report.ok &= failover.report.ok;
+        report.failover = Some(Box::new(failover));
+    }
+    if global.json {
+        let mut json = serde_json::to_value(&report).context("cannot encode the report")?;
+        crate::output::scrub_json(&mut json);
+        let json = serde_json::to_string_pretty(&json).context("cannot encode the report")?;
+        log::emit_scrubbed(&mut std::io::stdout().lock(), &json);
+    } else {
+        verify::print_verdict(report.ok);
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::DEMO_VIOLATION)
+    })
+}
+
+impl Target {
+    /// The deployment of `--uri` (or `MONGODB_URI`), else the embedded emulator with a
+    /// fault proxy in front of it.
+    async fn start(global: &Global) -> anyhow::Result<Target> {
+        if let Some(uri) = global.uri.as_deref().filter(|u| !u.is_empty()) {
+            return Ok(Target::Remote {
+                uri: uri.to_owned(),
+            });
+        }
+        let server = TestServer::start()
+            .await
+            .context("cannot start the embedded MongoDB emulator")?;
+        let proxy = FaultProxy::start(server.addr())
+            .await
+            .context("cannot start the fault proxy")?;
+        Ok(Target::Emulator {
+            server,
+            proxy: Arc::new(proxy),
+        })
+    }
+
+    /// Stops the emulator and its proxy (a deployment is left as it is).
+    async fn shut_down(self) {
+        if let Target::Emulator { server, proxy } = self {
+            if let Ok(proxy) = Arc::try_unwrap(proxy) {
+                proxy.shutdown().await;
+            }
+            server.shutdown().await;
+        }
+    }
+}
+
+/// The first scene: workers contend on `target` while one crashes and one is cut off (on
+/// the emulator); its verification. On a deployment, the guarded records are removed at
+/// the end.
+async fn first_scene(
+    global: &Global,
+    args: &DemoArgs,
+    target: &Target,
+    out: Output,
+) -> anyhow::Result<verify::Report> {
+    let (uri, client, prefix, server_kind) = match target {
         Target::Emulator { server, .. } => {
             (server.uri(), server.client(), String::new(), "emulator")
         }
@@ -92,7 +159,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     // The emulator's clock is this machine's wall clock: read both clocks at one moment to
     // place the server's grant times on the monotonic clock the log uses.
-    let server_clock = match &target {
+    let server_clock = match target {
         Target::Emulator { server, .. } => {
             Some((Instant::now(), server.clock().now().timestamp_millis()))
         }
@@ -120,17 +187,21 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     let n = args.workers;
     let (cut_worker, crash_worker) = (n - 1, n);
     let mut skipped = Vec::new();
-    introduce(&log, &target, global, n, args.seconds, &prefix);
+    introduce(&log, target, global, n, args.seconds, &prefix);
     if matches!(target, Target::Remote { .. }) {
         skipped.push(
             "the network cut: it needs the embedded emulator's fault proxy (run without --uri to see it)"
+                .to_owned(),
+        );
+        skipped.push(
+            "the failover: it needs the embedded emulator's replica set (the demo never steps down a deployment's primary)"
                 .to_owned(),
         );
     }
 
     // Start everyone.
     let mut tasks = tokio::task::JoinSet::new();
-    let ordinary = match &target {
+    let ordinary = match target {
         Target::Emulator { .. } => 1..cut_worker,
         Target::Remote { .. } => 1..crash_worker,
     };
@@ -138,13 +209,13 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         // Each worker is its own host: its own driver client and connection pool, not one
         // pool shared by every worker (each lock client keeps a change stream open, and that
         // holds one of its pool's connections).
-        let own = match &target {
+        let own = match target {
             Target::Emulator { server, .. } => server.new_client(),
             Target::Remote { uri } => crate::uri::client(uri, global.connect_timeout).await?,
         };
         tasks.spawn(workers::ordinary(shared.clone(), worker, own));
     }
-    let cut_task = match &target {
+    let cut_task = match target {
         Target::Emulator { proxy, .. } => Some(tokio::spawn(workers::cut_off(
             shared.clone(),
             cut_worker,
@@ -196,33 +267,11 @@ pub async fn run(global: &Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         ));
     }
     let report = verify::verify(&log, finish, &accepted, server_kind, n, skipped);
-    if global.json {
-        let mut json = serde_json::to_value(&report).context("cannot encode the report")?;
-        crate::output::scrub_json(&mut json);
-        let json = serde_json::to_string_pretty(&json).context("cannot encode the report")?;
-        log::emit_scrubbed(&mut std::io::stdout().lock(), &json);
-    } else {
-        report.print();
+    if let Target::Remote { .. } = target {
+        let _ = store.remove().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), setup.shutdown()).await;
     }
-
-    // Clean up.
-    match target {
-        Target::Emulator { server, proxy } => {
-            if let Ok(proxy) = Arc::try_unwrap(proxy) {
-                proxy.shutdown().await;
-            }
-            server.shutdown().await;
-        }
-        Target::Remote { .. } => {
-            let _ = store.remove().await;
-            let _ = tokio::time::timeout(Duration::from_secs(5), setup.shutdown()).await;
-        }
-    }
-    Ok(if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(exit::DEMO_VIOLATION)
-    })
+    Ok(report)
 }
 
 /// Whether someone took the config over after the crashed worker.
@@ -279,7 +328,7 @@ fn introduce(
          Every lock is a lease: it lasts {ttl} s past its last renewal, and is renewed in the background\n\
          while its holder lives. Each grant carries a fencing token, larger than every token granted\n\
          before on that lock. Holders of an exclusive lock write a record (the report, the config)\n\
-         that takes a write only with a token larger than the last one it took.\n\
+         that takes a write only with a token no smaller than the last one it took.\n\
          \n\
          \x20 nightly-report  a mutex: one holder at a time\n\
          \x20 gpu             a semaphore: at most {permits} holders at once\n\

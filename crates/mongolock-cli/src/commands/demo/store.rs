@@ -1,5 +1,6 @@
 //! The guarded store: one MongoDB document per exclusive lock (the report, the config) that
-//! takes a write only if its fencing token is larger than the last one written, and keeps
+//! takes a write only if its fencing token is at least the last one written (a holder may
+//! write again under its own grant; a holder whose grant is older is refused), and keeps
 //! every accepted token in order so the verification can check them.
 
 use anyhow::Context as _;
@@ -53,13 +54,13 @@ impl Store {
         Ok(())
     }
 
-    /// Writes `lock`'s record with `token` if it is larger than the last token written, in
+    /// Writes `lock`'s record with `token` if it is at least the last token written, in
     /// one atomic update; returns whether the store took it.
     pub(crate) async fn write(&self, lock: Lock, token: i64, writer: &str) -> anyhow::Result<bool> {
         let result = self
             .collection
             .update_one(
-                doc! {"_id": self.id(lock), "token": {"$lt": token}},
+                doc! {"_id": self.id(lock), "token": {"$lte": token}},
                 doc! {"$set": {"token": token, "writer": writer}, "$push": {"accepted": token}},
             )
             .await

@@ -14,7 +14,7 @@
 //!   a loss) came after that hold was told (3): compared with the server's grant time where
 //!   the server's clock can be read on this machine's clock (the emulator), else with the
 //!   time the grant reached the worker;
-//! - the guarded store took tokens in increasing order only, and never refused a write from
+//! - the guarded store took tokens in order only (never one smaller than the one before), and never refused a write from
 //!   a holder that had not been told it lost its lease ((1) guarded writes); tokens are
 //!   unique and increase with the grants (2);
 //! - no worker believed it held past its local deadline (3): the cut-off worker watches it,
@@ -70,7 +70,7 @@ pub(crate) struct StoreReport {
     pub(crate) lock: &'static str,
     /// Writes the store took.
     pub(crate) accepted: usize,
-    /// Whether each token it took was larger than the one before.
+    /// Whether no token it took was smaller than the one before.
     pub(crate) increasing: bool,
 }
 
@@ -79,7 +79,7 @@ pub(crate) struct StoreReport {
 pub(crate) struct FencingReport {
     /// Per guarded record.
     pub(crate) records: Vec<StoreReport>,
-    /// Whether every accepted write carried a larger token than the last, everywhere.
+    /// Whether no accepted write carried a smaller token than the one before, everywhere.
     pub(crate) tokens_increasing: bool,
     /// Writes refused although their holder had not been told it lost the lease (a broken
     /// promise: someone newer was granted the lock while it held it).
@@ -142,6 +142,9 @@ pub(crate) struct Report {
     pub(crate) skipped: Vec<String>,
     /// Every broken promise, in words.
     pub(crate) violations: Vec<String>,
+    /// The failover scene (the embedded emulator only); `ok` above covers it too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) failover: Option<Box<super::failover::FailoverReport>>,
 }
 
 /// How `lock` is locked, as the checker sees it.
@@ -447,12 +450,14 @@ fn report(
         losses,
         skipped,
         violations,
+        failover: None,
     }
 }
 
 impl Report {
-    /// The human summary: one line per check, its verdict first.
-    pub(crate) fn print(&self) {
+    /// The human summary of one scene: one line per check, its verdict first, then each
+    /// broken promise (the demo's last line, [`print_verdict`], comes after every scene).
+    pub(crate) fn print_checks(&self) {
         use std::fmt::Write as _;
         let mut report = String::new();
         macro_rules! out {
@@ -493,7 +498,7 @@ impl Report {
         let f = &self.fencing;
         let accepted: usize = f.records.iter().map(|r| r.accepted).sum();
         out!(
-            "  {}  fencing: {accepted} guarded writes accepted, each with a larger token than the last",
+            "  {}  fencing: {accepted} guarded writes accepted, none with a smaller token than the one before",
             mark(f.tokens_increasing)
         );
         out!(
@@ -551,16 +556,21 @@ impl Report {
         for skipped in &self.skipped {
             out!("  {info}  skipped: {skipped}");
         }
-        report.push('\n');
-        if self.ok {
-            out!("all promises held");
-        } else {
-            for violation in &self.violations {
-                out!("PROMISE BROKEN: {violation}");
-            }
+        for violation in &self.violations {
+            out!("PROMISE BROKEN: {violation}");
         }
         super::log::emit(&mut std::io::stdout().lock(), report.trim_end());
     }
+}
+
+/// The demo's last line: whether every promise held, in every scene.
+pub(crate) fn print_verdict(ok: bool) {
+    let verdict = if ok {
+        "\nall promises held"
+    } else {
+        "\nsome promises were BROKEN (above)"
+    };
+    super::log::emit(&mut std::io::stdout().lock(), verdict);
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub(crate) const TTL: Duration = Duration::from_secs(2);
 const WAIT_SHOWN_AFTER: Duration = Duration::from_millis(200);
 
 /// The loss reason in words.
-fn reason_text(reason: LossReason) -> &'static str {
+pub(crate) fn reason_text(reason: LossReason) -> &'static str {
     match reason {
         LossReason::Deadline => "no renewal succeeded before its lease's deadline",
         LossReason::Revoked => "the server no longer has its lease",
@@ -39,7 +39,7 @@ fn loss_kind(reason: LossReason) -> LossKind {
 }
 
 /// What a worker was told of its loss: the reason in words, and as the checker counts it.
-fn told(reason: LossReason, words: String) -> What {
+pub(crate) fn told(reason: LossReason, words: String) -> What {
     What::Lost {
         reason: words,
         kind: loss_kind(reason),
@@ -49,7 +49,12 @@ fn told(reason: LossReason, words: String) -> What {
 /// Waits for `guard`'s loss until `until`, noting the hold's local deadline in the log every
 /// 10 ms meanwhile (so the checker knows how long its worker may believe it holds); the
 /// reason, if the loss came first.
-async fn watch(log: &Log, hold: u64, guard: &LockGuard, until: Instant) -> Option<LossReason> {
+pub(crate) async fn watch(
+    log: &Log,
+    hold: u64,
+    guard: &LockGuard,
+    until: Instant,
+) -> Option<LossReason> {
     loop {
         if !guard.is_lost() {
             log.deadline(hold, Instant::now() + guard.time_left());
@@ -110,7 +115,7 @@ impl Shared {
     }
 
     /// Records a grant, to a call of `acquire` made at `invoked_at`.
-    fn acquired(
+    pub(crate) fn acquired(
         &self,
         worker: usize,
         lock: Lock,
@@ -143,7 +148,13 @@ impl Shared {
 
     /// Waits for `resource`'s lock in `mode` with `locks`, unless the demo stops first; an
     /// error is said in the log.
-    async fn acquire(&self, locks: &LockClient, worker: usize, lock: Lock, mode: Mode) -> Acquired {
+    pub(crate) async fn acquire(
+        &self,
+        locks: &LockClient,
+        worker: usize,
+        lock: Lock,
+        mode: Mode,
+    ) -> Acquired {
         match self.acquire_or_stop(locks, worker, lock, mode).await {
             None => Acquired::Stopped,
             Some(Ok(guard)) => Acquired::Held(guard),
@@ -196,7 +207,7 @@ impl Shared {
     }
 
     /// Writes `lock`'s guarded record with the guard's token, and records the outcome.
-    async fn write(
+    pub(crate) async fn write(
         &self,
         store: &Store,
         worker: usize,
@@ -372,7 +383,7 @@ pub(crate) fn crashing(shared: Shared, worker: usize, uri: String) -> std::threa
 }
 
 /// What a worker's acquire came to.
-enum Acquired {
+pub(crate) enum Acquired {
     /// It holds the lock.
     Held(LockGuard),
     /// The demo is stopping.
