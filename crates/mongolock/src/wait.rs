@@ -934,8 +934,9 @@ async fn send(
 /// The adoption takes the place in line of `call` (the waiting call, named by its first
 /// attempt's nonce) out with it, and no other call's place of the lock id.
 ///
-/// `Ok(None)` when the lease ended before it was adopted, or too little of it is left to
-/// trust (less than the safety margin). An error when this client keeps a lease of that lock
+/// `Ok(None)` when too little of the lease is left to trust (less than the safety margin;
+/// then it is not adopted, and the call keeps its place), or when it ended before it was
+/// adopted. An error when this client keeps a lease of that lock
 /// id on that resource already (a second guard for one holder), or when the lease's TTL is
 /// not `timing`'s (its keepalive renews it by the TTL it was granted with).
 async fn resume(
@@ -977,6 +978,25 @@ async fn resume(
             ),
         ));
     }
+    // The lease as this client would keep it; too little of it left to trust, it is not
+    // adopted: the adoption would take the call's place out of the line while the call goes
+    // on waiting for the lease to run out, and a waiter that joined meanwhile would pass it.
+    // Not adopted, the call keeps its place (its next attempt keeps it), and the lease runs
+    // out, or, renewed by the process that keeps it, is adopted by a later attempt.
+    let lease = |grant: Grant| {
+        Lease::new(
+            grant,
+            timing.ttl,
+            timing.margin,
+            timing.every,
+            sent_at,
+            keeper.clock().clone(),
+        )
+        .following(client.server_clock().clone())
+    };
+    if lease(grant.clone()).is_lost() {
+        return Ok(None);
+    }
     let after_unlocks = client.shared().unlocks.of(grant.lock_id())?;
     if !keepalive::adopt(
         client.ready()?,
@@ -997,16 +1017,7 @@ async fn resume(
     grant.holder.host = Some(details.host_value().to_owned());
     // Its attempt was another process's, whose outcome may have been unknown: releasing it
     // retires that attempt too.
-    let lease = Lease::new(
-        grant,
-        timing.ttl,
-        timing.margin,
-        timing.every,
-        sent_at,
-        keeper.clock().clone(),
-    )
-    .following(client.server_clock().clone())
-    .retiring();
+    let lease = lease(grant).retiring();
     Ok((!lease.is_lost()).then(|| Arc::new(lease)))
 }
 

@@ -338,3 +338,100 @@ async fn a_retiring_release_leaves_a_re_grant_another_client_resumed() {
         locks.shutdown().await;
     }
 }
+
+/// A restarted process whose lease has less than its safety margin left when its waiting call
+/// is answered "already held" does not adopt it: the adoption would take the call's place out
+/// of the line while the call goes on waiting (the lease is too short to return), and a
+/// waiter that joined meanwhile would pass it (the harness's (S9), seed 71000023). The call
+/// keeps its place, waits for the lease to run out, and is granted before the waiter behind
+/// it. The fail point holds the call's later attempts on the server (each 600 ms) while the
+/// other waiter joins, so the order is decided by the line alone; the test checks that it
+/// fired.
+#[tokio::test]
+async fn emulator_only_a_resume_with_too_little_left_keeps_the_calls_place_in_line() {
+    let Some(env) = common::emulator_env("resume_keeps_place").await else {
+        return;
+    };
+    let ttl = secs(3);
+    // The first incarnation: its own runtime, which dies with everything in it, the guard
+    // forgotten so that nothing is released or renewed.
+    let (uri, db) = (env.uri(), env.db.name().to_owned());
+    let token = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+            let locks = LockClient::new(client.database(&db).collection("locks"));
+            let guard = (locks.mutex("r").lock_id("svc").ttl(ttl))
+                .acquire()
+                .await
+                .unwrap();
+            let token = guard.fencing_token();
+            std::mem::forget(guard);
+            token
+        })
+    })
+    .await
+    .unwrap();
+    // Half the TTL later, less than the margin (2 s) is left.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut options = mongodb::options::ClientOptions::parse(env.uri())
+        .await
+        .unwrap();
+    options.app_name = Some("svc-restarted".into());
+    let restarted = mongodb::Client::with_options(options).unwrap();
+    let admin = env.db.client().database("admin");
+    admin
+        .run_command(bson::doc! {
+            "configureFailPoint": "failCommand", "mode": { "skip": 1 },
+            "data": {
+                "failCommands": ["findAndModify"], "appName": "svc-restarted",
+                "blockConnection": true, "blockTimeMS": 600,
+            },
+        })
+        .await
+        .unwrap();
+    let locks = LockClient::new(restarted.database(env.db.name()).collection("locks"));
+    let mutex = (locks.mutex("r").lock_id("svc").ttl(ttl))
+        .safety_margin(secs(2))
+        .extend_every(Duration::from_millis(500));
+    let started = tokio::time::Instant::now();
+    let svc = tokio::spawn(async move {
+        let guard = mutex
+            .acquire_timeout(secs(20))
+            .await
+            .unwrap()
+            .expect("granted");
+        let at = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        guard.release().await.unwrap();
+        at
+    });
+    // The other waiter joins while the call's second attempt is held on the server.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let other = env.other_client().await;
+    let other_guard = (other.mutex("r").lock_id("other").ttl(ttl))
+        .acquire_timeout(secs(20))
+        .await
+        .unwrap()
+        .expect("granted");
+    let other_at = tokio::time::Instant::now();
+    let other_token = other_guard.fencing_token();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    other_guard.release().await.unwrap();
+    let svc_at = svc.await.unwrap();
+    let fired = admin
+        .run_command(bson::doc! { "configureFailPoint": "failCommand", "mode": "off" })
+        .await
+        .unwrap();
+    assert!(
+        fired.get_i64("count").unwrap_or(0) >= 1,
+        "the fail point held the call's later attempts: {fired}"
+    );
+    assert!(
+        svc_at < other_at,
+        "the restarted call kept its place and was granted first: svc after {:?}, other after {:?}",
+        svc_at - started,
+        other_at - started
+    );
+    assert!(other_token > token);
+}
