@@ -36,6 +36,10 @@ async fn a_retried_write_returns_the_stored_reply_without_applying_again() {
         retried.get_document("value").unwrap(),
         &doc! {"_id": 1, "n": 1}
     );
+    // A replayed findAndModify names its one statement in `retriedStmtId`
+    // (`src/mongo/db/commands/find_and_modify.cpp`: `setRetriedStmtId(stmtId)`).
+    assert_eq!(retried.get_i32("retriedStmtId"), Ok(0), "{retried}");
+    assert!(!retried.contains_key("retriedStmtIds"), "{retried}");
     assert_eq!(
         t.coll("c")
             .find_one(doc! {})

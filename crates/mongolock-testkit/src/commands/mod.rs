@@ -318,8 +318,14 @@ async fn run(
         last_op: last_op.clone(),
     };
     let completion = match retryable {
-        Some((lsid, txn)) => {
-            session::run_retryable(&state.sessions, &state.fail_points, lsid, txn, move || {
+        Some((lsid, txn_number)) => {
+            let command = session::Retryable {
+                lsid,
+                txn_number,
+                retried: session::retried_statements(name, &job.cmd),
+                replicated: state.replica.is_some(),
+            };
+            session::run_retryable(&state.sessions, &state.fail_points, command, move || {
                 job.run()
             })
             .await

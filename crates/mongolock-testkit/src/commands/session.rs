@@ -1,9 +1,21 @@
 //! Logical sessions and retryable writes.
 //!
-//! mongod remembers, per session, the highest `txnNumber` it has seen and the reply of the
-//! write it executed under it. A retry with the same `lsid` and `txnNumber` gets the stored
-//! reply instead of running again, and a retry that arrives while the first attempt still
-//! runs waits for it (the per-session lock below).
+//! mongod remembers, per session, the highest `txnNumber` it has seen and the statements it
+//! executed under it. A retry with the same `lsid` and `txnNumber` gets the reply back
+//! instead of running again, and a retry that arrives while the first attempt still runs
+//! waits for it (the per-session turn below).
+//!
+//! On a replica-set member the record of a write is the one its oplog entries carry (see
+//! [`RetryableWrite`]): the member that runs it keeps it, the members that apply its
+//! entries take it ([`Sessions::applied`]), and a rollback rebuilds it with the data
+//! ([`Sessions::invalidate_all`]), so a retry on the next primary is answered from it. A
+//! write that wrote no oplog entry (an update that matched nothing) leaves no record of its
+//! statement there, and a retry runs it again, as mongod records a statement when its oplog
+//! entry is written (`onWriteOpCompleted`, `src/mongo/db/op_observer/op_observer_impl.cpp`;
+//! `TransactionParticipant::Participant::onWriteOpCompletedOnPrimary`,
+//! `src/mongo/db/transaction/transaction_participant.cpp`) and runs any statement it does
+//! not find executed (`performUpdates`, `src/mongo/db/ops/write_ops_exec.cpp`). A server
+//! outside a set has no oplog and keeps the reply of every write that succeeded.
 //!
 //! The `onPrimaryTransactionalWrite` fail point is consulted here, after the replay check:
 //! like mongod's, it acts only on a write that really executes, never on a replayed retry.
@@ -15,24 +27,36 @@ use bson::{Bson, Document};
 use parking_lot::Mutex;
 
 use super::blocking_pool::off_runtime;
+use crate::engine::changes::{RetryableWrite, in_retryable_write};
 use crate::engine::error::{CommandError, Result, codes};
 use crate::faults::fail_point::FailPoints;
 
-/// The retryable-write history of one session.
+/// One session: its turn, and its retryable-write history.
 #[derive(Debug, Default)]
-struct TxnState {
+struct Session {
+    /// Held while a retryable write of the session runs here: a retry waits for it.
+    turn: Arc<tokio::sync::Mutex<()>>,
+    history: Mutex<History>,
+}
+
+/// What a member knows of a session's retryable writes (mongod's `config.transactions`
+/// record and the session's oplog chain).
+#[derive(Debug, Default)]
+struct History {
+    /// The highest `txnNumber` seen.
     txn_number: Option<i64>,
-    reply: Option<Document>,
+    /// The write run under it, when a retry may get its reply back.
+    write: Option<Arc<RetryableWrite>>,
 }
 
 /// Every session the server has seen a retryable write on.
 #[derive(Debug, Default)]
 pub struct Sessions {
-    by_lsid: Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<TxnState>>>>,
+    by_lsid: Mutex<HashMap<Vec<u8>, Arc<Session>>>,
 }
 
 impl Sessions {
-    fn slot(&self, lsid: Vec<u8>) -> Arc<tokio::sync::Mutex<TxnState>> {
+    fn session(&self, lsid: Vec<u8>) -> Arc<Session> {
         self.by_lsid.lock().entry(lsid).or_default().clone()
     }
 
@@ -42,6 +66,26 @@ impl Sessions {
         for lsid in lsids {
             map.remove(&lsid);
         }
+    }
+
+    /// A replica-set member applied an oplog entry of `write`: the session's record moves
+    /// to it, as a secondary writes the entry's `txnNumber` and optime to the session's
+    /// `config.transactions` record (`src/mongo/db/repl/session_update_tracker.cpp`,
+    /// `createMatchingTransactionTableUpdate`), whatever the member knew of the session
+    /// before.
+    pub fn applied(&self, write: &Arc<RetryableWrite>) {
+        let session = self.session(write.lsid.clone());
+        let mut history = session.history.lock();
+        history.txn_number = Some(write.txn_number);
+        history.write = Some(write.clone());
+    }
+
+    /// Forgets every session's history, before a rollback rebuilds it with the data: mongod
+    /// invalidates every session when a rolled-back entry belonged to one and recovers
+    /// `config.transactions` with the other collections (`src/mongo/db/repl/rollback_impl.cpp`,
+    /// `MongoDSessionCatalog::invalidateAllSessions`, then `_recoverToStableTimestamp`).
+    pub fn invalidate_all(&self) {
+        self.by_lsid.lock().clear();
     }
 }
 
@@ -76,9 +120,52 @@ pub enum Completion {
     CloseConnection,
 }
 
+/// A retryable write command about to run.
+#[derive(Debug)]
+pub struct Retryable {
+    /// Its session's id (the bytes of `lsid.id`).
+    pub lsid: Vec<u8>,
+    /// Its `txnNumber`.
+    pub txn_number: i64,
+    /// The field a replay of it adds, naming the statements not run again
+    /// ([`retried_statements`]).
+    pub retried: (&'static str, Bson),
+    /// Whether the server is a replica-set member, where only a write that wrote an oplog
+    /// entry leaves a record a retry gets back (see the module's notes).
+    pub replicated: bool,
+}
+
+/// The field a replayed reply of command `name` adds to name the statements it did not run
+/// again: `findAndModify` names its one statement in `retriedStmtId`
+/// (`src/mongo/db/commands/find_and_modify.cpp`: `setRetriedStmtId(stmtId)`); an `insert`,
+/// `update` or `delete` lists every statement of its batch in `retriedStmtIds`
+/// (`performInserts`, `performUpdates`, `performDeletes`, `src/mongo/db/ops/write_ops_exec.cpp`:
+/// `out.retriedStmtIds`), statement `i` being the batch's `i`th, as drivers send no
+/// `stmtIds`. The emulator keeps a command's reply whole, so a replay names every statement
+/// of the batch.
+pub fn retried_statements(name: &str, cmd: &Document) -> (&'static str, Bson) {
+    let batch = match name {
+        "findAndModify" => return ("retriedStmtId", Bson::Int32(0)),
+        "insert" => "documents",
+        "update" => "updates",
+        _ => "deletes",
+    };
+    let count = cmd.get_array(batch).map_or(1, Vec::len).max(1);
+    let ids = (0..count).map(|i| Bson::Int32(i32::try_from(i).unwrap_or(i32::MAX)));
+    ("retriedStmtIds", Bson::Array(ids.collect()))
+}
+
 /// Runs a retryable write at most once per `(lsid, txnNumber)`. The write runs on the
-/// blocking pool (see [`off_runtime`]) with the session held, and is recorded in the
-/// session's history on the same thread, right after it is applied.
+/// blocking pool (see [`off_runtime`]) with the session's turn held; the events it appends
+/// carry it (its oplog entries, on a set member), and it is recorded in the session's
+/// history on the same thread, right after it is applied.
+///
+/// A retry of the write that recorded a reply gets it back, with the statements it did not
+/// run again named (`retried`). The reply is the one the write gave, which is what mongod
+/// rebuilds from the write's oplog entries on any member (`write_ops_retryability.cpp`:
+/// an update's `n`, `nModified` and `upserted`, a `findAndModify`'s document and
+/// `lastErrorObject`). On a member that applied the write's entries while the member that
+/// ran it had not yet answered, the retry waits for that answer.
 ///
 /// # Cancel safety
 /// Cancel safe: dropped while waiting for the session (a retry racing its first attempt),
@@ -87,13 +174,22 @@ pub enum Completion {
 pub async fn run_retryable(
     sessions: &Sessions,
     fail_points: &FailPoints,
-    lsid: Vec<u8>,
-    txn_number: i64,
+    command: Retryable,
     execute: impl FnOnce() -> Result<Document> + Send + 'static,
 ) -> Completion {
-    let slot = sessions.slot(lsid);
-    let mut txn = slot.lock_owned().await;
-    if let Some(current) = txn.txn_number {
+    let Retryable {
+        lsid,
+        txn_number,
+        retried,
+        replicated,
+    } = command;
+    let session = sessions.session(lsid.clone());
+    let turn = session.turn.clone().lock_owned().await;
+    let (current, previous) = {
+        let history = session.history.lock();
+        (history.txn_number, history.write.clone())
+    };
+    if let Some(current) = current {
         if txn_number < current {
             return Completion::Done(Err(CommandError::new(
                 codes::TRANSACTION_TOO_OLD,
@@ -103,10 +199,10 @@ pub async fn run_retryable(
             )));
         }
         if txn_number == current
-            && let Some(reply) = &txn.reply
+            && let Some(previous) = previous
+            && let Some(mut replayed) = previous.reply().await
         {
-            let mut replayed = reply.clone();
-            replayed.insert("retriedStmtIds", vec![Bson::Int32(0)]);
+            replayed.insert(retried.0, retried.1);
             return Completion::Done(Ok(replayed));
         }
     }
@@ -121,13 +217,26 @@ pub async fn run_retryable(
             "Failing write before commit due to the onPrimaryTransactionalWrite failpoint. The write must not be reflected.",
         )));
     }
+    let write = Arc::new(RetryableWrite::new(lsid, txn_number));
     let result = off_runtime(move || {
-        let result = execute();
+        let _turn = turn;
+        // Ends the write as failed if it errs or panics: a retry runs it again, and no
+        // member that applied its entries waits for it.
+        let _ended = FailUnlessEnded(write.clone());
+        // On a set member its oplog entries carry it; a server outside a set needs no
+        // stamp on its events.
+        let result = if replicated {
+            in_retryable_write(&write, execute)
+        } else {
+            execute()
+        };
         if let Ok(reply) = &result {
-            // Only a write that succeeded is recorded; a failed one may be run again.
+            // Only a write that succeeded is replayed; a failed one may be run again.
             let failed = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty());
-            txn.txn_number = Some(txn_number);
-            txn.reply = if failed { None } else { Some(reply.clone()) };
+            write.finish((!failed).then_some(reply));
+            let mut history = session.history.lock();
+            history.txn_number = Some(txn_number);
+            history.write = (!replicated || write.is_logged()).then(|| write.clone());
         }
         result
     })
@@ -138,4 +247,13 @@ pub async fn run_retryable(
         return Completion::CloseConnection;
     }
     Completion::Done(result)
+}
+
+/// Ends a retryable write as failed when dropped, unless it ended already.
+struct FailUnlessEnded(Arc<RetryableWrite>);
+
+impl Drop for FailUnlessEnded {
+    fn drop(&mut self) {
+        self.0.finish(None);
+    }
 }

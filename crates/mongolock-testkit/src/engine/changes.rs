@@ -11,9 +11,10 @@
 //! then what the log really holds in memory, not a fraction of it (a parsed document takes
 //! several times its BSON size), and streams read them back when they deliver the event.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, Uuid, doc};
 use parking_lot::Mutex;
@@ -137,6 +138,94 @@ pub struct ChangeEvent {
     pub collection_uuid: Option<Uuid>,
     /// What happened.
     pub kind: ChangeKind,
+    /// The retryable write that appended it, if one did: a primary's oplog entry carries
+    /// the write's session (`lsid`, `txnNumber`, `stmtId`), so the members that apply it
+    /// know the write ran (see [`RetryableWrite`]).
+    pub retryable: Option<Arc<RetryableWrite>>,
+}
+
+/// A retryable write (a write command with `lsid` and `txnNumber`) as the oplog entries it
+/// writes carry it: its session and transaction number, and how it ended.
+///
+/// mongod's oplog entries of a retryable write carry its `lsid`, `txnNumber` and `stmtId`,
+/// and a member that applies one records the session's `txnNumber` and last write in
+/// `config.transactions` (`src/mongo/db/repl/session_update_tracker.cpp`,
+/// `createMatchingTransactionTableUpdate`); after it becomes primary, a retry of the
+/// statement is answered from the oplog entry (`src/mongo/db/ops/write_ops_retryability.cpp`,
+/// `parseOplogEntryForUpdate`, `parseOplogEntryForFindAndModify`), whose reply is the one
+/// the write gave. Here the events of the write share this record, and the member that ran
+/// the write leaves its reply on it as soon as the write ends.
+#[derive(Debug)]
+pub struct RetryableWrite {
+    /// The session's id (the bytes of `lsid.id`).
+    pub lsid: Vec<u8>,
+    /// The command's `txnNumber`.
+    pub txn_number: i64,
+    /// Whether it appended an event (wrote an oplog entry).
+    logged: AtomicBool,
+    /// How it ended, once it did.
+    outcome: tokio::sync::watch::Sender<WriteOutcome>,
+}
+
+/// How a [`RetryableWrite`] ended.
+#[derive(Debug, Clone)]
+enum WriteOutcome {
+    /// It still runs on the member that took it.
+    Running,
+    /// It succeeded with this reply (kept as BSON, as the events are): a retry gets it
+    /// back.
+    Replied(RawDocumentBuf),
+    /// It failed (an error, or write errors): a retry runs it again.
+    Failed,
+}
+
+impl RetryableWrite {
+    /// A write of session `lsid` under `txn_number`, about to run.
+    pub fn new(lsid: Vec<u8>, txn_number: i64) -> Self {
+        Self {
+            lsid,
+            txn_number,
+            logged: AtomicBool::new(false),
+            outcome: tokio::sync::watch::channel(WriteOutcome::Running).0,
+        }
+    }
+
+    /// Whether it appended an event to a change log (wrote an oplog entry).
+    pub fn is_logged(&self) -> bool {
+        self.logged.load(Ordering::Acquire)
+    }
+
+    /// Records how it ended: the reply a retry gets back, or `None` when a retry runs it
+    /// again. Only the first call counts.
+    pub fn finish(&self, reply: Option<&Document>) {
+        self.outcome.send_if_modified(|outcome| {
+            if !matches!(outcome, WriteOutcome::Running) {
+                return false;
+            }
+            *outcome = match reply {
+                Some(reply) => WriteOutcome::Replied(stored(reply)),
+                None => WriteOutcome::Failed,
+            };
+            true
+        });
+    }
+
+    /// The reply a retry gets back, once the write ended: `None` if it failed. A member
+    /// that applied the write's entries while the member that took it had not yet answered
+    /// waits for that answer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: waiting changes nothing.
+    pub async fn reply(&self) -> Option<Document> {
+        let mut outcome = self.outcome.subscribe();
+        let ended = outcome
+            .wait_for(|o| !matches!(o, WriteOutcome::Running))
+            .await;
+        match ended.as_deref() {
+            Ok(WriteOutcome::Replied(reply)) => Some(unstored(reply)),
+            _ => None,
+        }
+    }
 }
 
 impl ChangeEvent {
@@ -197,6 +286,23 @@ thread_local! {
     /// Set while a member rebuilds its data in a rollback ([`ChangeLog::unlogged`]): what
     /// it applies then appends nothing.
     static UNLOGGED: Cell<bool> = const { Cell::new(false) };
+    /// The retryable write running on this thread ([`in_retryable_write`]): the events it
+    /// appends carry it.
+    static RETRYABLE: RefCell<Option<Arc<RetryableWrite>>> = const { RefCell::new(None) };
+}
+
+/// Runs `run` (a retryable write, on this thread) with every event it appends carrying
+/// `write`, as the oplog entries of a retryable write carry its session.
+pub fn in_retryable_write<T>(write: &Arc<RetryableWrite>, run: impl FnOnce() -> T) -> T {
+    /// Puts the thread's previous write back, also if `run` panics.
+    struct Restore(Option<Arc<RetryableWrite>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            RETRYABLE.with(|r| *r.borrow_mut() = self.0.take());
+        }
+    }
+    let _restore = Restore(RETRYABLE.with(|r| r.borrow_mut().replace(write.clone())));
+    run()
 }
 
 /// Runs `run` (a command, on this thread) and returns its result with the cluster time of the
@@ -392,9 +498,28 @@ impl ChangeLog {
         if UNLOGGED.with(Cell::get) {
             return;
         }
-        let cluster_time = APPLYING
-            .with(Cell::get)
-            .unwrap_or_else(|| self.cluster_time());
+        let applying = APPLYING.with(Cell::get);
+        let cluster_time = applying.unwrap_or_else(|| self.cluster_time());
+        // Only the member that runs a retryable write stamps it on its events (a
+        // secondary's are its own record of the entries it applies), and only on document
+        // writes: mongod puts the session on the oplog entries of inserts, updates and
+        // deletes (`appendOplogEntryChainInfo`, called by `_logInsertOps`, `replLogUpdate`
+        // and `replLogDelete`, `src/mongo/db/op_observer/op_observer_impl.cpp`), not on the
+        // `create` of a collection the write created (`onCreateCollection` logs it without
+        // one).
+        let retryable = match (applying, &kind) {
+            (
+                None,
+                ChangeKind::Insert { .. }
+                | ChangeKind::Update { .. }
+                | ChangeKind::Replace { .. }
+                | ChangeKind::Delete { .. },
+            ) => RETRYABLE.with(|r| r.borrow().clone()),
+            _ => None,
+        };
+        if let Some(write) = &retryable {
+            write.logged.store(true, Ordering::Release);
+        }
         LAST_OP.with(|last| {
             if last.get().is_some() {
                 last.set(Some(Some(cluster_time)));
@@ -413,6 +538,7 @@ impl ChangeLog {
                 coll: coll.to_string(),
                 collection_uuid,
                 kind,
+                retryable,
             };
             let size = event.counted_size();
             inner.events.push_back((Arc::new(event), size));

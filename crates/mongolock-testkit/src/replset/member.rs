@@ -501,11 +501,11 @@ impl SetShared {
         };
         let mut caught_up = Vec::new();
         for entry in entries.iter().filter(|_| state.is_some()) {
-            let catalog = &state.as_ref().expect("filtered").catalog;
-            if let Err(error) = apply_entry(catalog, entry) {
+            let state = state.as_ref().expect("filtered");
+            if let Err(error) = apply_to_member(state, entry) {
                 tracing::error!(%error, member = candidate, "catch-up failed to apply an entry");
             }
-            caught_up.push(catalog.changes.last_seq());
+            caught_up.push(state.catalog.changes.last_seq());
         }
         // The votes it asked for carried the voters' cluster times.
         self.gossip();
@@ -742,6 +742,20 @@ fn apply_entry(catalog: &crate::engine::collection::Catalog, entry: &Entry) -> R
         .applying(entry.event.cluster_time, || apply(catalog, &entry.event))
 }
 
+/// Applies one oplog entry to member `state`: its data ([`apply_entry`]) and, for an entry of
+/// a retryable write, the session's record, which moves with the data. A secondary applying
+/// an entry that carries a session writes the session's `config.transactions` record from it
+/// (`src/mongo/db/repl/session_update_tracker.cpp`, `createMatchingTransactionTableUpdate`),
+/// so after it becomes primary a retry of the write finds it executed
+/// ([`crate::commands::session`]).
+fn apply_to_member(state: &ServerState, entry: &Entry) -> Result<()> {
+    apply_entry(&state.catalog, entry)?;
+    if let Some(write) = &entry.event.retryable {
+        state.sessions.applied(write);
+    }
+    Ok(())
+}
+
 impl SetShared {
     /// Cluster-time gossip: the members that reach each other (up, not partitioned) each
     /// take the highest cluster time among them. mongod's members send their `$clusterTime`
@@ -900,15 +914,17 @@ impl SetShared {
         );
         // The data is rebuilt up to the common point without a change event (what the log
         // already holds), then the set's entries after it are applied as a secondary
-        // applies them, each appending its events.
+        // applies them, each appending its events. The sessions' records are rebuilt with
+        // it: those of the undone entries go with them (`Sessions::invalidate_all`).
         let mut failed = false;
         let mut seqs = Vec::new();
+        state.sessions.invalidate_all();
         state.catalog.changes.unlogged(|| {
             for db in state.catalog.database_names() {
                 state.catalog.drop_database(&db);
             }
             for entry in &history[..common] {
-                if let Err(error) = apply_entry(&state.catalog, entry) {
+                if let Err(error) = apply_to_member(&state, entry) {
                     tracing::error!(%error, member = index, "rollback failed to apply an entry");
                     failed = true;
                     break;
@@ -916,7 +932,7 @@ impl SetShared {
             }
         });
         for entry in history[common..].iter().take_while(|_| !failed) {
-            if let Err(error) = apply_entry(&state.catalog, entry) {
+            if let Err(error) = apply_to_member(&state, entry) {
                 tracing::error!(%error, member = index, "rollback failed to apply an entry");
                 failed = true;
                 break;
@@ -950,7 +966,7 @@ impl SetShared {
         }
         let mut seqs = Vec::new();
         for entry in entries {
-            if let Err(error) = apply_entry(&state.catalog, entry) {
+            if let Err(error) = apply_to_member(&state, entry) {
                 tracing::error!(%error, member = index, "failed to apply an oplog entry");
                 break;
             }

@@ -118,11 +118,34 @@
 //!   `jstests/replsets/operation_time_read_and_write_concern.js`). A server outside a set
 //!   reads its latest data at every level, as before.
 //!
+//! - Retryable writes: the record of a retryable write moves with its data. The primary's
+//!   oplog entries of a retryable write (its inserts, updates and deletes) carry its session
+//!   (`lsid`, `txnNumber`), and a member that applies one records the session's write, as
+//!   mongod's secondaries write the session's `config.transactions` record from the entry
+//!   (`src/mongo/db/repl/session_update_tracker.cpp`, `createMatchingTransactionTableUpdate`).
+//!   After it becomes primary, a retry of the write (same `lsid` and `txnNumber`) is answered
+//!   with the write's reply instead of running again (`performUpdates`,
+//!   `src/mongo/db/ops/write_ops_exec.cpp`; the reply rebuilt from the oplog entry,
+//!   `src/mongo/db/ops/write_ops_retryability.cpp`: an update's `n`, `nModified` and
+//!   `upserted`, a `findAndModify`'s document and `lastErrorObject`; jstest
+//!   `jstests/replsets/retryable_writes_failover.js`), naming the statements not run again
+//!   in `retriedStmtIds`, or `retriedStmtId` for `findAndModify`
+//!   (`src/mongo/db/commands/find_and_modify.cpp`); an older `txnNumber` of the session is
+//!   `TransactionTooOld` (225). A write that wrote no oplog entry (an update that matched
+//!   nothing) left no record of its statement, on the member that ran it or any other, and
+//!   runs again when retried (`onWriteOpCompleted`,
+//!   `src/mongo/db/op_observer/op_observer_impl.cpp`, records only a written entry). A
+//!   rollback undoes the records with the data: each member's records are rebuilt from the
+//!   set's history with its data, so a retry of a write the rollback undid runs again
+//!   (`src/mongo/db/repl/rollback_impl.cpp`: every session invalidated when a rolled-back
+//!   entry had one, `MongoDSessionCatalog::invalidateAllSessions`, and `config.transactions`
+//!   recovered to the stable timestamp with the other collections). See
+//!   `crate::commands::session`.
+//!
 //! Not yet here (later slices): resume tokens that name the same event on every member (a
 //! token is a position in the member's own log, so resuming on another member after a
-//! failover counts from that member's position), retryable-write history
-//! moving with the data (and sessions invalidated by a rollback), rollback files, partitions
-//! other than one member from all the others, a client's `$clusterTime` gossip taken in.
+//! failover counts from that member's position), rollback files, partitions other than one
+//! member from all the others, a client's `$clusterTime` gossip taken in.
 
 mod apply;
 mod member;
