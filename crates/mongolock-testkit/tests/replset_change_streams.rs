@@ -28,6 +28,8 @@ struct Stream {
     /// Every event delivered so far: its `documentKey._id`, or its `operationType` for an
     /// event of no document.
     seen: Vec<Bson>,
+    /// Every event delivered so far, whole, in the same order.
+    events: Vec<Document>,
     /// The last batch's `postBatchResumeToken`.
     token: Document,
     /// The last reply's `operationTime`.
@@ -53,6 +55,7 @@ impl Stream {
             client,
             id: 0,
             seen: Vec::new(),
+            events: Vec::new(),
             token: Document::new(),
             operation_time: Timestamp {
                 time: 0,
@@ -72,6 +75,7 @@ impl Stream {
                 Ok(key) => key.get("_id").unwrap().clone(),
                 Err(_) => event.get("operationType").unwrap().clone(),
             });
+            self.events.push(event.clone());
         }
         self.token = cursor.get_document("postBatchResumeToken").unwrap().clone();
         self.operation_time = reply.get_timestamp("operationTime").unwrap();
@@ -109,13 +113,29 @@ impl Stream {
     fn saw(&self, id: &str) -> bool {
         self.seen.iter().any(|s| s.as_str() == Some(id))
     }
+
+    /// The delivered event of `id`.
+    fn event_of(&self, id: &str) -> &Document {
+        let at = (self.seen.iter().position(|s| s.as_str() == Some(id)))
+            .unwrap_or_else(|| panic!("{id} was not delivered: {:?}", self.seen));
+        &self.events[at]
+    }
+
+    /// The resume token (`_id`) of the delivered event of `id`.
+    fn token_of(&self, id: &str) -> Document {
+        self.event_of(id).get_document("_id").unwrap().clone()
+    }
 }
 
 async fn insert(client: &Client, id: &str, w: Bson) {
+    insert_into(client, "c", id, w).await;
+}
+
+async fn insert_into(client: &Client, coll: &str, id: &str, w: Bson) {
     client
         .database("d")
         .run_command(doc! {
-            "insert": "c", "documents": [{"_id": id}], "writeConcern": {"w": w},
+            "insert": coll, "documents": [{"_id": id}], "writeConcern": {"w": w},
         })
         .await
         .unwrap();
@@ -214,6 +234,307 @@ async fn a_secondary_delivers_an_event_once_the_commit_point_passes_it() {
         resumed.until_seen("a", Duration::from_secs(5)).await,
         "the empty batch's token ran past the event: {:?}",
         resumed.seen
+    );
+    set.shutdown().await;
+}
+
+/// `replSetStepDown` on the primary behind `client` (a direct connection): with election
+/// handoff the caught-up secondary is elected at once.
+async fn step_down(client: &Client) {
+    client
+        .database("admin")
+        .run_command(doc! {"replSetStepDown": 60})
+        .await
+        .unwrap();
+}
+
+/// Three members whose primary, member 0, went through a rollback before: cut off, it took
+/// a `w: 1` write alone ("lost"), the others elected a primary that wrote "kept", and once
+/// healed member 0 rolled back, caught up and was elected again when that primary stepped
+/// down. Member 0's change log still holds the write the rollback undid (marked undone), so
+/// it counts one event more than the other members for the same history: a position in its
+/// log names another event on the others.
+async fn primary_after_a_rollback() -> ReplicaSet {
+    let set = set::three_with_quick_elections().await;
+    insert(&direct(&set, 0), "committed", "majority".into()).await;
+    set.partition(0);
+    insert(&direct(&set, 0), "lost", 1.into()).await;
+    let elected = new_primary(&set, 0, Duration::from_secs(5)).await;
+    let other = direct(&set, elected);
+    insert(&other, "kept", "majority".into()).await;
+    set.heal(0);
+    assert!(
+        set.wait_for_rollbacks(0, 1, Duration::from_secs(5)).await,
+        "no rollback"
+    );
+    step_down(&other).await;
+    // The handoff goes to the first caught-up electable member: member 0.
+    assert_eq!(set.wait_for_primary(Duration::from_secs(5)).await, Some(0));
+    set
+}
+
+/// A resume token names the same event on every member, and a stream resumed with it on
+/// any member continues right after that event. mongod's token encodes the event's cluster
+/// time (its oplog entry's `ts`) and identity (`src/mongo/db/pipeline/resume_token.cpp`,
+/// `ResumeToken(const ResumeTokenData&)`: clusterTime, version, tokenType, txnOpIndex,
+/// fromInvalidate, uuid, eventIdentifier), and resuming scans the member's oplog from that
+/// time, swallows the event and returns what follows
+/// (`document_source_change_stream_ensure_resume_token_present.cpp`; the change-streams
+/// spec, "resumeAfter": "only changes starting with the log entry immediately *after* the
+/// provided token will be returned"). So after a step-down, `resumeAfter` (or
+/// `startAfter`) the token of an event the old primary delivered delivers exactly the
+/// events after it on the new primary and on the other secondary, none skipped nor
+/// repeated, although the members' own logs count their events differently; and each
+/// event carries the same token on every member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_s_token_resumes_right_after_it_on_the_new_primary() {
+    let set = primary_after_a_rollback().await;
+    let primary = direct(&set, 0);
+    let mut stream = Stream::open(&set, 0, doc! {}).await;
+    insert(&primary, "e1", "majority".into()).await;
+    assert!(stream.until_seen("e1", Duration::from_secs(5)).await);
+    let token = stream.token_of("e1");
+    insert(&primary, "e2", "majority".into()).await;
+    insert(&primary, "e3", "majority".into()).await;
+    step_down(&primary).await;
+    let new = new_primary(&set, 0, Duration::from_secs(5)).await;
+    let third = 3 - new;
+    let mut resumed = Stream::open(&set, new, doc! {"resumeAfter": token.clone()}).await;
+    let mut started = Stream::open(&set, third, doc! {"startAfter": token}).await;
+    for (member, resumed) in [(new, &mut resumed), (third, &mut started)] {
+        assert!(
+            resumed.until_seen("e3", Duration::from_secs(5)).await,
+            "member {member}: {:?}",
+            resumed.seen
+        );
+        assert_eq!(
+            resumed.seen,
+            vec![Bson::from("e2"), Bson::from("e3")],
+            "member {member}"
+        );
+    }
+    // The stream on the old primary (a secondary now) goes on, with the same tokens.
+    assert!(stream.until_seen("e3", Duration::from_secs(5)).await);
+    for id in ["e2", "e3"] {
+        assert_eq!(stream.token_of(id), resumed.token_of(id), "{id}");
+        assert_eq!(stream.token_of(id), started.token_of(id), "{id}");
+    }
+    set.shutdown().await;
+}
+
+/// A `postBatchResumeToken` that passed the last event (the batch read only another
+/// collection's writes) is a high-water mark: mongod makes it from the cluster time of the
+/// last oplog entry the stream read (`src/mongo/db/pipeline/plan_executor_pipeline.cpp`,
+/// `_performChangeStreamsAccounting`: `ResumeToken::makeHighWaterMarkToken(highWaterMark,
+/// ...)` once the oplog scan moved past the last event returned), and a stream resumed from
+/// it on any member delivers the events from that time on
+/// (`document_source_change_stream_check_resumability.cpp`: an event's token type sorts
+/// after a high-water mark's at the same time, so it is past the resume point). After a
+/// step-down, resuming on the new primary with it delivers the next event, none skipped nor
+/// repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_high_water_mark_resumes_on_the_new_primary() {
+    let set = primary_after_a_rollback().await;
+    let primary = direct(&set, 0);
+    let mut stream = Stream::open(&set, 0, doc! {}).await;
+    insert(&primary, "e1", "majority".into()).await;
+    assert!(stream.until_seen("e1", Duration::from_secs(5)).await);
+    insert_into(&primary, "other", "o1", "majority".into()).await;
+    assert_eq!(stream.get_more(Duration::from_millis(300)).await, 0);
+    let high_water_mark = stream.token.clone();
+    assert_ne!(high_water_mark, stream.token_of("e1"), "the mark passed e1");
+    insert(&primary, "e2", "majority".into()).await;
+    insert(&primary, "e3", "majority".into()).await;
+    step_down(&primary).await;
+    let new = new_primary(&set, 0, Duration::from_secs(5)).await;
+    let mut resumed = Stream::open(&set, new, doc! {"resumeAfter": high_water_mark}).await;
+    assert!(
+        resumed.until_seen("e3", Duration::from_secs(5)).await,
+        "{:?}",
+        resumed.seen
+    );
+    assert_eq!(resumed.seen, vec![Bson::from("e2"), Bson::from("e3")]);
+    set.shutdown().await;
+}
+
+/// The driver's `Collection::watch()` across failovers delivers every event exactly once,
+/// in order. Across a step-down the stream's cursor stays open on the old primary, which
+/// goes on serving it as a secondary (mongod kills only operations that write on
+/// step-down: `src/mongo/db/repl/README.md`, "Conditional"), so no resume is needed. When
+/// the member holding the cursor dies, the driver's `getMore` fails with a resumable error
+/// (a network or server selection error) and the driver reruns the `aggregate` on the
+/// primary with `resumeAfter` its cached token, the last event's `_id` or the last batch's
+/// `postBatchResumeToken` (change-streams spec, "Resume Process", "Updating the Cached
+/// Resume Token"); the new primary continues right after that token
+/// (`document_source_change_stream_ensure_resume_token_present.cpp`,
+/// `document_source_change_stream_check_resumability.cpp`), although its own log counts its
+/// events differently from the dead member's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_driver_s_stream_delivers_every_event_once_across_failovers() {
+    use futures_util::StreamExt;
+    type Events = mongodb::change_stream::ChangeStream<
+        mongodb::change_stream::event::ChangeStreamEvent<Document>,
+    >;
+    async fn next(stream: &mut Events, seen: &mut Vec<String>) {
+        let event = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("no event within 20 s after {seen:?}"))
+            .expect("the stream goes on")
+            .unwrap();
+        let key = event.document_key.unwrap();
+        seen.push(key.get_str("_id").unwrap().to_string());
+    }
+    let set = primary_after_a_rollback().await;
+    // The `getMore` on the dead member fails once server selection for it gives up: kept
+    // short so that the driver resumes soon.
+    let mut options = mongodb::options::ClientOptions::parse(set.uri())
+        .await
+        .unwrap();
+    options.server_selection_timeout = Some(Duration::from_secs(2));
+    let client = Client::with_options(options).unwrap();
+    let coll = client.database("d").collection::<Document>("c");
+    let mut stream = coll.watch().await.unwrap();
+    let mut seen = Vec::new();
+    let write = async |ids: [&str; 2], seen: &mut Vec<String>, stream: &mut Events| {
+        for id in ids {
+            // Retried on the new primary once the driver found it.
+            coll.insert_one(doc! {"_id": id}).await.unwrap();
+        }
+        let until = seen.len() + 2;
+        while seen.len() < until {
+            next(stream, seen).await;
+        }
+    };
+    write(["e1", "e2"], &mut seen, &mut stream).await;
+    step_down(&direct(&set, 0)).await;
+    write(["e3", "e4"], &mut seen, &mut stream).await;
+    set.stop(0);
+    write(["e5", "e6"], &mut seen, &mut stream).await;
+    assert_eq!(seen, ["e1", "e2", "e3", "e4", "e5", "e6"]);
+    drop(stream);
+    client.shutdown().immediate(true).await;
+    set.shutdown().await;
+}
+
+/// A member that has not yet applied up to a resume point waits for it, as mongod's stream
+/// does: its oplog scan from the point's time finds nothing yet, and the resume stage
+/// returns end-of-batch until it does
+/// (`document_source_change_stream_ensure_resume_token_present.cpp`: "If there are no more
+/// results, return EOF. We will continue checking for the resume token the next time");
+/// meanwhile the `postBatchResumeToken` stays the token the client gave
+/// (`plan_executor_pipeline.cpp`, `_initializeResumableScanState`, which moves only past
+/// later oplog entries). `startAtOperationTime` there likewise delivers only the events at
+/// or after its time, not the older ones the member applies meanwhile (change-streams spec,
+/// `startAtOperationTime`: "changes that occurred at or after the specified Timestamp").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_has_not_reached_the_resume_point_waits_for_it() {
+    let set = ReplicaSet::builder().members(3).start().await.unwrap();
+    let primary = direct(&set, 0);
+    insert(&primary, "before", "majority".into()).await;
+    let mut stream = Stream::open(&set, 0, doc! {}).await;
+    set.set_lag(2, Duration::from_secs(3600));
+    insert(&primary, "e1", "majority".into()).await;
+    insert(&primary, "e2", "majority".into()).await;
+    assert!(stream.until_seen("e2", Duration::from_secs(5)).await);
+    let token = stream.token_of("e1");
+    let e2_time = stream.event_of("e2").get_timestamp("clusterTime").unwrap();
+
+    let mut resumed = Stream::open(&set, 2, doc! {"resumeAfter": token.clone()}).await;
+    let mut from_time = Stream::open(&set, 2, doc! {"startAtOperationTime": e2_time}).await;
+    assert_eq!(resumed.token, token);
+    assert_eq!(resumed.get_more(Duration::from_millis(300)).await, 0);
+    assert_eq!(resumed.token, token, "the mark stays at the client's token");
+    assert_eq!(from_time.get_more(Duration::from_millis(300)).await, 0);
+
+    set.set_lag(2, Duration::ZERO);
+    for (name, stream) in [
+        ("resumeAfter", &mut resumed),
+        ("startAtOperationTime", &mut from_time),
+    ] {
+        assert!(
+            stream.until_seen("e2", Duration::from_secs(5)).await,
+            "{name}: {:?}",
+            stream.seen
+        );
+        assert_eq!(stream.seen, vec![Bson::from("e2")], "{name}");
+    }
+    set.shutdown().await;
+}
+
+/// A token whose event the member's history does not hold fails the stream with mongod's
+/// `ChangeStreamFatalError` (280) "cannot resume stream; the resume token was not found",
+/// labelled `NonResumableChangeStreamError`, once the first event at or past the token's
+/// time is another one (`document_source_change_stream_ensure_resume_token_present.cpp`:
+/// the stream must see the token's event before it surpasses it). Here the token is of an
+/// event a collection stream does not see (a write to another collection, taken from a
+/// database stream): the collection's next event surpasses it, as in mongod's jstest of
+/// change streams on several tenants' change collections ("resume tokens cannot be
+/// exchanged between tenants change streams": `ChangeStreamFatalError`). Until that event
+/// comes the stream waits, as above. (A token of an event a rollback undid fails the same
+/// way: `commands::change_stream`'s unit test, since no stream delivers such an event.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_an_event_the_stream_does_not_hold_fails_it() {
+    let set = ReplicaSet::builder().members(3).start().await.unwrap();
+    let primary = direct(&set, 0);
+    insert(&primary, "before", "majority".into()).await;
+    let reply = primary
+        .database("d")
+        .run_command(doc! {"aggregate": 1, "pipeline": [{"$changeStream": {}}], "cursor": {}})
+        .await
+        .unwrap();
+    let db_stream = reply.get_document("cursor").unwrap().get_i64("id").unwrap();
+    insert_into(&primary, "other", "o1", "majority".into()).await;
+    let reply = primary
+        .database("d")
+        .run_command(doc! {"getMore": db_stream, "collection": "$cmd.aggregate", "maxTimeMS": 5000})
+        .await
+        .unwrap();
+    let batch = reply
+        .get_document("cursor")
+        .unwrap()
+        .get_array("nextBatch")
+        .unwrap();
+    let event = batch
+        .iter()
+        .filter_map(Bson::as_document)
+        .find(|e| e.get_str("operationType") == Ok("insert"))
+        .unwrap()
+        .clone();
+    let token = event.get_document("_id").unwrap().clone();
+
+    let mut stream = Stream::open(&set, 1, doc! {"resumeAfter": token}).await;
+    assert_eq!(stream.get_more(Duration::from_millis(300)).await, 0);
+    insert(&primary, "c1", "majority".into()).await;
+    let until = Instant::now() + Duration::from_secs(5);
+    let error = loop {
+        let result = stream
+            .client
+            .database("d")
+            .run_command(doc! {"getMore": stream.id, "collection": "c", "maxTimeMS": 200})
+            .await;
+        match result {
+            Err(error) => break error,
+            Ok(reply) => {
+                let batch = reply
+                    .get_document("cursor")
+                    .unwrap()
+                    .get_array("nextBatch")
+                    .unwrap();
+                assert!(batch.is_empty(), "{batch:?}");
+                assert!(Instant::now() < until, "the stream never failed");
+            }
+        }
+    };
+    assert_eq!(set::code_of(&error), 280, "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("cannot resume stream; the resume token was not found."),
+        "{error}"
+    );
+    assert!(
+        error.contains_label("NonResumableChangeStreamError"),
+        "{error:?}"
     );
     set.shutdown().await;
 }

@@ -13,13 +13,32 @@
 //! ([`crate::engine::changes::ChangeLog::set_committed`]) and waits there, so its
 //! `postBatchResumeToken` never passes that point, and events a rollback undid are never
 //! delivered. A server that is no member of a set delivers every event as it commits.
+//!
+//! Resume tokens name an event by its cluster time and identity, the same on every member
+//! ([`ResumeToken`]), as mongod's do, so a stream resumes on any member. Resuming reads the
+//! member's log from the token's time, as mongod scans the oplog from it: events before the
+//! token are passed over; for an event's token (`resumeAfter`, `startAfter`) the first event
+//! the stream sees at or past that time must be the token's own, which is swallowed, and
+//! anything else fails the stream with `ChangeStreamFatalError` (280) "cannot resume stream;
+//! the resume token was not found"
+//! (`src/mongo/db/pipeline/document_source_change_stream_ensure_resume_token_present.cpp`);
+//! for a high-water mark (and `startAtOperationTime`) every event at or past its time is
+//! delivered (`document_source_change_stream_check_resumability.cpp`). A member that has not
+//! applied up to the token's time yet returns empty batches meanwhile, and a resume point
+//! whose history left the log fails with `ChangeStreamHistoryLost` (286). The check is made on
+//! the events of the stream's scope before its own pipeline runs. A batch's
+//! `postBatchResumeToken` is the last event's token, or, once the stream read past that event
+//! (events it does not deliver), a high-water mark at the time of the last one it read
+//! (`src/mongo/db/pipeline/plan_executor_pipeline.cpp`, `_performChangeStreamsAccounting`).
 
 use std::time::Duration;
 
-use bson::{Bson, Document, RawDocumentBuf, doc};
+use bson::{Bson, Document, RawDocumentBuf, Timestamp, doc};
 
 use crate::engine::EvalContext;
-use crate::engine::changes::{ChangeEvent, ChangeKind, resume_token, unstored};
+use crate::engine::changes::{
+    ChangeEvent, ChangeKind, ChangeLog, ResumeToken, at_or_after, next_tick, unstored,
+};
 use crate::engine::collection::Catalog;
 use crate::engine::error::{CommandError, Result};
 use crate::engine::pipeline::Pipeline;
@@ -88,6 +107,18 @@ pub(super) enum BeforeChange {
     Required,
 }
 
+/// Where a new stream starts.
+#[derive(Debug, Clone)]
+pub(super) enum Start {
+    /// After the member's last applied entry (no start point given).
+    Now,
+    /// After the event a token names, or from a high-water mark's time (`resumeAfter`,
+    /// `startAfter`).
+    Token(ResumeToken),
+    /// At a cluster time (`startAtOperationTime`).
+    At(Timestamp),
+}
+
 /// An open change stream.
 #[derive(Debug)]
 pub struct ChangeStream {
@@ -101,8 +132,18 @@ pub struct ChangeStream {
     pub(super) expanded: bool,
     /// An invalidate event was returned: the cursor closes.
     pub invalidated: bool,
-    /// Events produced but not yet returned (a batch size cut them off).
-    pub(super) pending: Vec<Document>,
+    /// Events produced but not yet returned (a batch size cut them off), with their tokens.
+    pending: Vec<(Document, ResumeToken)>,
+    /// The resume point the stream has not yet read past: events before it are passed
+    /// over, and for an event's token its event must come first.
+    resume: Option<ResumeToken>,
+    /// The `postBatchResumeToken`.
+    token: ResumeToken,
+    /// The cluster time `token` stands at: the last returned event's, or the high-water
+    /// mark's (mongod's `_latestOplogTimestamp`).
+    token_time: Timestamp,
+    /// The time of the newest entry the stream read, delivered or not.
+    read_time: Option<Timestamp>,
 }
 
 /// Whether a stream with `scope` sees `event`. A rename is seen from both its source and
@@ -131,15 +172,77 @@ fn image_missing(which: &str, event: &ChangeEvent) -> CommandError {
             "Change stream was configured to require a {which}-image for all update, delete and replace events, but the {which}-image was not found for event: {{ns: \"{}.{}\", resumeToken: {}}}",
             event.db,
             event.coll,
-            resume_token(event.seq)
+            ResumeToken::of_event(event).to_document()
         ),
     )
 }
 
 impl ChangeStream {
-    /// The resume token that covers everything this stream has looked at.
+    /// A stream on `log` starting at `start`, the rest as given.
+    ///
+    /// mongod's initial `postBatchResumeToken` is the token it resumes from, a high-water
+    /// mark at `startAtOperationTime`, or with no start point a high-water mark one tick
+    /// past the member's last applied entry (`DocumentSourceChangeStream::getStartTimeForNewStream`,
+    /// `src/mongo/db/pipeline/document_source_change_stream.cpp`: "We always start one tick
+    /// beyond the most recent operation"; `DocumentSourceChangeStreamTransform` sets it as
+    /// the initial token).
+    ///
+    /// # Errors
+    ///
+    /// `ChangeStreamHistoryLost` (286) when the history from the start point on is no longer
+    /// all in the log.
+    pub(super) fn open(
+        log: &ChangeLog,
+        scope: Scope,
+        start: Start,
+        pipeline: Option<Pipeline>,
+        full_document: FullDocument,
+        before_change: BeforeChange,
+        expanded: bool,
+    ) -> Result<Self> {
+        let (next_seq, resume, token) = match start {
+            Start::Now => {
+                let time = next_tick(log.last_applied_time().unwrap_or(Timestamp {
+                    time: 0,
+                    increment: 0,
+                }));
+                (log.last_seq() + 1, None, ResumeToken::high_water_mark(time))
+            }
+            Start::Token(token) => (log.seq_at_time(token.time), Some(token.clone()), token),
+            Start::At(time) => {
+                let token = ResumeToken::high_water_mark(time);
+                (log.seq_at_time(time), Some(token.clone()), token)
+            }
+        };
+        if resume.is_some() && log.lost_since(token.time) {
+            return Err(history_lost());
+        }
+        Ok(Self {
+            scope,
+            next_seq,
+            pipeline,
+            full_document,
+            before_change,
+            expanded,
+            invalidated: false,
+            pending: Vec::new(),
+            resume,
+            token_time: token.time,
+            token,
+            read_time: None,
+        })
+    }
+
+    /// The `postBatchResumeToken`: the last returned event's token, or a high-water mark at
+    /// the time of the last entry the stream read past it.
     pub fn post_batch_token(&self) -> Document {
-        resume_token(self.next_seq.saturating_sub(1))
+        self.token.to_document()
+    }
+
+    /// An event document of `token` was returned: the batch's token is its `_id` now.
+    fn returned(&mut self, token: ResumeToken) {
+        self.token_time = token.time;
+        self.token = token;
     }
 
     /// The newest log position this stream has read past.
@@ -167,14 +270,20 @@ impl ChangeStream {
         Ok(())
     }
 
-    /// The event documents one log entry produces for this stream (none, one, or the event
-    /// and an `invalidate`).
-    fn event_document(&self, catalog: &Catalog, event: &ChangeEvent) -> Result<Vec<Document>> {
+    /// The event documents one log entry, whose token is `token`, produces for this stream
+    /// (none, one, or the event and an `invalidate`).
+    fn event_document(
+        &self,
+        catalog: &Catalog,
+        event: &ChangeEvent,
+        token: &ResumeToken,
+    ) -> Result<Vec<Document>> {
         if event.kind.is_expanded() && !self.expanded {
             return Ok(Vec::new());
         }
+        let token = token.to_document();
         let mut out = doc! {
-            "_id": resume_token(event.seq),
+            "_id": token.clone(),
             "operationType": "",
             "clusterTime": event.cluster_time,
             "wallTime": event.wall_time,
@@ -303,7 +412,7 @@ impl ChangeStream {
         let mut events = vec![out];
         if invalidate {
             events.push(doc! {
-                "_id": resume_token(event.seq),
+                "_id": token,
                 "operationType": "invalidate",
                 "clusterTime": event.cluster_time,
                 "wallTime": event.wall_time,
@@ -323,7 +432,11 @@ impl ChangeStream {
         let limit = batch_size.unwrap_or(usize::MAX);
         let mut batch: Vec<Document> = Vec::new();
         let take = limit.min(self.pending.len());
-        batch.extend(self.pending.drain(..take));
+        for (event, token) in self.pending.drain(..take).collect::<Vec<_>>() {
+            self.returned(token);
+            batch.push(event);
+        }
+        let mut at_end = false;
         while batch.len() < limit && !self.invalidated {
             // A cursor that fell behind the window fails as mongod's does when the oplog
             // rolled past its position: nothing it skipped is delivered as if it were next.
@@ -334,15 +447,23 @@ impl ChangeStream {
                 .read_deliverable(self.next_seq, 1024)
                 .ok_or_else(history_lost)?;
             if events.is_empty() {
+                at_end = true;
                 break;
             }
             for event in events {
                 self.next_seq = event.seq + 1;
-                if !scope_matches(&self.scope, &event) || catalog.changes.is_rolled_back(event.seq)
+                if catalog.changes.is_rolled_back(event.seq) {
+                    continue;
+                }
+                self.read_time = Some(event.cluster_time);
+                if !scope_matches(&self.scope, &event)
+                    || (event.kind.is_expanded() && !self.expanded)
+                    || !self.past_resume_point(&event)?
                 {
                     continue;
                 }
-                for produced in self.event_document(catalog, &event)? {
+                let token = ResumeToken::of_event(&event);
+                for produced in self.event_document(catalog, &event, &token)? {
                     let invalidates = produced.get_str("operationType") == Ok("invalidate");
                     let outputs = match &self.pipeline {
                         Some(pipeline) if !invalidates => {
@@ -358,9 +479,10 @@ impl ChangeStream {
                             ));
                         }
                         if batch.len() < limit {
+                            self.returned(token.clone());
                             batch.push(output);
                         } else {
-                            self.pending.push(output);
+                            self.pending.push((output, token.clone()));
                         }
                     }
                     if invalidates {
@@ -373,6 +495,176 @@ impl ChangeStream {
                 }
             }
         }
+        // Read to the end with nothing pending: when the stream read past the last event it
+        // returned, the token becomes a high-water mark at the newest entry it read, which a
+        // stream resumed from it reads again without delivering (mongod moves it only when
+        // the scan's latest timestamp passed the last returned event's).
+        if at_end
+            && self.pending.is_empty()
+            && let Some(read) = self.read_time
+            && !at_or_after(self.token_time, read)
+        {
+            self.token = ResumeToken::high_water_mark(read);
+            self.token_time = read;
+        }
         Ok(batch)
+    }
+
+    /// Whether `event` (of the stream's scope) is past the resume point, which it then
+    /// leaves behind: an event before the point's time is not; the event an event token
+    /// names is not either, and is swallowed; any other event is, and for an event token
+    /// that means the token's event is not in this member's history.
+    ///
+    /// # Errors
+    ///
+    /// `ChangeStreamFatalError` (280) for an event token whose event is not the first at
+    /// or past its time (`DocumentSourceChangeStreamEnsureResumeTokenPresent::doGetNext`).
+    fn past_resume_point(&mut self, event: &ChangeEvent) -> Result<bool> {
+        let Some(resume) = &self.resume else {
+            return Ok(true);
+        };
+        if !at_or_after(event.cluster_time, resume.time) {
+            return Ok(false);
+        }
+        if resume.high_water_mark {
+            self.resume = None;
+            return Ok(true);
+        }
+        if resume.names(event) {
+            self.resume = None;
+            return Ok(false);
+        }
+        Err(CommandError::new(
+            280,
+            format!(
+                "cannot resume stream; the resume token was not found. {{_data: \"{}\"}}",
+                ResumeToken::of_event(event)
+                    .to_document()
+                    .get_str("_data")
+                    .unwrap_or_default()
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bson::DateTime;
+
+    use super::*;
+    use crate::engine::changes::stored;
+    use crate::faults::clock::Clock;
+
+    fn insert(log: &ChangeLog, id: &str) -> ResumeToken {
+        let kind = ChangeKind::Insert {
+            doc: stored(&doc! {"_id": id}),
+        };
+        log.append("d", "c", None, kind);
+        let seq = log.last_seq();
+        ResumeToken::of_event(&log.read_from(seq, 1).unwrap()[0])
+    }
+
+    fn stream(log: &ChangeLog, start: Start) -> ChangeStream {
+        let scope = Scope::Collection {
+            db: "d".into(),
+            coll: "c".into(),
+        };
+        let (full, before) = (FullDocument::Default, BeforeChange::Off);
+        ChangeStream::open(log, scope, start, None, full, before, false).unwrap()
+    }
+
+    fn ids(batch: &[Document]) -> Vec<&str> {
+        (batch.iter())
+            .map(|e| {
+                e.get_document("documentKey")
+                    .unwrap()
+                    .get_str("_id")
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    /// The token of an event a rollback undid names nothing in the member's history: a
+    /// stream resumed from it waits while nothing at or past its time is there, then fails
+    /// with `ChangeStreamFatalError` (280) once another event is the first past it, as
+    /// mongod's `DocumentSourceChangeStreamEnsureResumeTokenPresent::doGetNext` does
+    /// ("cannot resume stream; the resume token was not found"). A token of an event that
+    /// is there resumes after it, passing over the undone one.
+    #[test]
+    fn a_token_of_an_event_a_rollback_undid_fails_the_stream() {
+        let log = Arc::new(ChangeLog::with_window(Clock::default(), 100, usize::MAX));
+        let catalog = Catalog::new(log.clone());
+        let eval = EvalContext::at(DateTime::from_millis(0));
+        let kept = insert(&log, "a");
+        let lost = insert(&log, "lost");
+        log.mark_rolled_back(2, 2);
+
+        let mut resumed = stream(&log, Start::Token(lost.clone()));
+        assert!(
+            resumed
+                .next_batch(&catalog, None, &eval)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(resumed.post_batch_token(), lost.to_document());
+        let next = insert(&log, "b");
+        let error = resumed.next_batch(&catalog, None, &eval).unwrap_err();
+        assert_eq!(error.code, 280);
+        assert_eq!(
+            error.errmsg,
+            format!(
+                "cannot resume stream; the resume token was not found. {{_data: \"{}\"}}",
+                next.to_document().get_str("_data").unwrap()
+            )
+        );
+
+        let mut after_kept = stream(&log, Start::Token(kept));
+        let batch = after_kept.next_batch(&catalog, None, &eval).unwrap();
+        assert_eq!(ids(&batch), ["b"]);
+        assert_eq!(after_kept.post_batch_token(), next.to_document());
+    }
+
+    /// A batch's token is the last returned event's; once the stream read past it (events
+    /// of another collection) a high-water mark at the last one read, from which a stream
+    /// resumes with the events at or after its time. A new stream starts one tick past the
+    /// last entry.
+    #[test]
+    fn the_post_batch_token_moves_to_a_high_water_mark_past_the_last_event() {
+        let log = Arc::new(ChangeLog::with_window(Clock::default(), 100, usize::MAX));
+        let catalog = Catalog::new(log.clone());
+        let eval = EvalContext::at(DateTime::from_millis(0));
+        let before = insert(&log, "before");
+        let mut watching = stream(&log, Start::Now);
+        let start = ResumeToken::high_water_mark(next_tick(before.time));
+        assert_eq!(watching.post_batch_token(), start.to_document());
+        assert!(
+            watching
+                .next_batch(&catalog, None, &eval)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(watching.post_batch_token(), start.to_document());
+
+        let a = insert(&log, "a");
+        let batch = watching.next_batch(&catalog, None, &eval).unwrap();
+        assert_eq!(ids(&batch), ["a"]);
+        assert_eq!(watching.post_batch_token(), a.to_document());
+        log.append("d", "other", None, ChangeKind::Drop);
+        assert!(
+            watching
+                .next_batch(&catalog, None, &eval)
+                .unwrap()
+                .is_empty()
+        );
+        let mark = ResumeToken::high_water_mark(log.newest_time().unwrap());
+        assert_eq!(watching.post_batch_token(), mark.to_document());
+        insert(&log, "b");
+        let mut resumed = stream(&log, Start::Token(mark));
+        assert_eq!(
+            ids(&resumed.next_batch(&catalog, None, &eval).unwrap()),
+            ["b"]
+        );
     }
 }

@@ -109,6 +109,36 @@ pub enum ChangeKind {
 }
 
 impl ChangeKind {
+    /// The `operationType` of the event documents it produces.
+    pub fn operation_type(&self) -> &'static str {
+        match self {
+            ChangeKind::Insert { .. } => "insert",
+            ChangeKind::Update { .. } => "update",
+            ChangeKind::Replace { .. } => "replace",
+            ChangeKind::Delete { .. } => "delete",
+            ChangeKind::Drop => "drop",
+            ChangeKind::DropDatabase => "dropDatabase",
+            ChangeKind::Rename { .. } => "rename",
+            ChangeKind::Create { .. } => "create",
+            ChangeKind::CreateIndexes { .. } => "createIndexes",
+            ChangeKind::DropIndexes { .. } => "dropIndexes",
+            ChangeKind::Modify { .. } => "modify",
+        }
+    }
+
+    /// The `_id` of the document a document write wrote (its `documentKey`).
+    pub fn document_id(&self) -> Option<Bson> {
+        match self {
+            ChangeKind::Insert { doc } | ChangeKind::Replace { doc, .. } => Some(
+                (doc.get("_id").ok().flatten())
+                    .and_then(|id| id.to_raw_bson().try_into().ok())
+                    .unwrap_or(Bson::Null),
+            ),
+            ChangeKind::Update { id, .. } | ChangeKind::Delete { id, .. } => Some(id.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether only streams with `showExpandedEvents` see this event.
     pub fn is_expanded(&self) -> bool {
         matches!(
@@ -124,7 +154,8 @@ impl ChangeKind {
 /// One committed change.
 #[derive(Debug, Clone)]
 pub struct ChangeEvent {
-    /// Position in the log; the resume token encodes it.
+    /// Position in this log (its own: another member's log numbers the same event
+    /// differently; its resume token, [`ResumeToken::of_event`], names it on every member).
     pub seq: u64,
     /// The cluster time of the write.
     pub cluster_time: Timestamp,
@@ -278,8 +309,9 @@ pub fn unstored(raw: &RawDocumentBuf) -> Document {
 }
 
 thread_local! {
-    /// The time of the oplog entry being applied on this thread, when a secondary applies one.
-    static APPLYING: Cell<Option<Timestamp>> = const { Cell::new(None) };
+    /// Set while a secondary applies an oplog entry on this thread ([`ChangeLog::applying`]):
+    /// what applying it writes appends nothing, the entry itself is appended after.
+    static APPLYING: Cell<bool> = const { Cell::new(false) };
     /// While a command runs on this thread ([`recording_last_op`]): the time of the last
     /// event it appended, if any.
     static LAST_OP: Cell<Option<Option<Timestamp>>> = const { Cell::new(None) };
@@ -324,15 +356,155 @@ pub fn recording_last_op<T>(run: impl FnOnce() -> T) -> (T, Option<Timestamp>) {
     (result, last)
 }
 
-/// The resume token of the event at `seq`: an opaque `{_data: hex}` that sorts in log order.
-pub fn resume_token(seq: u64) -> Document {
-    doc! {"_data": format!("{seq:016X}")}
+/// The token type of a high-water mark: mongod's `ResumeTokenData::kHighWaterMarkToken`
+/// (`src/mongo/db/pipeline/resume_token.h`), which sorts before an event's at the same time.
+const HIGH_WATER_MARK: u8 = 0;
+
+/// The token type of an event: mongod's `ResumeTokenData::kEventToken` (128).
+const EVENT: u8 = 128;
+
+/// A resume token as a stream is asked to resume from it, decoded from its `_data`.
+///
+/// Tokens name an event the same way on every member, as mongod's do
+/// (`src/mongo/db/pipeline/resume_token.cpp`, `ResumeToken(const ResumeTokenData&)`: a
+/// KeyString of the event's clusterTime, version, tokenType, txnOpIndex, fromInvalidate,
+/// uuid and eventIdentifier, hex-encoded as `_data`): `_data` here is the hex of the
+/// cluster time (its oplog entry's `ts`: seconds, then increment, big-endian), the token
+/// type, and for an event the BSON of its identity (namespace, operation type, document
+/// key). So tokens compare as strings in the order of the events' times, a high-water mark
+/// before an event at the same time, like mongod's; their bytes are not mongod's KeyString.
+/// No index within a time is needed (mongod's `txnOpIndex` tells apart the operations of one
+/// transaction, which share its commit time): every write here takes its own tick
+/// ([`ChangeLog::cluster_time`]), `insertMany`'s documents too, transactions are refused,
+/// and a secondary's log holds the primary's entries one for one
+/// ([`ChangeLog::applying`]). An `invalidate` carries its `drop`'s token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeToken {
+    /// The cluster time it names.
+    pub time: Timestamp,
+    /// Its `_data`, upper-case hex; for an event token, what identifies the event.
+    data: String,
+    /// A high-water mark (a point in time, `postBatchResumeToken` of a batch that passed
+    /// the last event) rather than an event.
+    pub high_water_mark: bool,
 }
 
-/// The log position a resume token names, if it is one of ours.
-pub fn token_seq(token: &Document) -> Option<u64> {
-    let data = token.get_str("_data").ok()?;
-    u64::from_str_radix(data, 16).ok()
+impl ResumeToken {
+    /// The token of `event`, the `_id` of the change event documents it produces.
+    pub fn of_event(event: &ChangeEvent) -> Self {
+        let mut identity = doc! {
+            "db": event.db.as_str(),
+            "coll": event.coll.as_str(),
+            "op": event.kind.operation_type(),
+        };
+        if let Some(key) = event.kind.document_id() {
+            identity.insert("documentKey", doc! {"_id": key});
+        }
+        let mut data = time_hex(event.cluster_time, EVENT);
+        for byte in stored(&identity).as_bytes() {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            data.push(char::from(HEX[usize::from(byte >> 4)]));
+            data.push(char::from(HEX[usize::from(byte & 0xF)]));
+        }
+        Self {
+            time: event.cluster_time,
+            data,
+            high_water_mark: false,
+        }
+    }
+
+    /// A high-water mark at `time` (mongod's `ResumeToken::makeHighWaterMarkToken`): a
+    /// stream resumed from it delivers the events at or after `time`.
+    pub fn high_water_mark(time: Timestamp) -> Self {
+        Self {
+            time,
+            data: time_hex(time, HIGH_WATER_MARK),
+            high_water_mark: true,
+        }
+    }
+
+    /// The token as a client sees it: `{_data: hex}`.
+    pub fn to_document(&self) -> Document {
+        doc! {"_data": self.data.clone()}
+    }
+
+    /// Whether `event` is the event this token names.
+    pub fn names(&self, event: &ChangeEvent) -> bool {
+        !self.high_water_mark
+            && event.cluster_time == self.time
+            && Self::of_event(event).data == self.data
+    }
+
+    /// Decodes a token a client gave (`resumeAfter`, `startAfter`).
+    ///
+    /// # Errors
+    ///
+    /// As mongod's `ResumeToken::parse` and `getData` (`resume_token.cpp`): 40647 when
+    /// `_data` is missing or not a string, `FailedToParse` (9) when it is not hex; a hex
+    /// string that is no token of this emulator is `InvalidResumeToken` (260).
+    pub fn parse(token: &Document) -> Result<Self, crate::engine::error::CommandError> {
+        use crate::engine::error::CommandError;
+        let Ok(data) = token.get_str("_data") else {
+            return Err(CommandError::new(
+                40647,
+                format!(
+                    "Bad resume token: _data of missing or of wrong type. Expected string, got {token}"
+                ),
+            ));
+        };
+        if data.len() % 2 != 0 || !data.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(CommandError::new(
+                9,
+                "resume token string was not a valid hex string",
+            ));
+        }
+        let data = data.to_ascii_uppercase();
+        let invalid = || CommandError::new(260, format!("Invalid resume token: {token}"));
+        let byte = |at: usize| u8::from_str_radix(data.get(2 * at..2 * at + 2)?, 16).ok();
+        let word = |at: usize| u32::from_str_radix(data.get(2 * at..2 * at + 8)?, 16).ok();
+        let (Some(secs), Some(increment), Some(kind)) = (word(0), word(4), byte(8)) else {
+            return Err(invalid());
+        };
+        let time = Timestamp {
+            time: secs,
+            increment,
+        };
+        match kind {
+            HIGH_WATER_MARK if data.len() == 18 => Ok(Self::high_water_mark(time)),
+            EVENT if data.len() > 18 => Ok(Self {
+                time,
+                data,
+                high_water_mark: false,
+            }),
+            _ => Err(invalid()),
+        }
+    }
+}
+
+/// The hex of a token's fixed part: the time and the token type.
+fn time_hex(time: Timestamp, kind: u8) -> String {
+    format!("{:08X}{:08X}{kind:02X}", time.time, time.increment)
+}
+
+/// Whether `time` is at or after `from`, comparing as mongod's timestamps do (seconds,
+/// then increment).
+pub fn at_or_after(time: Timestamp, from: Timestamp) -> bool {
+    (time.time, time.increment) >= (from.time, from.increment)
+}
+
+/// The time one tick after `time` (mongod's `LogicalTime::addTicks(1)`: the timestamp as
+/// one 64-bit count, seconds high, increment low).
+pub fn next_tick(time: Timestamp) -> Timestamp {
+    match time.increment.checked_add(1) {
+        Some(increment) => Timestamp {
+            time: time.time,
+            increment,
+        },
+        None => Timestamp {
+            time: time.time.wrapping_add(1),
+            increment: 0,
+        },
+    }
 }
 
 /// Which events of a replica-set member's log its change streams may deliver
@@ -355,6 +527,9 @@ struct Inner {
     bytes: usize,
     /// Sequence number the next event gets; events start at 1.
     next_seq: u64,
+    /// The newest cluster time of an event that left the window (none a rollback undid):
+    /// history from there back is lost.
+    dropped_through: Option<Timestamp>,
 }
 
 impl Inner {
@@ -396,6 +571,7 @@ impl ChangeLog {
                 events: VecDeque::new(),
                 bytes: 0,
                 next_seq: 1,
+                dropped_through: None,
             }),
             committed: Mutex::new(Committed::default()),
             appended: Notify::new(),
@@ -461,21 +637,47 @@ impl ChangeLog {
         }
     }
 
-    /// Runs `apply` (a secondary applying an oplog entry) with every event it appends
-    /// stamped with the entry's time `at`, the cluster time moved up to it first: a
-    /// secondary's oplog holds the primary's entries with their times.
-    pub fn applying<T>(&self, at: Timestamp, apply: impl FnOnce() -> T) -> T {
-        /// Puts the thread's previous stamp back, also if `apply` panics (the thread is a
+    /// Runs `apply` (a secondary applying the oplog entry `entry`, a primary's change
+    /// event) and, when it succeeds, appends the entry itself: a secondary's oplog holds the
+    /// primary's entries as they are, with their times (`ts`) and wall clock times (`wall`),
+    /// so its change streams deliver the same events as the primary's, with the same resume
+    /// tokens. What applying writes appends nothing of its own. The cluster time moves up to
+    /// the entry's first (`LogicalClock::advanceClusterTime`, `src/mongo/db/logical_clock.cpp`).
+    ///
+    /// # Errors
+    ///
+    /// `apply`'s error; nothing is appended then.
+    pub fn applying<E>(
+        &self,
+        entry: &ChangeEvent,
+        apply: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
+        /// Puts the thread's previous setting back, also if `apply` panics (the thread is a
         /// pool's, and runs other work after).
-        struct Restore(Option<Timestamp>);
+        struct Restore(bool);
         impl Drop for Restore {
             fn drop(&mut self) {
                 APPLYING.with(|a| a.set(self.0));
             }
         }
-        self.advance_cluster_time(at);
-        let _restore = Restore(APPLYING.with(|a| a.replace(Some(at))));
-        apply()
+        self.advance_cluster_time(entry.cluster_time);
+        {
+            let _restore = Restore(APPLYING.with(|a| a.replace(true)));
+            apply()?;
+        }
+        if !UNLOGGED.with(Cell::get) {
+            self.push(ChangeEvent {
+                seq: 0,
+                cluster_time: entry.cluster_time,
+                wall_time: entry.wall_time,
+                db: entry.db.clone(),
+                coll: entry.coll.clone(),
+                collection_uuid: entry.collection_uuid,
+                kind: entry.kind.clone(),
+                retryable: entry.retryable.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Runs `rebuild` (a member rebuilding its data from the set's history in a rollback)
@@ -495,26 +697,22 @@ impl ChangeLog {
 
     /// Appends an event and wakes waiting streams.
     pub fn append(&self, db: &str, coll: &str, collection_uuid: Option<Uuid>, kind: ChangeKind) {
-        if UNLOGGED.with(Cell::get) {
+        if UNLOGGED.with(Cell::get) || APPLYING.with(Cell::get) {
             return;
         }
-        let applying = APPLYING.with(Cell::get);
-        let cluster_time = applying.unwrap_or_else(|| self.cluster_time());
+        let cluster_time = self.cluster_time();
         // Only the member that runs a retryable write stamps it on its events (a
-        // secondary's are its own record of the entries it applies), and only on document
-        // writes: mongod puts the session on the oplog entries of inserts, updates and
-        // deletes (`appendOplogEntryChainInfo`, called by `_logInsertOps`, `replLogUpdate`
-        // and `replLogDelete`, `src/mongo/db/op_observer/op_observer_impl.cpp`), not on the
-        // `create` of a collection the write created (`onCreateCollection` logs it without
-        // one).
-        let retryable = match (applying, &kind) {
-            (
-                None,
-                ChangeKind::Insert { .. }
-                | ChangeKind::Update { .. }
-                | ChangeKind::Replace { .. }
-                | ChangeKind::Delete { .. },
-            ) => RETRYABLE.with(|r| r.borrow().clone()),
+        // secondary's log holds the primary's entries as they are, with their session; see
+        // [`ChangeLog::applying`]), and only on document writes: mongod puts the session on
+        // the oplog entries of inserts, updates and deletes (`appendOplogEntryChainInfo`,
+        // called by `_logInsertOps`, `replLogUpdate` and `replLogDelete`,
+        // `src/mongo/db/op_observer/op_observer_impl.cpp`), not on the `create` of a
+        // collection the write created (`onCreateCollection` logs it without one).
+        let retryable = match &kind {
+            ChangeKind::Insert { .. }
+            | ChangeKind::Update { .. }
+            | ChangeKind::Replace { .. }
+            | ChangeKind::Delete { .. } => RETRYABLE.with(|r| r.borrow().clone()),
             _ => None,
         };
         if let Some(write) = &retryable {
@@ -525,31 +723,43 @@ impl ChangeLog {
                 last.set(Some(Some(cluster_time)));
             }
         });
-        let wall_time = self.clock.now();
+        self.push(ChangeEvent {
+            seq: 0,
+            cluster_time,
+            wall_time: self.clock.now(),
+            db: db.to_string(),
+            coll: coll.to_string(),
+            collection_uuid,
+            kind,
+            retryable,
+        });
+    }
+
+    /// Appends `event` at the next position, drops what leaves the window, and wakes
+    /// waiting streams.
+    fn push(&self, mut event: ChangeEvent) {
         {
             let mut inner = self.inner.lock();
-            let seq = inner.next_seq;
+            event.seq = inner.next_seq;
             inner.next_seq += 1;
-            let event = ChangeEvent {
-                seq,
-                cluster_time,
-                wall_time,
-                db: db.to_string(),
-                coll: coll.to_string(),
-                collection_uuid,
-                kind,
-                retryable,
-            };
             let size = event.counted_size();
             inner.events.push_back((Arc::new(event), size));
             inner.bytes += size;
             while inner.events.len() > self.max_events
                 || (inner.bytes > self.max_bytes && inner.events.len() > 1)
             {
-                let Some((_, size)) = inner.events.pop_front() else {
+                let Some((dropped, size)) = inner.events.pop_front() else {
                     break;
                 };
                 inner.bytes -= size;
+                // Lock order: `inner`, then `committed`, never the other way.
+                if !self.is_rolled_back(dropped.seq) {
+                    let time = dropped.cluster_time;
+                    inner.dropped_through = Some(match inner.dropped_through {
+                        Some(t) if (t.time, t.increment) > (time.time, time.increment) => t,
+                        _ => time,
+                    });
+                }
             }
         }
         self.appended.notify_waiters();
@@ -609,6 +819,7 @@ impl ChangeLog {
     }
 
     /// The oldest sequence number still in the window.
+    #[cfg(test)]
     pub fn first_seq(&self) -> u64 {
         self.inner.lock().first_seq()
     }
@@ -620,16 +831,37 @@ impl ChangeLog {
         (inner.events.len(), inner.bytes)
     }
 
-    /// The first sequence number whose cluster time is at or after `time`.
+    /// The position of the first event at or after `time` that no rollback undid (the next
+    /// position when there is none yet): where a stream resuming from `time` reads from,
+    /// as mongod's scans the oplog from the resume point's `ts`.
     pub fn seq_at_time(&self, time: Timestamp) -> u64 {
+        let rolled_back = self.committed.lock().rolled_back.clone();
+        let undone = |seq: u64| (rolled_back.iter()).any(|&(from, to)| (from..=to).contains(&seq));
         let inner = self.inner.lock();
         inner
             .events
             .iter()
-            .find(|(e, _)| {
-                (e.cluster_time.time, e.cluster_time.increment) >= (time.time, time.increment)
-            })
+            .find(|(e, _)| !undone(e.seq) && at_or_after(e.cluster_time, time))
             .map_or(inner.next_seq, |(e, _)| e.seq)
+    }
+
+    /// Whether the history from `time` on is no longer all in the window: an event at or
+    /// after `time` left it. mongod fails a stream whose resume point fell off the oplog
+    /// with `ChangeStreamHistoryLost` (286,
+    /// `document_source_change_stream_check_resumability.cpp`).
+    pub fn lost_since(&self, time: Timestamp) -> bool {
+        (self.inner.lock().dropped_through).is_some_and(|dropped| at_or_after(dropped, time))
+    }
+
+    /// The cluster time of the newest event no rollback undid: the member's last applied
+    /// entry's `ts`, from which mongod starts a stream with no start point.
+    pub fn last_applied_time(&self) -> Option<Timestamp> {
+        let rolled_back = self.committed.lock().rolled_back.clone();
+        let undone = |seq: u64| (rolled_back.iter()).any(|&(from, to)| (from..=to).contains(&seq));
+        let inner = self.inner.lock();
+        (inner.events.iter().rev())
+            .find(|(e, _)| !undone(e.seq))
+            .map(|(e, _)| e.cluster_time)
     }
 
     /// Events with `seq >= from`, at most `limit`; `None` when events from `from` on are no
@@ -689,10 +921,12 @@ mod tests {
         }
     }
 
-    /// A command's last op is the time of the last event it appended; a secondary's applied
-    /// events keep the primary's time and move its cluster time up to it.
+    /// A command's last op is the time of the last event it appended; a secondary's log
+    /// holds an applied entry as the primary wrote it (its time and wall clock time, not
+    /// what applying it wrote) and moves its cluster time up to it; an entry that fails to
+    /// apply is not appended.
     #[test]
-    fn a_command_s_last_op_and_an_applied_entry_s_time() {
+    fn a_command_s_last_op_and_an_applied_entry() {
         let log = ChangeLog::with_window(Clock::default(), 10, usize::MAX);
         let (_, none) = recording_last_op(|| ());
         assert_eq!(none, None);
@@ -705,10 +939,81 @@ mod tests {
             time: u32::MAX - 1,
             increment: 7,
         };
-        log.applying(ahead, || log.append("d", "c", None, insert(3, 0)));
-        assert_eq!(log.newest_time(), Some(ahead));
+        let entry = ChangeEvent {
+            seq: 41,
+            cluster_time: ahead,
+            wall_time: DateTime::from_millis(5),
+            db: "d".into(),
+            coll: "c".into(),
+            collection_uuid: None,
+            kind: insert(3, 0),
+            retryable: None,
+        };
+        log.applying(&entry, || {
+            log.append("d", "c", None, insert(4, 0));
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        let applied = log.read_from(3, 10).unwrap();
+        assert_eq!(applied.len(), 1);
+        assert_eq!(
+            (
+                applied[0].seq,
+                applied[0].cluster_time,
+                applied[0].wall_time
+            ),
+            (3, ahead, entry.wall_time)
+        );
+        assert_eq!(applied[0].kind.document_id(), Some(Bson::Int32(3)));
+        assert_eq!(
+            ResumeToken::of_event(&applied[0]),
+            ResumeToken::of_event(&entry),
+            "the same token as the primary's event"
+        );
         let next = log.cluster_time();
         assert_eq!((next.time, next.increment), (ahead.time, 8));
+        assert_eq!(log.applying(&entry, || Err("diverged")), Err("diverged"));
+        assert_eq!(log.last_seq(), 3);
+    }
+
+    /// Tokens sort by time, a high-water mark before an event at the same time; they decode
+    /// back; malformed ones fail as mongod's `ResumeToken` parsing does.
+    #[test]
+    fn resume_tokens_sort_by_time_and_decode() {
+        let at = |time, increment| Timestamp { time, increment };
+        let event = |time| ChangeEvent {
+            seq: 1,
+            cluster_time: time,
+            wall_time: DateTime::from_millis(0),
+            db: "d".into(),
+            coll: "c".into(),
+            collection_uuid: None,
+            kind: insert(1, 0),
+            retryable: None,
+        };
+        let data = |token: &ResumeToken| token.to_document().get_str("_data").unwrap().to_string();
+        let tokens = [
+            ResumeToken::high_water_mark(at(5, u32::MAX)),
+            ResumeToken::of_event(&event(at(5, u32::MAX))),
+            ResumeToken::high_water_mark(at(6, 0)),
+            ResumeToken::of_event(&event(at(6, 0))),
+            ResumeToken::of_event(&event(at(6, 1))),
+        ];
+        for pair in tokens.windows(2) {
+            assert!(data(&pair[0]) < data(&pair[1]), "{pair:?}");
+        }
+        for token in &tokens {
+            assert_eq!(&ResumeToken::parse(&token.to_document()).unwrap(), token);
+        }
+        assert_eq!(next_tick(at(5, u32::MAX)), at(6, 0));
+        assert!(tokens[1].names(&event(at(5, u32::MAX))));
+        assert!(!tokens[0].names(&event(at(5, u32::MAX))));
+        let code = |token: Document| ResumeToken::parse(&token).unwrap_err().code;
+        assert_eq!(code(doc! {}), 40647);
+        assert_eq!(code(doc! {"_data": 1}), 40647);
+        assert_eq!(code(doc! {"_data": "xyz1"}), 9);
+        assert_eq!(code(doc! {"_data": "0000000000000001"}), 260);
+        assert_eq!(code(doc! {"_data": "000000050000000700FF"}), 260);
     }
 
     /// A log that is no set member's delivers every event; a member's delivers up to its
@@ -754,11 +1059,18 @@ mod tests {
     #[test]
     fn the_window_is_bounded_by_count_and_by_size() {
         let log = ChangeLog::with_window(Clock::default(), 3, usize::MAX);
+        let mut times = Vec::new();
         for n in 0..5 {
             log.append("d", "c", None, insert(n, 0));
+            times.push(log.newest_time().unwrap());
         }
         assert_eq!((log.first_seq(), log.last_seq()), (3, 5));
         assert!(log.read_from(2, 10).is_none());
+        // History from the second event's time on is lost, from the third's it is kept.
+        assert!(log.lost_since(times[0]) && log.lost_since(times[1]));
+        assert!(!log.lost_since(times[2]));
+        assert_eq!(log.seq_at_time(times[2]), 3);
+        assert_eq!(log.seq_at_time(next_tick(times[4])), 6);
         let seqs: Vec<u64> = log
             .read_from(3, 10)
             .unwrap()

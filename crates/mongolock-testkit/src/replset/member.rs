@@ -733,13 +733,12 @@ impl SetShared {
     }
 }
 
-/// Applies one oplog entry to a member's `catalog`, with the entry's own time: the member's
-/// oplog holds it at the primary's time, and its cluster time moves up to that time
-/// (`LogicalClock::advanceClusterTime`, `src/mongo/db/logical_clock.cpp`).
+/// Applies one oplog entry to a member's `catalog`: its change log then holds the entry as
+/// the primary wrote it (time, wall clock time, event), as a secondary's oplog does, and its
+/// cluster time moves up to the entry's (`LogicalClock::advanceClusterTime`,
+/// `src/mongo/db/logical_clock.cpp`).
 fn apply_entry(catalog: &crate::engine::collection::Catalog, entry: &Entry) -> Result<()> {
-    catalog
-        .changes
-        .applying(entry.event.cluster_time, || apply(catalog, &entry.event))
+    (catalog.changes).applying(&entry.event, || apply(catalog, &entry.event))
 }
 
 /// Applies one oplog entry to member `state`: its data ([`apply_entry`]) and, for an entry of

@@ -88,6 +88,30 @@
 //!   pipeline: `startFrom = replCoord->getMyLastAppliedOpTime()`), so its first batch's
 //!   token names that start, committed or not, and an entry applied but not yet committed
 //!   when it opened is not delivered on it.
+//! - Resume tokens name the same event on every member, so a stream resumes on any member
+//!   after a failover, as the driver does. mongod's token encodes the event's cluster time
+//!   (its oplog entry's `ts`) and identity (`src/mongo/db/pipeline/resume_token.cpp`,
+//!   `ResumeToken(const ResumeTokenData&)`: clusterTime, version, tokenType, txnOpIndex,
+//!   fromInvalidate, uuid, eventIdentifier, as a hex KeyString in `_data`); here `_data` is
+//!   the hex of the time, the token type and the event's namespace, operation type and
+//!   document key, sorting as mongod's do (a high-water mark before an event at the same
+//!   time), not mongod's bytes. A secondary's log holds each oplog entry as the primary
+//!   wrote it (its time and wall clock time, not what applying it wrote), so every member
+//!   produces the same events with the same tokens. Resuming (`resumeAfter`, `startAfter`)
+//!   reads the member's log from the token's time, as mongod scans its oplog from it: the
+//!   event the token names is swallowed and the stream goes on right after it; if the first
+//!   event of the stream's scope at or past that time is another one (the token's event is
+//!   not in this member's history: a rollback undid it, or it belongs to another
+//!   namespace), the stream fails with `ChangeStreamFatalError` (280) "cannot resume
+//!   stream; the resume token was not found"
+//!   (`document_source_change_stream_ensure_resume_token_present.cpp`); while the member has
+//!   not applied up to that time, batches are empty and `postBatchResumeToken` stays the
+//!   given token. A high-water mark (a `postBatchResumeToken` past the last event: a
+//!   batch's token becomes one at the last entry the stream read once it read past the last
+//!   event it returned, `plan_executor_pipeline.cpp`, `_performChangeStreamsAccounting`) and
+//!   `startAtOperationTime` deliver every event at or after their time
+//!   (`document_source_change_stream_check_resumability.cpp`). A resume point whose history
+//!   left the log fails with `ChangeStreamHistoryLost` (286).
 //!
 //! - Read concern: what a read sees at each level on a member.
 //!   - `local` (and `available`, and none given): the member's data as it stands, its
@@ -142,10 +166,11 @@
 //!   recovered to the stable timestamp with the other collections). See
 //!   `crate::commands::session`.
 //!
-//! Not yet here (later slices): resume tokens that name the same event on every member (a
-//! token is a position in the member's own log, so resuming on another member after a
-//! failover counts from that member's position), rollback files, partitions other than one
-//! member from all the others, a client's `$clusterTime` gossip taken in.
+//! Not yet here (later slices): rollback files, partitions other than one member from all
+//! the others, a client's `$clusterTime` gossip taken in, collection UUIDs that are the same
+//! on every member (each member gives a collection its own, in `listCollections`; a change
+//! event carries the UUID of the primary that wrote it, so an expanded event's
+//! `collectionUUID` for the same collection differs before and after a failover).
 
 mod apply;
 mod member;

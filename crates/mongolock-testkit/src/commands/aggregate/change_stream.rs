@@ -3,12 +3,10 @@
 
 use bson::{Bson, Document, Timestamp};
 
-use crate::commands::change_stream::{
-    BeforeChange, ChangeStream, FullDocument, Scope, history_lost,
-};
+use crate::commands::change_stream::{BeforeChange, ChangeStream, FullDocument, Scope, Start};
 use crate::commands::context::Ctx;
 use crate::commands::cursor_batch::{cursor_batch_size, cursor_reply};
-use crate::engine::changes::token_seq;
+use crate::engine::changes::ResumeToken;
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::pipeline::Pipeline;
 
@@ -94,7 +92,7 @@ pub fn open(
     let mut before_change = BeforeChange::Off;
     let mut expanded = false;
     let mut cluster_wide = false;
-    let mut start: Option<u64> = None;
+    let mut start: Option<ResumeToken> = None;
     let mut start_at_time: Option<Timestamp> = None;
     for (field, value) in options {
         match (field.as_str(), value) {
@@ -116,13 +114,7 @@ pub fn open(
                 }
             }
             ("resumeAfter" | "startAfter", Bson::Document(token)) => {
-                let seq = token_seq(token).ok_or_else(|| {
-                    CommandError::new(260, format!("Invalid resume token: {token}"))
-                })?;
-                if seq + 1 < ctx.state.catalog.changes.first_seq() {
-                    return Err(history_lost());
-                }
-                start = Some(seq + 1);
+                start = Some(ResumeToken::parse(token)?);
             }
             ("startAtOperationTime", Bson::Timestamp(ts)) => start_at_time = Some(*ts),
             ("allChangesForCluster", Bson::Boolean(b)) => cluster_wide = *b,
@@ -193,22 +185,20 @@ pub fn open(
     } else {
         Some(Pipeline::parse(user_stages)?)
     };
-    let log = &ctx.state.catalog.changes;
-    let next_seq = match (start, start_at_time) {
-        (Some(seq), _) => seq,
-        (None, Some(ts)) => log.seq_at_time(ts),
-        (None, None) => log.last_seq() + 1,
+    let start = match (start, start_at_time) {
+        (Some(token), _) => Start::Token(token),
+        (None, Some(time)) => Start::At(time),
+        (None, None) => Start::Now,
     };
-    let mut stream = ChangeStream {
+    let mut stream = ChangeStream::open(
+        &ctx.state.catalog.changes,
         scope,
-        next_seq,
+        start,
         pipeline,
         full_document,
         before_change,
         expanded,
-        invalidated: false,
-        pending: Vec::new(),
-    };
+    )?;
     let batch_size = cursor_batch_size(cmd, "aggregate")?;
     let eval = ctx.eval_context(cmd, "aggregate")?;
     let batch = stream.next_batch(&ctx.state.catalog, batch_size, &eval)?;
