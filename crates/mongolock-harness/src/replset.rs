@@ -452,6 +452,10 @@ pub struct Nemesis {
     owed: Vec<(Instant, Heal, Failover, Instant)>,
     /// Each member's clock offset, as set.
     offsets: Vec<i64>,
+    /// The last time the router's member was seen primary: a change of primary seen later
+    /// happened after it, and clients that discover the set themselves (the observers, the
+    /// tap) may have been served by the new primary from then on.
+    confirmed: Instant,
     /// What was done.
     pub stats: FailoverStats,
 }
@@ -470,6 +474,7 @@ impl Nemesis {
             bag: Vec::new(),
             owed: Vec::new(),
             offsets: vec![0; stage.set.len()],
+            confirmed: Instant::now(),
             stats: FailoverStats::default(),
         }
     }
@@ -522,17 +527,22 @@ impl Nemesis {
         };
         let old = self.router.target();
         if primary == old {
+            self.confirmed = Instant::now();
             return;
         }
         self.router.retarget(primary);
         self.stats.primary_changes += 1;
         let step = self.offsets[primary] - self.offsets[old];
-        self.primary_clock_step(step);
+        // The new primary may have served the clients that discover the set themselves
+        // since the old one was last seen primary (the nemesis looks every 10 ms, and not
+        // while it waits for a fault to be carried out): the step is recorded from then.
+        self.primary_clock_step(step, self.confirmed);
+        self.confirmed = Instant::now();
     }
 
-    /// Records that the primary's clock reads `step` ms ahead of what it read a moment ago
-    /// (negative: behind), with a reading of it.
-    fn primary_clock_step(&mut self, step: i64) {
+    /// Records that the primary's clock reads `step` ms ahead of what it read at `since`
+    /// (negative: behind), with a reading of it: the step came between `since` and now.
+    fn primary_clock_step(&mut self, step: i64, since: Instant) {
         let primary = self.router.target();
         let now = Instant::now();
         self.recorder.set_reading_offset(now, self.offsets[primary]);
@@ -546,7 +556,7 @@ impl Nemesis {
                 by_ms: step,
                 judged: None,
             },
-            now,
+            since.min(now),
             now,
         );
         if step > 0 {
@@ -564,7 +574,7 @@ impl Nemesis {
         self.offsets[member] = offset_ms;
         self.set.set_clock_offset(member, offset_ms);
         if member == self.router.target() {
-            self.primary_clock_step(step);
+            self.primary_clock_step(step, Instant::now());
         }
     }
 

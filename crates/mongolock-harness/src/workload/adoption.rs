@@ -195,9 +195,12 @@ fn clients(proxy: &FaultProxy) -> (LockClient, Collection<Document>) {
 /// change stream holds one while it waits for changes, and an attempt that found none free
 /// would open one through the proxy's latency (a handshake's round trips), reaching the
 /// server too late for the race under load.
-async fn warm(locks: &LockClient, resource: &str) -> bool {
+/// The locks have the race's `ttl`: a take whose reply a failover lost leaves a grant
+/// nobody believes in, which must end within (S6)'s bound (seed 41190 found one left with
+/// the default TTL of 30 s).
+async fn warm(locks: &LockClient, resource: &str, ttl: Duration) -> bool {
     let take = |name: String| async move {
-        match locks.mutex(&name).try_acquire().await {
+        match locks.mutex(&name).ttl(ttl).try_acquire().await {
             Ok(Some(guard)) => guard.release().await.is_ok(),
             _ => false,
         }
@@ -244,7 +247,7 @@ async fn race(stage: &Stage<'_>, dying: &FaultProxy, far: &FaultProxy, near: &Fa
     let (contender, _) = clients(near);
     let warm_resource = format!("{}-warm", shape.resource);
     for locks in [&first, &restarted, &contender] {
-        if !warm(locks, &warm_resource).await {
+        if !warm(locks, &warm_resource, shape.ttl).await {
             return not_made("a client could not take a lock first");
         }
     }
