@@ -590,3 +590,272 @@ async fn a_restarted_primary_whose_writes_were_lost_rolls_them_back() {
     assert_eq!(on_old, 1, "only the replicated write is left");
     set.shutdown().await;
 }
+
+/// `$readPreference: {mode: "secondaryPreferred"}`: a direct client sends it as it is
+/// (server-selection spec, "Topology type: Single"), so a secondary runs the command.
+fn secondary_preferred() -> mongodb::options::SelectionCriteria {
+    mongodb::options::ReadPreference::SecondaryPreferred { options: None }.into()
+}
+
+/// Collection `d.{coll}` as member `index` holds it, by `_id`.
+async fn held_by(set: &ReplicaSet, index: usize, coll: &str) -> Vec<Document> {
+    use futures_util::TryStreamExt;
+    direct(set, index, true)
+        .database("d")
+        .collection::<Document>(coll)
+        .find(doc! {})
+        .sort(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+/// Waits until member `index` has applied everything the primary wrote.
+async fn caught_up(set: &ReplicaSet, index: usize) {
+    let started = Instant::now();
+    while set.applied(index) < set.applied(set.primary().unwrap()) {
+        assert!(started.elapsed() < Duration::from_secs(5), "no catch-up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// mongod's `$out` writes a temporary collection and renames it over the target
+/// (`src/mongo/db/pipeline/document_source_out.cpp`: inserts into `tmp.agg_out.*`, then
+/// `renameCollection` with `dropTarget`), each an oplog entry the secondaries apply: jstest
+/// `jstests/replsets/pipelineout.js` runs a `$out` on the primary and finds the same output
+/// on the secondary.
+#[tokio::test]
+async fn a_primarys_out_is_replicated_to_every_member() {
+    let set = ReplicaSet::builder().members(3).start().await.unwrap();
+    let db = set.client().database("d");
+    db.collection::<Document>("in")
+        .insert_many([doc! {"_id": 1, "v": 1}, doc! {"_id": 2, "v": 2}])
+        .await
+        .unwrap();
+    db.collection::<Document>("out")
+        .insert_one(doc! {"_id": "old"})
+        .await
+        .unwrap();
+    db.run_command(doc! {
+        "aggregate": "in", "pipeline": [{"$out": "out"}], "cursor": {},
+        "writeConcern": {"w": 3, "wtimeout": 5000},
+    })
+    .await
+    .unwrap();
+    for index in 0..3 {
+        assert_eq!(
+            held_by(&set, index, "out").await,
+            [doc! {"_id": 1, "v": 1}, doc! {"_id": 2, "v": 2}],
+            "member {index}"
+        );
+    }
+    set.shutdown().await;
+}
+
+/// mongod 4.4+ runs an aggregate with `$out` or `$merge` on a secondary that the read
+/// preference allows (CRUD spec, "Read preferences and server selection"; DRIVERS-823):
+/// the pipeline reads the secondary's own data and the stage's writes are sent to the
+/// primary as commands (`src/mongo/db/pipeline/process_interface/replica_set_node_process_interface.cpp`,
+/// `ReplicaSetNodeProcessInterface::insert`/`update` and `_executeCommandOnPrimary`; jstest
+/// `jstests/noPassthrough/query/out_merge/aggWrite/merge_on_secondary.js` finds the output
+/// on the primary), with the aggregate's write concern, so they replicate as any primary
+/// write. The reply's `operationTime` is the primary's write's
+/// (`CommonProcessInterface::updateClientOperationTime`,
+/// `src/mongo/db/pipeline/process_interface/common_process_interface.cpp`: "the secondary must
+/// propagate the primary's operation time to the client"), never ahead of its `$clusterTime`
+/// (`appendClusterAndOperationTime`, `src/mongo/db/service_entry_point_common.cpp`).
+#[tokio::test]
+async fn out_and_merge_on_a_secondary_read_there_and_write_through_the_primary() {
+    let set = ReplicaSet::builder().members(3).start().await.unwrap();
+    let input = set.client().database("d").collection::<Document>("in");
+    input
+        .insert_many([
+            doc! {"_id": 1, "k": "a", "v": 1},
+            doc! {"_id": 2, "k": "a", "v": 2},
+            doc! {"_id": 3, "k": "b", "v": 3},
+        ])
+        .with_options(
+            mongodb::options::InsertManyOptions::builder()
+                .write_concern(WriteConcern::nodes(3))
+                .build(),
+        )
+        .await
+        .unwrap();
+    // Member 1 does not get this one yet: what it reads is its own data.
+    set.set_lag(1, Duration::from_secs(30));
+    input
+        .insert_one(doc! {"_id": 4, "k": "b", "v": 10})
+        .with_options(
+            mongodb::options::InsertOneOptions::builder()
+                .write_concern(WriteConcern::nodes(1))
+                .build(),
+        )
+        .await
+        .unwrap();
+    let secondary = direct(&set, 1, false);
+    let reply = secondary
+        .database("d")
+        .run_command(doc! {
+            "aggregate": "in",
+            "pipeline": [{"$group": {"_id": "$k", "sum": {"$sum": "$v"}}}, {"$out": "out"}],
+            "cursor": {},
+            "writeConcern": {"w": "majority", "wtimeout": 5000},
+        })
+        .selection_criteria(secondary_preferred())
+        .await
+        .unwrap();
+    assert!(
+        reply
+            .get_document("cursor")
+            .unwrap()
+            .get_array("firstBatch")
+            .unwrap()
+            .is_empty()
+    );
+    let expected = [doc! {"_id": "a", "sum": 3}, doc! {"_id": "b", "sum": 3}];
+    assert_eq!(held_by(&set, 0, "out").await, expected, "on the primary");
+    // The primary's last write is the `$out`'s; the reply names its time.
+    let primary_hello = set::hello(&direct(&set, 0, true)).await;
+    let last_write = primary_hello
+        .get_document("lastWrite")
+        .unwrap()
+        .get_document("opTime")
+        .unwrap()
+        .get_timestamp("ts")
+        .unwrap();
+    let operation_time = reply.get_timestamp("operationTime").unwrap();
+    assert_eq!(operation_time, last_write, "{reply}");
+    let cluster_time = reply
+        .get_document("$clusterTime")
+        .unwrap()
+        .get_timestamp("clusterTime")
+        .unwrap();
+    assert!(cluster_time >= operation_time, "{reply}");
+    // Replicated like any primary write: member 1 gets it once it catches up.
+    set.set_lag(1, Duration::ZERO);
+    caught_up(&set, 1).await;
+    for index in 0..3 {
+        assert_eq!(
+            held_by(&set, index, "out").await,
+            expected,
+            "member {index}"
+        );
+    }
+
+    // `$merge` the same way, now that member 1 has every input document; `w: 3` waited for
+    // every member.
+    secondary
+        .database("d")
+        .run_command(doc! {
+            "aggregate": "in",
+            "pipeline": [
+                {"$group": {"_id": "$k", "n": {"$sum": 1}}},
+                {"$merge": {"into": "out", "whenMatched": "merge", "whenNotMatched": "insert"}},
+            ],
+            "cursor": {},
+            "writeConcern": {"w": 3, "wtimeout": 5000},
+        })
+        .selection_criteria(secondary_preferred())
+        .await
+        .unwrap();
+    for index in 0..3 {
+        assert_eq!(
+            held_by(&set, index, "out").await,
+            [
+                doc! {"_id": "a", "sum": 3, "n": 2},
+                doc! {"_id": "b", "sum": 3, "n": 2},
+            ],
+            "member {index}"
+        );
+    }
+    set.shutdown().await;
+}
+
+/// The writes a secondary sends to the primary carry the aggregate's write concern, and a
+/// write-concern failure there fails the aggregate itself, with no `writeConcernError`
+/// field (jstest `jstests/noPassthrough/query/out_merge/aggWrite/out_merge_on_secondary_write_concern.js`:
+/// `WriteConcernFailed` (64) at the top level; `_executeCommandOnPrimary` returns the
+/// reply's write-concern status as the command's). The write itself stays on the primary.
+#[tokio::test]
+async fn a_secondarys_out_and_merge_fail_on_the_primarys_write_concern() {
+    let set = ReplicaSet::builder().members(3).start().await.unwrap();
+    set.client()
+        .database("d")
+        .collection::<Document>("in")
+        .insert_one(doc! {"_id": 1, "v": 1})
+        .with_options(
+            mongodb::options::InsertOneOptions::builder()
+                .write_concern(WriteConcern::nodes(3))
+                .build(),
+        )
+        .await
+        .unwrap();
+    set.set_lag(2, Duration::from_secs(30));
+    let secondary = direct(&set, 1, false);
+    for stage in [
+        doc! {"$out": "out"},
+        doc! {"$merge": {"into": "merged", "whenMatched": "fail", "whenNotMatched": "insert"}},
+    ] {
+        let error = secondary
+            .database("d")
+            .run_command(doc! {
+                "aggregate": "in", "pipeline": [stage.clone()], "cursor": {},
+                "writeConcern": {"w": 3, "wtimeout": 200},
+            })
+            .selection_criteria(secondary_preferred())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error.kind.as_ref(), ErrorKind::Command(e) if e.code == 64),
+            "{stage}: {error:?}"
+        );
+    }
+    assert_eq!(held_by(&set, 0, "out").await, [doc! {"_id": 1, "v": 1}]);
+    assert_eq!(held_by(&set, 0, "merged").await, [doc! {"_id": 1, "v": 1}]);
+    set.shutdown().await;
+}
+
+/// A secondary that knows no primary fails a `$out` or `$merge` as
+/// `ReplicaSetNodeProcessInterface::_executeCommandOnPrimary` does
+/// (`src/mongo/db/pipeline/process_interface/replica_set_node_process_interface.cpp`):
+/// `PrimarySteppedDown` (189) "No primary exists currently", before anything is written.
+#[tokio::test]
+async fn a_secondary_without_a_primary_fails_out_and_merge() {
+    let set = ReplicaSet::builder()
+        .members(3)
+        .election_timeout(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+    set.client()
+        .database("d")
+        .collection::<Document>("in")
+        .insert_one(doc! {"_id": 1})
+        .with_options(
+            mongodb::options::InsertOneOptions::builder()
+                .write_concern(WriteConcern::nodes(3))
+                .build(),
+        )
+        .await
+        .unwrap();
+    set.stop(0);
+    let secondary = direct(&set, 1, false);
+    for stage in [doc! {"$out": "out"}, doc! {"$merge": {"into": "merged"}}] {
+        let error = secondary
+            .database("d")
+            .run_command(doc! {"aggregate": "in", "pipeline": [stage.clone()], "cursor": {}})
+            .selection_criteria(secondary_preferred())
+            .await
+            .unwrap_err();
+        assert_eq!(code_of(&error), 189, "{stage}: {error}");
+        assert!(
+            error.to_string().contains("No primary exists currently"),
+            "{error}"
+        );
+    }
+    assert!(held_by(&set, 1, "out").await.is_empty());
+    assert!(held_by(&set, 1, "merged").await.is_empty());
+    set.shutdown().await;
+}

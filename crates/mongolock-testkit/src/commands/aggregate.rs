@@ -209,7 +209,25 @@ pub fn aggregate(ctx: &Ctx<'_>, cmd: &Document) -> Result<Document> {
         pipeline.run(input, &eval)?
     };
     if let Some(output) = output {
-        output.write(ctx, &eval, results)?;
+        match &ctx.state.replica {
+            // On a member that was not primary when the command arrived, the pipeline read
+            // this member's data and the stage writes on the primary, as mongod 4.4+ sends
+            // a secondary's `$out`/`$merge` writes there (`ReplicaSetNodeProcessInterface`,
+            // `src/mongo/db/pipeline/process_interface/replica_set_node_process_interface.cpp`).
+            Some(replica) if ctx.admitted.is_none() => {
+                let mut results = Some(results);
+                let wait = replica.write_through_primary(cmd, &mut |primary| {
+                    let ctx = Ctx {
+                        state: primary,
+                        snapshot: None,
+                        ..*ctx
+                    };
+                    output.write(&ctx, &eval, results.take().unwrap_or_default())
+                })?;
+                *ctx.primary_wait.lock() = Some(wait);
+            }
+            _ => output.write(ctx, &eval, results)?,
+        }
         return Ok(cursor_reply(0, &ns, Vec::new(), true));
     }
     Ok(ctx

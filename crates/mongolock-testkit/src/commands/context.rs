@@ -7,6 +7,7 @@ use std::time::Instant;
 use bson::{Bson, DateTime, Document};
 
 use super::args;
+use super::member::PrimaryWait;
 use super::state::ServerState;
 use crate::engine::EvalContext;
 use crate::engine::collection::{Catalog, Collection, CollectionRef};
@@ -45,6 +46,14 @@ pub struct Ctx<'a> {
     /// For a read at majority read concern on a replica-set member: the member's data as of
     /// its majority commit point, which the read reads instead of the server's catalog.
     pub snapshot: Option<&'a Catalog>,
+    /// On a replica-set member, the term when the command arrived while the member was
+    /// primary: what it writes is the member's own. `None` on a member that was not primary,
+    /// whose `$out` or `$merge` writes go to the primary
+    /// ([`super::member::Member::write_through_primary`]), and outside a set.
+    pub admitted: Option<i64>,
+    /// Where such a `$out` or `$merge` leaves its write-concern wait on the primary, which
+    /// the dispatcher awaits once the command ran.
+    pub primary_wait: &'a parking_lot::Mutex<Option<PrimaryWait>>,
 }
 
 impl Ctx<'_> {

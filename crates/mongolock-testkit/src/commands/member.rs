@@ -11,6 +11,7 @@ use std::pin::Pin;
 
 use bson::Document;
 
+use super::state::ServerState;
 use crate::engine::error::Result;
 
 /// A future a member's async method returns, borrowing the member and its arguments.
@@ -19,6 +20,19 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A write admitted on the primary (see [`Member::write_intent`]): dropped when the write
 /// is done, which publishes it to the set.
 pub trait WriteIntent {}
+
+/// The write-concern wait of the writes a `$out` or `$merge` sent to the primary from a
+/// member that is not primary ([`Member::write_through_primary`]). The dispatcher awaits it
+/// once the command ran, on the runtime, so that no thread of the blocking pool (which the
+/// members' replication uses too) is held while it waits. It resolves to the aggregate's
+/// error when the write concern failed.
+pub struct PrimaryWait(pub Pending<'static, Result<()>>);
+
+impl Debug for PrimaryWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrimaryWait")
+    }
+}
 
 /// A member of a replica set, as its server's commands see it (see `crate::replset` for
 /// what each does and the mongod source it follows).
@@ -74,4 +88,17 @@ pub trait Member: Send + Sync + Debug {
     ) -> Pending<'a, Option<Document>>;
     /// Runs `replSetStepDown` (`cmd`) on this member.
     fn step_down<'a>(&'a self, cmd: &'a Document) -> Pending<'a, Result<Document>>;
+    /// For an `aggregate` (`cmd`) with `$out` or `$merge` that arrived while this member was
+    /// not primary: runs `write`, the stage's writes, on the primary's server as a write of
+    /// the primary's own (replicated like any other), and returns the wait for the command's
+    /// write concern there (see `crate::replset`).
+    ///
+    /// # Errors
+    /// No primary reached, the primary's refusal, or `write`'s own error: each the
+    /// aggregate's own error, as mongod answers.
+    fn write_through_primary(
+        &self,
+        cmd: &Document,
+        write: &mut dyn FnMut(&ServerState) -> Result<()>,
+    ) -> Result<PrimaryWait>;
 }

@@ -180,9 +180,16 @@ pub async fn dispatch(
         }
         member_cmd = Some(cmd.clone());
     }
-    let (result, last_op) = match run(state, conn, &name, cmd, kind, deadline, admitted).await {
-        (Completion::Done(result), last_op) => (result, last_op),
-        (Completion::CloseConnection, _) => return Outcome::CloseConnection,
+    let (result, last_op, primary_wait) =
+        match run(state, conn, &name, cmd, kind, deadline, admitted).await {
+            (Completion::Done(result), last_op, wait) => (result, last_op, wait),
+            (Completion::CloseConnection, ..) => return Outcome::CloseConnection,
+        };
+    // A `$out` or `$merge` a secondary sent to the primary waits for its write concern there;
+    // a failure is the aggregate's own error (see `crate::replset`).
+    let result = match (result, primary_wait) {
+        (Ok(reply), Some(wait)) => wait.0.await.map(|()| reply),
+        (result, _) => result,
     };
     let mut reply = finish(state, result, retryable);
     // A write's `operationTime` is its own oplog entry's time (see `cluster_fields_after`).
@@ -300,12 +307,17 @@ async fn run(
     kind: RequestKind,
     deadline: Option<Instant>,
     admitted: Option<i64>,
-) -> (Completion, Option<bson::Timestamp>) {
+) -> (
+    Completion,
+    Option<bson::Timestamp>,
+    Option<member::PrimaryWait>,
+) {
     let (db, retryable) = match prepare(state, conn, name, &cmd, kind) {
         Ok(prepared) => prepared,
-        Err(error) => return (Completion::Done(Err(error)), None),
+        Err(error) => return (Completion::Done(Err(error)), None, None),
     };
     let last_op = Arc::new(parking_lot::Mutex::new(None));
+    let primary_wait = Arc::new(parking_lot::Mutex::new(None));
     let job = Job {
         state: state.clone(),
         conn: conn.clone(),
@@ -316,6 +328,7 @@ async fn run(
         cmd,
         admitted,
         last_op: last_op.clone(),
+        primary_wait: primary_wait.clone(),
     };
     let completion = match retryable {
         Some((lsid, txn_number)) => {
@@ -335,7 +348,8 @@ async fn run(
         None => Completion::Done(off_runtime(move || job.run()).await.and_then(|r| r)),
     };
     let last_op = *last_op.lock();
-    (completion, last_op)
+    let primary_wait = primary_wait.lock().take();
+    (completion, last_op, primary_wait)
 }
 
 /// A synchronous command with everything it needs, owned, so that it can run on another
@@ -352,6 +366,9 @@ struct Job {
     admitted: Option<i64>,
     /// Where the run leaves the time of the last oplog entry it wrote (none when replayed).
     last_op: Arc<parking_lot::Mutex<Option<bson::Timestamp>>>,
+    /// Where a `$out` or `$merge` run on a secondary leaves its write-concern wait on the
+    /// primary ([`member::Member::write_through_primary`]).
+    primary_wait: Arc<parking_lot::Mutex<Option<member::PrimaryWait>>>,
 }
 
 impl Job {
@@ -363,6 +380,8 @@ impl Job {
             now: self.now,
             deadline: self.deadline,
             snapshot: None,
+            admitted: self.admitted,
+            primary_wait: &self.primary_wait,
         }
     }
 

@@ -216,39 +216,6 @@ impl Collection {
         Some(doc)
     }
 
-    /// Replaces every document at once, keeping the indexes (`$out` onto an existing
-    /// collection). The new contents are checked against every unique index first: on error
-    /// nothing changes. The collection gets a new UUID, as the temporary collection mongod's
-    /// `$out` renames over the target does. No change events are recorded here.
-    pub fn replace_all(&mut self, docs: Vec<Document>) -> Result<()> {
-        let mut records = BTreeMap::new();
-        let mut ids = BTreeMap::new();
-        let mut indexes: Vec<Index> = self.indexes.iter().map(Index::emptied).collect();
-        for (record, doc) in (1u64..).zip(docs) {
-            let id = doc
-                .get("_id")
-                .cloned()
-                .ok_or_else(|| CommandError::internal("document without _id reached storage"))?;
-            if ids.contains_key(&OrdBson(id.clone())) {
-                return Err(indexes[0].duplicate_key_error(&self.ns, &[OrdBson(id)]));
-            }
-            for index in &indexes[1..] {
-                index.check_unique(&doc, record, &self.ns)?;
-            }
-            for index in &mut indexes[1..] {
-                index.add(&doc, record);
-            }
-            ids.insert(OrdBson(id), record);
-            records.insert(record, doc);
-        }
-        self.next_record = records.len() as u64 + 1;
-        self.records = records;
-        self.ids = ids;
-        self.indexes = indexes;
-        self.uuid = Uuid::new();
-        Ok(())
-    }
-
     /// The indexes, `_id_` first.
     pub fn indexes(&self) -> &[Index] {
         &self.indexes

@@ -1066,6 +1066,14 @@ impl crate::commands::member::Member for Replica {
     ) -> crate::commands::member::Pending<'a, Result<Document>> {
         Box::pin(Replica::step_down(self, cmd))
     }
+
+    fn write_through_primary(
+        &self,
+        cmd: &Document,
+        write: &mut dyn FnMut(&ServerState) -> Result<()>,
+    ) -> Result<crate::commands::member::PrimaryWait> {
+        Replica::write_through_primary(self, cmd, write)
+    }
 }
 
 /// The write concern a command asked for (or the implicit default).
@@ -1242,12 +1250,8 @@ impl Replica {
         if WRITE_COMMANDS.contains(&name) {
             return Err(CommandError::new(10107, "not primary"));
         }
-        if name == "aggregate" && writes_out(cmd) {
-            return Err(CommandError::new(
-                238,
-                "$out and $merge on a secondary are not supported by this emulator",
-            ));
-        }
+        // An `aggregate` with `$out` or `$merge` is an opt-in read like the others: it
+        // reads here and writes through the primary (`super::primary_writes`).
         if OPT_IN_READS.contains(&name) {
             let opted_in = cmd
                 .get_document("$readPreference")
@@ -1283,7 +1287,10 @@ impl Replica {
         cmd: &Document,
         admitted: Option<i64>,
     ) -> Result<Option<WriteIntent<'_>>> {
-        let is_write = WRITE_COMMANDS.contains(&name) || (name == "aggregate" && writes_out(cmd));
+        // A `$out` or `$merge` that arrived on a secondary writes through the primary, which
+        // admits it there (`super::primary_writes`).
+        let is_write = WRITE_COMMANDS.contains(&name)
+            || (name == "aggregate" && writes_out(cmd) && admitted.is_some());
         if !is_write {
             return Ok(None);
         }
@@ -1306,6 +1313,21 @@ impl Replica {
             return Err(CommandError::new(11602, "operation was interrupted"));
         }
         Err(CommandError::new(10107, "not primary"))
+    }
+
+    /// The primary this member knows of and reaches (itself when it is primary), with that
+    /// member's server state and this one's: where a `$out` or `$merge` run here writes
+    /// (`super::primary_writes`). `None` when it reaches no primary.
+    pub(super) fn reached_primary(&self) -> Option<(Replica, Arc<ServerState>, Arc<ServerState>)> {
+        let primary = {
+            let inner = self.set.inner.lock();
+            inner.primary.filter(|&p| inner.sees(self.index, p))?
+        };
+        Some((
+            Replica::new(self.set.clone(), primary),
+            self.set.state(primary)?,
+            self.set.state(self.index)?,
+        ))
     }
 
     /// The term, when this member is primary: a write remembers it when it arrives.
@@ -1334,7 +1356,10 @@ impl Replica {
         cmd: &Document,
         term: Option<i64>,
     ) -> Option<Document> {
-        if !(WRITE_COMMANDS.contains(&name) || (name == "aggregate" && writes_out(cmd))) {
+        // A secondary's `$out` or `$merge` waited on the primary (`super::primary_writes`).
+        if !(WRITE_COMMANDS.contains(&name)
+            || (name == "aggregate" && writes_out(cmd) && term.is_some()))
+        {
             return None;
         }
         let wc = cmd.get_document("writeConcern").ok();

@@ -126,11 +126,14 @@
 //!     keeps that view as a catalog of its own, brought forward on a majority read by
 //!     applying the set's entries up to the point as a secondary applies them; the point
 //!     never passes the member's common point with the set, so a rollback leaves the view
-//!     as it was. `find`, `count`, `distinct` and `aggregate` (`$out` and `$merge` read the
-//!     view and write the member's data) read it; a `$changeStream` reads the member's log
-//!     up to the same point. Any other command at `majority` is refused with
-//!     `InvalidOptions` (72) rather than answered from local data. View definitions are
-//!     the member's current ones (their data is the view's).
+//!     as it was. `find`, `count`, `distinct` and `aggregate` read it (`$out` and `$merge`
+//!     read the view and write the primary's data: the member's own on the primary, through
+//!     the primary on a secondary, see below; mongod's `$merge` at majority read concern
+//!     reads committed data and writes over what is not: jstest
+//!     `jstests/noPassthrough/query/out_merge/aggWrite/out_merge_majority_read.js`); a
+//!     `$changeStream` reads the member's log up to the same point. Any other command at
+//!     `majority` is refused with `InvalidOptions` (72) rather than answered from local
+//!     data. View definitions are the member's current ones (their data is the view's).
 //!   - `linearizable`: mongod serves it on the primary only and confirms after the read
 //!     that it still is primary with a majority write (a partitioned primary's read waits
 //!     and fails); not emulated, refused on a member with `InvalidOptions` (72).
@@ -166,6 +169,31 @@
 //!   recovered to the stable timestamp with the other collections). See
 //!   `crate::commands::session`.
 //!
+//! - `$out` and `$merge` on a secondary: an `aggregate` with either stage is an opt-in read
+//!   like the others (a read preference other than `primary`), and mongod 4.4 and later runs
+//!   it there (the CRUD spec, "Read preferences and server selection", lets drivers send it
+//!   to a secondary from 5.0 on; DRIVERS-823): the pipeline reads the secondary's own data at
+//!   the read concern asked, and the stage's writes are sent to the primary as commands
+//!   (`src/mongo/db/pipeline/process_interface/replica_set_node_process_interface.cpp`,
+//!   `ReplicaSetNodeProcessInterface` and its `_executeCommandOnPrimary`; for `$out` the
+//!   temporary collection, its inserts and the rename over the target all happen on the
+//!   primary). Here they run on the primary's data as the primary's own writes (admitted
+//!   there, in its oplog, replicated back to every member), with the aggregate's write
+//!   concern waited for there; a write-concern failure, a write error or the primary's
+//!   refusal is the aggregate's own error at the top level, with no `writeConcernError`
+//!   (jstests `out_merge_on_secondary_write_concern.js`, `merge_on_secondary.js`,
+//!   `merge_out_on_secondary_fail_on_stepdown.js` in
+//!   `jstests/noPassthrough/query/out_merge/aggWrite/`). A secondary that reaches no
+//!   primary fails it with `PrimarySteppedDown` (189) "No primary exists currently" (mongod
+//!   says so when it knows no primary; a primary it still believes in but cannot reach
+//!   fails there with a network error until its heartbeats give it up, which is not
+//!   emulated). The reply's `operationTime` is the primary's write's
+//!   (`CommonProcessInterface::updateClientOperationTime`,
+//!   `src/mongo/db/pipeline/process_interface/common_process_interface.cpp`) and the
+//!   secondary takes in the primary's cluster time from its reply
+//!   (`src/mongo/db/vector_clock/vector_clock_metadata_hook.cpp`, `readReplyMetadata`), so
+//!   its `$clusterTime` is not behind that `operationTime`. See `primary_writes`.
+//!
 //! Not yet here (later slices): rollback files, partitions other than one member from all
 //! the others, a client's `$clusterTime` gossip taken in, collection UUIDs that are the same
 //! on every member (each member gives a collection its own, in `listCollections`; a change
@@ -174,6 +202,7 @@
 
 mod apply;
 mod member;
+mod primary_writes;
 pub mod schedule;
 
 use std::sync::Arc;

@@ -12,6 +12,7 @@ use crate::engine::collection::{Collection, validate_collection_name, validate_d
 use crate::engine::compare::{type_alias, values_equal};
 use crate::engine::error::{CommandError, Result, codes};
 use crate::engine::expr::Expr;
+use crate::engine::index::Index;
 use crate::engine::pipeline::Pipeline;
 use crate::engine::update::{UpdateStyle, validate_document_for_storage};
 
@@ -166,6 +167,14 @@ fn parse_out(spec: &Bson, db: &str) -> Result<Output> {
     Ok(Output::Out { db, coll })
 }
 
+/// `$out` as mongod runs it (`src/mongo/db/pipeline/document_source_out.cpp`): the results
+/// go into a temporary collection `tmp.agg_out.<uuid>` of the target's database, created with
+/// the target's options and indexes, which is then renamed over the target with
+/// `dropTarget`; if an insert fails, the temporary collection is dropped and the target is
+/// left as it was (no collection is created). Each step is a logged write (the creation, its
+/// indexes, the inserts, the rename), as each is an oplog entry in mongod, so a replica
+/// set's secondaries apply the `$out` as they apply any write (jstest
+/// `jstests/replsets/pipelineout.js`: the secondary has the primary's output).
 fn write_out(ctx: &Ctx<'_>, db: &str, coll: &str, results: Vec<Document>) -> Result<()> {
     let docs = results
         .into_iter()
@@ -173,13 +182,38 @@ fn write_out(ctx: &Ctx<'_>, db: &str, coll: &str, results: Vec<Document>) -> Res
         .collect::<Result<Vec<_>>>()?;
     crate::commands::views::refuse_view(ctx, db, coll)?;
     let catalog = &ctx.state.catalog;
-    if catalog.get(db, coll).is_none() {
-        // Build the new contents aside first, so that a failing $out leaves no collection.
-        let mut scratch = Collection::new(db, coll, catalog.changes.clone());
-        scratch.replace_all(docs.clone())?;
+    let (images, indexes) = match catalog.get(db, coll) {
+        Some(target) => {
+            let target = target.lock();
+            let indexes: Vec<_> = target.indexes()[1..].iter().map(Index::emptied).collect();
+            (target.pre_and_post_images, indexes)
+        }
+        None => (false, Vec::new()),
+    };
+    let temp_name = format!("tmp.agg_out.{}", bson::Uuid::new());
+    let (temp, _) = catalog.get_or_create(db, &temp_name)?;
+    let filled = {
+        let mut temp = temp.lock();
+        // The options are the target's (set as `create` sets them, unlogged there too).
+        temp.pre_and_post_images = images;
+        fill(&mut temp, indexes, docs)
+    };
+    if let Err(error) = filled {
+        catalog.drop_collection(db, &temp_name);
+        return Err(error);
     }
-    let (target, _) = catalog.get_or_create(db, coll)?;
-    target.lock().replace_all(docs)
+    catalog.rename((db, &temp_name), (db, coll), true)
+}
+
+/// Builds `$out`'s temporary collection: the target's indexes, then the results.
+fn fill(temp: &mut Collection, indexes: Vec<Index>, docs: Vec<Document>) -> Result<()> {
+    for index in indexes {
+        temp.create_index(index)?;
+    }
+    for doc in docs {
+        temp.insert(doc)?;
+    }
+    Ok(())
 }
 
 fn parse_merge(spec: &Bson, db: &str, command_vars: &Document) -> Result<Merge> {
