@@ -49,6 +49,22 @@ pub trait Member: Send + Sync + Debug {
         &self,
         read: &mut dyn FnMut(&crate::engine::collection::Catalog),
     ) -> Result<Option<bson::Timestamp>>;
+    /// Waits until this member has reached the optime `target` (`(timestamp, term)`, the
+    /// term [`super::read_after::UNINITIALIZED_TERM`] for a cluster time): its last applied
+    /// optime, or with `majority` its majority commit point as it knows it; the wait of a
+    /// read at `readConcern: {afterClusterTime}` or `{afterOpTime}` (see
+    /// [`super::read_after`] and `crate::replset`).
+    ///
+    /// # Errors
+    /// `MaxTimeMSExpired` (50) once `deadline` passes; `InterruptedDueToReplStateChange`
+    /// (11602) if the member rolls back meanwhile (or cannot apply), as mongod's rollback
+    /// kills user operations; `ShutdownInProgress` (91) if it stops.
+    fn await_op_time<'a>(
+        &'a self,
+        target: (bson::Timestamp, i64),
+        majority: bool,
+        deadline: Option<std::time::Instant>,
+    ) -> Pending<'a, Result<()>>;
     /// Whether this member is stopped (its connections close).
     fn is_down(&self) -> bool;
     /// Whether this member is primary now.

@@ -15,7 +15,8 @@
 //!   `cursor_batch.rs` (the `cursor: {batchSize}` option and cursor replies),
 //!   `cursor_table.rs` (the open cursors), `change_stream.rs` (an open change stream),
 //!   `session.rs` (sessions and retryable writes), `local_sessions.rs`,
-//!   `view_catalog.rs` (view definitions), `blocking_pool.rs` (`off_runtime`) and
+//!   `view_catalog.rs` (view definitions), `blocking_pool.rs` (`off_runtime`),
+//!   `read_after.rs` (the wait for `readConcern.afterClusterTime` before a command runs) and
 //!   `args.rs` (argument parsing).
 
 // The handlers, one file per command family; the dispatcher below calls them.
@@ -40,6 +41,7 @@ pub mod cursor_table;
 pub mod identity;
 pub mod local_sessions;
 pub mod member;
+pub mod read_after;
 pub mod session;
 pub mod state;
 pub mod view_catalog;
@@ -128,6 +130,16 @@ pub async fn dispatch(
         }
         if (name == "hello" || name == "isMaster") && !replica.await_topology_change(&cmd).await {
             return Outcome::CloseConnection;
+        }
+        // A client's `$clusterTime` moves the member's cluster time up, as mongod's
+        // `readRequestMetadata` (`src/mongo/rpc/metadata.cpp`) gossips in the request's
+        // `$clusterTime` (`VectorClock::gossipIn`), so that a causally consistent read's
+        // `afterClusterTime` is never ahead of the member it reaches (see `read_after`).
+        if let Ok(Bson::Timestamp(time)) = cmd
+            .get_document("$clusterTime")
+            .map(|gossiped| gossiped.get("clusterTime").cloned().unwrap_or(Bson::Null))
+        {
+            state.catalog.changes.advance_cluster_time(time);
         }
     }
     let ns = match cmd.iter().next() {
@@ -316,6 +328,19 @@ async fn run(
         Ok(prepared) => prepared,
         Err(error) => return (Completion::Done(Err(error)), None, None),
     };
+    // `readConcern.afterClusterTime` (or `afterOpTime`): the server waits until it reached
+    // that time before the command runs (see [`read_after`]), once the read concern was
+    // found one the command takes, as mongod checks that first.
+    let waited = match name {
+        "getMore" => read_after::wait(state, name, &cmd, deadline).await,
+        _ => match committed_read(state, name, &cmd) {
+            Ok(_) => read_after::wait(state, name, &cmd, deadline).await,
+            Err(error) => Err(error),
+        },
+    };
+    if let Err(error) = waited {
+        return (Completion::Done(Err(error)), None, None);
+    }
     let last_op = Arc::new(parking_lot::Mutex::new(None));
     let primary_wait = Arc::new(parking_lot::Mutex::new(None));
     let job = Job {

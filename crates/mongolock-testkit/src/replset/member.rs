@@ -172,6 +172,9 @@ pub struct SetShared {
     committed: Vec<Mutex<Option<Snapshot>>>,
     /// Bumped on every change waiters care about (applied, state, term).
     changed: watch::Sender<u64>,
+    /// The cluster time of the set's first entry, `replSetInitiate`'s "initiating set"
+    /// no-op, which every member has (see [`SetShared::become_initial_primary`]).
+    initiated: OnceLock<bson::Timestamp>,
 }
 
 impl SetShared {
@@ -219,6 +222,7 @@ impl SetShared {
                 minority_since: None,
             }),
             changed: watch::channel(0).0,
+            initiated: OnceLock::new(),
         }
     }
 
@@ -330,7 +334,7 @@ impl SetShared {
         // The set starts with a cluster time: `replSetInitiate` writes the "initiating set"
         // no-op, whose time every member has before anything else.
         if let Some(state) = self.state(index) {
-            state.catalog.changes.cluster_time();
+            let _ = self.initiated.set(state.catalog.changes.cluster_time());
         }
         self.gossip();
         self.notify();
@@ -1010,6 +1014,15 @@ impl crate::commands::member::Member for Replica {
         self.set.read_committed(self.index, read)
     }
 
+    fn await_op_time<'a>(
+        &'a self,
+        target: (bson::Timestamp, i64),
+        majority: bool,
+        deadline: Option<Instant>,
+    ) -> crate::commands::member::Pending<'a, Result<()>> {
+        Box::pin(Replica::await_op_time(self, target, majority, deadline))
+    }
+
     fn is_down(&self) -> bool {
         Replica::is_down(self)
     }
@@ -1189,6 +1202,98 @@ impl Replica {
 
     fn majority_point(&self, inner: &SetInner) -> usize {
         majority_point(inner, self.set.majority())
+    }
+
+    /// This member's last applied optime (`majority`: its majority commit point as it knows
+    /// it, the point its majority reads read at), the set's "initiating set" entry's at the
+    /// least. A diverged member's last applied entry is its own newest.
+    fn reached_op_time(&self, inner: &SetInner, majority: bool) -> (bson::Timestamp, i64) {
+        let member = &inner.members[self.index];
+        let entry = if majority {
+            let shared = member
+                .diverged
+                .as_ref()
+                .map_or(member.applied, |d| d.common);
+            let point = (member.known_commit)
+                .min(shared)
+                .min(member.seqs.len())
+                .min(inner.oplog.len());
+            point.checked_sub(1).and_then(|i| inner.oplog.get(i))
+        } else {
+            let applied = member.applied.min(inner.oplog.len());
+            (member.diverged.as_ref())
+                .and_then(|d| d.entries.last())
+                .or_else(|| applied.checked_sub(1).and_then(|i| inner.oplog.get(i)))
+        };
+        let initiated = (self.set.initiated.get().copied())
+            .map(|ts| (ts, crate::commands::read_after::UNINITIALIZED_TERM));
+        let time = |t: &(bson::Timestamp, i64)| (t.0.time, t.0.increment);
+        match (entry.map(|e| (e.event.cluster_time, e.term)), initiated) {
+            (Some(entry), Some(initiated)) if time(&initiated) > time(&entry) => initiated,
+            (Some(entry), _) => entry,
+            (None, Some(initiated)) => initiated,
+            (None, None) => (
+                bson::Timestamp {
+                    time: 0,
+                    increment: 0,
+                },
+                crate::commands::read_after::UNINITIALIZED_TERM,
+            ),
+        }
+    }
+
+    /// Waits until this member has reached the optime `target`: its last applied optime, or
+    /// with `majority` its majority commit point (mongod's `_waitUntilOpTime` and
+    /// `_waitUntilMajorityOpTime`, `src/mongo/db/repl/replication_coordinator_impl.cpp`), for
+    /// a read at `readConcern: {afterClusterTime}` or `{afterOpTime}`
+    /// ([`crate::commands::read_after`]).
+    ///
+    /// # Errors
+    /// `MaxTimeMSExpired` (50) once `deadline` passes, with mongod's message;
+    /// `InterruptedDueToReplStateChange` (11602) if the member starts a rollback (or fails to
+    /// apply an entry) meanwhile: mongod's rollback kills the user operations
+    /// (`RollbackImpl::_killAllUserOperations`, `src/mongo/db/repl/rollback_impl.cpp`);
+    /// `ShutdownInProgress` (91) if it stops.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: waiting changes nothing.
+    pub async fn await_op_time(
+        &self,
+        target: (bson::Timestamp, i64),
+        majority: bool,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        use crate::commands::read_after::{op_time_reached, wait_timed_out};
+        let mut changed = self.set.changed.subscribe();
+        let rollbacks = self.set.inner.lock().members[self.index].rollbacks;
+        loop {
+            let reached = {
+                let inner = self.set.inner.lock();
+                let member = &inner.members[self.index];
+                if !member.up {
+                    return Err(CommandError::new(91, "Shutdown in progress"));
+                }
+                if member.recovering || member.rollbacks != rollbacks {
+                    return Err(CommandError::new(11602, "operation was interrupted"));
+                }
+                let reached = self.reached_op_time(&inner, majority);
+                if op_time_reached(reached, target) {
+                    return Ok(());
+                }
+                reached
+            };
+            let left = match deadline {
+                Some(at) => match at.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return Err(wait_timed_out(majority, target, reached)),
+                },
+                None => Duration::from_secs(3600),
+            };
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(left) => {}
+            }
+        }
     }
 
     /// Waits, for an awaitable `hello` (`topologyVersion` and `maxAwaitTimeMS` given), until

@@ -139,11 +139,37 @@
 //!     and fails); not emulated, refused on a member with `InvalidOptions` (72).
 //!   - `snapshot`: refused (72), as on a single server.
 //!
+//!   - `afterClusterTime` (`local` or `majority` only) and `afterOpTime`: before the command
+//!     runs, the member waits until its last applied optime (at `majority`, its majority
+//!     commit point as it knows it) reaches the time, as mongod's `waitForReadConcernImpl`
+//!     (`src/mongo/db/read_concern_mongod.cpp`) and
+//!     `ReplicationCoordinatorImpl::_waitUntilClusterTimeForRead` / `_waitUntilOpTime` /
+//!     `_waitUntilMajorityOpTime` (`src/mongo/db/repl/replication_coordinator_impl.cpp`); a
+//!     cluster time compares by timestamp alone, an optime by term, then timestamp
+//!     (`src/mongo/db/repl/optime.h`). So a lagging secondary serves a causally consistent
+//!     session's own write (the causal-consistency spec) once it applied it. Past `maxTimeMS`
+//!     the read fails with `MaxTimeMSExpired` (50) (jstest
+//!     `jstests/replsets/read_after_optime.js`); a member that rolls back meanwhile fails it
+//!     with `InterruptedDueToReplStateChange` (11602), as the rollback kills user operations
+//!     (`src/mongo/db/repl/rollback_impl.cpp`). A primary behind the time waits as a secondary
+//!     does: mongod writes a no-op to move it only in a sharded cluster
+//!     (`makeNoopWriteIfNeeded`). A time ahead of the member's cluster time is refused with
+//!     `InvalidOptions` (72), after the client's `$clusterTime` was taken in (below); the
+//!     argument errors are `ReadConcernArgs::parse`'s
+//!     (`src/mongo/db/repl/read_concern_args.cpp`). See `crate::commands::read_after`.
+//!
 //!   A majority read's reply (and a change stream's) carries the commit point's time as its
 //!   `operationTime`, unless it wrote (`$out`, `$merge`), a local read's the newest entry's
 //!   (`computeOperationTime`, `src/mongo/db/service_entry_point_common.cpp`; jstest
 //!   `jstests/replsets/operation_time_read_and_write_concern.js`). A server outside a set
-//!   reads its latest data at every level, as before.
+//!   reads its latest data at every level, as before; the one-member emulator serves an
+//!   `afterClusterTime` it reached at once (it holds every write it acknowledged), and a
+//!   standalone refuses `afterClusterTime` (`IllegalOperation`, 20) and `afterOpTime`
+//!   (`NotAReplicaSet`, 123) as mongod's (jstest `jstests/core/read_after_optime.js`).
+//!
+//! - A client's `$clusterTime`: a member moves its cluster time up to the one a command
+//!   carries, as mongod's `readRequestMetadata` (`src/mongo/rpc/metadata.cpp`) gossips it in
+//!   (`VectorClock::gossipIn`); no signature is checked (the emulator runs without auth).
 //!
 //! - Retryable writes: the record of a retryable write moves with its data. The primary's
 //!   oplog entries of a retryable write (its inserts, updates and deletes) carry its session
@@ -195,10 +221,10 @@
 //!   its `$clusterTime` is not behind that `operationTime`. See `primary_writes`.
 //!
 //! Not yet here (later slices): rollback files, partitions other than one member from all
-//! the others, a client's `$clusterTime` gossip taken in, collection UUIDs that are the same
-//! on every member (each member gives a collection its own, in `listCollections`; a change
-//! event carries the UUID of the primary that wrote it, so an expanded event's
-//! `collectionUUID` for the same collection differs before and after a failover).
+//! the others, collection UUIDs that are the same on every member (each member gives a
+//! collection its own, in `listCollections`; a change event carries the UUID of the primary
+//! that wrote it, so an expanded event's `collectionUUID` for the same collection differs
+//! before and after a failover).
 
 mod apply;
 mod member;
