@@ -81,30 +81,41 @@ async fn a_killed_process_started_again_resumes_its_lease() {
     assert!(next.fencing_token() > token);
 }
 
-#[tokio::test]
-async fn a_resumed_lease_is_kept_alive_by_its_new_client() {
-    let env = env("resume_kept").await;
-    let ttl = Duration::from_millis(1_500);
-    // The first incarnation: its own runtime, which dies with everything in it, the guard
-    // forgotten so that nothing is released.
+/// A first incarnation that dies holding a lease: on its own runtime (on a blocking thread,
+/// as the emulator runs on the test's runtime, which goes on), `take` takes the lease
+/// through its lock client; the guard is forgotten and the runtime dropped with everything
+/// in it, so nothing is released or renewed again. The lease's token.
+async fn dead_incarnation<F, Fut>(env: &common::Env, take: F) -> i64
+where
+    F: FnOnce(LockClient) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = mongolock::LockGuard>,
+{
     let (uri, db) = (env.uri(), env.db.name().to_owned());
-    // On a blocking thread: the emulator runs on this test's runtime, which goes on.
-    let token = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
-            let locks = LockClient::new(client.database(&db).collection("locks"));
-            let guard = (locks.rwlock("r").lock_id("svc").ttl(ttl))
-                .read()
-                .await
-                .unwrap();
+            let guard = take(LockClient::new(client.database(&db).collection("locks"))).await;
             let token = guard.fencing_token();
             std::mem::forget(guard);
             token
         })
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_resumed_lease_is_kept_alive_by_its_new_client() {
+    let env = env("resume_kept").await;
+    let ttl = Duration::from_millis(1_500);
+    let token = dead_incarnation(&env, move |locks| async move {
+        (locks.rwlock("r").lock_id("svc").ttl(ttl))
+            .read()
+            .await
+            .unwrap()
+    })
+    .await;
     let lock = env.locks.rwlock("r").lock_id("svc").ttl(ttl);
     let guard = lock.try_read().await.unwrap().expect("resumed");
     assert_eq!(guard.fencing_token(), token);
@@ -353,25 +364,13 @@ async fn emulator_only_a_resume_with_too_little_left_keeps_the_calls_place_in_li
         return;
     };
     let ttl = secs(3);
-    // The first incarnation: its own runtime, which dies with everything in it, the guard
-    // forgotten so that nothing is released or renewed.
-    let (uri, db) = (env.uri(), env.db.name().to_owned());
-    let token = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        runtime.block_on(async {
-            let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
-            let locks = LockClient::new(client.database(&db).collection("locks"));
-            let guard = (locks.mutex("r").lock_id("svc").ttl(ttl))
-                .acquire()
-                .await
-                .unwrap();
-            let token = guard.fencing_token();
-            std::mem::forget(guard);
-            token
-        })
+    let token = dead_incarnation(&env, move |locks| async move {
+        (locks.mutex("r").lock_id("svc").ttl(ttl))
+            .acquire()
+            .await
+            .unwrap()
     })
-    .await
-    .unwrap();
+    .await;
     // Half the TTL later, less than the margin (2 s) is left.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let mut options = mongodb::options::ClientOptions::parse(env.uri())

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use super::log::{Lock, Log, Mode, Output, What};
 use super::verify::{self, Report};
-use super::workers::{self, Acquired, Shared, TTL};
+use super::workers::{self, Shared, TTL};
 
 /// The scene's members.
 const MEMBERS: usize = 3;
@@ -136,12 +136,7 @@ pub(crate) async fn scene(
     while !holder.is_finished() && Instant::now() < give_up {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = stop_tx.send(true);
-    log.say(&format!(
-        "{:>8}        (time is up: every worker finishes what it holds, then stops)",
-        log.time(Instant::now())
-    ));
-    while tasks.join_next().await.is_some() {}
+    shared.stop_all(&stop_tx, &mut tasks).await;
     holder.abort();
     let _ = holder.await;
     let finish = Instant::now();
@@ -296,12 +291,9 @@ async fn hold_through(
     let locks = shared.lock_client(&client);
     let store = shared.store(&client);
     let (lock, mode) = (Lock::Report, Mode::Mutex);
-    let invoked_at = Instant::now();
-    let Acquired::Held(guard) = shared.acquire(&locks, worker, lock, mode).await else {
+    let Some((guard, hold, token)) = shared.take(&locks, worker, lock, mode).await else {
         return;
     };
-    let hold = shared.acquired(worker, lock, mode, &guard, invoked_at);
-    let token = guard.fencing_token();
     shared.write(&store, worker, lock, hold, token, false).await;
     // Hold until a TTL after the election (its renewals then went through the new primary),
     // noting the lease's local deadline meanwhile.

@@ -244,12 +244,7 @@ async fn first_scene(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = stop_tx.send(true);
-    log.say(&format!(
-        "{:>8}        (time is up: every worker finishes what it holds, then stops)",
-        log.time(Instant::now())
-    ));
-    while tasks.join_next().await.is_some() {}
+    shared.stop_all(&stop_tx, &mut tasks).await;
     if let Some(task) = cut_task {
         task.abort();
         let _ = task.await;

@@ -115,7 +115,7 @@ impl Shared {
     }
 
     /// Records a grant, to a call of `acquire` made at `invoked_at`.
-    pub(crate) fn acquired(
+    fn acquired(
         &self,
         worker: usize,
         lock: Lock,
@@ -146,15 +146,47 @@ impl Shared {
         let _ = stop.wait_for(|stop| *stop).await;
     }
 
-    /// Waits for `resource`'s lock in `mode` with `locks`, unless the demo stops first; an
-    /// error is said in the log.
-    pub(crate) async fn acquire(
+    /// Waits for `lock` in `mode` with `locks` (see [`Shared::acquire`]) and records the
+    /// grant: the guard, its hold and its token; `None` if the demo stopped or the acquire
+    /// failed (said in the log).
+    pub(crate) async fn take(
         &self,
         locks: &LockClient,
         worker: usize,
         lock: Lock,
         mode: Mode,
-    ) -> Acquired {
+    ) -> Option<(LockGuard, u64, i64)> {
+        let invoked_at = Instant::now();
+        let Acquired::Held(guard) = self.acquire(locks, worker, lock, mode).await else {
+            return None;
+        };
+        let hold = self.acquired(worker, lock, mode, &guard, invoked_at);
+        let token = guard.fencing_token();
+        Some((guard, hold, token))
+    }
+
+    /// Tells every worker to stop once it finishes what it holds (`stop`), says so, and
+    /// waits for `workers`.
+    ///
+    /// # Cancel safety
+    /// Dropped while waiting, the workers go on until they stop (the join set aborts them
+    /// when it is dropped).
+    pub(crate) async fn stop_all(
+        &self,
+        stop: &watch::Sender<bool>,
+        workers: &mut tokio::task::JoinSet<()>,
+    ) {
+        let _ = stop.send(true);
+        self.log.say(&format!(
+            "{:>8}        (time is up: every worker finishes what it holds, then stops)",
+            self.log.time(Instant::now())
+        ));
+        while workers.join_next().await.is_some() {}
+    }
+
+    /// Waits for `resource`'s lock in `mode` with `locks`, unless the demo stops first; an
+    /// error is said in the log.
+    async fn acquire(&self, locks: &LockClient, worker: usize, lock: Lock, mode: Mode) -> Acquired {
         match self.acquire_or_stop(locks, worker, lock, mode).await {
             None => Acquired::Stopped,
             Some(Ok(guard)) => Acquired::Held(guard),
@@ -357,15 +389,11 @@ pub(crate) fn crashing(shared: Shared, worker: usize, uri: String) -> std::threa
             let store = shared.store(&client);
             tokio::time::sleep(Duration::from_millis(100)).await;
             let (lock, mode) = (Lock::Config, Mode::Write);
-            let invoked_at = Instant::now();
-            let Acquired::Held(guard) = shared.acquire(&locks, worker, lock, mode).await else {
+            let Some((guard, hold, token)) = shared.take(&locks, worker, lock, mode).await else {
                 return;
             };
-            let hold = shared.acquired(worker, lock, mode, &guard, invoked_at);
             tokio::time::sleep(Duration::from_millis(200)).await;
-            shared
-                .write(&store, worker, lock, hold, guard.fencing_token(), false)
-                .await;
+            shared.write(&store, worker, lock, hold, token, false).await;
             tokio::time::sleep(Duration::from_millis(200)).await;
             // The process dies here. Its lease ends, by its own clock, at its local deadline:
             // when it would have been told, had it lived. No await from here on, so no
@@ -383,7 +411,7 @@ pub(crate) fn crashing(shared: Shared, worker: usize, uri: String) -> std::threa
 }
 
 /// What a worker's acquire came to.
-pub(crate) enum Acquired {
+enum Acquired {
     /// It holds the lock.
     Held(LockGuard),
     /// The demo is stopping.
@@ -404,12 +432,9 @@ pub(crate) async fn cut_off(shared: Shared, worker: usize, proxy: Arc<FaultProxy
     let store = shared.store(&client);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (lock, mode) = (Lock::Report, Mode::Mutex);
-    let invoked_at = Instant::now();
-    let Acquired::Held(guard) = shared.acquire(&locks, worker, lock, mode).await else {
+    let Some((guard, hold, token)) = shared.take(&locks, worker, lock, mode).await else {
         return;
     };
-    let hold = shared.acquired(worker, lock, mode, &guard, invoked_at);
-    let token = guard.fencing_token();
     tokio::time::sleep(Duration::from_millis(150)).await;
     shared.write(&store, worker, lock, hold, token, false).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
