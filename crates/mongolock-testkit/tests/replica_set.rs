@@ -599,17 +599,7 @@ fn secondary_preferred() -> mongodb::options::SelectionCriteria {
 
 /// Collection `d.{coll}` as member `index` holds it, by `_id`.
 async fn held_by(set: &ReplicaSet, index: usize, coll: &str) -> Vec<Document> {
-    use futures_util::TryStreamExt;
-    direct(set, index, true)
-        .database("d")
-        .collection::<Document>(coll)
-        .find(doc! {})
-        .sort(doc! {"_id": 1})
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap()
+    set::sorted(&direct(set, index, true), coll).await
 }
 
 /// Waits until member `index` has applied everything the primary wrote.

@@ -21,17 +21,7 @@ fn direct(set: &ReplicaSet, index: usize) -> Client {
 }
 
 async fn ids(client: &Client) -> Vec<Document> {
-    use futures_util::TryStreamExt;
-    client
-        .database("d")
-        .collection::<Document>("c")
-        .find(doc! {})
-        .sort(doc! {"_id": 1})
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap()
+    set::sorted(client, "c").await
 }
 
 /// A primary partitioned from the others, clients still reaching it, stays primary until it

@@ -42,17 +42,7 @@ async fn on_primary(client: &Client, session: &mut ClientSession, cmd: &Document
 
 /// The documents of `d.c` on member `index`.
 async fn docs(set: &ReplicaSet, index: usize) -> Vec<Document> {
-    use futures_util::TryStreamExt;
-    direct(set, index)
-        .database("d")
-        .collection::<Document>("c")
-        .find(doc! {})
-        .sort(doc! {"_id": 1})
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap()
+    set::sorted(&direct(set, index), "c").await
 }
 
 /// The fields of a write's reply that describe its outcome.

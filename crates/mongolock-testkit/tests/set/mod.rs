@@ -48,6 +48,21 @@ pub fn direct(set: &ReplicaSet, index: usize) -> Client {
     Client::with_options(options).unwrap()
 }
 
+/// Every document of collection `d.{coll}` as `client` reads it, by `_id`.
+pub async fn sorted(client: &Client, coll: &str) -> Vec<Document> {
+    use futures_util::TryStreamExt;
+    client
+        .database("d")
+        .collection::<Document>(coll)
+        .find(doc! {})
+        .sort(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
 /// The member's `hello` reply.
 pub async fn hello(client: &Client) -> Document {
     client
