@@ -23,8 +23,8 @@
 //!   server granted on that resource;
 //! - **unbelieved grants end**: a grant no holder ever believed in (its reply was lost, or
 //!   its client died while acquiring) ends, by withdrawal or by its TTL, within the acquire
-//!   timeout plus the TTL plus [`ORPHAN_SLACK`] of being granted (in server time), and has a
-//!   TTL at all;
+//!   timeout plus the workload's TTL (or its own TTL, if longer) plus [`ORPHAN_SLACK`] of
+//!   being granted (in server time), and has a TTL at all;
 //! - **no orphan outlives its holders**: once the last holder that believed in a grant
 //!   (matched by resource, lock id and token) stopped believing — it released or dropped the
 //!   guard, noticed the loss, died, or passed its local deadline while paused — the server
@@ -947,8 +947,8 @@ impl Granted {
 /// Replays the log and checks it against the history.
 ///
 /// `permits` gives the cap of each shared resource; `orphan_bound` is how long a grant
-/// nobody believed in may last (the acquire timeout plus the TTL; [`ORPHAN_SLACK`] is
-/// added); `holds`, the minimum hold each holder asked for (by holder id), for (S12).
+/// nobody believed in may last (the acquire timeout plus the TTL, or the grant's own TTL if
+/// longer; [`ORPHAN_SLACK`] is added); `holds`, the minimum hold each holder asked for (by holder id), for (S12).
 pub fn check(
     events: &[ServerEvent],
     history: &History,
@@ -1171,7 +1171,8 @@ pub fn check(
             ));
         }
     }
-    let bound_ms = (orphan_bound + ORPHAN_SLACK).as_millis() as i64;
+    let orphan_bound_ms = orphan_bound.as_millis() as i64;
+    let slack_ms = ORPHAN_SLACK.as_millis() as i64;
     for g in grants
         .iter()
         .filter(|g| !believed.contains(&(g.resource.as_str(), g.token)))
@@ -1181,6 +1182,9 @@ pub fn check(
             Some(end) => {
                 let life = end - g.at_ms;
                 out.longest_orphan_ms = out.longest_orphan_ms.max(life);
+                // A grant with a TTL longer than the workload's (the clock-step workload's
+                // 6 s, seed 41210) may live its own TTL: nobody renews it.
+                let bound_ms = orphan_bound_ms.max(g.ttl_ms.unwrap_or(0)) + slack_ms;
                 if life > bound_ms {
                     out.violations.push((
                         ServerCheck::Unbelieved,
@@ -2428,6 +2432,21 @@ mod tests {
         let stranded = renewals(12_000);
         assert_eq!(
             run(&stranded),
+            BTreeMap::from([(ServerCheck::Unbelieved, 1)])
+        );
+    }
+
+    #[test]
+    fn a_grant_nobody_believed_may_live_its_own_longer_ttl() {
+        let a = ObjectId::new();
+        // Its TTL, 15 s, is longer than the bound's 10 s (the clock-step workload's 6 s
+        // beside the workload's 1.5 s): it may live it, nobody renewing it.
+        let long = event(1_000, Some(entry(&a, 10, 1_000, 1_000, 16_000)), vec![]);
+        assert!(run(std::slice::from_ref(&long)).is_empty());
+        // Renewed past its own TTL, though nobody believed in it: past the bound.
+        let renewed = event(15_000, Some(entry(&a, 10, 1_000, 15_000, 30_000)), vec![]);
+        assert_eq!(
+            run(&[long, renewed]),
             BTreeMap::from([(ServerCheck::Unbelieved, 1)])
         );
     }
