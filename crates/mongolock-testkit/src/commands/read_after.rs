@@ -122,24 +122,29 @@ pub async fn wait(
         if (current.time, current.increment) >= (target.0.time, target.0.increment) {
             return Ok(());
         }
-        let left = match deadline {
-            Some(at) => match at.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => left,
-                _ => {
-                    return Err(wait_timed_out(
-                        rc.is_majority(),
-                        target,
-                        (current, UNINITIALIZED_TERM),
-                    ));
-                }
-            },
-            None => Duration::from_secs(3600),
+        let Some(left) = time_left(deadline) else {
+            return Err(wait_timed_out(
+                rc.is_majority(),
+                target,
+                (current, UNINITIALIZED_TERM),
+            ));
         };
         // Each write (and each reply) moves the cluster time on; look again after a write or
         // a short while.
         changes
             .wait_for_append(changes.last_seq(), left.min(Duration::from_millis(50)))
             .await;
+    }
+}
+
+/// How long a wait for the read concern may still take before `deadline` (the command's
+/// `maxTimeMS`; without one, an hour at a time); `None` once it has passed.
+pub fn time_left(deadline: Option<Instant>) -> Option<Duration> {
+    match deadline {
+        Some(at) => at
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero()),
+        None => Some(Duration::from_secs(3600)),
     }
 }
 

@@ -100,6 +100,16 @@ struct MemberInner {
     stepping_down: bool,
 }
 
+impl MemberInner {
+    /// How many of the set's oplog entries its majority reads and change streams see: the
+    /// commit point it knows, no further than what it shares with the set's history (a
+    /// diverged member: the common point) and than its own log holds.
+    fn commit_point(&self) -> usize {
+        let shared = self.diverged.as_ref().map_or(self.applied, |d| d.common);
+        self.known_commit.min(shared).min(self.seqs.len())
+    }
+}
+
 #[derive(Debug)]
 struct SetInner {
     term: i64,
@@ -260,11 +270,7 @@ impl SetShared {
             }
             let inner = &*inner;
             for (index, member) in inner.members.iter().enumerate() {
-                let shared = member
-                    .diverged
-                    .as_ref()
-                    .map_or(member.applied, |d| d.common);
-                let point = member.known_commit.min(shared).min(member.seqs.len());
+                let point = member.commit_point();
                 let Some(at) = point.checked_sub(1) else {
                     // Nothing committed yet: nothing to deliver.
                     points.push((index, 0, None));
@@ -682,15 +688,7 @@ impl SetShared {
         let (entries, rebuild) = {
             let inner = self.inner.lock();
             let member = &inner.members[index];
-            let shared = member
-                .diverged
-                .as_ref()
-                .map_or(member.applied, |d| d.common);
-            let point = member
-                .known_commit
-                .min(shared)
-                .min(member.seqs.len())
-                .min(inner.oplog.len());
+            let point = member.commit_point().min(inner.oplog.len());
             let snapshot = slot.get_or_insert_with(Snapshot::empty);
             let still_held = match (snapshot.applied.checked_sub(1), snapshot.last) {
                 (None, _) => true,
@@ -1210,14 +1208,7 @@ impl Replica {
     fn reached_op_time(&self, inner: &SetInner, majority: bool) -> (bson::Timestamp, i64) {
         let member = &inner.members[self.index];
         let entry = if majority {
-            let shared = member
-                .diverged
-                .as_ref()
-                .map_or(member.applied, |d| d.common);
-            let point = (member.known_commit)
-                .min(shared)
-                .min(member.seqs.len())
-                .min(inner.oplog.len());
+            let point = member.commit_point().min(inner.oplog.len());
             point.checked_sub(1).and_then(|i| inner.oplog.get(i))
         } else {
             let applied = member.applied.min(inner.oplog.len());
@@ -1263,7 +1254,7 @@ impl Replica {
         majority: bool,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        use crate::commands::read_after::{op_time_reached, wait_timed_out};
+        use crate::commands::read_after::{op_time_reached, time_left, wait_timed_out};
         let mut changed = self.set.changed.subscribe();
         let rollbacks = self.set.inner.lock().members[self.index].rollbacks;
         loop {
@@ -1282,12 +1273,8 @@ impl Replica {
                 }
                 reached
             };
-            let left = match deadline {
-                Some(at) => match at.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => left,
-                    _ => return Err(wait_timed_out(majority, target, reached)),
-                },
-                None => Duration::from_secs(3600),
+            let Some(left) = time_left(deadline) else {
+                return Err(wait_timed_out(majority, target, reached));
             };
             tokio::select! {
                 _ = changed.changed() => {}
