@@ -284,7 +284,7 @@ impl ChangeStream {
         let token = token.to_document();
         let mut out = doc! {
             "_id": token.clone(),
-            "operationType": "",
+            "operationType": event.kind.operation_type(),
             "clusterTime": event.cluster_time,
             "wallTime": event.wall_time,
         };
@@ -299,7 +299,6 @@ impl ChangeStream {
             ChangeKind::Insert { doc } => {
                 let doc = unstored(doc);
                 let key = doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)};
-                out.insert("operationType", "insert");
                 out.insert("fullDocument", doc);
                 out.insert("ns", ns);
                 out.insert("documentKey", key);
@@ -307,7 +306,6 @@ impl ChangeStream {
             ChangeKind::Replace { doc, pre_image } => {
                 let doc = unstored(doc);
                 let key = doc! {"_id": doc.get("_id").cloned().unwrap_or(Bson::Null)};
-                out.insert("operationType", "replace");
                 out.insert("fullDocument", doc);
                 out.insert("ns", ns);
                 out.insert("documentKey", key);
@@ -319,7 +317,6 @@ impl ChangeStream {
                 pre_image,
                 post_image,
             } => {
-                out.insert("operationType", "update");
                 match (self.full_document, post_image) {
                     (FullDocument::Default, _) => {}
                     (FullDocument::UpdateLookup, _) => {
@@ -355,18 +352,15 @@ impl ChangeStream {
                 self.add_pre_image(&mut out, pre_image, event)?;
             }
             ChangeKind::Delete { id, pre_image } => {
-                out.insert("operationType", "delete");
                 out.insert("ns", ns);
                 out.insert("documentKey", doc! {"_id": id.clone()});
                 self.add_pre_image(&mut out, pre_image, event)?;
             }
             ChangeKind::Drop => {
-                out.insert("operationType", "drop");
                 out.insert("ns", ns);
                 invalidate = matches!(self.scope, Scope::Collection { .. });
             }
             ChangeKind::DropDatabase => {
-                out.insert("operationType", "dropDatabase");
                 out.insert("ns", doc! {"db": event.db.clone()});
                 invalidate = !matches!(self.scope, Scope::Cluster);
             }
@@ -376,7 +370,6 @@ impl ChangeStream {
                 drop_target,
             } => {
                 let to = doc! {"db": to_db.clone(), "coll": to_coll.clone()};
-                out.insert("operationType", "rename");
                 out.insert("ns", ns);
                 out.insert("to", to.clone());
                 if self.expanded {
@@ -389,22 +382,14 @@ impl ChangeStream {
                 invalidate = matches!(self.scope, Scope::Collection { .. });
             }
             ChangeKind::Create { description } => {
-                out.insert("operationType", "create");
                 out.insert("ns", ns);
                 out.insert("operationDescription", description.clone());
             }
             ChangeKind::CreateIndexes { indexes } | ChangeKind::DropIndexes { indexes } => {
-                let kind = if matches!(event.kind, ChangeKind::CreateIndexes { .. }) {
-                    "createIndexes"
-                } else {
-                    "dropIndexes"
-                };
-                out.insert("operationType", kind);
                 out.insert("ns", ns);
                 out.insert("operationDescription", doc! {"indexes": indexes.clone()});
             }
             ChangeKind::Modify { description } => {
-                out.insert("operationType", "modify");
                 out.insert("ns", ns);
                 out.insert("operationDescription", description.clone());
             }

@@ -535,26 +535,13 @@ impl ReplicaSet {
     /// `src/mongo/db/pipeline/change_stream_event_transform.cpp`, `kWallClockTimeFieldName`)
     /// and its cluster time (`ts`).
     pub fn oplog(&self, db: &str, coll: &str) -> Vec<OplogEntry> {
-        use crate::engine::changes::ChangeKind;
-        let id = |doc: &bson::RawDocumentBuf| {
-            doc.get("_id")
-                .ok()
-                .flatten()
-                .and_then(|v| v.to_raw_bson().try_into().ok())
-        };
         (self.set.oplog().into_iter())
             .filter(|(_, e)| e.db == db && e.coll == coll)
             .map(|(term, e)| OplogEntry {
                 term,
                 cluster_time: e.cluster_time,
                 wall_time: e.wall_time,
-                id: match &e.kind {
-                    ChangeKind::Insert { doc } | ChangeKind::Replace { doc, .. } => id(doc),
-                    ChangeKind::Update { id, .. } | ChangeKind::Delete { id, .. } => {
-                        Some(id.clone())
-                    }
-                    _ => None,
-                },
+                id: e.kind.document_id(),
             })
             .collect()
     }
