@@ -38,6 +38,19 @@ impl Command {
                 .is_some_and(|stage| stage.contains_key("$changeStream"))
     }
 
+    /// The id of the cursor a successful `aggregate` opened (a change stream's included).
+    pub fn opened_cursor(&self) -> Option<i64> {
+        let cursor = self.reply.as_ref()?.get_document("cursor").ok()?;
+        cursor.get_i64("id").ok().filter(|id| *id != 0)
+    }
+
+    /// The cursor a `getMore` reads.
+    pub fn reads_cursor(&self) -> Option<i64> {
+        (self.name == "getMore")
+            .then(|| self.body.get_i64("getMore").ok())
+            .flatten()
+    }
+
     /// Whether this is a stream read whose reply carries an event about `resource`.
     pub fn delivered(&self, resource: &str) -> bool {
         let Some(cursor) = self
@@ -119,6 +132,11 @@ impl Recorder {
             .into_iter()
             .map(|c| (c.name, c.body))
             .collect()
+    }
+
+    /// Takes the commands recorded so far, whole.
+    pub fn take_commands(&self) -> Vec<Command> {
+        std::mem::take(&mut *self.commands.lock().unwrap())
     }
 
     /// The names of the commands recorded so far (see [`Recorder::take`]).
