@@ -694,6 +694,7 @@ async fn stale_cache() -> Result<ControlResult, Box<dyn std::error::Error>> {
             from: now,
             at: now,
             leader: first.as_ref().map(SeenLeader::of),
+            served: None,
         });
         resign(&recorder, b, b_log).await;
         Ok::<(), Box<dyn std::error::Error>>(())
@@ -732,6 +733,7 @@ async fn next_term() -> Result<ControlResult, Box<dyn std::error::Error>> {
                 term: l.term() + 1,
                 ..SeenLeader::of(l)
             }),
+            served: None,
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -396,6 +396,7 @@ struct Inner {
     acquire_calls: Vec<AcquireCall>,
     server_clock: Vec<(Instant, i64)>,
     server_offsets: Vec<(Instant, i64)>,
+    set_events: Vec<(Instant, String)>,
     campaigns: Vec<CampaignLog>,
     proclaims: Vec<ProclaimLog>,
     observations: Vec<Observation>,
@@ -553,6 +554,12 @@ impl Recorder {
         self.with(|i| i.server_offsets.push((at, offset_ms)));
     }
 
+    /// Logs what the failover nemesis did to the set at our instant `at`, in words
+    /// ([`History::set_events`]).
+    pub fn set_event(&self, at: Instant, what: String) {
+        self.with(|i| i.set_events.push((at, what)));
+    }
+
     /// The server's clock at our instant `t`, from the readings so far (see
     /// [`History::server_ms`]).
     pub fn server_ms(&self, t: Instant) -> Option<i64> {
@@ -652,6 +659,7 @@ impl Recorder {
             acquire_calls: i.acquire_calls.clone(),
             server_clock: i.server_clock.clone(),
             server_offsets: i.server_offsets.clone(),
+            set_events: i.set_events.clone(),
             campaigns: i.campaigns.clone(),
             proclaims: i.proclaims.clone(),
             observations: i.observations.clone(),

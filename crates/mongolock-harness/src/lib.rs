@@ -198,6 +198,14 @@ impl Stage {
         }
     }
 
+    /// The options of [`Stage::new_client`]'s clients.
+    fn client_options(&self) -> mongodb::options::ClientOptions {
+        match self {
+            Stage::Single(server) => server.client_options(),
+            Stage::Set(stage) => stage.client_options(),
+        }
+    }
+
     /// The address the fleet's proxies forward to.
     fn addr(&self) -> std::net::SocketAddr {
         match self {
@@ -253,7 +261,7 @@ async fn run_on(
     };
     read_clock();
     let mut observers = observers::Observers::start_on(
-        &|| stage.new_client(),
+        &|| stage.client_options(),
         stage.addr(),
         &workload.pool(Mode::Election),
         &recorder,
@@ -741,6 +749,12 @@ fn explain(history: &history::History, outcome: &check::Outcome) {
     eprintln!("operator actions and clock moves (kind, start, end):");
     for op in &history.ops {
         eprintln!("  {:?} {} {}", op.kind, ms(op.start), ms(op.end));
+    }
+    if !history.set_events.is_empty() {
+        eprintln!("the failover nemesis (at, what):");
+        for (at, what) in &history.set_events {
+            eprintln!("  {} {what}", ms(*at));
+        }
     }
     if !history.server_offsets.is_empty() {
         eprintln!("the primary's clock ahead of the set's (from, ms):");

@@ -20,6 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use mongodb::event::EventHandler;
+use mongodb::event::command::CommandEvent;
+use mongodb::options::ClientOptions;
 use mongolock::{Election, LockClient};
 use mongolock_testkit::{FaultProxy, TestServer};
 use rand::rngs::StdRng;
@@ -65,7 +68,7 @@ impl Observers {
         seed: u64,
     ) -> Result<Observers, Box<dyn std::error::Error>> {
         Self::start_on(
-            &|| server.new_client(),
+            &|| server.client_options(),
             server.addr(),
             elections,
             recorder,
@@ -74,14 +77,14 @@ impl Observers {
         .await
     }
 
-    /// As [`Observers::start`], with direct observers on clients from `new_client` and the
+    /// As [`Observers::start`], with direct observers on clients built with `client_options` and the
     /// shaky proxies in front of `upstream` (on a replica set: clients that discover the
     /// set, and the router that follows its primary, [`crate::replset::Router`]).
     ///
     /// # Errors
     /// A proxy could not bind.
     pub async fn start_on(
-        new_client: &(dyn Fn() -> mongodb::Client + Sync),
+        client_options: &(dyn Fn() -> ClientOptions + Sync),
         upstream: std::net::SocketAddr,
         elections: &[String],
         recorder: &Recorder,
@@ -91,7 +94,9 @@ impl Observers {
         let mut tasks = Vec::new();
         let mut shakers = Vec::new();
         let mut proxies = Vec::new();
-        let direct = || LockClient::new(new_client().database(DB).collection(COLLECTION));
+        let on =
+            |client: mongodb::Client| LockClient::new(client.database(DB).collection(COLLECTION));
+        let direct = || on(mongodb::Client::with_options(client_options()).expect("valid options"));
         for (e, resource) in elections.iter().enumerate() {
             for s in 0..STREAMS {
                 let observer = e * STREAMS + s;
@@ -108,9 +113,12 @@ impl Observers {
                 let election = locks.election(resource.clone());
                 tasks.push(tokio::spawn(follow(election, observer, recorder.clone())));
             }
-            let locks = direct();
+            let served = ServedBy::default();
+            let mut options = client_options();
+            options.command_event_handler = Some(served.handler());
+            let locks = on(mongodb::Client::with_options(options)?);
             let election = locks.election(resource.clone());
-            tasks.push(tokio::spawn(poll(election, e, recorder.clone())));
+            tasks.push(tokio::spawn(poll(election, e, served, recorder.clone())));
         }
         Ok(Observers {
             tasks,
@@ -187,6 +195,7 @@ pub(crate) async fn follow_keeping(
                 from,
                 at,
                 leader: leader.as_ref().map(SeenLeader::of),
+                served: None,
             }),
             Err(_) => recorder.observer_error(),
         }
@@ -194,12 +203,74 @@ pub(crate) async fn follow_keeping(
     }
 }
 
-/// Reads `election`'s leader every [`POLL_EVERY`], logging every answer.
-async fn poll(election: Election, observer: usize, recorder: Recorder) {
+/// How the poller's last read was served, from its client's command monitoring: the member
+/// that answered its `aggregate`, the reply's `operationTime` (on a majority read, the
+/// snapshot's last write) and the rows it returned, or the error. The poller's reads are
+/// one at a time, so the last reply is the last read's.
+#[derive(Clone, Default)]
+struct ServedBy(Arc<std::sync::Mutex<Option<String>>>);
+
+impl ServedBy {
+    /// The command monitor that records the poller's replies.
+    fn handler(&self) -> EventHandler<CommandEvent> {
+        let last = self.0.clone();
+        EventHandler::callback(move |event: CommandEvent| {
+            let told = match event {
+                CommandEvent::Succeeded(done) if done.command_name == "aggregate" => {
+                    let rows = done
+                        .reply
+                        .get_document("cursor")
+                        .and_then(|cursor| cursor.get_array("firstBatch"))
+                        .map(|rows| {
+                            rows.iter()
+                                .filter_map(bson::Bson::as_document)
+                                .map(|row| {
+                                    format!(
+                                        "{} {}",
+                                        row.get("lockId").map_or("-".into(), ToString::to_string),
+                                        row.get("remainingMs")
+                                            .map_or("-".into(), ToString::to_string)
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default();
+                    format!(
+                        "{} answered, operationTime {}, rows {rows:?}",
+                        done.connection.address,
+                        done.reply
+                            .get("operationTime")
+                            .map_or("-".into(), ToString::to_string),
+                    )
+                }
+                CommandEvent::Failed(failed) if failed.command_name == "aggregate" => {
+                    format!("{} failed: {}", failed.connection.address, failed.failure)
+                }
+                _ => return,
+            };
+            *last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(told);
+        })
+    }
+
+    /// Takes the last read's account.
+    fn take(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// Reads `election`'s leader every [`POLL_EVERY`], logging every answer with how it was
+/// served.
+async fn poll(election: Election, observer: usize, served: ServedBy, recorder: Recorder) {
     let resource = election.name().to_owned();
     loop {
         tokio::time::sleep(POLL_EVERY).await;
         let from = Instant::now();
+        served.take();
         let read = election.leader().await;
         let at = Instant::now();
         match read {
@@ -210,6 +281,7 @@ async fn poll(election: Election, observer: usize, recorder: Recorder) {
                 from,
                 at,
                 leader: leader.as_ref().map(SeenLeader::of),
+                served: served.take(),
             }),
             Err(_) => recorder.observer_error(),
         }

@@ -417,6 +417,11 @@ impl SetStage {
         self.set.new_client()
     }
 
+    /// The options of [`SetStage::new_client`]'s clients.
+    pub fn client_options(&self) -> mongodb::options::ClientOptions {
+        self.set.client_options()
+    }
+
     /// Stops the set.
     pub async fn shutdown(self) {
         drop(self.router);
@@ -464,6 +469,10 @@ impl Nemesis {
     /// A nemesis on `stage`'s set whose choices follow `seed`, recording in `recorder` for
     /// `clients` clients.
     pub fn new(stage: &SetStage, seed: u64, recorder: &Recorder, clients: usize) -> Nemesis {
+        let members = (0..stage.set.len())
+            .map(|i| format!("{i} at {}", stage.set.member(i).addr()))
+            .collect::<Vec<_>>();
+        recorder.set_event(Instant::now(), format!("members: {}", members.join(", ")));
         Nemesis {
             set: stage.set.clone(),
             router: stage.router.clone(),
@@ -532,6 +541,10 @@ impl Nemesis {
         }
         self.router.retarget(primary);
         self.stats.primary_changes += 1;
+        self.log(format!(
+            "primary now member {primary} (term {}), last seen member {old}",
+            self.set.term()
+        ));
         let step = self.offsets[primary] - self.offsets[old];
         // The new primary may have served the clients that discover the set themselves
         // since the old one was last seen primary (the nemesis looks every 10 ms, and not
@@ -570,12 +583,18 @@ impl Nemesis {
 
     /// Sets member `member`'s clock offset, recording the step if it is the primary's.
     fn set_offset(&mut self, member: usize, offset_ms: i64) {
+        self.log(format!("member {member}'s clock offset {offset_ms} ms"));
         let step = offset_ms - self.offsets[member];
         self.offsets[member] = offset_ms;
         self.set.set_clock_offset(member, offset_ms);
         if member == self.router.target() {
             self.primary_clock_step(step, Instant::now());
         }
+    }
+
+    /// Logs what was done or seen, now ([`Recorder::set_event`]).
+    fn log(&self, what: String) {
+        self.recorder.set_event(Instant::now(), what);
     }
 
     /// Records fault `kind` for every client, from `start` to now.
@@ -617,6 +636,7 @@ impl Nemesis {
         };
         match kind {
             Failover::StepDown => {
+                self.log(format!("member {primary} asked to step down"));
                 let command = doc! {"replSetStepDown": 3, "secondaryCatchUpPeriodSecs": 2};
                 let done = self.admin.run_command(command).await;
                 let after = self.set.wait_for_primary(Duration::from_secs(3)).await;
@@ -630,6 +650,7 @@ impl Nemesis {
             }
             Failover::StopRestart => {
                 self.set.stop(primary);
+                self.log(format!("member {primary} (primary) stopped"));
                 self.stats.stops += 1;
                 let hold = Duration::from_millis(self.rng.random_range(800..=2_000));
                 self.owed
@@ -637,6 +658,9 @@ impl Nemesis {
             }
             Failover::PrimaryPartition => {
                 self.set.partition(primary);
+                self.log(format!(
+                    "member {primary} (primary) partitioned from the others"
+                ));
                 self.stats.partitions += 1;
                 let hold = Duration::from_millis(self.rng.random_range(1_000..=2_500));
                 self.owed
@@ -651,6 +675,10 @@ impl Nemesis {
                     self.rng.random_range(0..self.set.len())
                 };
                 if self.offsets[member] != 0 {
+                    self.log(format!(
+                        "member {member}'s clock offset left at {} ms",
+                        self.offsets[member]
+                    ));
                     return;
                 }
                 let magnitude = self.rng.random_range(1_000..=5_000);
@@ -669,6 +697,7 @@ impl Nemesis {
                 let member = self.rng.random_range(0..self.set.len());
                 let lag = Duration::from_millis(self.rng.random_range(20..=300));
                 self.set.set_lag(member, lag);
+                self.log(format!("member {member} lags {} ms", lag.as_millis()));
                 self.stats.lag_changes += 1;
                 let hold = Duration::from_millis(self.rng.random_range(1_000..=4_000));
                 self.owed
@@ -687,6 +716,7 @@ impl Nemesis {
         for (_, heal, kind, start) in due {
             match heal {
                 Heal::Restart(member) => {
+                    self.log(format!("member {member} restarted"));
                     self.set.restart(member);
                     self.stats.restarts += 1;
                 }
@@ -694,10 +724,14 @@ impl Nemesis {
                     if self.set.primary().is_some_and(|p| p != member) {
                         self.stats.partitions_elected += 1;
                     }
+                    self.log(format!("member {member} rejoined"));
                     self.set.heal(member);
                 }
                 Heal::Offset(member) => self.set_offset(member, 0),
-                Heal::Lag(member) => self.set.set_lag(member, BASE_LAG),
+                Heal::Lag(member) => {
+                    self.log(format!("member {member} lag back to the base"));
+                    self.set.set_lag(member, BASE_LAG);
+                }
             }
             self.follow();
             self.record(kind, start);

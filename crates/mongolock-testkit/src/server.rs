@@ -279,7 +279,13 @@ impl TestServer {
 
     /// A new driver client with its own connection pool.
     pub fn new_client(&self) -> mongodb::Client {
-        let options = mongodb::options::ClientOptions::builder()
+        mongodb::Client::with_options(self.client_options()).expect("client options are valid")
+    }
+
+    /// The options [`TestServer::new_client`] builds its clients with, for a client that
+    /// needs one more (a command monitor, say).
+    pub fn client_options(&self) -> mongodb::options::ClientOptions {
+        mongodb::options::ClientOptions::builder()
             .hosts(vec![mongodb::options::ServerAddress::Tcp {
                 host: "127.0.0.1".into(),
                 port: Some(self.addr.port()),
@@ -290,8 +296,7 @@ impl TestServer {
                 Some(REPLICA_SET_NAME.to_string())
             })
             .server_selection_timeout(Duration::from_secs(10))
-            .build();
-        mongodb::Client::with_options(options).expect("client options are valid")
+            .build()
     }
 
     /// The server clock.

@@ -1150,7 +1150,10 @@ impl<'a> Checker<'a> {
             },
             self.ms(o.at),
             self.ms(o.from)
-        );
+        ) + &o
+            .served
+            .as_ref()
+            .map_or(String::new(), |served| format!(" [{served}]"));
         let Some(seen) = &o.leader else {
             let led = leaders.iter().find(|l| {
                 l.granted_at < o.from
@@ -2292,6 +2295,7 @@ mod tests {
                 value: value.into(),
                 lock_id: lock_id.into(),
             }),
+            served: None,
         }
     }
 

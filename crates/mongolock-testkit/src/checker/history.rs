@@ -854,6 +854,9 @@ pub struct Observation {
     pub at: Instant,
     /// The leader, or `None`: nobody led.
     pub leader: Option<SeenLeader>,
+    /// How the read was served, where the observer knows (the member that answered, the
+    /// snapshot, the rows): printed with a report on the read.
+    pub served: Option<String>,
 }
 
 /// A fresh `Election::leader()` read at the end of a run, once the election was quiet, with
@@ -916,6 +919,9 @@ pub struct History {
     /// most between two instants. Empty on one server (offset 0 throughout), where nothing
     /// changes.
     pub server_offsets: Vec<(Instant, i64)>,
+    /// On a replica set: what the failover nemesis did to the set and each change of
+    /// primary it saw, in words, for reading a report by (no check judges them).
+    pub set_events: Vec<(Instant, String)>,
     /// The campaigns in elections, as they began.
     pub campaigns: Vec<CampaignLog>,
     /// The leaders' proclaims.
@@ -950,6 +956,7 @@ impl History {
             acquire_calls: Vec::new(),
             server_clock: Vec::new(),
             server_offsets: Vec::new(),
+            set_events: Vec::new(),
             campaigns: Vec::new(),
             proclaims: Vec::new(),
             observations: Vec::new(),

@@ -423,7 +423,13 @@ impl ReplicaSet {
     /// A new driver client on the set (seeded with every member, `replicaSet` set), with
     /// its own connection pool.
     pub fn new_client(&self) -> mongodb::Client {
-        let options = mongodb::options::ClientOptions::builder()
+        mongodb::Client::with_options(self.client_options()).expect("client options are valid")
+    }
+
+    /// The options [`ReplicaSet::new_client`] builds its clients with, for a client that
+    /// needs one more (a command monitor, say).
+    pub fn client_options(&self) -> mongodb::options::ClientOptions {
+        mongodb::options::ClientOptions::builder()
             .hosts(
                 self.servers
                     .iter()
@@ -435,8 +441,7 @@ impl ReplicaSet {
             )
             .repl_set_name(Some(REPLICA_SET_NAME.to_string()))
             .server_selection_timeout(Duration::from_secs(10))
-            .build();
-        mongodb::Client::with_options(options).expect("client options are valid")
+            .build()
     }
 
     /// The number of members.
