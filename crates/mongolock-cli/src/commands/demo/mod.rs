@@ -140,116 +140,34 @@ async fn first_scene(
     target: &Target,
     out: Output,
 ) -> anyhow::Result<verify::Report> {
-    let (uri, client, prefix, server_kind) = match target {
-        Target::Emulator { server, .. } => {
-            (server.uri(), server.client(), String::new(), "emulator")
-        }
-        Target::Remote { uri } => {
-            let client = crate::uri::client(uri, global.connect_timeout).await?;
-            let run_id = bson::oid::ObjectId::new().to_hex();
-            (
-                uri.clone(),
-                client,
-                format!("mongolock-demo-{}/", &run_id[16..]),
-                "uri",
-            )
-        }
-    };
-
+    let connected = Connected::to(target, global).await?;
     let start = Instant::now();
-    // The emulator's clock is this machine's wall clock: read both clocks at one moment to
-    // place the server's grant times on the monotonic clock the log uses.
-    let server_clock = match target {
-        Target::Emulator { server, .. } => {
-            Some((Instant::now(), server.clock().now().timestamp_millis()))
-        }
-        Target::Remote { .. } => None,
-    };
     let log = Arc::new(Log::new(start, out));
     let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Shared {
         log: log.clone(),
-        prefix: prefix.clone(),
+        prefix: connected.prefix.clone(),
         stop: stop_rx,
-        server_clock,
+        server_clock: target.server_clock(),
         db: global.db.clone(),
         collection: global.collection.clone(),
     };
-
-    let setup = shared.lock_client(&client);
+    let setup = shared.lock_client(&connected.client);
     setup
         .create_indexes()
         .await
         .context("cannot create the lock collection's indexes")?;
-    let store = shared.store(&client);
+    let store = shared.store(&connected.client);
     store.reset().await?;
 
     let n = args.workers;
-    let (cut_worker, crash_worker) = (n - 1, n);
-    let mut skipped = Vec::new();
-    introduce(&log, target, global, n, args.seconds, &prefix);
-    if matches!(target, Target::Remote { .. }) {
-        skipped.push(
-            "the network cut: it needs the embedded emulator's fault proxy (run without --uri to see it)"
-                .to_owned(),
-        );
-        skipped.push(
-            "the failover: it needs the embedded emulator's replica set (the demo never steps down a deployment's primary)"
-                .to_owned(),
-        );
-    }
-
-    // Start everyone.
-    let mut tasks = tokio::task::JoinSet::new();
-    let ordinary = match target {
-        Target::Emulator { .. } => 1..cut_worker,
-        Target::Remote { .. } => 1..crash_worker,
-    };
-    for worker in ordinary {
-        // Each worker is its own host: its own driver client and connection pool, not one
-        // pool shared by every worker (each lock client keeps a change stream open, and that
-        // holds one of its pool's connections).
-        let own = match target {
-            Target::Emulator { server, .. } => server.new_client(),
-            Target::Remote { uri } => crate::uri::client(uri, global.connect_timeout).await?,
-        };
-        tasks.spawn(workers::ordinary(shared.clone(), worker, own));
-    }
-    let cut_task = match target {
-        Target::Emulator { proxy, .. } => Some(tokio::spawn(workers::cut_off(
-            shared.clone(),
-            cut_worker,
-            proxy.clone(),
-        ))),
-        Target::Remote { .. } => None,
-    };
-    let crash_thread = workers::crashing(shared.clone(), crash_worker, uri);
-
-    // Run for the time asked, and on until the crash and the cut have played out.
-    tokio::time::sleep_until((start + Duration::from_secs(args.seconds)).into()).await;
-    let give_up = Instant::now() + SCENARIO_GRACE;
-    let mut said = false;
-    loop {
-        let cut_done = cut_task.as_ref().is_none_or(|t| t.is_finished());
-        let crash_done = crash_thread.is_finished() && crash_taken_over(&log, crash_worker);
-        if (cut_done && crash_done) || Instant::now() >= give_up {
-            break;
-        }
-        if !said {
-            log.say(&format!(
-                "{:>8}        (time is up; waiting for the crash and the cut to play out)",
-                log.time(Instant::now())
-            ));
-            said = true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    shared.stop_all(&stop_tx, &mut tasks).await;
-    if let Some(task) = cut_task {
-        task.abort();
-        let _ = task.await;
-    }
-    let _ = tokio::task::spawn_blocking(move || crash_thread.join()).await;
+    introduce(&log, target, global, n, args.seconds, &connected.prefix);
+    let mut skipped = target.skipped();
+    let cast = Cast::start(&shared, target, global, n, connected.uri).await?;
+    cast.play_out(&log, start + Duration::from_secs(args.seconds))
+        .await;
+    let crash_worker = cast.crash_worker;
+    cast.stop(&shared, &stop_tx).await;
     let finish = Instant::now();
 
     let mut accepted = HashMap::new();
@@ -261,12 +179,164 @@ async fn first_scene(
             "the crash: w{crash_worker} did not get the config's write lock in time"
         ));
     }
-    let report = verify::verify(&log, finish, &accepted, server_kind, n, skipped);
+    let report = verify::verify(&log, finish, &accepted, connected.kind, n, skipped);
     if let Target::Remote { .. } = target {
         let _ = store.remove().await;
         let _ = tokio::time::timeout(Duration::from_secs(5), setup.shutdown()).await;
     }
     Ok(report)
+}
+
+/// The first scene's connection to its target.
+struct Connected {
+    /// The target's connection string (the crashing worker, in a runtime of its own,
+    /// connects anew).
+    uri: String,
+    /// The setup's client (indexes, the guarded store).
+    client: mongodb::Client,
+    /// What every resource name starts with: nothing on the emulator, the run's own prefix
+    /// on a shared deployment.
+    prefix: String,
+    /// The server's kind, for the report.
+    kind: &'static str,
+}
+
+impl Connected {
+    /// Connects to `target`.
+    async fn to(target: &Target, global: &Global) -> anyhow::Result<Connected> {
+        Ok(match target {
+            Target::Emulator { server, .. } => Connected {
+                uri: server.uri(),
+                client: server.client(),
+                prefix: String::new(),
+                kind: "emulator",
+            },
+            Target::Remote { uri } => {
+                let client = crate::uri::client(uri, global.connect_timeout).await?;
+                let run_id = bson::oid::ObjectId::new().to_hex();
+                Connected {
+                    uri: uri.clone(),
+                    client,
+                    prefix: format!("mongolock-demo-{}/", &run_id[16..]),
+                    kind: "uri",
+                }
+            }
+        })
+    }
+}
+
+impl Target {
+    /// On the emulator, whose clock is this machine's wall clock: both clocks read at one
+    /// moment, to place the server's grant times on the monotonic clock the log uses.
+    fn server_clock(&self) -> Option<(Instant, i64)> {
+        match self {
+            Target::Emulator { server, .. } => {
+                Some((Instant::now(), server.clock().now().timestamp_millis()))
+            }
+            Target::Remote { .. } => None,
+        }
+    }
+
+    /// What the demo cannot show on this target, and why.
+    fn skipped(&self) -> Vec<String> {
+        match self {
+            Target::Emulator { .. } => Vec::new(),
+            Target::Remote { .. } => vec![
+                "the network cut: it needs the embedded emulator's fault proxy (run without --uri to see it)"
+                    .to_owned(),
+                "the failover: it needs the embedded emulator's replica set (the demo never steps down a deployment's primary)"
+                    .to_owned(),
+            ],
+        }
+    }
+}
+
+/// The first scene's workers, running: the ordinary ones, the one cut off (on the
+/// emulator) and the one that crashes.
+struct Cast {
+    ordinary: tokio::task::JoinSet<()>,
+    cut: Option<tokio::task::JoinHandle<()>>,
+    crash: std::thread::JoinHandle<()>,
+    /// The worker that crashes (the last one).
+    crash_worker: usize,
+}
+
+impl Cast {
+    /// Starts `workers` workers on `target`: w1 to the one before the last are ordinary
+    /// (on the emulator the one before the last is cut off instead), the last one crashes.
+    async fn start(
+        shared: &Shared,
+        target: &Target,
+        global: &Global,
+        workers: usize,
+        uri: String,
+    ) -> anyhow::Result<Cast> {
+        let (cut_worker, crash_worker) = (workers - 1, workers);
+        let mut ordinary = tokio::task::JoinSet::new();
+        let range = match target {
+            Target::Emulator { .. } => 1..cut_worker,
+            Target::Remote { .. } => 1..crash_worker,
+        };
+        for worker in range {
+            // Each worker is its own host: its own driver client and connection pool, not
+            // one pool shared by every worker (each lock client keeps a change stream open,
+            // and that holds one of its pool's connections).
+            let own = match target {
+                Target::Emulator { server, .. } => server.new_client(),
+                Target::Remote { uri } => crate::uri::client(uri, global.connect_timeout).await?,
+            };
+            ordinary.spawn(workers::ordinary(shared.clone(), worker, own));
+        }
+        let cut = match target {
+            Target::Emulator { proxy, .. } => Some(tokio::spawn(workers::cut_off(
+                shared.clone(),
+                cut_worker,
+                proxy.clone(),
+            ))),
+            Target::Remote { .. } => None,
+        };
+        let crash = workers::crashing(shared.clone(), crash_worker, uri);
+        Ok(Cast {
+            ordinary,
+            cut,
+            crash,
+            crash_worker,
+        })
+    }
+
+    /// Runs until `until`, and on until the crash and the cut have played out (at most
+    /// [`SCENARIO_GRACE`] more).
+    async fn play_out(&self, log: &Log, until: Instant) {
+        tokio::time::sleep_until(until.into()).await;
+        let give_up = Instant::now() + SCENARIO_GRACE;
+        let mut said = false;
+        loop {
+            let cut_done = self.cut.as_ref().is_none_or(|t| t.is_finished());
+            let crash_done = self.crash.is_finished() && crash_taken_over(log, self.crash_worker);
+            if (cut_done && crash_done) || Instant::now() >= give_up {
+                return;
+            }
+            if !said {
+                log.say(&format!(
+                    "{:>8}        (time is up; waiting for the crash and the cut to play out)",
+                    log.time(Instant::now())
+                ));
+                said = true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops every worker and waits for them.
+    async fn stop(mut self, shared: &Shared, stop: &watch::Sender<bool>) {
+        shared.stop_all(stop, &mut self.ordinary).await;
+        if let Some(task) = self.cut {
+            task.abort();
+            let _ = task.await;
+        }
+        let crash = self.crash;
+        let _ = tokio::task::spawn_blocking(move || crash.join()).await;
+    }
 }
 
 /// Whether someone took the config over after the crashed worker.
