@@ -689,7 +689,9 @@ impl LockClient {
     }
 
     /// Creates the indexes the lock commands use, and the TTL index that deletes idle resource
-    /// documents after the retention period. Idempotent: call it at start-up. One round trip.
+    /// documents after the retention period. Idempotent: call it at start-up. Two round trips:
+    /// the [`check_server`](LockClient::check_server) `update` (it matches nothing), then one
+    /// `createIndexes`.
     ///
     /// Changing the retention of an existing collection fails (the server refuses a TTL index
     /// that differs only in its options); drop the index `idleSince_ttl` first.
@@ -739,6 +741,8 @@ impl LockClient {
     ///   over-long resource or lock id, or a TTL of zero or above [`MAX_TTL`](crate::MAX_TTL);
     /// - [`ErrorKind::UnexpectedDocument`](crate::ErrorKind::UnexpectedDocument) when the
     ///   resource's document is not a lock document;
+    /// - [`ErrorKind::Sealed`](crate::ErrorKind::Sealed) when the resource refuses new
+    ///   attempts until the time it names;
     /// - [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) and
     ///   [`ErrorKind::Database`](crate::ErrorKind::Database), where
     ///   [`Error::is_outcome_unknown`] says whether the lock may have been granted.
@@ -819,7 +823,8 @@ impl LockClient {
     /// Sends one acquire attempt and reports every outcome as a value (see [`Attempt`]):
     /// granted to this attempt, already held by this lock id, held by it with the other kind,
     /// contended (with the holders and how long their leases have left, computed by the
-    /// server), or withdrawn. One round trip. This is what [`xlock`](LockClient::xlock) and
+    /// server), refused by a shared lock's different cap, withdrawn, or sealed (the resource
+    /// refuses new attempts for a while). One round trip. This is what [`xlock`](LockClient::xlock) and
     /// [`slock`](LockClient::slock) call; waiting and leases are built on it.
     ///
     /// # Errors
@@ -1210,7 +1215,8 @@ impl LockClient {
     /// that lock id that existed when it expired: the group is taken as abandoned, as the Go
     /// library this API follows does.
     ///
-    /// **This ends live leases without telling their holders.** A holder still renewing
+    /// **This ends live leases without warning their holders** (each learns it at its next
+    /// renewal, as [`LossReason::Revoked`](crate::LossReason::Revoked)). A holder still renewing
     /// another lock of the group loses it, and another holder can take it while the first
     /// still believes it holds it. Use it only where a group is known to be all-or-nothing;
     /// [`purge`](LockClient::purge) is the safe call. A lock granted to the lock id after its

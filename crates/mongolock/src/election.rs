@@ -13,10 +13,12 @@
 //!   new value (and this host), so no read sees the old value under the resumed term, and
 //!   [`Leadership::value`] says the same (see [`Election::campaign`]).
 //! - **The term** is the grant's fencing token: greater for every new leader, also after the
-//!   election's document was cleaned up. Pass it with every write the leader makes, so that
+//!   election's document was cleaned up unless the server's clock went back by more than
+//!   the retention (see [Guarantees](crate#guarantees)). Pass it with every write the leader makes, so that
 //!   the store can refuse a deposed leader's late writes.
 //! - **Leadership is a lease**, kept alive in the background: [`Leadership::lost`] fires no
-//!   later than the local deadline, before anyone else can be elected.
+//!   later than the local deadline, before anyone else can be elected (under the conditions
+//!   of [Guarantees](crate#guarantees)).
 //! - **Proclaim** changes the stored value in one write that the server applies only while
 //!   it still holds this very grant live, kept by this client ([`crate::command::proclaim`]):
 //!   a leader displaced by another client that resumed its lock id is refused, and told
@@ -613,7 +615,8 @@ impl Leadership {
     }
 
     /// Resolves when leadership is lost, with the reason: no later than the local deadline,
-    /// before anyone else can be elected.
+    /// before anyone else can be elected (under the conditions of
+    /// [Guarantees](crate#guarantees)).
     ///
     /// # Cancel safety
     ///

@@ -17,7 +17,9 @@ use crate::lock::{Grant, LeaseState, LockKind, LossReason};
 /// Check [`is_lost`](LockGuard::is_lost) before each step of protected work, or race the work
 /// against [`lost`](LockGuard::lost); pass [`fencing_token`](LockGuard::fencing_token) to the
 /// store you protect. The guard reports the loss no later than its local deadline, which
-/// comes before the server can grant the lock to anyone else.
+/// comes before the server can grant the lock to anyone else under the conditions of
+/// [Guarantees](crate#guarantees) (no server clock step past the margin, a monotonic clock
+/// that counts suspended time).
 ///
 /// Dropping the guard releases the lock in a background task (never blocking);
 /// [`LockClient::shutdown`] waits for such releases. From the drop on, the lock is never
@@ -146,7 +148,8 @@ impl LockGuard {
     }
 
     /// Resolves when the lease is lost, with the reason: no later than the local deadline,
-    /// before the server can grant the lock to anyone else.
+    /// before the server can grant the lock to anyone else (under the conditions of
+    /// [Guarantees](crate#guarantees)).
     ///
     /// # Cancel safety
     ///
@@ -178,7 +181,7 @@ impl LockGuard {
     /// it was lost for), or if the server no longer held this grant live when the release
     /// reached it: [`LossReason::Deadline`] if the local deadline had passed by the time the
     /// reply came (the release was too slow, and the server may have let the lease expire),
-    /// otherwise [`LossReason::Revoked`] (force-released, purged, or expired by the server's
+    /// otherwise [`LossReason::Revoked`] (force-released, its group purged, or expired by the server's
     /// clock before the keeper noticed). Either way, whatever was done under the lock may
     /// have overlapped with another holder. The entry, if the server still had it, is released
     /// all the same. A database error if the release could not be done; the client then

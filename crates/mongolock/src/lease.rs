@@ -11,7 +11,8 @@
 //! passes without a renewal, the lease is lost: [`LockGuard::is_lost`] turns true at once,
 //! by reading the clock, even if no task ran in between (a paused process, or a suspended
 //! machine, learns it the moment it resumes), and [`LockGuard::lost`] resolves. That is
-//! before the server can grant the lock to anyone else.
+//! before the server can grant the lock to anyone else, under the conditions of
+//! [Guarantees](crate#guarantees).
 //!
 //! # The keeper
 //!
@@ -29,7 +30,7 @@
 //! command failed, one read lists the keeper's live entries with the time each has left,
 //! computed by the server: a lease on that list counts from the read's send time for that
 //! long, and a lease missing from it is lost as [`LossReason::Revoked`] (force-released,
-//! purged, expired by the server's clock).
+//! its group purged, expired by the server's clock).
 //!
 //! # Chores
 //!

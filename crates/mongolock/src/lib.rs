@@ -373,11 +373,13 @@
 //! - **Unsafe write concern.** With [`LockClientBuilder::unsafe_write_concern`], a grant
 //!   acknowledged by fewer than a majority can be rolled back by a failover, and the same
 //!   lock granted again to a second holder while the first believes it holds it.
-//! - **What is tested where.** Every test in CI runs against the embedded emulator (a
-//!   one-member replica set), not a real `mongod`. That a `w: majority` grant survives a
-//!   replica-set failover (the durability the write concern is there for) has not been
-//!   tested against a replica set yet, nor has a sharded cluster. The tests run against a
-//!   real server when `MONGODB_URI` is set; the CI job that does so has not run yet.
+//! - **What is tested where.** Every test in CI runs against the embedded emulator, not a
+//!   real `mongod`: as one member, and as an emulated three-member replica set, where
+//!   `tests/failover.rs` and the reliability harness's `--replset` mode show a
+//!   `w: "majority"` grant surviving step-downs, a stopped primary and a partitioned one
+//!   with rollback, while the `w: 1` control gives two holders. Neither has run against a
+//!   real replica set or a sharded cluster. The tests run against a real server when
+//!   `MONGODB_URI` is set; the CI job that does so has not run yet.
 //!
 //! [`clock_uncertainty`]: LockClientBuilder::clock_uncertainty
 //!

@@ -275,8 +275,10 @@ pub enum LossReason {
     /// No renewal succeeded before the local deadline (server unreachable, replies too
     /// slow, or this process paused).
     Deadline,
-    /// The server no longer has the lease: it was force-released, purged, or expired by the
-    /// server's clock.
+    /// The server no longer has the lease: it was force-released, removed with its group by
+    /// [`purge_abandoned_groups`](crate::LockClient::purge_abandoned_groups), or expired by
+    /// the server's clock (a plain [`purge`](crate::LockClient::purge) never ends a live
+    /// lease).
     Revoked,
     /// The guard released it.
     Released,

@@ -146,7 +146,8 @@ impl MultiLock {
     ///
     /// Bad settings or no resource at all
     /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)), a database
-    /// error that waiting cannot fix, or a release of a member taken in a refused round that
+    /// error that waiting cannot fix, a member sealed
+    /// ([`ErrorKind::Sealed`](crate::ErrorKind::Sealed)), or a release of a member taken in a refused round that
     /// failed (the client then retries that release in the background). Transient errors
     /// are retried.
     ///

@@ -127,7 +127,8 @@
 //! index deletes the document `retention` after `idleSince`, so it never deletes a document
 //! with a live entry. Deleting is safe for fencing because a grant's token is at least
 //! `$$NOW` in microseconds (`toLong($$NOW) * 1000`): a deleted counter is replaced by the
-//! clock, which has moved on by at least the retention period.
+//! clock, which has moved on by at least the retention period unless it stepped back by more
+//! than that.
 //!
 //! Every write rewrites the fields it changes (an acquire all of the above; a release its
 //! entry's side, the line, `idleSince` and the wake; expired tombstones stay until an

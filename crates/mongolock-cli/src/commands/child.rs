@@ -657,7 +657,9 @@ pub fn loss_name(reason: LossReason) -> &'static str {
 fn describe_loss(reason: LossReason) -> &'static str {
     match reason {
         LossReason::Deadline => "no renewal succeeded in time",
-        LossReason::Revoked => "revoked: the server no longer has it, force-released or purged",
+        LossReason::Revoked => {
+            "revoked: the server no longer has it, force-released or its group purged"
+        }
         LossReason::Released => "released",
         _ => "unknown reason",
     }

@@ -103,7 +103,8 @@ impl LockGuard {
     }
 
     /// Blocks until the lease is lost, and returns the reason: no later than the local
-    /// deadline, before the server can grant the lock to anyone else. For a thread that
+    /// deadline, before the server can grant the lock to anyone else (under the conditions
+    /// of [Guarantees](crate#guarantees)). For a thread that
     /// watches while others work.
     ///
     /// # Errors

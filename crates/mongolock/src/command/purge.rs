@@ -13,7 +13,7 @@
 //!
 //! [`run_groups`] also applies the group rule of the Go library this crate's API follows:
 //! a lock id with an expired lock is taken as abandoned, and its other locks go too. That
-//! ends live leases without telling their holders, so it is a separately named call. It only
+//! ends live leases without warning their holders (they learn it at their next renewal), so it is a separately named call. It only
 //! removes the entries that existed when the group's member expired (granted before its
 //! lease ended: its `expiresAt` less its lock-delay); a lock granted to the same lock id
 //! afterwards survives. A marked entry (`letGoAt`: its holder let go of it within its
