@@ -146,6 +146,16 @@ async fn emulator_only_a_resource_keeps_a_bounded_record_and_seals_past_it() {
         panic!("{error:?}")
     };
     assert!(until.timestamp_millis() > bson::DateTime::now().timestamp_millis());
+    // A waiting acquire does not wait the seal out: it returns the same refusal at once
+    // (the seal lasts minutes; the caller decides whether to come back).
+    let waited = tokio::time::timeout(Duration::from_secs(5), locks.mutex("r").acquire())
+        .await
+        .expect("a waiting acquire returns at once")
+        .expect_err("sealed");
+    assert!(
+        matches!(waited.kind(), ErrorKind::Sealed { .. }),
+        "{waited:?}"
+    );
     // The late copy of the attempt folded into the seal is refused too.
     assert!(matches!(
         locks.acquire(&sealing).await.expect("attempt"),
