@@ -382,8 +382,8 @@ struct Queued {
     backoff: Duration,
 }
 
-/// Chores an attempt took from the queue to send itself ([`Keeper::settle`]): those not done
-/// when it stops go back in the queue, still owed.
+/// Chores taken from the queue to be sent now, by an attempt ([`Keeper::settle`]) or a
+/// flush ([`Keeper::flush`]): those not done when it stops go back in the queue, still owed.
 struct Taken<'a> {
     keeper: &'a Arc<Keeper>,
     chores: Vec<Option<Queued>>,
@@ -683,21 +683,32 @@ impl Keeper {
 
     /// Tries every queued chore once more, now, after those the chores task is sending;
     /// those that fail stay queued.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future puts the chores it took and did not send back in the queue, still
+    /// owed, with the one on its way (sent again later: a chore may land twice).
     pub(crate) async fn flush(self: &Arc<Self>) {
         let _on_the_way = self.on_the_way.lock().await;
         let chores: Vec<Queued> = std::mem::take(&mut self.registry().chores);
-        let mut failed = Vec::new();
-        for mut queued in chores {
+        // What is left in it when it is dropped, here or midway, goes back in the queue.
+        let mut taken = Taken {
+            keeper: self,
+            chores: chores.into_iter().map(Some).collect(),
+        };
+        for slot in &mut taken.chores {
+            let Some(queued) = slot else { continue };
             match queued.chore.run(&self.ctx).await {
-                Ok(()) => self.paid(&queued.chore),
+                Ok(()) => {
+                    let done = slot.take().expect("the slot was full");
+                    self.paid(&done.chore);
+                }
                 Err(error) => {
                     tracing::warn!(%error, resource = queued.chore.resource(), "chore failed");
                     queued.next_try = self.clock.now() + queued.backoff;
-                    failed.push(queued);
                 }
             }
         }
-        self.requeue(failed);
     }
 
     /// Puts `chores`, still owed, back in the queue, and starts or wakes the chores task.

@@ -18,6 +18,8 @@
 //!   linger later), and the lock client's shutdown after it returns.
 //! - **A wait across a shutdown still ends.** A waiter already waiting when `shutdown` stops
 //!   the stream is not left hanging: it gets the lock once it is released.
+//! - **A shutdown dropped midway loses no release.** The releases it had taken and not sent
+//!   stay owed: calling it again (or the client's background retries) sends them.
 //!
 //! Time limits are hang detectors only: nothing asserts how fast something happens.
 
@@ -373,4 +375,81 @@ async fn the_drivers_shutdown_first_returns_after_a_wait_with_a_lease_held() {
     timeout(HANG_GUARD, holder.shutdown())
         .await
         .expect("the holder's lock client shuts down after it");
+}
+
+/// Two guards dropped, then a shutdown dropped while it sends the first release (held on
+/// the server by a fail point): the second release, taken by the shutdown and not sent yet,
+/// stays owed, and the next shutdown sends it ("calling it again finishes the job").
+#[tokio::test]
+async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_sent() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: needs the emulator's fail points");
+        return;
+    }
+    let server = mongolock_testkit::TestServer::start()
+        .await
+        .expect("emulator");
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .expect("uri");
+    options.app_name = Some("dropped-shutdown".to_owned());
+    let client = Client::with_options(options).expect("client");
+    let locks = LockClient::new(client.database("dropped_shutdown").collection("locks"));
+    let first = locks
+        .mutex("r1")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let second = locks
+        .mutex("r2")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    server
+        .client()
+        .database("admin")
+        .run_command(bson::doc! {
+            "configureFailPoint": "failCommand", "mode": {"times": 1},
+            "data": {
+                "failCommands": ["findAndModify"], "appName": "dropped-shutdown",
+                "blockConnection": true, "blockTimeMS": 1_000,
+            },
+        })
+        .await
+        .expect("configureFailPoint");
+    // Dropped without a yield in between: on this test's one thread, their background
+    // releases have not started, so the shutdown takes both.
+    drop(first);
+    drop(second);
+    let dropped = timeout(Duration::from_millis(300), locks.shutdown()).await;
+    assert!(
+        dropped.is_err(),
+        "the shutdown was held by the fail point and dropped"
+    );
+    // The held release lands when its block ends; the other one only if it is still owed.
+    timeout(HANG_GUARD, locks.shutdown())
+        .await
+        .expect("the second shutdown returns");
+    let watcher = LockClient::new(
+        server
+            .client()
+            .database("dropped_shutdown")
+            .collection("locks"),
+    );
+    let mut left = Vec::new();
+    for _ in 0..40 {
+        left = watcher.status(&mongolock::Filter::default()).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        left.is_empty(),
+        "every release was sent, none left to the 30 s TTL: {:?}",
+        left.iter().map(|l| l.resource()).collect::<Vec<_>>()
+    );
+    client.shutdown().await;
 }
