@@ -379,7 +379,8 @@ async fn the_drivers_shutdown_first_returns_after_a_wait_with_a_lease_held() {
 
 /// Two guards dropped, then a shutdown dropped while it sends the first release (held on
 /// the server by a fail point): the second release, taken by the shutdown and not sent yet,
-/// stays owed, and the next shutdown sends it ("calling it again finishes the job").
+/// stays owed: an attempt of its lock id sends it first, and the next shutdown sends what
+/// is left ("calling it again finishes the job").
 #[tokio::test]
 async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_sent() {
     if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
@@ -421,6 +422,7 @@ async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_s
         .expect("configureFailPoint");
     // Dropped without a yield in between: on this test's one thread, their background
     // releases have not started, so the shutdown takes both.
+    let second_id = second.lock_id().to_owned();
     drop(first);
     drop(second);
     let dropped = timeout(Duration::from_millis(300), locks.shutdown()).await;
@@ -428,6 +430,22 @@ async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_s
         dropped.is_err(),
         "the shutdown was held by the fail point and dropped"
     );
+    // An attempt of the second guard's lock id waits for that lock id's owed release: it
+    // is sent, and the attempt granted anew (a release lost by the shutdown stayed on the
+    // books, and every such attempt waited its time limit for it, then failed unsent).
+    let again = timeout(
+        HANG_GUARD,
+        locks.xlock(
+            "r2",
+            &second_id,
+            mongolock::LockDetails::default().ttl(Duration::from_secs(30)),
+        ),
+    )
+    .await
+    .expect("returns")
+    .expect("granted anew");
+    assert!(again.is_new(), "the old grant was released first");
+    assert!(locks.release(&again).await.unwrap());
     // The held release lands when its block ends; the other one only if it is still owed.
     timeout(HANG_GUARD, locks.shutdown())
         .await
