@@ -682,12 +682,15 @@ impl Keeper {
     }
 
     /// Tries every queued chore once more, now, after those the chores task is sending;
-    /// those that fail stay queued.
+    /// those that fail stay queued. They go [`CHORES_AT_ONCE`] at a time, as the chores
+    /// task sends them (taking the same turns), so a flush of many chores on an
+    /// unresponsive server takes their number over [`CHORES_AT_ONCE`] command time limits,
+    /// not their number.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future puts the chores it took and did not send back in the queue, still
-    /// owed, with the one on its way (sent again later: a chore may land twice).
+    /// owed, with those on their way (sent again later: a chore may land twice).
     pub(crate) async fn flush(self: &Arc<Self>) {
         let _on_the_way = self.on_the_way.lock().await;
         let chores: Vec<Queued> = std::mem::take(&mut self.registry().chores);
@@ -696,19 +699,23 @@ impl Keeper {
             keeper: self,
             chores: chores.into_iter().map(Some).collect(),
         };
-        for slot in &mut taken.chores {
-            let Some(queued) = slot else { continue };
-            match queued.chore.run(&self.ctx).await {
-                Ok(()) => {
-                    let done = slot.take().expect("the slot was full");
-                    self.paid(&done.chore);
+        futures_util::stream::iter(taken.chores.iter_mut())
+            .for_each_concurrent(CHORES_AT_ONCE, |slot| async move {
+                // The semaphore is never closed, so a turn always comes.
+                let _turn = self.turns.clone().acquire_owned().await;
+                let Some(queued) = slot.as_mut() else { return };
+                match queued.chore.run(&self.ctx).await {
+                    Ok(()) => {
+                        let done = slot.take().expect("the slot was full");
+                        self.paid(&done.chore);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, resource = queued.chore.resource(), "chore failed");
+                        queued.next_try = self.clock.now() + queued.backoff;
+                    }
                 }
-                Err(error) => {
-                    tracing::warn!(%error, resource = queued.chore.resource(), "chore failed");
-                    queued.next_try = self.clock.now() + queued.backoff;
-                }
-            }
-        }
+            })
+            .await;
     }
 
     /// Puts `chores`, still owed, back in the queue, and starts or wakes the chores task.

@@ -471,3 +471,75 @@ async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_s
     );
     client.shutdown().await;
 }
+
+/// A shutdown sends the releases it owes together, a bounded number at once, not one after
+/// another: eight releases, each held 1 s on the server by a fail point, are all on their way
+/// before the first comes back (one after another, a dead server would hold a shutdown for
+/// eight command time limits).
+#[tokio::test]
+async fn emulator_only_a_shutdown_sends_the_releases_it_owes_together() {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: needs the emulator's fail points");
+        return;
+    }
+    let server = mongolock_testkit::TestServer::start()
+        .await
+        .expect("emulator");
+    let (recorder, client) = recorded_client(&server.uri(), Some("owed-together")).await;
+    let locks = LockClient::new(client.database("owed_together").collection("locks"));
+    let mut guards = Vec::new();
+    for i in 0..8 {
+        let mutex = locks.mutex(format!("r{i}")).ttl(Duration::from_secs(30));
+        guards.push(mutex.acquire().await.unwrap());
+    }
+    server
+        .client()
+        .database("admin")
+        .run_command(bson::doc! {
+            "configureFailPoint": "failCommand", "mode": {"times": 8},
+            "data": {
+                "failCommands": ["findAndModify"], "appName": "owed-together",
+                "blockConnection": true, "blockTimeMS": 1_000,
+            },
+        })
+        .await
+        .expect("configureFailPoint");
+    recorder.clear();
+    // Dropped without a yield in between: their background releases have not started, so
+    // the shutdown takes them all.
+    drop(guards);
+    timeout(HANG_GUARD, locks.shutdown())
+        .await
+        .expect("the shutdown returns");
+    let releases: Vec<Command> = recorder
+        .all()
+        .into_iter()
+        .filter(|c| c.name == "findAndModify")
+        .collect();
+    assert_eq!(releases.len(), 8, "one release per guard: {releases:#?}");
+    let first_back = releases
+        .iter()
+        .filter_map(|c| c.ended)
+        .min()
+        .expect("the releases came back");
+    let started_after = releases.iter().filter(|c| c.at > first_back).count();
+    assert_eq!(
+        started_after, 0,
+        "every release was on its way before the first came back"
+    );
+    let watcher = LockClient::new(
+        server
+            .client()
+            .database("owed_together")
+            .collection("locks"),
+    );
+    assert!(
+        watcher
+            .status(&mongolock::Filter::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "every lock released"
+    );
+    client.shutdown().await;
+}

@@ -21,6 +21,8 @@ pub struct Command {
     pub body: Document,
     /// `None` while running, then whether it succeeded.
     pub succeeded: Option<bool>,
+    /// When it ended (its reply or its failure came back).
+    pub ended: Option<Instant>,
     /// The reply, for a command that succeeded.
     pub reply: Option<Document>,
 }
@@ -97,6 +99,7 @@ impl Recorder {
                     name: started.command_name,
                     body: started.command,
                     succeeded: None,
+                    ended: None,
                     reply: None,
                 });
             }
@@ -106,6 +109,7 @@ impl Recorder {
                     .find(|c| c.request_id == done.request_id)
                 {
                     c.succeeded = Some(true);
+                    c.ended = Some(Instant::now());
                     c.reply = Some(done.reply);
                 }
             }
@@ -115,6 +119,7 @@ impl Recorder {
                     .find(|c| c.request_id == failed.request_id)
                 {
                     c.succeeded = Some(false);
+                    c.ended = Some(Instant::now());
                 }
             }
             _ => {}
