@@ -161,7 +161,7 @@ impl TestServerBuilder {
     pub(crate) fn start_member(
         self,
         listener: TcpListener,
-        replica: std::sync::Arc<dyn crate::commands::member::Member>,
+        replica: std::sync::Arc<dyn crate::commands::state::Member>,
     ) -> std::io::Result<TestServer> {
         self.serve(listener, Some(replica))
     }
@@ -169,7 +169,7 @@ impl TestServerBuilder {
     fn serve(
         self,
         listener: TcpListener,
-        replica: Option<std::sync::Arc<dyn crate::commands::member::Member>>,
+        replica: Option<std::sync::Arc<dyn crate::commands::state::Member>>,
     ) -> std::io::Result<TestServer> {
         let addr = listener.local_addr()?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

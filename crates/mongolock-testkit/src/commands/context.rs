@@ -7,7 +7,7 @@ use std::time::Instant;
 use bson::{Bson, DateTime, Document};
 
 use super::args;
-use super::member::PrimaryWait;
+use super::state::PrimaryWait;
 use super::state::ServerState;
 use crate::engine::EvalContext;
 use crate::engine::collection::{Catalog, Collection, CollectionRef};
@@ -49,7 +49,7 @@ pub struct Ctx<'a> {
     /// On a replica-set member, the term when the command arrived while the member was
     /// primary: what it writes is the member's own. `None` on a member that was not primary,
     /// whose `$out` or `$merge` writes go to the primary
-    /// ([`super::member::Member::write_through_primary`]), and outside a set.
+    /// ([`super::state::Member::write_through_primary`]), and outside a set.
     pub admitted: Option<i64>,
     /// Where such a `$out` or `$merge` leaves its write-concern wait on the primary, which
     /// the dispatcher awaits once the command ran.

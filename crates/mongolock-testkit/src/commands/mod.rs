@@ -40,7 +40,6 @@ pub mod cursor_batch;
 pub mod cursor_table;
 pub mod identity;
 pub mod local_sessions;
-pub mod member;
 pub mod read_after;
 pub mod session;
 pub mod state;
@@ -322,7 +321,7 @@ async fn run(
 ) -> (
     Completion,
     Option<bson::Timestamp>,
-    Option<member::PrimaryWait>,
+    Option<state::PrimaryWait>,
 ) {
     let (db, retryable) = match prepare(state, conn, name, &cmd, kind) {
         Ok(prepared) => prepared,
@@ -392,8 +391,8 @@ struct Job {
     /// Where the run leaves the time of the last oplog entry it wrote (none when replayed).
     last_op: Arc<parking_lot::Mutex<Option<bson::Timestamp>>>,
     /// Where a `$out` or `$merge` run on a secondary leaves its write-concern wait on the
-    /// primary ([`member::Member::write_through_primary`]).
-    primary_wait: Arc<parking_lot::Mutex<Option<member::PrimaryWait>>>,
+    /// primary ([`state::Member::write_through_primary`]).
+    primary_wait: Arc<parking_lot::Mutex<Option<state::PrimaryWait>>>,
 }
 
 impl Job {
@@ -467,7 +466,7 @@ fn committed_read<'s>(
     state: &'s ServerState,
     name: &str,
     cmd: &Document,
-) -> Result<Option<&'s std::sync::Arc<dyn member::Member>>> {
+) -> Result<Option<&'s std::sync::Arc<dyn state::Member>>> {
     let Some(replica) = &state.replica else {
         return Ok(None);
     };

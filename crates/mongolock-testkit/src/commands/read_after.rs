@@ -52,7 +52,7 @@ use crate::engine::error::{CommandError, Result, codes};
 /// # Errors
 /// See the module's notes: the combinations mongod refuses, a time ahead of the server's
 /// cluster time, `MaxTimeMSExpired` (50) past the deadline, and on a set member the errors of
-/// [`super::member::Member::await_op_time`].
+/// [`super::state::Member::await_op_time`].
 ///
 /// # Cancel safety
 /// Cancel safe: waiting changes nothing.

@@ -996,11 +996,11 @@ pub struct Replica {
     index: usize,
 }
 
-impl crate::commands::member::WriteIntent for WriteIntent<'_> {}
+impl crate::commands::state::WriteIntent for WriteIntent<'_> {}
 
 /// The member as its server's commands see it: each method is the inherent one of the same
 /// name.
-impl crate::commands::member::Member for Replica {
+impl crate::commands::state::Member for Replica {
     fn members(&self) -> usize {
         Replica::members(self)
     }
@@ -1017,7 +1017,7 @@ impl crate::commands::member::Member for Replica {
         target: (bson::Timestamp, i64),
         majority: bool,
         deadline: Option<Instant>,
-    ) -> crate::commands::member::Pending<'a, Result<()>> {
+    ) -> crate::commands::state::Pending<'a, Result<()>> {
         Box::pin(Replica::await_op_time(self, target, majority, deadline))
     }
 
@@ -1036,7 +1036,7 @@ impl crate::commands::member::Member for Replica {
     fn await_topology_change<'a>(
         &'a self,
         cmd: &'a Document,
-    ) -> crate::commands::member::Pending<'a, bool> {
+    ) -> crate::commands::state::Pending<'a, bool> {
         Box::pin(Replica::await_topology_change(self, cmd))
     }
 
@@ -1049,9 +1049,9 @@ impl crate::commands::member::Member for Replica {
         name: &str,
         cmd: &Document,
         admitted: Option<i64>,
-    ) -> Result<Option<Box<dyn crate::commands::member::WriteIntent + 'a>>> {
+    ) -> Result<Option<Box<dyn crate::commands::state::WriteIntent + 'a>>> {
         Ok(Replica::write_intent(self, name, cmd, admitted)?
-            .map(|intent| Box::new(intent) as Box<dyn crate::commands::member::WriteIntent + 'a>))
+            .map(|intent| Box::new(intent) as Box<dyn crate::commands::state::WriteIntent + 'a>))
     }
 
     fn admitted_term(&self) -> Option<i64> {
@@ -1067,14 +1067,14 @@ impl crate::commands::member::Member for Replica {
         name: &'a str,
         cmd: &'a Document,
         term: Option<i64>,
-    ) -> crate::commands::member::Pending<'a, Option<Document>> {
+    ) -> crate::commands::state::Pending<'a, Option<Document>> {
         Box::pin(Replica::await_write_concern(self, name, cmd, term))
     }
 
     fn step_down<'a>(
         &'a self,
         cmd: &'a Document,
-    ) -> crate::commands::member::Pending<'a, Result<Document>> {
+    ) -> crate::commands::state::Pending<'a, Result<Document>> {
         Box::pin(Replica::step_down(self, cmd))
     }
 
@@ -1082,7 +1082,7 @@ impl crate::commands::member::Member for Replica {
         &self,
         cmd: &Document,
         write: &mut dyn FnMut(&ServerState) -> Result<()>,
-    ) -> Result<crate::commands::member::PrimaryWait> {
+    ) -> Result<crate::commands::state::PrimaryWait> {
         Replica::write_through_primary(self, cmd, write)
     }
 }

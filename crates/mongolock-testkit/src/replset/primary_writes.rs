@@ -10,7 +10,7 @@
 use bson::Document;
 
 use super::member::Replica;
-use crate::commands::member::PrimaryWait;
+use crate::commands::state::PrimaryWait;
 use crate::commands::state::ServerState;
 use crate::engine::error::{CommandError, Result};
 

@@ -142,9 +142,6 @@ pub(crate) struct Report {
     pub(crate) skipped: Vec<String>,
     /// Every broken promise, in words.
     pub(crate) violations: Vec<String>,
-    /// The failover scene (the embedded emulator only); `ok` above covers it too.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) failover: Option<Box<super::failover::FailoverReport>>,
 }
 
 /// How `lock` is locked, as the checker sees it.
@@ -450,7 +447,6 @@ fn report(
         losses,
         skipped,
         violations,
-        failover: None,
     }
 }
 
