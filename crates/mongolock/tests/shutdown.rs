@@ -377,54 +377,83 @@ async fn the_drivers_shutdown_first_returns_after_a_wait_with_a_lease_held() {
         .expect("the holder's lock client shuts down after it");
 }
 
+/// An emulator, and a lock client on it holding `n` mutexes (`r0`, `r1`, ...; 30 s TTL)
+/// whose driver client is named `app` (for fail points) and recorded; `None` against a
+/// server given by `MONGODB_URI` (fail points are the emulator's).
+async fn holding_on_emulator(
+    app: &str,
+    n: usize,
+) -> Option<(
+    mongolock_testkit::TestServer,
+    Recorder,
+    Client,
+    LockClient,
+    Vec<LockGuard>,
+)> {
+    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
+        eprintln!("skipped: needs the emulator's fail points");
+        return None;
+    }
+    let server = mongolock_testkit::TestServer::start()
+        .await
+        .expect("emulator");
+    let (recorder, client) = recorded_client(&server.uri(), Some(app)).await;
+    let locks = LockClient::new(client.database(app).collection("locks"));
+    let mut guards = Vec::new();
+    for i in 0..n {
+        let mutex = locks.mutex(format!("r{i}")).ttl(Duration::from_secs(30));
+        guards.push(mutex.acquire().await.unwrap());
+    }
+    Some((server, recorder, client, locks, guards))
+}
+
+/// Holds the next `times` releases (`findAndModify`s) of the client named `app` 1 s each on
+/// `server`.
+async fn hold_releases(server: &mongolock_testkit::TestServer, app: &str, times: i32) {
+    server
+        .client()
+        .database("admin")
+        .run_command(bson::doc! {
+            "configureFailPoint": "failCommand", "mode": {"times": times},
+            "data": {
+                "failCommands": ["findAndModify"], "appName": app,
+                "blockConnection": true, "blockTimeMS": 1_000,
+            },
+        })
+        .await
+        .expect("configureFailPoint");
+}
+
+/// The resources still locked in database `app` of `server`, once nothing is left or 4 s
+/// have passed.
+async fn left_locked(server: &mongolock_testkit::TestServer, app: &str) -> Vec<String> {
+    let watcher = LockClient::new(server.client().database(app).collection("locks"));
+    let mut left = Vec::new();
+    for _ in 0..40 {
+        left = watcher.status(&mongolock::Filter::default()).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    left.iter().map(|l| l.resource().to_owned()).collect()
+}
+
 /// Two guards dropped, then a shutdown dropped while it sends the first release (held on
 /// the server by a fail point): the second release, taken by the shutdown and not sent yet,
 /// stays owed: an attempt of its lock id sends it first, and the next shutdown sends what
 /// is left ("calling it again finishes the job").
 #[tokio::test]
 async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_sent() {
-    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
-        eprintln!("skipped: needs the emulator's fail points");
+    let app = "dropped_shutdown";
+    let Some((server, _, client, locks, guards)) = holding_on_emulator(app, 2).await else {
         return;
-    }
-    let server = mongolock_testkit::TestServer::start()
-        .await
-        .expect("emulator");
-    let mut options = mongodb::options::ClientOptions::parse(server.uri())
-        .await
-        .expect("uri");
-    options.app_name = Some("dropped-shutdown".to_owned());
-    let client = Client::with_options(options).expect("client");
-    let locks = LockClient::new(client.database("dropped_shutdown").collection("locks"));
-    let first = locks
-        .mutex("r1")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let second = locks
-        .mutex("r2")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    server
-        .client()
-        .database("admin")
-        .run_command(bson::doc! {
-            "configureFailPoint": "failCommand", "mode": {"times": 1},
-            "data": {
-                "failCommands": ["findAndModify"], "appName": "dropped-shutdown",
-                "blockConnection": true, "blockTimeMS": 1_000,
-            },
-        })
-        .await
-        .expect("configureFailPoint");
+    };
+    hold_releases(&server, app, 1).await;
     // Dropped without a yield in between: on this test's one thread, their background
     // releases have not started, so the shutdown takes both.
-    let second_id = second.lock_id().to_owned();
-    drop(first);
-    drop(second);
+    let second_id = guards[1].lock_id().to_owned();
+    drop(guards);
     let dropped = timeout(Duration::from_millis(300), locks.shutdown()).await;
     assert!(
         dropped.is_err(),
@@ -436,7 +465,7 @@ async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_s
     let again = timeout(
         HANG_GUARD,
         locks.xlock(
-            "r2",
+            "r1",
             &second_id,
             mongolock::LockDetails::default().ttl(Duration::from_secs(30)),
         ),
@@ -450,24 +479,10 @@ async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_s
     timeout(HANG_GUARD, locks.shutdown())
         .await
         .expect("the second shutdown returns");
-    let watcher = LockClient::new(
-        server
-            .client()
-            .database("dropped_shutdown")
-            .collection("locks"),
-    );
-    let mut left = Vec::new();
-    for _ in 0..40 {
-        left = watcher.status(&mongolock::Filter::default()).await.unwrap();
-        if left.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let left = left_locked(&server, app).await;
     assert!(
         left.is_empty(),
-        "every release was sent, none left to the 30 s TTL: {:?}",
-        left.iter().map(|l| l.resource()).collect::<Vec<_>>()
+        "every release was sent, none left to the 30 s TTL: {left:?}"
     );
     client.shutdown().await;
 }
@@ -478,32 +493,11 @@ async fn emulator_only_a_shutdown_dropped_midway_keeps_the_releases_it_had_not_s
 /// eight command time limits).
 #[tokio::test]
 async fn emulator_only_a_shutdown_sends_the_releases_it_owes_together() {
-    if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.is_empty()) {
-        eprintln!("skipped: needs the emulator's fail points");
+    let app = "owed_together";
+    let Some((server, recorder, client, locks, guards)) = holding_on_emulator(app, 8).await else {
         return;
-    }
-    let server = mongolock_testkit::TestServer::start()
-        .await
-        .expect("emulator");
-    let (recorder, client) = recorded_client(&server.uri(), Some("owed-together")).await;
-    let locks = LockClient::new(client.database("owed_together").collection("locks"));
-    let mut guards = Vec::new();
-    for i in 0..8 {
-        let mutex = locks.mutex(format!("r{i}")).ttl(Duration::from_secs(30));
-        guards.push(mutex.acquire().await.unwrap());
-    }
-    server
-        .client()
-        .database("admin")
-        .run_command(bson::doc! {
-            "configureFailPoint": "failCommand", "mode": {"times": 8},
-            "data": {
-                "failCommands": ["findAndModify"], "appName": "owed-together",
-                "blockConnection": true, "blockTimeMS": 1_000,
-            },
-        })
-        .await
-        .expect("configureFailPoint");
+    };
+    hold_releases(&server, app, 8).await;
     recorder.clear();
     // Dropped without a yield in between: their background releases have not started, so
     // the shutdown takes them all.
@@ -527,19 +521,6 @@ async fn emulator_only_a_shutdown_sends_the_releases_it_owes_together() {
         started_after, 0,
         "every release was on its way before the first came back"
     );
-    let watcher = LockClient::new(
-        server
-            .client()
-            .database("owed_together")
-            .collection("locks"),
-    );
-    assert!(
-        watcher
-            .status(&mongolock::Filter::default())
-            .await
-            .unwrap()
-            .is_empty(),
-        "every lock released"
-    );
+    assert_eq!(left_locked(&server, app).await, Vec::<String>::new());
     client.shutdown().await;
 }
