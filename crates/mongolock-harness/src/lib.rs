@@ -620,6 +620,13 @@ fn explain_oracle(
         .filter(|r| events.iter().any(|e| e.resource == *r))
         .collect();
     explain_server(events, &resources);
+    if !resources.is_empty() {
+        explain_set(history, &|t| {
+            history
+                .server_ms(t)
+                .map_or("-".to_owned(), |ms| format!("{ms} (server ms)"))
+        });
+    }
     for resource in resources {
         eprintln!("acquire calls on {resource} (server ms):");
         for call in history
@@ -641,6 +648,23 @@ fn explain_oracle(
                 call.granted,
                 call.timeout,
             );
+        }
+    }
+}
+
+/// With `MONGOLOCK_HARNESS_EXPLAIN` set, on a set: what the failover nemesis did and saw, and
+/// the primary's clock offsets it recorded, each at its instant as `at` shows it.
+fn explain_set(history: &history::History, at: &dyn Fn(std::time::Instant) -> String) {
+    if !history.set_events.is_empty() {
+        eprintln!("the failover nemesis (at, what):");
+        for (t, what) in &history.set_events {
+            eprintln!("  {} {what}", at(*t));
+        }
+    }
+    if !history.server_offsets.is_empty() {
+        eprintln!("the primary's clock ahead of the set's (from, ms):");
+        for (from, offset) in &history.server_offsets {
+            eprintln!("  {} {offset}", at(*from));
         }
     }
 }
@@ -750,18 +774,7 @@ fn explain(history: &history::History, outcome: &check::Outcome) {
     for op in &history.ops {
         eprintln!("  {:?} {} {}", op.kind, ms(op.start), ms(op.end));
     }
-    if !history.set_events.is_empty() {
-        eprintln!("the failover nemesis (at, what):");
-        for (at, what) in &history.set_events {
-            eprintln!("  {} {what}", ms(*at));
-        }
-    }
-    if !history.server_offsets.is_empty() {
-        eprintln!("the primary's clock ahead of the set's (from, ms):");
-        for (from, offset) in &history.server_offsets {
-            eprintln!("  {} {offset}", ms(*from));
-        }
-    }
+    explain_set(history, &|t| ms(t).to_string());
     for resource in resources {
         eprintln!("holders of {resource}:");
         let mut holders: Vec<_> = (history.holders.iter())
