@@ -621,11 +621,17 @@ fn explain_oracle(
         .collect();
     explain_server(events, &resources);
     if !resources.is_empty() {
-        explain_set(history, &|t| {
+        let at = |t| {
             history
                 .server_ms(t)
                 .map_or("-".to_owned(), |ms| format!("{ms} (server ms)"))
-        });
+        };
+        // What may have moved the server's time under an entry's absolute stamps.
+        eprintln!("operator actions and clock moves (kind, start, end):");
+        for op in &history.ops {
+            eprintln!("  {:?} {} {}", op.kind, at(op.start), at(op.end));
+        }
+        explain_set(history, &at);
     }
     for resource in resources {
         eprintln!("acquire calls on {resource} (server ms):");
